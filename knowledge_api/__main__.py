@@ -1,0 +1,3 @@
+from knowledge_api.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,31 @@
+"""create_app(settings) -> the Starlette application."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+
+from knowledge_api.routes import ROUTES
+from knowledge_api.routes.http import EXCEPTION_HANDLERS
+from knowledge_api.service import KnowledgeService
+from knowledge_api.settings import Settings
+
+
+def create_app(
+    settings: Settings | None = None, service: KnowledgeService | None = None
+) -> Starlette:
+    settings = settings or Settings.from_env()
+    knowledge = service or KnowledgeService.from_settings(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await knowledge.start(seed=True)
+        yield
+        await knowledge.stop()
+
+    app = Starlette(routes=ROUTES, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.service = knowledge
+    return app

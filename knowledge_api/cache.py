@@ -1,0 +1,115 @@
+"""The two cache tiers: responses (tier 1) and query embeddings (tier 2).
+
+Each tier is a bounded LRU with a TTL, counts its hits and misses, and computes a
+missing value once however many identical requests arrive together (single-flight).
+Tier 1 entries belong to a store generation: when the store changes, tier 1 is
+emptied, so no answer outlives an ingest or a delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class TTLCache(Generic[V]):
+    def __init__(self, max_entries: int, ttl: float, clock: Callable[[], float] = time.monotonic):
+        self.max_entries = max_entries
+        self.ttl = ttl
+        self.clock = clock
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[Hashable, tuple[float, V]] = OrderedDict()
+        self._pending: dict[Hashable, asyncio.Future[V]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> V | None:
+        """The live value for `key`, counted as a hit, or None (a miss)."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            if entry[0] > self.clock():
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return entry[1]
+            del self._entries[key]
+        self.misses += 1
+        return None
+
+    def put(self, key: Hashable, value: V) -> None:
+        self._entries[key] = (self.clock() + self.ttl, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    async def get_or_compute(
+        self, key: Hashable, compute: Callable[[], Awaitable[tuple[V, bool]]]
+    ) -> tuple[V, bool]:
+        """(value, computed_here). `compute` returns (value, cacheable)."""
+        value = self.get(key)
+        if value is not None:
+            return value, False
+        pending = self._pending.get(key)
+        if pending is not None:
+            self.misses -= 1
+            self.hits += 1
+            return await asyncio.shield(pending), False
+        future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
+        self._pending[key] = future
+        try:
+            value, cacheable = await compute()
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # followers re-raise it; nobody else needs to look
+            raise
+        finally:
+            del self._pending[key]
+        if cacheable:
+            self.put(key, value)
+        future.set_result(value)
+        return value, True
+
+
+@dataclass
+class Caches:
+    responses: TTLCache[Any]
+    embeddings: TTLCache[Any]
+    generation: Hashable = None
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Caches:
+        return cls(
+            responses=TTLCache(settings.response_cache_size, settings.response_cache_ttl),
+            embeddings=TTLCache(settings.embedding_cache_size, settings.embedding_cache_ttl),
+        )
+
+    def follow_store(self, generation: Hashable) -> None:
+        """Empty tier 1 when the store's content changed since the last call."""
+        if generation != self.generation:
+            self.responses.clear()
+            self.generation = generation
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "response_entries": len(self.responses),
+            "embedding_entries": len(self.embeddings),
+            "hit_rate": hit_rate(self.responses),
+            "response_hits": self.responses.hits,
+            "response_misses": self.responses.misses,
+            "embedding_hit_rate": hit_rate(self.embeddings),
+        }
+
+
+def hit_rate(cache: TTLCache[Any]) -> float:
+    total = cache.hits + cache.misses
+    return round(cache.hits / total, 4) if total else 0.0

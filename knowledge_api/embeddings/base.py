@@ -1,0 +1,64 @@
+"""The Embedder protocol; batching lives once in BatchEmbedder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Embedder(Protocol):
+    name: str
+    """Recorded by the store: vectors of different names never mix."""
+    dimension: int
+
+    def load(self) -> None: ...
+
+    def embed_documents(
+        self, texts: Sequence[str], progress: Callable[[int], object] | None = None
+    ) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+
+class BatchEmbedder:
+    """Subclasses implement `embed_batch` (unit-length float32 rows); this class
+    groups texts of similar length so each batch pads as little as possible."""
+
+    name = "batch"
+    dimension = 0
+    batch_size = 16
+
+    def load(self) -> None:
+        return None
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def embed_documents(
+        self, texts: Sequence[str], progress: Callable[[int], object] | None = None
+    ) -> np.ndarray:
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            out[rows] = self.embed_batch([texts[i] for i in rows])
+            if progress is not None:
+                progress(len(rows))
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        vector: np.ndarray = self.embed_batch([text])[0]
+        return vector
+
+    def health(self) -> dict[str, Any]:
+        return {"name": self.name, "dimension": self.dimension, "status": "ok"}
+
+
+def normalize_rows(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    normalized: np.ndarray = (matrix / np.maximum(norms, 1e-12)).astype(np.float32)
+    return normalized

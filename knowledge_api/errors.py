@@ -1,0 +1,96 @@
+"""The exception tree. Each class carries its HTTP status and error type, so one
+handler turns any of them into the single JSON error shape:
+
+    {"success": false, "error": {"type": ..., "message": ..., "details": {...}}}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KnowledgeAPIError(Exception):
+    status = 500
+    type = "internal_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "success": False,
+            "error": {"type": self.type, "message": self.message, "details": self.details},
+        }
+
+
+class ConfigurationError(KnowledgeAPIError):
+    """A setting is missing, unknown or invalid; raised at start-up."""
+
+    type = "configuration_error"
+
+
+class InvalidRequest(KnowledgeAPIError):
+    """Bad input: the message names the field and the rule it broke."""
+
+    status = 400
+    type = "invalid_request"
+
+    def __init__(self, field: str, rule: str, **details: Any) -> None:
+        super().__init__(f"{field}: {rule}", field=field, rule=rule, **details)
+
+
+class InvalidQuery(InvalidRequest):
+    type = "invalid_query"
+
+
+class InvalidJSON(InvalidRequest):
+    type = "invalid_json"
+
+
+class NotFound(KnowledgeAPIError):
+    status = 404
+    type = "not_found"
+
+
+class MethodNotAllowed(KnowledgeAPIError):
+    status = 405
+    type = "method_not_allowed"
+
+
+class PayloadTooLarge(KnowledgeAPIError):
+    status = 413
+    type = "payload_too_large"
+
+
+class KnowledgeStoreError(KnowledgeAPIError):
+    """Base error of KnowledgeStore operations."""
+
+    status = 503
+    type = "store_error"
+
+
+class DocumentNotFoundError(KnowledgeStoreError):
+    status = 404
+    type = "document_not_found"
+
+
+class IndexingError(KnowledgeStoreError):
+    type = "indexing_failed"
+
+
+class SearchError(KnowledgeStoreError):
+    type = "search_failed"
+
+
+class EmbeddingError(KnowledgeStoreError):
+    type = "embedding_unavailable"
+
+
+class BackendConnectionError(KnowledgeStoreError):
+    type = "store_unavailable"
+
+
+class EmbedderMismatchError(ConfigurationError):
+    """The store holds vectors of another embedder; mixing vector spaces is refused."""

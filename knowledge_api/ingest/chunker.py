@@ -1,0 +1,109 @@
+"""Markdown-aware chunking that keeps each passage's section hierarchy.
+
+Blocks (paragraphs, lists, fenced code) are packed into chunks of at most
+`max_chars` characters without crossing a heading, so every chunk belongs to
+exactly one section path ("Install > Linux"). About 900 characters stays within
+the 256 word pieces the local model reads, heading path included.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from knowledge_api import text
+from knowledge_api.models import Chunk, Document, chunk_id
+
+MAX_CHARS = 900
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    path: tuple[str, ...]
+    blocks: tuple[str, ...]
+
+
+def chunk_document(doc: Document, max_chars: int = MAX_CHARS, markdown: bool = True) -> list[Chunk]:
+    pieces = [
+        (" > ".join(section.path), piece)
+        for section in sections(doc.content, doc.title, markdown)
+        for piece in pack(section.blocks, max_chars)
+    ]
+    return [
+        Chunk(
+            id=chunk_id(doc.id, i),
+            document_id=doc.id,
+            chunk_index=i,
+            content=piece,
+            title=doc.title,
+            section=path,
+            chunk_count=len(pieces),
+        )
+        for i, (path, piece) in enumerate(pieces)
+    ]
+
+
+def sections(content: str, title: str, markdown: bool = True) -> Iterator[Section]:
+    """Sections in document order; the heading that repeats the title is not a level."""
+    path: list[tuple[int, str]] = []
+    blocks: list[str] = []
+    block: list[str] = []
+    fenced = False
+
+    def flush_block() -> None:
+        if block and "".join(block).strip():
+            blocks.append("\n".join(block).strip("\n"))
+        block.clear()
+
+    for line in content.splitlines():
+        if markdown and _FENCE.match(line):
+            fenced = not fenced
+        heading = None if fenced or not markdown else _HEADING.match(line)
+        if heading:
+            flush_block()
+            if blocks:
+                yield Section(tuple(name for _, name in path), tuple(blocks))
+                blocks = []
+            level, name = len(heading.group(1)), heading.group(2).strip()
+            path = [(lvl, n) for lvl, n in path if lvl < level]
+            if not (level == 1 and not path and name.strip() == title.strip()):
+                path.append((level, name))
+        elif not line.strip() and not fenced:
+            flush_block()
+        else:
+            block.append(line)
+    flush_block()
+    if blocks:
+        yield Section(tuple(name for _, name in path), tuple(blocks))
+
+
+def pack(blocks: tuple[str, ...], max_chars: int) -> Iterator[str]:
+    """Consecutive blocks joined up to max_chars; a longer block is split first."""
+    pieces = (piece for block in blocks for piece in split_long(block, max_chars))
+    return join_greedy(pieces, max_chars, "\n\n")
+
+
+def split_long(block: str, max_chars: int) -> Iterator[str]:
+    """A block cut at sentence ends, and a sentence longer than max_chars at spaces."""
+    if len(block) <= max_chars:
+        return iter((block,))
+    parts = (
+        part
+        for sentence in text.sentences(block)
+        for part in join_greedy(sentence.split(), max_chars, " ")
+    )
+    return join_greedy(parts, max_chars, " ")
+
+
+def join_greedy(pieces: Iterable[str], max_chars: int, separator: str) -> Iterator[str]:
+    current = ""
+    for piece in pieces:
+        if current and len(current) + len(separator) + len(piece) > max_chars:
+            yield current
+            current = ""
+        current = f"{current}{separator}{piece}" if current else piece
+    if current:
+        yield current

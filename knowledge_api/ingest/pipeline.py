@@ -1,0 +1,65 @@
+"""Idempotent ingestion: chunk, skip what is unchanged, embed only new text, store.
+
+A document whose content hash is already stored costs no embedding and no write.
+A changed document reuses the stored vectors of its unchanged chunks and replaces
+its old chunks in one store transaction, so an interrupted run never leaves half
+of a document behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from itertools import islice
+from typing import Any
+
+import numpy as np
+
+from knowledge_api.ingest.chunker import chunk_document
+from knowledge_api.models import Document, IndexSummary
+from knowledge_api.stores.base import KnowledgeStore
+
+EmbedFn = Callable[[Sequence[str]], Awaitable[np.ndarray]]
+PLAIN_TEXT_FORMATS = ("txt", "text", "rst")
+BATCH_DOCUMENTS = 256
+
+
+class Ingestor:
+    def __init__(self, store: KnowledgeStore, embedder: Any, embed: EmbedFn) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.embed = embed
+
+    async def ingest(
+        self, documents: Iterable[Document], progress: Callable[[int], object] | None = None
+    ) -> IndexSummary:
+        await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
+        total = IndexSummary()
+        iterator = iter(documents)
+        while batch := list(islice(iterator, BATCH_DOCUMENTS)):
+            total += await self._ingest_batch(batch)
+            if progress is not None:
+                progress(len(batch))
+        return total
+
+    async def _ingest_batch(self, batch: list[Document]) -> IndexSummary:
+        unique = {doc.id: doc for doc in batch}  # the last version of a repeated source wins
+        for doc in unique.values():
+            plain = doc.metadata.get("format") in PLAIN_TEXT_FORMATS
+            doc.chunks = chunk_document(doc, markdown=not plain)
+        stored = await self.store.document_hashes(list(unique))
+        changed = [doc for doc in unique.values() if stored.get(doc.id) != doc.content_hash]
+        chunks = [chunk for doc in changed for chunk in doc.chunks]
+        vectors = await self.store.embeddings_by_hash(list({c.content_hash for c in chunks}))
+        missing = {c.content_hash: c.embedded_text for c in chunks if c.content_hash not in vectors}
+        if missing:
+            fresh = await self.embed(list(missing.values()))
+            vectors.update(zip(missing, fresh, strict=True))
+        for chunk in chunks:
+            chunk.embedding = vectors[chunk.content_hash]
+        await self.store.index_documents(changed)
+        return IndexSummary(
+            documents=len(changed),
+            chunks=len(chunks),
+            embedded=len(missing),
+            skipped=len(batch) - len(changed),
+        )

@@ -1,0 +1,44 @@
+"""Name -> implementation registries, one per seam (stores, embedders, synthesizers).
+
+Built-ins register a "module:Class" path, so optional dependencies are imported only
+when their backend is chosen; tests and plugins register classes the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Generic, TypeVar
+
+from knowledge_api.errors import ConfigurationError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, seam: str, setting: str) -> None:
+        self.seam = seam
+        self.setting = setting
+        self._targets: dict[str, str | type[T]] = {}
+
+    def register(self, name: str, target: str | type[T]) -> None:
+        self._targets[name] = target
+
+    def names(self) -> list[str]:
+        return sorted(self._targets)
+
+    def resolve(self, name: str) -> type[T]:
+        target = self._targets.get(name)
+        if target is None:
+            raise ConfigurationError(
+                f"{self.setting}={name!r} is not a known {self.seam}; "
+                f"choose one of: {', '.join(self.names())}"
+            )
+        if isinstance(target, str):
+            module, _, attr = target.partition(":")
+            target = getattr(importlib.import_module(module), attr)
+            self._targets[name] = target
+        return target
+
+    def create(self, name: str, settings: Any) -> T:
+        created: T = self.resolve(name).from_settings(settings)  # type: ignore[attr-defined]
+        return created

@@ -1,0 +1,9 @@
+from starlette.requests import Request
+from starlette.responses import Response
+
+from knowledge_api.routes.http import JSONResponse, service
+
+
+async def detail(request: Request) -> Response:
+    params = request.path_params
+    return JSONResponse(await service(request).detail(params["type"], params["id"]))

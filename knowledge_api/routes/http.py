@@ -1,0 +1,103 @@
+"""What every route shares: bounded JSON bodies, orjson responses, the error shape."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from knowledge_api.errors import (
+    InvalidJSON,
+    KnowledgeAPIError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+)
+from knowledge_api.service import KnowledgeService
+
+log_unexpected = logging.getLogger("knowledge_api.errors")
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def service(request: Request) -> KnowledgeService:
+    svc: KnowledgeService = request.app.state.service
+    return svc
+
+
+async def read_json(request: Request) -> Any:
+    """The parsed body; 413 past the size limit (checked before reading it all)."""
+    limit: int = request.app.state.settings.max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"body is {declared} bytes; the limit is {limit}", limit=limit)
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > limit:
+            raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes", limit=limit)
+    if not body:
+        raise InvalidJSON("body", "must be a JSON object (the body is empty)")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise InvalidJSON("body", f"must be valid JSON ({e})") from e
+
+
+def route_list(request: Request) -> list[str]:
+    return [
+        f"{method} {route.path}"
+        for route in request.app.routes
+        if isinstance(route, Route)
+        for method in sorted(route.methods or ())
+        if method != "HEAD"
+    ]
+
+
+async def api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, KnowledgeAPIError)
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Router errors (unknown route, wrong method) in the one error shape."""
+    assert isinstance(exc, HTTPException)
+    error: KnowledgeAPIError
+    headers = {name.lower(): value for name, value in (exc.headers or {}).items()}
+    if exc.status_code == 404:
+        error = NotFound(
+            f"no route {request.method} {request.url.path}", routes=route_list(request)
+        )
+    elif exc.status_code == 405:
+        error = MethodNotAllowed(
+            f"{request.method} is not allowed on {request.url.path}",
+            allowed=headers.get("allow", ""),
+        )
+    else:
+        error = KnowledgeAPIError(str(exc.detail))
+        error.status = exc.status_code
+        error.type = "http_error"
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+
+async def unexpected_error(request: Request, exc: Exception) -> Response:
+    log_unexpected.exception("unhandled error on %s %s", request.method, request.url.path)
+    error = KnowledgeAPIError("internal error: this is a bug, the log has the traceback")
+    return JSONResponse(error.body(), status_code=500)
+
+
+EXCEPTION_HANDLERS = {
+    KnowledgeAPIError: api_error,
+    HTTPException: http_error,
+    Exception: unexpected_error,
+}

@@ -1,0 +1,132 @@
+"""The KnowledgeStore protocol, and the hybrid search every backend shares.
+
+A store keeps documents, their chunks and the chunks' vectors; it never embeds
+(the service does), so a collection can move between backends with its vectors.
+Backends provide two candidate lists (vector and keyword) and the shared
+`HybridSearch.search` fuses them, cuts by threshold and limit, and hydrates hits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from knowledge_api.models import Document, SearchFilters, SearchHit
+from knowledge_api.stores.fusion import reciprocal_rank_fusion
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    key: Hashable
+    score: float
+
+
+class KnowledgeStore(Protocol):
+    name: str
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def index_document(self, document: Document) -> None:
+        """Insert or replace a document and its embedded chunks, atomically."""
+
+    async def index_documents(self, documents: Sequence[Document]) -> None:
+        """Index many; each document is atomic on its own."""
+
+    async def search(
+        self,
+        query: str,
+        vector: np.ndarray | None,
+        top_k: int,
+        filters: SearchFilters,
+        threshold: float = 0.0,
+    ) -> list[SearchHit]: ...
+
+    async def get_by_id(self, doc_id: str) -> Document | None: ...
+
+    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
+        """A document by source id, document id or the id of one of its chunks."""
+
+    async def delete(self, doc_id: str) -> bool: ...
+
+    async def health_check(self) -> dict[str, Any]: ...
+
+    async def count(self) -> int:
+        """Number of documents stored."""
+
+    async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]: ...
+
+    async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+    async def generation(self) -> Hashable:
+        """A token that changes whenever the stored content changes."""
+
+    async def check_embedder(self, name: str, dimension: int) -> None:
+        """Record the embedder on first use; refuse a different one later."""
+
+
+class HybridSearch:
+    """Vector and keyword candidates fused by rank; similarity is the cosine."""
+
+    fusion_k: int = 60
+    candidates: int = 50
+
+    async def search(
+        self,
+        query: str,
+        vector: np.ndarray | None,
+        top_k: int,
+        filters: SearchFilters,
+        threshold: float = 0.0,
+    ) -> list[SearchHit]:
+        n = max(self.candidates, top_k)
+        by_vector = await self.vector_candidates(vector, n, filters) if vector is not None else []
+        by_keyword = await self.keyword_candidates(query, n, filters)
+        fused = reciprocal_rank_fusion(
+            [[c.key for c in by_vector], [c.key for c in by_keyword]], k=self.fusion_k
+        )
+        if vector is None:
+            similarity = relative_scores(by_keyword)
+        else:
+            similarity = {c.key: c.score for c in by_vector}
+            missing = [key for key, _ in fused if key not in similarity]
+            similarity.update(await self.similarities(missing, vector))
+        kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
+        return await self.hydrate(kept, similarity)
+
+    async def vector_candidates(
+        self, vector: np.ndarray, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        """Best n by cosine similarity (clipped to 0-1), best first."""
+        raise NotImplementedError
+
+    async def keyword_candidates(
+        self, query: str, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        """Best n by keyword relevance (higher is better), best first."""
+        raise NotImplementedError
+
+    async def similarities(
+        self, keys: Sequence[Hashable], vector: np.ndarray
+    ) -> dict[Hashable, float]:
+        raise NotImplementedError
+
+    async def hydrate(
+        self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
+    ) -> list[SearchHit]:
+        raise NotImplementedError
+
+
+def relative_scores(candidates: Sequence[Candidate]) -> dict[Hashable, float]:
+    """Keyword scores scaled to the best one: the similarity when no vector exists."""
+    best = max((c.score for c in candidates), default=0.0)
+    return {c.key: (c.score / best if best > 0 else 0.0) for c in candidates}
+
+
+def cosine_to_similarity(cosine: float) -> float:
+    """Similarity 0-1: opposite and unrelated passages are both simply 0."""
+    return min(max(cosine, 0.0), 1.0)

@@ -1,0 +1,482 @@
+"""The embedded default store: one SQLite file.
+
+Documents and chunks live in tables, keyword relevance comes from FTS5 (BM25), and
+vectors are float32 blobs mirrored in an exact in-memory `VectorIndex`. Writes made
+through this store update the index as they commit; writes by another process (a
+`knowledge-api ingest` beside a running service) are noticed through SQLite's
+`data_version` and the index is reloaded before the next search.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from knowledge_api import text
+from knowledge_api.errors import (
+    BackendConnectionError,
+    EmbedderMismatchError,
+    IndexingError,
+    SearchError,
+)
+from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
+from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
+from knowledge_api.stores.vector_index import VectorIndex
+
+RECONNECT_SECONDS = 5.0
+_HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.title,
+    c.section, c.content, d.source_type, d.source_id, d.metadata"""
+
+
+class SQLiteStore(HybridSearch):
+    name = "sqlite"
+
+    def __init__(self, path: Path | str, fusion_k: int = 60, candidates: int = 50) -> None:
+        self.path = Path(path)
+        self.fusion_k = fusion_k
+        self.candidates = candidates
+        self._conn: sqlite3.Connection | None = None
+        self._index: VectorIndex | None = None
+        self._writes = 0
+        self._data_version = 0
+        self._error = ""
+        self._next_attempt = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SQLiteStore:
+        return cls(settings.db_path, settings.fusion_k, settings.candidates)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    # -- connection -------------------------------------------------------------
+
+    async def open(self) -> None:
+        self._connect()
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connect(self) -> sqlite3.Connection:
+        self._next_attempt = time.monotonic() + RECONNECT_SECONDS
+        try:
+            if str(self.path) != ":memory:":
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            for pragma in (
+                "journal_mode=WAL",
+                "synchronous=NORMAL",
+                "foreign_keys=ON",
+                "busy_timeout=5000",
+            ):
+                conn.execute(f"PRAGMA {pragma}")
+            migrate(conn)
+        except (sqlite3.Error, OSError) as e:
+            self._error = f"cannot open {self.path}: {e}"
+            raise BackendConnectionError(self._error, backend=self.name) from e
+        self._conn = conn
+        self._error = ""
+        self._load_index()
+        return conn
+
+    def _db(self) -> sqlite3.Connection:
+        """The open connection; reopens (at most every few seconds) after a failure."""
+        if self._conn is not None:
+            return self._conn
+        if time.monotonic() < self._next_attempt:
+            raise BackendConnectionError(f"store unavailable: {self._error}", backend=self.name)
+        return self._connect()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self._db()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        self._writes += 1
+
+    def _load_index(self) -> None:
+        conn = self._db()
+        self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+        dimension = self._meta("embedder_dimension")
+        if dimension is None:
+            self._index = None
+            return
+        rows = conn.execute(
+            "SELECT rowid, collection, source_type, embedding FROM chunks"
+        ).fetchall()
+        index = VectorIndex(int(dimension), capacity=max(1024, len(rows)))
+        if rows:
+            vectors = np.frombuffer(b"".join(r["embedding"] for r in rows), dtype=np.float32)
+            index.add(
+                [r["rowid"] for r in rows],
+                vectors.reshape(len(rows), int(dimension)),
+                [(r["collection"], r["source_type"]) for r in rows],
+            )
+        self._index = index
+
+    def _sync(self) -> None:
+        """Reload the index if another connection committed since we last looked."""
+        version = self._db().execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._load_index()
+            self._writes += 1
+
+    async def generation(self) -> Hashable:
+        try:
+            self._sync()
+        except sqlite3.Error as e:
+            raise BackendConnectionError(f"store unavailable: {e}", backend=self.name) from e
+        return self._writes
+
+    # -- embedder bookkeeping -----------------------------------------------------
+
+    def _meta(self, key: str) -> str | None:
+        row = self._db().execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row["value"])
+
+    async def check_embedder(self, name: str, dimension: int) -> None:
+        stored_name, stored_dim = self._meta("embedder"), self._meta("embedder_dimension")
+        if stored_name is None:
+            with self._transaction() as conn:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO store_meta (key, value) VALUES (?, ?)",
+                    [("embedder", name), ("embedder_dimension", str(dimension))],
+                )
+            self._index = VectorIndex(dimension)
+            return
+        if stored_name != name or int(stored_dim or 0) != dimension:
+            raise EmbedderMismatchError(
+                f"{self.path} holds vectors of embedder {stored_name!r} ({stored_dim}-d); "
+                f"the configured embedder is {name!r} ({dimension}-d). Mixing vector spaces "
+                "would return nonsense: use the original embedder, or ingest into a new "
+                "KNOWLEDGE_DB_PATH.",
+                stored=stored_name,
+                configured=name,
+            )
+
+    # -- writes -------------------------------------------------------------------
+
+    async def index_document(self, document: Document) -> None:
+        await self.index_documents([document])
+
+    async def index_documents(self, documents: Sequence[Document]) -> None:
+        for document in documents:
+            self._write_document(document)
+
+    def _write_document(self, doc: Document) -> None:
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        try:
+            with self._transaction() as conn:
+                old = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT rowid FROM chunks WHERE document_id = ?", (doc.id,)
+                    )
+                ]
+                conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
+                conn.execute(
+                    """INSERT INTO documents (id, collection, source_type, source_id, title,
+                           content, metadata, content_hash, created_at, updated_at)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                       ON CONFLICT (id) DO UPDATE SET title = excluded.title,
+                           content = excluded.content, metadata = excluded.metadata,
+                           content_hash = excluded.content_hash,
+                           updated_at = excluded.updated_at""",
+                    (
+                        doc.id,
+                        doc.collection,
+                        doc.source_type,
+                        doc.source_id,
+                        doc.title,
+                        doc.content,
+                        json.dumps(doc.metadata),
+                        doc.content_hash,
+                        now,
+                        now,
+                    ),
+                )
+                keys = [self._insert_chunk(conn, doc, chunk) for chunk in doc.chunks]
+        except sqlite3.Error as e:
+            raise IndexingError(f"could not index {doc.source_id!r}: {e}", backend=self.name) from e
+        self._data_version = self._db().execute("PRAGMA data_version").fetchone()[0]
+        index = self._require_index()
+        index.remove(old)
+        if keys:
+            index.add(
+                keys,
+                np.stack([np.asarray(c.embedding) for c in doc.chunks]),
+                [(doc.collection, doc.source_type)] * len(keys),
+            )
+
+    def _insert_chunk(self, conn: sqlite3.Connection, doc: Document, chunk: Chunk) -> int:
+        if chunk.embedding is None:
+            raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
+        cursor = conn.execute(
+            """INSERT INTO chunks (id, document_id, chunk_index, chunk_count, collection,
+                   source_type, title, section, content, content_hash, embedding)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                chunk.id,
+                doc.id,
+                chunk.chunk_index,
+                len(doc.chunks),
+                doc.collection,
+                doc.source_type,
+                chunk.title,
+                chunk.section,
+                chunk.content,
+                chunk.content_hash,
+                np.asarray(chunk.embedding, dtype=np.float32).tobytes(),
+            ),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def _require_index(self) -> VectorIndex:
+        if self._index is None:
+            raise IndexingError("no embedder recorded: call check_embedder before indexing")
+        return self._index
+
+    async def delete(self, doc_id: str) -> bool:
+        try:
+            with self._transaction() as conn:
+                old = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT rowid FROM chunks WHERE document_id = ?", (doc_id,)
+                    )
+                ]
+                deleted = conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount
+        except sqlite3.Error as e:
+            raise IndexingError(f"could not delete {doc_id!r}: {e}", backend=self.name) from e
+        self._data_version = self._db().execute("PRAGMA data_version").fetchone()[0]
+        if self._index is not None:
+            self._index.remove(old)
+        return deleted > 0
+
+    # -- search -------------------------------------------------------------------
+
+    async def vector_candidates(
+        self, vector: np.ndarray, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        self._sync()
+        if self._index is None:
+            return []
+        keys = self._metadata_keys(filters)
+        mask = self._index.mask(filters.collection, filters.source_types, keys)
+        return [
+            Candidate(key, cosine_to_similarity(score))
+            for key, score in self._index.search(vector, n, mask)
+        ]
+
+    async def keyword_candidates(
+        self, query: str, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        match = fts_query(query)
+        if not match:
+            return []
+        where, params = filter_sql(filters)
+        sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
+                  JOIN chunks c ON c.rowid = chunks_fts.rowid
+                  JOIN documents d ON d.id = c.document_id
+                  WHERE chunks_fts MATCH ? AND {where} ORDER BY rank LIMIT ?"""
+        try:
+            rows = self._db().execute(sql, (match, *params, n)).fetchall()
+        except sqlite3.Error as e:
+            raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
+        return [Candidate(r["key"], -float(r["rank"])) for r in rows]
+
+    async def similarities(
+        self, keys: Sequence[Hashable], vector: np.ndarray
+    ) -> dict[Hashable, float]:
+        if self._index is None or not keys:
+            return {}
+        found = self._index.similarities([int(k) for k in keys], vector)  # type: ignore[call-overload]
+        return {key: cosine_to_similarity(cosine) for key, cosine in found.items()}
+
+    async def hydrate(
+        self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
+    ) -> list[SearchHit]:
+        if not ranked:
+            return []
+        marks = ",".join("?" * len(ranked))
+        rows = (
+            self._db()
+            .execute(
+                f"""SELECT {_HIT_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id
+                WHERE c.rowid IN ({marks})""",
+                [key for key, _ in ranked],
+            )
+            .fetchall()
+        )
+        by_key = {r["rowid"]: r for r in rows}
+        return [
+            hit_from_row(by_key[key], score, similarity[key])
+            for key, score in ranked
+            if key in by_key
+        ]
+
+    def _metadata_keys(self, filters: SearchFilters) -> list[int] | None:
+        """Row ids allowed by the metadata filters (None: no metadata filter)."""
+        if not filters.metadata:
+            return None
+        where, params = filter_sql(filters)
+        rows = self._db().execute(
+            f"SELECT c.rowid FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {where}",
+            params,
+        )
+        return [r[0] for r in rows]
+
+    # -- reads --------------------------------------------------------------------
+
+    async def get_by_id(self, doc_id: str) -> Document | None:
+        row = self._db().execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
+        return None if row is None else self._document(row)
+
+    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
+        row = (
+            self._db()
+            .execute(
+                """SELECT * FROM documents WHERE source_type = ? AND collection = ? AND (
+                   source_id = ? OR id = ? OR id = (SELECT document_id FROM chunks WHERE id = ?))
+               ORDER BY source_id = ? DESC LIMIT 1""",
+                (source_type, collection, key, key, key, key),
+            )
+            .fetchone()
+        )
+        return None if row is None else self._document(row)
+
+    def _document(self, row: sqlite3.Row) -> Document:
+        chunks = [
+            Chunk(
+                id=c["id"],
+                document_id=row["id"],
+                chunk_index=c["chunk_index"],
+                content=c["content"],
+                title=c["title"],
+                section=c["section"],
+                chunk_count=c["chunk_count"],
+            )
+            for c in self._db().execute(
+                """SELECT id, chunk_index, chunk_count, title, section, content FROM chunks
+                   WHERE document_id = ? ORDER BY chunk_index""",
+                (row["id"],),
+            )
+        ]
+        return Document(
+            source_type=row["source_type"],
+            source_id=row["source_id"],
+            content=row["content"],
+            title=row["title"],
+            metadata=json.loads(row["metadata"]),
+            collection=row["collection"],
+            chunks=chunks,
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+    async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        return dict(self._select_in("SELECT id, content_hash FROM documents WHERE id IN", doc_ids))
+
+    async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        rows = self._select_in(
+            "SELECT content_hash, embedding FROM chunks WHERE content_hash IN", hashes
+        )
+        return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows}
+
+    def _select_in(self, sql: str, values: Sequence[str]) -> list[tuple[Any, Any]]:
+        rows: list[tuple[Any, Any]] = []
+        for start in range(0, len(values), 500):
+            part = values[start : start + 500]
+            marks = ",".join("?" * len(part))
+            rows.extend(tuple(r) for r in self._db().execute(f"{sql} ({marks})", part))
+        return rows
+
+    async def count(self) -> int:
+        return int(self._db().execute("SELECT count(*) FROM documents").fetchone()[0])
+
+    async def health_check(self) -> dict[str, Any]:
+        try:
+            conn = self._db()
+            documents = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
+            chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        except (BackendConnectionError, sqlite3.Error) as e:
+            return {"backend": self.name, "status": "unavailable", "error": str(e)}
+        return {
+            "backend": self.name,
+            "status": "ok",
+            "path": str(self.path),
+            "documents": documents,
+            "chunks": chunks,
+            "vectors_in_memory": len(self._index) if self._index else 0,
+        }
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply the numbered migrations newer than the file's user_version."""
+    current = conn.execute("PRAGMA user_version").fetchone()[0]
+    folder = resources.files("knowledge_api.stores.sql").joinpath("sqlite")
+    for script in sorted(folder.iterdir(), key=lambda p: p.name):
+        version = int(script.name.split("_", 1)[0])
+        if version > current:
+            conn.executescript(
+                f"BEGIN; {script.read_text()}; PRAGMA user_version = {version}; COMMIT;"
+            )
+
+
+def fts_query(query: str) -> str:
+    """An FTS5 expression matching any content term of the query (all words if none)."""
+    terms = text.content_terms(query) or list(dict.fromkeys(text.words(query)))
+    return " OR ".join(f'"{term}"' for term in terms)
+
+
+def filter_sql(filters: SearchFilters) -> tuple[str, list[Any]]:
+    clauses, params = ["c.collection = ?"], [filters.collection]
+    if filters.source_types is not None:
+        clauses.append(f"c.source_type IN ({','.join('?' * len(filters.source_types))})")
+        params.extend(filters.source_types)
+    for key, value in filters.metadata:
+        clauses.append("json_extract(d.metadata, ?) = ?")
+        params.extend((json_path(key), value))
+    return " AND ".join(clauses), params
+
+
+def json_path(key: str) -> str:
+    return '$."' + key.replace('"', '""') + '"'
+
+
+def hit_from_row(row: sqlite3.Row, score: float, similarity: float) -> SearchHit:
+    chunk = Chunk(
+        id=row["id"],
+        document_id=row["document_id"],
+        chunk_index=row["chunk_index"],
+        content=row["content"],
+        title=row["title"],
+        section=row["section"],
+        chunk_count=row["chunk_count"],
+    )
+    return SearchHit(
+        chunk=chunk,
+        document_id=row["document_id"],
+        source_type=row["source_type"],
+        source_id=row["source_id"],
+        metadata=json.loads(row["metadata"]),
+        score=score,
+        similarity=similarity,
+    )

@@ -1,0 +1,106 @@
+"""An exact in-memory vector index: a float32 matrix searched with one matrix product.
+
+Rows carry an integer key (the store's row id) and a label code (collection and
+source type) so the common filters are a vectorised mask, not a query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+
+class VectorIndex:
+    def __init__(self, dimension: int, capacity: int = 1024) -> None:
+        self.dimension = dimension
+        self._vectors = np.zeros((capacity, dimension), dtype=np.float32)
+        self._keys = np.zeros(capacity, dtype=np.int64)
+        self._labels = np.zeros(capacity, dtype=np.int32)
+        self._size = 0
+        self._row: dict[int, int] = {}
+        self._label_codes: dict[tuple[str, str], int] = {}
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(
+        self, keys: Sequence[int], vectors: np.ndarray, labels: Sequence[tuple[str, str]]
+    ) -> None:
+        self.remove(keys)
+        self._reserve(self._size + len(keys))
+        for key, vector, label in zip(keys, vectors, labels, strict=True):
+            row = self._size
+            self._vectors[row] = vector
+            self._keys[row] = key
+            self._labels[row] = self._label_codes.setdefault(label, len(self._label_codes))
+            self._row[key] = row
+            self._size += 1
+
+    def remove(self, keys: Iterable[int]) -> None:
+        for key in keys:
+            row = self._row.pop(key, None)
+            if row is None:
+                continue
+            last = self._size - 1
+            if row != last:
+                moved = int(self._keys[last])
+                self._vectors[row] = self._vectors[last]
+                self._keys[row] = moved
+                self._labels[row] = self._labels[last]
+                self._row[moved] = row
+            self._size = last
+
+    def mask(
+        self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
+    ) -> np.ndarray:
+        """Rows in `collection`, of `source_types` (all when None), among `keys` (all when None)."""
+        codes = [
+            code
+            for (coll, source_type), code in self._label_codes.items()
+            if coll == collection and (source_types is None or source_type in source_types)
+        ]
+        mask = np.isin(self._labels[: self._size], codes)
+        if keys is not None:
+            allowed = np.zeros(self._size, dtype=bool)
+            allowed[[self._row[k] for k in keys if k in self._row]] = True
+            mask &= allowed
+        return mask
+
+    def search(self, query: np.ndarray, n: int, mask: np.ndarray) -> list[tuple[int, float]]:
+        """(key, cosine) of the n best rows allowed by `mask`, best first."""
+        rows = np.flatnonzero(mask)
+        if rows.size == 0:
+            return []
+        if rows.size == self._size:
+            scores = self._vectors[: self._size] @ query
+        else:
+            scores = self._vectors[rows] @ query
+        n = min(n, scores.size)
+        top = np.argpartition(-scores, n - 1)[:n]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        chosen = top if rows.size == self._size else rows[top]
+        return list(zip(self._keys[chosen].tolist(), scores[top].tolist(), strict=True))
+
+    def similarities(self, keys: Iterable[int], query: np.ndarray) -> dict[int, float]:
+        present = [k for k in keys if k in self._row]
+        if not present:
+            return {}
+        scores = self._vectors[[self._row[k] for k in present]] @ query
+        return dict(zip(present, scores.tolist(), strict=True))
+
+    def _reserve(self, size: int) -> None:
+        capacity = len(self._keys)
+        if size <= capacity:
+            return
+        while capacity < size:
+            capacity *= 2
+        self._vectors = _grow(self._vectors, capacity)
+        self._keys = _grow(self._keys, capacity)
+        self._labels = _grow(self._labels, capacity)
+
+
+def _grow(array: np.ndarray, capacity: int) -> np.ndarray:
+    grown = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown

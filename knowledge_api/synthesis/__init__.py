@@ -1,0 +1,7 @@
+"""Synthesizers, chosen by name (KNOWLEDGE_SYNTHESIZER)."""
+
+from knowledge_api.registry import Registry
+from knowledge_api.synthesis.base import Synthesizer
+
+synthesizers: Registry[Synthesizer] = Registry("synthesizer", "KNOWLEDGE_SYNTHESIZER")
+synthesizers.register("extractive", "knowledge_api.synthesis.extractive:ExtractiveSynthesizer")

@@ -1,0 +1,96 @@
+"""Checks of JSON request fields; each failure names the field and the rule."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from knowledge_api.errors import InvalidRequest
+
+_MISSING: Any = object()
+
+
+def require_object(payload: Any, field: str = "body") -> dict[str, Any]:
+    if not isinstance(payload, dict):
+        raise InvalidRequest(field, "must be a JSON object")
+    return payload
+
+
+def reject_unknown(payload: dict[str, Any], allowed: Collection[str]) -> None:
+    unknown = sorted(set(payload) - set(allowed))
+    if unknown:
+        raise InvalidRequest(unknown[0], f"is not a known field (known: {', '.join(allowed)})")
+
+
+def text(
+    payload: dict[str, Any],
+    field: str,
+    *,
+    max_length: int,
+    default: Any = _MISSING,
+    error: type[InvalidRequest] = InvalidRequest,
+) -> str:
+    value = payload.get(field, default)
+    if value is _MISSING:
+        raise error(field, "is required")
+    if not isinstance(value, str):
+        raise error(field, "must be a string")
+    if not value.strip() and default is _MISSING:
+        raise error(field, "must not be empty or whitespace")
+    if len(value) > max_length:
+        raise error(field, f"must be at most {max_length} characters", length=len(value))
+    return value
+
+
+def integer(payload: dict[str, Any], field: str, *, low: int, high: int, default: int) -> int:
+    value = payload.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(field, f"must be an integer between {low} and {high}")
+    if not low <= value <= high:
+        raise InvalidRequest(field, f"must be between {low} and {high}", value=value)
+    return value
+
+
+def number(
+    payload: dict[str, Any], field: str, *, low: float, high: float, default: float
+) -> float:
+    value = payload.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(field, f"must be a number between {low} and {high}")
+    if not low <= value <= high:
+        raise InvalidRequest(field, f"must be between {low} and {high}", value=value)
+    return float(value)
+
+
+def boolean(payload: dict[str, Any], field: str, *, default: bool) -> bool:
+    value = payload.get(field, default)
+    if not isinstance(value, bool):
+        raise InvalidRequest(field, "must be true or false")
+    return value
+
+
+def choices(
+    payload: dict[str, Any], field: str, *, allowed: Collection[str]
+) -> tuple[str, ...] | None:
+    """An optional list of distinct values from `allowed`; None when absent."""
+    value = payload.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest(field, f"must be a non-empty list of: {', '.join(allowed)}")
+    for item in value:
+        if item not in allowed:
+            raise InvalidRequest(
+                field, f"unknown value {item!r} (allowed: {', '.join(allowed)})", value=item
+            )
+    return tuple(sorted(set(value)))
+
+
+def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
+    value = payload.get(field, {})
+    if not isinstance(value, dict):
+        raise InvalidRequest(field, "must be an object")
+    for key, item in value.items():
+        if not isinstance(item, str | int | float | bool) or item is None:
+            raise InvalidRequest(f"{field}.{key}", "must be a string, number or boolean")
+    return value

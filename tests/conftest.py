@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.embeddings.fake import FakeEmbedder
+from knowledge_api.models import Document
+from knowledge_api.service import KnowledgeService
+from knowledge_api.settings import Settings
+
+CORPUS = [
+    Document(
+        "jira",
+        "SIAM-101",
+        "The login page times out after 30 seconds when SSO is slow. "
+        "Increase the gateway timeout to fix the login timeout.",
+        "Login timeout",
+        {"app_under_test": "aoma", "priority": "high"},
+    ),
+    Document(
+        "git",
+        "a1b2c3d",
+        "Fix the pagination bug in the asset search endpoint. "
+        "Pages beyond the tenth returned duplicate assets.",
+        "Fix asset search pagination",
+        {"app_under_test": "aoma"},
+    ),
+    Document(
+        "wiki",
+        "https://wiki.example.com/aoma/test-cases",
+        "# Creating test cases\n\nTo create a test case in AOMA, open the Test Manager "
+        "and press New Case. Every test case needs a title and at least one step.\n\n"
+        "## Linking\n\nLink a test case to a Jira ticket from its Links tab.",
+        "Creating test cases",
+        {"app_under_test": "aoma"},
+    ),
+    Document(
+        "knowledge",
+        "kb-7",
+        "Asset ingestion accepts WAV and FLAC audio files. MP3 "
+        "uploads are converted to FLAC before ingestion.",
+        "Supported audio formats",
+        {"app_under_test": "dam"},
+    ),
+    Document(
+        "email",
+        "msg-42",
+        "The release of version 4.2 moves to Friday because the "
+        "metadata migration needs another day of testing.",
+        "Release 4.2 date",
+        {},
+    ),
+    Document(
+        "metrics",
+        "latency-weekly",
+        "Median search latency last week was 180 ms, the "
+        "95th percentile 420 ms, both within the service objective.",
+        "Search latency",
+        {},
+    ),
+]
+
+
+def corpus() -> list[Document]:
+    """Fresh copies: ingestion fills in chunks, so tests must not share instances."""
+    return [
+        Document(d.source_type, d.source_id, d.content, d.title, dict(d.metadata)) for d in CORPUS
+    ]
+
+
+def make_settings(tmp_path: Path, **changes: object) -> Settings:
+    base = Settings.from_env(environ={}, env_file=None)
+    defaults = {"db_path": tmp_path / "knowledge.db", "embedder": "fake", "seed_on_empty": False}
+    return base.replace(**{**defaults, **changes})
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path)
+
+
+@pytest.fixture
+async def service(settings: Settings) -> AsyncIterator[KnowledgeService]:
+    svc = KnowledgeService.from_settings(settings)
+    await svc.start()
+    yield svc
+    await svc.stop()
+
+
+@pytest.fixture
+async def loaded(service: KnowledgeService) -> KnowledgeService:
+    await service.ingest(corpus())
+    return service
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    app = create_app(settings)
+    with TestClient(app) as test_client:
+        test_client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
+        yield test_client
+
+
+def fake_embedder(service: KnowledgeService) -> FakeEmbedder:
+    assert isinstance(service.embedder, FakeEmbedder)
+    return service.embedder

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from knowledge_api.cache import Caches, TTLCache
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_entries_expire_after_their_ttl() -> None:
+    clock = Clock()
+    cache: TTLCache[str] = TTLCache(10, ttl=5, clock=clock)
+    cache.put("k", "v")
+    clock.now = 4.9
+    assert cache.get("k") == "v"
+    clock.now = 5.0
+    assert cache.get("k") is None
+    assert len(cache) == 0 and (cache.hits, cache.misses) == (1, 1)
+
+
+def test_size_is_bounded_least_recently_used_first() -> None:
+    cache: TTLCache[int] = TTLCache(2, ttl=60)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.get("a")
+    cache.put("c", 3)
+    assert cache.get("b") is None and cache.get("a") == 1 and cache.get("c") == 3
+
+
+async def test_identical_concurrent_misses_compute_once() -> None:
+    cache: TTLCache[str] = TTLCache(10, ttl=60)
+    calls = 0
+
+    async def compute() -> tuple[str, bool]:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.01)
+        return "value", True
+
+    results = await asyncio.gather(*(cache.get_or_compute("k", compute) for _ in range(20)))
+    assert calls == 1
+    assert [value for value, _ in results] == ["value"] * 20
+    assert sum(computed for _, computed in results) == 1
+    assert (cache.hits, cache.misses) == (19, 1)
+
+
+async def test_a_failed_computation_reaches_every_waiter_and_is_not_cached() -> None:
+    cache: TTLCache[str] = TTLCache(10, ttl=60)
+
+    async def fail() -> tuple[str, bool]:
+        await asyncio.sleep(0.01)
+        raise ValueError("boom")
+
+    results = await asyncio.gather(
+        *(cache.get_or_compute("k", fail) for _ in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(r, ValueError) for r in results)
+    assert len(cache) == 0
+
+
+async def test_uncacheable_values_are_returned_but_not_kept() -> None:
+    cache: TTLCache[str] = TTLCache(10, ttl=60)
+
+    async def degraded() -> tuple[str, bool]:
+        return "partial", False
+
+    assert await cache.get_or_compute("k", degraded) == ("partial", True)
+    assert len(cache) == 0
+
+
+@pytest.mark.parametrize("generations, cleared", [((1, 1), False), ((1, 2), True)])
+def test_responses_follow_the_store_generation(generations: tuple[int, int], cleared: bool) -> None:
+    caches = Caches(TTLCache(10, 60), TTLCache(10, 60))
+    caches.follow_store(generations[0])
+    caches.responses.put("q", {"results": []})
+    caches.embeddings.put("q", [0.1])
+    caches.follow_store(generations[1])
+    assert (len(caches.responses) == 0) is cleared
+    assert len(caches.embeddings) == 1

@@ -1,0 +1,72 @@
+from knowledge_api.ingest.chunker import chunk_document, sections
+from knowledge_api.models import Document
+
+GUIDE = """# Guide
+
+Intro paragraph.
+
+## Install
+
+General install notes.
+
+### Linux
+
+Run the installer.
+
+```bash
+# not a heading
+make install
+```
+
+### macOS
+
+Use the package.
+
+## Usage
+"""
+
+
+def test_sections_keep_the_heading_path_without_repeating_the_title() -> None:
+    found = [(s.path, s.blocks) for s in sections(GUIDE, "Guide")]
+    assert [path for path, _ in found] == [
+        (),
+        ("Install",),
+        ("Install", "Linux"),
+        ("Install", "macOS"),
+    ]
+    assert found[2][1][1].startswith("```bash\n# not a heading")
+
+
+def test_chunks_carry_title_section_and_index() -> None:
+    doc = Document("wiki", "guide.md", GUIDE, "Guide")
+    chunks = chunk_document(doc)
+    assert [c.section for c in chunks] == ["", "Install", "Install > Linux", "Install > macOS"]
+    assert [c.chunk_index for c in chunks] == [0, 1, 2, 3]
+    assert all(c.chunk_count == 4 and c.title == "Guide" for c in chunks)
+    assert chunks[2].embedded_text.startswith("Guide > Install > Linux\nRun the installer.")
+    assert [c.id for c in chunk_document(doc)] == [c.id for c in chunks]
+
+
+def test_long_sections_split_under_the_limit_without_losing_words() -> None:
+    paragraph = " ".join(f"Sentence number {i} is here." for i in range(200))
+    doc = Document("wiki", "long.md", f"# Long\n\n{paragraph}\n\nShort tail.", "Long")
+    chunks = chunk_document(doc, max_chars=300)
+    assert len(chunks) > 5
+    assert all(len(c.content) <= 300 for c in chunks)
+    joined = " ".join(c.content for c in chunks).split()
+    assert joined == (paragraph + " Short tail.").split()
+
+
+def test_a_word_longer_than_the_limit_is_kept_whole() -> None:
+    doc = Document("wiki", "x", "a" * 50 + " b", "X")
+    assert [c.content for c in chunk_document(doc, max_chars=20)] == ["a" * 50, "b"]
+
+
+def test_plain_text_has_no_headings() -> None:
+    doc = Document("wiki", "notes.txt", "# not a heading\n\nbody", "notes")
+    assert [c.section for c in chunk_document(doc, markdown=False)] == [""]
+    assert chunk_document(doc, markdown=False)[0].content.startswith("# not a heading")
+
+
+def test_empty_document_has_no_chunks() -> None:
+    assert chunk_document(Document("wiki", "e", "  \n\n", "E")) == []

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.cli import main
+from tests.conftest import make_settings
+
+
+@pytest.fixture(autouse=True)
+def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    return tmp_path
+
+
+def test_ingest_then_query(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Alpha\n\nAlpha rotates the keys every month.")
+    (docs / "b.md").write_text("# Beta\n\nBeta handles invoices.")
+    assert main(["ingest", str(docs), "--meta", "team=ops"]) == 0
+    summary = capsys.readouterr().out
+    assert summary.startswith("2 documents indexed (2 chunks, 2 embedded), 0 unchanged skipped")
+    assert main(["ingest", str(docs), "--meta", "team=ops"]) == 0
+    assert (
+        "0 documents indexed (0 chunks, 0 embedded), 2 unchanged skipped" in capsys.readouterr().out
+    )
+    assert main(["ingest", str(docs)]) == 0  # metadata changed: re-stored, vectors reused
+    assert "2 documents indexed (2 chunks, 0 embedded)" in capsys.readouterr().out
+    assert main(["ingest", str(docs), "--meta", "team=ops"]) == 0
+    capsys.readouterr()
+    assert main(["query", "who rotates the keys", "--limit", "1", "--sources", "wiki"]) == 0
+    response = json.loads(capsys.readouterr().out)
+    assert response["results"][0]["metadata"]["team"] == "ops"
+    assert "[1]" in response["synthesis"]
+
+
+def test_jsonl_defaults_to_knowledge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "p1", "title": "", "text": "Paris is the capital of France."}\n')
+    assert main(["ingest", str(corpus)]) == 0
+    capsys.readouterr()
+    assert main(["query", "capital of france", "--no-synthesize"]) == 0
+    result = json.loads(capsys.readouterr().out)["results"][0]
+    assert (result["source_type"], result["source_id"]) == ("knowledge", "p1")
+
+
+def test_errors_exit_2_with_a_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ingest", str(tmp_path / "missing")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    assert main(["query", ""]) == 2
+    monkeypatch.setenv("KNOWLEDGE_EMBEDER", "fake")
+    assert main(["query", "x"]) == 2
+    assert "did you mean KNOWLEDGE_EMBEDDER" in capsys.readouterr().err
+
+
+def test_first_start_seeds_the_bundled_docs_once(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, seed_on_empty=True)
+    with TestClient(create_app(settings)) as client:
+        seeded = client.get("/health").json()["store"]["documents"]
+        assert seeded >= 3
+        body = client.post(
+            "/v1/knowledge/query", json={"query": "configuration settings", "threshold": 0}
+        ).json()
+        assert body["results"] and body["results"][0]["source_type"] == "wiki"
+    app = create_app(settings)
+    with TestClient(app) as client:
+        assert client.get("/health").json()["store"]["documents"] == seeded
+        assert app.state.service.embedder.texts_embedded == 0

@@ -1,0 +1,110 @@
+"""One error shape on every route, and visible degradation when a dependency fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.embeddings.fake import FakeEmbedder
+from knowledge_api.errors import EmbedderMismatchError
+from knowledge_api.routes import ROUTES
+from knowledge_api.service import KnowledgeService
+from knowledge_api.settings import Settings
+from knowledge_api.stores.sqlite import SQLiteStore
+from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
+from tests.conftest import make_settings
+
+METHODS = ("GET", "POST", "DELETE", "PUT", "PATCH")
+
+
+def assert_error_shape(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert set(body) == {"success", "error"} and body["success"] is False
+    assert set(body["error"]) == {"type", "message", "details"}
+    assert isinstance(body["error"]["type"], str) and body["error"]["message"]
+    assert isinstance(body["error"]["details"], dict)
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+def concrete(path: str) -> str:
+    return path.replace("{type}", "jira").replace("{id:path}", "NOPE-1").replace("{id}", "nope")
+
+
+@pytest.mark.parametrize("route", [r for r in ROUTES if isinstance(r, Route)], ids=str)
+def test_every_route_answers_errors_in_one_shape(client: TestClient, route: Route) -> None:
+    path = concrete(route.path)
+    allowed = {
+        m for r in ROUTES if isinstance(r, Route) and r.path == route.path for m in r.methods or ()
+    }
+    for method in sorted(set(METHODS) - allowed):
+        assert_error_shape(client.request(method, path), 405)
+    if "POST" in (route.methods or ()):
+        assert_error_shape(client.post(path, content=b"[]"), 400)
+        assert_error_shape(client.post(path, content=b"{"), 400)
+        assert_error_shape(client.post(path, content=b"x" * 70000), 413)
+    elif "{" in route.path:
+        assert_error_shape(client.request(sorted(route.methods or ())[0], path), 404)
+
+
+def test_unknown_routes_answer_a_404_in_the_shape(client: TestClient) -> None:
+    for method in ("GET", "POST", "DELETE"):
+        error = assert_error_shape(client.request(method, "/v2/anything"), 404)
+        assert len(error["details"]["routes"]) == 6
+
+
+@pytest.fixture
+def broken_store_settings(tmp_path: Path) -> Settings:
+    """A database path that is a folder: SQLite cannot open it."""
+    (tmp_path / "db-is-a-folder").mkdir()
+    return make_settings(tmp_path).replace(db_path=tmp_path / "db-is-a-folder")
+
+
+def test_unavailable_store_is_503_and_unhealthy(broken_store_settings: Settings) -> None:
+    with TestClient(create_app(broken_store_settings)) as client:
+        health = client.get("/health")
+        assert health.status_code == 503
+        assert health.json()["status"] == "unhealthy"
+        assert health.json()["store"]["status"] == "unavailable"
+        assert "db-is-a-folder" in health.json()["store"]["error"]
+        error = assert_error_shape(client.post("/v1/knowledge/query", json={"query": "x"}), 503)
+        assert error["type"] == "store_unavailable"
+        assert_error_shape(client.get("/v1/knowledge/detail/jira/X-1"), 503)
+        doc = {"source_type": "wiki", "source_id": "a", "content": "b"}
+        assert_error_shape(client.post("/v1/knowledge/documents", json=doc), 503)
+
+
+class ExplodingService(KnowledgeService):
+    async def query(self, request: Any) -> dict[str, Any]:
+        raise RuntimeError("internal detail 1234")
+
+
+def test_an_unexpected_error_is_a_500_in_the_shape(settings: Settings) -> None:
+    app = create_app(settings, ExplodingService.from_settings(settings))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        error = assert_error_shape(client.post("/v1/knowledge/query", json={"query": "x"}), 500)
+        assert error["type"] == "internal_error"
+        assert "1234" not in error["message"]
+
+
+def test_a_store_built_by_another_embedder_stops_the_start(settings: Settings) -> None:
+    with TestClient(create_app(settings)) as client:
+        client.post(
+            "/v1/knowledge/documents",
+            json={"source_type": "wiki", "source_id": "a", "content": "text"},
+        )
+    other = KnowledgeService(
+        settings, SQLiteStore(settings.db_path), FakeEmbedder(dimension=32), ExtractiveSynthesizer()
+    )
+    with (
+        pytest.raises(EmbedderMismatchError, match="fake:hash-64"),
+        TestClient(create_app(settings, other)),
+    ):
+        pass

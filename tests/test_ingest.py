@@ -1,0 +1,147 @@
+"""Idempotent ingestion: unchanged text is never embedded twice, changes replace atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from knowledge_api.errors import IndexingError
+from knowledge_api.ingest.chunker import chunk_document
+from knowledge_api.ingest.loaders import LoadOptions, load_paths
+from knowledge_api.models import Document, QueryRequest, SearchFilters
+from knowledge_api.service import KnowledgeService
+from tests.conftest import fake_embedder
+
+
+def write_docs(folder: Path, **pages: str) -> list[Path]:
+    folder.mkdir(exist_ok=True)
+    for name, body in pages.items():
+        (folder / f"{name}.md").write_text(body)
+    return [folder]
+
+
+async def test_reingesting_unchanged_files_embeds_nothing(
+    service: KnowledgeService, tmp_path: Path
+) -> None:
+    paths = write_docs(tmp_path / "kb", a="# A\n\nAlpha text.\n\n## S\n\nMore.", b="# B\n\nBeta.")
+    first = await service.ingest(load_paths(paths, LoadOptions()))
+    assert (first.documents, first.chunks, first.embedded, first.skipped) == (2, 3, 3, 0)
+    texts_before = fake_embedder(service).texts_embedded
+    second = await service.ingest(load_paths(paths, LoadOptions()))
+    assert (second.documents, second.embedded, second.skipped) == (0, 0, 2)
+    assert fake_embedder(service).texts_embedded == texts_before
+
+
+async def test_a_changed_file_replaces_its_chunks_and_reuses_unchanged_vectors(
+    service: KnowledgeService, tmp_path: Path
+) -> None:
+    paths = write_docs(tmp_path / "kb", a="# A\n\nKeep this.\n\n## Old\n\nObsolete words.")
+    await service.ingest(load_paths(paths, LoadOptions()))
+    write_docs(tmp_path / "kb", a="# A\n\nKeep this.\n\n## New\n\nFresh words.")
+    summary = await service.ingest(load_paths(paths, LoadOptions()))
+    assert (summary.documents, summary.chunks, summary.embedded) == (1, 2, 1)
+    doc = await service.store.find_document("wiki", "a.md", "default")
+    assert doc is not None and [c.section for c in doc.chunks] == ["", "New"]
+    hits = await service.store.search("obsolete", None, 5, SearchFilters())
+    assert hits == []
+
+
+async def test_a_failed_write_leaves_the_previous_version_whole(
+    service: KnowledgeService,
+) -> None:
+    original = Document("wiki", "page", "# P\n\nFirst.\n\n## Two\n\nSecond.", "P")
+    await service.ingest([original])
+    broken = Document("wiki", "page", "# P\n\nChanged.\n\n## Two\n\nAlso changed.", "P")
+    await service.ingest([Document("wiki", "other", "x", "O")])
+    broken.chunks = chunk_document(broken)
+    broken.chunks[0].embedding = fake_embedder(service).embed_query("changed")
+    # the second chunk has no vector: the store must refuse the whole document
+    with pytest.raises(IndexingError):
+        await service.store.index_document(broken)
+    stored = await service.store.find_document("wiki", "page", "default")
+    assert stored is not None and stored.content == original.content
+    assert [c.content for c in stored.chunks] == ["First.", "Second."]
+    hits = await service.store.search("first second", None, 5, SearchFilters())
+    assert {h.chunk.content for h in hits} == {"First.", "Second."}
+
+
+def test_a_killed_ingest_never_leaves_half_a_document(tmp_path: Path) -> None:
+    """SIGKILL an ingest mid-run: every stored document still has all of its chunks."""
+    corpus_file = tmp_path / "corpus.jsonl"
+    with corpus_file.open("w") as out:
+        for i in range(10000):
+            text = " ".join(f"Paragraph {i}.{p} has some words." * 10 for p in range(3))
+            out.write(json.dumps({"_id": f"d{i}", "title": f"Doc {i}", "text": text}) + "\n")
+    db = tmp_path / "k.db"
+    env = {**os.environ, "KNOWLEDGE_EMBEDDER": "fake", "KNOWLEDGE_DB_PATH": str(db)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "knowledge_api", "ingest", str(corpus_file)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        stored = wait_for_documents(db, proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    if proc.returncode == 0:
+        pytest.skip("the ingest finished before it could be interrupted")
+    conn = sqlite3.connect(db)
+    partial = conn.execute(
+        """SELECT count(*) FROM documents d WHERE (SELECT count(*) FROM chunks c
+           WHERE c.document_id = d.id) != (SELECT max(chunk_count) FROM chunks c
+           WHERE c.document_id = d.id) OR NOT EXISTS (SELECT 1 FROM chunks c
+           WHERE c.document_id = d.id)"""
+    ).fetchone()[0]
+    total = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
+    assert stored > 0 and total < 10000 and partial == 0
+    conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
+
+
+def wait_for_documents(db: Path, proc: subprocess.Popen[bytes]) -> int:
+    """Documents stored once the ingest is under way (bounded wait)."""
+    for _ in range(600):
+        if proc.poll() is not None:
+            return 0
+        if db.exists():
+            try:
+                count = sqlite3.connect(db).execute("SELECT count(*) FROM documents").fetchone()
+            except sqlite3.Error:
+                count = (0,)
+            if count[0] > 0:
+                return int(count[0])
+        time.sleep(0.05)
+    return 0
+
+
+async def test_repeated_source_in_one_batch_keeps_the_last_version(
+    service: KnowledgeService,
+) -> None:
+    docs = [Document("jira", "K-1", "old text", "K"), Document("jira", "K-1", "new text", "K")]
+    summary = await service.ingest(docs)
+    assert summary.documents == 1 and summary.skipped == 1
+    stored = await service.store.find_document("jira", "K-1", "default")
+    assert stored is not None and stored.content == "new text"
+
+
+async def test_external_writes_are_seen_and_invalidate_the_cache(
+    service: KnowledgeService,
+) -> None:
+    """An ingest from another process (another store instance) reaches a running service."""
+    request = QueryRequest.from_payload({"query": "quarterly roadmap", "threshold": 0.3})
+    assert (await service.query(request))["results"] == []
+    other = KnowledgeService.from_settings(service.settings)
+    await other.start()
+    await other.ingest([Document("wiki", "roadmap", "The quarterly roadmap.", "Roadmap")])
+    await other.stop()
+    response = await service.query(request)
+    assert response["metrics"]["cache_hit"] is False
+    assert [r["source_id"] for r in response["results"]] == ["roadmap"]

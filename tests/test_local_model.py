@@ -1,0 +1,86 @@
+"""The real all-MiniLM-L6-v2 model, end to end: loaded offline from its package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.embeddings.local import LocalEmbedder
+from knowledge_api.errors import EmbeddingError
+from tests.conftest import corpus, make_settings
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="session")
+def model() -> LocalEmbedder:
+    embedder = LocalEmbedder(precision="auto")
+    embedder.load()
+    return embedder
+
+
+def test_vectors_are_unit_length_and_deterministic(model: LocalEmbedder) -> None:
+    vectors = model.embed_documents(["first passage", "a second, longer passage of text", ""])
+    assert vectors.shape == (3, 384) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(model.embed_query("first passage"), vectors[0], atol=1e-6)
+
+
+def test_bf16_stays_within_a_hair_of_fp32(model: LocalEmbedder) -> None:
+    exact = LocalEmbedder(precision="fp32")
+    exact.load()
+    texts = [d.content for d in corpus()]
+    cosines = np.sum(exact.embed_documents(texts) * model.embed_documents(texts), axis=1)
+    assert cosines.min() > 0.999
+
+
+def test_meaning_beats_wording(model: LocalEmbedder) -> None:
+    passages = [
+        "The cat sat on the mat.",
+        "Quarterly revenue grew by ten percent.",
+        "Reset your password from the account settings page.",
+    ]
+    query = model.embed_query("I forgot my login credentials")
+    assert int(np.argmax(model.embed_documents(passages) @ query)) == 2
+
+
+def test_service_with_the_real_model_answers_paraphrases(
+    model: LocalEmbedder, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path, embedder="local")
+    app = create_app(settings)
+    app.state.service.embedder = model
+    with TestClient(app) as client:
+        client.portal.call(app.state.service.ingest, corpus())
+        health = client.get("/health").json()
+        assert health["embedder"]["model"] == "all-MiniLM-L6-v2"
+        assert health["embedder"]["status"] == "ok"
+        body = client.post(
+            "/v1/knowledge/query",
+            json={
+                "query": "our sign-in screen hangs when single sign-on is sluggish",
+                "synthesize": False,
+            },
+        ).json()
+        assert body["results"][0]["source_id"] == "SIAM-101"
+        assert 0.2 <= body["results"][0]["similarity"] <= 1.0
+
+
+def test_a_missing_model_degrades_to_keyword_search(tmp_path: Path) -> None:
+    class Broken(LocalEmbedder):
+        def load(self) -> None:
+            self.error = "weights missing"
+            raise EmbeddingError("cannot load all-MiniLM-L6-v2: weights missing")
+
+    settings = make_settings(tmp_path, embedder="local", seed_on_empty=True)
+    app = create_app(settings)
+    app.state.service.embedder = Broken()
+    with TestClient(app) as client:
+        health = client.get("/health").json()
+        assert health["status"] == "degraded" and health["embedder"]["status"] == "failing"
+        body = client.post("/v1/knowledge/query", json={"query": "anything"}).json()
+        assert body["results"] == [] and "embedder unavailable" in body["warnings"][0]

@@ -1,0 +1,173 @@
+"""The contract every KnowledgeStore backend must keep; parametrised over backends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from knowledge_api.embeddings.fake import FakeEmbedder
+from knowledge_api.errors import EmbedderMismatchError
+from knowledge_api.ingest.pipeline import Ingestor
+from knowledge_api.models import Document, IndexSummary, SearchFilters
+from knowledge_api.stores import stores
+from knowledge_api.stores.base import KnowledgeStore
+from tests.conftest import corpus, make_settings
+
+BACKENDS = ["sqlite"]
+EMBEDDER = FakeEmbedder()
+
+
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KnowledgeStore]:
+    backend = stores.create(request.param, make_settings(tmp_path, store=request.param))
+    await backend.open()
+    yield backend
+    await backend.close()
+
+
+async def index(store: KnowledgeStore, docs: Sequence[Document]) -> IndexSummary:
+    async def embed(texts: Sequence[str]) -> np.ndarray:
+        return EMBEDDER.embed_documents(texts)
+
+    return await Ingestor(store, EMBEDDER, embed).ingest(docs)
+
+
+def vector(text: str) -> np.ndarray:
+    return EMBEDDER.embed_query(text)
+
+
+async def search(store: KnowledgeStore, query: str, k: int = 5, **filters: object):  # type: ignore[no-untyped-def]
+    return await store.search(query, vector(query), k, SearchFilters(**filters))  # type: ignore[arg-type]
+
+
+async def test_known_answers_rank_first(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    expected = {
+        "login page timeout with SSO": "SIAM-101",
+        "duplicate assets when paging search results": "a1b2c3d",
+        "which audio formats are accepted, WAV FLAC MP3": "kb-7",
+        "when is the 4.2 release": "msg-42",
+        "median search latency": "latency-weekly",
+    }
+    for query, source_id in expected.items():
+        hits = await search(store, query)
+        assert hits and hits[0].source_id == source_id, query
+        assert all(0.0 <= h.similarity <= 1.0 for h in hits)
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+async def test_keyword_only_search_when_there_is_no_vector(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    hits = await store.search("FLAC", None, 5, SearchFilters())
+    assert [h.source_id for h in hits] == ["kb-7"] and hits[0].similarity == 1.0
+
+
+async def test_filters_by_source_type_metadata_and_collection(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    other = Document(
+        "jira", "SIAM-101", "Login timeout, but elsewhere.", "Other", {}, collection="other"
+    )
+    await index(store, [other])
+    jira = await search(store, "login timeout", source_types=("jira",))
+    assert [h.source_id for h in jira] == ["SIAM-101"] and jira[0].metadata["priority"] == "high"
+    aoma = await search(store, "assets test case login", 10, metadata=(("app_under_test", "aoma"),))
+    assert {h.source_id for h in aoma} == {
+        "SIAM-101",
+        "a1b2c3d",
+        "https://wiki.example.com/aoma/test-cases",
+    }
+    both = await search(store, "login", metadata=(("app_under_test", "aoma"), ("priority", "high")))
+    assert [h.source_id for h in both] == ["SIAM-101"]
+    elsewhere = await search(store, "login timeout", collection="other")
+    assert [h.chunk.content for h in elsewhere] == ["Login timeout, but elsewhere."]
+    assert await search(store, "login", source_types=("email",), metadata=(("x", 1),)) == []
+
+
+async def test_threshold_and_top_k(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    hits = await store.search("release", vector("release"), 2, SearchFilters(), threshold=0.0)
+    assert len(hits) == 2
+    strict = await store.search("release", vector("release"), 5, SearchFilters(), threshold=0.9)
+    assert all(h.similarity >= 0.9 for h in strict)
+
+
+async def test_reindexing_replaces_instead_of_duplicating(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    changed = Document("jira", "SIAM-101", "Completely new ticket text about exports.", "New")
+    summary = await index(store, [changed])
+    assert summary.documents == 1
+    hits = await store.search("exports", vector("exports"), 10, SearchFilters(), threshold=0.0)
+    assert [h.source_id for h in hits].count("SIAM-101") == 1
+    assert await store.count() == 6
+
+
+async def test_get_find_and_delete(store: KnowledgeStore) -> None:
+    docs = corpus()
+    await index(store, docs)
+    wiki = docs[2]
+    stored = await store.get_by_id(wiki.id)
+    assert stored is not None and stored.content == wiki.content and len(stored.chunks) == 2
+    assert stored.metadata == {"app_under_test": "aoma"} and stored.created_at
+    for key in (wiki.source_id, wiki.id, stored.chunks[1].id):
+        found = await store.find_document("wiki", key, "default")
+        assert found is not None and found.id == wiki.id
+    assert await store.find_document("jira", wiki.source_id, "default") is None
+    assert await store.delete(wiki.id) is True
+    assert await store.delete(wiki.id) is False
+    assert await store.get_by_id(wiki.id) is None
+    hits = await search(store, "create a test case in AOMA", 10)
+    assert wiki.source_id not in {h.source_id for h in hits}
+
+
+async def test_unicode_and_very_long_documents(store: KnowledgeStore) -> None:
+    long_text = "\n\n".join(
+        f"Absatz {i}: Größenänderung für Übersetzungen 🚀 日本語." for i in range(400)
+    )
+    doc = Document("wiki", "ünïcode/页面", long_text, "Ünïcode 页面")
+    summary = await index(store, [doc])
+    assert summary.chunks > 10
+    stored = await store.find_document("wiki", "ünïcode/页面", "default")
+    assert stored is not None and stored.content == long_text and stored.title == "Ünïcode 页面"
+    hits = await search(store, "Größenänderung")
+    assert hits and hits[0].source_id == "ünïcode/页面"
+
+
+async def test_generation_changes_on_every_write(store: KnowledgeStore) -> None:
+    start = await store.generation()
+    await index(store, corpus()[:1])
+    after_write = await store.generation()
+    assert after_write != start
+    assert await store.generation() == after_write
+    await store.delete(corpus()[0].id)
+    assert await store.generation() != after_write
+
+
+async def test_hashes_and_vectors_are_reusable(store: KnowledgeStore) -> None:
+    docs = corpus()
+    await index(store, docs)
+    hashes = await store.document_hashes([d.id for d in docs] + ["missing"])
+    assert hashes == {d.id: d.content_hash for d in docs}
+    chunk = docs[0].chunks[0]
+    vectors = await store.embeddings_by_hash([chunk.content_hash])
+    assert np.allclose(vectors[chunk.content_hash], vector(chunk.embedded_text))
+
+
+async def test_another_embedder_is_refused(store: KnowledgeStore) -> None:
+    await index(store, corpus()[:1])
+    await store.check_embedder(EMBEDDER.name, EMBEDDER.dimension)
+    with pytest.raises(EmbedderMismatchError, match="Mixing vector spaces"):
+        await store.check_embedder("local:all-MiniLM-L6-v2", 384)
+
+
+async def test_concurrent_writers_lose_nothing(store: KnowledgeStore) -> None:
+    docs = [
+        Document("git", f"commit-{i}", f"Commit {i} changes module {i % 7}.", f"C{i}")
+        for i in range(60)
+    ]
+    await asyncio.gather(*(index(store, docs[i::6]) for i in range(6)))
+    assert await store.count() == 60
+    assert (await store.health_check())["status"] == "ok"
