@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -28,16 +29,27 @@ from knowledge_api.models import (
     Document,
     IndexSummary,
     QueryRequest,
+    SearchFilters,
     SearchHit,
+    normalize_query,
 )
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
-from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.base import KnowledgeStore, SearchMode
 from knowledge_api.synthesis import synthesizers
 from knowledge_api.synthesis.base import Synthesizer
 
 log = logging.getLogger("knowledge_api")
 Body = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    hits: list[SearchHit]
+    vector: np.ndarray | None
+    embedding_ms: float
+    search_ms: float
+    warnings: list[str]
 
 
 class KnowledgeService:
@@ -128,23 +140,35 @@ class KnowledgeService:
 
     async def _answer(self, request: QueryRequest) -> tuple[tuple[Body, Body], bool]:
         generation = await self.store.generation()
-        warnings: list[str] = []
-        start = time.perf_counter()
-        vector = await self._query_vector(request.normalized_query, warnings)
-        embedded = time.perf_counter()
-        hits = await self.store.search(
-            request.query, vector, request.limit, request.search_filters(), request.threshold
+        found = await self.retrieve(
+            request.query, request.limit, request.search_filters(), request.threshold
         )
-        timings = {"embedding_ms": ms(embedded - start), "search_ms": elapsed_ms(embedded)}
-        body: Body = {"results": [result_view(hit) for hit in hits]}
+        timings = {"embedding_ms": found.embedding_ms, "search_ms": found.search_ms}
+        body: Body = {"results": [result_view(hit) for hit in found.hits]}
         if request.synthesize:
             synthesized = time.perf_counter()
-            body["synthesis"] = (await self.synthesizer.synthesize(request.query, hits)).text
+            body["synthesis"] = (await self.synthesizer.synthesize(request.query, found.hits)).text
             timings["synthesis_ms"] = elapsed_ms(synthesized)
-        if warnings:
-            body["warnings"] = warnings
-        cacheable = not warnings and await self.store.generation() == generation
+        if found.warnings:
+            body["warnings"] = found.warnings
+        cacheable = not found.warnings and await self.store.generation() == generation
         return (body, timings), cacheable
+
+    async def retrieve(
+        self,
+        query: str,
+        limit: int,
+        filters: SearchFilters,
+        threshold: float = 0.0,
+        mode: SearchMode = "hybrid",
+    ) -> Retrieval:
+        """Embed (through tier 2) and search: the step every client of the engine shares."""
+        warnings: list[str] = []
+        start = time.perf_counter()
+        vector = await self._query_vector(normalize_query(query), warnings)
+        embedded = time.perf_counter()
+        hits = await self.store.search(query, vector, limit, filters, threshold, mode)
+        return Retrieval(hits, vector, ms(embedded - start), elapsed_ms(embedded), warnings)
 
     async def _query_vector(self, normalized: str, warnings: list[str]) -> np.ndarray | None:
         if not self.embedder_ready:

@@ -101,6 +101,10 @@ class Settings:
     seed_on_empty: bool = setting(
         "KNOWLEDGE_SEED_ON_EMPTY", True, "Ingest the seed documents when the store is empty."
     )
+    # -- Postgres and Supabase stores
+    # -- Chroma and Qdrant stores
+    # -- LLM providers and cloud embedders
+    # -- support retrieval and KB sync
 
     @classmethod
     def from_env(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,17 +13,28 @@ from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import EmbedderMismatchError
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.models import Document, IndexSummary, SearchFilters
+from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
 from knowledge_api.stores.base import KnowledgeStore
 from tests.conftest import corpus, make_settings
 
-BACKENDS = ["sqlite"]
 EMBEDDER = FakeEmbedder()
 
 
-@pytest.fixture(params=BACKENDS)
+def sqlite_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    return make_settings(tmp_path, store="sqlite")
+
+
+# backend name -> settings for a fresh, empty store of that backend (one per test)
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Settings]] = {
+    "sqlite": sqlite_settings,
+}
+
+
+@pytest.fixture(params=list(BACKENDS))
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KnowledgeStore]:
-    backend = stores.create(request.param, make_settings(tmp_path, store=request.param))
+    settings = BACKENDS[request.param](request, tmp_path)
+    backend = stores.create(request.param, settings)
     await backend.open()
     yield backend
     await backend.close()
@@ -171,3 +182,31 @@ async def test_concurrent_writers_lose_nothing(store: KnowledgeStore) -> None:
     await asyncio.gather(*(index(store, docs[i::6]) for i in range(6)))
     assert await store.count() == 60
     assert (await store.health_check())["status"] == "ok"
+
+
+async def test_search_modes_use_one_ranking_each(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    query = "FLAC"
+    by_keyword = await store.search(query, vector(query), 5, SearchFilters(), mode="keyword")
+    assert [h.source_id for h in by_keyword] == ["kb-7"]
+    assert 0.0 <= by_keyword[0].similarity <= 1.0
+    by_vector = await store.search(query, vector(query), 20, SearchFilters(), mode="vector")
+    assert {h.source_id for h in by_vector} <= {d.source_id for d in corpus()}
+    hybrid = await store.search(query, vector(query), 20, SearchFilters())
+    assert {h.chunk.id for h in hybrid} == {h.chunk.id for h in by_vector} | {
+        h.chunk.id for h in by_keyword
+    }
+
+
+async def test_collections_and_export(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    extra = [Document("wiki", f"p{i}", f"Page {i}", f"P{i}", collection="docs") for i in range(3)]
+    await index(store, extra)
+    assert await store.collections() == {"default": 6, "docs": 3}
+    exported = [doc async for doc in store.iter_documents("docs")]
+    assert sorted(d.source_id for d in exported) == ["p0", "p1", "p2"]
+    for doc in exported:
+        assert doc.collection == "docs" and doc.chunks
+        for chunk in doc.chunks:
+            assert np.allclose(np.asarray(chunk.embedding), vector(chunk.embedded_text), atol=1e-6)
+    assert [d async for d in store.iter_documents("missing")] == []

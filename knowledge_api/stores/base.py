@@ -8,14 +8,17 @@ Backends provide two candidate lists (vector and keyword) and the shared
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from knowledge_api.models import Document, SearchFilters, SearchHit
 from knowledge_api.stores.fusion import reciprocal_rank_fusion
+
+SearchMode = Literal["hybrid", "vector", "keyword"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "vector", "keyword")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,9 @@ class KnowledgeStore(Protocol):
         top_k: int,
         filters: SearchFilters,
         threshold: float = 0.0,
-    ) -> list[SearchHit]: ...
+        mode: SearchMode = "hybrid",
+    ) -> list[SearchHit]:
+        """Hits fused from vector and keyword rankings (or one of them, by `mode`)."""
 
     async def get_by_id(self, doc_id: str) -> Document | None: ...
 
@@ -68,6 +73,13 @@ class KnowledgeStore(Protocol):
     async def check_embedder(self, name: str, dimension: int) -> None:
         """Record the embedder on first use; refuse a different one later."""
 
+    async def collections(self) -> dict[str, int]:
+        """Document count of every collection that holds documents."""
+
+    def iter_documents(self, collection: str) -> AsyncIterator[Document]:
+        """Every document of a collection with its chunks and their embeddings."""
+        ...
+
 
 class HybridSearch:
     """Vector and keyword candidates fused by rank; similarity is the cosine."""
@@ -82,10 +94,15 @@ class HybridSearch:
         top_k: int,
         filters: SearchFilters,
         threshold: float = 0.0,
+        mode: SearchMode = "hybrid",
     ) -> list[SearchHit]:
         n = max(self.candidates, top_k)
-        by_vector = await self.vector_candidates(vector, n, filters) if vector is not None else []
-        by_keyword = await self.keyword_candidates(query, n, filters)
+        by_vector: list[Candidate] = []
+        by_keyword: list[Candidate] = []
+        if vector is not None and mode != "keyword":
+            by_vector = await self.vector_candidates(vector, n, filters)
+        if mode != "vector":
+            by_keyword = await self.keyword_candidates(query, n, filters)
         fused = reciprocal_rank_fusion(
             [[c.key for c in by_vector], [c.key for c in by_keyword]], k=self.fusion_k
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import resources
@@ -407,6 +407,25 @@ class SQLiteStore(HybridSearch):
             marks = ",".join("?" * len(part))
             rows.extend(tuple(r) for r in self._db().execute(f"{sql} ({marks})", part))
         return rows
+
+    async def collections(self) -> dict[str, int]:
+        rows = self._db().execute(
+            "SELECT collection, count(*) FROM documents GROUP BY collection ORDER BY collection"
+        )
+        return {name: count for name, count in rows}
+
+    async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
+        rows = (
+            self._db()
+            .execute("SELECT * FROM documents WHERE collection = ? ORDER BY id", (collection,))
+            .fetchall()
+        )
+        for row in rows:
+            doc = self._document(row)
+            vectors = await self.embeddings_by_hash([c.content_hash for c in doc.chunks])
+            for chunk in doc.chunks:
+                chunk.embedding = vectors[chunk.content_hash]
+            yield doc
 
     async def count(self) -> int:
         return int(self._db().execute("SELECT count(*) FROM documents").fetchone()[0])
