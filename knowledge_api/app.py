@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 
+from knowledge_api.ingest.kb_sync import periodic_sync
 from knowledge_api.routes import ROUTES
 from knowledge_api.routes.http import EXCEPTION_HANDLERS
 from knowledge_api.service import KnowledgeService
@@ -22,7 +23,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await knowledge.start(seed=True)
-        yield
+        async with periodic_sync(knowledge):
+            yield
         await knowledge.stop()
 
     app = Starlette(routes=ROUTES, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)

@@ -1,9 +1,10 @@
-"""knowledge-api serve | ingest | query"""
+"""knowledge-api serve | ingest | query | sync | eval | migrate-store | migrate"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -13,11 +14,13 @@ from typing import Any
 
 import orjson
 
-from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api import validation
+from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
-from knowledge_api.models import SOURCE_TYPES, QueryRequest
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, QueryRequest
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.stores import stores
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +62,7 @@ def parser() -> argparse.ArgumentParser:
         help="metadata added to every document (repeatable)",
     )
     ingest.add_argument("--base-url", default="", help="URL prefix of the files' paths")
+    ingest.add_argument("--collection", default=DEFAULT_COLLECTION, help="collection to index into")
     ingest.set_defaults(run=run_ingest)
 
     query = commands.add_parser("query", help="ask a question, print the JSON response")
@@ -67,6 +71,34 @@ def parser() -> argparse.ArgumentParser:
     query.add_argument("--sources", default="", help="comma-separated source types")
     query.add_argument("--no-synthesize", action="store_true")
     query.set_defaults(run=run_query)
+
+    sync = commands.add_parser("sync", help="pull the host's KB articles into the support index")
+    sync.add_argument("--from", dest="source", required=True, metavar="URL", help="host base URL")
+    sync.add_argument("--full", action="store_true", help="fetch everything, remove what is gone")
+    sync.set_defaults(run=run_sync)
+
+    evaluate = commands.add_parser("eval", help="retrieval quality of a BEIR directory")
+    evaluate.add_argument("directory", type=Path, metavar="DIR")
+    evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
+    evaluate.add_argument(
+        "--collection", default="", help="keep the corpus in this collection (default: temporary)"
+    )
+    evaluate.set_defaults(run=run_eval)
+
+    migrate = commands.add_parser(
+        "migrate-store", help="copy collections to another store backend, vectors included"
+    )
+    migrate.add_argument("--from", dest="source", required=True, choices=stores.names())
+    migrate.add_argument("--to", dest="target", required=True, choices=stores.names())
+    migrate.add_argument(
+        "--collection", action="append", default=[], help="copy only this one (repeatable)"
+    )
+    migrate.set_defaults(run=run_migrate_store)
+
+    schema = commands.add_parser(
+        "migrate", help="apply the Postgres schema migrations to KNOWLEDGE_DATABASE_URL"
+    )
+    schema.set_defaults(run=run_migrate)
     return root
 
 
@@ -90,7 +122,10 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
     options = LoadOptions(
-        source_type=args.source_type, metadata=parse_meta(args.meta), base_url=args.base_url
+        source_type=args.source_type,
+        collection=validation.collection_name(args.collection, "--collection"),
+        metadata=parse_meta(args.meta),
+        base_url=args.base_url,
     )
 
     async def ingest(service: KnowledgeService) -> int:
@@ -127,6 +162,81 @@ def run_query(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
     return with_service(settings, ask)
+
+
+def run_sync(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.ingest import kb_sync
+
+    settings = settings.replace(kb_sync_url=args.source)
+    return with_service(settings, lambda service: kb_sync.sync_command(service, full=args.full))
+
+
+def run_eval(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api import evaluation
+
+    collection = args.collection and validation.collection_name(args.collection, "--collection")
+
+    async def report(service: KnowledgeService) -> int:
+        from tqdm import tqdm
+
+        with tqdm(unit="doc", file=sys.stderr, disable=None) as bar:
+            result = await evaluation.evaluate(
+                service, args.directory, collection=collection, progress=bar.update
+            )
+        if args.json:
+            sys.stdout.buffer.write(
+                orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n"
+            )
+        else:
+            print(result.table())
+        return 0
+
+    return with_service(settings, report)
+
+
+def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from knowledge_api.embeddings import embedders
+    from knowledge_api.stores.migrate import migrate
+
+    if args.source == args.target:
+        raise InvalidRequest("--to", "must name another store than --from")
+    collections = [validation.collection_name(name, "--collection") for name in args.collection]
+    embedder = embedders.create(settings.embedder, settings)
+
+    async def run() -> int:
+        async with contextlib.AsyncExitStack() as stack:
+            source = stores.create(args.source, settings)
+            target = stores.create(args.target, settings)
+            for store in (source, target):
+                await store.open()
+                stack.push_async_callback(store.close)
+            with tqdm(unit="doc", file=sys.stderr, disable=None) as bar:
+                copied = await migrate(
+                    source, target, (embedder.name, embedder.dimension), collections, bar.update
+                )
+        for name, summary in copied.items():
+            print(
+                f"{name}: {summary.documents} documents copied ({summary.chunks} chunks), "
+                f"{summary.skipped} unchanged skipped"
+            )
+        return 0
+
+    return asyncio.run(run())
+
+
+def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    """The schema of the postgres and supabase stores: vector columns sized for the
+    configured embedder, SQL functions, indexes. Applied migrations are skipped."""
+    from knowledge_api.stores.postgres import migrate_database
+
+    database, applied = asyncio.run(migrate_database(settings))
+    if applied:
+        print(f"{database}: applied {', '.join(applied)}")
+    else:
+        print(f"{database}: the schema is up to date")
+    return 0
 
 
 def with_service(settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]]) -> int:

@@ -94,3 +94,7 @@ class BackendConnectionError(KnowledgeStoreError):
 
 class EmbedderMismatchError(ConfigurationError):
     """The store holds vectors of another embedder; mixing vector spaces is refused."""
+
+
+class CollectionNotFound(NotFound):
+    type = "collection_not_found"

@@ -170,3 +170,45 @@ class QueryRequest:
 
 def normalize_query(text: str) -> str:
     return " ".join(text.casefold().split())
+
+
+ANSWER_QUERY_MAX_LENGTH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRequest:
+    """A validated body of POST /v1/knowledge/answer (a grounded answer)."""
+
+    query: str
+    threshold: float
+    sources: tuple[str, ...] | None = None
+    limit: int = 5
+    stream: bool = False
+    filters: tuple[tuple[str, Any], ...] = ()
+
+    FIELDS = ("query", "sources", "limit", "threshold", "stream", "filters")
+
+    @classmethod
+    def from_payload(cls, payload: Any, default_threshold: float) -> AnswerRequest:
+        body = validation.require_object(payload)
+        validation.reject_unknown(body, cls.FIELDS)
+        query = validation.text(
+            body, "query", max_length=ANSWER_QUERY_MAX_LENGTH, error=InvalidQuery
+        ).strip()
+        return cls(
+            query=query,
+            threshold=validation.number(
+                body, "threshold", low=0.0, high=1.0, default=default_threshold
+            ),
+            sources=validation.choices(body, "sources", allowed=SOURCE_TYPES),
+            limit=validation.integer(body, "limit", low=1, high=20, default=5),
+            stream=validation.boolean(body, "stream", default=False),
+            filters=tuple(sorted(validation.scalar_mapping(body, "filters").items())),
+        )
+
+    def cache_key(self) -> tuple[Any, ...]:
+        query = normalize_query(self.query)
+        return ("answer", query, self.sources, self.limit, self.threshold, self.filters)
+
+    def search_filters(self) -> SearchFilters:
+        return SearchFilters(source_types=self.sources, metadata=self.filters)

@@ -42,3 +42,13 @@ class Registry(Generic[T]):
     def create(self, name: str, settings: Any) -> T:
         created: T = self.resolve(name).from_settings(settings)  # type: ignore[attr-defined]
         return created
+
+
+def import_extra(module: str, extra: str) -> Any:
+    """An optional dependency, or an error that says which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ConfigurationError(
+            f"{module} is not installed: pip install 'knowledge-api[{extra}]'", extra=extra
+        ) from e

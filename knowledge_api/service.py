@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+import uuid
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -16,16 +18,23 @@ from typing import Any
 
 import numpy as np
 
-from knowledge_api import __version__
+from knowledge_api import __version__, grounding
 from knowledge_api.cache import Caches
 from knowledge_api.embeddings import embedders
 from knowledge_api.embeddings.base import Embedder
-from knowledge_api.errors import BackendConnectionError, EmbeddingError, InvalidRequest, NotFound
+from knowledge_api.errors import (
+    BackendConnectionError,
+    EmbeddingError,
+    InvalidRequest,
+    KnowledgeAPIError,
+    NotFound,
+)
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
     SOURCE_TYPES,
+    AnswerRequest,
     Document,
     IndexSummary,
     QueryRequest,
@@ -36,11 +45,28 @@ from knowledge_api.models import (
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
 from knowledge_api.stores.base import KnowledgeStore, SearchMode
-from knowledge_api.synthesis import synthesizers
 from knowledge_api.synthesis.base import Synthesizer
+from knowledge_api.synthesis.chain import Outcome, SynthesisChain
 
 log = logging.getLogger("knowledge_api")
 Body = dict[str, Any]
+Event = tuple[str, Any]
+COMPUTED = "computed"
+"""The last event of a computation: (value to cache, whether it may be cached)."""
+EXCERPT_CHARS = 240
+INSUFFICIENT = (
+    "I cannot find sufficient information in the knowledge base to answer this question. "
+    "The most relevant passages found had similarity scores below the {threshold:g} "
+    "threshold (best: {best:.2f}). Try rephrasing the question or lowering the threshold."
+)
+NOTHING_FOUND = (
+    "I cannot find sufficient information in the knowledge base to answer this question: "
+    "no passage matches it (check the sources and filters of the request)."
+)
+UNCITED = (
+    "I cannot find sufficient information in the passages found to answer this question: "
+    "the answer written by {model} cited none of them. Try rephrasing the question."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +84,22 @@ class KnowledgeService:
         settings: Settings,
         store: KnowledgeStore,
         embedder: Embedder,
-        synthesizer: Synthesizer,
+        synthesizer: SynthesisChain | Synthesizer,
     ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
-        self.synthesizer = synthesizer
+        self.synthesizer = (
+            synthesizer
+            if isinstance(synthesizer, SynthesisChain)
+            else SynthesisChain([synthesizer])
+        )
         self.caches = Caches.from_settings(settings)
         self.started = time.monotonic()
         self.embedder_ready = False
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder")
+        self.health_reports: dict[str, Callable[[], Body]] = {}
+        """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KnowledgeService:
@@ -75,7 +107,7 @@ class KnowledgeService:
             settings,
             stores.create(settings.store, settings),
             embedders.create(settings.embedder, settings),
-            synthesizers.create(settings.synthesizer, settings),
+            SynthesisChain.from_settings(settings),
         )
 
     # -- lifecycle ------------------------------------------------------------------
@@ -83,6 +115,7 @@ class KnowledgeService:
     async def start(self, seed: bool = False) -> None:
         """Load the model and open the store. A failure of either degrades the service
         (reported by /health and in responses) instead of stopping it."""
+        await self.synthesizer.open()
         try:
             await self._in_model_thread(self.embedder.load)
             self.embedder_ready = True
@@ -105,6 +138,7 @@ class KnowledgeService:
         log.info("seeded an empty store: %s", summary)
 
     async def stop(self) -> None:
+        await self.synthesizer.close()
         await self.store.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
 
@@ -123,36 +157,195 @@ class KnowledgeService:
         start = time.perf_counter()
         self.caches.follow_store(await self.store.generation())
         (body, timings), computed = await self.caches.responses.get_or_compute(
-            request.cache_key(), lambda: self._answer(request)
+            request.cache_key(), lambda: computed_value(self._query_run(request))
         )
-        if not computed:
-            timings = {name: 0.0 for name in timings}
-        metrics = {"total_ms": elapsed_ms(start), "cache_hit": not computed, **timings}
-        return {**body, "metrics": metrics}
+        return {**body, "metrics": query_metrics(start, timings, cache_hit=not computed)}
 
-    async def query_events(self, request: QueryRequest) -> AsyncIterator[tuple[str, Any]]:
-        """The query as events: results, then the synthesis, then the metrics."""
-        response = await self.query(request)
-        yield "results", {"results": response["results"]}
-        if "synthesis" in response:
-            yield "synthesis", {"synthesis": response["synthesis"]}
-        yield "done", {"metrics": response["metrics"], "warnings": response.get("warnings", [])}
+    def query_events(self, request: QueryRequest) -> AsyncGenerator[Event, None]:
+        """The query as events: `results`, the synthesis as the provider writes it
+        (`synthesis` deltas; `reset` when a link fails mid-answer), then `done` with the
+        whole synthesis, its citations and the metrics."""
 
-    async def _answer(self, request: QueryRequest) -> tuple[tuple[Body, Body], bool]:
+        def replay(value: tuple[Body, Body]) -> list[Event]:
+            body = value[0]
+            events: list[Event] = [("results", {"results": body["results"]})]
+            if "synthesis" in body:
+                events.append(("synthesis", {"delta": body["synthesis"]}))
+            return events
+
+        def done(value: tuple[Body, Body], start: float, cache_hit: bool) -> Body:
+            body, timings = value
+            final: Body = {key: body[key] for key in ("synthesis", "synthesizer") if key in body}
+            metrics = query_metrics(start, timings, cache_hit)
+            return {**final, "metrics": metrics, "warnings": body.get("warnings", [])}
+
+        return self._cached_events(request.cache_key(), self._query_run(request), replay, done)
+
+    async def _query_run(self, request: QueryRequest) -> AsyncGenerator[Event, None]:
         generation = await self.store.generation()
         found = await self.retrieve(
             request.query, request.limit, request.search_filters(), request.threshold
         )
         timings = {"embedding_ms": found.embedding_ms, "search_ms": found.search_ms}
         body: Body = {"results": [result_view(hit) for hit in found.hits]}
+        yield "results", {"results": body["results"]}
+        warnings = list(found.warnings)
         if request.synthesize:
             synthesized = time.perf_counter()
-            body["synthesis"] = (await self.synthesizer.synthesize(request.query, found.hits)).text
+            outcome = None
+            async for name, data in self._write(request.query, found.hits, "synthesis"):
+                if isinstance(data, Outcome):
+                    outcome = data
+                else:
+                    yield name, data
+            assert outcome is not None
+            body["synthesis"] = outcome.text
+            body["synthesizer"] = outcome.view()
+            warnings += outcome.warnings()
             timings["synthesis_ms"] = elapsed_ms(synthesized)
-        if found.warnings:
-            body["warnings"] = found.warnings
-        cacheable = not found.warnings and await self.store.generation() == generation
-        return (body, timings), cacheable
+        if warnings:
+            body["warnings"] = warnings
+        cacheable = not warnings and await self.store.generation() == generation
+        yield COMPUTED, ((body, timings), cacheable)
+
+    async def _write(
+        self, query: str, hits: Sequence[SearchHit], field: str
+    ) -> AsyncGenerator[Event, None]:
+        """The synthesis chain's events: (field, {"delta": text}) as text arrives,
+        ("reset", why) when a link failed mid-answer, then ("written", Outcome)."""
+        async with aclosing(self.synthesizer.stream(query, hits)) as events:
+            async for name, data in events:
+                if name == "delta":
+                    yield field, {"delta": data}
+                else:
+                    yield ("written" if name == "done" else name), data
+
+    async def _cached_events(
+        self,
+        key: Any,
+        run: AsyncGenerator[Event, None],
+        replay: Callable[[Any], list[Event]],
+        done: Callable[[Any, float, bool], Body],
+    ) -> AsyncGenerator[Event, None]:
+        """A tier-1 hit replayed, or `run`'s events passed on as they come (the value it
+        computes is cached); then ("done", done(value, start, cache_hit))."""
+        start = time.perf_counter()
+        self.caches.follow_store(await self.store.generation())
+        async with aclosing(run):
+            cached = self.caches.responses.get(key)
+            if cached is not None:
+                for event in replay(cached):
+                    yield event
+                yield "done", done(cached, start, True)
+                return
+            async for name, data in run:
+                if name != COMPUTED:
+                    yield name, data
+                    continue
+                value, cacheable = data
+                if cacheable:
+                    self.caches.responses.put(key, value)
+                yield "done", done(value, start, False)
+
+    # -- grounded answers -----------------------------------------------------------
+
+    async def answer(self, request: AnswerRequest) -> Body:
+        """A grounded answer: the AgentResponse of the retrieval-agent contract."""
+        start = time.perf_counter()
+        self.caches.follow_store(await self.store.generation())
+        core, computed = await self.caches.responses.get_or_compute(
+            request.cache_key(), lambda: computed_value(self._answer_run(request))
+        )
+        return agent_response(core, start, cache_hit=not computed)
+
+    async def answer_events(self, request: AnswerRequest) -> AsyncGenerator[Event, None]:
+        """`results` (the passages [n] refers to), `answer` deltas (and `reset`), then
+        `done` with the whole AgentResponse: sources, confidence, metadata. A failure
+        after the first event ends the stream with an AgentResponse of status error."""
+
+        def replay(core: Body) -> list[Event]:
+            events: list[Event] = [("results", {"results": core["results"]})]
+            if core["answer"]:
+                events.append(("answer", {"delta": core["answer"]}))
+            return events
+
+        start = time.perf_counter()
+        events = self._cached_events(
+            request.cache_key(), self._answer_run(request), replay, agent_response
+        )
+        started = False
+        async with aclosing(events):
+            try:
+                async for event in events:
+                    started = True
+                    yield event
+            except Exception as e:
+                if not started:
+                    raise  # before the stream: a status code and the error shape
+                yield "done", failed_answer(e, start)
+
+    async def _answer_run(self, request: AnswerRequest) -> AsyncGenerator[Event, None]:
+        generation = await self.store.generation()
+        filters = request.search_filters()
+        found = await self.retrieve(request.query, request.limit, filters, request.threshold)
+        retrieval_ms = round(found.embedding_ms + found.search_ms, 3)
+        results = [result_view(hit) for hit in found.hits]
+        yield "results", {"results": results}
+        if not found.hits:
+            nearest = await self.retrieve(request.query, request.limit, filters, 0.0)
+            core = insufficient_answer(request, nearest.hits, found.warnings)
+        else:
+            written = time.perf_counter()
+            outcome = None
+            async for name, data in self._write(request.query, found.hits, "answer"):
+                if isinstance(data, Outcome):
+                    outcome = data
+                else:
+                    yield name, data
+            assert outcome is not None
+            generation_ms = elapsed_ms(written)
+            core = await self._ground(request, outcome, found.warnings)
+            core["timings"]["generation_time_ms"] = generation_ms
+        core["results"] = results
+        core["timings"]["retrieval_time_ms"] = retrieval_ms
+        cacheable = not core["warnings"] and await self.store.generation() == generation
+        yield COMPUTED, (core, cacheable)
+
+    async def _ground(self, request: AnswerRequest, outcome: Outcome, warnings: list[str]) -> Body:
+        """The answer's sources and confidence; an answer citing nothing is not grounded."""
+        passages = outcome.passages
+        cited = [passages[n - 1] for n in outcome.citations]
+        warnings = warnings + outcome.warnings()
+        claims = grounding.claims(outcome.text)
+        embed = self.embed_documents if self.embedder_ready else None
+        try:
+            entailment, method = await grounding.entailment(claims, passages, embed)
+        except EmbeddingError as e:
+            warnings.append(f"entailment by term overlap: {e.message}")
+            entailment, method = await grounding.entailment(claims, passages, None)
+        confidence = grounding.Confidence(
+            retrieval_quality=grounding.retrieval_quality(passages),
+            coverage_score=grounding.coverage(request.query, cited),
+            entailment_score=entailment,
+            lexical_overlap=grounding.lexical_overlap(outcome.text, cited),
+            entailment_method=method,
+        )
+        core = answer_core(outcome, warnings)
+        if not cited:
+            return {
+                **core,
+                "status": "insufficient_context",
+                "confidence": grounding.Confidence(confidence.retrieval_quality, 0, 0, 0).view(),
+                "error_message": UNCITED.format(model=outcome.model),
+            }
+        sources = [source_view(n, passages[n - 1]) for n in outcome.citations]
+        return {
+            **core,
+            "status": "success",
+            "answer": outcome.text,
+            "sources": sources,
+            "confidence": confidence.view(),
+        }
 
     async def retrieve(
         self,
@@ -225,9 +418,11 @@ class KnowledgeService:
         store = await self.store.health_check()
         embedder = self.embedder.health()
         synthesizer = self.synthesizer.health()
+        extra = {name: report() for name, report in self.health_reports.items()}
+        extra_ok = all(report.get("status") in ("ok", "pending") for report in extra.values())
         if store.get("status") != "ok":
             status = "unhealthy"
-        elif embedder.get("status") != "ok" or synthesizer.get("status") != "ok":
+        elif embedder.get("status") != "ok" or synthesizer.get("status") != "ok" or not extra_ok:
             status = "degraded"
         else:
             status = "healthy"
@@ -243,6 +438,7 @@ class KnowledgeService:
             "store": store,
             "embedder": embedder,
             "synthesizer": synthesizer,
+            **extra,
         }
 
 
@@ -273,6 +469,111 @@ def result_view(hit: SearchHit) -> Body:
         "metadata": metadata,
         "expandable": chunk.chunk_count > 1,
     }
+
+
+def source_view(n: int, hit: SearchHit) -> Body:
+    """A cited passage of a grounded answer: [n] in the answer is this source."""
+    result = result_view(hit)
+    metadata = {**result["metadata"], "source_type": hit.source_type, "source_id": hit.source_id}
+    return {
+        "chunk_id": result["id"],
+        "citation_index": n,
+        "relevance_score": result["similarity"],
+        "excerpt": excerpt(hit.chunk.content),
+        "metadata": metadata,
+    }
+
+
+def excerpt(content: str, limit: int = EXCERPT_CHARS) -> str:
+    flat = " ".join(content.split())
+    return flat if len(flat) <= limit else flat[:limit].rsplit(" ", 1)[0] + " …"
+
+
+async def computed_value(run: AsyncGenerator[Event, None]) -> Any:
+    """The (value, cacheable) a run ends with; its other events are not needed."""
+    async with aclosing(run):
+        async for name, data in run:
+            if name == COMPUTED:
+                return data
+    raise RuntimeError("the computation ended without a value")
+
+
+def query_metrics(start: float, timings: Body, cache_hit: bool) -> Body:
+    if cache_hit:
+        timings = {name: 0.0 for name in timings}
+    return {"total_ms": elapsed_ms(start), "cache_hit": cache_hit, **timings}
+
+
+def answer_core(outcome: Outcome | None, warnings: list[str]) -> Body:
+    """What a grounded answer caches: everything but its id, timestamp and timings."""
+    return {
+        "status": "insufficient_context",
+        "answer": None,
+        "sources": [],
+        "confidence": grounding.Confidence(0.0, 0.0, 0.0, 0.0).view(),
+        "error_message": None,
+        "model": outcome.model if outcome else None,
+        "temperature": outcome.temperature if outcome else None,
+        "tokens_used": outcome.tokens_used if outcome else 0,
+        "synthesizer": outcome.view() if outcome else None,
+        "warnings": warnings,
+        "timings": {"retrieval_time_ms": 0.0, "generation_time_ms": 0.0},
+    }
+
+
+def insufficient_answer(
+    request: AnswerRequest, nearest: Sequence[SearchHit], warnings: list[str]
+) -> Body:
+    best = grounding.retrieval_quality(nearest)
+    if nearest:
+        message = INSUFFICIENT.format(threshold=request.threshold, best=best)
+    else:
+        message = NOTHING_FOUND
+    return {
+        **answer_core(None, warnings),
+        "confidence": grounding.Confidence(best, 0.0, 0.0, 0.0).view(),
+        "error_message": message,
+    }
+
+
+def failed_answer(error: Exception, start: float) -> Body:
+    if isinstance(error, KnowledgeAPIError):
+        message = error.message
+    else:
+        log.exception("unhandled error while streaming an answer")
+        message = "internal error: this is a bug, the log has the traceback"
+    core = {**answer_core(None, []), "status": "error", "error_message": message}
+    return agent_response(core, start, cache_hit=False)
+
+
+def agent_response(core: Body, start: float, cache_hit: bool) -> Body:
+    timings = {name: 0.0 for name in core["timings"]} if cache_hit else core["timings"]
+    metadata = {
+        "model": core["model"],
+        "temperature": core["temperature"],
+        "total_time_ms": elapsed_ms(start),
+        **timings,
+        "tokens_used": core["tokens_used"],
+        "timestamp": utc_now(),
+        "cache_hit": cache_hit,
+        "synthesizer": core["synthesizer"],
+    }
+    response = {
+        "query_id": str(uuid.uuid4()),
+        "status": core["status"],
+        "answer": core["answer"],
+        "confidence": core["confidence"],
+        "sources": core["sources"],
+        "metadata": metadata,
+        "error_message": core["error_message"],
+    }
+    if core["warnings"]:
+        response["warnings"] = core["warnings"]
+    return response
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def document_view(doc: Document) -> Body:

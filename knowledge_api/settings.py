@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from knowledge_api.errors import ConfigurationError
+from knowledge_api.validation import COLLECTION_RULE, valid_collection
 
 ENV_PREFIX = "KNOWLEDGE_"
 
@@ -55,7 +56,9 @@ class Settings:
     host: str = setting("KNOWLEDGE_API_HOST", "127.0.0.1", "Interface the HTTP server binds to.")
     port: int = setting("KNOWLEDGE_API_PORT", 3006, "Port of the HTTP server.")
     log_level: str = setting("KNOWLEDGE_LOG_LEVEL", "info", "debug, info, warning or error.")
-    store: str = setting("KNOWLEDGE_STORE", "sqlite", "Store backend: sqlite.")
+    store: str = setting(
+        "KNOWLEDGE_STORE", "sqlite", "Store backend: sqlite, postgres, supabase, chroma or qdrant."
+    )
     db_path: Path = setting(
         "KNOWLEDGE_DB_PATH", Path("data/knowledge.db"), "SQLite file of the sqlite store."
     )
@@ -71,7 +74,11 @@ class Settings:
     embedding_threads: int = setting(
         "KNOWLEDGE_EMBEDDING_THREADS", 0, "Torch threads for the local model (0 = all cores)."
     )
-    synthesizer: str = setting("KNOWLEDGE_SYNTHESIZER", "extractive", "Synthesizer: extractive.")
+    synthesizer: str = setting(
+        "KNOWLEDGE_SYNTHESIZER",
+        "gemini,groq,extractive",
+        "Synthesis chain, tried in order; extractive (offline) is always the last link.",
+    )
     response_cache_ttl: float = setting(
         "KNOWLEDGE_RESPONSE_CACHE_TTL", 43200.0, "Seconds a cached response lives (tier 1)."
     )
@@ -102,9 +109,216 @@ class Settings:
         "KNOWLEDGE_SEED_ON_EMPTY", True, "Ingest the seed documents when the store is empty."
     )
     # -- Postgres and Supabase stores
+    database_url: Secret = setting(
+        "KNOWLEDGE_DATABASE_URL",
+        Secret(""),
+        "Postgres URL of the postgres store and of `knowledge-api migrate` "
+        "(empty = an embedded Postgres in KNOWLEDGE_POSTGRES_DATA_DIR).",
+    )
+    postgres_data_dir: Path = setting(
+        "KNOWLEDGE_POSTGRES_DATA_DIR",
+        Path("data/postgres"),
+        "Data directory of the embedded Postgres (used when KNOWLEDGE_DATABASE_URL is empty).",
+    )
+    postgres_pool_size: int = setting(
+        "KNOWLEDGE_POSTGRES_POOL_SIZE", 10, "Most connections the postgres store opens."
+    )
+    supabase_url: str = setting("SUPABASE_URL", "", "Supabase project URL (supabase store).")
+    supabase_service_role_key: Secret = setting(
+        "SUPABASE_SERVICE_ROLE_KEY", Secret(""), "Service role key of the Supabase project."
+    )
+    supabase_timeout: float = setting(
+        "KNOWLEDGE_SUPABASE_TIMEOUT", 10.0, "Seconds one Supabase request may take."
+    )
+    supabase_retries: int = setting(
+        "KNOWLEDGE_SUPABASE_RETRIES",
+        3,
+        "Retries of a Supabase request after a transient failure (5xx, 429, timeout, network).",
+    )
+    supabase_backoff: float = setting(
+        "KNOWLEDGE_SUPABASE_BACKOFF", 0.25, "Seconds before the first retry; doubles each time."
+    )
     # -- Chroma and Qdrant stores
+    chroma_path: Path = setting(
+        "KNOWLEDGE_CHROMA_PATH",
+        Path("data/chroma"),
+        "Folder of the persistent local Chroma client (used when KNOWLEDGE_CHROMA_HOST is empty).",
+    )
+    chroma_host: str = setting(
+        "KNOWLEDGE_CHROMA_HOST", "", "Chroma server host: set it to use the HTTP client."
+    )
+    chroma_port: int = setting("KNOWLEDGE_CHROMA_PORT", 8000, "Chroma server port.")
+    chroma_ssl: bool = setting("KNOWLEDGE_CHROMA_SSL", False, "Reach the Chroma server over HTTPS.")
+    chroma_token: Secret = setting(
+        "KNOWLEDGE_CHROMA_TOKEN", Secret(""), "Bearer token of the Chroma server (if it asks)."
+    )
+    chroma_prefix: str = setting(
+        "KNOWLEDGE_CHROMA_PREFIX",
+        "knowledge",
+        "Chroma collection names: <prefix> (documents), <prefix>-<collection> (chunks).",
+    )
+    qdrant_path: str = setting(
+        "KNOWLEDGE_QDRANT_PATH",
+        "data/qdrant",
+        "Folder of local-mode Qdrant, or :memory: (used when KNOWLEDGE_QDRANT_URL is empty).",
+    )
+    qdrant_url: str = setting(
+        "KNOWLEDGE_QDRANT_URL", "", "Qdrant server URL, e.g. http://localhost:6333."
+    )
+    qdrant_api_key: Secret = setting(
+        "KNOWLEDGE_QDRANT_API_KEY", Secret(""), "API key of the Qdrant server."
+    )
+    qdrant_prefix: str = setting(
+        "KNOWLEDGE_QDRANT_PREFIX",
+        "knowledge",
+        "Qdrant collection names: <prefix> (documents), <prefix>-<collection> (chunks).",
+    )
+    qdrant_fusion: str = setting(
+        "KNOWLEDGE_QDRANT_FUSION",
+        "auto",
+        "auto: Qdrant's own fusion query where it takes our RRF k (local mode, server 1.16+); "
+        "shared: fuse in the service.",
+    )
+    qdrant_indexed_fields: str = setting(
+        "KNOWLEDGE_QDRANT_INDEXED_FIELDS",
+        "app_under_test",
+        "Comma-separated metadata keys given a Qdrant payload index for filtering.",
+    )
     # -- LLM providers and cloud embedders
+    gemini_api_key: Secret = setting(
+        "GOOGLE_GENERATIVE_AI_API_KEY", Secret(""), "Gemini API key (synthesis, gemini embedder)."
+    )
+    groq_api_key: Secret = setting("GROQ_API_KEY", Secret(""), "Groq API key (synthesis).")
+    cohere_api_key: Secret = setting(
+        "COHERE_API_KEY", Secret(""), "Cohere API key (cohere embedder)."
+    )
+    gemini_base_url: str = setting(
+        "KNOWLEDGE_GEMINI_BASE_URL",
+        "https://generativelanguage.googleapis.com",
+        "Gemini API endpoint (a proxy, gateway or regional endpoint).",
+    )
+    groq_base_url: str = setting(
+        "KNOWLEDGE_GROQ_BASE_URL", "https://api.groq.com", "Groq API endpoint."
+    )
+    cohere_base_url: str = setting(
+        "KNOWLEDGE_COHERE_BASE_URL", "https://api.cohere.com", "Cohere API endpoint."
+    )
+    gemini_model: str = setting(
+        "KNOWLEDGE_GEMINI_MODEL", "gemini-2.0-flash", "Gemini model that writes answers."
+    )
+    groq_model: str = setting(
+        "KNOWLEDGE_GROQ_MODEL", "llama-3.3-70b-versatile", "Groq model that writes answers."
+    )
+    gemini_timeout: float = setting(
+        "KNOWLEDGE_GEMINI_TIMEOUT",
+        5.0,
+        "Seconds Gemini may take to its first token, and between tokens, before the chain "
+        "moves on.",
+    )
+    groq_timeout: float = setting("KNOWLEDGE_GROQ_TIMEOUT", 5.0, "The same limit for Groq.")
+    gemini_max_tokens: int = setting(
+        "KNOWLEDGE_GEMINI_MAX_TOKENS", 500, "Most output tokens of a Gemini answer."
+    )
+    groq_max_tokens: int = setting(
+        "KNOWLEDGE_GROQ_MAX_TOKENS", 500, "Most output tokens of a Groq answer."
+    )
+    llm_temperature: float = setting(
+        "KNOWLEDGE_LLM_TEMPERATURE", 0.3, "Sampling temperature of the LLM links (0-2)."
+    )
+    llm_context_chars: int = setting(
+        "KNOWLEDGE_LLM_CONTEXT_CHARS",
+        6400,
+        "Most characters of results an answer is written from (the citable passages).",
+    )
+    llm_subject: str = setting(
+        "KNOWLEDGE_LLM_SUBJECT",
+        "AOMA (Asset and Offering Management Application)",
+        "What the prompt says the assistant helps with.",
+    )
+    gemini_embedding_model: str = setting(
+        "KNOWLEDGE_GEMINI_EMBEDDING_MODEL",
+        "gemini-embedding-001",
+        "Model of the gemini embedder (768-d vectors).",
+    )
+    cohere_embedding_model: str = setting(
+        "KNOWLEDGE_COHERE_EMBEDDING_MODEL",
+        "embed-english-v3.0",
+        "Model of the cohere embedder (1024-d vectors).",
+    )
+    cloud_embedding_timeout: float = setting(
+        "KNOWLEDGE_CLOUD_EMBEDDING_TIMEOUT",
+        30.0,
+        "Seconds one request of the gemini or cohere embedder may take.",
+    )
+    answer_threshold: float = setting(
+        "KNOWLEDGE_ANSWER_THRESHOLD",
+        0.7,
+        "Default similarity a passage needs to ground an answer (POST /v1/knowledge/answer).",
+    )
     # -- support retrieval and KB sync
+    support_collection: str = setting(
+        "KNOWLEDGE_SUPPORT_COLLECTION",
+        "support",
+        "Collection KB articles are synced into and support retrieval searches.",
+    )
+    support_timeout_ms: float = setting(
+        "KNOWLEDGE_SUPPORT_TIMEOUT_MS",
+        100.0,
+        "Budget of one support retrieval; past it the fallback answer is returned.",
+    )
+    support_min_score: float = setting(
+        "KNOWLEDGE_SUPPORT_MIN_SCORE", 0.7, "Lowest relevance_score of a consulted source."
+    )
+    support_high_score: float = setting(
+        "KNOWLEDGE_SUPPORT_HIGH_SCORE",
+        0.8,
+        "Coverage is high when a source for the intent and product scores at least this.",
+    )
+    support_related_score: float = setting(
+        "KNOWLEDGE_SUPPORT_RELATED_SCORE",
+        0.5,
+        "With no source, coverage is low (not none) when the best article scores at least this.",
+    )
+    support_intent_boost: float = setting(
+        "KNOWLEDGE_SUPPORT_INTENT_BOOST",
+        0.1,
+        "Added to the relevance of an article tagged with the request's intent.",
+    )
+    support_device_boost: float = setting(
+        "KNOWLEDGE_SUPPORT_DEVICE_BOOST",
+        0.05,
+        "Added to the relevance of an article tagged with the request's product.",
+    )
+    kb_sync_url: str = setting(
+        "KNOWLEDGE_KB_SYNC_URL",
+        "",
+        "Base URL of the host serving GET /api/kb/articles (empty = no periodic sync).",
+    )
+    kb_sync_token: Secret = setting(
+        "KNOWLEDGE_KB_SYNC_TOKEN", Secret(""), "Bearer token sent to the host KB API, if needed."
+    )
+    kb_sync_interval: float = setting(
+        "KNOWLEDGE_KB_SYNC_INTERVAL", 900.0, "Seconds between the service's incremental syncs."
+    )
+    kb_sync_full_every: int = setting(
+        "KNOWLEDGE_KB_SYNC_FULL_EVERY",
+        24,
+        "Every Nth periodic sync is full (also removes articles gone from the host).",
+    )
+    kb_sync_page_size: int = setting(
+        "KNOWLEDGE_KB_SYNC_PAGE_SIZE", 100, "Articles asked for per page (the `limit` parameter)."
+    )
+    kb_sync_timeout: float = setting(
+        "KNOWLEDGE_KB_SYNC_TIMEOUT", 10.0, "Seconds one request to the host may take."
+    )
+    validate_min_similarity: float = setting(
+        "KNOWLEDGE_VALIDATE_MIN_SIMILARITY",
+        0.3,
+        "POST /validate: a query's results are relevant when the best similarity reaches this.",
+    )
+    validate_pass_score: float = setting(
+        "KNOWLEDGE_VALIDATE_PASS_SCORE", 0.7, "POST /validate: overall score needed to pass."
+    )
 
     @classmethod
     def from_env(
@@ -132,6 +346,13 @@ class Settings:
             "fusion_k",
             "candidates",
             "max_body_bytes",
+            "postgres_pool_size",
+            "supabase_timeout",
+            "support_timeout_ms",
+            "kb_sync_interval",
+            "kb_sync_full_every",
+            "kb_sync_page_size",
+            "kb_sync_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -140,6 +361,44 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, bf16 or fp32")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigurationError("KNOWLEDGE_LOG_LEVEL must be debug, info, warning or error")
+        self.validate_support()
+        if not 0 < self.chroma_port < 65536:
+            raise ConfigurationError("KNOWLEDGE_CHROMA_PORT must be a port number (1-65535)")
+        if self.qdrant_fusion not in ("auto", "shared"):
+            raise ConfigurationError("KNOWLEDGE_QDRANT_FUSION must be auto or shared")
+        if self.supabase_retries < 0 or self.supabase_backoff < 0:
+            raise ConfigurationError(
+                "KNOWLEDGE_SUPABASE_RETRIES and KNOWLEDGE_SUPABASE_BACKOFF must not be negative"
+            )
+        self.validate_llm()
+
+    def validate_llm(self) -> None:
+        limits = ("gemini_timeout", "groq_timeout", "gemini_max_tokens", "groq_max_tokens")
+        for name in (*limits, "llm_context_chars", "cloud_embedding_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(f"{env_name(name)} must be a positive number")
+        if not 0 <= self.llm_temperature <= 2:
+            raise ConfigurationError("KNOWLEDGE_LLM_TEMPERATURE must be between 0 and 2")
+        if not 0 <= self.answer_threshold <= 1:
+            raise ConfigurationError("KNOWLEDGE_ANSWER_THRESHOLD must be between 0 and 1")
+
+    def validate_support(self) -> None:
+        scores = (
+            "support_min_score",
+            "support_high_score",
+            "support_related_score",
+            "support_intent_boost",
+            "support_device_boost",
+            "validate_min_similarity",
+            "validate_pass_score",
+        )
+        for name in scores:
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigurationError(f"{env_name(name)} must be between 0 and 1")
+        if not 1 <= self.kb_sync_page_size <= 1000:
+            raise ConfigurationError("KNOWLEDGE_KB_SYNC_PAGE_SIZE must be between 1 and 1000")
+        if not valid_collection(self.support_collection):
+            raise ConfigurationError(f"KNOWLEDGE_SUPPORT_COLLECTION {COLLECTION_RULE}")
 
     def replace(self, **changes: Any) -> Settings:
         current = {f.name: getattr(self, f.name) for f in fields(self)}

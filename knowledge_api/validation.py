@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from typing import Any
 
 from knowledge_api.errors import InvalidRequest
 
 _MISSING: Any = object()
+_COLLECTION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+COLLECTION_RULE = "must be 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
 
 
 def require_object(payload: Any, field: str = "body") -> dict[str, Any]:
@@ -94,3 +97,14 @@ def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
         if not isinstance(item, str | int | float | bool) or item is None:
             raise InvalidRequest(f"{field}.{key}", "must be a string, number or boolean")
     return value
+
+
+def valid_collection(value: Any) -> bool:
+    """A collection name every backend accepts (Qdrant, Chroma, SQL)."""
+    return isinstance(value, str) and _COLLECTION.fullmatch(value) is not None
+
+
+def collection_name(value: Any, field: str = "collection") -> str:
+    if not valid_collection(value):
+        raise InvalidRequest(field, COLLECTION_RULE, value=value)
+    return str(value)

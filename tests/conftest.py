@@ -11,6 +11,7 @@ from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from tests.pg import postgres_server, postgrest  # noqa: F401 (fixtures)
 
 CORPUS = [
     Document(

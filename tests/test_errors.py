@@ -20,6 +20,8 @@ from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
 from tests.conftest import make_settings
 
 METHODS = ("GET", "POST", "DELETE", "PUT", "PATCH")
+# its contract answers bad bodies 200 with the fallback shape (tests/test_support.py)
+NEVER_AN_ERROR = ("/v1/knowledge/support",)
 
 
 def assert_error_shape(response: Any, status: int) -> dict[str, Any]:
@@ -46,7 +48,7 @@ def test_every_route_answers_errors_in_one_shape(client: TestClient, route: Rout
     }
     for method in sorted(set(METHODS) - allowed):
         assert_error_shape(client.request(method, path), 405)
-    if "POST" in (route.methods or ()):
+    if "POST" in (route.methods or ()) and route.path not in NEVER_AN_ERROR:
         assert_error_shape(client.post(path, content=b"[]"), 400)
         assert_error_shape(client.post(path, content=b"{"), 400)
         assert_error_shape(client.post(path, content=b"x" * 70000), 413)
@@ -57,7 +59,7 @@ def test_every_route_answers_errors_in_one_shape(client: TestClient, route: Rout
 def test_unknown_routes_answer_a_404_in_the_shape(client: TestClient) -> None:
     for method in ("GET", "POST", "DELETE"):
         error = assert_error_shape(client.request(method, "/v2/anything"), 404)
-        assert len(error["details"]["routes"]) == 6
+        assert len(error["details"]["routes"]) == len(ROUTES)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
@@ -10,24 +11,45 @@ import numpy as np
 import pytest
 
 from knowledge_api.embeddings.fake import FakeEmbedder
-from knowledge_api.errors import EmbedderMismatchError
+from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, IndexingError
 from knowledge_api.ingest.pipeline import Ingestor
-from knowledge_api.models import Document, IndexSummary, SearchFilters
+from knowledge_api.models import Chunk, Document, IndexSummary, SearchFilters, chunk_id
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
-from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.base import SEARCH_MODES, KnowledgeStore
 from tests.conftest import corpus, make_settings
+from tests.pg import postgres_settings, supabase_settings
 
 EMBEDDER = FakeEmbedder()
+# query -> source id of the best hit, over the corpus of tests.conftest
+KNOWN_ANSWERS = {
+    "login page timeout with SSO": "SIAM-101",
+    "duplicate assets when paging search results": "a1b2c3d",
+    "which audio formats are accepted, WAV FLAC MP3": "kb-7",
+    "when is the 4.2 release": "msg-42",
+    "median search latency": "latency-weekly",
+}
 
 
 def sqlite_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     return make_settings(tmp_path, store="sqlite")
 
 
+def chroma_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    return make_settings(tmp_path, store="chroma", chroma_path=tmp_path / "chroma")
+
+
+def qdrant_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    return make_settings(tmp_path, store="qdrant", qdrant_path=str(tmp_path / "qdrant"))
+
+
 # backend name -> settings for a fresh, empty store of that backend (one per test)
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Settings]] = {
     "sqlite": sqlite_settings,
+    "postgres": postgres_settings,
+    "supabase": supabase_settings,
+    "chroma": chroma_settings,
+    "qdrant": qdrant_settings,
 }
 
 
@@ -57,14 +79,11 @@ async def search(store: KnowledgeStore, query: str, k: int = 5, **filters: objec
 
 async def test_known_answers_rank_first(store: KnowledgeStore) -> None:
     await index(store, corpus())
-    expected = {
-        "login page timeout with SSO": "SIAM-101",
-        "duplicate assets when paging search results": "a1b2c3d",
-        "which audio formats are accepted, WAV FLAC MP3": "kb-7",
-        "when is the 4.2 release": "msg-42",
-        "median search latency": "latency-weekly",
-    }
-    for query, source_id in expected.items():
+    await assert_known_answers(store)
+
+
+async def assert_known_answers(store: KnowledgeStore) -> None:
+    for query, source_id in KNOWN_ANSWERS.items():
         hits = await search(store, query)
         assert hits and hits[0].source_id == source_id, query
         assert all(0.0 <= h.similarity <= 1.0 for h in hits)
@@ -210,3 +229,56 @@ async def test_collections_and_export(store: KnowledgeStore) -> None:
         for chunk in doc.chunks:
             assert np.allclose(np.asarray(chunk.embedding), vector(chunk.embedded_text), atol=1e-6)
     assert [d async for d in store.iter_documents("missing")] == []
+
+
+async def test_a_document_missing_a_vector_is_refused_whole(store: KnowledgeStore) -> None:
+    docs = corpus()
+    await index(store, docs)
+    wiki = docs[2]
+    changed = Document(wiki.source_type, wiki.source_id, "Replaced text.", "Replaced")
+    changed.chunks = [
+        Chunk(chunk_id(wiki.id, i), wiki.id, i, f"Replacement part {i}.") for i in range(2)
+    ]
+    changed.chunks[0].embedding = vector(changed.chunks[0].embedded_text)
+    with pytest.raises(IndexingError):
+        await store.index_documents([changed])
+    stored = await store.get_by_id(wiki.id)
+    assert stored is not None and stored.content == wiki.content
+    assert [c.content for c in stored.chunks] == [c.content for c in wiki.chunks]
+    assert await store.document_hashes([wiki.id]) == {wiki.id: wiki.content_hash}
+    hits = await search(store, "replacement part")
+    assert "Replacement part 0." not in {h.chunk.content for h in hits}
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def under_a_file(tmp_path: Path) -> Path:
+    """A path that cannot be created: its parent is a regular file."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    return blocker / "store"
+
+
+# backend name -> settings of a store whose engine cannot be reached
+UNREACHABLE: dict[str, Callable[[Path], Settings]] = {
+    "sqlite": lambda tmp: make_settings(tmp, db_path=under_a_file(tmp) / "k.db"),
+    "chroma": lambda tmp: make_settings(tmp, chroma_host="127.0.0.1", chroma_port=closed_port()),
+    "qdrant": lambda tmp: make_settings(tmp, qdrant_url=f"http://127.0.0.1:{closed_port()}"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNREACHABLE))
+async def test_an_unreachable_engine_fails_visibly(name: str, tmp_path: Path) -> None:
+    backend = stores.create(name, UNREACHABLE[name](tmp_path))
+    with pytest.raises(BackendConnectionError):
+        await backend.open()
+    health = await backend.health_check()
+    assert health["status"] == "unavailable" and health["error"]
+    for mode in SEARCH_MODES:
+        with pytest.raises(BackendConnectionError):
+            await backend.search("login", vector("login"), 5, SearchFilters(), mode=mode)
+    await backend.close()

@@ -7,10 +7,10 @@ from starlette.responses import Response
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.models import SOURCE_TYPES, Document
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
 from knowledge_api.routes.http import JSONResponse, read_json, service
 
-DOCUMENT_FIELDS = ("source_type", "source_id", "content", "title", "metadata")
+DOCUMENT_FIELDS = ("source_type", "source_id", "content", "title", "metadata", "collection")
 MAX_BATCH = 100
 
 
@@ -58,4 +58,5 @@ def parse_document(item: Any, where: str) -> Document:
         content=validation.text(body, "content", max_length=60000),
         title=validation.text(body, "title", max_length=500, default="").strip(),
         metadata=validation.scalar_mapping(body, "metadata"),
+        collection=validation.collection_name(body.get("collection", DEFAULT_COLLECTION)),
     )

@@ -15,7 +15,13 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from knowledge_api.models import Document, SearchFilters, SearchHit
-from knowledge_api.stores.fusion import reciprocal_rank_fusion
+from knowledge_api.stores.fusion import (
+    FEEDBACK_DOCS,
+    FEEDBACK_RANK_WEIGHT,
+    FEEDBACK_WEIGHT,
+    feedback_vector,
+    reciprocal_rank_fusion,
+)
 
 SearchMode = Literal["hybrid", "vector", "keyword"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "vector", "keyword")
@@ -86,6 +92,8 @@ class HybridSearch:
 
     fusion_k: int = 60
     candidates: int = 50
+    feedback_docs: int = FEEDBACK_DOCS
+    feedback_weight: float = FEEDBACK_WEIGHT
 
     async def search(
         self,
@@ -97,6 +105,21 @@ class HybridSearch:
         mode: SearchMode = "hybrid",
     ) -> list[SearchHit]:
         n = max(self.candidates, top_k)
+        fused, similarity = await self.fused_candidates(query, vector, n, filters, mode)
+        if mode == "hybrid" and vector is not None and self.feedback_docs > 0:
+            fused, similarity = await self.with_feedback(vector, n, filters, fused, similarity)
+        kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
+        return await self.hydrate(kept, similarity)
+
+    async def fused_candidates(
+        self,
+        query: str,
+        vector: np.ndarray | None,
+        n: int,
+        filters: SearchFilters,
+        mode: SearchMode,
+    ) -> tuple[list[tuple[Hashable, float]], dict[Hashable, float]]:
+        """Up to n candidates of each ranking fused best first, and the similarity of each."""
         by_vector: list[Candidate] = []
         by_keyword: list[Candidate] = []
         if vector is not None and mode != "keyword":
@@ -112,8 +135,36 @@ class HybridSearch:
             similarity = {c.key: c.score for c in by_vector}
             missing = [key for key, _ in fused if key not in similarity]
             similarity.update(await self.similarities(missing, vector))
-        kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
-        return await self.hydrate(kept, similarity)
+        return fused, similarity
+
+    async def with_feedback(
+        self,
+        vector: np.ndarray,
+        n: int,
+        filters: SearchFilters,
+        fused: list[tuple[Hashable, float]],
+        similarity: dict[Hashable, float],
+    ) -> tuple[list[tuple[Hashable, float]], dict[Hashable, float]]:
+        """The fused ranking fused again with a vector search for the query moved
+        toward its best hits (pseudo-relevance feedback); similarity stays the cosine
+        of the original query. Without stored vectors for those hits, nothing changes."""
+        seeds = await self.hydrate(fused[: self.feedback_docs], similarity)
+        stored = await self.embeddings_by_hash([hit.chunk.content_hash for hit in seeds])
+        if not stored:
+            return fused, similarity
+        moved = feedback_vector(vector, list(stored.values()), self.feedback_weight)
+        by_feedback = await self.vector_candidates(moved, n, filters)
+        refused = reciprocal_rank_fusion(
+            [[c.key for c in by_feedback], [key for key, _ in fused]],
+            k=self.fusion_k,
+            weights=[FEEDBACK_RANK_WEIGHT, 1.0],
+        )
+        missing = [key for key, _ in refused if key not in similarity]
+        return refused, {**similarity, **await self.similarities(missing, vector)}
+
+    async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored vectors by chunk content hash (every KnowledgeStore has it)."""
+        raise NotImplementedError
 
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from knowledge_api import text
 from knowledge_api.errors import (
     BackendConnectionError,
     EmbedderMismatchError,
@@ -30,6 +29,7 @@ from knowledge_api.errors import (
 )
 from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
 from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
+from knowledge_api.stores.keyword import filter_sql, fts_query
 from knowledge_api.stores.vector_index import VectorIndex
 
 RECONNECT_SECONDS = 5.0
@@ -457,27 +457,6 @@ def migrate(conn: sqlite3.Connection) -> None:
             conn.executescript(
                 f"BEGIN; {script.read_text()}; PRAGMA user_version = {version}; COMMIT;"
             )
-
-
-def fts_query(query: str) -> str:
-    """An FTS5 expression matching any content term of the query (all words if none)."""
-    terms = text.content_terms(query) or list(dict.fromkeys(text.words(query)))
-    return " OR ".join(f'"{term}"' for term in terms)
-
-
-def filter_sql(filters: SearchFilters) -> tuple[str, list[Any]]:
-    clauses, params = ["c.collection = ?"], [filters.collection]
-    if filters.source_types is not None:
-        clauses.append(f"c.source_type IN ({','.join('?' * len(filters.source_types))})")
-        params.extend(filters.source_types)
-    for key, value in filters.metadata:
-        clauses.append("json_extract(d.metadata, ?) = ?")
-        params.extend((json_path(key), value))
-    return " AND ".join(clauses), params
-
-
-def json_path(key: str) -> str:
-    return '$."' + key.replace('"', '""') + '"'
 
 
 def hit_from_row(row: sqlite3.Row, score: float, similarity: float) -> SearchHit:

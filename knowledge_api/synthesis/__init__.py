@@ -5,3 +5,5 @@ from knowledge_api.synthesis.base import Synthesizer
 
 synthesizers: Registry[Synthesizer] = Registry("synthesizer", "KNOWLEDGE_SYNTHESIZER")
 synthesizers.register("extractive", "knowledge_api.synthesis.extractive:ExtractiveSynthesizer")
+synthesizers.register("gemini", "knowledge_api.synthesis.gemini:GeminiSynthesizer")
+synthesizers.register("groq", "knowledge_api.synthesis.groq:GroqSynthesizer")

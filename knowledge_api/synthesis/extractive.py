@@ -3,12 +3,12 @@ each cited as [n]. It only quotes; it never writes a claim of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from knowledge_api import text
 from knowledge_api.models import SearchHit
-from knowledge_api.synthesis.base import Synthesis
+from knowledge_api.synthesis.base import Prompt, Synthesis, Usage
 
 MAX_SENTENCES = 3
 MAX_SENTENCE_CHARS = 320
@@ -17,6 +17,9 @@ NO_RESULTS = "The knowledge base has no passage relevant to this question."
 
 class ExtractiveSynthesizer:
     name = "extractive"
+    model = "extractive"
+    temperature = 0.0
+    timeout = None
 
     @classmethod
     def from_settings(cls, settings: Any) -> ExtractiveSynthesizer:
@@ -25,8 +28,21 @@ class ExtractiveSynthesizer:
     async def synthesize(self, query: str, hits: Sequence[SearchHit]) -> Synthesis:
         return extract(query, hits)
 
+    def unavailable(self) -> str | None:
+        return None
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def generate(self, prompt: Prompt, usage: Usage) -> AsyncGenerator[str, None]:
+        usage.tokens = 0
+        yield extract(prompt.query, prompt.hits).text
+
     def health(self) -> dict[str, Any]:
-        return {"name": self.name, "status": "ok"}
+        return {"name": self.name, "status": "available"}
 
 
 def extract(query: str, hits: Sequence[SearchHit]) -> Synthesis:

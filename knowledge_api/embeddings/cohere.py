@@ -1,0 +1,64 @@
+"""Cohere embeddings through the cohere SDK (v2 embed): embed-english-v3.0, 1024-d,
+input_type search_query for queries and search_document for passages, up to 96
+passages per call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from knowledge_api.embeddings.cloud import CloudEmbedder, Kind
+from knowledge_api.registry import import_extra
+
+INPUT_TYPES = {"query": "search_query", "document": "search_document"}
+
+
+class CohereEmbedder(CloudEmbedder):
+    provider = "cohere"
+    key_env = "COHERE_API_KEY"
+    extra = "cohere"
+    dimension = 1024
+    batch_size = 96
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> CohereEmbedder:
+        return cls(
+            settings.cohere_api_key,
+            settings.cohere_embedding_model,
+            settings.cohere_base_url,
+            settings.cloud_embedding_timeout,
+        )
+
+    def connect(self) -> Any:
+        cohere = import_extra("cohere", self.extra)
+        httpx = import_extra("httpx", self.extra)
+        return cohere.ClientV2(
+            api_key=self.api_key.get(),
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=0,
+            httpx_client=httpx.Client(timeout=self.timeout),
+            log_warning_experimental_features=False,
+        )
+
+    def request(self, texts: list[str], kind: Kind) -> list[list[float]]:
+        response = self.client.embed(
+            texts=texts,
+            model=self.model,
+            input_type=INPUT_TYPES[kind],
+            embedding_types=["float"],
+        )
+        return list(response.embeddings.float_ or [])
+
+    def describe(self, error: Exception) -> str:
+        api_error = import_extra("cohere.core.api_error", self.extra).ApiError
+        if isinstance(error, api_error) and error.status_code and error.status_code < 300:
+            return f"malformed response: {message(error.body)}"[:300]
+        if isinstance(error, api_error):
+            return f"HTTP {error.status_code}: {message(error.body)}"[:300]
+        return super().describe(error)
+
+
+def message(body: Any) -> str:
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    return str(body)[:200]

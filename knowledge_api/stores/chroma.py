@@ -1,0 +1,613 @@
+"""The Chroma store: a persistent local folder or a Chroma server.
+
+Chunks live in one Chroma collection per knowledge collection (cosine space, HNSW),
+documents in a catalog collection (see `records`). Chroma ranks by vector only, so
+keyword relevance comes from a `KeywordIndex` built from the same chunks when the
+store opens and kept current by every write; writes made by another client of the
+same server are noticed through the generation token and the index is rebuilt.
+
+The client is synchronous: every call runs on a worker thread, off the event loop.
+Search keys are (collection, chunk id) pairs, so a hit is read from one collection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import numpy as np
+
+from knowledge_api.errors import (
+    BackendConnectionError,
+    IndexingError,
+    KnowledgeStoreError,
+    SearchError,
+)
+from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
+from knowledge_api.settings import Secret
+from knowledge_api.stores import records
+from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
+from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
+
+T = TypeVar("T")
+Key = tuple[str, str]
+GetResult = dict[str, Any]
+RECONNECT_SECONDS = 5.0
+PAGE = 1000
+META_PREFIX = "meta."
+"""Document metadata is flattened into chunk metadata under this prefix for `where`."""
+
+
+class ChromaStore(HybridSearch):
+    name = "chroma"
+
+    def __init__(
+        self,
+        path: Path | str = Path("data/chroma"),
+        host: str = "",
+        port: int = 8000,
+        ssl: bool = False,
+        token: Secret | None = None,
+        prefix: str = "knowledge",
+        fusion_k: int = 60,
+        candidates: int = 50,
+        poll_seconds: float = records.POLL_SECONDS,
+    ) -> None:
+        self.path = Path(path)
+        self.host, self.port, self.ssl = host, port, ssl
+        self._token = token or Secret("")
+        self.prefix = records.check_prefix(prefix, "KNOWLEDGE_CHROMA_PREFIX")
+        self.fusion_k = fusion_k
+        self.candidates = candidates
+        self.keywords = KeywordIndex()
+        self.writes = records.Generation(poll_seconds)
+        self._sdk: Any = None
+        self._client: Any = None
+        self._catalog: Any = None
+        self._collections: dict[str, Any] = {}
+        self._embedder: tuple[str, int] | None = None
+        self._write_lock = asyncio.Lock()
+        self._opening = asyncio.Lock()
+        self._error = ""
+        self._next_attempt = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ChromaStore:
+        return cls(
+            settings.chroma_path,
+            settings.chroma_host,
+            settings.chroma_port,
+            settings.chroma_ssl,
+            settings.chroma_token,
+            settings.chroma_prefix,
+            settings.fusion_k,
+            settings.candidates,
+        )
+
+    @property
+    def location(self) -> str:
+        if self.host:
+            return f"{'https' if self.ssl else 'http'}://{self.host}:{self.port}"
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"ChromaStore({self.location!r})"
+
+    # -- connection ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._connect()
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await asyncio.to_thread(close_client, client)
+
+    async def _connect(self) -> None:
+        self._sdk = records.import_optional("chromadb", "chroma")
+        self._next_attempt = time.monotonic() + RECONNECT_SECONDS
+        try:
+            self._client = await asyncio.to_thread(self._new_client)
+            self._catalog = await asyncio.to_thread(
+                self._client.get_or_create_collection, self.prefix, embedding_function=None
+            )
+            self._collections = {}
+            metadata = self._catalog.metadata or {}
+            self._embedder = stored_embedder(metadata)
+            self.writes.token = str(metadata.get("generation", ""))
+            await self._load_keywords()
+        except Exception as e:
+            self._error = f"cannot reach Chroma at {self.location}: {e}"
+            await self.close()
+            raise BackendConnectionError(self._error, backend=self.name) from e
+        self._error = ""
+
+    def _new_client(self) -> Any:
+        config = self._sdk.config.Settings(anonymized_telemetry=False)
+        if self.host:
+            headers = {"Authorization": f"Bearer {self._token.get()}"} if self._token else None
+            return self._sdk.HttpClient(
+                host=self.host, port=self.port, ssl=self.ssl, headers=headers, settings=config
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self._sdk.PersistentClient(path=str(self.path), settings=config)
+
+    async def _ready(self) -> None:
+        """Reconnect (at most every few seconds) after a lost connection."""
+        if self._client is not None:
+            return
+        async with self._opening:  # one reconnection at a time
+            if self._client is None:
+                if time.monotonic() < self._next_attempt:
+                    raise BackendConnectionError(
+                        f"store unavailable: {self._error}", backend=self.name
+                    )
+                await self._connect()
+
+    async def _run(self, error: type[KnowledgeStoreError], what: str, call: Callable[[], T]) -> T:
+        """Run a client call on a worker thread; engine failures become store errors."""
+        await self._ready()
+        try:
+            return await asyncio.to_thread(call)
+        except KnowledgeStoreError:
+            raise
+        except Exception as e:
+            if unreachable(e):
+                self._client = None
+                self._error = f"lost Chroma at {self.location}: {e}"
+                raise BackendConnectionError(self._error, backend=self.name) from e
+            raise error(f"{what} failed: {e}", backend=self.name) from e
+
+    def _chunks(self, collection: str, create: bool = False) -> Any:
+        """The Chroma collection of a knowledge collection (None if it does not exist)."""
+        found = self._collections.get(collection)
+        if found is not None:
+            return found
+        name = records.chunk_collection(self.prefix, collection)
+        if create:
+            found = self._client.get_or_create_collection(
+                name,
+                embedding_function=None,
+                metadata={"collection": collection},
+                configuration={"hnsw": {"space": "cosine"}},
+            )
+        else:
+            try:
+                found = self._client.get_collection(name, embedding_function=None)
+            except self._sdk.errors.NotFoundError:
+                return None
+        self._collections[collection] = found
+        return found
+
+    def _all_chunks(self) -> list[Any]:
+        wanted = f"{self.prefix}-"
+        return [c for c in self._client.list_collections() if c.name.startswith(wanted)]
+
+    # -- generation and embedder --------------------------------------------------------
+
+    async def generation(self) -> Hashable:
+        return await self.writes.current(self._read_token, self._load_keywords)
+
+    async def _read_token(self) -> str:
+        metadata = await self._run(BackendConnectionError, "reading the generation", self._meta)
+        return str(metadata.get("generation", ""))
+
+    def _meta(self) -> dict[str, Any]:
+        return dict(
+            self._client.get_collection(self.prefix, embedding_function=None).metadata or {}
+        )
+
+    async def _wrote(self) -> None:
+        """Store a new generation token beside the embedder record."""
+        assert self._embedder is not None
+        name, dimension = self._embedder
+        metadata = {"embedder": name, "embedder_dimension": dimension}
+        metadata["generation"] = self.writes.wrote()
+        await self._run(
+            IndexingError, "recording the write", lambda: self._catalog.modify(metadata=metadata)
+        )
+
+    async def check_embedder(self, name: str, dimension: int) -> None:
+        stored = stored_embedder(
+            await self._run(BackendConnectionError, "reading the embedder", self._meta)
+        )
+        records.check_same_embedder(self.location, stored, (name, dimension))
+        self._embedder = (name, dimension)
+        if stored is None:
+            await self._wrote()
+
+    # -- writes ---------------------------------------------------------------------------
+
+    async def index_document(self, document: Document) -> None:
+        await self.index_documents([document])
+
+    async def index_documents(self, documents: Sequence[Document]) -> None:
+        if self._embedder is None:
+            raise IndexingError("no embedder recorded: call check_embedder before indexing")
+        for doc in documents:
+            records.require_embeddings(doc)
+        if not documents:
+            return
+        async with self._write_lock:
+            try:
+                await self._run(IndexingError, "indexing", lambda: self._write(documents))
+            except KnowledgeStoreError:
+                self.writes.forget()  # part may be written: rebuild the keyword index
+                raise
+            else:
+                entries = [entry for doc in documents for entry in keyword_entries(doc)]
+                self.keywords.replace([doc.id for doc in documents], entries)
+            finally:
+                await self._wrote()
+
+    def _write(self, documents: Sequence[Document]) -> None:
+        """Chunks first, then the stale ones go, then the catalog records: a write cut
+        short keeps the old content hashes, so the next ingest writes them again."""
+        stamp = records.now()
+        old = self._catalog.get(ids=[doc.id for doc in documents], include=["metadatas"])
+        created = {i: m["created_at"] for i, m in zip(old["ids"], old["metadatas"], strict=True)}
+        by_collection: dict[str, list[Document]] = defaultdict(list)
+        for doc in documents:
+            by_collection[doc.collection].append(doc)
+        for collection, docs in by_collection.items():
+            chunks = self._chunks(collection, create=True)
+            pairs = [(doc, chunk) for doc in docs for chunk in doc.chunks]
+            for part in self._batches(pairs):
+                chunks.upsert(
+                    ids=[chunk.id for _, chunk in part],
+                    embeddings=np.stack([np.asarray(chunk.embedding) for _, chunk in part]),
+                    documents=[chunk.content for _, chunk in part],
+                    metadatas=[chunk_metadata(doc, chunk) for doc, chunk in part],
+                )
+            replaced = [doc.id for doc in docs if doc.id in created]
+            if replaced:
+                current = {chunk.id for _, chunk in pairs}
+                stored = chunks.get(where={"document_id": {"$in": replaced}}, include=[])
+                stale = [chunk_id for chunk_id in stored["ids"] if chunk_id not in current]
+                if stale:
+                    chunks.delete(ids=stale)
+        for batch in self._batches(list(documents)):
+            self._catalog.upsert(
+                ids=[doc.id for doc in batch],
+                embeddings=[[0.0]] * len(batch),
+                documents=[doc.content for doc in batch],
+                metadatas=[
+                    records.document_record(
+                        doc, created.get(doc.id) or doc.created_at or stamp, stamp
+                    )
+                    for doc in batch
+                ],
+            )
+
+    def _batches(self, items: list[T]) -> Iterator[list[T]]:
+        size = self._client.get_max_batch_size()
+        for start in range(0, len(items), size):
+            yield items[start : start + size]
+
+    async def delete(self, doc_id: str) -> bool:
+        def remove() -> bool:
+            found = self._catalog.get(ids=[doc_id], include=["metadatas"])
+            if not found["ids"]:
+                return False
+            chunks = self._chunks(found["metadatas"][0]["collection"])
+            if chunks is not None:
+                chunks.delete(where={"document_id": doc_id})
+            self._catalog.delete(ids=[doc_id])
+            return True
+
+        async with self._write_lock:
+            deleted = await self._run(IndexingError, f"deleting {doc_id!r}", remove)
+            if deleted:
+                self.keywords.replace([doc_id], [])
+                await self._wrote()
+        return deleted
+
+    # -- search ---------------------------------------------------------------------------
+
+    async def vector_candidates(
+        self, vector: np.ndarray, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        def query() -> list[Candidate]:
+            chunks = self._chunks(filters.collection)
+            if chunks is None:
+                return []
+            found = chunks.query(
+                query_embeddings=[np.asarray(vector, dtype=np.float32)],
+                n_results=n,
+                where=chroma_where(filters),
+                include=["distances"],
+            )
+            return [
+                Candidate((filters.collection, key), cosine_to_similarity(1.0 - distance))
+                for key, distance in zip(found["ids"][0], found["distances"][0], strict=True)
+            ]
+
+        return await self._run(SearchError, "vector search", query)
+
+    async def keyword_candidates(
+        self, query: str, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        await self._ready()  # the index mirrors Chroma: no answers while Chroma is away
+        return [
+            Candidate((filters.collection, c.key), c.score)
+            for c in self.keywords.search(query, n, filters)
+        ]
+
+    async def similarities(
+        self, keys: Sequence[Hashable], vector: np.ndarray
+    ) -> dict[Hashable, float]:
+        def read() -> dict[Hashable, float]:
+            scores: dict[Hashable, float] = {}
+            for collection, got in self._get_by_key(keys, ["embeddings"]):
+                for chunk_id, embedding in zip(got["ids"], got["embeddings"], strict=True):
+                    cosine = float(np.dot(np.asarray(embedding, dtype=np.float32), vector))
+                    scores[(collection, chunk_id)] = cosine_to_similarity(cosine)
+            return scores
+
+        return await self._run(SearchError, "similarity lookup", read) if keys else {}
+
+    async def hydrate(
+        self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
+    ) -> list[SearchHit]:
+        scores = dict(ranked)
+
+        def read() -> dict[Hashable, SearchHit]:
+            hits: dict[Hashable, SearchHit] = {}
+            for collection, got in self._get_by_key(
+                [k for k, _ in ranked], ["metadatas", "documents"]
+            ):
+                for chunk_id, meta, content in zip(
+                    got["ids"], got["metadatas"], got["documents"], strict=True
+                ):
+                    key = (collection, chunk_id)
+                    hits[key] = records.hit_from_record(
+                        chunk_id,
+                        meta,
+                        content,
+                        json.loads(meta["metadata"]),
+                        scores[key],
+                        similarity[key],
+                    )
+            return hits
+
+        hits = await self._run(SearchError, "reading hits", read) if ranked else {}
+        return [hits[key] for key, _ in ranked if key in hits]
+
+    def _get_by_key(
+        self, keys: Iterable[Hashable], include: list[str]
+    ) -> list[tuple[str, GetResult]]:
+        by_collection: dict[str, list[str]] = defaultdict(list)
+        for collection, chunk_id in cast(Iterable[Key], keys):
+            by_collection[collection].append(chunk_id)
+        results = []
+        for collection, ids in by_collection.items():
+            chunks = self._chunks(collection)
+            if chunks is not None:
+                results.append((collection, chunks.get(ids=ids, include=include)))
+        return results
+
+    async def _load_keywords(self) -> None:
+        """Rebuild the keyword index from every chunk stored in Chroma."""
+
+        def read_all() -> list[KeywordEntry]:
+            entries: list[KeywordEntry] = []
+            for chunks in self._all_chunks():
+                collection = (chunks.metadata or {}).get("collection", "")
+                for offset in range(0, chunks.count(), PAGE):
+                    got = chunks.get(limit=PAGE, offset=offset)
+                    entries.extend(
+                        keyword_entry(collection, chunk_id, meta, content)
+                        for chunk_id, meta, content in zip(
+                            got["ids"], got["metadatas"], got["documents"], strict=True
+                        )
+                    )
+            return entries
+
+        entries = await asyncio.to_thread(read_all)
+        self.keywords.clear()
+        self.keywords.replace([], entries)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def get_by_id(self, doc_id: str) -> Document | None:
+        found = await self._documents(ids=[doc_id])
+        return found[0] if found else None
+
+    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
+        where = {
+            "$and": [{"collection": collection}, {"source_type": source_type}, {"source_id": key}]
+        }
+        by_source = await self._documents(where=where)
+        if by_source:
+            return by_source[0]
+
+        def owner() -> str:
+            chunks = self._chunks(collection)
+            found = chunks.get(ids=[key], include=["metadatas"]) if chunks else {"ids": []}
+            return str(found["metadatas"][0]["document_id"]) if found["ids"] else key
+
+        doc = await self.get_by_id(await self._run(SearchError, "finding a document", owner))
+        if doc is None or doc.source_type != source_type or doc.collection != collection:
+            return None
+        return doc
+
+    async def _documents(self, with_vectors: bool = False, **query: Any) -> list[Document]:
+        """Catalog records matching `query` (ids= or where=), each with its chunks."""
+
+        def read() -> list[Document]:
+            found = self._catalog.get(**query, include=["metadatas", "documents"])
+            parts: dict[str, list[Chunk]] = defaultdict(list)
+            by_collection: dict[str, list[str]] = defaultdict(list)
+            for doc_id, record in zip(found["ids"], found["metadatas"], strict=True):
+                by_collection[record["collection"]].append(doc_id)
+            include = ["metadatas", "documents", *(["embeddings"] if with_vectors else [])]
+            for collection, doc_ids in by_collection.items():
+                chunks = self._chunks(collection)
+                if chunks is None:
+                    continue
+                got = chunks.get(where={"document_id": {"$in": doc_ids}}, include=include)
+                for i, chunk_id in enumerate(got["ids"]):
+                    meta = got["metadatas"][i]
+                    chunk = records.chunk_from_record(chunk_id, meta, got["documents"][i])
+                    if with_vectors:
+                        chunk.embedding = np.asarray(got["embeddings"][i], dtype=np.float32)
+                    parts[meta["document_id"]].append(chunk)
+            return [
+                records.document_from_record(record, content, parts[doc_id])
+                for doc_id, record, content in zip(
+                    found["ids"], found["metadatas"], found["documents"], strict=True
+                )
+            ]
+
+        return await self._run(SearchError, "reading documents", read)
+
+    async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        def read() -> dict[str, str]:
+            hashes = {}
+            for start in range(0, len(doc_ids), PAGE):
+                part = list(doc_ids[start : start + PAGE])
+                got = self._catalog.get(ids=part, include=["metadatas"])
+                for doc_id, meta in zip(got["ids"], got["metadatas"], strict=True):
+                    hashes[doc_id] = str(meta["content_hash"])
+            return hashes
+
+        return await self._run(SearchError, "reading content hashes", read) if doc_ids else {}
+
+    async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        def read() -> dict[str, np.ndarray]:
+            vectors: dict[str, np.ndarray] = {}
+            for chunks in self._all_chunks():
+                for start in range(0, len(hashes), PAGE):
+                    where = {"content_hash": {"$in": list(hashes[start : start + PAGE])}}
+                    got = chunks.get(where=where, include=["metadatas", "embeddings"])
+                    for meta, embedding in zip(got["metadatas"], got["embeddings"], strict=True):
+                        vectors[meta["content_hash"]] = np.asarray(embedding, dtype=np.float32)
+            return vectors
+
+        return await self._run(SearchError, "reading stored vectors", read) if hashes else {}
+
+    async def collections(self) -> dict[str, int]:
+        def read() -> dict[str, int]:
+            counts = {}
+            for chunks in self._all_chunks():
+                name = (chunks.metadata or {}).get("collection", "")
+                ids = self._catalog.get(where={"collection": name}, include=[])["ids"]
+                if ids:
+                    counts[name] = len(ids)
+            return dict(sorted(counts.items()))
+
+        return await self._run(SearchError, "listing collections", read)
+
+    async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
+        def ids() -> list[str]:
+            return sorted(self._catalog.get(where={"collection": collection}, include=[])["ids"])
+
+        doc_ids = await self._run(SearchError, "listing documents", ids)
+        for start in range(0, len(doc_ids), 100):
+            docs = await self._documents(with_vectors=True, ids=doc_ids[start : start + 100])
+            for doc in sorted(docs, key=lambda d: d.id):
+                yield doc
+
+    async def count(self) -> int:
+        return await self._run(SearchError, "counting documents", lambda: self._catalog.count())
+
+    async def health_check(self) -> dict[str, Any]:
+        def counts() -> tuple[int, int]:
+            self._client.heartbeat()
+            return self._catalog.count(), sum(c.count() for c in self._all_chunks())
+
+        try:
+            documents, chunks = await self._run(BackendConnectionError, "health check", counts)
+        except KnowledgeStoreError as e:
+            return {"backend": self.name, "status": "unavailable", "error": str(e)}
+        return {
+            "backend": self.name,
+            "status": "ok",
+            "mode": "http" if self.host else "local",
+            "location": self.location,
+            "documents": documents,
+            "chunks": chunks,
+            "keyword_index_chunks": len(self.keywords),
+        }
+
+
+def stored_embedder(metadata: dict[str, Any]) -> tuple[str, int] | None:
+    if "embedder" not in metadata:
+        return None
+    return str(metadata["embedder"]), int(metadata["embedder_dimension"])
+
+
+def chunk_metadata(doc: Document, chunk: Chunk) -> dict[str, Any]:
+    """Chunk fields, the document metadata as JSON, and its scalar values flattened
+    under `meta.` so Chroma's `where` can filter on them."""
+    flat = {
+        f"{META_PREFIX}{key}": value
+        for key, value in doc.metadata.items()
+        if isinstance(value, str | int | float | bool)
+    }
+    return {**records.chunk_record(doc, chunk), "metadata": json.dumps(doc.metadata), **flat}
+
+
+def chroma_where(filters: SearchFilters) -> dict[str, Any] | None:
+    clauses: list[dict[str, Any]] = []
+    if filters.source_types is not None:
+        clauses.append({"source_type": {"$in": list(filters.source_types)}})
+    clauses.extend({f"{META_PREFIX}{key}": value} for key, value in filters.metadata)
+    if not clauses:
+        return None
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def keyword_entries(doc: Document) -> list[KeywordEntry]:
+    return [
+        KeywordEntry(
+            chunk.id,
+            doc.id,
+            doc.collection,
+            doc.source_type,
+            doc.metadata,
+            chunk.title,
+            chunk.section,
+            chunk.content,
+        )
+        for chunk in doc.chunks
+    ]
+
+
+def keyword_entry(
+    collection: str, chunk_id: str, meta: dict[str, Any], content: str
+) -> KeywordEntry:
+    return KeywordEntry(
+        chunk_id,
+        meta["document_id"],
+        collection,
+        meta["source_type"],
+        json.loads(meta["metadata"]),
+        meta["title"],
+        meta["section"],
+        content,
+    )
+
+
+def close_client(client: Any) -> None:
+    """Close a client and, for the HTTP client, the connection pools it leaves open."""
+    sessions = [
+        getattr(getattr(owner, "_server", None), "_session", None)
+        for owner in (client, getattr(client, "_admin_client", None))
+    ]
+    client.close()
+    for session in sessions:
+        if session is not None:
+            session.close()
+
+
+def unreachable(error: BaseException) -> bool:
+    """Whether the server cannot be reached (rather than refusing one request)."""
+    import httpx
+
+    return isinstance(error, httpx.TransportError | ConnectionError)

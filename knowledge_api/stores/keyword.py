@@ -1,0 +1,186 @@
+"""Keyword relevance shared by the stores.
+
+One definition of what a keyword query means (its terms, its FTS5 expression, its
+filters), used by the SQLite store's FTS5 table, by `KeywordIndex` (an in-memory FTS5
+index for backends whose engine does not rank by keywords, such as Chroma) and by the
+BM25 sparse vectors Qdrant ranks with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from knowledge_api import text
+from knowledge_api.models import Metadata, SearchFilters
+from knowledge_api.stores.base import Candidate
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+BM25_AVERAGE_TERMS = 120.0
+"""Typical words in a chunk (about 900 characters): the length BM25 normalises against."""
+
+
+def query_terms(query: str) -> list[str]:
+    """The words a keyword search looks for: content words, or every word if none."""
+    return text.content_terms(query) or list(dict.fromkeys(text.words(query)))
+
+
+def fts_query(query: str) -> str:
+    """An FTS5 expression matching any content term of the query (all words if none)."""
+    return " OR ".join(f'"{term}"' for term in query_terms(query))
+
+
+def filter_sql(
+    filters: SearchFilters, chunks: str = "c", documents: str = "d"
+) -> tuple[str, list[Any]]:
+    """A WHERE clause for `filters` over a chunks table (collection, source_type) and
+    a documents table (metadata as JSON), given their aliases."""
+    clauses, params = [f"{chunks}.collection = ?"], [filters.collection]
+    if filters.source_types is not None:
+        marks = ",".join("?" * len(filters.source_types))
+        clauses.append(f"{chunks}.source_type IN ({marks})")
+        params.extend(filters.source_types)
+    for key, value in filters.metadata:
+        clauses.append(f"json_extract({documents}.metadata, ?) = ?")
+        params.extend((json_path(key), value))
+    return " AND ".join(clauses), params
+
+
+def json_path(key: str) -> str:
+    return '$."' + key.replace('"', '""') + '"'
+
+
+# -- an in-memory BM25 index -------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE chunks (
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    document_id TEXT NOT NULL,
+    collection TEXT NOT NULL,
+    source_type TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    title TEXT NOT NULL,
+    section TEXT NOT NULL,
+    content TEXT NOT NULL
+);
+CREATE INDEX chunks_document ON chunks (document_id);
+CREATE VIRTUAL TABLE chunks_fts USING fts5 (
+    title, section, content,
+    content = 'chunks', content_rowid = 'rowid',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts (rowid, title, section, content)
+    VALUES (new.rowid, new.title, new.section, new.content);
+END;
+CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, title, section, content)
+    VALUES ('delete', old.rowid, old.title, old.section, old.content);
+END;
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordEntry:
+    """A chunk as the keyword index sees it."""
+
+    id: str
+    document_id: str
+    collection: str
+    source_type: str
+    metadata: Metadata
+    title: str
+    section: str
+    content: str
+
+    def row(self) -> tuple[Any, ...]:
+        return (
+            self.id,
+            self.document_id,
+            self.collection,
+            self.source_type,
+            json.dumps(self.metadata),
+            self.title,
+            self.section,
+            self.content,
+        )
+
+
+class KeywordIndex:
+    """BM25 over chunk texts in an in-memory SQLite FTS5 table, keyed by chunk id.
+
+    The backend stays the source of truth: the index is rebuilt from it on open and
+    kept current by the backend's own writes.
+    """
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._db.executescript(_SCHEMA)
+
+    def __len__(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    def replace(self, document_ids: Iterable[str], entries: Iterable[KeywordEntry]) -> None:
+        """Drop every chunk of `document_ids`, then add `entries`, in one transaction."""
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "DELETE FROM chunks WHERE document_id = ?", [(d,) for d in document_ids]
+            )
+            self._db.executemany(
+                """INSERT INTO chunks (id, document_id, collection, source_type, metadata,
+                       title, section, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+                [entry.row() for entry in entries],
+            )
+
+    def clear(self) -> None:
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM chunks")
+
+    def search(self, query: str, n: int, filters: SearchFilters) -> list[Candidate]:
+        """Best n chunk ids by BM25 (higher is better), best first."""
+        match = fts_query(query)
+        if not match:
+            return []
+        where, params = filter_sql(filters, chunks="c", documents="c")
+        rows = self._db.execute(
+            f"""SELECT c.id, bm25(chunks_fts) AS rank FROM chunks_fts
+                JOIN chunks c ON c.rowid = chunks_fts.rowid
+                WHERE chunks_fts MATCH ? AND {where} ORDER BY rank LIMIT ?""",
+            (match, *params, n),
+        ).fetchall()
+        return [Candidate(chunk_id, -float(rank)) for chunk_id, rank in rows]
+
+
+# -- BM25 sparse vectors -----------------------------------------------------------
+
+
+def term_id(term: str) -> int:
+    """A stable 32-bit id of a stemmed term: sparse vectors need no shared vocabulary."""
+    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "little")
+
+
+def sparse_document(passage: str) -> dict[int, float]:
+    """BM25 term weights of a passage (saturated term frequency, length-normalised);
+    the engine multiplies in each term's inverse document frequency at query time."""
+    counts = Counter(text.stem(word) for word in text.words(passage))
+    length = sum(counts.values())
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / BM25_AVERAGE_TERMS)
+    weights: dict[int, float] = {}
+    for term, tf in counts.items():
+        key = term_id(term)
+        weights[key] = weights.get(key, 0.0) + tf * (BM25_K1 + 1) / (tf + norm)
+    return weights
+
+
+def sparse_query(query: str) -> dict[int, float]:
+    """One unit weight per query term, so a passage scores the sum of its BM25 weights."""
+    return {term_id(text.stem(term)): 1.0 for term in query_terms(query)}

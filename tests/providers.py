@@ -1,0 +1,143 @@
+"""The HTTP side of Gemini, Groq and Cohere, answered by respx.
+
+The real SDKs send real requests; these helpers build what the providers send back:
+SSE bodies of streamed answers, error bodies, streams that stall or break midway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import respx
+
+from knowledge_api.settings import Secret, Settings
+from tests.conftest import make_settings
+
+GEMINI_URL = "https://gemini.test"
+GROQ_URL = "https://groq.test"
+COHERE_URL = "https://cohere.test"
+GEMINI_KEY = "gm-secret-key-1111"
+GROQ_KEY = "gq-secret-key-2222"
+COHERE_KEY = "co-secret-key-3333"
+GEMINI_GENERATE = r"^https://gemini\.test/v1/models/gemini-2\.0-flash:streamGenerateContent"
+GROQ_CHAT = f"{GROQ_URL}/openai/v1/chat/completions"
+
+
+def llm_settings(tmp_path: Path, **changes: Any) -> Settings:
+    """Both LLM links configured, each at its test host."""
+    values: dict[str, Any] = {
+        "gemini_api_key": Secret(GEMINI_KEY),
+        "gemini_base_url": GEMINI_URL,
+        "groq_api_key": Secret(GROQ_KEY),
+        "groq_base_url": GROQ_URL,
+    }
+    return make_settings(tmp_path, **{**values, **changes})
+
+
+def mocked() -> Iterator[respx.MockRouter]:
+    """For a fixture: every HTTP request must match a route, none reaches the network."""
+    with respx.mock(assert_all_called=False, assert_all_mocked=True) as router:
+        yield router
+
+
+# -- Gemini -----------------------------------------------------------------------------
+
+
+def gemini_chunk(text: str, finish: str | None = None, tokens: int | None = None) -> bytes:
+    candidate: dict[str, Any] = {"content": {"parts": [{"text": text}], "role": "model"}}
+    if finish:
+        candidate["finishReason"] = finish
+    chunk: dict[str, Any] = {"candidates": [candidate]}
+    if tokens is not None:
+        chunk["usageMetadata"] = {"totalTokenCount": tokens}
+    return b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n"
+
+
+def gemini_answer(pieces: Sequence[str], tokens: int = 42) -> httpx.Response:
+    body = b"".join(
+        gemini_chunk(piece, *(("STOP", tokens) if i == len(pieces) - 1 else ()))
+        for i, piece in enumerate(pieces)
+    )
+    return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+
+def gemini_error(status: int, message: str = "failure", code: str = "INTERNAL") -> httpx.Response:
+    error = {"error": {"code": status, "message": message, "status": code}}
+    return httpx.Response(status, json=error)
+
+
+# -- Groq -------------------------------------------------------------------------------
+
+
+def groq_chunk(text: str, last: bool = False, tokens: int = 0) -> bytes:
+    chunk: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "llama-3.3-70b-versatile",
+        "choices": [
+            {"index": 0, "delta": {"content": text}, "finish_reason": "stop" if last else None}
+        ],
+    }
+    if last:
+        chunk["x_groq"] = {
+            "id": "req-1",
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": tokens},
+        }
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def groq_answer(pieces: Sequence[str], tokens: int = 77) -> httpx.Response:
+    body = b"".join(groq_chunk(p, i == len(pieces) - 1, tokens) for i, p in enumerate(pieces))
+    return httpx.Response(
+        200, content=body + b"data: [DONE]\n\n", headers={"content-type": "text/event-stream"}
+    )
+
+
+def groq_error(status: int, message: str = "failure") -> httpx.Response:
+    return httpx.Response(status, json={"error": {"message": message, "type": "server_error"}})
+
+
+# -- streams that stall or break ----------------------------------------------------------
+
+
+class Stream(httpx.AsyncByteStream):
+    """A streamed body sent piece by piece: then it ends, stalls or breaks.
+
+    It records how many pieces were sent and whether the client closed it, from
+    whichever thread the server runs on."""
+
+    def __init__(
+        self, pieces: Sequence[bytes], then: str = "end", pause: float = 0.0, stall: float = 30.0
+    ) -> None:
+        self.pieces = list(pieces)
+        self.then = then
+        self.pause = pause
+        self.stall = stall
+        self.sent = 0
+        self.closed = threading.Event()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            if self.closed.is_set():
+                return
+            yield piece
+            self.sent += 1
+            await asyncio.sleep(self.pause)
+        if self.then == "stall":
+            await asyncio.sleep(self.stall)
+        elif self.then == "break":
+            raise httpx.ReadError("connection reset by peer")
+
+    async def aclose(self) -> None:
+        self.closed.set()
+
+
+def streamed(stream: Stream) -> httpx.Response:
+    return httpx.Response(200, stream=stream, headers={"content-type": "text/event-stream"})

@@ -1,0 +1,245 @@
+"""POST /v1/knowledge/answer: the AgentResponse contract over HTTP, real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import respx
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.errors import BackendConnectionError
+from knowledge_api.service import KnowledgeService
+from knowledge_api.settings import Settings
+from tests import providers
+from tests.conftest import corpus, make_settings
+from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
+
+ANSWER = "/v1/knowledge/answer"
+QUESTION = "Which audio formats does asset ingestion accept?"
+
+
+@pytest.fixture
+def mock() -> Iterator[respx.MockRouter]:
+    yield from providers.mocked()
+
+
+def serve(settings: Settings) -> Iterator[TestClient]:
+    app = create_app(settings)
+    with TestClient(app) as client:
+        client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
+        yield client
+
+
+@pytest.fixture
+def llm_client(tmp_path: Path, mock: respx.MockRouter) -> Iterator[TestClient]:
+    yield from serve(llm_settings(tmp_path))
+
+
+def answer(client: TestClient, **body: Any) -> dict[str, Any]:
+    response = client.post(ANSWER, json={"query": QUESTION, **body})
+    assert response.status_code == 200, response.text
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def assert_grounded(body: dict[str, Any]) -> None:
+    """The contract's rules: every [n] is a source, every source is cited."""
+    cited = {int(n) for n in re.findall(r"\[(\d+)\]", body["answer"])}
+    assert cited and cited == {s["citation_index"] for s in body["sources"]}
+    confidence = body["confidence"]
+    factors = ("retrieval_quality", "coverage_score", "entailment_score", "lexical_overlap")
+    assert all(0.0 <= confidence[name] <= 1.0 for name in (*factors, "overall"))
+
+
+def test_a_grounded_answer_has_every_field_of_the_contract(client: TestClient) -> None:
+    body = answer(client, threshold=0.3)
+    assert set(body) == {
+        "query_id",
+        "status",
+        "answer",
+        "confidence",
+        "sources",
+        "metadata",
+        "error_message",
+    }
+    assert uuid.UUID(body["query_id"]).version == 4
+    assert body["status"] == "success" and body["error_message"] is None
+    assert body["answer"] == "Asset ingestion accepts WAV and FLAC audio files. [1]"
+    assert_grounded(body)
+    [source] = body["sources"]
+    assert set(source) == {"chunk_id", "citation_index", "relevance_score", "excerpt", "metadata"}
+    assert source["metadata"]["source_id"] == "kb-7"
+    assert source["metadata"]["title"] == "Supported audio formats"
+    assert source["excerpt"].startswith("Asset ingestion accepts WAV and FLAC")
+    assert 0.3 <= source["relevance_score"] <= 1.0
+    confidence = body["confidence"]
+    assert confidence["retrieval_quality"] == source["relevance_score"]
+    assert confidence["coverage_score"] == 1.0  # 'formats' is in the passage's title
+    assert confidence["entailment_score"] == 1.0  # a quoted sentence supports itself
+    assert confidence["entailment_method"] == "embedding-similarity"
+    metadata = body["metadata"]
+    assert metadata["model"] == "extractive" and metadata["tokens_used"] == 0
+    assert metadata["total_time_ms"] >= metadata["retrieval_time_ms"] >= 0
+    assert metadata["generation_time_ms"] >= 0 and metadata["timestamp"].endswith("Z")
+    assert metadata["cache_hit"] is False
+
+
+def test_no_passage_above_the_threshold_is_insufficient_context(client: TestClient) -> None:
+    body = answer(client)  # the default threshold, 0.7
+    assert body["status"] == "insufficient_context"
+    assert body["answer"] is None and body["sources"] == []
+    assert "below the 0.7 threshold" in body["error_message"]
+    best = body["confidence"]["retrieval_quality"]
+    assert 0 < best < 0.7 and f"(best: {best:.2f})" in body["error_message"]
+    assert body["confidence"]["level"] == "low"
+    assert body["confidence"]["overall"] == pytest.approx(0.35 * best, abs=1e-4)
+    assert body["metadata"]["generation_time_ms"] == 0.0
+
+
+def test_the_default_threshold_is_a_setting(tmp_path: Path) -> None:
+    for client in serve(make_settings(tmp_path, answer_threshold=0.3)):
+        assert answer(client)["status"] == "success"
+
+
+def test_nothing_found_says_so(client: TestClient) -> None:
+    body = answer(client, filters={"app_under_test": "no-such-app"})
+    assert body["status"] == "insufficient_context"
+    assert "no passage matches" in body["error_message"]
+
+
+def test_repeat_is_a_cache_hit_with_a_new_id(client: TestClient) -> None:
+    first, again = answer(client, threshold=0.3), answer(client, threshold=0.3)
+    assert again["metadata"]["cache_hit"] is True and again["answer"] == first["answer"]
+    assert again["query_id"] != first["query_id"]
+    assert again["metadata"]["retrieval_time_ms"] == again["metadata"]["generation_time_ms"] == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "query"),
+        ({"query": ""}, "query"),
+        ({"query": " \t"}, "query"),
+        ({"query": "x" * 501}, "query"),
+        ({"query": ["a"]}, "query"),
+        ({"query": "ok", "threshold": 1.2}, "threshold"),
+        ({"query": "ok", "limit": 0}, "limit"),
+        ({"query": "ok", "limit": 21}, "limit"),
+        ({"query": "ok", "sources": ["slack"]}, "sources"),
+        ({"query": "ok", "stream": "yes"}, "stream"),
+        ({"query": "ok", "top_k": 3}, "top_k"),
+    ],
+)
+def test_bad_input_is_a_400_naming_field_and_rule(
+    client: TestClient, body: dict[str, Any], field: str
+) -> None:
+    response = client.post(ANSWER, json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["details"]["field"] == field and error["details"]["rule"]
+
+
+def test_a_500_character_query_is_accepted(client: TestClient) -> None:
+    assert answer(client, query="audio " * 83 + "fl")["status"] in (
+        "success",
+        "insufficient_context",
+    )
+
+
+def test_an_llm_answer_is_grounded_and_attributed(
+    llm_client: TestClient, mock: respx.MockRouter
+) -> None:
+    mock.post(url__regex=GEMINI_GENERATE).mock(
+        return_value=gemini_answer(
+            ["Asset ingestion accepts WAV and FLAC files [1]", ", like the 2019 guide says [4]."],
+            tokens=120,
+        )
+    )
+    body = answer(llm_client, threshold=0.2)
+    assert body["status"] == "success"
+    assert (
+        body["answer"]
+        == "Asset ingestion accepts WAV and FLAC files [1], like the 2019 guide says."
+    )
+    assert_grounded(body)
+    assert [s["citation_index"] for s in body["sources"]] == [1]
+    metadata = body["metadata"]
+    assert metadata["model"] == "gemini-2.0-flash" and metadata["temperature"] == 0.3
+    assert metadata["tokens_used"] == 120
+    assert metadata["synthesizer"]["citations_removed"] == [4]
+    assert metadata["synthesizer"]["skipped"] == []
+    assert body["confidence"]["lexical_overlap"] < 1.0  # "2019", "guide", "like" are invented
+
+
+def test_an_llm_answer_citing_nothing_is_not_passed_off_as_grounded(
+    llm_client: TestClient, mock: respx.MockRouter
+) -> None:
+    mock.post(url__regex=GEMINI_GENERATE).mock(
+        return_value=gemini_answer(["The context does not say which formats are accepted."])
+    )
+    body = answer(llm_client, threshold=0.2)
+    assert body["status"] == "insufficient_context"
+    assert body["answer"] is None and body["sources"] == []
+    assert "gemini-2.0-flash cited none of them" in body["error_message"]
+    assert body["metadata"]["model"] == "gemini-2.0-flash"
+
+
+def test_query_synthesis_uses_the_same_chain_and_citations(
+    llm_client: TestClient, mock: respx.MockRouter
+) -> None:
+    mock.post(url__regex=GEMINI_GENERATE).mock(
+        side_effect=[gemini_answer(["WAV and FLAC [1] [8]."]) for _ in range(2)]
+    )
+    grounded = answer(llm_client, threshold=0.2)
+    query = llm_client.post(
+        "/v1/knowledge/query", json={"query": QUESTION, "threshold": 0.2}
+    ).json()
+    assert query["synthesis"] == grounded["answer"] == "WAV and FLAC [1]."
+    assert query["synthesizer"]["citations_removed"] == [8]
+    assert query["results"][0]["id"] == grounded["sources"][0]["chunk_id"]
+
+
+class StoreLostWhileGrounding(KnowledgeService):
+    async def _ground(self, *args: Any) -> dict[str, Any]:
+        raise BackendConnectionError("the store went away")
+
+
+def stream_events(client: TestClient, path: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
+    with client.stream("POST", path, json={**body, "stream": True}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        raw = "".join(response.iter_text())
+    events = []
+    for block in raw.strip().split("\n\n"):
+        name, data = block.split("\n")
+        events.append((name.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
+    return events
+
+
+def test_a_streamed_answer_ends_with_the_whole_response(client: TestClient) -> None:
+    events = stream_events(client, ANSWER, {"query": QUESTION, "threshold": 0.3})
+    assert [name for name, _ in events] == ["results", "answer", "done"]
+    done = events[-1][1]
+    assert done["status"] == "success" and done["answer"] == events[1][1]["delta"]
+    assert done["sources"][0]["chunk_id"] == events[0][1]["results"][0]["id"]
+
+
+def test_a_failure_mid_stream_is_an_answer_of_status_error(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    app = create_app(settings, StoreLostWhileGrounding.from_settings(settings))
+    with TestClient(app) as client:
+        client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
+        events = stream_events(client, ANSWER, {"query": QUESTION, "threshold": 0.3})
+        response = client.post(ANSWER, json={"query": QUESTION, "threshold": 0.3})
+    assert [name for name, _ in events] == ["results", "answer", "done"]
+    done = events[-1][1]
+    assert done["status"] == "error" and done["answer"] is None
+    assert done["error_message"] == "the store went away"
+    assert response.status_code == 503  # without a stream: the status and the error shape
+    assert response.json()["error"]["type"] == "store_unavailable"

@@ -1,0 +1,83 @@
+"""Grounded answers with the real all-MiniLM-L6-v2 model judging entailment."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import respx
+from starlette.testclient import TestClient
+
+from knowledge_api import grounding
+from knowledge_api.app import create_app
+from knowledge_api.embeddings.local import LocalEmbedder
+from tests import providers
+from tests.conftest import corpus
+from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
+from tests.test_extractive import hit
+
+pytestmark = pytest.mark.model
+
+LOGIN = hit(
+    "The login page times out after 30 seconds when SSO is slow. "
+    "Increase the gateway timeout to fix the login timeout.",
+    0.6,
+)
+AUDIO = hit("Asset ingestion accepts WAV and FLAC audio files. MP3 uploads become FLAC.", 0.5)
+
+
+@pytest.fixture(scope="module")
+def model() -> LocalEmbedder:
+    embedder = LocalEmbedder(precision="auto")
+    embedder.load()
+    return embedder
+
+
+@pytest.fixture
+def mock() -> Iterator[respx.MockRouter]:
+    yield from providers.mocked()
+
+
+async def support(model: LocalEmbedder, answer: str) -> float:
+    async def embed(texts: Sequence[str]) -> np.ndarray:
+        return model.embed_documents(texts)
+
+    score, method = await grounding.entailment(grounding.claims(answer), [LOGIN, AUDIO], embed)
+    assert method == "embedding-similarity"
+    return score
+
+
+async def test_paraphrases_are_supported_and_inventions_are_not(model: LocalEmbedder) -> None:
+    quoted = await support(model, "The login page times out after 30 seconds when SSO is slow [1].")
+    paraphrase = await support(model, "Sign-in hangs for half a minute when SSO is slow [1].")
+    invented = await support(model, "The release of version 4.2 moves to Friday [1].")
+    miscited = await support(model, "WAV and FLAC files are accepted [1].")
+    assert quoted == pytest.approx(1.0, abs=1e-5)
+    assert quoted > paraphrase > 0.5 > invented
+    assert miscited < 0.2  # true, but not what [1] says
+
+
+def test_an_llm_answer_graded_with_the_real_model(
+    model: LocalEmbedder, tmp_path: Path, mock: respx.MockRouter
+) -> None:
+    mock.post(url__regex=GEMINI_GENERATE).mock(
+        side_effect=[
+            gemini_answer(["Sign-in hangs when SSO is slow; ", "raise the gateway timeout [1]."]),
+            gemini_answer(["Sign-in hangs when SSO is slow [1]. It also deletes user data [1]."]),
+        ]
+    )
+    app = create_app(llm_settings(tmp_path, embedder="local"))
+    app.state.service.embedder = model
+    question = {"query": "Why does the login page time out?", "threshold": 0.3}
+    with TestClient(app) as client:
+        client.portal.call(app.state.service.ingest, corpus())
+        grounded = client.post("/v1/knowledge/answer", json=question).json()
+        other = client.post("/v1/knowledge/answer", json={**question, "limit": 4}).json()
+    assert grounded["status"] == "success"
+    assert grounded["sources"][0]["metadata"]["source_id"] == "SIAM-101"
+    assert grounded["confidence"]["entailment_score"] > 0.6
+    assert grounded["confidence"]["level"] in ("high", "medium")
+    assert other["confidence"]["entailment_score"] < grounded["confidence"]["entailment_score"]
+    assert other["confidence"]["overall"] < grounded["confidence"]["overall"]

@@ -1,0 +1,172 @@
+"""What the Chroma store does beyond the conformance suite: a real Chroma server,
+the keyword index it rebuilds, collection names Chroma would refuse, the service on it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.errors import BackendConnectionError, ConfigurationError
+from knowledge_api.models import Document, SearchFilters
+from knowledge_api.settings import Secret
+from knowledge_api.stores.chroma import ChromaStore
+from tests.conftest import corpus, make_settings
+from tests.test_store_conformance import assert_known_answers, closed_port, index, vector
+
+CHROMA = Path(sys.executable).parent / "chroma"
+
+
+def start_server(folder: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = closed_port()
+    server = subprocess.Popen(
+        [str(CHROMA), "run", "--path", str(folder), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=1).raise_for_status()
+            return server, port
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    stop(server)
+    raise RuntimeError("the Chroma server did not start")
+
+
+def stop(server: subprocess.Popen[bytes]) -> None:
+    server.kill()
+    server.wait()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[int]:
+    process, port = start_server(tmp_path / "server")
+    yield port
+    stop(process)
+
+
+@pytest.fixture
+async def local(tmp_path: Path) -> AsyncIterator[ChromaStore]:
+    store = ChromaStore(tmp_path / "chroma")
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def test_replicas_on_one_server_see_each_others_writes(server: int) -> None:
+    token = Secret("chroma-token-123")
+    writer = ChromaStore(host="127.0.0.1", port=server, token=token, poll_seconds=0)
+    reader = ChromaStore(host="127.0.0.1", port=server, token=token, poll_seconds=0)
+    await writer.open()
+    await reader.open()
+    try:
+        seen = await reader.generation()
+        await index(writer, corpus())
+        assert await reader.generation() != seen
+        await assert_known_answers(reader)  # its keyword index was rebuilt from the server
+        hits = await reader.search("FLAC", None, 5, SearchFilters())
+        assert [h.source_id for h in hits] == ["kb-7"]
+        health = await reader.health_check()
+        assert health["status"] == "ok" and health["mode"] == "http"
+        assert health["documents"] == 6 and health["keyword_index_chunks"] == 7
+        assert "chroma-token-123" not in f"{health} {reader!r}"
+    finally:
+        await writer.close()
+        await reader.close()
+
+
+async def test_a_lost_server_is_a_visible_store_error(tmp_path: Path) -> None:
+    process, port = start_server(tmp_path / "server")
+    store = ChromaStore(host="127.0.0.1", port=port)
+    await store.open()
+    try:
+        await index(store, corpus())
+        stop(process)
+        with pytest.raises(BackendConnectionError, match="Chroma"):
+            await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
+        health = await store.health_check()
+        assert health["status"] == "unavailable"
+    finally:
+        stop(process)
+        await store.close()
+
+
+async def test_the_keyword_index_is_rebuilt_when_the_store_opens(tmp_path: Path) -> None:
+    first = ChromaStore(tmp_path / "chroma")
+    await first.open()
+    await index(first, corpus())
+    await first.close()
+    again = ChromaStore(tmp_path / "chroma")
+    await again.open()
+    try:
+        assert len(again.keywords) == 7
+        hits = await again.search("FLAC", None, 5, SearchFilters())
+        assert [h.source_id for h in hits] == ["kb-7"]
+        await assert_known_answers(again)
+    finally:
+        await again.close()
+
+
+async def test_any_collection_name_gets_a_chroma_collection(local: ChromaStore) -> None:
+    names = ["default", "docs.v2", "Ünïcode", "a"]
+    for name in names:
+        await index(local, [Document("wiki", "p", f"Page of {name}.", "P", collection=name)])
+    assert await local.collections() == dict.fromkeys(sorted(names), 1)
+    hits = await local.search("page", vector("page"), 5, SearchFilters(collection="docs.v2"))
+    assert [h.chunk.content for h in hits] == ["Page of docs.v2."]
+
+
+async def test_metadata_filters_keep_their_types(local: ChromaStore) -> None:
+    docs = [
+        Document("wiki", f"p{i}", f"Release note {i}.", f"R{i}", {"n": i, "ok": i % 2 == 0})
+        for i in range(4)
+    ]
+    await index(local, docs)
+    for mode in ("vector", "keyword"):
+        hits = await local.search(
+            "release note",
+            vector("release note"),
+            10,
+            SearchFilters(metadata=(("n", 2),)),
+            mode=mode,
+        )
+        assert [h.source_id for h in hits] == ["p2"], mode
+        even = SearchFilters(metadata=(("ok", True),))
+        hits = await local.search("release note", vector("release note"), 10, even, mode=mode)
+        assert sorted(h.source_id for h in hits) == ["p0", "p2"], mode
+
+
+def test_a_missing_extra_names_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "chromadb", None)
+    app = create_app(make_settings(tmp_path, store="chroma", chroma_path=tmp_path / "chroma"))
+    needs = r"pip install 'knowledge-api\[chroma\]'"
+    with pytest.raises(ConfigurationError, match=needs), TestClient(app):
+        pass
+
+
+def test_the_service_runs_on_chroma(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, store="chroma", chroma_path=tmp_path / "chroma")
+    app = create_app(settings)
+    with TestClient(app) as client:
+        client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
+        health = client.get("/health").json()
+        assert health["status"] == "healthy" and health["store"]["backend"] == "chroma"
+        body = {"query": "which audio formats are accepted?", "synthesize": False}
+        results = client.post("/v1/knowledge/query", json=body).json()["results"]
+        assert results[0]["source_id"] == "kb-7"
+        doc_id = results[0]["metadata"]["document_id"]
+        assert client.get(f"/v1/knowledge/documents/{doc_id}").json()["source_id"] == "kb-7"
+        assert client.delete(f"/v1/knowledge/documents/{doc_id}").status_code == 200
+        results = client.post("/v1/knowledge/query", json=body).json()["results"]
+        assert "kb-7" not in {r["source_id"] for r in results}

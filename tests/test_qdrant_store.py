@@ -1,0 +1,256 @@
+"""What the Qdrant store does beyond the conformance suite: Qdrant's fusion against the
+shared one, server mode through the real client (its HTTP answered by respx), local
+persistence, payload filters, the service on it."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import respx
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.errors import BackendConnectionError, ConfigurationError
+from knowledge_api.models import Document, SearchFilters
+from knowledge_api.settings import Secret
+from knowledge_api.stores.qdrant import QdrantStore
+from tests.conftest import corpus, make_settings
+from tests.test_store_conformance import EMBEDDER, KNOWN_ANSWERS, index, vector
+
+URL = "https://qdrant.test:6333"
+API_KEY = "qdrant-key-123"
+
+
+@pytest.fixture
+async def local() -> AsyncIterator[QdrantStore]:
+    store = QdrantStore(":memory:")
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def test_qdrant_fusion_ranks_like_the_shared_fusion() -> None:
+    stores = [QdrantStore(":memory:", fusion="auto"), QdrantStore(":memory:", fusion="shared")]
+    for store in stores:
+        await store.open()
+        await index(store, corpus())
+    assert [s.server_fusion for s in stores] == [True, False]
+    queries = [*KNOWN_ANSWERS, "search", "test case Jira ticket", "release testing"]
+    try:
+        for query in queries:
+            qdrant, shared = [
+                await s.search(query, vector(query), 10, SearchFilters()) for s in stores
+            ]
+            assert ranked(qdrant) == ranked(shared), query
+            assert [h.similarity for h in qdrant] == pytest.approx([h.similarity for h in shared])
+    finally:
+        for store in stores:
+            await store.close()
+
+
+def ranked(hits: list[Any]) -> list[tuple[float, str]]:
+    """(score, chunk id) best first; chunks of equal score may come in either order."""
+    return sorted((-round(h.score, 9), h.chunk.id) for h in hits)
+
+
+async def test_documents_and_the_embedder_outlive_the_process(tmp_path: Path) -> None:
+    first = QdrantStore(str(tmp_path / "qdrant"))
+    await first.open()
+    await index(first, corpus())
+    await first.close()
+    again = QdrantStore(str(tmp_path / "qdrant"))
+    await again.open()
+    try:
+        assert await again.count() == 6
+        hits = await again.search("FLAC", None, 5, SearchFilters())
+        assert [h.source_id for h in hits] == ["kb-7"]
+        with pytest.raises(ConfigurationError, match="Mixing vector spaces"):
+            await again.check_embedder("local:all-MiniLM-L6-v2", 384)
+    finally:
+        await again.close()
+
+
+async def test_a_folder_in_use_is_a_visible_store_error(tmp_path: Path) -> None:
+    first = QdrantStore(str(tmp_path / "qdrant"))
+    await first.open()
+    second = QdrantStore(str(tmp_path / "qdrant"))
+    try:
+        with pytest.raises(BackendConnectionError, match="in use by another process"):
+            await second.open()
+        assert (await second.health_check())["status"] == "unavailable"
+    finally:
+        await first.close()
+
+
+async def test_payload_filters_match_every_scalar_type(local: QdrantStore) -> None:
+    docs = [
+        Document(
+            "wiki",
+            f"p{i}",
+            f"Release note {i}.",
+            f"R{i}",
+            {"n": i, "ratio": i / 2, "ok": i % 2 == 0, "team.name": f"t{i % 2}"},
+        )
+        for i in range(4)
+    ]
+    await index(local, docs)
+    cases = [
+        ((("n", 2),), ["p2"]),
+        ((("ratio", 1.5),), ["p3"]),
+        ((("ok", True),), ["p0", "p2"]),
+        ((("team.name", "t1"),), ["p1", "p3"]),
+        ((("n", 3), ("ok", True)), []),
+    ]
+    for mode in ("vector", "keyword", "hybrid"):
+        for metadata, expected in cases:
+            hits = await local.search(
+                "release note",
+                vector("release note"),
+                10,
+                SearchFilters(metadata=metadata),
+                mode=mode,  # type: ignore[arg-type]
+            )
+            assert sorted(h.source_id for h in hits) == expected, (mode, metadata)
+
+
+async def test_ids_that_are_not_uuids_are_simply_not_found(local: QdrantStore) -> None:
+    await index(local, corpus())
+    assert await local.get_by_id("SIAM-101") is None
+    assert await local.delete("not-a-uuid") is False
+    found = await local.find_document("jira", "SIAM-101", "default")
+    assert found is not None and found.title == "Login timeout"
+
+
+class FakeQdrant:
+    """Answers the Qdrant REST calls the store makes, and records them."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+        self.collections: set[str] = set()
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path, method = request.url.path, request.method
+        if path == "/":
+            return httpx.Response(200, json={"title": "qdrant", "version": self.version})
+        if match := re.fullmatch(r"/collections/([^/]+)/exists", path):
+            return ok({"exists": match[1] in self.collections})
+        if method == "PUT" and (match := re.fullmatch(r"/collections/([^/]+)", path)):
+            self.collections.add(match[1])
+            return ok(True)
+        if path == "/collections":
+            return ok({"collections": [{"name": name} for name in sorted(self.collections)]})
+        if path.endswith("/points/query"):
+            return ok({"points": []})
+        if path.endswith("/points/scroll"):
+            return ok({"points": [], "next_page_offset": None})
+        if path.endswith("/points/count"):
+            return ok({"count": 0})
+        if method == "POST" and path.endswith("/points"):  # retrieve
+            return ok([])
+        return ok({"operation_id": 1, "status": "completed"})  # upsert, delete, index
+
+    def bodies(self, method: str, suffix: str) -> list[dict[str, Any]]:
+        return [
+            json.loads(r.content)
+            for r in self.requests
+            if r.method == method and r.url.path.endswith(suffix)
+        ]
+
+
+def ok(result: Any) -> httpx.Response:
+    return httpx.Response(200, json={"result": result, "status": "ok", "time": 0.0})
+
+
+@pytest.mark.parametrize("version, fusion", [("1.16.2", "qdrant"), ("1.15.5", "shared")])
+async def test_server_mode_through_the_client(version: str, fusion: str) -> None:
+    server = FakeQdrant(version)
+    store = QdrantStore(url=URL, api_key=Secret(API_KEY))
+    with respx.mock(assert_all_called=False) as mock:
+        mock.route(host="qdrant.test").mock(side_effect=server)
+        await store.open()
+        await index(store, corpus()[:1])
+        await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
+        health = await store.health_check()
+        await store.close()
+    assert all(r.headers["api-key"] == API_KEY for r in server.requests)
+    assert API_KEY not in f"{health} {store!r}"
+    assert health["fusion"] == fusion and health["server_version"] == version
+    assert server.collections == {"knowledge", "knowledge-default"}
+    indexed = {
+        (r.url.path, json.loads(r.content)["field_name"])
+        for r in server.requests
+        if r.url.path.endswith("/index")
+    }
+    assert indexed == {
+        *(
+            ("/collections/knowledge/index", f)
+            for f in ("kind", "collection", "source_type", "source_id")
+        ),
+        *(
+            ("/collections/knowledge-default/index", f)
+            for f in ("source_type", "document_id", "content_hash")
+        ),
+        ("/collections/knowledge-default/index", "metadata.app_under_test"),
+    }
+    [chunks] = [b for b in server.bodies("PUT", "/collections/knowledge-default/points")]
+    [point] = chunks["points"]
+    assert len(point["vector"]["dense"]) == EMBEDDER.dimension
+    assert (
+        point["vector"]["keywords"]["indices"]
+        and point["payload"]["metadata"]["priority"] == "high"
+    )
+    queries = server.bodies("POST", "/collections/knowledge-default/points/query")
+    if fusion == "qdrant":
+        fused = queries[0]
+        assert fused["query"] == {"rrf": {"k": 61}}
+        assert [p["using"] for p in fused["prefetch"]] == ["dense", "keywords"]
+    else:
+        assert [q.get("using") for q in queries] == ["dense", "keywords"]
+
+
+async def test_an_unanswering_server_degrades_visibly() -> None:
+    store = QdrantStore(url=URL, api_key=Secret(API_KEY))
+    with respx.mock() as mock:
+        mock.route(host="qdrant.test").mock(side_effect=httpx.ConnectError("refused"))
+        with pytest.raises(BackendConnectionError) as raised:
+            await store.open()
+        health = await store.health_check()
+    assert health["status"] == "unavailable"
+    assert API_KEY not in f"{raised.value.message} {health}"
+
+
+def test_a_missing_extra_names_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "qdrant_client", None)
+    app = create_app(make_settings(tmp_path, store="qdrant", qdrant_path=":memory:"))
+    needs = r"pip install 'knowledge-api\[qdrant\]'"
+    with pytest.raises(ConfigurationError, match=needs), TestClient(app):
+        pass
+
+
+def test_the_service_runs_on_qdrant(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, store="qdrant", qdrant_path=str(tmp_path / "qdrant"))
+    app = create_app(settings)
+    with TestClient(app) as client:
+        client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
+        health = client.get("/health").json()
+        assert health["status"] == "healthy" and health["store"]["backend"] == "qdrant"
+        body = {"query": "which audio formats are accepted?", "synthesize": False}
+        results = client.post("/v1/knowledge/query", json=body).json()["results"]
+        assert results[0]["source_id"] == "kb-7"
+        detail = client.get("/v1/knowledge/detail/knowledge/kb-7").json()
+        assert detail["title"] == "Supported audio formats"
+        doc_id = results[0]["metadata"]["document_id"]
+        assert client.delete(f"/v1/knowledge/documents/{doc_id}").status_code == 200
+        results = client.post("/v1/knowledge/query", json=body).json()["results"]
+        assert "kb-7" not in {r["source_id"] for r in results}

@@ -1,0 +1,158 @@
+"""Server-Sent Events over a real socket: uvicorn serves the app, httpx reads the stream
+and a spec-following parser splits it into events. Gemini is answered by respx."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import respx
+import uvicorn
+
+from knowledge_api.app import create_app
+from tests import providers
+from tests.providers import GEMINI_GENERATE, GROQ_CHAT, Stream, gemini_chunk, llm_settings, streamed
+
+QUESTION = "Which audio formats does asset ingestion accept?"
+DOCUMENTS = [
+    {
+        "source_type": "knowledge",
+        "source_id": "kb-7",
+        "title": "Supported audio formats",
+        "content": "Asset ingestion accepts WAV and FLAC audio files. MP3 uploads are "
+        "converted to FLAC before ingestion.",
+    },
+    {
+        "source_type": "jira",
+        "source_id": "SIAM-101",
+        "title": "Login timeout",
+        "content": "The login page times out after 30 seconds when SSO is slow.",
+    },
+]
+
+
+@pytest.fixture
+def mock() -> Iterator[respx.MockRouter]:
+    for router in providers.mocked():
+        router.route(host="127.0.0.1").pass_through()
+        yield router
+
+
+@pytest.fixture
+def server(tmp_path: Path, mock: respx.MockRouter) -> Iterator[str]:
+    """The app on a free loopback port, as `knowledge-api serve` runs it."""
+    settings = llm_settings(tmp_path, gemini_timeout=5.0)
+    config = uvicorn.Config(
+        create_app(settings),
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        loop="uvloop",
+        http="httptools",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(500):
+        if server.started:
+            break
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    created = httpx.post(f"{url}/v1/knowledge/documents", json={"documents": DOCUMENTS})
+    assert created.status_code == 201
+    yield url
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, Any]]:
+    """Events as the SSE spec defines them: fields until a blank line, data joined."""
+    name, data = "message", []
+    for line in lines:
+        if not line:
+            if data:
+                yield name, json.loads("\n".join(data))
+            name, data = "message", []
+        elif not line.startswith(":"):
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+
+
+def gemini_stream(pieces: list[str], pause: float) -> Stream:
+    chunks = [gemini_chunk(p) for p in pieces[:-1]] + [gemini_chunk(pieces[-1], "STOP", 64)]
+    return Stream(chunks, pause=pause)
+
+
+def test_an_answer_streams_as_gemini_writes_it(server: str, mock: respx.MockRouter) -> None:
+    pieces = ["Asset ingestion ", "accepts WAV ", "and FLAC ", "files [1]."]
+    gemini = gemini_stream(pieces, pause=0.2)
+    mock.post(url__regex=GEMINI_GENERATE).mock(return_value=streamed(gemini))
+    events: list[tuple[str, Any]] = []
+    sent_at_first_delta = -1
+    body = {"query": QUESTION, "stream": True, "threshold": 0.2}
+    with httpx.stream("POST", f"{server}/v1/knowledge/answer", json=body) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for event in server_sent_events(response.iter_lines()):
+            if event[0] == "answer" and sent_at_first_delta < 0:
+                sent_at_first_delta = gemini.sent
+            events.append(event)
+    assert 0 < sent_at_first_delta < len(pieces)  # the first words came before the last
+    names = [name for name, _ in events]
+    assert names[0] == "results" and names[-1] == "done"
+    assert names.count("answer") >= 3
+    assert events[0][1]["results"][0]["source_id"] == "kb-7"
+    done = events[-1][1]
+    assert done["status"] == "success" and done["metadata"]["model"] == "gemini-2.0-flash"
+    assert done["answer"] == "Asset ingestion accepts WAV and FLAC files [1]."
+    assert "".join(data["delta"] for name, data in events if name == "answer") == done["answer"]
+    assert [s["citation_index"] for s in done["sources"]] == [1]
+    assert done["confidence"]["level"] in ("high", "medium", "low")
+    assert done["metadata"]["tokens_used"] == 64
+
+
+def test_a_query_streams_results_synthesis_then_done(server: str, mock: respx.MockRouter) -> None:
+    gemini = gemini_stream(["WAV ", "and FLAC [1]", " [5]."], pause=0.0)
+    mock.post(url__regex=GEMINI_GENERATE).mock(return_value=streamed(gemini))
+    body = {"query": QUESTION, "stream": True, "threshold": 0.2}
+    with httpx.stream("POST", f"{server}/v1/knowledge/query", json=body) as response:
+        events = list(server_sent_events(response.iter_lines()))
+    names = [name for name, _ in events]
+    assert names[0] == "results" and set(names[1:-1]) == {"synthesis"} and names[-1] == "done"
+    done = events[-1][1]
+    assert done["synthesis"] == "WAV and FLAC [1]."
+    assert done["synthesizer"]["citations"] == [1]
+    assert done["synthesizer"]["citations_removed"] == [5]
+    assert done["metrics"]["cache_hit"] is False and done["metrics"]["synthesis_ms"] >= 0
+
+
+def test_bad_input_is_a_status_before_any_event(server: str) -> None:
+    response = httpx.post(f"{server}/v1/knowledge/answer", json={"query": "", "stream": True})
+    assert response.status_code == 400
+    assert response.json()["error"]["details"]["field"] == "query"
+
+
+def test_a_client_that_leaves_stops_the_generation(server: str, mock: respx.MockRouter) -> None:
+    gemini = gemini_stream([f"word{n} " for n in range(400)] + ["[1]."], pause=0.02)
+    mock.post(url__regex=GEMINI_GENERATE).mock(return_value=streamed(gemini))
+    groq = mock.post(GROQ_CHAT)
+    body = {"query": QUESTION, "stream": True, "threshold": 0.2}
+    with httpx.stream("POST", f"{server}/v1/knowledge/answer", json=body) as response:
+        for name, _ in server_sent_events(response.iter_lines()):
+            if name == "answer":
+                break  # leave after the first words: closes the connection
+    assert gemini.closed.wait(timeout=5), "the provider stream is still open"
+    sent = gemini.sent
+    assert sent < 400
+    time.sleep(0.2)  # were the stream still read, more pieces would be sent by now
+    assert gemini.sent == sent and not groq.called
