@@ -72,7 +72,9 @@ class Settings:
         "KNOWLEDGE_EMBEDDING_BATCH_SIZE", 16, "Passages per forward pass when ingesting."
     )
     embedding_threads: int = setting(
-        "KNOWLEDGE_EMBEDDING_THREADS", 0, "Torch threads for the local model (0 = all cores)."
+        "KNOWLEDGE_EMBEDDING_THREADS",
+        0,
+        "Torch threads for ingestion batches (0 = all cores); a query always uses one.",
     )
     synthesizer: str = setting(
         "KNOWLEDGE_SYNTHESIZER",

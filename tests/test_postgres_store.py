@@ -408,3 +408,15 @@ async def test_planner_statistics_follow_a_bulk_load(
     await index(store, bulk)
     assert await db.fetchval(analyzed) is not None
     assert await db.fetchval("SELECT reltuples FROM pg_class WHERE relname = 'siam_vectors'") > 1000
+
+
+async def test_writes_of_other_processes_move_the_generation(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    await index(store, corpus())
+    store.generation_poll_seconds = 0.0  # read the counter every time
+    before = await store.generation()
+    await db.execute("DELETE FROM knowledge_documents WHERE source_id = 'kb-7'")
+    after_delete = await store.generation()
+    await db.execute("UPDATE siam_vectors SET content = 'edited' WHERE source_id = 'msg-42'")
+    assert before != after_delete != await store.generation()

@@ -5,7 +5,6 @@ persistence, payload filters, the service on it."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -129,34 +128,43 @@ async def test_ids_that_are_not_uuids_are_simply_not_found(local: QdrantStore) -
 
 
 class FakeQdrant:
-    """Answers the Qdrant REST calls the store makes, and records them."""
+    """Answers the Qdrant REST calls the store makes, keeps the points it is sent and
+    records every request. Every query scores every stored point 0.5."""
 
     def __init__(self, version: str) -> None:
         self.version = version
-        self.collections: set[str] = set()
+        self.points: dict[str, dict[str, Any]] = {}  # collection -> id -> point
         self.requests: list[httpx.Request] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
         path, method = request.url.path, request.method
+        body = json.loads(request.content) if request.content else {}
+        parts = path.strip("/").split("/")
+        name = parts[1] if len(parts) > 1 else ""
+        stored = self.points.get(name, {})
         if path == "/":
             return httpx.Response(200, json={"title": "qdrant", "version": self.version})
-        if match := re.fullmatch(r"/collections/([^/]+)/exists", path):
-            return ok({"exists": match[1] in self.collections})
-        if method == "PUT" and (match := re.fullmatch(r"/collections/([^/]+)", path)):
-            self.collections.add(match[1])
-            return ok(True)
         if path == "/collections":
-            return ok({"collections": [{"name": name} for name in sorted(self.collections)]})
-        if path.endswith("/points/query"):
-            return ok({"points": []})
-        if path.endswith("/points/scroll"):
+            return ok({"collections": [{"name": n} for n in sorted(self.points)]})
+        if parts[2:] == ["exists"]:
+            return ok({"exists": name in self.points})
+        if method == "PUT" and len(parts) == 2:
+            self.points[name] = {}
+            return ok(True)
+        if method == "PUT" and parts[2:] == ["points"]:
+            stored.update((str(point["id"]), point) for point in body["points"])
+        elif parts[2:] == ["points", "query"]:
+            scored = [{"id": i, "version": 0, "score": 0.5} for i in stored]
+            return ok({"points": scored})
+        elif parts[2:] == ["points", "scroll"]:
             return ok({"points": [], "next_page_offset": None})
-        if path.endswith("/points/count"):
-            return ok({"count": 0})
-        if method == "POST" and path.endswith("/points"):  # retrieve
-            return ok([])
-        return ok({"operation_id": 1, "status": "completed"})  # upsert, delete, index
+        elif parts[2:] == ["points", "count"]:
+            return ok({"count": len(stored)})
+        elif method == "POST" and parts[2:] == ["points"]:  # retrieve
+            found = [stored[str(i)] for i in body["ids"] if str(i) in stored]
+            return ok([{"id": f["id"], "payload": f.get("payload")} for f in found])
+        return ok({"operation_id": 1, "status": "completed"})
 
     def bodies(self, method: str, suffix: str) -> list[dict[str, Any]]:
         return [
@@ -178,13 +186,14 @@ async def test_server_mode_through_the_client(version: str, fusion: str) -> None
         mock.route(host="qdrant.test").mock(side_effect=server)
         await store.open()
         await index(store, corpus()[:1])
-        await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
+        hits = await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
         health = await store.health_check()
         await store.close()
+    assert [(h.source_id, h.similarity) for h in hits] == [("SIAM-101", 0.5)]
     assert all(r.headers["api-key"] == API_KEY for r in server.requests)
     assert API_KEY not in f"{health} {store!r}"
     assert health["fusion"] == fusion and health["server_version"] == version
-    assert server.collections == {"knowledge", "knowledge-default"}
+    assert set(server.points) == {"knowledge", "knowledge-default"}
     indexed = {
         (r.url.path, json.loads(r.content)["field_name"])
         for r in server.requests
@@ -210,22 +219,26 @@ async def test_server_mode_through_the_client(version: str, fusion: str) -> None
     )
     queries = server.bodies("POST", "/collections/knowledge-default/points/query")
     if fusion == "qdrant":
-        fused = queries[0]
+        fused, cosines = queries
         assert fused["query"] == {"rrf": {"k": 61}}
         assert [p["using"] for p in fused["prefetch"]] == ["dense", "keywords"]
+        # the fused points' cosines, scored by the server: no vector travels back
+        assert cosines["using"] == "dense"
+        assert cosines["filter"]["must"][0]["has_id"] == [point["id"]]
     else:
         assert [q.get("using") for q in queries] == ["dense", "keywords"]
 
 
 async def test_an_unanswering_server_degrades_visibly() -> None:
-    store = QdrantStore(url=URL, api_key=Secret(API_KEY))
+    store = QdrantStore(url="https://admin:hunter2@qdrant.test:6333", api_key=Secret(API_KEY))
     with respx.mock() as mock:
         mock.route(host="qdrant.test").mock(side_effect=httpx.ConnectError("refused"))
         with pytest.raises(BackendConnectionError) as raised:
             await store.open()
         health = await store.health_check()
     assert health["status"] == "unavailable"
-    assert API_KEY not in f"{raised.value.message} {health}"
+    shown = f"{raised.value.message} {health} {store!r}"
+    assert API_KEY not in shown and "hunter2" not in shown and "qdrant.test:6333" in shown
 
 
 def test_a_missing_extra_names_the_install_command(

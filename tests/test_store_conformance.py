@@ -231,6 +231,20 @@ async def test_collections_and_export(store: KnowledgeStore) -> None:
     assert [d async for d in store.iter_documents("missing")] == []
 
 
+async def test_the_last_of_repeated_documents_wins(store: KnowledgeStore) -> None:
+    await store.check_embedder(EMBEDDER.name, EMBEDDER.dimension)
+    versions = []
+    for text in ("First version of the page.", "Second version of the page."):
+        doc = Document("wiki", "page", text, "Page")
+        doc.chunks = [Chunk(chunk_id(doc.id, 0), doc.id, 0, text, "Page")]
+        doc.chunks[0].embedding = vector(doc.chunks[0].embedded_text)
+        versions.append(doc)
+    await store.index_documents(versions)
+    stored = await store.get_by_id(versions[0].id)
+    assert stored is not None and stored.content == "Second version of the page."
+    assert await store.count() == 1
+
+
 async def test_a_document_missing_a_vector_is_refused_whole(store: KnowledgeStore) -> None:
     docs = corpus()
     await index(store, docs)

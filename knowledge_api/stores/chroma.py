@@ -231,6 +231,7 @@ class ChromaStore(HybridSearch):
             raise IndexingError("no embedder recorded: call check_embedder before indexing")
         for doc in documents:
             records.require_embeddings(doc)
+        documents = list({doc.id: doc for doc in documents}.values())  # the last one wins
         if not documents:
             return
         async with self._write_lock:

@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -98,7 +99,11 @@ class QdrantStore(HybridSearch):
 
     @property
     def location(self) -> str:
-        return self.url or self.path
+        """The folder, or the URL without any user:password in it."""
+        if not self.url:
+            return self.path
+        parts = urlsplit(self.url)
+        return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
     def __repr__(self) -> str:
         return f"QdrantStore({self.location!r})"
@@ -277,6 +282,7 @@ class QdrantStore(HybridSearch):
             raise IndexingError("no embedder recorded: call check_embedder before indexing")
         for doc in documents:
             records.require_embeddings(doc)
+        documents = list({doc.id: doc for doc in documents}.values())  # the last one wins
         if not documents:
             return
         try:
@@ -475,13 +481,25 @@ class QdrantStore(HybridSearch):
     async def similarities(
         self, keys: Sequence[Hashable], vector: np.ndarray
     ) -> dict[Hashable, float]:
+        """A server scores the points itself (no vectors travel); local mode, which would
+        test every point against an id filter in Python, reads the vectors by id."""
         m = self._m
         scores: dict[Hashable, float] = {}
         for collection, ids in by_collection(keys).items():
             name = await self._chunks(collection)
             if name is None:
                 continue
-            found = await self._call(
+            if not self.url:
+                found = await self._call(
+                    SearchError, "reading vectors", "retrieve", name, ids, with_vectors=[DENSE]
+                )
+                for point in found:
+                    cosine = float(
+                        np.dot(np.asarray(point.vector[DENSE], dtype=np.float32), vector)
+                    )
+                    scores[(collection, str(point.id))] = cosine_to_similarity(cosine)
+                continue
+            scored = await self._call(
                 SearchError,
                 "similarity lookup",
                 "query_points",
@@ -492,7 +510,7 @@ class QdrantStore(HybridSearch):
                 limit=len(ids),
                 with_payload=False,
             )
-            for point in found.points:
+            for point in scored.points:
                 scores[(collection, str(point.id))] = cosine_to_similarity(point.score)
         return scores
 

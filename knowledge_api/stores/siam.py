@@ -55,8 +55,9 @@ class Passage:
 
 class SiamStore(HybridSearch):
     name = "siam"
-    generation_poll_seconds = 0.0
-    """How long a read generation is trusted; this store's own writes reset it."""
+    generation_poll_seconds = 1.0
+    """How long a read generation is trusted: another process's write is noticed within
+    this time (this store's own writes at once), and a cache hit costs no round trip."""
 
     def __init__(self, fusion_k: int = 60, candidates: int = 50) -> None:
         self.fusion_k = fusion_k

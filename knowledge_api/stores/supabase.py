@@ -41,7 +41,6 @@ class Unavailable(Exception):
 
 class SupabaseStore(SiamStore):
     name = "supabase"
-    generation_poll_seconds = 1.0
 
     def __init__(
         self,
