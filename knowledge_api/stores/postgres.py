@@ -10,6 +10,7 @@ applies the migrations the database lacks; `knowledge-api migrate` does it ahead
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import subprocess
 import time
@@ -24,12 +25,13 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import orjson
 
-from knowledge_api.errors import BackendConnectionError, IndexingError, KnowledgeStoreError
+from knowledge_api.errors import BackendConnectionError, KnowledgeStoreError
 from knowledge_api.models import Document
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores.siam import Condition, Row, SiamStore
 
+log = logging.getLogger("knowledge_api")
 RECONNECT_SECONDS = 5.0
 COMMAND_TIMEOUT = 30.0
 ANALYZE_AFTER = 1000
@@ -167,12 +169,20 @@ class PostgresStore(SiamStore):
         await super().index_documents(documents)
         self._written_rows += sum(len(doc.chunks) for doc in documents)
         if self._written_rows >= max(ANALYZE_AFTER, self._analyzed_rows // 5):
-            async with self._connection(IndexingError) as conn:
+            await self._analyze()
+
+    async def _analyze(self) -> None:
+        """Refresh the planner's statistics; the documents are stored whatever happens."""
+        try:
+            async with self._connection(KnowledgeStoreError) as conn:
                 await conn.execute("ANALYZE knowledge_documents, siam_vectors")
                 rows = await conn.fetchval(
                     "SELECT reltuples FROM pg_class WHERE oid = 'siam_vectors'::regclass"
                 )
-            self._analyzed_rows, self._written_rows = int(rows), 0
+        except KnowledgeStoreError as e:
+            log.warning("planner statistics not refreshed after a bulk write: %s", e.message)
+            return
+        self._analyzed_rows, self._written_rows = int(rows), 0
 
     # -- the primitives SiamStore builds on ---------------------------------------------
 

@@ -46,12 +46,16 @@ CREATE TABLE siam_vectors (
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
 );
--- Vectors stay in the row (not TOAST): an exact scan reads them without detoasting.
+-- Vectors and words stay in the row (not out of line in TOAST): an exact scan reads the
+-- vectors and full-text ranking reads the words without a TOAST lookup per passage.
 ALTER TABLE siam_vectors ALTER COLUMN embedding SET STORAGE PLAIN;
+ALTER TABLE siam_vectors ALTER COLUMN fts SET STORAGE MAIN;
 CREATE INDEX siam_vectors_embedding ON siam_vectors
     USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64);
-CREATE INDEX siam_vectors_fts ON siam_vectors USING gin (fts);
-CREATE INDEX siam_vectors_metadata ON siam_vectors USING gin (metadata jsonb_path_ops);
+-- GIN without a pending list: a search never scans entries not yet merged into the index.
+CREATE INDEX siam_vectors_fts ON siam_vectors USING gin (fts) WITH (fastupdate = off);
+CREATE INDEX siam_vectors_metadata ON siam_vectors
+    USING gin (metadata jsonb_path_ops) WITH (fastupdate = off);
 CREATE INDEX siam_vectors_source ON siam_vectors (collection, source_type);
 CREATE INDEX siam_vectors_organization ON siam_vectors (organization);
 CREATE INDEX siam_vectors_division ON siam_vectors (division);
@@ -74,9 +78,10 @@ CREATE TABLE wiki_documents (
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+ALTER TABLE wiki_documents ALTER COLUMN fts SET STORAGE MAIN;
 CREATE INDEX wiki_documents_embedding ON wiki_documents
     USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64);
-CREATE INDEX wiki_documents_fts ON wiki_documents USING gin (fts);
+CREATE INDEX wiki_documents_fts ON wiki_documents USING gin (fts) WITH (fastupdate = off);
 CREATE INDEX wiki_documents_app_name ON wiki_documents (app_name);
 
 -- Which embedder wrote the vectors: another one is refused rather than mixed in.
