@@ -29,6 +29,7 @@ from knowledge_api.errors import (
     SearchError,
 )
 from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
+from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
@@ -109,7 +110,7 @@ class ChromaStore(HybridSearch):
             await asyncio.to_thread(close_client, client)
 
     async def _connect(self) -> None:
-        self._sdk = records.import_optional("chromadb", "chroma")
+        self._sdk = import_extra("chromadb", "chroma")
         self._next_attempt = time.monotonic() + RECONNECT_SECONDS
         try:
             self._client = await asyncio.to_thread(self._new_client)
@@ -227,11 +228,7 @@ class ChromaStore(HybridSearch):
         await self.index_documents([document])
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
-        if self._embedder is None:
-            raise IndexingError("no embedder recorded: call check_embedder before indexing")
-        for doc in documents:
-            records.require_embeddings(doc)
-        documents = list({doc.id: doc for doc in documents}.values())  # the last one wins
+        documents = records.writable(documents, self._embedder)
         if not documents:
             return
         async with self._write_lock:

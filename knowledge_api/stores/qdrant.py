@@ -34,6 +34,7 @@ from knowledge_api.errors import (
     SearchError,
 )
 from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
+from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate, HybridSearch, SearchMode, cosine_to_similarity
@@ -111,7 +112,7 @@ class QdrantStore(HybridSearch):
     # -- connection ---------------------------------------------------------------------
 
     async def open(self) -> None:
-        sdk = records.import_optional("qdrant_client", "qdrant")
+        sdk = import_extra("qdrant_client", "qdrant")
         self._m = sdk.models
         self._next_attempt = time.monotonic() + RECONNECT_SECONDS
         try:
@@ -278,11 +279,7 @@ class QdrantStore(HybridSearch):
         await self.index_documents([document])
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
-        if self._embedder is None:
-            raise IndexingError("no embedder recorded: call check_embedder before indexing")
-        for doc in documents:
-            records.require_embeddings(doc)
-        documents = list({doc.id: doc for doc in documents}.values())  # the last one wins
+        documents = records.writable(documents, self._embedder)
         if not documents:
             return
         try:

@@ -10,14 +10,12 @@ text and the fields that filters and hits need.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from datetime import UTC, datetime
-from types import ModuleType
 from typing import Any
 
 from knowledge_api.errors import ConfigurationError, EmbedderMismatchError, IndexingError
@@ -27,16 +25,6 @@ Record = dict[str, Any]
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{1,38}[A-Za-z0-9]")
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?")
-
-
-def import_optional(module: str, extra: str) -> ModuleType:
-    """Import an optional SDK, or say which extra installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ConfigurationError(
-            f"the {extra} store needs the {module} package: pip install 'knowledge-api[{extra}]'"
-        ) from e
 
 
 def check_prefix(prefix: str, setting: str) -> str:
@@ -64,11 +52,18 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def require_embeddings(doc: Document) -> None:
-    """Refuse a document before anything of it is written."""
-    for chunk in doc.chunks:
-        if chunk.embedding is None:
-            raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
+def writable(documents: Sequence[Document], embedder: tuple[str, int] | None) -> list[Document]:
+    """The documents to write (the last version of a repeated one), refused before
+    anything is written when no embedder is recorded or a chunk has no vector."""
+    if embedder is None:
+        raise IndexingError("no embedder recorded: call check_embedder before indexing")
+    for doc in documents:
+        for chunk in doc.chunks:
+            if chunk.embedding is None:
+                raise IndexingError(
+                    f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding"
+                )
+    return list({doc.id: doc for doc in documents}.values())
 
 
 def check_same_embedder(
