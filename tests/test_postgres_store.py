@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
-from knowledge_api.errors import EmbedderMismatchError
+from knowledge_api.errors import ConfigurationError, EmbedderMismatchError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret, Settings
@@ -420,3 +421,11 @@ async def test_writes_of_other_processes_move_the_generation(
     after_delete = await store.generation()
     await db.execute("UPDATE siam_vectors SET content = 'edited' WHERE source_id = 'msg-42'")
     assert before != after_delete != await store.generation()
+
+
+async def test_a_missing_driver_names_the_extra_to_install(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "asyncpg", None)
+    with pytest.raises(ConfigurationError, match=r"pip install 'knowledge-api\[postgres\]'"):
+        await stores.create("postgres", settings).open()

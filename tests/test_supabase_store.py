@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import respx
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
-from knowledge_api.errors import BackendConnectionError, IndexingError
+from knowledge_api.errors import BackendConnectionError, ConfigurationError, IndexingError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores import stores
@@ -275,3 +276,11 @@ async def test_large_collections_page_through_the_table_api(
         r for r in postgrest.requests if r.method == "GET" and "knowledge_documents" in str(r.url)
     ]
     assert max(len(str(r.url)) for r in reads) < 8000
+
+
+async def test_a_missing_sdk_names_the_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "supabase", None)
+    with pytest.raises(ConfigurationError, match=r"pip install 'knowledge-api\[supabase\]'"):
+        await stores.create("supabase", project_settings(tmp_path)).open()
