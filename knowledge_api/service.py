@@ -101,6 +101,13 @@ class KnowledgeService:
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
 
+    @property
+    def answer_threshold(self) -> float:
+        """Default threshold of POST /v1/knowledge/answer: KNOWLEDGE_ANSWER_THRESHOLD, or
+        with auto the embedder's own, since cosine scales differ between models."""
+        configured = self.settings.answer_threshold
+        return self.embedder.answer_threshold if configured == "auto" else float(configured)
+
     @classmethod
     def from_settings(cls, settings: Settings) -> KnowledgeService:
         return cls(

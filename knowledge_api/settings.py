@@ -252,10 +252,11 @@ class Settings:
         30.0,
         "Seconds one request of the gemini or cohere embedder may take.",
     )
-    answer_threshold: float = setting(
+    answer_threshold: str = setting(
         "KNOWLEDGE_ANSWER_THRESHOLD",
-        0.7,
-        "Default similarity a passage needs to ground an answer (POST /v1/knowledge/answer).",
+        "auto",
+        "Default similarity a passage needs to ground an answer (POST /v1/knowledge/answer): "
+        "a number 0-1, or auto for the embedder's own (0.4 for the local model, 0.7 otherwise).",
     )
     # -- support retrieval and KB sync
     support_collection: str = setting(
@@ -381,8 +382,15 @@ class Settings:
                 raise ConfigurationError(f"{env_name(name)} must be a positive number")
         if not 0 <= self.llm_temperature <= 2:
             raise ConfigurationError("KNOWLEDGE_LLM_TEMPERATURE must be between 0 and 2")
-        if not 0 <= self.answer_threshold <= 1:
-            raise ConfigurationError("KNOWLEDGE_ANSWER_THRESHOLD must be between 0 and 1")
+        if self.answer_threshold != "auto":
+            try:
+                threshold = float(self.answer_threshold)
+            except ValueError:
+                threshold = -1.0
+            if not 0 <= threshold <= 1:
+                raise ConfigurationError(
+                    "KNOWLEDGE_ANSWER_THRESHOLD must be auto or a number between 0 and 1"
+                )
 
     def validate_support(self) -> None:
         scores = (

@@ -92,7 +92,7 @@ def test_a_grounded_answer_has_every_field_of_the_contract(client: TestClient) -
 
 
 def test_no_passage_above_the_threshold_is_insufficient_context(client: TestClient) -> None:
-    body = answer(client)  # the default threshold, 0.7
+    body = answer(client)  # the default threshold: auto, 0.7 for the fake embedder
     assert body["status"] == "insufficient_context"
     assert body["answer"] is None and body["sources"] == []
     assert "below the 0.7 threshold" in body["error_message"]
@@ -104,8 +104,19 @@ def test_no_passage_above_the_threshold_is_insufficient_context(client: TestClie
 
 
 def test_the_default_threshold_is_a_setting(tmp_path: Path) -> None:
-    for client in serve(make_settings(tmp_path, answer_threshold=0.3)):
+    for client in serve(make_settings(tmp_path, answer_threshold="0.3")):
         assert answer(client)["status"] == "success"
+
+
+@pytest.mark.parametrize(
+    ("embedder", "configured", "threshold"),
+    [("fake", "auto", 0.7), ("local", "auto", 0.4), ("local", "0.55", 0.55)],
+)
+def test_auto_takes_the_embedders_threshold(
+    tmp_path: Path, embedder: str, configured: str, threshold: float
+) -> None:
+    settings = make_settings(tmp_path, embedder=embedder, answer_threshold=configured)
+    assert KnowledgeService.from_settings(settings).answer_threshold == threshold
 
 
 def test_nothing_found_says_so(client: TestClient) -> None:

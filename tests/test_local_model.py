@@ -84,3 +84,22 @@ def test_a_missing_model_degrades_to_keyword_search(tmp_path: Path) -> None:
         assert health["status"] == "degraded" and health["embedder"]["status"] == "failing"
         body = client.post("/v1/knowledge/query", json={"query": "anything"}).json()
         assert body["results"] == [] and "embedder unavailable" in body["warnings"][0]
+
+
+def test_default_threshold_answers_the_bundled_docs_and_refuses_strangers(
+    model: LocalEmbedder, tmp_path: Path
+) -> None:
+    """`make run` out of the box: questions the docs answer get an answer, others not."""
+    settings = make_settings(tmp_path, embedder="local", seed_on_empty=True)
+    app = create_app(settings)
+    app.state.service.embedder = model
+    with TestClient(app) as client:
+
+        def status(question: str) -> str:
+            body = client.post("/v1/knowledge/answer", json={"query": question}).json()
+            return str(body["status"])
+
+        for question in ("How do I ingest documents?", "how do I sync the KB articles"):
+            assert status(question) == "success", question
+        for question in ("how do I bake sourdough bread", "who won the 2018 world cup"):
+            assert status(question) == "insufficient_context", question

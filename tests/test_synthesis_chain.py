@@ -363,7 +363,8 @@ async def test_the_chain_order_comes_from_settings(tmp_path: Path, mock: respx.M
         ({"KNOWLEDGE_GEMINI_TIMEOUT": "0"}, "KNOWLEDGE_GEMINI_TIMEOUT must be a positive number"),
         ({"KNOWLEDGE_GROQ_MAX_TOKENS": "-5"}, "KNOWLEDGE_GROQ_MAX_TOKENS must be a positive"),
         ({"KNOWLEDGE_LLM_TEMPERATURE": "2.5"}, "between 0 and 2"),
-        ({"KNOWLEDGE_ANSWER_THRESHOLD": "1.5"}, "between 0 and 1"),
+        ({"KNOWLEDGE_ANSWER_THRESHOLD": "1.5"}, "auto or a number between 0 and 1"),
+        ({"KNOWLEDGE_ANSWER_THRESHOLD": "high"}, "auto or a number between 0 and 1"),
         ({"KNOWLEDGE_LLM_CONTEXT_CHARS": "0"}, "KNOWLEDGE_LLM_CONTEXT_CHARS must be a positive"),
     ],
 )

@@ -12,6 +12,9 @@ class Embedder(Protocol):
     name: str
     """Recorded by the store: vectors of different names never mix."""
     dimension: int
+    answer_threshold: float
+    """Similarity a passage needs to ground an answer when KNOWLEDGE_ANSWER_THRESHOLD is
+    auto: where this model's cosines part questions a corpus answers from unrelated ones."""
 
     def load(self) -> None: ...
 
@@ -31,6 +34,8 @@ class BatchEmbedder:
     name = "batch"
     dimension = 0
     batch_size = 16
+    answer_threshold = 0.7
+    """The retrieval-agent spec's value, set for large embedding models."""
 
     def load(self) -> None:
         return None

@@ -9,7 +9,7 @@ from knowledge_api.routes.sse import event_stream
 
 
 async def answer(request: Request) -> Response:
-    threshold: float = request.app.state.settings.answer_threshold
+    threshold = service(request).answer_threshold
     parsed = AnswerRequest.from_payload(await read_json(request), threshold)
     if parsed.stream:
         return await event_stream(service(request).answer_events(parsed))
