@@ -70,3 +70,26 @@ def test_plain_text_has_no_headings() -> None:
 
 def test_empty_document_has_no_chunks() -> None:
     assert chunk_document(Document("wiki", "e", "  \n\n", "E")) == []
+
+
+def test_a_long_list_splits_between_items_and_keeps_its_line_breaks() -> None:
+    items = [f"- `SETTING_{i}` (default `{i}`): what it does.\n  More on {i}." for i in range(30)]
+    doc = Document("wiki", "list.md", "# List\n\n" + "\n".join(items), "List")
+    chunks = chunk_document(doc, max_chars=300)
+    assert len(chunks) > 3 and all(len(c.content) <= 300 for c in chunks)
+    assert all(c.content.startswith("- `SETTING_") for c in chunks)
+    assert "\n".join(c.content for c in chunks) == "\n".join(items)
+
+
+def test_a_long_code_block_splits_between_lines() -> None:
+    code = "```python\n" + "\n".join(f"value_{i} = compute({i})" for i in range(60)) + "\n```"
+    chunks = chunk_document(Document("wiki", "c.md", code, "C"), max_chars=200)
+    assert len(chunks) > 3 and all(len(c.content) <= 200 for c in chunks)
+    assert "\n".join(c.content for c in chunks) == code
+
+
+def test_a_list_item_longer_than_the_limit_splits_at_sentences() -> None:
+    item = "- " + " ".join(f"Step {i} is done." for i in range(40))
+    chunks = chunk_document(Document("wiki", "i.md", f"{item}\n- short", "I"), max_chars=120)
+    assert all(len(c.content) <= 120 for c in chunks)
+    assert " ".join(c.content for c in chunks).split() == f"{item}\n- short".split()

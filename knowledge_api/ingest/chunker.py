@@ -18,6 +18,8 @@ from knowledge_api.models import Chunk, Document, chunk_id
 MAX_CHARS = 900
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
+_LINE_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+|^\s*\|")
+"""A list item or a table row: a line that starts a unit of a line-structured block."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +89,37 @@ def pack(blocks: tuple[str, ...], max_chars: int) -> Iterator[str]:
 
 
 def split_long(block: str, max_chars: int) -> Iterator[str]:
-    """A block cut at sentence ends, and a sentence longer than max_chars at spaces."""
+    """A block longer than max_chars in pieces: a list, table or code block between its
+    items, rows or lines, keeping its line breaks; prose (and an item too long on its
+    own) at sentence ends."""
     if len(block) <= max_chars:
         return iter((block,))
+    lines = block.split("\n")
+    if _FENCE.match(lines[0]) or any(_LINE_ITEM.match(line) for line in lines):
+        units = line_units(lines, code=bool(_FENCE.match(lines[0])))
+        parts = (
+            part
+            for unit in units
+            for part in ((unit,) if len(unit) <= max_chars else split_prose(unit, max_chars))
+        )
+        return join_greedy(parts, max_chars, "\n")
+    return split_prose(block, max_chars)
+
+
+def line_units(lines: list[str], code: bool) -> Iterator[str]:
+    """Every line of code; otherwise each item or row with its continuation lines."""
+    unit: list[str] = []
+    for line in lines:
+        if unit and (code or _LINE_ITEM.match(line)):
+            yield "\n".join(unit)
+            unit = []
+        unit.append(line)
+    if unit:
+        yield "\n".join(unit)
+
+
+def split_prose(block: str, max_chars: int) -> Iterator[str]:
+    """Prose cut at sentence ends, and a sentence longer than max_chars at spaces."""
     parts = (
         part
         for sentence in text.sentences(block)
