@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from knowledge_api import __version__, grounding
+from knowledge_api import __version__, grounding, validation
 from knowledge_api.cache import Caches
 from knowledge_api.embeddings import embedders
 from knowledge_api.embeddings.base import Embedder
@@ -412,12 +412,20 @@ class KnowledgeService:
             raise NotFound(f"no document with id {doc_id!r}", id=doc_id)
         return {"success": True, "deleted": doc_id}
 
-    async def detail(self, source_type: str, key: str) -> Body:
+    async def detail(
+        self, source_type: str, key: str, collection: str = DEFAULT_COLLECTION
+    ) -> Body:
         if source_type not in SOURCE_TYPES:
             raise InvalidRequest("type", f"must be one of: {', '.join(SOURCE_TYPES)}")
-        doc = await self.store.find_document(source_type, key, DEFAULT_COLLECTION)
+        collection = validation.collection_name(collection)
+        doc = await self.store.find_document(source_type, key, collection)
         if doc is None:
-            raise NotFound(f"no {source_type} record with id {key!r}", type=source_type, id=key)
+            raise NotFound(
+                f"no {source_type} record with id {key!r} in collection {collection!r}",
+                type=source_type,
+                id=key,
+                collection=collection,
+            )
         return document_view(doc)
 
     # -- health ---------------------------------------------------------------------

@@ -189,10 +189,27 @@ def test_detail_returns_the_full_record(client: TestClient) -> None:
         assert [c["section"] for c in body["chunks"]] == ["", "Linking"]
 
 
+def test_detail_looks_in_the_named_collection(client: TestClient) -> None:
+    record = {"source_type": "knowledge", "source_id": "KB-7", "content": "Team A's own runbook."}
+    posted = client.post("/v1/knowledge/documents", json={**record, "collection": "team-a"})
+    assert posted.status_code in (200, 201)
+    found = client.get("/v1/knowledge/detail/knowledge/KB-7?collection=team-a")
+    assert found.status_code == 200 and found.json()["content"] == "Team A's own runbook."
+    elsewhere = client.get("/v1/knowledge/detail/knowledge/KB-7")
+    assert elsewhere.status_code == 404
+    assert elsewhere.json()["error"]["details"]["collection"] == "default"
+    bad = client.get("/v1/knowledge/detail/knowledge/KB-7?collection=../etc")
+    assert bad.status_code == 400 and bad.json()["error"]["details"]["field"] == "collection"
+
+
 def test_detail_unknown_id_is_a_404_and_unknown_type_a_400(client: TestClient) -> None:
     missing = client.get("/v1/knowledge/detail/jira/SIAM-999")
     assert missing.status_code == 404
-    assert missing.json()["error"]["details"] == {"type": "jira", "id": "SIAM-999"}
+    assert missing.json()["error"]["details"] == {
+        "type": "jira",
+        "id": "SIAM-999",
+        "collection": "default",
+    }
     wrong_type = client.get("/v1/knowledge/detail/git/SIAM-101")
     assert wrong_type.status_code == 404
     bad = client.get("/v1/knowledge/detail/slack/SIAM-101")
