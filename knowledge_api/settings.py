@@ -252,6 +252,17 @@ class Settings:
         30.0,
         "Seconds one request of the gemini or cohere embedder may take.",
     )
+    llm_breaker_failures: int = setting(
+        "KNOWLEDGE_LLM_BREAKER_FAILURES",
+        3,
+        "Failures in a row after which an LLM provider's circuit opens: it is skipped "
+        "without a call for KNOWLEDGE_LLM_BREAKER_COOLDOWN seconds (0 = never).",
+    )
+    llm_breaker_cooldown: float = setting(
+        "KNOWLEDGE_LLM_BREAKER_COOLDOWN",
+        30.0,
+        "Seconds an open circuit skips its provider before one request tries it again.",
+    )
     answer_threshold: str = setting(
         "KNOWLEDGE_ANSWER_THRESHOLD",
         "auto",
@@ -377,9 +388,12 @@ class Settings:
 
     def validate_llm(self) -> None:
         limits = ("gemini_timeout", "groq_timeout", "gemini_max_tokens", "groq_max_tokens")
-        for name in (*limits, "llm_context_chars", "cloud_embedding_timeout"):
+        others = ("llm_context_chars", "cloud_embedding_timeout", "llm_breaker_cooldown")
+        for name in (*limits, *others):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{env_name(name)} must be a positive number")
+        if self.llm_breaker_failures < 0:
+            raise ConfigurationError("KNOWLEDGE_LLM_BREAKER_FAILURES must not be negative")
         if not 0 <= self.llm_temperature <= 2:
             raise ConfigurationError("KNOWLEDGE_LLM_TEMPERATURE must be between 0 and 2")
         if self.answer_threshold != "auto":

@@ -3,6 +3,8 @@ successful streams, every way a provider fails, and the fallback between links."
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -15,7 +17,7 @@ import respx
 
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import ConfigurationError
-from knowledge_api.models import QueryRequest
+from knowledge_api.models import QueryRequest, SearchFilters
 from knowledge_api.registry import import_extra
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret, Settings
@@ -398,3 +400,78 @@ async def test_a_missing_sdk_names_the_extra_to_install(tmp_path: Path) -> None:
     assert service.synthesizer.links == [link]
     with pytest.raises(ConfigurationError, match="must end with extractive"):
         SynthesisChain.from_settings(llm_settings(tmp_path, synthesizer="gemini"))
+
+
+async def test_a_failing_provider_is_skipped_while_its_circuit_is_open(
+    tmp_path: Path, mock: respx.MockRouter
+) -> None:
+    now = [1000.0]
+    service = await started(llm_settings(tmp_path, llm_breaker_failures=2))
+    service.synthesizer.clock = lambda: now[0]
+    gemini = mock.post(url__regex=GEMINI_GENERATE).mock(return_value=gemini_error(503))
+    mock.post(GROQ_CHAT).mock(return_value=groq_answer(["Groq: WAV [1]."]))
+    request = QueryRequest.from_payload({"query": QUESTION})
+    try:
+        for _ in range(2):
+            assert (await service.query(request))["synthesizer"]["provider"] == "groq"
+        assert gemini.call_count == 2
+        body = await service.query(request)  # open: groq answers without a call to gemini
+        assert gemini.call_count == 2 and body["synthesizer"]["provider"] == "groq"
+        [skip] = body["synthesizer"]["skipped"]
+        assert "circuit open after 2 failures in a row, next try in 30 s" in skip["reason"]
+        assert body["warnings"] and body["metrics"]["cache_hit"] is False
+        report = (await service.health())["synthesizer"]["providers"]["gemini"]
+        assert report["status"] == "failing" and report["circuit"] == "open"
+        assert report["retry_in_s"] == 30.0
+
+        now[0] += 31  # cool-down over: one try, which fails and opens the circuit again
+        await service.query(request)
+        assert gemini.call_count == 3
+        await service.query(request)
+        assert gemini.call_count == 3
+
+        now[0] += 31  # the next try succeeds and closes the circuit
+        gemini.mock(return_value=gemini_answer(["Back: WAV [1]."]))
+        assert (await service.query(request))["synthesizer"]["provider"] == "gemini"
+        health = (await service.health())["synthesizer"]
+        assert health["status"] == "ok" and "circuit" not in health["providers"]["gemini"]
+    finally:
+        await service.stop()
+
+
+async def test_a_probe_in_flight_keeps_the_circuit_open_to_others(
+    tmp_path: Path, mock: respx.MockRouter
+) -> None:
+    now = [1000.0]
+    settings = llm_settings(tmp_path, llm_breaker_failures=1, gemini_timeout=1.0)
+    service = await started(settings)
+    chain = service.synthesizer
+    chain.clock = lambda: now[0]
+    gemini = mock.post(url__regex=GEMINI_GENERATE).mock(return_value=gemini_error(503))
+    mock.post(GROQ_CHAT).mock(return_value=groq_answer(["Groq: WAV [1]."]))
+    try:
+        await service.query(QueryRequest.from_payload({"query": QUESTION}))
+        now[0] += 31
+        hits = (await service.retrieve(QUESTION, 3, SearchFilters())).hits
+        probe = chain.stream(QUESTION, hits)
+        gemini.mock(return_value=httpx.Response(200, stream=Stream([], then="stall")))
+        first = asyncio.create_task(anext(probe))  # the probe: waits on gemini
+        await asyncio.sleep(0.05)
+        other = [event async for event in chain.stream(QUESTION, hits)]
+        assert gemini.call_count == 2  # the second request did not call gemini
+        outcome = other[-1][1]
+        assert outcome.provider == "groq" and "circuit open" in outcome.skipped[0]["reason"]
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        await probe.aclose()
+    finally:
+        await service.stop()
+
+
+@pytest.mark.parametrize("value", ["-1"])
+def test_breaker_settings_are_checked(value: str) -> None:
+    with pytest.raises(ConfigurationError, match="KNOWLEDGE_LLM_BREAKER_FAILURES"):
+        Settings.from_env(environ={"KNOWLEDGE_LLM_BREAKER_FAILURES": value}, env_file=None)
+    with pytest.raises(ConfigurationError, match="KNOWLEDGE_LLM_BREAKER_COOLDOWN"):
+        Settings.from_env(environ={"KNOWLEDGE_LLM_BREAKER_COOLDOWN": "0"}, env_file=None)

@@ -3,8 +3,13 @@ answers wins; the offline extractive link is always last, so an answer always co
 
 A link is skipped when it cannot run (no API key) and abandoned when it fails: an
 error, no first piece within its timeout, a gap longer than its timeout, or no text
-at all. When a link fails after it had streamed text, the chain sends a `reset` event
-(the client drops that text) before the next link starts, so text is never repeated.
+at all. After `breaker_failures` failures in a row its circuit opens: the link is
+skipped without a call for `breaker_cooldown` seconds, so a hanging provider does not
+cost every request its timeout; then one request tries it again (the others keep
+skipping it meanwhile), and a success closes the circuit.
+
+When a link fails after it had streamed text, the chain sends a `reset` event (the
+client drops that text) before the next link starts, so text is never repeated.
 Every streamed piece passes through a CitationFilter: a citation of a passage that
 does not exist never reaches the client.
 """
@@ -13,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Sequence
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -64,17 +70,29 @@ class Outcome:
 @dataclass(slots=True)
 class LinkState:
     failures: int = 0
+    """In a row; a success starts again from 0."""
     error: str = ""
     failed_at: str = ""
+    open_until: float = 0.0
+    """Clock time before which the link is skipped (its circuit is open)."""
 
 
 class SynthesisChain:
     def __init__(
-        self, links: Sequence[Synthesizer], subject: str = "", context_chars: int = 6400
+        self,
+        links: Sequence[Synthesizer],
+        subject: str = "",
+        context_chars: int = 6400,
+        breaker_failures: int = 3,
+        breaker_cooldown: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.links = list(links)
         self.subject = subject
         self.context_chars = context_chars
+        self.breaker_failures = breaker_failures
+        self.breaker_cooldown = breaker_cooldown
+        self.clock = clock
         self.states = {link.name: LinkState() for link in self.links}
 
     @classmethod
@@ -88,7 +106,13 @@ class SynthesisChain:
         if len(set(names)) != len(names):
             raise ConfigurationError(f"KNOWLEDGE_SYNTHESIZER names a link twice: {names}")
         links = [synthesizers.create(name, settings) for name in names]
-        return cls(links, settings.llm_subject, settings.llm_context_chars)
+        return cls(
+            links,
+            settings.llm_subject,
+            settings.llm_context_chars,
+            settings.llm_breaker_failures,
+            settings.llm_breaker_cooldown,
+        )
 
     async def open(self) -> None:
         for link in self.links:
@@ -110,6 +134,10 @@ class SynthesisChain:
                 reason = "no passage to answer from"
             if reason:
                 skipped.append({"provider": link.name, "reason": reason})
+                continue
+            if circuit := self._circuit_open(link):
+                skipped.append({"provider": link.name, "reason": circuit})
+                failed.append(f"{link.name} {circuit}")
                 continue
             citations = CitationFilter(len(prompt.hits))
             usage = Usage()
@@ -151,12 +179,35 @@ class SynthesisChain:
             return
         raise RuntimeError(f"no link of the synthesis chain answered: {skipped}")
 
+    def _circuit_open(self, link: Synthesizer) -> str | None:
+        """Why a link that keeps failing is skipped without a call; None to call it.
+        Past the cool-down the caller probes it, and the circuit stays open to others
+        until that probe ends (a failure re-opens it, a success resets the state)."""
+        state = self.states[link.name]
+        if link is self.links[-1] or not self.tripped(state):
+            return None
+        now = self.clock()
+        if now < state.open_until:
+            return (
+                f"skipped: circuit open after {state.failures} failures in a row, "
+                f"next try in {state.open_until - now:.0f} s"
+            )
+        state.open_until = now + self.breaker_cooldown
+        return None
+
+    def tripped(self, state: LinkState) -> bool:
+        return 0 < self.breaker_failures <= state.failures
+
     def _failed(self, link: Synthesizer, error: Exception) -> str:
         why = describe(error, link.timeout)
-        state = self.states[link.name]
-        self.states[link.name] = LinkState(
-            state.failures + 1, why, datetime.now(UTC).isoformat(timespec="seconds")
+        state = LinkState(
+            self.states[link.name].failures + 1,
+            why,
+            datetime.now(UTC).isoformat(timespec="seconds"),
         )
+        if self.tripped(state):
+            state.open_until = self.clock() + self.breaker_cooldown
+        self.states[link.name] = state
         log.warning("synthesis by %s %s", link.name, why)
         return why
 
@@ -176,6 +227,9 @@ class SynthesisChain:
         if report.get("status") == "configured" and state.error:
             report.update(status="failing", error=state.error, failed_at=state.failed_at)
             report["consecutive_failures"] = state.failures
+            if self.tripped(state):
+                retry_in = max(0.0, state.open_until - self.clock())
+                report.update(circuit="open", retry_in_s=round(retry_in, 1))
         return report
 
 
