@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from knowledge_api.errors import ConfigurationError
+from knowledge_api.stores.fusion import DEFAULT_TUNING
 from knowledge_api.validation import COLLECTION_RULE, valid_collection
 
 ENV_PREFIX = "KNOWLEDGE_"
@@ -94,10 +95,30 @@ class Settings:
         "KNOWLEDGE_EMBEDDING_CACHE_SIZE", 50000, "Most query embeddings kept in tier 2."
     )
     fusion_k: int = setting(
-        "KNOWLEDGE_FUSION_K", 60, "k of reciprocal-rank fusion (higher flattens rank weights)."
+        "KNOWLEDGE_FUSION_K",
+        DEFAULT_TUNING.fusion_k,
+        "k of reciprocal-rank fusion (higher flattens rank weights).",
     )
     candidates: int = setting(
-        "KNOWLEDGE_CANDIDATES", 50, "Hits each retriever (vector, keyword) hands to fusion."
+        "KNOWLEDGE_CANDIDATES",
+        DEFAULT_TUNING.candidates,
+        "Hits each retriever (vector, keyword) hands to fusion.",
+    )
+    feedback_docs: int = setting(
+        "KNOWLEDGE_FEEDBACK_DOCS",
+        DEFAULT_TUNING.feedback_docs,
+        "Best hybrid hits whose vectors refine the query (pseudo-relevance feedback); "
+        "0 turns the second vector search off.",
+    )
+    feedback_weight: float = setting(
+        "KNOWLEDGE_FEEDBACK_WEIGHT",
+        DEFAULT_TUNING.feedback_weight,
+        "How far feedback moves the query vector toward the mean of those hits.",
+    )
+    feedback_rank_weight: float = setting(
+        "KNOWLEDGE_FEEDBACK_RANK_WEIGHT",
+        DEFAULT_TUNING.feedback_rank_weight,
+        "Weight of the refined query's ranking against the first fused ranking.",
     )
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
@@ -371,6 +392,9 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{env_name(name)} must be a positive number")
+        for name in ("feedback_docs", "feedback_weight", "feedback_rank_weight"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"{env_name(name)} must not be negative")
         if self.embedding_precision not in ("auto", "bf16", "fp32"):
             raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, bf16 or fp32")
         if self.log_level not in ("debug", "info", "warning", "error"):

@@ -22,16 +22,13 @@ import numpy as np
 
 from knowledge_api.embeddings.local import LocalEmbedder
 from knowledge_api.evaluation import distinct, eval_metrics, load_beir, mean_metrics
-from knowledge_api.stores.fusion import (
-    FEEDBACK_DOCS,
-    FEEDBACK_RANK_WEIGHT,
-    FEEDBACK_WEIGHT,
-    feedback_vector,
-    reciprocal_rank_fusion,
-)
+from knowledge_api.stores.fusion import DEFAULT_TUNING, feedback_vector, reciprocal_rank_fusion
 from knowledge_api.stores.keyword import fts_query
 
 DEPTH = 100
+FEEDBACK_DOCS = DEFAULT_TUNING.feedback_docs
+FEEDBACK_WEIGHT = DEFAULT_TUNING.feedback_weight
+FEEDBACK_RANK_WEIGHT = DEFAULT_TUNING.feedback_rank_weight
 Ranker = Callable[[str], list[int]]
 """Query id -> chunk positions, best first."""
 

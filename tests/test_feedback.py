@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 from pytest import approx
 
+from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import Chunk, Document, SearchFilters
-from knowledge_api.stores.fusion import feedback_vector
+from knowledge_api.settings import Settings
+from knowledge_api.stores import stores
+from knowledge_api.stores.fusion import SearchTuning, feedback_vector
 from knowledge_api.stores.sqlite import SQLiteStore
 
 
@@ -50,10 +53,10 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 
 async def test_the_best_hit_pulls_its_neighbours_up(store: SQLiteStore) -> None:
     query = np.array([1.0, 0.0], dtype=np.float32)
-    store.feedback_docs = 0
+    store.tuning = SearchTuning(feedback_docs=0)
     plain = await store.search("alpha", query, 3, SearchFilters())
     assert [h.source_id for h in plain] == ["a", "c", "b"]
-    store.feedback_docs = 1
+    store.tuning = SearchTuning(feedback_docs=1)
     refined = await store.search("alpha", query, 3, SearchFilters())
     # a moves the query toward b: b ranks 2nd by feedback, c 2nd by the first fusion,
     # and 3 / (60 + 2) + 1 / (60 + 3) > 3 / (60 + 3) + 1 / (60 + 2)
@@ -61,3 +64,27 @@ async def test_the_best_hit_pulls_its_neighbours_up(store: SQLiteStore) -> None:
     assert {h.source_id: round(h.similarity, 2) for h in refined} == {"a": 0.9, "b": 0.6, "c": 0.7}
     vector_only = await store.search("alpha", query, 3, SearchFilters(), mode="vector")
     assert [h.source_id for h in vector_only] == ["a", "c", "b"]  # feedback is hybrid only
+
+
+def test_ranking_settings_reach_every_backend(tmp_path: Path) -> None:
+    env = {
+        "KNOWLEDGE_FUSION_K": "20",
+        "KNOWLEDGE_CANDIDATES": "80",
+        "KNOWLEDGE_FEEDBACK_DOCS": "0",
+        "KNOWLEDGE_FEEDBACK_WEIGHT": "1.5",
+        "KNOWLEDGE_FEEDBACK_RANK_WEIGHT": "2",
+        "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
+        "KNOWLEDGE_CHROMA_PATH": str(tmp_path / "chroma"),
+        "KNOWLEDGE_QDRANT_PATH": str(tmp_path / "qdrant"),
+        "SUPABASE_URL": "https://project.supabase.test",
+        "SUPABASE_SERVICE_ROLE_KEY": "key",
+    }
+    settings = Settings.from_env(environ=env, env_file=None)
+    expected = SearchTuning(20, 80, 0, 1.5, 2.0)
+    for name in ("sqlite", "postgres", "supabase", "chroma", "qdrant"):
+        assert stores.create(name, settings).tuning == expected, name
+
+
+def test_negative_feedback_settings_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="KNOWLEDGE_FEEDBACK_DOCS must not be negative"):
+        Settings.from_env(environ={"KNOWLEDGE_FEEDBACK_DOCS": "-1"}, env_file=None)

@@ -16,9 +16,8 @@ import numpy as np
 
 from knowledge_api.models import Document, SearchFilters, SearchHit
 from knowledge_api.stores.fusion import (
-    FEEDBACK_DOCS,
-    FEEDBACK_RANK_WEIGHT,
-    FEEDBACK_WEIGHT,
+    DEFAULT_TUNING,
+    SearchTuning,
     feedback_vector,
     reciprocal_rank_fusion,
 )
@@ -90,10 +89,7 @@ class KnowledgeStore(Protocol):
 class HybridSearch:
     """Vector and keyword candidates fused by rank; similarity is the cosine."""
 
-    fusion_k: int = 60
-    candidates: int = 50
-    feedback_docs: int = FEEDBACK_DOCS
-    feedback_weight: float = FEEDBACK_WEIGHT
+    tuning: SearchTuning = DEFAULT_TUNING
 
     async def search(
         self,
@@ -104,9 +100,9 @@ class HybridSearch:
         threshold: float = 0.0,
         mode: SearchMode = "hybrid",
     ) -> list[SearchHit]:
-        n = max(self.candidates, top_k)
+        n = max(self.tuning.candidates, top_k)
         fused, similarity = await self.fused_candidates(query, vector, n, filters, mode)
-        if mode == "hybrid" and vector is not None and self.feedback_docs > 0:
+        if mode == "hybrid" and vector is not None and self.tuning.feedback_docs > 0:
             fused, similarity = await self.with_feedback(vector, n, filters, fused, similarity)
         kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
         return await self.hydrate(kept, similarity)
@@ -127,7 +123,7 @@ class HybridSearch:
         if mode != "vector":
             by_keyword = await self.keyword_candidates(query, n, filters)
         fused = reciprocal_rank_fusion(
-            [[c.key for c in by_vector], [c.key for c in by_keyword]], k=self.fusion_k
+            [[c.key for c in by_vector], [c.key for c in by_keyword]], k=self.tuning.fusion_k
         )
         if vector is None:
             similarity = relative_scores(by_keyword)
@@ -148,16 +144,16 @@ class HybridSearch:
         """The fused ranking fused again with a vector search for the query moved
         toward its best hits (pseudo-relevance feedback); similarity stays the cosine
         of the original query. Without stored vectors for those hits, nothing changes."""
-        seeds = await self.hydrate(fused[: self.feedback_docs], similarity)
+        seeds = await self.hydrate(fused[: self.tuning.feedback_docs], similarity)
         stored = await self.embeddings_by_hash([hit.chunk.content_hash for hit in seeds])
         if not stored:
             return fused, similarity
-        moved = feedback_vector(vector, list(stored.values()), self.feedback_weight)
+        moved = feedback_vector(vector, list(stored.values()), self.tuning.feedback_weight)
         by_feedback = await self.vector_candidates(moved, n, filters)
         refused = reciprocal_rank_fusion(
             [[c.key for c in by_feedback], [key for key, _ in fused]],
-            k=self.fusion_k,
-            weights=[FEEDBACK_RANK_WEIGHT, 1.0],
+            k=self.tuning.fusion_k,
+            weights=[self.tuning.feedback_rank_weight, 1.0],
         )
         missing = [key for key, _ in refused if key not in similarity]
         return refused, {**similarity, **await self.similarities(missing, vector)}

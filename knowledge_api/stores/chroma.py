@@ -33,6 +33,7 @@ from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
+from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
 
 T = TypeVar("T")
@@ -55,16 +56,14 @@ class ChromaStore(HybridSearch):
         ssl: bool = False,
         token: Secret | None = None,
         prefix: str = "knowledge",
-        fusion_k: int = 60,
-        candidates: int = 50,
+        tuning: SearchTuning = DEFAULT_TUNING,
         poll_seconds: float = records.POLL_SECONDS,
     ) -> None:
         self.path = Path(path)
         self.host, self.port, self.ssl = host, port, ssl
         self._token = token or Secret("")
         self.prefix = records.check_prefix(prefix, "KNOWLEDGE_CHROMA_PREFIX")
-        self.fusion_k = fusion_k
-        self.candidates = candidates
+        self.tuning = tuning
         self.keywords = KeywordIndex()
         self.writes = records.Generation(poll_seconds)
         self._sdk: Any = None
@@ -86,8 +85,7 @@ class ChromaStore(HybridSearch):
             settings.chroma_ssl,
             settings.chroma_token,
             settings.chroma_prefix,
-            settings.fusion_k,
-            settings.candidates,
+            SearchTuning.from_settings(settings),
         )
 
     @property

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -25,12 +26,33 @@ def reciprocal_rank_fusion(
     return sorted(scores.items(), key=lambda item: item[1], reverse=True)
 
 
-FEEDBACK_DOCS = 3
-"""Top fused hits whose vectors move the query (pseudo-relevance feedback); 0 = off."""
-FEEDBACK_WEIGHT = 2.0
-"""How far the query moves toward the mean vector of those hits."""
-FEEDBACK_RANK_WEIGHT = 3.0
-"""Weight of the feedback ranking against the first fused ranking in the final fusion."""
+@dataclass(frozen=True, slots=True)
+class SearchTuning:
+    """How hybrid search ranks, one value each (the defaults of the KNOWLEDGE_* settings)."""
+
+    fusion_k: int = 60
+    """k of reciprocal-rank fusion: higher flattens the weight of rank."""
+    candidates: int = 50
+    """Hits each ranking (vector, keyword) hands to fusion, at least the limit asked for."""
+    feedback_docs: int = 3
+    """Top fused hits whose vectors move the query (pseudo-relevance feedback); 0 = off."""
+    feedback_weight: float = 2.0
+    """How far the query moves toward the mean vector of those hits."""
+    feedback_rank_weight: float = 3.0
+    """Weight of the feedback ranking against the first fused ranking in the final fusion."""
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SearchTuning:
+        return cls(
+            settings.fusion_k,
+            settings.candidates,
+            settings.feedback_docs,
+            settings.feedback_weight,
+            settings.feedback_rank_weight,
+        )
+
+
+DEFAULT_TUNING = SearchTuning()
 
 
 def feedback_vector(query: np.ndarray, seeds: Sequence[np.ndarray], weight: float) -> np.ndarray:

@@ -29,6 +29,7 @@ from knowledge_api.errors import BackendConnectionError, KnowledgeStoreError
 from knowledge_api.models import Document
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
+from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.siam import Condition, Row, SiamStore
 
 log = logging.getLogger("knowledge_api")
@@ -50,10 +51,9 @@ class PostgresStore(SiamStore):
         data_dir: Path,
         dimension: int,
         pool_size: int = 10,
-        fusion_k: int = 60,
-        candidates: int = 50,
+        tuning: SearchTuning = DEFAULT_TUNING,
     ) -> None:
-        super().__init__(fusion_k, candidates)
+        super().__init__(tuning)
         self.url = url
         self.data_dir = data_dir
         self.dimension = dimension
@@ -72,8 +72,7 @@ class PostgresStore(SiamStore):
             settings.postgres_data_dir,
             configured_dimension(settings),
             settings.postgres_pool_size,
-            settings.fusion_k,
-            settings.candidates,
+            SearchTuning.from_settings(settings),
         )
 
     def __repr__(self) -> str:

@@ -38,6 +38,7 @@ from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate, HybridSearch, SearchMode, cosine_to_similarity
+from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import sparse_document, sparse_query
 
 DENSE = "dense"
@@ -62,8 +63,7 @@ class QdrantStore(HybridSearch):
         prefix: str = "knowledge",
         fusion: str = "auto",
         indexed_fields: Sequence[str] = ("app_under_test",),
-        fusion_k: int = 60,
-        candidates: int = 50,
+        tuning: SearchTuning = DEFAULT_TUNING,
         poll_seconds: float = records.POLL_SECONDS,
     ) -> None:
         self.path, self.url = path, url
@@ -71,8 +71,7 @@ class QdrantStore(HybridSearch):
         self.prefix = records.check_prefix(prefix, "KNOWLEDGE_QDRANT_PREFIX")
         self.fusion = fusion
         self.indexed_fields = tuple(indexed_fields)
-        self.fusion_k = fusion_k
-        self.candidates = candidates
+        self.tuning = tuning
         self.writes = records.Generation(poll_seconds if url else math.inf)
         self.server_version = ""
         self.server_fusion = False
@@ -94,8 +93,7 @@ class QdrantStore(HybridSearch):
             settings.qdrant_prefix,
             settings.qdrant_fusion,
             fields,
-            settings.fusion_k,
-            settings.candidates,
+            SearchTuning.from_settings(settings),
         )
 
     @property
@@ -412,7 +410,8 @@ class QdrantStore(HybridSearch):
             "query_points",
             name,
             prefetch=prefetch,
-            query=m.RrfQuery(rrf=m.Rrf(k=self.fusion_k + 1)),  # Qdrant ranks from 0, we from 1
+            # Qdrant ranks from 0, we from 1
+            query=m.RrfQuery(rrf=m.Rrf(k=self.tuning.fusion_k + 1)),
             query_filter=where,
             limit=2 * n,
             with_payload=False,

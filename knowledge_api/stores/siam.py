@@ -29,6 +29,7 @@ from knowledge_api.errors import (
 )
 from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
 from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
+from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 
 Row = dict[str, Any]
 Condition = tuple[str, str, Any]
@@ -59,9 +60,8 @@ class SiamStore(HybridSearch):
     """How long a read generation is trusted: another process's write is noticed within
     this time (this store's own writes at once), and a cache hit costs no round trip."""
 
-    def __init__(self, fusion_k: int = 60, candidates: int = 50) -> None:
-        self.fusion_k = fusion_k
-        self.candidates = candidates
+    def __init__(self, tuning: SearchTuning = DEFAULT_TUNING) -> None:
+        self.tuning = tuning
         self._generation = 0
         self._generation_expires = 0.0
 

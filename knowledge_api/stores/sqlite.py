@@ -29,6 +29,7 @@ from knowledge_api.errors import (
 )
 from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
 from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
+from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import filter_sql, fts_query
 from knowledge_api.stores.vector_index import VectorIndex
 
@@ -40,10 +41,9 @@ _HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.
 class SQLiteStore(HybridSearch):
     name = "sqlite"
 
-    def __init__(self, path: Path | str, fusion_k: int = 60, candidates: int = 50) -> None:
+    def __init__(self, path: Path | str, tuning: SearchTuning = DEFAULT_TUNING) -> None:
         self.path = Path(path)
-        self.fusion_k = fusion_k
-        self.candidates = candidates
+        self.tuning = tuning
         self._conn: sqlite3.Connection | None = None
         self._index: VectorIndex | None = None
         self._writes = 0
@@ -53,7 +53,7 @@ class SQLiteStore(HybridSearch):
 
     @classmethod
     def from_settings(cls, settings: Any) -> SQLiteStore:
-        return cls(settings.db_path, settings.fusion_k, settings.candidates)
+        return cls(settings.db_path, SearchTuning.from_settings(settings))
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"

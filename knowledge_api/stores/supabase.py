@@ -20,6 +20,7 @@ import orjson
 from knowledge_api.errors import BackendConnectionError, ConfigurationError, KnowledgeStoreError
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
+from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.siam import Condition, Row, SiamStore, vector_literal
 
 try:
@@ -49,10 +50,9 @@ class SupabaseStore(SiamStore):
         timeout: float = 10.0,
         retries: int = 3,
         backoff: float = 0.25,
-        fusion_k: int = 60,
-        candidates: int = 50,
+        tuning: SearchTuning = DEFAULT_TUNING,
     ) -> None:
-        super().__init__(fusion_k, candidates)
+        super().__init__(tuning)
         self.url = url.rstrip("/")
         self.key = key
         self.timeout = timeout
@@ -69,8 +69,7 @@ class SupabaseStore(SiamStore):
             settings.supabase_timeout,
             settings.supabase_retries,
             settings.supabase_backoff,
-            settings.fusion_k,
-            settings.candidates,
+            SearchTuning.from_settings(settings),
         )
 
     def __repr__(self) -> str:
