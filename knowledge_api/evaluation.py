@@ -7,7 +7,6 @@ rank r is discounted by 1/log2(r + 1), as trec_eval computes nDCG.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import uuid
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.ingest.loaders import LoadOptions, load_jsonl
+from knowledge_api.ingest.loaders import LoadOptions, jsonl_records, load_jsonl
 from knowledge_api.models import SearchFilters, SearchHit, document_id
 from knowledge_api.stores.base import SEARCH_MODES, SearchMode
 
@@ -127,17 +126,7 @@ def load_beir(folder: Path, split: str = "test") -> BeirSet:
 
 
 def read_queries(path: Path) -> dict[str, str]:
-    queries = {}
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                queries[str(record["_id"])] = str(record["text"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise InvalidRequest(f"{path}:{number}", f"not a query record ({e})") from e
-    return queries
+    return {record["_id"]: record["text"] for record in jsonl_records(path, "query")}
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:

@@ -78,6 +78,19 @@ class Retrieval:
     warnings: list[str]
 
 
+@dataclass(slots=True)
+class Written:
+    """Where `_write` leaves the synthesis chain's Outcome once the text has streamed."""
+
+    outcome: Outcome | None = None
+
+    @property
+    def result(self) -> Outcome:
+        if self.outcome is None:
+            raise RuntimeError("the synthesis chain ended without an outcome")
+        return self.outcome
+
+
 class KnowledgeService:
     def __init__(
         self,
@@ -200,13 +213,10 @@ class KnowledgeService:
         warnings = list(found.warnings)
         if request.synthesize:
             synthesized = time.perf_counter()
-            outcome = None
-            async for name, data in self._write(request.query, found.hits, "synthesis"):
-                if isinstance(data, Outcome):
-                    outcome = data
-                else:
-                    yield name, data
-            assert outcome is not None
+            written = Written()
+            async for event in self._write(request.query, found.hits, "synthesis", written):
+                yield event
+            outcome = written.result
             body["synthesis"] = outcome.text
             body["synthesizer"] = outcome.view()
             warnings += outcome.warnings()
@@ -217,16 +227,18 @@ class KnowledgeService:
         yield COMPUTED, ((body, timings), cacheable)
 
     async def _write(
-        self, query: str, hits: Sequence[SearchHit], field: str
+        self, query: str, hits: Sequence[SearchHit], field: str, written: Written
     ) -> AsyncGenerator[Event, None]:
-        """The synthesis chain's events: (field, {"delta": text}) as text arrives,
-        ("reset", why) when a link failed mid-answer, then ("written", Outcome)."""
+        """The synthesis chain's events: (field, {"delta": text}) as text arrives and
+        ("reset", why) when a link failed mid-answer; its Outcome goes to `written`."""
         async with aclosing(self.synthesizer.stream(query, hits)) as events:
             async for name, data in events:
                 if name == "delta":
                     yield field, {"delta": data}
+                elif name == "done":
+                    written.outcome = data
                 else:
-                    yield ("written" if name == "done" else name), data
+                    yield name, data
 
     async def _cached_events(
         self,
@@ -303,15 +315,12 @@ class KnowledgeService:
             nearest = await self.retrieve(request.query, request.limit, filters, 0.0)
             core = insufficient_answer(request, nearest.hits, found.warnings)
         else:
-            written = time.perf_counter()
-            outcome = None
-            async for name, data in self._write(request.query, found.hits, "answer"):
-                if isinstance(data, Outcome):
-                    outcome = data
-                else:
-                    yield name, data
-            assert outcome is not None
-            generation_ms = elapsed_ms(written)
+            started = time.perf_counter()
+            written = Written()
+            async for event in self._write(request.query, found.hits, "answer", written):
+                yield event
+            outcome = written.result
+            generation_ms = elapsed_ms(started)
             core = await self._ground(request, outcome, found.warnings)
             core["timings"]["generation_time_ms"] = generation_ms
         core["results"] = results

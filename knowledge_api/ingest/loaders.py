@@ -65,26 +65,33 @@ def load_file(path: Path, options: LoadOptions, root: Path) -> Iterator[Document
     )
 
 
-def load_jsonl(path: Path, options: LoadOptions) -> Iterator[Document]:
-    """BEIR corpus layout: one {"_id", "title", "text", "metadata"?} object a line."""
+def jsonl_records(path: Path, kind: str) -> Iterator[dict[str, Any]]:
+    """The BEIR objects of a JSON-lines file, each with its "_id" and "text" as strings;
+    a line that is not one fails with its file and line number."""
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-                source_id, body = str(record["_id"]), str(record["text"])
+                yield {**record, "_id": str(record["_id"]), "text": str(record["text"])}
             except (ValueError, KeyError, TypeError) as e:
-                raise InvalidRequest(f"{path}:{number}", f"not a corpus record ({e})") from e
-            extra = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
-            yield Document(
-                source_type=options.source_type or "knowledge",
-                source_id=source_id,
-                content=body,
-                title=str(record.get("title") or ""),
-                metadata={**extra, **options.metadata},
-                collection=options.collection,
-            )
+                raise InvalidRequest(f"{path}:{number}", f"not a {kind} record ({e})") from e
+
+
+def load_jsonl(path: Path, options: LoadOptions) -> Iterator[Document]:
+    """BEIR corpus layout: one {"_id", "title", "text", "metadata"?} object a line."""
+    for record in jsonl_records(path, "corpus"):
+        given = record.get("metadata")
+        extra: dict[str, Any] = given if isinstance(given, dict) else {}
+        yield Document(
+            source_type=options.source_type or "knowledge",
+            source_id=record["_id"],
+            content=record["text"],
+            title=str(record.get("title") or ""),
+            metadata={**extra, **options.metadata},
+            collection=options.collection,
+        )
 
 
 def markdown_title(content: str) -> str:
