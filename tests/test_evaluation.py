@@ -93,6 +93,12 @@ def test_beir_reader(tmp_path: Path) -> None:
         ev.read_qrels(trec)
     with pytest.raises(InvalidRequest, match=r"corpus\.jsonl: missing"):
         ev.load_beir(tmp_path)
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text('{"_id": 7, "text": "seven"}\n\n["not", "an", "object"]\n')
+    with pytest.raises(InvalidRequest, match=r"queries\.jsonl:3: not a query record"):
+        ev.read_queries(queries)
+    queries.write_text('{"_id": 7, "text": "seven"}\n')
+    assert ev.read_queries(queries) == {"7": "seven"}
 
 
 async def test_evaluate_uses_a_temporary_collection(
