@@ -7,18 +7,19 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 
-from knowledge_api.ingest.kb_sync import periodic_sync
+from knowledge_api.compose import build_service
 from knowledge_api.routes import ROUTES
 from knowledge_api.routes.http import EXCEPTION_HANDLERS
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.usecases.kb_sync import periodic_sync
 
 
 def create_app(
     settings: Settings | None = None, service: KnowledgeService | None = None
 ) -> Starlette:
     settings = settings or Settings.from_env()
-    knowledge = service or KnowledgeService.from_settings(settings)
+    knowledge = service or build_service(settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from knowledge_api import validation
+from knowledge_api import compose, validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
-from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, QueryRequest
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
@@ -154,10 +154,13 @@ def run_query(settings: Settings, args: argparse.Namespace) -> int:
     }
     if args.sources:
         payload["sources"] = args.sources.split(",")
-    request = QueryRequest.from_payload(payload)
+    from knowledge_api.routes import query as contract
+    from knowledge_api.usecases.query import query
+
+    params, _ = contract.parse(payload)
 
     async def ask(service: KnowledgeService) -> int:
-        response = await service.query(request)
+        response = contract.render(await query(service, params))
         sys.stdout.buffer.write(orjson.dumps(response, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
 
@@ -165,14 +168,14 @@ def run_query(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def run_sync(settings: Settings, args: argparse.Namespace) -> int:
-    from knowledge_api.ingest import kb_sync
+    from knowledge_api.usecases import kb_sync
 
     settings = settings.replace(kb_sync_url=args.source)
     return with_service(settings, lambda service: kb_sync.sync_command(service, full=args.full))
 
 
 def run_eval(settings: Settings, args: argparse.Namespace) -> int:
-    from knowledge_api import evaluation
+    from knowledge_api.usecases import evaluation
 
     collection = args.collection and validation.collection_name(args.collection, "--collection")
 
@@ -197,25 +200,22 @@ def run_eval(settings: Settings, args: argparse.Namespace) -> int:
 def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from knowledge_api.embeddings import embedders
     from knowledge_api.stores.migrate import migrate
 
     if args.source == args.target:
         raise InvalidRequest("--to", "must name another store than --from")
     collections = [validation.collection_name(name, "--collection") for name in args.collection]
-    embedder = embedders.create(settings.embedder, settings)
+    identity = compose.embedder_identity(compose.build_embedder(settings))
 
     async def run() -> int:
         async with contextlib.AsyncExitStack() as stack:
-            source = stores.create(args.source, settings)
-            target = stores.create(args.target, settings)
+            source = compose.build_store(settings, identity, args.source)
+            target = compose.build_store(settings, identity, args.target)
             for store in (source, target):
                 await store.open()
                 stack.push_async_callback(store.close)
             with tqdm(unit="doc", file=sys.stderr, disable=None) as bar:
-                copied = await migrate(
-                    source, target, (embedder.name, embedder.dimension), collections, bar.update
-                )
+                copied = await migrate(source, target, identity, collections, bar.update)
         for name, summary in copied.items():
             print(
                 f"{name}: {summary.documents} documents copied ({summary.chunks} chunks), "
@@ -229,9 +229,9 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
 def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
     """The schema of the postgres and supabase stores: vector columns sized for the
     configured embedder, SQL functions, indexes. Applied migrations are skipped."""
-    from knowledge_api.stores.postgres import migrate_database
-
-    database, applied = asyncio.run(migrate_database(settings))
+    identity = compose.embedder_identity(compose.build_embedder(settings))
+    store = compose.build_store(settings, identity, "postgres")
+    database, applied = asyncio.run(store.migrate_schema())  # type: ignore[attr-defined]
     if applied:
         print(f"{database}: applied {', '.join(applied)}")
     else:
@@ -241,7 +241,7 @@ def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 def with_service(settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]]) -> int:
     async def run() -> int:
-        service = KnowledgeService.from_settings(settings)
+        service = compose.build_service(settings)
         await service.start()
         try:
             return await work(service)

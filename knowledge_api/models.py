@@ -5,18 +5,17 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-
-from knowledge_api import validation
-from knowledge_api.errors import InvalidQuery
 
 SOURCE_TYPES = ("git", "jira", "knowledge", "wiki", "email", "metrics")
 DEFAULT_COLLECTION = "default"
 _NAMESPACE = uuid.UUID("6f1c2d0e-8b1a-4c55-9d5e-3a1f0b6c7d20")
 
 Metadata = dict[str, Any]
+SearchMode = Literal["hybrid", "vector", "keyword"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "vector", "keyword")
 
 
 def content_hash(text: str) -> str:
@@ -30,6 +29,15 @@ def document_id(collection: str, source_type: str, source_id: str) -> str:
 
 def chunk_id(doc_id: str, index: int) -> str:
     return str(uuid.uuid5(uuid.UUID(doc_id), str(index)))
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderIdentity:
+    """What a store records of the embedder that wrote its vectors: vectors of another
+    name or dimension are never mixed with them."""
+
+    name: str
+    dimension: int
 
 
 @dataclass(slots=True)
@@ -116,99 +124,6 @@ class IndexSummary:
         )
 
 
-QUERY_MAX_LENGTH = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class QueryRequest:
-    """A validated body of POST /v1/knowledge/query."""
-
-    query: str
-    sources: tuple[str, ...] | None = None
-    limit: int = 5
-    threshold: float = 0.2
-    synthesize: bool = True
-    stream: bool = False
-    filters: tuple[tuple[str, Any], ...] = ()
-
-    FIELDS = ("query", "sources", "limit", "threshold", "synthesize", "stream", "filters")
-
-    @classmethod
-    def from_payload(cls, payload: Any) -> QueryRequest:
-        body = validation.require_object(payload)
-        validation.reject_unknown(body, cls.FIELDS)
-        return cls(
-            query=validation.text(
-                body, "query", max_length=QUERY_MAX_LENGTH, error=InvalidQuery
-            ).strip(),
-            sources=validation.choices(body, "sources", allowed=SOURCE_TYPES),
-            limit=validation.integer(body, "limit", low=1, high=20, default=5),
-            threshold=validation.number(body, "threshold", low=0.0, high=1.0, default=0.2),
-            synthesize=validation.boolean(body, "synthesize", default=True),
-            stream=validation.boolean(body, "stream", default=False),
-            filters=tuple(sorted(validation.scalar_mapping(body, "filters").items())),
-        )
-
-    @property
-    def normalized_query(self) -> str:
-        """Case and spacing do not change the answer (the model is uncased)."""
-        return normalize_query(self.query)
-
-    def cache_key(self) -> tuple[Any, ...]:
-        return (
-            self.normalized_query,
-            self.sources,
-            self.limit,
-            self.threshold,
-            self.synthesize,
-            self.filters,
-        )
-
-    def search_filters(self) -> SearchFilters:
-        return SearchFilters(source_types=self.sources, metadata=self.filters)
-
-
 def normalize_query(text: str) -> str:
+    """Case and spacing do not change the answer (the model is uncased)."""
     return " ".join(text.casefold().split())
-
-
-ANSWER_QUERY_MAX_LENGTH = 500
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerRequest:
-    """A validated body of POST /v1/knowledge/answer (a grounded answer)."""
-
-    query: str
-    threshold: float
-    sources: tuple[str, ...] | None = None
-    limit: int = 5
-    stream: bool = False
-    filters: tuple[tuple[str, Any], ...] = ()
-
-    FIELDS = ("query", "sources", "limit", "threshold", "stream", "filters")
-
-    @classmethod
-    def from_payload(cls, payload: Any, default_threshold: float) -> AnswerRequest:
-        body = validation.require_object(payload)
-        validation.reject_unknown(body, cls.FIELDS)
-        query = validation.text(
-            body, "query", max_length=ANSWER_QUERY_MAX_LENGTH, error=InvalidQuery
-        ).strip()
-        return cls(
-            query=query,
-            threshold=validation.number(
-                body, "threshold", low=0.0, high=1.0, default=default_threshold
-            ),
-            sources=validation.choices(body, "sources", allowed=SOURCE_TYPES),
-            limit=validation.integer(body, "limit", low=1, high=20, default=5),
-            stream=validation.boolean(body, "stream", default=False),
-            filters=tuple(sorted(validation.scalar_mapping(body, "filters").items())),
-        )
-
-    def cache_key(self) -> tuple[Any, ...]:
-        query = normalize_query(self.query)
-        return ("answer", query, self.sources, self.limit, self.threshold, self.filters)
-
-    def search_filters(self) -> SearchFilters:
-        return SearchFilters(source_types=self.sources, metadata=self.filters)

@@ -39,8 +39,10 @@ class Registry(Generic[T]):
             self._targets[name] = target
         return target
 
-    def create(self, name: str, settings: Any) -> T:
-        created: T = self.resolve(name).from_settings(settings)  # type: ignore[attr-defined]
+    def create(self, name: str, settings: Any, *context: Any) -> T:
+        """An instance of `name` from the settings (and what else its seam hands every
+        backend, such as the embedder's identity to a store)."""
+        created: T = self.resolve(name).from_settings(settings, *context)  # type: ignore[attr-defined]
         return created
 
 

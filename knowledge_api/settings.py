@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from knowledge_api.errors import ConfigurationError
-from knowledge_api.stores.fusion import DEFAULT_TUNING
 from knowledge_api.validation import COLLECTION_RULE, valid_collection
 
 ENV_PREFIX = "KNOWLEDGE_"
@@ -96,28 +95,28 @@ class Settings:
     )
     fusion_k: int = setting(
         "KNOWLEDGE_FUSION_K",
-        DEFAULT_TUNING.fusion_k,
+        60,
         "k of reciprocal-rank fusion (higher flattens rank weights).",
     )
     candidates: int = setting(
         "KNOWLEDGE_CANDIDATES",
-        DEFAULT_TUNING.candidates,
+        50,
         "Hits each retriever (vector, keyword) hands to fusion.",
     )
     feedback_docs: int = setting(
         "KNOWLEDGE_FEEDBACK_DOCS",
-        DEFAULT_TUNING.feedback_docs,
+        3,
         "Best hybrid hits whose vectors refine the query (pseudo-relevance feedback); "
         "0 turns the second vector search off.",
     )
     feedback_weight: float = setting(
         "KNOWLEDGE_FEEDBACK_WEIGHT",
-        DEFAULT_TUNING.feedback_weight,
+        2.0,
         "How far feedback moves the query vector toward the mean of those hits.",
     )
     feedback_rank_weight: float = setting(
         "KNOWLEDGE_FEEDBACK_RANK_WEIGHT",
-        DEFAULT_TUNING.feedback_rank_weight,
+        3.0,
         "Weight of the refined query's ranking against the first fused ranking.",
     )
     max_body_bytes: int = setting(

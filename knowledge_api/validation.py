@@ -8,8 +8,10 @@ from typing import Any
 
 from knowledge_api.errors import InvalidRequest
 
-_MISSING: Any = object()
-_COLLECTION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+REQUIRED: Any = object()
+"""The default of a field that must be given."""
+COLLECTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_COLLECTION = re.compile(COLLECTION_PATTERN.strip("^$"))
 COLLECTION_RULE = "must be 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
 
 
@@ -30,15 +32,15 @@ def text(
     field: str,
     *,
     max_length: int,
-    default: Any = _MISSING,
+    default: Any = REQUIRED,
     error: type[InvalidRequest] = InvalidRequest,
 ) -> str:
     value = payload.get(field, default)
-    if value is _MISSING:
+    if value is REQUIRED:
         raise error(field, "is required")
     if not isinstance(value, str):
         raise error(field, "must be a string")
-    if not value.strip() and default is _MISSING:
+    if not value.strip() and default is REQUIRED:
         raise error(field, "must not be empty or whitespace")
     if len(value) > max_length:
         raise error(field, f"must be at most {max_length} characters", length=len(value))

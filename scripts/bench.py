@@ -75,7 +75,7 @@ BUILTIN_QUERIES = [
 ]
 SYNTHESIS_SUFFIX = "explained"
 WARMUP_QUERIES = ["bench warm-up one", "bench warm-up two", "bench warm-up three"]
-BARE_APP = '''\
+BARE_APP = """\
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -86,7 +86,7 @@ async def ok(request):
 
 
 app = Starlette(routes=[Route("/{path:path}", ok, methods=["GET", "POST"])])
-'''
+"""
 WRK_SCRIPT = """\
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -100,8 +100,12 @@ wrk.body = [==[{body}]==]
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--store", default="sqlite", help="KNOWLEDGE_STORE (default: sqlite)")
-    p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
-                   help="BEIR corpus.jsonl (falls back to the bundled docs when absent)")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        default=DEFAULT_CORPUS,
+        help="BEIR corpus.jsonl (falls back to the bundled docs when absent)",
+    )
     p.add_argument("--embedder", default="local", help="KNOWLEDGE_EMBEDDER (default: local)")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the figures as JSON")
     p.add_argument("--rounds", type=int, default=10, help="rounds of cache-hit queries")
@@ -109,25 +113,35 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--wrk-duration", type=int, default=10, help="seconds of each wrk run")
     p.add_argument("--wrk-connections", type=int, default=64)
     p.add_argument("--concurrency", type=int, default=500, help="concurrent POSTs")
-    p.add_argument("--clients", type=int, default=10,
-                   help="AsyncClients sharing the concurrent connections (httpx's pool scans "
-                        "all its connections per request: one pool of 500 is client-bound)")
-    p.add_argument("--timeout", type=float, default=1800.0,
-                   help="seconds an ingest may take before it is stopped")
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=10,
+        help="AsyncClients sharing the concurrent connections (httpx's pool scans "
+        "all its connections per request: one pool of 500 is client-bound)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="seconds an ingest may take before it is stopped",
+    )
     return p.parse_args(argv)
 
 
 def bench_env(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({
-        "KNOWLEDGE_DB_PATH": str(workdir / "knowledge.db"),
-        "KNOWLEDGE_POSTGRES_DATA_DIR": str(workdir / "postgres"),  # store=postgres, no URL
-        "KNOWLEDGE_CHROMA_PATH": str(workdir / "chroma"),  # store=chroma, no host
-        "KNOWLEDGE_QDRANT_PATH": str(workdir / "qdrant"),  # store=qdrant, no URL
-        "KNOWLEDGE_SEED_ON_EMPTY": "false",
-        "KNOWLEDGE_STORE": args.store,
-        "KNOWLEDGE_EMBEDDER": args.embedder,
-    })
+    env.update(
+        {
+            "KNOWLEDGE_DB_PATH": str(workdir / "knowledge.db"),
+            "KNOWLEDGE_POSTGRES_DATA_DIR": str(workdir / "postgres"),  # store=postgres, no URL
+            "KNOWLEDGE_CHROMA_PATH": str(workdir / "chroma"),  # store=chroma, no host
+            "KNOWLEDGE_QDRANT_PATH": str(workdir / "qdrant"),  # store=qdrant, no URL
+            "KNOWLEDGE_SEED_ON_EMPTY": "false",
+            "KNOWLEDGE_STORE": args.store,
+            "KNOWLEDGE_EMBEDDER": args.embedder,
+        }
+    )
     return env
 
 
@@ -184,12 +198,18 @@ def load_queries(corpus: Path, limit: int) -> tuple[list[str], str]:
 # -- subprocesses ----------------------------------------------------------------------
 
 
-def run_ingest(command: list[str], corpus: Path, env: dict[str, str], workdir: Path,
-               timeout: float) -> dict[str, Any]:
+def run_ingest(
+    command: list[str], corpus: Path, env: dict[str, str], workdir: Path, timeout: float
+) -> dict[str, Any]:
     started = time.perf_counter()
     done = subprocess.run(
-        [*command, "ingest", str(corpus)], env=env, cwd=workdir, capture_output=True,
-        text=True, timeout=timeout, check=False,
+        [*command, "ingest", str(corpus)],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     wall = time.perf_counter() - started
     if done.returncode != 0:
@@ -203,12 +223,20 @@ def run_ingest(command: list[str], corpus: Path, env: dict[str, str], workdir: P
     return {**figures, "wall_s": round(wall, 3), "summary": match.group(0)}
 
 
-def start_process(stack: ExitStack, command: list[str], env: dict[str, str], cwd: Path,
-                  log: Path) -> subprocess.Popen[bytes]:
+def start_process(
+    stack: ExitStack, command: list[str], env: dict[str, str], cwd: Path, log: Path
+) -> subprocess.Popen[bytes]:
     """A child in its own session (a Ctrl-C reaches us; we stop it), logging to `log`."""
     out = stack.enter_context(log.open("wb"))
-    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        cwd=cwd,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     stack.callback(stop_process, proc)
     return proc
 
@@ -280,17 +308,25 @@ def timed_queries(client: httpx.Client, payloads: list[dict[str, Any]]) -> dict[
         for name, value in metrics.items():
             if name.endswith("_ms"):
                 rows.setdefault(name, []).append(float(value))
-    return {"requests": len(payloads), "errors": errors, "cache_hits": hits,
-            **{name: summarize(values) for name, values in rows.items()}}
+    return {
+        "requests": len(payloads),
+        "errors": errors,
+        "cache_hits": hits,
+        **{name: summarize(values) for name, values in rows.items()},
+    }
 
 
 def summarize(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     a = np.asarray(values, dtype=float)
-    return {"n": int(a.size), "p50": round(float(np.percentile(a, 50)), 3),
-            "p95": round(float(np.percentile(a, 95)), 3), "mean": round(float(a.mean()), 3),
-            "max": round(float(a.max()), 3)}
+    return {
+        "n": int(a.size),
+        "p50": round(float(np.percentile(a, 50)), 3),
+        "p95": round(float(np.percentile(a, 95)), 3),
+        "mean": round(float(a.mean()), 3),
+        "max": round(float(a.max()), 3),
+    }
 
 
 def query_groups(base_url: str, queries: list[str], rounds: int) -> dict[str, Any]:
@@ -308,16 +344,20 @@ def query_groups(base_url: str, queries: list[str], rounds: int) -> dict[str, An
 # -- concurrency -----------------------------------------------------------------------
 
 
-async def concurrent_posts(base_url: str, bodies: list[dict[str, Any]], clients: int,
-                           deadline_s: float) -> dict[str, Any]:
+async def concurrent_posts(
+    base_url: str, bodies: list[dict[str, Any]], clients: int, deadline_s: float
+) -> dict[str, Any]:
     """All `bodies` POSTed at once, each on its own connection, spread over `clients`."""
     per_client = -(-len(bodies) // clients)
     limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
     timeout = httpx.Timeout(deadline_s)
     async with AsyncExitStack() as stack:
-        pool = [await stack.enter_async_context(
-            httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout))
-            for _ in range(clients)]
+        pool = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout)
+            )
+            for _ in range(clients)
+        ]
 
         async def one(i: int, body: dict[str, Any]) -> tuple[int | str, float | None]:
             try:
@@ -337,8 +377,13 @@ async def concurrent_posts(base_url: str, bodies: list[dict[str, Any]], clients:
         if status != 200:
             failures[str(status)] = failures.get(str(status), 0) + 1
     server_ms = [total for _, total in outcomes if total is not None]
-    return {"requests": len(bodies), "errors": sum(failures.values()), "failures": failures,
-            "wall_s": round(wall, 3), "total_ms": summarize(server_ms)}
+    return {
+        "requests": len(bodies),
+        "errors": sum(failures.values()),
+        "failures": failures,
+        "wall_s": round(wall, 3),
+        "total_ms": summarize(server_ms),
+    }
 
 
 def concurrency_bodies(queries: list[str], count: int) -> list[dict[str, Any]]:
@@ -354,8 +399,9 @@ def concurrency_bodies(queries: list[str], count: int) -> list[dict[str, Any]]:
 # -- throughput (wrk) ------------------------------------------------------------------
 
 
-def wrk_run(url: str, body: dict[str, Any], workdir: Path, duration: int,
-            connections: int) -> dict[str, Any]:
+def wrk_run(
+    url: str, body: dict[str, Any], workdir: Path, duration: int, connections: int
+) -> dict[str, Any]:
     raw = json.dumps(body)
     if "]==]" in raw:
         raise ValueError("the wrk body cannot hold ']==]'")
@@ -363,7 +409,10 @@ def wrk_run(url: str, body: dict[str, Any], workdir: Path, duration: int,
     script.write_text(WRK_SCRIPT.format(body=raw), encoding="utf-8")
     done = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "-s", str(script), url],
-        capture_output=True, text=True, timeout=duration + 60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=duration + 60,
+        check=False,
     )
     output = done.stdout + done.stderr
     rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
@@ -383,35 +432,63 @@ def start_bare_app(stack: ExitStack, workdir: Path, env: dict[str, str]) -> str:
     port = free_port()
     log = workdir / "bare.log"
     bare_env = {k: v for k, v in env.items() if not k.startswith("KNOWLEDGE_")}
-    proc = start_process(stack, [
-        sys.executable, "-m", "uvicorn", "bare_app:app", "--host", HOST, "--port", str(port),
-        "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning",
-    ], bare_env, workdir, log)
+    proc = start_process(
+        stack,
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bare_app:app",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ],
+        bare_env,
+        workdir,
+        log,
+    )
     url = f"http://{HOST}:{port}"
     wait_ready(proc, url + "/", log, 30.0)
     return url
 
 
-def throughput(service_url: str, bare_url: str, body: dict[str, Any], workdir: Path,
-               args: argparse.Namespace) -> dict[str, Any]:
+def throughput(
+    service_url: str, bare_url: str, body: dict[str, Any], workdir: Path, args: argparse.Namespace
+) -> dict[str, Any]:
     if shutil.which("wrk") is None:
         return {"skipped": "wrk not found (`apt-get install wrk` enables it)"}
-    runs = {name: wrk_run(url + QUERY_PATH, body, workdir, args.wrk_duration,
-                          args.wrk_connections)
-            for name, url in (("service", service_url), ("bare_starlette", bare_url))}
+    runs = {
+        name: wrk_run(url + QUERY_PATH, body, workdir, args.wrk_duration, args.wrk_connections)
+        for name, url in (("service", service_url), ("bare_starlette", bare_url))
+    }
     ratio = None
     if runs["service"]["requests_per_s"] and runs["bare_starlette"]["requests_per_s"]:
-        ratio = round(runs["service"]["requests_per_s"]
-                      / runs["bare_starlette"]["requests_per_s"], 3)
-    return {**runs, "ratio": ratio,
-            "wrk": f"-t2 -c{args.wrk_connections} -d{args.wrk_duration}s POST"}
+        ratio = round(
+            runs["service"]["requests_per_s"] / runs["bare_starlette"]["requests_per_s"], 3
+        )
+    return {
+        **runs,
+        "ratio": ratio,
+        "wrk": f"-t2 -c{args.wrk_connections} -d{args.wrk_duration}s POST",
+    }
 
 
-def concurrency(service_url: str, bare_url: str, queries: list[str],
-                args: argparse.Namespace) -> dict[str, Any]:
+def concurrency(
+    service_url: str, bare_url: str, queries: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
     bodies = concurrency_bodies(queries, args.concurrency)
-    return {name: asyncio.run(concurrent_posts(url, bodies, args.clients, 120.0))
-            for name, url in (("service", service_url), ("bare_starlette", bare_url))}
+    return {
+        name: asyncio.run(concurrent_posts(url, bodies, args.clients, 120.0))
+        for name, url in (("service", service_url), ("bare_starlette", bare_url))
+    }
 
 
 # -- the run ---------------------------------------------------------------------------
@@ -424,9 +501,14 @@ def bench(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
     corpus = corpus_path(args.corpus)
     queries, query_source = load_queries(corpus, args.max_queries)
     report: dict[str, Any] = {
-        "settings": {"store": args.store, "embedder": args.embedder, "corpus": str(corpus),
-                     "queries": query_source, "distinct_queries": len(queries),
-                     "cpus": os.cpu_count()},
+        "settings": {
+            "store": args.store,
+            "embedder": args.embedder,
+            "corpus": str(corpus),
+            "queries": query_source,
+            "distinct_queries": len(queries),
+            "cpus": os.cpu_count(),
+        },
         "load_average": {"start": load_average()},
     }
     print(f"ingesting {corpus} ({args.store} store, {args.embedder} embedder) ...", flush=True)
@@ -436,16 +518,19 @@ def bench(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
 
     port = free_port()
     log = workdir / "serve.log"
-    server = start_process(stack, [*command, "serve", "--host", HOST, "--port", str(port)],
-                           env, workdir, log)
+    server = start_process(
+        stack, [*command, "serve", "--host", HOST, "--port", str(port)], env, workdir, log
+    )
     base_url = f"http://{HOST}:{port}"
     print(f"starting the service on {base_url} ...", flush=True)
     report["startup_s"] = round(wait_ready(server, base_url + "/health", log, 180.0), 3)
     report["rss_mb"] = {"after_start": rss_mb(server.pid)}
     report["health"] = httpx.get(base_url + "/health", timeout=10.0).json()
 
-    print(f"querying ({len(queries)} distinct queries, {args.rounds} cache-hit rounds) ...",
-          flush=True)
+    print(
+        f"querying ({len(queries)} distinct queries, {args.rounds} cache-hit rounds) ...",
+        flush=True,
+    )
     report["queries"] = query_groups(base_url, queries, args.rounds)
     bare_url = start_bare_app(stack, workdir, env)
     print("throughput ...", flush=True)
@@ -467,16 +552,20 @@ def bench(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
 def stat_line(label: str, stats: dict[str, float]) -> str:
     if not stats:
         return f"  {label:<22} -"
-    return (f"  {label:<22} p50 {stats['p50']:9.3f}  p95 {stats['p95']:9.3f}  "
-            f"mean {stats['mean']:9.3f}  max {stats['max']:9.3f}  (n={stats['n']})")
+    return (
+        f"  {label:<22} p50 {stats['p50']:9.3f}  p95 {stats['p95']:9.3f}  "
+        f"mean {stats['mean']:9.3f}  max {stats['max']:9.3f}  (n={stats['n']})"
+    )
 
 
 def print_report(report: dict[str, Any]) -> None:
     s = report["settings"]
     print("\n=== knowledge_api benchmark ===")
     load = report["load_average"]
-    print(f"store {s['store']}, embedder {s['embedder']}, {s['cpus']} CPUs; load average "
-          f"(1/5/15 min) {load['start']} at start, {load['end']} at the end")
+    print(
+        f"store {s['store']}, embedder {s['embedder']}, {s['cpus']} CPUs; load average "
+        f"(1/5/15 min) {load['start']} at start, {load['end']} at the end"
+    )
     print(f"corpus  {s['corpus']}")
     print(f"queries {s['queries']} ({s['distinct_queries']} distinct)")
     embedder = report["health"].get("embedder", {})
@@ -485,17 +574,26 @@ def print_report(report: dict[str, Any]) -> None:
     ing, re_ing = report["ingest"], report["reingest"]
     print("\n-- ingestion")
     print(f"  {ing['summary']}")
-    print(f"  ingest: {ing['chunks_per_s']:.0f} chunks/s ({ing['documents']} documents, "
-          f"{ing['chunks']} chunks, {ing['embedded']} embedded) in {ing['seconds']:.1f}s; "
-          f"process wall {ing['wall_s']:.1f}s incl. model load")
-    print(f"  re-ingest: {re_ing['seconds']:.2f}s ({re_ing['skipped']} unchanged skipped, "
-          f"{re_ing['embedded']} embedded); process wall {re_ing['wall_s']:.1f}s")
+    print(
+        f"  ingest: {ing['chunks_per_s']:.0f} chunks/s ({ing['documents']} documents, "
+        f"{ing['chunks']} chunks, {ing['embedded']} embedded) in {ing['seconds']:.1f}s; "
+        f"process wall {ing['wall_s']:.1f}s incl. model load"
+    )
+    print(
+        f"  re-ingest: {re_ing['seconds']:.2f}s ({re_ing['skipped']} unchanged skipped, "
+        f"{re_ing['embedded']} embedded); process wall {re_ing['wall_s']:.1f}s"
+    )
 
-    titles = {"cold": "cold queries (synthesize=false)", "cache_hit": "cache hits",
-              "cold_synthesis": "cold queries with synthesis"}
+    titles = {
+        "cold": "cold queries (synthesize=false)",
+        "cache_hit": "cache hits",
+        "cold_synthesis": "cold queries with synthesis",
+    }
     for name, group in report["queries"].items():
-        print(f"\n-- {titles[name]}: {group['requests']} requests, {group['errors']} errors, "
-              f"{group['cache_hits']} served from cache  [ms]")
+        print(
+            f"\n-- {titles[name]}: {group['requests']} requests, {group['errors']} errors, "
+            f"{group['cache_hits']} served from cache  [ms]"
+        )
         for metric in ("client_ms", "total_ms", "embedding_ms", "search_ms", "synthesis_ms"):
             if metric in group and (name != "cache_hit" or metric in ("client_ms", "total_ms")):
                 print(stat_line(metric, group[metric]))
@@ -509,17 +607,23 @@ def print_report(report: dict[str, Any]) -> None:
         for label, key in (("service", "service"), ("bare Starlette", "bare_starlette")):
             run = tp[key]
             errors = f"; {run['socket_errors']}" if run["socket_errors"] else ""
-            print(f"  {label:<15} {run['requests_per_s'] or 0:10.0f} req/s  "
-                  f"(non-2xx {run['non_2xx']}{errors})")
+            print(
+                f"  {label:<15} {run['requests_per_s'] or 0:10.0f} req/s  "
+                f"(non-2xx {run['non_2xx']}{errors})"
+            )
         print(f"  ratio service / bare: {tp['ratio']}")
 
     c = report["concurrency"]
-    print(f"\n-- concurrency: {c['service']['requests']} concurrent POSTs "
-          "(half cached, half new; one connection each)")
+    print(
+        f"\n-- concurrency: {c['service']['requests']} concurrent POSTs "
+        "(half cached, half new; one connection each)"
+    )
     for label, key in (("service", "service"), ("bare Starlette", "bare_starlette")):
         run = c[key]
-        print(f"  {label:<15} errors/non-200 {run['errors']} {run['failures'] or ''}  "
-              f"wall {run['wall_s']:.2f}s")
+        print(
+            f"  {label:<15} errors/non-200 {run['errors']} {run['failures'] or ''}  "
+            f"wall {run['wall_s']:.2f}s"
+        )
         if run["total_ms"]:
             print(stat_line("  server total_ms", run["total_ms"]))
     print("  (the bare app's wall time is the client's own floor)")

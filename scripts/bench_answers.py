@@ -26,10 +26,15 @@ from typing import Any
 import httpx
 import respx
 
+from knowledge_api.compose import build_service
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
-from knowledge_api.models import AnswerRequest, QueryRequest
+from knowledge_api.routes import answer as answer_contract
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret, Settings
+from knowledge_api.usecases import answers
+from knowledge_api.usecases import query as query_use
+from knowledge_api.usecases.answers import AnswerParams
+from knowledge_api.usecases.query import QueryParams
 
 QUESTIONS = [
     "How is a query answered?",
@@ -81,7 +86,7 @@ async def run(rounds: int) -> None:
             gemini_base_url="https://gemini.bench",
             synthesizer="extractive",
         )
-        service = KnowledgeService.from_settings(settings)
+        service = build_service(settings)
         await service.start()
         await service.ingest(load_paths([service.seed_path()], LoadOptions()))
         threshold = 0.3
@@ -89,13 +94,13 @@ async def run(rounds: int) -> None:
         grounding_ms: list[float] = []
 
         async def search(q: str) -> None:
-            await service.query(QueryRequest.from_payload({"query": q, "synthesize": False}))
+            await query_use.query(service, QueryParams(q, synthesize=False))
 
         async def query(q: str) -> None:
-            await service.query(QueryRequest.from_payload({"query": q}))
+            await query_use.query(service, QueryParams(q))
 
         async def answer(q: str) -> None:
-            body = await service.answer(AnswerRequest(q, threshold))
+            body = answer_contract.render(await answers.answer(service, AnswerParams(q, threshold)))
             grounded["answer" if body["status"] == "success" else "insufficient"] += 1
             meta = body["metadata"]
             steps = meta["retrieval_time_ms"] + meta["generation_time_ms"]
@@ -114,7 +119,7 @@ async def run(rounds: int) -> None:
         print(f"{'  of which citations + confidence':34} {percentiles(grounding_ms)}")
         print(f"  grounded {grounded['answer']}, insufficient_context {grounded['insufficient']}")
 
-        gemini = KnowledgeService.from_settings(settings.replace(synthesizer="gemini,extractive"))
+        gemini = build_service(settings.replace(synthesizer="gemini,extractive"))
         await gemini.start()
         with respx.mock() as mock:
             mock.post(url__regex=r"^https://gemini\.bench/").mock(
@@ -122,7 +127,9 @@ async def run(rounds: int) -> None:
             )
 
             async def via_gemini(q: str) -> None:
-                body = await gemini.answer(AnswerRequest(q, threshold))
+                body = answer_contract.render(
+                    await answers.answer(gemini, AnswerParams(q, threshold))
+                )
                 assert body["status"] != "success" or body["metadata"]["model"] != "extractive"
 
             await timed(gemini, 1, via_gemini)

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_api.compose import build_embedder, build_store, embedder_identity
 from knowledge_api.models import Chunk, Document, SearchFilters, chunk_id
 from knowledge_api.settings import Settings
-from knowledge_api.stores import stores
 
 DIMENSION = 384
 VOCABULARY = [f"w{i}" for i in range(20000)]
@@ -74,7 +74,7 @@ async def drop_vector_indexes(changes: dict[str, Any], url: str) -> None:
     import asyncpg
 
     settings = Settings.from_env(environ={}, env_file=None).replace(**changes)
-    store = stores.create("postgres", settings)
+    store = build_store(settings, embedder_identity(build_embedder(settings)), "postgres")
     await store.open()  # applies the migrations
     await store.close()
     conn = await asyncpg.connect(url)
@@ -137,7 +137,7 @@ async def bench(name: str, size: int, n_queries: int, folder: Path) -> str:
         settings = Settings.from_env(environ={}, env_file=None).replace(
             **{"store": name, **changes}
         )
-        store = stores.create(settings.store, settings)
+        store = build_store(settings, embedder_identity(build_embedder(settings)))
         await store.open()
         await store.check_embedder(f"bench:random-{DIMENSION}", DIMENSION)
         before = rss_mb()

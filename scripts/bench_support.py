@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from knowledge_api import support
+from knowledge_api.compose import build_service
 from knowledge_api.models import Document
-from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.usecases import support
 
 DEVICES = ["Apollo", "Apollo II", "Apollo III", "Compac F", "Node Box"]
 TOPICS = {
@@ -71,7 +71,7 @@ async def run(article_count: int, message_count: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
         env_settings = Settings.from_env()
         settings = env_settings.replace(db_path=Path(folder) / "k.db", seed_on_empty=False)
-        service = KnowledgeService.from_settings(settings)
+        service = build_service(settings)
         await service.start()
         await service.ingest(articles(article_count, rng))
         messages = [

@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_api.embeddings.local import LocalEmbedder
-from knowledge_api.evaluation import distinct, eval_metrics, load_beir, mean_metrics
+from knowledge_api.ir_metrics import distinct, eval_metrics, mean_metrics
 from knowledge_api.stores.fusion import DEFAULT_TUNING, feedback_vector, reciprocal_rank_fusion
 from knowledge_api.stores.keyword import fts_query
+from knowledge_api.usecases.evaluation import load_beir
 
 DEPTH = 100
 FEEDBACK_DOCS = DEFAULT_TUNING.feedback_docs

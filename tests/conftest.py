@@ -2,15 +2,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.compose import build_embedder, build_service, build_store, embedder_identity
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.models import Document
+from knowledge_api.routes import query as query_contract
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.usecases import query as query_use
+from knowledge_api.usecases.query import QueryParams
 from tests.pg import postgres_server, postgrest  # noqa: F401 (fixtures)
 
 CORPUS = [
@@ -86,7 +92,7 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def service(settings: Settings) -> AsyncIterator[KnowledgeService]:
-    svc = KnowledgeService.from_settings(settings)
+    svc = build_service(settings)
     await svc.start()
     yield svc
     await svc.stop()
@@ -109,3 +115,26 @@ def client(settings: Settings) -> Iterator[TestClient]:
 def fake_embedder(service: KnowledgeService) -> FakeEmbedder:
     assert isinstance(service.embedder, FakeEmbedder)
     return service.embedder
+
+
+def query_params(payload: dict[str, Any]) -> QueryParams:
+    """A query as POST /v1/knowledge/query parses it."""
+    return query_contract.parse(payload)[0]
+
+
+async def ask(service: KnowledgeService, params: QueryParams) -> dict[str, Any]:
+    """A query's response body, as POST /v1/knowledge/query renders it."""
+    return query_contract.render(await query_use.query(service, params))
+
+
+async def query_events(
+    service: KnowledgeService, params: QueryParams
+) -> AsyncIterator[tuple[str, Any]]:
+    """A streamed query's events, as POST /v1/knowledge/query sends them."""
+    async for name, data in query_use.events(service, params):
+        yield query_contract.sse_event(name, data)
+
+
+def make_store(backend: str, settings: Settings) -> KnowledgeStore:
+    """A store of `backend` for the embedder `settings` configure, as the app builds it."""
+    return build_store(settings, embedder_identity(build_embedder(settings)), backend)

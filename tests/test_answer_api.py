@@ -14,9 +14,10 @@ import respx
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError
-from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.usecases import answers
 from tests import providers
 from tests.conftest import corpus, make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
@@ -116,7 +117,7 @@ def test_auto_takes_the_embedders_threshold(
     tmp_path: Path, embedder: str, configured: str, threshold: float
 ) -> None:
     settings = make_settings(tmp_path, embedder=embedder, answer_threshold=configured)
-    assert KnowledgeService.from_settings(settings).answer_threshold == threshold
+    assert build_service(settings).answer_threshold == threshold
 
 
 def test_nothing_found_says_so(client: TestClient) -> None:
@@ -217,9 +218,8 @@ def test_query_synthesis_uses_the_same_chain_and_citations(
     assert query["results"][0]["id"] == grounded["sources"][0]["chunk_id"]
 
 
-class StoreLostWhileGrounding(KnowledgeService):
-    async def _ground(self, *args: Any) -> dict[str, Any]:
-        raise BackendConnectionError("the store went away")
+async def store_lost_while_grounding(*args: Any) -> Any:
+    raise BackendConnectionError("the store went away")
 
 
 def stream_events(client: TestClient, path: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -241,9 +241,12 @@ def test_a_streamed_answer_ends_with_the_whole_response(client: TestClient) -> N
     assert done["sources"][0]["chunk_id"] == events[0][1]["results"][0]["id"]
 
 
-def test_a_failure_mid_stream_is_an_answer_of_status_error(tmp_path: Path) -> None:
+def test_a_failure_mid_stream_is_an_answer_of_status_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(answers, "ground", store_lost_while_grounding)
     settings = make_settings(tmp_path)
-    app = create_app(settings, StoreLostWhileGrounding.from_settings(settings))
+    app = create_app(settings)
     with TestClient(app) as client:
         client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
         events = stream_events(client, ANSWER, {"query": QUESTION, "threshold": 0.3})

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import respx
 
+from knowledge_api.compose import build_service
 from knowledge_api.embeddings import embedders
 from knowledge_api.embeddings.cloud import CloudEmbedder
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import EmbedderMismatchError, EmbeddingError
-from knowledge_api.models import Document, QueryRequest
-from knowledge_api.service import KnowledgeService
+from knowledge_api.models import Document
 from knowledge_api.settings import Secret, Settings
 from tests import providers
-from tests.conftest import corpus, make_settings
+from tests.conftest import ask, corpus, make_settings, query_params
 from tests.providers import COHERE_KEY, COHERE_URL, GEMINI_KEY, GEMINI_URL
 
 GEMINI_EMBED = f"{GEMINI_URL}/v1/models/gemini-embedding-001:batchEmbedContents"
@@ -197,27 +197,29 @@ async def test_the_service_ingests_searches_and_caches_with_a_cloud_embedder(
 ) -> None:
     spec = PROVIDERS[provider]
     route = mock.post(spec["url"]).mock(side_effect=spec["answer"])
-    service = KnowledgeService.from_settings(settings_for(provider, tmp_path))
+    service = build_service(settings_for(provider, tmp_path))
     await service.start()
     try:
         summary = await service.ingest(corpus())
         assert summary.embedded == summary.chunks == 7
         ingest_calls = route.call_count
-        body = await service.query(
-            QueryRequest.from_payload(
+        body = await ask(
+            service,
+            query_params(
                 {"query": "Which audio formats does ingestion accept?", "synthesize": False}
-            )
+            ),
         )
         assert body["results"][0]["source_id"] == "kb-7" and "warnings" not in body
         assert route.call_count == ingest_calls + 1
-        again = await service.query(
-            QueryRequest.from_payload(
+        again = await ask(
+            service,
+            query_params(
                 {
                     "query": "which AUDIO formats does ingestion accept?",
                     "limit": 3,
                     "synthesize": False,
                 }
-            )
+            ),
         )
         assert again["metrics"]["cache_hit"] is False  # another limit: tier 1 misses ...
         assert route.call_count == ingest_calls + 1  # ... tier 2 has the query's vector
@@ -232,13 +234,13 @@ async def test_a_failing_embedder_degrades_queries_to_keywords(
 ) -> None:
     spec = PROVIDERS[provider]
     route = mock.post(spec["url"]).mock(side_effect=spec["answer"])
-    service = KnowledgeService.from_settings(settings_for(provider, tmp_path))
+    service = build_service(settings_for(provider, tmp_path))
     await service.start()
     try:
         await service.ingest(corpus())
         route.mock(return_value=httpx.Response(503, json={"message": "unavailable"}))
         request = {"query": "audio formats ingestion", "synthesize": False}
-        body = await service.query(QueryRequest.from_payload(request))
+        body = await ask(service, query_params(request))
         assert body["results"][0]["source_id"] == "kb-7"
         [warning] = body["warnings"]
         assert "embedding failed" in warning and "keyword relevance only" in warning
@@ -251,12 +253,12 @@ async def test_a_failing_embedder_degrades_queries_to_keywords(
 async def test_switching_embedder_on_a_built_store_is_refused(
     provider: str, tmp_path: Path, mock: respx.MockRouter
 ) -> None:
-    built = KnowledgeService.from_settings(make_settings(tmp_path))
+    built = build_service(make_settings(tmp_path))
     await built.start()
     await built.ingest([Document("wiki", "a", "some text")])
     await built.stop()
     mock.post(PROVIDERS[provider]["url"]).mock(side_effect=PROVIDERS[provider]["answer"])
-    switched = KnowledgeService.from_settings(settings_for(provider, tmp_path))
+    switched = build_service(settings_for(provider, tmp_path))
     with pytest.raises(EmbedderMismatchError, match=r"fake:hash-64.*" + provider):
         await switched.start()
     await switched.stop()

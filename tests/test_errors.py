@@ -10,6 +10,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.compose import build_service
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import EmbedderMismatchError
 from knowledge_api.routes import ROUTES
@@ -84,12 +85,12 @@ def test_unavailable_store_is_503_and_unhealthy(broken_store_settings: Settings)
 
 
 class ExplodingService(KnowledgeService):
-    async def query(self, request: Any) -> dict[str, Any]:
+    async def retrieve(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("internal detail 1234")
 
 
 def test_an_unexpected_error_is_a_500_in_the_shape(settings: Settings) -> None:
-    app = create_app(settings, ExplodingService.from_settings(settings))
+    app = create_app(settings, build_service(settings, ExplodingService))
     with TestClient(app, raise_server_exceptions=False) as client:
         error = assert_error_shape(client.post("/v1/knowledge/query", json={"query": "x"}), 500)
         assert error["type"] == "internal_error"

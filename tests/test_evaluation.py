@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from pytest import approx
 
-from knowledge_api import evaluation as ev
+from knowledge_api import ir_metrics
 from knowledge_api.cli import main
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.service import KnowledgeService
+from knowledge_api.usecases import evaluation as ev
 
 RANKED = ["a", "b", "c"]
 GRADES = {"b": 2, "c": 1, "x": 3}  # x is judged but never retrieved
@@ -21,32 +22,32 @@ DCG = 2 / math.log2(3) + 1 / math.log2(4)
 
 def test_standard_ndcg_takes_the_ideal_over_every_judged_document() -> None:
     ideal = 3 + 2 / math.log2(3) + 1 / math.log2(4)
-    assert ev.ndcg_at_k(RANKED, GRADES, 10) == approx(DCG / ideal)
-    assert ev.ndcg_at_k(RANKED, GRADES, 1) == 0.0  # a is not relevant
-    assert ev.ndcg_at_k(["x", "b", "c"], GRADES, 10) == approx(1.0)
+    assert ir_metrics.ndcg_at_k(RANKED, GRADES, 10) == approx(DCG / ideal)
+    assert ir_metrics.ndcg_at_k(RANKED, GRADES, 1) == 0.0  # a is not relevant
+    assert ir_metrics.ndcg_at_k(["x", "b", "c"], GRADES, 10) == approx(1.0)
 
 
 def test_leaderboard_ndcg_takes_the_ideal_over_the_retrieved_list() -> None:
     ideal = 2 + 1 / math.log2(3)  # gains [0, 2, 1] reordered as [2, 1, 0]
-    assert ev.leaderboard_ndcg_at_k(RANKED, GRADES, 10) == approx(DCG / ideal)
-    assert ev.leaderboard_ndcg_at_k(["b", "a"], GRADES, 10) == 1.0  # x is never missed
-    assert ev.leaderboard_ndcg_at_k(["a", "z"], GRADES, 10) == 0.0
+    assert ir_metrics.leaderboard_ndcg_at_k(RANKED, GRADES, 10) == approx(DCG / ideal)
+    assert ir_metrics.leaderboard_ndcg_at_k(["b", "a"], GRADES, 10) == 1.0  # x is never missed
+    assert ir_metrics.leaderboard_ndcg_at_k(["a", "z"], GRADES, 10) == 0.0
 
 
 def test_recall_and_mrr() -> None:
-    assert ev.recall_at_k(RANKED, GRADES, 2) == approx(1 / 3)
-    assert ev.recall_at_k(RANKED, GRADES, 10) == approx(2 / 3)
-    assert ev.recall_at_k(RANKED, {"a": 0}, 10) == 0.0  # grade 0 is not relevant
-    assert ev.mrr_at_k(RANKED, GRADES, 10) == 0.5
-    assert ev.mrr_at_k(RANKED, GRADES, 1) == 0.0
-    assert ev.mrr_at_k([], GRADES, 10) == 0.0
+    assert ir_metrics.recall_at_k(RANKED, GRADES, 2) == approx(1 / 3)
+    assert ir_metrics.recall_at_k(RANKED, GRADES, 10) == approx(2 / 3)
+    assert ir_metrics.recall_at_k(RANKED, {"a": 0}, 10) == 0.0  # grade 0 is not relevant
+    assert ir_metrics.mrr_at_k(RANKED, GRADES, 10) == 0.5
+    assert ir_metrics.mrr_at_k(RANKED, GRADES, 1) == 0.0
+    assert ir_metrics.mrr_at_k([], GRADES, 10) == 0.0
 
 
 def test_aggregates() -> None:
-    assert ev.distinct(["d1", "d2", "d1", "d3", "d2"]) == ["d1", "d2", "d3"]
+    assert ir_metrics.distinct(["d1", "d2", "d1", "d3", "d2"]) == ["d1", "d2", "d3"]
     rows = [{"m": 1.0, "n": 0.0}, {"m": 0.5, "n": 0.25}]
-    assert ev.mean_metrics(rows) == {"m": 0.75, "n": 0.125}
-    assert ev.percentiles([1.0, 2.0, 3.0, 4.0, 100.0]) == {"p50": 3.0, "p95": 80.8}
+    assert ir_metrics.mean_metrics(rows) == {"m": 0.75, "n": 0.125}
+    assert ir_metrics.percentiles([1.0, 2.0, 3.0, 4.0, 100.0]) == {"p50": 3.0, "p95": 80.8}
 
 
 def write_beir(folder: Path, header: bool = True) -> Path:
@@ -107,7 +108,7 @@ async def test_evaluate_uses_a_temporary_collection(
     report = await ev.evaluate(service, write_beir(tmp_path / "set"))
     assert (report.documents, report.queries, report.kept) == (6, 4, False)
     assert report.collection.startswith("eval-")
-    assert await service.store.collections() == {}
+    assert await service.collections() == {}
     keyword = report.modes["keyword"]
     # each query shares its rare words with exactly its judged passage
     assert keyword == {name: 1.0 for name in ev.EVAL_METRICS}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +13,9 @@ from pytest import approx
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.settings import Settings
-from knowledge_api.stores import stores
-from knowledge_api.stores.fusion import SearchTuning, feedback_vector
+from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning, feedback_vector
 from knowledge_api.stores.sqlite import SQLiteStore
+from tests.conftest import make_store
 
 
 def test_feedback_vector_is_rocchio_at_unit_length() -> None:
@@ -53,10 +54,10 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 
 async def test_the_best_hit_pulls_its_neighbours_up(store: SQLiteStore) -> None:
     query = np.array([1.0, 0.0], dtype=np.float32)
-    store.tuning = SearchTuning(feedback_docs=0)
+    store.tuning = replace(DEFAULT_TUNING, feedback_docs=0)
     plain = await store.search("alpha", query, 3, SearchFilters())
     assert [h.source_id for h in plain] == ["a", "c", "b"]
-    store.tuning = SearchTuning(feedback_docs=1)
+    store.tuning = replace(DEFAULT_TUNING, feedback_docs=1)
     refined = await store.search("alpha", query, 3, SearchFilters())
     # a moves the query toward b: b ranks 2nd by feedback, c 2nd by the first fusion,
     # and 3 / (60 + 2) + 1 / (60 + 3) > 3 / (60 + 3) + 1 / (60 + 2)
@@ -82,7 +83,7 @@ def test_ranking_settings_reach_every_backend(tmp_path: Path) -> None:
     settings = Settings.from_env(environ=env, env_file=None)
     expected = SearchTuning(20, 80, 0, 1.5, 2.0)
     for name in ("sqlite", "postgres", "supabase", "chroma", "qdrant"):
-        assert stores.create(name, settings).tuning == expected, name
+        assert make_store(name, settings).tuning == expected, name
 
 
 def test_negative_feedback_settings_are_refused() -> None:

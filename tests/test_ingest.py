@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from knowledge_api.compose import build_service
 from knowledge_api.errors import IndexingError
 from knowledge_api.ingest.chunker import chunk_document
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
-from knowledge_api.models import Document, QueryRequest, SearchFilters
+from knowledge_api.models import Document, SearchFilters
 from knowledge_api.service import KnowledgeService
-from tests.conftest import fake_embedder
+from tests.conftest import ask, fake_embedder, query_params
 
 
 def write_docs(folder: Path, **pages: str) -> list[Path]:
@@ -136,12 +137,12 @@ async def test_external_writes_are_seen_and_invalidate_the_cache(
     service: KnowledgeService,
 ) -> None:
     """An ingest from another process (another store instance) reaches a running service."""
-    request = QueryRequest.from_payload({"query": "quarterly roadmap", "threshold": 0.3})
-    assert (await service.query(request))["results"] == []
-    other = KnowledgeService.from_settings(service.settings)
+    request = query_params({"query": "quarterly roadmap", "threshold": 0.3})
+    assert (await ask(service, request))["results"] == []
+    other = build_service(service.settings)
     await other.start()
     await other.ingest([Document("wiki", "roadmap", "The quarterly roadmap.", "Roadmap")])
     await other.stop()
-    response = await service.query(request)
+    response = await ask(service, request)
     assert response["metrics"]["cache_hit"] is False
     assert [r["source_id"] for r in response["results"]] == ["roadmap"]

@@ -13,10 +13,10 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
-from knowledge_api.ingest.kb_sync import Article, HostUnavailable, KBClient, KBSync
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret
+from knowledge_api.usecases.kb_sync import Article, HostUnavailable, KBClient, KBSync
 from tests.conftest import fake_embedder, make_settings
 from tests.kb_host import Host, article, closed_port_url, serve
 

@@ -13,9 +13,8 @@ import pytest
 from knowledge_api.cli import main
 from knowledge_api.models import Chunk, Document, chunk_id
 from knowledge_api.settings import Settings
-from knowledge_api.stores import stores
 from knowledge_api.stores.base import KnowledgeStore
-from tests.conftest import corpus
+from tests.conftest import corpus, make_store
 from tests.test_store_conformance import EMBEDDER, assert_known_answers, index
 
 PAIRS = [("sqlite", "chroma"), ("sqlite", "qdrant"), ("chroma", "qdrant"), ("qdrant", "sqlite")]
@@ -37,7 +36,7 @@ def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 
 @asynccontextmanager
 async def opened(name: str, settings: Settings) -> AsyncIterator[KnowledgeStore]:
-    store = stores.create(name, settings)
+    store = make_store(name, settings)
     await store.open()
     try:
         yield store

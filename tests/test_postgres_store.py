@@ -17,13 +17,12 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
+from knowledge_api.compose import build_service
 from knowledge_api.errors import ConfigurationError, EmbedderMismatchError
 from knowledge_api.models import Document, SearchFilters
-from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.stores import stores
 from knowledge_api.stores.postgres import PostgresStore, migrations, register_codecs
-from tests.conftest import corpus
+from tests.conftest import corpus, make_store
 from tests.pg import fresh_database, postgres_settings
 from tests.test_store_conformance import EMBEDDER, index, vector
 
@@ -37,7 +36,7 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def store(settings: Settings) -> AsyncIterator[PostgresStore]:
-    backend = stores.create("postgres", settings)
+    backend = make_store("postgres", settings)
     assert isinstance(backend, PostgresStore)
     await backend.open()
     yield backend
@@ -95,9 +94,7 @@ async def test_migrations_create_the_production_schema(
 
 
 async def test_migrating_again_applies_nothing(store: PostgresStore, settings: Settings) -> None:
-    from knowledge_api.stores.postgres import migrate_database
-
-    database, applied = await migrate_database(settings)
+    database, applied = await store.migrate_schema()
     assert applied == [] and "***" not in database
 
 
@@ -105,7 +102,7 @@ async def test_a_schema_of_another_dimension_is_a_clear_startup_error(
     store: PostgresStore, settings: Settings
 ) -> None:
     local = settings.replace(embedder="local")  # 384-d; the schema was made for 64-d vectors
-    other = stores.create("postgres", local)
+    other = make_store("postgres", local)
     assert isinstance(other, PostgresStore) and other.dimension == 384
     await other.open()
     try:
@@ -261,7 +258,7 @@ async def test_delete_removes_the_passages_and_the_wiki_page(
 async def test_reingesting_unchanged_documents_writes_nothing(
     settings: Settings, db: asyncpg.Connection
 ) -> None:
-    service = KnowledgeService.from_settings(settings)
+    service = build_service(settings)
     await service.start()
     try:
         first = await service.ingest(corpus())
@@ -328,7 +325,7 @@ def test_an_unreachable_database_degrades_visibly_and_hides_the_password(
         assert response.json()["error"]["type"] == "store_unavailable"
         seen = json.dumps(health) + response.text + caplog.text
     assert "127.0.0.1:9" in seen and "s3cret-pass" not in seen
-    assert "s3cret-pass" not in repr(stores.create("postgres", settings))
+    assert "s3cret-pass" not in repr(make_store("postgres", settings))
 
 
 async def test_the_store_starts_an_embedded_server_when_no_url_is_set(tmp_path: Path) -> None:
@@ -337,7 +334,7 @@ async def test_the_store_starts_an_embedded_server_when_no_url_is_set(tmp_path: 
     # outside pytest's basetemp, whose permissions concurrent pytest runs reset
     data = Path(tempfile.mkdtemp(prefix="knowledge-embedded-")) / "pg"
     settings = make_settings(tmp_path, store="postgres", postgres_data_dir=data)
-    store = stores.create("postgres", settings)
+    store = make_store("postgres", settings)
     await store.open()
     try:
         await index(store, corpus()[:2])
@@ -428,4 +425,4 @@ async def test_a_missing_driver_names_the_extra_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "asyncpg", None)
     with pytest.raises(ConfigurationError, match=r"pip install 'knowledge-api\[postgres\]'"):
-        await stores.create("postgres", settings).open()
+        await make_store("postgres", settings).open()

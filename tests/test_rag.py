@@ -12,14 +12,15 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from knowledge_api import rag
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
+from knowledge_api.compose import build_service
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import EmbeddingError
 from knowledge_api.models import Chunk, SearchHit, document_id
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.usecases import retrieval as rag
 from tests.conftest import corpus, make_settings
 from tests.test_errors import assert_error_shape
 
@@ -148,9 +149,9 @@ class BrokenEmbedder(FakeEmbedder):
 @pytest.fixture
 def keyword_only(settings: Settings) -> Iterator[TestClient]:
     """A service whose model failed to load, over a store indexed beforehand."""
-    indexer = KnowledgeService.from_settings(settings)
+    indexer = build_service(settings)
     asyncio.run(index_corpus(indexer))
-    service = KnowledgeService.from_settings(settings)
+    service = build_service(settings)
     service.embedder = BrokenEmbedder()
     with TestClient(create_app(settings, service)) as client:
         yield client

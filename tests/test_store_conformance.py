@@ -13,11 +13,17 @@ import pytest
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, IndexingError
 from knowledge_api.ingest.pipeline import Ingestor
-from knowledge_api.models import Chunk, Document, IndexSummary, SearchFilters, chunk_id
+from knowledge_api.models import (
+    SEARCH_MODES,
+    Chunk,
+    Document,
+    IndexSummary,
+    SearchFilters,
+    chunk_id,
+)
 from knowledge_api.settings import Settings
-from knowledge_api.stores import stores
-from knowledge_api.stores.base import SEARCH_MODES, KnowledgeStore
-from tests.conftest import corpus, make_settings
+from knowledge_api.stores.base import KnowledgeStore
+from tests.conftest import corpus, make_settings, make_store
 from tests.pg import postgres_settings, supabase_settings
 
 EMBEDDER = FakeEmbedder()
@@ -56,7 +62,7 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Settings]] = {
 @pytest.fixture(params=list(BACKENDS))
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KnowledgeStore]:
     settings = BACKENDS[request.param](request, tmp_path)
-    backend = stores.create(request.param, settings)
+    backend = make_store(request.param, settings)
     await backend.open()
     yield backend
     await backend.close()
@@ -287,7 +293,7 @@ UNREACHABLE: dict[str, Callable[[Path], Settings]] = {
 
 @pytest.mark.parametrize("name", list(UNREACHABLE))
 async def test_an_unreachable_engine_fails_visibly(name: str, tmp_path: Path) -> None:
-    backend = stores.create(name, UNREACHABLE[name](tmp_path))
+    backend = make_store(name, UNREACHABLE[name](tmp_path))
     with pytest.raises(BackendConnectionError):
         await backend.open()
     health = await backend.health_check()

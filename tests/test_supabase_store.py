@@ -17,9 +17,8 @@ from knowledge_api.app import create_app
 from knowledge_api.errors import BackendConnectionError, ConfigurationError, IndexingError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.stores import stores
 from knowledge_api.stores.supabase import SupabaseStore
-from tests.conftest import corpus
+from tests.conftest import corpus, make_store
 from tests.pg import (
     SERVICE_ROLE_KEY,
     SUPABASE_URL,
@@ -38,7 +37,7 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def store(settings: Settings) -> AsyncIterator[SupabaseStore]:
-    backend = stores.create("supabase", settings)
+    backend = make_store("supabase", settings)
     assert isinstance(backend, SupabaseStore)
     await backend.open()
     yield backend
@@ -60,7 +59,7 @@ async def test_search_is_two_rpcs_and_matches_the_postgres_store(
         "POST rpc/match_siam_vectors_gemini",
         "POST rpc/search_siam_vectors_text",
     ]
-    direct = stores.create("postgres", settings_for(postgrest, tmp_path))
+    direct = make_store("postgres", settings_for(postgrest, tmp_path))
     await direct.open()
     try:
         same = await direct.search(query, vector(query), 5, SearchFilters(), threshold=0.0)
@@ -110,7 +109,7 @@ async def test_a_refused_key_is_a_clear_error_without_the_key(
     wrong = supabase_settings(
         request, tmp_path, supabase_service_role_key=Secret("wrong-key-abcdef")
     )
-    store = stores.create("supabase", wrong)
+    store = make_store("supabase", wrong)
     await store.open()
     try:
         with pytest.raises(BackendConnectionError) as refused:
@@ -129,7 +128,7 @@ async def test_a_missing_function_asks_for_the_migration(
     bare = PostgREST(fresh_database(postgres_server, "knowledge_bare"), SERVICE_ROLE_KEY)
     with respx.mock(base_url=f"{SUPABASE_URL}/rest/v1") as router:
         router.route().mock(side_effect=bare)
-        store = stores.create("supabase", project_settings(tmp_path))
+        store = make_store("supabase", project_settings(tmp_path))
         await store.open()
         try:
             with pytest.raises(BackendConnectionError) as missing:
@@ -283,4 +282,4 @@ async def test_a_missing_sdk_names_the_extra_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "supabase", None)
     with pytest.raises(ConfigurationError, match=r"pip install 'knowledge-api\[supabase\]'"):
-        await stores.create("supabase", project_settings(tmp_path)).open()
+        await make_store("supabase", project_settings(tmp_path)).open()

@@ -13,15 +13,17 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from knowledge_api import support
+from knowledge_api import support as sidecar
 from knowledge_api.app import create_app
+from knowledge_api.compose import build_service
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import EmbeddingError
-from knowledge_api.ingest.kb_sync import Article
 from knowledge_api.models import Chunk, SearchHit, normalize_query
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from knowledge_api.support import Scored, SupportRequest
+from knowledge_api.usecases import support
+from knowledge_api.usecases.kb_sync import Article
+from knowledge_api.usecases.support import Scored, SupportRequest
 from tests.conftest import make_settings
 from tests.kb_host import article
 
@@ -179,7 +181,7 @@ class SlowEmbedder(FakeEmbedder):
 
 
 async def test_a_slow_retrieval_times_out_into_the_fallback(settings: Settings) -> None:
-    service = KnowledgeService.from_settings(settings)
+    service = build_service(settings)
     service.embedder = SlowEmbedder()
     await service.start()
     try:
@@ -195,7 +197,7 @@ class BrokenEmbedder(FakeEmbedder):
 
 
 async def test_no_model_means_the_fallback(settings: Settings) -> None:
-    service = KnowledgeService.from_settings(settings)
+    service = build_service(settings)
     service.embedder = BrokenEmbedder()
     await service.start()
     body = await support.retrieve(service, "not_hashing", HASHING, {})
@@ -249,7 +251,7 @@ def test_an_unavailable_store_is_the_fallback_too(tmp_path: Path) -> None:
 
 def test_the_in_process_function_for_programs_that_are_not_async(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
-    retriever = support.SupportRetriever(settings)
+    retriever = sidecar.SupportRetriever(settings)
     try:
         for _ in range(500):
             if retriever._started.done():
@@ -271,14 +273,14 @@ def test_retrieve_knowledge_starts_in_the_background_and_never_raises(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
     monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    monkeypatch.setattr(support, "_default", None)
-    first = support.retrieve_knowledge("not_hashing", HASHING, {})
+    monkeypatch.setattr(sidecar, "_default", None)
+    first = sidecar.retrieve_knowledge("not_hashing", HASHING, {})
     assert first["coverage"] == "none" and first["retrieval_time_ms"] == 0
-    default = support._default
+    default = sidecar._default
     assert default is not None
     try:
         for _ in range(500):
-            body = support.retrieve_knowledge("not_hashing", HASHING, {})
+            body = sidecar.retrieve_knowledge("not_hashing", HASHING, {})
             if "still starting" not in body["gaps"][0]:
                 break
             time.sleep(0.01)
@@ -286,8 +288,8 @@ def test_retrieve_knowledge_starts_in_the_background_and_never_raises(
     finally:
         default.close()
     monkeypatch.setenv("KNOWLEDGE_SUPORT_TIMEOUT_MS", "5")
-    monkeypatch.setattr(support, "_default", None)
-    broken = support.retrieve_knowledge("not_hashing", HASHING, {})
+    monkeypatch.setattr(sidecar, "_default", None)
+    broken = sidecar.retrieve_knowledge("not_hashing", HASHING, {})
     assert "did you mean KNOWLEDGE_SUPPORT_TIMEOUT_MS" in broken["gaps"][0]
 
 
@@ -332,7 +334,7 @@ FUTUREBIT = [
 async def test_the_local_model_finds_the_right_articles(tmp_path: Path) -> None:
     # quality, not speed: a budget no loaded machine misses
     settings = make_settings(tmp_path, embedder="local", support_timeout_ms=30000.0)
-    service = KnowledgeService.from_settings(settings)
+    service = build_service(settings)
     await service.start()
     try:
         host = "https://host.example.com"

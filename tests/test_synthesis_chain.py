@@ -15,9 +15,10 @@ import httpx
 import pytest
 import respx
 
+from knowledge_api.compose import build_service
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import ConfigurationError
-from knowledge_api.models import QueryRequest, SearchFilters
+from knowledge_api.models import SearchFilters
 from knowledge_api.registry import import_extra
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret, Settings
@@ -26,7 +27,7 @@ from knowledge_api.synthesis.chain import SynthesisChain
 from knowledge_api.synthesis.gemini import GeminiSynthesizer
 from knowledge_api.synthesis.prompt import build_prompt
 from tests import providers
-from tests.conftest import corpus, make_settings
+from tests.conftest import ask, corpus, make_settings, query_events, query_params
 from tests.providers import (
     GEMINI_GENERATE,
     GEMINI_KEY,
@@ -51,7 +52,7 @@ def mock() -> Iterator[respx.MockRouter]:
 
 
 async def started(settings: Settings) -> KnowledgeService:
-    service = KnowledgeService.from_settings(settings)
+    service = build_service(settings)
     await service.start()
     await service.ingest(corpus())
     return service
@@ -65,8 +66,8 @@ async def service(tmp_path: Path, mock: respx.MockRouter) -> AsyncIterator[Knowl
 
 
 async def events_of(service: KnowledgeService, **body: Any) -> list[tuple[str, Any]]:
-    request = QueryRequest.from_payload({"query": QUESTION, "threshold": 0.0, **body})
-    return [event async for event in service.query_events(request)]
+    request = query_params({"query": QUESTION, "threshold": 0.0, **body})
+    return [event async for event in query_events(service, request)]
 
 
 def client_text(events: list[tuple[str, Any]]) -> str:
@@ -87,7 +88,7 @@ async def test_gemini_answers_first_with_the_spec_parameters(
         return_value=gemini_answer(["Ingestion accepts ", "WAV and FLAC", " files [1]."], tokens=31)
     )
     groq = mock.post(GROQ_CHAT)
-    body = await service.query(QueryRequest.from_payload({"query": QUESTION}))
+    body = await ask(service, query_params({"query": QUESTION}))
     assert body["synthesis"] == "Ingestion accepts WAV and FLAC files [1]."
     assert body["synthesizer"]["provider"] == "gemini"
     assert body["synthesizer"]["model"] == "gemini-2.0-flash"
@@ -108,7 +109,7 @@ async def test_groq_answers_when_gemini_has_no_key(tmp_path: Path, mock: respx.M
     groq = mock.post(GROQ_CHAT).mock(return_value=groq_answer(["WAV and ", "FLAC [1]."]))
     service = await started(llm_settings(tmp_path, gemini_api_key=Secret("")))
     try:
-        body = await service.query(QueryRequest.from_payload({"query": QUESTION}))
+        body = await ask(service, query_params({"query": QUESTION}))
     finally:
         await service.stop()
     assert body["synthesis"] == "WAV and FLAC [1]."
@@ -160,7 +161,7 @@ async def test_any_gemini_failure_falls_back_to_groq(
     response, reason = GEMINI_FAILURES[gemini_failure]
     mock.post(url__regex=GEMINI_GENERATE).mock(side_effect=[response])
     mock.post(GROQ_CHAT).mock(return_value=groq_answer(["Groq: WAV [1]."]))
-    body = await service.query(QueryRequest.from_payload({"query": QUESTION}))
+    body = await ask(service, query_params({"query": QUESTION}))
     assert body["synthesis"] == "Groq: WAV [1]."
     assert body["synthesizer"]["provider"] == "groq"
     [skip] = body["synthesizer"]["skipped"]
@@ -180,7 +181,7 @@ async def test_both_failing_falls_back_to_the_extractive_answer(
     response, reason = GROQ_FAILURES[groq_failure]
     mock.post(url__regex=GEMINI_GENERATE).mock(return_value=gemini_error(500))
     mock.post(GROQ_CHAT).mock(side_effect=[response])
-    body = await service.query(QueryRequest.from_payload({"query": QUESTION}))
+    body = await ask(service, query_params({"query": QUESTION}))
     assert body["synthesizer"]["provider"] == "extractive"
     assert body["synthesis"] == "Asset ingestion accepts WAV and FLAC audio files. [1]"
     gemini, groq = body["synthesizer"]["skipped"]
@@ -196,12 +197,12 @@ async def test_a_failed_answer_is_not_cached_and_a_recovered_provider_is_healthy
         side_effect=[gemini_error(503), gemini_answer(["Back: WAV [1]."])]
     )
     mock.post(GROQ_CHAT).mock(return_value=groq_answer(["Groq: WAV [1]."]))
-    request = QueryRequest.from_payload({"query": QUESTION})
-    assert (await service.query(request))["synthesizer"]["provider"] == "groq"
-    again = await service.query(request)
+    request = query_params({"query": QUESTION})
+    assert (await ask(service, request))["synthesizer"]["provider"] == "groq"
+    again = await ask(service, request)
     assert again["metrics"]["cache_hit"] is False and again["synthesis"] == "Back: WAV [1]."
     assert gemini.call_count == 2
-    assert (await service.query(request))["metrics"]["cache_hit"] is True
+    assert (await ask(service, request))["metrics"]["cache_hit"] is True
     health = (await service.health())["synthesizer"]
     assert health["status"] == "ok" and health["providers"]["gemini"]["status"] == "configured"
 
@@ -257,7 +258,7 @@ async def test_invented_citations_are_removed_and_reported(
     mock.post(url__regex=GEMINI_GENERATE).mock(
         return_value=gemini_answer(["WAV and FLAC [1][7]. ", "Test cases need a title [2, 9]."])
     )
-    body = await service.query(QueryRequest.from_payload({"query": QUESTION, "threshold": 0.0}))
+    body = await ask(service, query_params({"query": QUESTION, "threshold": 0.0}))
     assert body["synthesis"] == "WAV and FLAC [1]. Test cases need a title [2]."
     assert body["synthesizer"]["citations"] == [1, 2]
     assert body["synthesizer"]["citations_removed"] == [7, 9]
@@ -273,7 +274,7 @@ async def test_the_default_base_urls_are_the_providers(
     ).mock(return_value=gemini_answer(["WAV [1]."]))
     service = await started(settings)
     try:
-        body = await service.query(QueryRequest.from_payload({"query": QUESTION}))
+        body = await ask(service, query_params({"query": QUESTION}))
     finally:
         await service.stop()
     assert route.called and body["synthesizer"]["provider"] == "gemini"
@@ -283,7 +284,7 @@ async def test_no_passage_means_no_provider_call(
     service: KnowledgeService, mock: respx.MockRouter
 ) -> None:
     gemini = mock.post(url__regex=GEMINI_GENERATE)
-    body = await service.query(QueryRequest.from_payload({"query": QUESTION, "threshold": 0.99}))
+    body = await ask(service, query_params({"query": QUESTION, "threshold": 0.99}))
     assert body["results"] == [] and not gemini.called
     assert body["synthesis"] == "The knowledge base has no passage relevant to this question."
     reasons = {s["provider"]: s["reason"] for s in body["synthesizer"]["skipped"]}
@@ -298,7 +299,7 @@ async def test_keys_never_appear_in_health_logs_or_responses(
         return_value=gemini_error(400, "API key not valid. Please pass a valid API key.")
     )
     mock.post(GROQ_CHAT).mock(return_value=groq_error(401, "Invalid API Key"))
-    body = await service.query(QueryRequest.from_payload({"query": QUESTION}))
+    body = await ask(service, query_params({"query": QUESTION}))
     assert body["synthesizer"]["provider"] == "extractive"
     seen = json.dumps([body, await service.health()]) + caplog.text + repr(service.settings)
     assert "API key not valid" in seen  # the errors are reported ...
@@ -324,7 +325,7 @@ async def test_citations_past_the_context_are_removed(
     service = await started(llm_settings(tmp_path, llm_context_chars=120))
     mock.post(url__regex=GEMINI_GENERATE).mock(return_value=gemini_answer(["WAV [1] [2]."]))
     try:
-        body = await service.query(QueryRequest.from_payload({"query": QUESTION, "threshold": 0.0}))
+        body = await ask(service, query_params({"query": QUESTION, "threshold": 0.0}))
     finally:
         await service.stop()
     assert len(body["results"]) >= 2  # [2] is a result, but not in the 120-character context
@@ -343,7 +344,7 @@ async def test_citations_past_the_context_are_removed(
 )
 def test_the_chain_is_checked_at_start(tmp_path: Path, chain: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
-        KnowledgeService.from_settings(make_settings(tmp_path, synthesizer=chain))
+        build_service(make_settings(tmp_path, synthesizer=chain))
 
 
 async def test_the_chain_order_comes_from_settings(tmp_path: Path, mock: respx.MockRouter) -> None:
@@ -351,7 +352,7 @@ async def test_the_chain_order_comes_from_settings(tmp_path: Path, mock: respx.M
     mock.post(GROQ_CHAT).mock(return_value=groq_answer(["Groq first [1]."]))
     service = await started(llm_settings(tmp_path, synthesizer="groq,gemini,extractive"))
     try:
-        body = await service.query(QueryRequest.from_payload({"query": QUESTION}))
+        body = await ask(service, query_params({"query": QUESTION}))
         health = await service.health()
     finally:
         await service.stop()
@@ -410,12 +411,12 @@ async def test_a_failing_provider_is_skipped_while_its_circuit_is_open(
     service.synthesizer.clock = lambda: now[0]
     gemini = mock.post(url__regex=GEMINI_GENERATE).mock(return_value=gemini_error(503))
     mock.post(GROQ_CHAT).mock(return_value=groq_answer(["Groq: WAV [1]."]))
-    request = QueryRequest.from_payload({"query": QUESTION})
+    request = query_params({"query": QUESTION})
     try:
         for _ in range(2):
-            assert (await service.query(request))["synthesizer"]["provider"] == "groq"
+            assert (await ask(service, request))["synthesizer"]["provider"] == "groq"
         assert gemini.call_count == 2
-        body = await service.query(request)  # open: groq answers without a call to gemini
+        body = await ask(service, request)  # open: groq answers without a call to gemini
         assert gemini.call_count == 2 and body["synthesizer"]["provider"] == "groq"
         [skip] = body["synthesizer"]["skipped"]
         assert "circuit open after 2 failures in a row, next try in 30 s" in skip["reason"]
@@ -425,14 +426,14 @@ async def test_a_failing_provider_is_skipped_while_its_circuit_is_open(
         assert report["retry_in_s"] == 30.0
 
         now[0] += 31  # cool-down over: one try, which fails and opens the circuit again
-        await service.query(request)
+        await ask(service, request)
         assert gemini.call_count == 3
-        await service.query(request)
+        await ask(service, request)
         assert gemini.call_count == 3
 
         now[0] += 31  # the next try succeeds and closes the circuit
         gemini.mock(return_value=gemini_answer(["Back: WAV [1]."]))
-        assert (await service.query(request))["synthesizer"]["provider"] == "gemini"
+        assert (await ask(service, request))["synthesizer"]["provider"] == "gemini"
         health = (await service.health())["synthesizer"]
         assert health["status"] == "ok" and "circuit" not in health["providers"]["gemini"]
     finally:
@@ -450,7 +451,7 @@ async def test_a_probe_in_flight_keeps_the_circuit_open_to_others(
     gemini = mock.post(url__regex=GEMINI_GENERATE).mock(return_value=gemini_error(503))
     mock.post(GROQ_CHAT).mock(return_value=groq_answer(["Groq: WAV [1]."]))
     try:
-        await service.query(QueryRequest.from_payload({"query": QUESTION}))
+        await ask(service, query_params({"query": QUESTION}))
         now[0] += 31
         hits = (await service.retrieve(QUESTION, 3, SearchFilters())).hits
         probe = chain.stream(QUESTION, hits)

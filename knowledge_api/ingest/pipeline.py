@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import islice
-from typing import Any
 
 import numpy as np
 
 from knowledge_api.ingest.chunker import chunk_document
-from knowledge_api.models import Document, IndexSummary
+from knowledge_api.models import Document, EmbedderIdentity, IndexSummary
 from knowledge_api.stores.base import KnowledgeStore
 
 EmbedFn = Callable[[Sequence[str]], Awaitable[np.ndarray]]
@@ -24,7 +23,7 @@ BATCH_DOCUMENTS = 256
 
 
 class Ingestor:
-    def __init__(self, store: KnowledgeStore, embedder: Any, embed: EmbedFn) -> None:
+    def __init__(self, store: KnowledgeStore, embedder: EmbedderIdentity, embed: EmbedFn) -> None:
         self.store = store
         self.embedder = embedder
         self.embed = embed

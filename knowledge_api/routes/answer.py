@@ -1,16 +1,123 @@
-"""POST /v1/knowledge/answer: a grounded answer with citations and confidence."""
+"""POST /v1/knowledge/answer: a grounded answer with citations and confidence (the
+retrieval agent's AgentResponse); with `stream: true` as Server-Sent Events."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from knowledge_api.models import AnswerRequest
+from knowledge_api.errors import InvalidQuery, KnowledgeAPIError
+from knowledge_api.models import SOURCE_TYPES, SearchHit
+from knowledge_api.routes.fields import Body, Boolean, Choices, Integer, Number, Scalars, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.sse import event_stream
+from knowledge_api.routes.sse import UNEXPECTED, Event, event_stream, log
+from knowledge_api.routes.views import excerpt, result_view, zeroed_on_hit
+from knowledge_api.service import Served, utc_now
+from knowledge_api.usecases import answers as use
+from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
+
+ANSWER = Body(
+    "AnswerRequest",
+    Text("query", "The question.", max_length=500, error=InvalidQuery),
+    Choices("sources", "Source types to search (all when absent).", None, SOURCE_TYPES),
+    Integer("limit", "Most passages the answer is written from.", 5, low=1, high=20),
+    Number(
+        "threshold",
+        "Similarity a passage needs to ground the answer "
+        "(default: KNOWLEDGE_ANSWER_THRESHOLD, or the embedder's own).",
+        None,
+    ),
+    Boolean("stream", "Answer as Server-Sent Events.", False),
+    Scalars("filters", "Metadata values passages must have.", None),
+)
+
+
+def parse(payload: Any, default_threshold: float) -> tuple[AnswerParams, bool]:
+    values = ANSWER.parse(payload, defaults={"threshold": default_threshold})
+    params = AnswerParams(
+        query=values["query"],
+        threshold=values["threshold"],
+        sources=values["sources"],
+        limit=values["limit"],
+        filters=tuple(sorted(values["filters"].items())),
+    )
+    return params, values["stream"]
 
 
 async def answer(request: Request) -> Response:
-    threshold = service(request).answer_threshold
-    parsed = AnswerRequest.from_payload(await read_json(request), threshold)
-    if parsed.stream:
-        return await event_stream(service(request).answer_events(parsed))
-    return JSONResponse(await service(request).answer(parsed))
+    knowledge = service(request)
+    params, stream = parse(await read_json(request), knowledge.answer_threshold)
+    if not stream:
+        return JSONResponse(render(await use.answer(knowledge, params)))
+    started = time.perf_counter()
+
+    def failure(error: Exception) -> Event:
+        """The stream had begun: it ends with an AgentResponse of status error."""
+        if isinstance(error, KnowledgeAPIError):
+            message = error.message
+        else:
+            log.error("unhandled error while streaming an answer", exc_info=error)
+            message = UNEXPECTED
+        return "done", render(Served(use.failed(message), False, started))
+
+    return await event_stream(use.events(knowledge, params), sse_event, failure)
+
+
+def render(served: Served[GroundedAnswer]) -> dict[str, Any]:
+    """The AgentResponse: the answer, its sources and confidence, and metadata."""
+    grounded, outcome = served.value, served.value.outcome
+    timings = {
+        "retrieval_time_ms": grounded.retrieval_ms,
+        "generation_time_ms": grounded.generation_ms,
+    }
+    metadata = {
+        "model": outcome.model if outcome else None,
+        "temperature": outcome.temperature if outcome else None,
+        "total_time_ms": served.total_ms,
+        **zeroed_on_hit(timings, served.cache_hit),
+        "tokens_used": outcome.tokens_used if outcome else 0,
+        "timestamp": utc_now(),
+        "cache_hit": served.cache_hit,
+        "synthesizer": outcome.view() if outcome else None,
+    }
+    response: dict[str, Any] = {
+        "query_id": str(uuid.uuid4()),
+        "status": grounded.status,
+        "answer": grounded.answer,
+        "confidence": grounded.confidence.view(),
+        "sources": [source_view(n, hit) for n, hit in grounded.sources],
+        "metadata": metadata,
+        "error_message": grounded.error_message,
+    }
+    if grounded.warnings:
+        response["warnings"] = list(grounded.warnings)
+    return response
+
+
+def source_view(n: int, hit: SearchHit) -> dict[str, Any]:
+    """A cited passage of a grounded answer: [n] in the answer is this source."""
+    result = result_view(hit)
+    metadata = {**result["metadata"], "source_type": hit.source_type, "source_id": hit.source_id}
+    return {
+        "chunk_id": result["id"],
+        "citation_index": n,
+        "relevance_score": result["similarity"],
+        "excerpt": excerpt(hit.chunk.content),
+        "metadata": metadata,
+    }
+
+
+def sse_event(name: str, data: Any) -> Event:
+    """`results` (the passages [n] refers to), `answer` deltas (and `reset`), then `done`
+    with the whole AgentResponse."""
+    if name == "results":
+        return "results", {"results": [result_view(hit) for hit in data]}
+    if name == "delta":
+        return "answer", {"delta": data}
+    if name == "done":
+        return "done", render(data)
+    return name, data

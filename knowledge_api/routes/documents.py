@@ -1,29 +1,54 @@
 """POST/GET/DELETE /v1/knowledge/documents: index, fetch and delete documents."""
 
+from __future__ import annotations
+
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api import validation
-from knowledge_api.errors import InvalidRequest
+from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
+from knowledge_api.routes.fields import Body, CollectionName, OneOf, Scalars, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
+from knowledge_api.routes.views import document_view
 
-DOCUMENT_FIELDS = ("source_type", "source_id", "content", "title", "metadata", "collection")
 MAX_BATCH = 100
+DOCUMENT = Body(
+    "Document",
+    OneOf("source_type", "Where the document comes from.", allowed=SOURCE_TYPES),
+    Text("source_id", "Its id there: a Jira key, a commit, a URL.", max_length=500),
+    Text(
+        "content",
+        "Its text (Markdown headings give passages their section).",
+        max_length=60000,
+        strip=False,
+    ),
+    Text("title", "Its title.", "", max_length=500),
+    Scalars("metadata", "Metadata values, e.g. app_under_test.", None),
+    CollectionName("collection", "The collection to index into.", DEFAULT_COLLECTION),
+)
+
+
+def parse(payload: Any) -> list[Document]:
+    """One document, or {"documents": [...]} (up to MAX_BATCH)."""
+    body = validation.require_object(payload)
+    if "documents" not in body:
+        return [parse_document(body, "body")]
+    validation.reject_unknown(body, ("documents",))
+    items = body["documents"]
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
+        raise InvalidRequest("documents", f"must be a list of 1 to {MAX_BATCH} documents")
+    return [parse_document(item, f"documents[{i}]") for i, item in enumerate(items)]
+
+
+def parse_document(item: Any, where: str) -> Document:
+    return Document(**DOCUMENT.parse(item, where))
 
 
 async def create(request: Request) -> Response:
-    payload = validation.require_object(await read_json(request))
-    if "documents" in payload:
-        validation.reject_unknown(payload, ("documents",))
-        items = payload["documents"]
-        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
-            raise InvalidRequest("documents", f"must be a list of 1 to {MAX_BATCH} documents")
-        docs = [parse_document(item, f"documents[{i}]") for i, item in enumerate(items)]
-    else:
-        docs = [parse_document(payload, "body")]
+    docs = parse(await read_json(request))
     summary = await service(request).ingest(docs)
     return JSONResponse(
         {
@@ -39,24 +64,15 @@ async def create(request: Request) -> Response:
 
 
 async def get(request: Request) -> Response:
-    return JSONResponse(await service(request).document(request.path_params["id"]))
+    doc_id = request.path_params["id"]
+    doc = await service(request).document(doc_id)
+    if doc is None:
+        raise NotFound(f"no document with id {doc_id!r}", id=doc_id)
+    return JSONResponse(document_view(doc))
 
 
 async def delete(request: Request) -> Response:
-    return JSONResponse(await service(request).delete_document(request.path_params["id"]))
-
-
-def parse_document(item: Any, where: str) -> Document:
-    body = validation.require_object(item, where)
-    validation.reject_unknown(body, DOCUMENT_FIELDS)
-    source_type = validation.text(body, "source_type", max_length=32)
-    if source_type not in SOURCE_TYPES:
-        raise InvalidRequest("source_type", f"must be one of: {', '.join(SOURCE_TYPES)}")
-    return Document(
-        source_type=source_type,
-        source_id=validation.text(body, "source_id", max_length=500).strip(),
-        content=validation.text(body, "content", max_length=60000),
-        title=validation.text(body, "title", max_length=500, default="").strip(),
-        metadata=validation.scalar_mapping(body, "metadata"),
-        collection=validation.collection_name(body.get("collection", DEFAULT_COLLECTION)),
-    )
+    doc_id = request.path_params["id"]
+    if not await service(request).delete_document(doc_id):
+        raise NotFound(f"no document with id {doc_id!r}", id=doc_id)
+    return JSONResponse({"success": True, "deleted": doc_id})

@@ -1,13 +1,82 @@
+"""POST /v1/knowledge/query: results fused from every source, and a synthesis written
+from them; with `stream: true` as Server-Sent Events."""
+
+from __future__ import annotations
+
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 
-from knowledge_api.models import QueryRequest
+from knowledge_api.errors import InvalidQuery
+from knowledge_api.models import SOURCE_TYPES
+from knowledge_api.routes.fields import Body, Boolean, Choices, Integer, Number, Scalars, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.sse import event_stream
+from knowledge_api.routes.sse import Event, event_stream
+from knowledge_api.routes.views import result_view, zeroed_on_hit
+from knowledge_api.service import Served
+from knowledge_api.usecases import query as use
+from knowledge_api.usecases.query import QueryParams, QueryResult
+
+QUERY = Body(
+    "QueryRequest",
+    Text("query", "The question or search text.", max_length=1000, error=InvalidQuery),
+    Choices("sources", "Source types to search (all when absent).", None, SOURCE_TYPES),
+    Integer("limit", "Most results returned.", 5, low=1, high=20),
+    Number("threshold", "Lowest similarity (cosine, 0-1) of a result.", 0.2),
+    Boolean("synthesize", "Write an answer from the results.", True),
+    Boolean("stream", "Answer as Server-Sent Events.", False),
+    Scalars("filters", "Metadata values results must have, e.g. app_under_test.", None),
+)
+
+
+def parse(payload: Any) -> tuple[QueryParams, bool]:
+    """The query's parameters, and whether the answer streams."""
+    values = QUERY.parse(payload)
+    params = QueryParams(
+        query=values["query"],
+        sources=values["sources"],
+        limit=values["limit"],
+        threshold=values["threshold"],
+        synthesize=values["synthesize"],
+        filters=tuple(sorted(values["filters"].items())),
+    )
+    return params, values["stream"]
 
 
 async def query(request: Request) -> Response:
-    parsed = QueryRequest.from_payload(await read_json(request))
-    if not parsed.stream:
-        return JSONResponse(await service(request).query(parsed))
-    return await event_stream(service(request).query_events(parsed))
+    params, stream = parse(await read_json(request))
+    if stream:
+        return await event_stream(use.events(service(request), params), sse_event)
+    return JSONResponse(render(await use.query(service(request), params)))
+
+
+def render(served: Served[QueryResult]) -> dict[str, Any]:
+    result = served.value
+    body: dict[str, Any] = {"results": [result_view(hit) for hit in result.hits]}
+    if result.outcome is not None:
+        body["synthesis"] = result.outcome.text
+        body["synthesizer"] = result.outcome.view()
+    if result.warnings:
+        body["warnings"] = list(result.warnings)
+    body["metrics"] = metrics(served)
+    return body
+
+
+def metrics(served: Served[QueryResult]) -> dict[str, Any]:
+    timings = zeroed_on_hit(served.value.timings, served.cache_hit)
+    return {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
+
+
+def sse_event(name: str, data: Any) -> Event:
+    """`results`, `synthesis` deltas, `reset`, then `done` with the whole synthesis, its
+    citations and the metrics."""
+    if name == "results":
+        return "results", {"results": [result_view(hit) for hit in data]}
+    if name == "delta":
+        return "synthesis", {"delta": data}
+    if name != "done":
+        return name, data
+    body = render(data)
+    final = {key: body[key] for key in ("synthesis", "synthesizer") if key in body}
+    return "done", {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}

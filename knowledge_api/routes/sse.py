@@ -1,15 +1,17 @@
-"""Server-Sent Events: a route's event generator as a text/event-stream response.
+"""Server-Sent Events: a use case's event generator as a text/event-stream response.
 
 The first event is computed before the response starts, so bad input and an
-unavailable store still answer with a status code and the error shape. A failure
-after that arrives as an `error` event in the same shape. When the client goes away
-the generator is closed at once, which stops generation at the provider.
+unavailable store still answer with a status code and the error shape. Each event is
+translated into the resource's own event and JSON (`translate`). A failure after the
+first event ends the stream with the resource's last word on it (`failure`; by default
+an `error` event in the error shape). When the client goes away the generator is
+closed at once, which stops generation at the provider.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -21,6 +23,9 @@ from knowledge_api.errors import KnowledgeAPIError
 
 log = logging.getLogger("knowledge_api.errors")
 Event = tuple[str, Any]
+Translate = Callable[[str, Any], Event]
+Failure = Callable[[Exception], Event]
+UNEXPECTED = "internal error: this is a bug, the log has the traceback"
 
 
 class EventStream(StreamingResponse):
@@ -33,27 +38,33 @@ class EventStream(StreamingResponse):
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
 
 
-async def event_stream(events: AsyncGenerator[Event, None]) -> Response:
+def error_event(error: Exception) -> Event:
+    if isinstance(error, KnowledgeAPIError):
+        return "error", error.body()
+    log.error("unhandled error in an event stream", exc_info=error)
+    return "error", KnowledgeAPIError(UNEXPECTED).body()
+
+
+async def event_stream(
+    events: AsyncGenerator[Event, None], translate: Translate, failure: Failure = error_event
+) -> Response:
     first = await anext(events)
     return EventStream(
-        server_sent(first, events), headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        server_sent(translate(*first), events, translate, failure),
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 async def server_sent(
-    first: Event, rest: AsyncGenerator[Event, None]
+    first: Event, rest: AsyncGenerator[Event, None], translate: Translate, failure: Failure
 ) -> AsyncGenerator[bytes, None]:
     async with aclosing(rest):
         yield event_bytes(*first)
         try:
             async for name, data in rest:
-                yield event_bytes(name, data)
-        except KnowledgeAPIError as e:
-            yield event_bytes("error", e.body())
-        except Exception:
-            log.exception("unhandled error in an event stream")
-            error = KnowledgeAPIError("internal error: this is a bug, the log has the traceback")
-            yield event_bytes("error", error.body())
+                yield event_bytes(*translate(name, data))
+        except Exception as e:
+            yield event_bytes(*failure(e))
 
 
 def event_bytes(name: str, data: Any) -> bytes:

@@ -3,17 +3,39 @@
 Even a malformed body is answered 200 with the fallback shape and the reason in `gaps`.
 """
 
+from __future__ import annotations
+
 from starlette.requests import Request
 from starlette.responses import Response
 
-from knowledge_api import support as retriever
+from knowledge_api import validation
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.routes.fields import Body, Custom, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
+from knowledge_api.usecases import support as use
+
+SUPPORT = Body(
+    "SupportRequest",
+    Text("intent", "Primary intent from classification, e.g. not_hashing.", "", max_length=200),
+    Text("message", "The customer's latest message.", max_length=use.MESSAGE_MAX),
+    Custom(
+        "metadata",
+        "Optional product (articles for other devices are left out) and attachments.",
+        None,
+        shape={"type": "object", "properties": {"product": {"type": "string", "maxLength": 200}}},
+    ),
+)
 
 
 async def support(request: Request) -> Response:
+    """The body's fields go to the use case, which validates them as the in-process
+    contract does; only the JSON itself and unknown fields are checked here."""
     try:
-        payload = await read_json(request)
+        body = validation.require_object(await read_json(request))
+        validation.reject_unknown(body, SUPPORT.names)
     except KnowledgeAPIError as e:
-        return JSONResponse(retriever.invalid(e))
-    return JSONResponse(await retriever.retrieve_payload(service(request), payload))
+        return JSONResponse(use.invalid(e))
+    answer = await use.retrieve(
+        service(request), body.get("intent"), body.get("message"), body.get("metadata")
+    )
+    return JSONResponse(answer)

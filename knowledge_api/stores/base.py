@@ -8,22 +8,23 @@ Backends provide two candidate lists (vector and keyword) and the shared
 
 from __future__ import annotations
 
+import asyncio
+import time
+import uuid
 from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from knowledge_api.models import Document, SearchFilters, SearchHit
+from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError
+from knowledge_api.models import Document, EmbedderIdentity, SearchFilters, SearchHit, SearchMode
 from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
     SearchTuning,
     feedback_vector,
     reciprocal_rank_fusion,
 )
-
-SearchMode = Literal["hybrid", "vector", "keyword"]
-SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "vector", "keyword")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,3 +195,54 @@ def relative_scores(candidates: Sequence[Candidate]) -> dict[Hashable, float]:
 def cosine_to_similarity(cosine: float) -> float:
     """Similarity 0-1: opposite and unrelated passages are both simply 0."""
     return min(max(cosine, 0.0), 1.0)
+
+
+def embedder_mismatch(
+    where: str, stored: EmbedderIdentity, configured: EmbedderIdentity, remedy: str
+) -> EmbedderMismatchError:
+    """The error of a store asked to take vectors of another embedder than its own."""
+    return EmbedderMismatchError(
+        f"{where} holds vectors of embedder {stored.name!r} ({stored.dimension}-d); the "
+        f"configured embedder is {configured.name!r} ({configured.dimension}-d). Mixing "
+        f"vector spaces would return nonsense: use the original embedder, or {remedy}.",
+        stored=stored.name,
+        configured=configured.name,
+    )
+
+
+RECONNECT_SECONDS = 5.0
+
+
+class Reconnect:
+    """When a backend that failed to open is tried again: at most every
+    RECONNECT_SECONDS, one attempt at a time; in between, requests fail at once with
+    the reason it failed."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.error = ""
+        self.next_attempt = 0.0
+        self.lock = asyncio.Lock()
+
+    def attempting(self) -> None:
+        self.next_attempt = time.monotonic() + RECONNECT_SECONDS
+
+    def failed(self, error: str) -> BackendConnectionError:
+        self.error = error
+        return BackendConnectionError(error, backend=self.backend)
+
+    def succeeded(self) -> None:
+        self.error = ""
+
+    def check(self) -> None:
+        """Fail at once while the last attempt is recent."""
+        if time.monotonic() < self.next_attempt:
+            raise BackendConnectionError(f"store unavailable: {self.error}", backend=self.backend)
+
+
+def is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

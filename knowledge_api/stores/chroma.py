@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -28,25 +27,26 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
+from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, SearchHit
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
-from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
+from knowledge_api.stores.base import Candidate, cosine_to_similarity
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
+from knowledge_api.stores.points import PointStore, Record, unavailable
 
 T = TypeVar("T")
 Key = tuple[str, str]
 GetResult = dict[str, Any]
-RECONNECT_SECONDS = 5.0
 PAGE = 1000
 META_PREFIX = "meta."
 """Document metadata is flattened into chunk metadata under this prefix for `where`."""
 
 
-class ChromaStore(HybridSearch):
+class ChromaStore(PointStore):
     name = "chroma"
+    engine = "Chroma"
 
     def __init__(
         self,
@@ -59,25 +59,18 @@ class ChromaStore(HybridSearch):
         tuning: SearchTuning = DEFAULT_TUNING,
         poll_seconds: float = records.POLL_SECONDS,
     ) -> None:
+        super().__init__(prefix, "KNOWLEDGE_CHROMA_PREFIX", tuning, poll_seconds)
         self.path = Path(path)
         self.host, self.port, self.ssl = host, port, ssl
         self._token = token or Secret("")
-        self.prefix = records.check_prefix(prefix, "KNOWLEDGE_CHROMA_PREFIX")
-        self.tuning = tuning
         self.keywords = KeywordIndex()
-        self.writes = records.Generation(poll_seconds)
         self._sdk: Any = None
         self._client: Any = None
         self._catalog: Any = None
         self._collections: dict[str, Any] = {}
-        self._embedder: tuple[str, int] | None = None
-        self._write_lock = asyncio.Lock()
-        self._opening = asyncio.Lock()
-        self._error = ""
-        self._next_attempt = 0.0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> ChromaStore:
+    def from_settings(cls, settings: Any, embedder: EmbedderIdentity) -> ChromaStore:
         return cls(
             settings.chroma_path,
             settings.chroma_host,
@@ -94,37 +87,23 @@ class ChromaStore(HybridSearch):
             return f"{'https' if self.ssl else 'http'}://{self.host}:{self.port}"
         return str(self.path)
 
-    def __repr__(self) -> str:
-        return f"ChromaStore({self.location!r})"
+    # -- the primitives PointStore builds on -----------------------------------------------
 
-    # -- connection ---------------------------------------------------------------------
+    def connected(self) -> bool:
+        return self._client is not None
 
-    async def open(self) -> None:
-        await self._connect()
+    async def _connect(self) -> None:
+        self._sdk = import_extra("chromadb", "chroma")
+        self._client = await asyncio.to_thread(self._new_client)
+        self._catalog = await asyncio.to_thread(
+            self._client.get_or_create_collection, self.prefix, embedding_function=None
+        )
+        self._collections = {}
 
     async def close(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
             await asyncio.to_thread(close_client, client)
-
-    async def _connect(self) -> None:
-        self._sdk = import_extra("chromadb", "chroma")
-        self._next_attempt = time.monotonic() + RECONNECT_SECONDS
-        try:
-            self._client = await asyncio.to_thread(self._new_client)
-            self._catalog = await asyncio.to_thread(
-                self._client.get_or_create_collection, self.prefix, embedding_function=None
-            )
-            self._collections = {}
-            metadata = self._catalog.metadata or {}
-            self._embedder = stored_embedder(metadata)
-            self.writes.token = str(metadata.get("generation", ""))
-            await self._load_keywords()
-        except Exception as e:
-            self._error = f"cannot reach Chroma at {self.location}: {e}"
-            await self.close()
-            raise BackendConnectionError(self._error, backend=self.name) from e
-        self._error = ""
 
     def _new_client(self) -> Any:
         config = self._sdk.config.Settings(anonymized_telemetry=False)
@@ -136,17 +115,30 @@ class ChromaStore(HybridSearch):
         self.path.mkdir(parents=True, exist_ok=True)
         return self._sdk.PersistentClient(path=str(self.path), settings=config)
 
-    async def _ready(self) -> None:
-        """Reconnect (at most every few seconds) after a lost connection."""
-        if self._client is not None:
-            return
-        async with self._opening:  # one reconnection at a time
-            if self._client is None:
-                if time.monotonic() < self._next_attempt:
-                    raise BackendConnectionError(
-                        f"store unavailable: {self._error}", backend=self.name
-                    )
-                await self._connect()
+    async def _read_record(self) -> Record:
+        def read() -> Record:
+            catalog = self._client.get_collection(self.prefix, embedding_function=None)
+            return dict(catalog.metadata or {})
+
+        return await self._run(BackendConnectionError, "reading the store record", read)
+
+    async def _write_record(self, record: Record) -> None:
+        await self._run(
+            IndexingError, "recording the write", lambda: self._catalog.modify(metadata=record)
+        )
+
+    async def _opened(self, record: Record) -> None:
+        await self._load_keywords()
+
+    async def _changed(self) -> None:
+        await self._load_keywords()
+
+    def _indexed(self, documents: Sequence[Document]) -> None:
+        entries = [entry for doc in documents for entry in keyword_entries(doc)]
+        self.keywords.replace([doc.id for doc in documents], entries)
+
+    def _deleted(self, doc_id: str) -> None:
+        self.keywords.replace([doc_id], [])
 
     async def _run(self, error: type[KnowledgeStoreError], what: str, call: Callable[[], T]) -> T:
         """Run a client call on a worker thread; engine failures become store errors."""
@@ -158,8 +150,7 @@ class ChromaStore(HybridSearch):
         except Exception as e:
             if unreachable(e):
                 self._client = None
-                self._error = f"lost Chroma at {self.location}: {e}"
-                raise BackendConnectionError(self._error, backend=self.name) from e
+                raise self.lost(e) from e
             raise error(f"{what} failed: {e}", backend=self.name) from e
 
     def _chunks(self, collection: str, create: bool = False) -> Any:
@@ -187,63 +178,12 @@ class ChromaStore(HybridSearch):
         wanted = f"{self.prefix}-"
         return [c for c in self._client.list_collections() if c.name.startswith(wanted)]
 
-    # -- generation and embedder --------------------------------------------------------
-
-    async def generation(self) -> Hashable:
-        return await self.writes.current(self._read_token, self._load_keywords)
-
-    async def _read_token(self) -> str:
-        metadata = await self._run(BackendConnectionError, "reading the generation", self._meta)
-        return str(metadata.get("generation", ""))
-
-    def _meta(self) -> dict[str, Any]:
-        return dict(
-            self._client.get_collection(self.prefix, embedding_function=None).metadata or {}
-        )
-
-    async def _wrote(self) -> None:
-        """Store a new generation token beside the embedder record."""
-        assert self._embedder is not None
-        name, dimension = self._embedder
-        metadata = {"embedder": name, "embedder_dimension": dimension}
-        metadata["generation"] = self.writes.wrote()
-        await self._run(
-            IndexingError, "recording the write", lambda: self._catalog.modify(metadata=metadata)
-        )
-
-    async def check_embedder(self, name: str, dimension: int) -> None:
-        stored = stored_embedder(
-            await self._run(BackendConnectionError, "reading the embedder", self._meta)
-        )
-        records.check_same_embedder(self.location, stored, (name, dimension))
-        self._embedder = (name, dimension)
-        if stored is None:
-            await self._wrote()
-
     # -- writes ---------------------------------------------------------------------------
 
-    async def index_document(self, document: Document) -> None:
-        await self.index_documents([document])
+    async def _write(self, documents: Sequence[Document]) -> None:
+        await self._run(IndexingError, "indexing", lambda: self._write_now(documents))
 
-    async def index_documents(self, documents: Sequence[Document]) -> None:
-        documents = records.writable(documents, self._embedder)
-        if not documents:
-            return
-        async with self._write_lock:
-            try:
-                await self._run(IndexingError, "indexing", lambda: self._write(documents))
-            except KnowledgeStoreError:
-                self.writes.forget()  # part may be written: rebuild the keyword index
-                raise
-            else:
-                entries = [entry for doc in documents for entry in keyword_entries(doc)]
-                self.keywords.replace([doc.id for doc in documents], entries)
-            finally:
-                await self._wrote()
-
-    def _write(self, documents: Sequence[Document]) -> None:
-        """Chunks first, then the stale ones go, then the catalog records: a write cut
-        short keeps the old content hashes, so the next ingest writes them again."""
+    def _write_now(self, documents: Sequence[Document]) -> None:
         stamp = records.now()
         old = self._catalog.get(ids=[doc.id for doc in documents], include=["metadatas"])
         created = {i: m["created_at"] for i, m in zip(old["ids"], old["metadatas"], strict=True)}
@@ -285,7 +225,7 @@ class ChromaStore(HybridSearch):
         for start in range(0, len(items), size):
             yield items[start : start + size]
 
-    async def delete(self, doc_id: str) -> bool:
+    async def _remove(self, doc_id: str) -> bool:
         def remove() -> bool:
             found = self._catalog.get(ids=[doc_id], include=["metadatas"])
             if not found["ids"]:
@@ -296,12 +236,7 @@ class ChromaStore(HybridSearch):
             self._catalog.delete(ids=[doc_id])
             return True
 
-        async with self._write_lock:
-            deleted = await self._run(IndexingError, f"deleting {doc_id!r}", remove)
-            if deleted:
-                self.keywords.replace([doc_id], [])
-                await self._wrote()
-        return deleted
+        return await self._run(IndexingError, f"deleting {doc_id!r}", remove)
 
     # -- search ---------------------------------------------------------------------------
 
@@ -414,23 +349,20 @@ class ChromaStore(HybridSearch):
         found = await self._documents(ids=[doc_id])
         return found[0] if found else None
 
-    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
+    async def _by_source(self, source_type: str, key: str, collection: str) -> Document | None:
         where = {
             "$and": [{"collection": collection}, {"source_type": source_type}, {"source_id": key}]
         }
-        by_source = await self._documents(where=where)
-        if by_source:
-            return by_source[0]
+        found = await self._documents(where=where)
+        return found[0] if found else None
 
-        def owner() -> str:
+    async def _chunk_owner(self, collection: str, chunk_id: str) -> str | None:
+        def owner() -> str | None:
             chunks = self._chunks(collection)
-            found = chunks.get(ids=[key], include=["metadatas"]) if chunks else {"ids": []}
-            return str(found["metadatas"][0]["document_id"]) if found["ids"] else key
+            found = chunks.get(ids=[chunk_id], include=["metadatas"]) if chunks else {"ids": []}
+            return str(found["metadatas"][0]["document_id"]) if found["ids"] else None
 
-        doc = await self.get_by_id(await self._run(SearchError, "finding a document", owner))
-        if doc is None or doc.source_type != source_type or doc.collection != collection:
-            return None
-        return doc
+        return await self._run(SearchError, "finding a document", owner)
 
     async def _documents(self, with_vectors: bool = False, **query: Any) -> list[Document]:
         """Catalog records matching `query` (ids= or where=), each with its chunks."""
@@ -520,7 +452,7 @@ class ChromaStore(HybridSearch):
         try:
             documents, chunks = await self._run(BackendConnectionError, "health check", counts)
         except KnowledgeStoreError as e:
-            return {"backend": self.name, "status": "unavailable", "error": str(e)}
+            return unavailable(self.name, e)
         return {
             "backend": self.name,
             "status": "ok",
@@ -530,12 +462,6 @@ class ChromaStore(HybridSearch):
             "chunks": chunks,
             "keyword_index_chunks": len(self.keywords),
         }
-
-
-def stored_embedder(metadata: dict[str, Any]) -> tuple[str, int] | None:
-    if "embedder" not in metadata:
-        return None
-    return str(metadata["embedder"]), int(metadata["embedder_dimension"])
 
 
 def chunk_metadata(doc: Document, chunk: Chunk) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from knowledge_api.settings import Settings
+
 K = TypeVar("K", bound=Hashable)
 
 
@@ -28,17 +30,18 @@ def reciprocal_rank_fusion(
 
 @dataclass(frozen=True, slots=True)
 class SearchTuning:
-    """How hybrid search ranks, one value each (the defaults of the KNOWLEDGE_* settings)."""
+    """How hybrid search ranks, one value each, from the KNOWLEDGE_* settings that
+    declare them (and their defaults)."""
 
-    fusion_k: int = 60
+    fusion_k: int
     """k of reciprocal-rank fusion: higher flattens the weight of rank."""
-    candidates: int = 50
+    candidates: int
     """Hits each ranking (vector, keyword) hands to fusion, at least the limit asked for."""
-    feedback_docs: int = 3
+    feedback_docs: int
     """Top fused hits whose vectors move the query (pseudo-relevance feedback); 0 = off."""
-    feedback_weight: float = 2.0
+    feedback_weight: float
     """How far the query moves toward the mean vector of those hits."""
-    feedback_rank_weight: float = 3.0
+    feedback_rank_weight: float
     """Weight of the feedback ranking against the first fused ranking in the final fusion."""
 
     @classmethod
@@ -52,7 +55,7 @@ class SearchTuning:
         )
 
 
-DEFAULT_TUNING = SearchTuning()
+DEFAULT_TUNING = SearchTuning.from_settings(Settings())
 
 
 def feedback_vector(query: np.ndarray, seeds: Sequence[np.ndarray], weight: float) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from knowledge_api.models import Document, IndexSummary
+from knowledge_api.models import Document, EmbedderIdentity, IndexSummary
 from knowledge_api.stores.base import KnowledgeStore
 
 BATCH_DOCUMENTS = 256
@@ -17,17 +17,17 @@ BATCH_DOCUMENTS = 256
 async def migrate(
     source: KnowledgeStore,
     target: KnowledgeStore,
-    embedder: tuple[str, int],
+    embedder: EmbedderIdentity,
     collections: Sequence[str] = (),
     progress: Callable[[int], object] | None = None,
 ) -> dict[str, IndexSummary]:
     """Copy `collections` (all of the source's when empty) from source to target.
 
-    `embedder` (name, dimension) must be the one that wrote the source's vectors: both
+    `embedder` must be the one that wrote the source's vectors: both
     stores check it, so vectors of different models never end up side by side.
     """
-    await source.check_embedder(*embedder)
-    await target.check_embedder(*embedder)
+    await source.check_embedder(embedder.name, embedder.dimension)
+    await target.check_embedder(embedder.name, embedder.dimension)
     names = list(collections) or list(await source.collections())
     return {name: await copy_collection(source, target, name, progress) for name in names}
 

@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from knowledge_api.errors import BackendConnectionError, KnowledgeStoreError
-from knowledge_api.models import Document
+from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
@@ -66,11 +66,11 @@ class PostgresStore(SiamStore):
         self._written_rows = 0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> PostgresStore:
+    def from_settings(cls, settings: Any, embedder: EmbedderIdentity) -> PostgresStore:
         return cls(
             settings.database_url,
             settings.postgres_data_dir,
-            configured_dimension(settings),
+            embedder.dimension,
             settings.postgres_pool_size,
             SearchTuning.from_settings(settings),
         )
@@ -102,12 +102,7 @@ class PostgresStore(SiamStore):
         asyncpg = require_asyncpg()
         self._next_attempt = time.monotonic() + RECONNECT_SECONDS
         try:
-            url = self.url.get() or await asyncio.to_thread(embedded_server_url, self.data_dir)
-            conn = await asyncpg.connect(url)
-            try:
-                await migrate(conn, self.dimension)
-            finally:
-                await conn.close()
+            url, _ = await self._migrate()
             self._pool = await asyncpg.create_pool(
                 url,
                 min_size=1,
@@ -115,13 +110,7 @@ class PostgresStore(SiamStore):
                 command_timeout=COMMAND_TIMEOUT,
                 init=register_codecs,
             )
-        except (
-            OSError,
-            TimeoutError,
-            ValueError,
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-        ) as e:
+        except open_errors(asyncpg) as e:
             self._error = f"cannot open {self.where()}: {self.redacted(e)}"
             raise BackendConnectionError(self._error, backend=self.name) from e
         self._error = ""
@@ -182,6 +171,27 @@ class PostgresStore(SiamStore):
             log.warning("planner statistics not refreshed after a bulk write: %s", e.message)
             return
         self._analyzed_rows, self._written_rows = int(rows), 0
+
+    async def migrate_schema(self) -> tuple[str, list[str]]:
+        """`knowledge-api migrate`: where the schema was migrated, and the migrations
+        applied there (none when it was up to date)."""
+        asyncpg = require_asyncpg()
+        try:
+            _, applied = await self._migrate()
+        except open_errors(asyncpg) as e:
+            raise BackendConnectionError(
+                f"cannot migrate {self.where()}: {self.redacted(e)}", backend=self.name
+            ) from e
+        return self.where(), applied
+
+    async def _migrate(self) -> tuple[str, list[str]]:
+        """The database's URL (the embedded server started if need be), migrated."""
+        url = self.url.get() or await asyncio.to_thread(embedded_server_url, self.data_dir)
+        conn = await require_asyncpg().connect(url)
+        try:
+            return url, await migrate(conn, self.dimension)
+        finally:
+            await conn.close()
 
     # -- the primitives SiamStore builds on ---------------------------------------------
 
@@ -271,23 +281,6 @@ async def migrate(conn: Any, dimension: int) -> list[str]:
     return applied
 
 
-async def migrate_database(settings: Any) -> tuple[str, list[str]]:
-    """`knowledge-api migrate`: the database migrated and the migrations applied."""
-    store = PostgresStore.from_settings(settings)
-    asyncpg = require_asyncpg()
-    url = store.url.get() or await asyncio.to_thread(embedded_server_url, store.data_dir)
-    try:
-        conn = await asyncpg.connect(url)
-        try:
-            return store.where(), await migrate(conn, store.dimension)
-        finally:
-            await conn.close()
-    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-        raise BackendConnectionError(
-            f"cannot migrate {store.where()}: {store.redacted(e)}", backend=store.name
-        ) from e
-
-
 # -- connections, codecs and the embedded server ------------------------------------------
 
 
@@ -337,12 +330,16 @@ def require_asyncpg() -> Any:
     return import_extra("asyncpg", "postgres")
 
 
-def configured_dimension(settings: Any) -> int:
-    """The configured embedder's dimension: the size of the schema's vector columns."""
-    from knowledge_api.embeddings import embedders
-
-    dimension: int = embedders.create(settings.embedder, settings).dimension
-    return dimension
+def open_errors(asyncpg: Any) -> tuple[type[Exception], ...]:
+    """What opening a database may raise: it is down, refuses us, or the URL is bad."""
+    errors: tuple[type[Exception], ...] = (
+        OSError,
+        TimeoutError,
+        ValueError,
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+    )
+    return errors
 
 
 def redact(url: str) -> str:

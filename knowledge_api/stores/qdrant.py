@@ -14,10 +14,8 @@ which ranks identically.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
-import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
@@ -33,13 +31,21 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
+from knowledge_api.models import (
+    Chunk,
+    Document,
+    EmbedderIdentity,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+)
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
-from knowledge_api.stores.base import Candidate, HybridSearch, SearchMode, cosine_to_similarity
+from knowledge_api.stores.base import Candidate, cosine_to_similarity, is_uuid
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import sparse_document, sparse_query
+from knowledge_api.stores.points import PointStore, Record, unavailable
 
 DENSE = "dense"
 KEYWORDS = "keywords"
@@ -48,12 +54,12 @@ SERVER_FUSION_SINCE = (1, 16)
 """The first Qdrant server whose RRF takes a k, so its fusion ranks like ours."""
 BATCH = 256
 TIMEOUT_SECONDS = 10
-RECONNECT_SECONDS = 5.0
 Key = tuple[str, str]
 
 
-class QdrantStore(HybridSearch):
+class QdrantStore(PointStore):
     name = "qdrant"
+    engine = "Qdrant"
 
     def __init__(
         self,
@@ -66,25 +72,21 @@ class QdrantStore(HybridSearch):
         tuning: SearchTuning = DEFAULT_TUNING,
         poll_seconds: float = records.POLL_SECONDS,
     ) -> None:
+        super().__init__(
+            prefix, "KNOWLEDGE_QDRANT_PREFIX", tuning, poll_seconds if url else math.inf
+        )
         self.path, self.url = path, url
         self._api_key = api_key or Secret("")
-        self.prefix = records.check_prefix(prefix, "KNOWLEDGE_QDRANT_PREFIX")
         self.fusion = fusion
         self.indexed_fields = tuple(indexed_fields)
-        self.tuning = tuning
-        self.writes = records.Generation(poll_seconds if url else math.inf)
         self.server_version = ""
         self.server_fusion = False
         self._m: Any = None  # qdrant_client.models
         self._client: Any = None
         self._collections: set[str] = set()
-        self._embedder: tuple[str, int] | None = None
-        self._error = ""
-        self._next_attempt = 0.0
-        self._opening = asyncio.Lock()
 
     @classmethod
-    def from_settings(cls, settings: Any) -> QdrantStore:
+    def from_settings(cls, settings: Any, embedder: EmbedderIdentity) -> QdrantStore:
         fields = [f.strip() for f in settings.qdrant_indexed_fields.split(",") if f.strip()]
         return cls(
             settings.qdrant_path,
@@ -104,32 +106,23 @@ class QdrantStore(HybridSearch):
         parts = urlsplit(self.url)
         return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
-    def __repr__(self) -> str:
-        return f"QdrantStore({self.location!r})"
+    # -- the primitives PointStore builds on -----------------------------------------------
 
-    # -- connection ---------------------------------------------------------------------
+    def connected(self) -> bool:
+        return self._client is not None
 
-    async def open(self) -> None:
+    async def _connect(self) -> None:
         sdk = import_extra("qdrant_client", "qdrant")
         self._m = sdk.models
-        self._next_attempt = time.monotonic() + RECONNECT_SECONDS
-        try:
-            self._client = self._new_client(sdk)
-            await self._ensure_catalog()
-            meta = await self._store_record()
-            self._embedder = stored_embedder(meta)
-            self.writes.token = str(meta.get("generation", ""))
-            if self.url:
-                self.server_version = (await self._client.info()).version
-            self.server_fusion = self.fusion == "auto" and (
-                not self.url or version_tuple(self.server_version) >= SERVER_FUSION_SINCE
-            )
-        except Exception as e:
-            reason = e.message if isinstance(e, KnowledgeStoreError) else str(e)
-            self._error = f"cannot reach Qdrant at {self.location}: {reason}"
-            await self.close()
-            raise BackendConnectionError(self._error, backend=self.name) from e
-        self._error = ""
+        self._client = self._new_client(sdk)
+        await self._ensure_catalog()
+
+    async def _opened(self, record: Record) -> None:
+        if self.url:
+            self.server_version = (await self._client.info()).version
+        self.server_fusion = self.fusion == "auto" and (
+            not self.url or version_tuple(self.server_version) >= SERVER_FUSION_SINCE
+        )
 
     def _new_client(self, sdk: Any) -> Any:
         if self.url:
@@ -155,33 +148,18 @@ class QdrantStore(HybridSearch):
             client, self._client = self._client, None
             await client.close()
 
-    async def _ready(self) -> Any:
-        """The client; reopens (at most every few seconds) after a failed open."""
-        if self._client is not None:
-            return self._client
-        async with self._opening:  # one reconnection at a time
-            if self._client is None:
-                if time.monotonic() < self._next_attempt:
-                    raise BackendConnectionError(
-                        f"store unavailable: {self._error}", backend=self.name
-                    )
-                await self.open()
-        return self._client
-
     async def _call(
         self, error: type[KnowledgeStoreError], what: str, method: str, *args: Any, **kwargs: Any
     ) -> Any:
         """Call a client method; engine failures become store errors."""
-        client = await self._ready()
+        await self._ready()
         try:
-            return await getattr(client, method)(*args, **kwargs)
+            return await getattr(self._client, method)(*args, **kwargs)
         except KnowledgeStoreError:
             raise
         except Exception as e:
             if unreachable(e):
-                raise BackendConnectionError(
-                    f"lost Qdrant at {self.location}: {e}", backend=self.name
-                ) from e
+                raise self.lost(e) from e
             raise error(f"{what} failed: {e}", backend=self.name) from e
 
     async def _ensure_catalog(self) -> None:
@@ -221,7 +199,7 @@ class QdrantStore(HybridSearch):
             "create_collection",
             name,
             vectors_config={
-                DENSE: m.VectorParams(size=self._embedder[1], distance=m.Distance.COSINE)
+                DENSE: m.VectorParams(size=self._embedder.dimension, distance=m.Distance.COSINE)
             },
             sparse_vectors_config={KEYWORDS: m.SparseVectorParams(modifier=m.Modifier.IDF)},
         )
@@ -235,9 +213,7 @@ class QdrantStore(HybridSearch):
         wanted = f"{self.prefix}-"
         return sorted(c.name for c in found.collections if c.name.startswith(wanted))
 
-    # -- generation and embedder --------------------------------------------------------
-
-    async def _store_record(self) -> dict[str, Any]:
+    async def _read_record(self) -> Record:
         found = await self._call(
             BackendConnectionError,
             "reading the store record",
@@ -247,47 +223,14 @@ class QdrantStore(HybridSearch):
         )
         return dict(found[0].payload) if found else {}
 
-    async def generation(self) -> Hashable:
-        return await self.writes.current(self._read_token)
-
-    async def _read_token(self) -> str:
-        return str((await self._store_record()).get("generation", ""))
-
-    async def _wrote(self) -> None:
-        assert self._embedder is not None
-        record = {
-            "kind": "store",
-            "embedder": self._embedder[0],
-            "embedder_dimension": self._embedder[1],
-            "generation": self.writes.wrote(),
-        }
-        point = self._m.PointStruct(id=STORE_POINT, vector={}, payload=record)
+    async def _write_record(self, record: Record) -> None:
+        payload = {"kind": "store", **record}
+        point = self._m.PointStruct(id=STORE_POINT, vector={}, payload=payload)
         await self._call(IndexingError, "recording the write", "upsert", self.prefix, [point])
-
-    async def check_embedder(self, name: str, dimension: int) -> None:
-        stored = stored_embedder(await self._store_record())
-        records.check_same_embedder(self.location, stored, (name, dimension))
-        self._embedder = (name, dimension)
-        if stored is None:
-            await self._wrote()
 
     # -- writes ---------------------------------------------------------------------------
 
-    async def index_document(self, document: Document) -> None:
-        await self.index_documents([document])
-
-    async def index_documents(self, documents: Sequence[Document]) -> None:
-        documents = records.writable(documents, self._embedder)
-        if not documents:
-            return
-        try:
-            await self._write(documents)
-        finally:
-            await self._wrote()
-
     async def _write(self, documents: Sequence[Document]) -> None:
-        """Chunks first, then the stale ones go, then the catalog records: a write cut
-        short keeps the old content hashes, so the next ingest writes them again."""
         m = self._m
         stamp = records.now()
         old = await self._call(
@@ -354,7 +297,7 @@ class QdrantStore(HybridSearch):
         }
         return self._m.PointStruct(id=chunk.id, vector=vectors, payload=payload)
 
-    async def delete(self, doc_id: str) -> bool:
+    async def _remove(self, doc_id: str) -> bool:
         if not is_uuid(doc_id):
             return False
         m = self._m
@@ -378,7 +321,6 @@ class QdrantStore(HybridSearch):
             self.prefix,
             m.PointIdsList(points=[doc_id]),
         )
-        await self._wrote()
         return True
 
     # -- search ---------------------------------------------------------------------------
@@ -544,7 +486,7 @@ class QdrantStore(HybridSearch):
         documents = await self._documents(found)
         return documents[0] if documents else None
 
-    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
+    async def _by_source(self, source_type: str, key: str, collection: str) -> Document | None:
         m = self._m
         where = m.Filter(
             must=[
@@ -557,17 +499,14 @@ class QdrantStore(HybridSearch):
         found, _ = await self._call(
             SearchError, "finding a document", "scroll", self.prefix, scroll_filter=where, limit=1
         )
-        if found:
-            return (await self._documents(found))[0]
-        doc_id = key
+        return (await self._documents(found))[0] if found else None
+
+    async def _chunk_owner(self, collection: str, chunk_id: str) -> str | None:
         name = await self._chunks(collection)
-        if name is not None and is_uuid(key):
-            chunk = await self._call(SearchError, "finding a chunk", "retrieve", name, [key])
-            doc_id = chunk[0].payload["document_id"] if chunk else key
-        doc = await self.get_by_id(doc_id)
-        if doc is None or doc.source_type != source_type or doc.collection != collection:
+        if name is None or not is_uuid(chunk_id):
             return None
-        return doc
+        chunk = await self._call(SearchError, "finding a chunk", "retrieve", name, [chunk_id])
+        return str(chunk[0].payload["document_id"]) if chunk else None
 
     async def _documents(
         self, catalog: Sequence[Any], with_vectors: bool = False
@@ -702,7 +641,7 @@ class QdrantStore(HybridSearch):
                     await self._call(SearchError, "counting chunks", "count", name, exact=True)
                 ).count
         except KnowledgeStoreError as e:
-            return {"backend": self.name, "status": "unavailable", "error": str(e)}
+            return unavailable(self.name, e)
         health = {
             "backend": self.name,
             "status": "ok",
@@ -715,12 +654,6 @@ class QdrantStore(HybridSearch):
         if self.server_version:
             health["server_version"] = self.server_version
         return health
-
-
-def stored_embedder(record: dict[str, Any]) -> tuple[str, int] | None:
-    if "embedder" not in record:
-        return None
-    return str(record["embedder"]), int(record["embedder_dimension"])
 
 
 def dense(vector: np.ndarray) -> list[float]:
@@ -741,14 +674,6 @@ def by_collection(keys: Iterable[Hashable]) -> dict[str, list[str]]:
     for collection, point_id in cast(Iterable[Key], keys):
         grouped[collection].append(point_id)
     return grouped
-
-
-def is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from knowledge_api.errors import ConfigurationError, EmbedderMismatchError, IndexingError
-from knowledge_api.models import Chunk, Document, Metadata, SearchHit
+from knowledge_api.errors import ConfigurationError, IndexingError
+from knowledge_api.models import Chunk, Document, EmbedderIdentity, Metadata, SearchHit
 
 Record = dict[str, Any]
 
@@ -52,7 +52,7 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def writable(documents: Sequence[Document], embedder: tuple[str, int] | None) -> list[Document]:
+def writable(documents: Sequence[Document], embedder: EmbedderIdentity | None) -> list[Document]:
     """The documents to write (the last version of a repeated one), refused before
     anything is written when no embedder is recorded or a chunk has no vector."""
     if embedder is None:
@@ -66,18 +66,14 @@ def writable(documents: Sequence[Document], embedder: tuple[str, int] | None) ->
     return list({doc.id: doc for doc in documents}.values())
 
 
-def check_same_embedder(
-    where: str, stored: tuple[str, int] | None, configured: tuple[str, int]
-) -> None:
-    if stored is None or stored == configured:
-        return
-    raise EmbedderMismatchError(
-        f"{where} holds vectors of embedder {stored[0]!r} ({stored[1]}-d); the configured "
-        f"embedder is {configured[0]!r} ({configured[1]}-d). Mixing vector spaces would return "
-        "nonsense: use the original embedder, or another collection prefix.",
-        stored=stored[0],
-        configured=configured[0],
-    )
+def stored_embedder(record: Record) -> EmbedderIdentity | None:
+    if "embedder" not in record:
+        return None
+    return EmbedderIdentity(str(record["embedder"]), int(record["embedder_dimension"]))
+
+
+def embedder_record(embedder: EmbedderIdentity) -> Record:
+    return {"embedder": embedder.name, "embedder_dimension": embedder.dimension}
 
 
 # -- documents -----------------------------------------------------------------------

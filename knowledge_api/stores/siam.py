@@ -11,7 +11,6 @@ and its passages change together whichever way the function is reached.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,7 +27,7 @@ from knowledge_api.errors import (
     SearchError,
 )
 from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
-from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
+from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity, is_uuid
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 
 Row = dict[str, Any]
@@ -357,14 +356,6 @@ def as_timestamp(value: Any) -> str:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     return str(value.isoformat(timespec="seconds"))
-
-
-def is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
 
 
 def chunk_from_row(row: Mapping[str, Any], document_id: str) -> Chunk:

@@ -27,7 +27,7 @@ from knowledge_api.errors import (
     IndexingError,
     SearchError,
 )
-from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
+from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, SearchHit
 from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import filter_sql, fts_query
@@ -52,7 +52,7 @@ class SQLiteStore(HybridSearch):
         self._next_attempt = 0.0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> SQLiteStore:
+    def from_settings(cls, settings: Any, embedder: EmbedderIdentity) -> SQLiteStore:
         return cls(settings.db_path, SearchTuning.from_settings(settings))
 
     def __repr__(self) -> str:

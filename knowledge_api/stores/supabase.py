@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from knowledge_api.errors import BackendConnectionError, ConfigurationError, KnowledgeStoreError
+from knowledge_api.models import EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
@@ -62,7 +63,7 @@ class SupabaseStore(SiamStore):
         self._http: httpx.AsyncClient | None = None
 
     @classmethod
-    def from_settings(cls, settings: Any) -> SupabaseStore:
+    def from_settings(cls, settings: Any, embedder: EmbedderIdentity) -> SupabaseStore:
         return cls(
             settings.supabase_url,
             settings.supabase_service_role_key,

@@ -23,14 +23,12 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.models import Document
+from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret
-
-if TYPE_CHECKING:
-    from knowledge_api.service import KnowledgeService
 
 log = logging.getLogger("knowledge_api.kb_sync")
 ARTICLES_PATH = "/api/kb/articles"
@@ -304,7 +302,7 @@ class KBSync:
             present = {article_key(item) for item in raw}  # malformed ones are kept too
             for doc_id, source_id in await self.stored_ids():
                 if source_id not in present:
-                    removed += await self.service.store.delete(doc_id)
+                    removed += await self.service.delete_document(doc_id)
         return SyncReport(
             full=full,
             updated_since=since,
@@ -328,7 +326,7 @@ class KBSync:
 
     async def _synced(self) -> AsyncIterator[Document]:
         host = self.client.base_url
-        async for doc in self.service.store.iter_documents(self.collection):
+        async for doc in self.service.iter_documents(self.collection):
             if doc.source_type == SOURCE_TYPE and doc.metadata.get("kb_host") == host:
                 yield doc
 

@@ -1,0 +1,42 @@
+"""The composition root: the one place that builds the seams from settings.
+
+Entry points (the app, the CLI, the in-process sidecar API) get their service, and
+any store they need beside it, from here; every store learns which embedder writes
+its vectors from the embedder built here, never by building one of its own.
+"""
+
+from __future__ import annotations
+
+from knowledge_api.embeddings import embedders
+from knowledge_api.embeddings.base import Embedder
+from knowledge_api.models import EmbedderIdentity
+from knowledge_api.service import KnowledgeService
+from knowledge_api.settings import Settings
+from knowledge_api.stores import stores
+from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.synthesis.chain import SynthesisChain
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    """The configured embedder, not loaded yet (its identity needs no model)."""
+    return embedders.create(settings.embedder, settings)
+
+
+def build_store(
+    settings: Settings, embedder: EmbedderIdentity, backend: str | None = None
+) -> KnowledgeStore:
+    """The store of `backend` (default KNOWLEDGE_STORE) for vectors of `embedder`."""
+    return stores.create(backend or settings.store, settings, embedder)
+
+
+def embedder_identity(embedder: Embedder) -> EmbedderIdentity:
+    return EmbedderIdentity(embedder.name, embedder.dimension)
+
+
+def build_service(
+    settings: Settings, service: type[KnowledgeService] = KnowledgeService
+) -> KnowledgeService:
+    """The service (or a subclass of it) over the configured seams."""
+    embedder = build_embedder(settings)
+    store = build_store(settings, embedder_identity(embedder))
+    return service(settings, store, embedder, SynthesisChain.from_settings(settings))

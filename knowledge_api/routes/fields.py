@@ -1,0 +1,193 @@
+"""Request bodies declared once: each field parses its value (a failure names the field
+and the rule, through `validation`) and describes itself as JSON Schema, so the same
+declaration validates a request and documents it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from knowledge_api import validation
+from knowledge_api.errors import InvalidRequest
+
+Schema = dict[str, Any]
+REQUIRED: Any = validation.REQUIRED
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    description: str = ""
+    default: Any = REQUIRED
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        raise NotImplementedError
+
+    def schema(self) -> Schema:
+        raise NotImplementedError
+
+    def described(self) -> Schema:
+        schema = self.schema()
+        if self.description:
+            schema["description"] = self.description
+        if not self.required and self.default is not None:
+            schema["default"] = self.default
+        return schema
+
+
+@dataclass(frozen=True)
+class Text(Field):
+    max_length: int = 1000
+    error: type[InvalidRequest] = InvalidRequest
+    strip: bool = True
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        value = validation.text(
+            body, self.name, max_length=self.max_length, default=default, error=self.error
+        )
+        return value.strip() if self.strip else value
+
+    def schema(self) -> Schema:
+        low = 1 if self.required else 0
+        return {"type": "string", "minLength": low, "maxLength": self.max_length}
+
+
+@dataclass(frozen=True)
+class Integer(Field):
+    low: int = 0
+    high: int = 0
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        return validation.integer(body, self.name, low=self.low, high=self.high, default=default)
+
+    def schema(self) -> Schema:
+        return {"type": "integer", "minimum": self.low, "maximum": self.high}
+
+
+@dataclass(frozen=True)
+class Number(Field):
+    low: float = 0.0
+    high: float = 1.0
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        return validation.number(body, self.name, low=self.low, high=self.high, default=default)
+
+    def schema(self) -> Schema:
+        return {"type": "number", "minimum": self.low, "maximum": self.high}
+
+
+@dataclass(frozen=True)
+class Boolean(Field):
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        return validation.boolean(body, self.name, default=default)
+
+    def schema(self) -> Schema:
+        return {"type": "boolean"}
+
+
+@dataclass(frozen=True)
+class Choices(Field):
+    """An optional list of distinct values from `allowed` (None when absent)."""
+
+    allowed: tuple[str, ...] = ()
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        return validation.choices(body, self.name, allowed=self.allowed)
+
+    def schema(self) -> Schema:
+        items = {"type": "string", "enum": list(self.allowed)}
+        return {"type": "array", "items": items, "minItems": 1, "uniqueItems": True}
+
+
+@dataclass(frozen=True)
+class OneOf(Field):
+    allowed: tuple[str, ...] = ()
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        value = validation.text(body, self.name, max_length=64, default=default)
+        if value not in self.allowed:
+            raise InvalidRequest(self.name, f"must be one of: {', '.join(self.allowed)}")
+        return value
+
+    def schema(self) -> Schema:
+        return {"type": "string", "enum": list(self.allowed)}
+
+
+@dataclass(frozen=True)
+class Scalars(Field):
+    """An object of string, number or boolean values (metadata, filters)."""
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        return validation.scalar_mapping(body, self.name)
+
+    def schema(self) -> Schema:
+        scalar = {"type": ["string", "number", "boolean"]}
+        return {"type": "object", "additionalProperties": scalar}
+
+
+@dataclass(frozen=True)
+class CollectionName(Field):
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        if default is REQUIRED:
+            value = validation.text(body, self.name, max_length=64)
+        else:
+            value = body.get(self.name, default)
+        return validation.collection_name(value, self.name)
+
+    def schema(self) -> Schema:
+        return {"type": "string", "pattern": validation.COLLECTION_PATTERN}
+
+
+@dataclass(frozen=True)
+class Custom(Field):
+    """A field with rules of its own: `check(value)` returns the parsed value or raises
+    InvalidRequest; `shape` is its JSON Schema."""
+
+    check: Callable[[Any], Any] = lambda value: value
+    shape: Schema = field(default_factory=dict)
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        value = body.get(self.name, default)
+        if value is REQUIRED:
+            raise InvalidRequest(self.name, "is required")
+        return self.check(value)
+
+    def schema(self) -> Schema:
+        return dict(self.shape)
+
+
+class Body:
+    """A JSON object with declared fields; unknown fields are refused, so a typo is a 400
+    and not a silent default."""
+
+    def __init__(self, name: str, *fields: Field) -> None:
+        self.name = name
+        self.fields = fields
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def parse(
+        self, payload: Any, where: str = "body", defaults: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The fields' values by name; `defaults` overrides declared defaults (a default
+        that depends on the running service, such as the answer threshold)."""
+        body = validation.require_object(payload, where)
+        validation.reject_unknown(body, self.names)
+        overrides = defaults or {}
+        return {f.name: f.parse(body, overrides.get(f.name, f.default)) for f in self.fields}
+
+    def schema(self) -> Schema:
+        return {
+            "type": "object",
+            "title": self.name,
+            "properties": {f.name: f.described() for f in self.fields},
+            "required": [f.name for f in self.fields if f.required],
+            "additionalProperties": False,
+        }

@@ -1,0 +1,205 @@
+"""Grounded answers (the retrieval-agent contract, POST /v1/knowledge/answer): passages
+above a threshold, an answer written from them that cites them as [n], and the
+confidence the answer deserves. An answer that cites nothing, or a question no passage
+reaches the threshold for, is `insufficient_context`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from knowledge_api import grounding
+from knowledge_api.errors import EmbeddingError
+from knowledge_api.models import SearchFilters, SearchHit, normalize_query
+from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served, elapsed_ms
+from knowledge_api.synthesis.chain import Outcome
+
+INSUFFICIENT = (
+    "I cannot find sufficient information in the knowledge base to answer this question. "
+    "The most relevant passages found had similarity scores below the {threshold:g} "
+    "threshold (best: {best:.2f}). Try rephrasing the question or lowering the threshold."
+)
+NOTHING_FOUND = (
+    "I cannot find sufficient information in the knowledge base to answer this question: "
+    "no passage matches it (check the sources and filters of the request)."
+)
+UNCITED = (
+    "I cannot find sufficient information in the passages found to answer this question: "
+    "the answer written by {model} cited none of them. Try rephrasing the question."
+)
+NO_CONFIDENCE = grounding.Confidence(0.0, 0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerParams:
+    query: str
+    threshold: float
+    sources: tuple[str, ...] | None = None
+    limit: int = 5
+    filters: tuple[tuple[str, Any], ...] = ()
+
+    def cache_key(self) -> tuple[Any, ...]:
+        query = normalize_query(self.query)
+        return ("answer", query, self.sources, self.limit, self.threshold, self.filters)
+
+    def search_filters(self) -> SearchFilters:
+        return SearchFilters(source_types=self.sources, metadata=self.filters)
+
+
+@dataclass(frozen=True, slots=True)
+class GroundedAnswer:
+    """What tier 1 keeps of an answer: all but the request's own id and timings."""
+
+    status: str
+    """success, insufficient_context or error."""
+    answer: str | None
+    sources: tuple[tuple[int, SearchHit], ...]
+    """The cited passages with their citation number."""
+    confidence: grounding.Confidence
+    error_message: str | None
+    outcome: Outcome | None
+    warnings: tuple[str, ...]
+    results: tuple[SearchHit, ...]
+    """Every passage the answer could cite: [n] is results[n - 1]."""
+    retrieval_ms: float = 0.0
+    generation_ms: float = 0.0
+
+
+def failed(message: str) -> GroundedAnswer:
+    return GroundedAnswer("error", None, (), NO_CONFIDENCE, message, None, (), ())
+
+
+async def answer(service: KnowledgeService, params: AnswerParams) -> Served[GroundedAnswer]:
+    return await service.served(params.cache_key(), lambda: compute(service, params))
+
+
+async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[GroundedAnswer, bool]:
+    generation = await service.generation()
+    found = await search(service, params, params.threshold)
+    if not found.hits:
+        grounded = await insufficient(service, params, found.warnings)
+        return await finished(service, generation, found, grounded)
+    started = time.perf_counter()
+    outcome = await service.synthesize(params.query, found.hits)
+    grounded = await ground(service, params, outcome, elapsed_ms(started), found.warnings)
+    return await finished(service, generation, found, grounded)
+
+
+def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
+    """("results", hits), ("delta", text) as the answer is written (("reset", why) when
+    a link fails mid-answer), then ("done", Served[GroundedAnswer])."""
+
+    def replay(value: GroundedAnswer) -> list[Event]:
+        replayed: list[Event] = [("results", value.results)]
+        if value.answer:
+            replayed.append(("delta", value.answer))
+        return replayed
+
+    return service.served_events(params.cache_key(), streamed(service, params), replay)
+
+
+async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
+    generation = await service.generation()
+    found = await search(service, params, params.threshold)
+    yield "results", tuple(found.hits)
+    if not found.hits:
+        grounded = await insufficient(service, params, found.warnings)
+    else:
+        started = time.perf_counter()
+        outcome: Outcome | None = None
+        async for name, data in service.synthesis_events(params.query, found.hits):
+            if name == "done":
+                outcome = data
+            else:
+                yield name, data
+        assert outcome is not None, "the synthesis chain always ends with an outcome"
+        grounded = await ground(service, params, outcome, elapsed_ms(started), found.warnings)
+    yield COMPUTED, await finished(service, generation, found, grounded)
+
+
+async def search(service: KnowledgeService, params: AnswerParams, threshold: float) -> Retrieval:
+    return await service.retrieve(params.query, params.limit, params.search_filters(), threshold)
+
+
+async def finished(
+    service: KnowledgeService, generation: Any, found: Retrieval, grounded: GroundedAnswer
+) -> tuple[GroundedAnswer, bool]:
+    retrieval_ms = round(found.embedding_ms + found.search_ms, 3)
+    grounded = replace(grounded, results=tuple(found.hits), retrieval_ms=retrieval_ms)
+    return grounded, not grounded.warnings and await service.generation() == generation
+
+
+async def insufficient(
+    service: KnowledgeService, params: AnswerParams, warnings: Sequence[str]
+) -> GroundedAnswer:
+    """No passage reaches the threshold: say how close the nearest came."""
+    nearest = await search(service, params, 0.0)
+    best = grounding.retrieval_quality(nearest.hits)
+    if nearest.hits:
+        message = INSUFFICIENT.format(threshold=params.threshold, best=best)
+    else:
+        message = NOTHING_FOUND
+    confidence = grounding.Confidence(best, 0.0, 0.0, 0.0)
+    return GroundedAnswer(
+        "insufficient_context", None, (), confidence, message, None, tuple(warnings), ()
+    )
+
+
+async def ground(
+    service: KnowledgeService,
+    params: AnswerParams,
+    outcome: Outcome,
+    generation_ms: float,
+    retrieval_warnings: Sequence[str],
+) -> GroundedAnswer:
+    """The answer's sources and confidence; an answer citing nothing is not grounded."""
+    passages = outcome.passages
+    cited = [passages[n - 1] for n in outcome.citations]
+    warnings = [*retrieval_warnings, *outcome.warnings()]
+    entailment, method = await entailment_of(service, outcome, warnings)
+    confidence = grounding.Confidence(
+        retrieval_quality=grounding.retrieval_quality(passages),
+        coverage_score=grounding.coverage(params.query, cited),
+        entailment_score=entailment,
+        lexical_overlap=grounding.lexical_overlap(outcome.text, cited),
+        entailment_method=method,
+    )
+    if not cited:
+        return GroundedAnswer(
+            "insufficient_context",
+            None,
+            (),
+            grounding.Confidence(confidence.retrieval_quality, 0, 0, 0),
+            UNCITED.format(model=outcome.model),
+            outcome,
+            tuple(warnings),
+            (),
+            generation_ms=generation_ms,
+        )
+    sources = tuple((n, passages[n - 1]) for n in outcome.citations)
+    return GroundedAnswer(
+        "success",
+        outcome.text,
+        sources,
+        confidence,
+        None,
+        outcome,
+        tuple(warnings),
+        (),
+        generation_ms=generation_ms,
+    )
+
+
+async def entailment_of(
+    service: KnowledgeService, outcome: Outcome, warnings: list[str]
+) -> tuple[float, str]:
+    """Sentence-level support by embeddings, or by term overlap without the model."""
+    claims = grounding.claims(outcome.text)
+    embed = service.embed_documents if service.embedder_ready else None
+    try:
+        return await grounding.entailment(claims, outcome.passages, embed)
+    except EmbeddingError as e:
+        warnings.append(f"entailment by term overlap: {e.message}")
+        return await grounding.entailment(claims, outcome.passages, None)
