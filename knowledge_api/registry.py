@@ -7,7 +7,7 @@ when their backend is chosen; tests and plugins register classes the same way.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from knowledge_api.errors import ConfigurationError
 
@@ -54,3 +54,20 @@ def import_extra(module: str, extra: str) -> Any:
         raise ConfigurationError(
             f"{module} is not installed: pip install 'knowledge-api[{extra}]'", extra=extra
         ) from e
+
+
+class FromSettings:
+    """A backend built from settings: `settings_fields` names, in order and separated by
+    spaces, the settings its constructor takes; `configured` adds what else it needs by
+    keyword (the search tuning, the embedder's identity a seam hands it)."""
+
+    settings_fields: ClassVar[str] = ""
+
+    @classmethod
+    def from_settings(cls, settings: Any, *context: Any) -> Self:
+        values = [getattr(settings, name) for name in cls.settings_fields.split()]
+        return cls(*values, **cls.configured(settings, *context))
+
+    @classmethod
+    def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
+        return {}

@@ -11,14 +11,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from starlette.testclient import TestClient
 
-from knowledge_api.app import create_app
-from knowledge_api.errors import BackendConnectionError, ConfigurationError
+from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret
 from knowledge_api.stores.chroma import ChromaStore
-from tests.conftest import corpus, make_settings
+from tests.conftest import corpus
 from tests.test_store_conformance import assert_known_answers, closed_port, index, vector
 
 CHROMA = Path(sys.executable).parent / "chroma"
@@ -143,30 +141,3 @@ async def test_metadata_filters_keep_their_types(local: ChromaStore) -> None:
         even = SearchFilters(metadata=(("ok", True),))
         hits = await local.search("release note", vector("release note"), 10, even, mode=mode)
         assert sorted(h.source_id for h in hits) == ["p0", "p2"], mode
-
-
-def test_a_missing_extra_names_the_install_command(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "chromadb", None)
-    app = create_app(make_settings(tmp_path, store="chroma", chroma_path=tmp_path / "chroma"))
-    needs = r"pip install 'knowledge-api\[chroma\]'"
-    with pytest.raises(ConfigurationError, match=needs), TestClient(app):
-        pass
-
-
-def test_the_service_runs_on_chroma(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, store="chroma", chroma_path=tmp_path / "chroma")
-    app = create_app(settings)
-    with TestClient(app) as client:
-        client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
-        health = client.get("/health").json()
-        assert health["status"] == "healthy" and health["store"]["backend"] == "chroma"
-        body = {"query": "which audio formats are accepted?", "synthesize": False}
-        results = client.post("/v1/knowledge/query", json=body).json()["results"]
-        assert results[0]["source_id"] == "kb-7"
-        doc_id = results[0]["metadata"]["document_id"]
-        assert client.get(f"/v1/knowledge/documents/{doc_id}").json()["source_id"] == "kb-7"
-        assert client.delete(f"/v1/knowledge/documents/{doc_id}").status_code == 200
-        results = client.post("/v1/knowledge/query", json=body).json()["results"]
-        assert "kb-7" not in {r["source_id"] for r in results}

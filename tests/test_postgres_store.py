@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
-from knowledge_api.errors import ConfigurationError, EmbedderMismatchError
+from knowledge_api.errors import EmbedderMismatchError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.postgres import PostgresStore, migrations, register_codecs
@@ -271,45 +270,6 @@ async def test_reingesting_unchanged_documents_writes_nothing(
         await service.stop()
 
 
-def test_documents_api_and_queries_over_http(settings: Settings) -> None:
-    with TestClient(create_app(settings)) as client:
-        created = client.post(
-            "/v1/knowledge/documents",
-            json={
-                "documents": [
-                    {
-                        "source_type": d.source_type,
-                        "source_id": d.source_id,
-                        "content": d.content,
-                        "title": d.title,
-                        "metadata": d.metadata,
-                    }
-                    for d in corpus()
-                ]
-            },
-        )
-        assert created.status_code == 201 and created.json()["indexed"] == 6
-        body = client.post(
-            "/v1/knowledge/query",
-            json={
-                "query": "How do I create a test case in AOMA?",
-                "synthesize": False,
-                "filters": {"app_under_test": "aoma"},
-            },
-        ).json()
-        assert body["results"][0]["source_id"] == "https://wiki.example.com/aoma/test-cases"
-        assert {r["metadata"]["app_under_test"] for r in body["results"]} == {"aoma"}
-        doc_id = created.json()["ids"][0]
-        assert client.get(f"/v1/knowledge/documents/{doc_id}").json()["source_id"] == "SIAM-101"
-        detail = client.get("/v1/knowledge/detail/jira/SIAM-101").json()
-        assert detail["id"] == doc_id and detail["metadata"]["priority"] == "high"
-        assert client.delete(f"/v1/knowledge/documents/{doc_id}").status_code == 200
-        assert client.get(f"/v1/knowledge/documents/{doc_id}").status_code == 404
-        assert client.get("/v1/knowledge/documents/not-a-uuid").status_code == 404
-        health = client.get("/health").json()
-        assert health["store"]["backend"] == "postgres" and health["store"]["documents"] == 5
-
-
 def test_an_unreachable_database_degrades_visibly_and_hides_the_password(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -418,11 +378,3 @@ async def test_writes_of_other_processes_move_the_generation(
     after_delete = await store.generation()
     await db.execute("UPDATE siam_vectors SET content = 'edited' WHERE source_id = 'msg-42'")
     assert before != after_delete != await store.generation()
-
-
-async def test_a_missing_driver_names_the_extra_to_install(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "asyncpg", None)
-    with pytest.raises(ConfigurationError, match=r"pip install 'knowledge-api\[postgres\]'"):
-        await make_store("postgres", settings).open()

@@ -5,7 +5,6 @@ persistence, payload filters, the service on it."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,12 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from starlette.testclient import TestClient
 
-from knowledge_api.app import create_app
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret
 from knowledge_api.stores.qdrant import QdrantStore
-from tests.conftest import corpus, make_settings
+from tests.conftest import corpus
 from tests.test_store_conformance import EMBEDDER, KNOWN_ANSWERS, index, vector
 
 URL = "https://qdrant.test:6333"
@@ -239,31 +236,3 @@ async def test_an_unanswering_server_degrades_visibly() -> None:
     assert health["status"] == "unavailable"
     shown = f"{raised.value.message} {health} {store!r}"
     assert API_KEY not in shown and "hunter2" not in shown and "qdrant.test:6333" in shown
-
-
-def test_a_missing_extra_names_the_install_command(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "qdrant_client", None)
-    app = create_app(make_settings(tmp_path, store="qdrant", qdrant_path=":memory:"))
-    needs = r"pip install 'knowledge-api\[qdrant\]'"
-    with pytest.raises(ConfigurationError, match=needs), TestClient(app):
-        pass
-
-
-def test_the_service_runs_on_qdrant(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, store="qdrant", qdrant_path=str(tmp_path / "qdrant"))
-    app = create_app(settings)
-    with TestClient(app) as client:
-        client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
-        health = client.get("/health").json()
-        assert health["status"] == "healthy" and health["store"]["backend"] == "qdrant"
-        body = {"query": "which audio formats are accepted?", "synthesize": False}
-        results = client.post("/v1/knowledge/query", json=body).json()["results"]
-        assert results[0]["source_id"] == "kb-7"
-        detail = client.get("/v1/knowledge/detail/knowledge/kb-7").json()
-        assert detail["title"] == "Supported audio formats"
-        doc_id = results[0]["metadata"]["document_id"]
-        assert client.delete(f"/v1/knowledge/documents/{doc_id}").status_code == 200
-        results = client.post("/v1/knowledge/query", json=body).json()["results"]
-        assert "kb-7" not in {r["source_id"] for r in results}

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from starlette.testclient import TestClient
 
+from knowledge_api.app import create_app
 from knowledge_api.embeddings.fake import FakeEmbedder
-from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, IndexingError
+from knowledge_api.errors import (
+    BackendConnectionError,
+    ConfigurationError,
+    EmbedderMismatchError,
+    IndexingError,
+)
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.models import (
     SEARCH_MODES,
@@ -21,7 +30,7 @@ from knowledge_api.models import (
     SearchFilters,
     chunk_id,
 )
-from knowledge_api.settings import Settings
+from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.base import KnowledgeStore
 from tests.conftest import corpus, make_settings, make_store
 from tests.pg import postgres_settings, supabase_settings
@@ -288,6 +297,9 @@ UNREACHABLE: dict[str, Callable[[Path], Settings]] = {
     "sqlite": lambda tmp: make_settings(tmp, db_path=under_a_file(tmp) / "k.db"),
     "chroma": lambda tmp: make_settings(tmp, chroma_host="127.0.0.1", chroma_port=closed_port()),
     "qdrant": lambda tmp: make_settings(tmp, qdrant_url=f"http://127.0.0.1:{closed_port()}"),
+    "postgres": lambda tmp: make_settings(
+        tmp, database_url=Secret(f"postgresql://knowledge@127.0.0.1:{closed_port()}/knowledge")
+    ),
 }
 
 
@@ -302,3 +314,83 @@ async def test_an_unreachable_engine_fails_visibly(name: str, tmp_path: Path) ->
         with pytest.raises(BackendConnectionError):
             await backend.search("login", vector("login"), 5, SearchFilters(), mode=mode)
     await backend.close()
+
+
+# -- the service on every backend ---------------------------------------------------------
+
+# backend name -> (the module its extra installs, settings that need nothing running)
+EXTRAS: dict[str, tuple[str, Callable[[Path], Settings]]] = {
+    "postgres": ("asyncpg", lambda tmp: make_settings(tmp, store="postgres")),
+    "supabase": (
+        "supabase",
+        lambda tmp: make_settings(
+            tmp,
+            store="supabase",
+            supabase_url="https://project.supabase.co",
+            supabase_service_role_key=Secret("key"),
+        ),
+    ),
+    "chroma": ("chromadb", lambda tmp: make_settings(tmp, store="chroma", chroma_path=tmp / "c")),
+    "qdrant": (
+        "qdrant_client",
+        lambda tmp: make_settings(tmp, store="qdrant", qdrant_path=":memory:"),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(EXTRAS))
+def test_a_missing_extra_names_the_install_command(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module, settings = EXTRAS[name]
+    monkeypatch.setitem(sys.modules, module, None)
+    app = create_app(settings(tmp_path))
+    needs = rf"pip install 'knowledge-api\[{name}\]'"
+    with pytest.raises(ConfigurationError, match=needs), TestClient(app):
+        pass
+
+
+def as_json(doc: Document) -> dict[str, Any]:
+    return {
+        "source_type": doc.source_type,
+        "source_id": doc.source_id,
+        "content": doc.content,
+        "title": doc.title,
+        "metadata": doc.metadata,
+    }
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_the_service_runs_on_every_backend(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Index, query, filter, look up, delete and report health over HTTP."""
+    with TestClient(create_app(BACKENDS[name](request, tmp_path))) as client:
+        documents = [as_json(doc) for doc in corpus()]
+        created = client.post("/v1/knowledge/documents", json={"documents": documents})
+        assert created.status_code == 201 and created.json()["indexed"] == 6
+        aoma = {
+            "query": "How do I create a test case in AOMA?",
+            "synthesize": False,
+            "filters": {"app_under_test": "aoma"},
+        }
+        results = client.post("/v1/knowledge/query", json=aoma).json()["results"]
+        assert results[0]["source_id"] == "https://wiki.example.com/aoma/test-cases"
+        assert {r["metadata"]["app_under_test"] for r in results} == {"aoma"}
+        audio = {"query": "Which audio formats are accepted?", "sources": ["knowledge"]}
+        body = client.post("/v1/knowledge/query", json=audio).json()
+        assert [r["source_id"] for r in body["results"]] == ["kb-7"]
+        assert "[1]" in body["synthesis"]
+        doc_id = created.json()["ids"][3]
+        assert client.get(f"/v1/knowledge/documents/{doc_id}").json()["source_id"] == "kb-7"
+        detail = client.get("/v1/knowledge/detail/knowledge/kb-7").json()
+        assert detail["id"] == doc_id and detail["title"] == "Supported audio formats"
+        assert client.delete(f"/v1/knowledge/documents/{doc_id}").status_code == 200
+        assert client.delete(f"/v1/knowledge/documents/{doc_id}").status_code == 404
+        assert client.get(f"/v1/knowledge/documents/{doc_id}").status_code == 404
+        assert client.get("/v1/knowledge/documents/not-a-uuid").status_code == 404
+        again = client.post("/v1/knowledge/query", json=audio).json()
+        assert again["results"] == [] and again["metrics"]["cache_hit"] is False
+        health = client.get("/health").json()
+        assert health["store"]["backend"] == name and health["store"]["documents"] == 5
+        assert health["status"] == "healthy"

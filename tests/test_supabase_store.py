@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import respx
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
-from knowledge_api.errors import BackendConnectionError, ConfigurationError, IndexingError
+from knowledge_api.errors import BackendConnectionError, IndexingError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.supabase import SupabaseStore
@@ -220,39 +219,6 @@ def test_missing_project_settings_are_reported_by_health(tmp_path: Path) -> None
     assert "needs SUPABASE_URL and SUPABASE_SERVICE_ROLE_KEY" in health["store"]["error"]
 
 
-def test_documents_api_and_queries_over_http(settings: Settings, postgrest: PostgREST) -> None:
-    with TestClient(create_app(settings)) as client:
-        documents = [
-            {
-                "source_type": d.source_type,
-                "source_id": d.source_id,
-                "content": d.content,
-                "title": d.title,
-                "metadata": d.metadata,
-            }
-            for d in corpus()
-        ]
-        created = client.post("/v1/knowledge/documents", json={"documents": documents})
-        assert created.status_code == 201 and created.json()["indexed"] == 6
-        body = client.post(
-            "/v1/knowledge/query",
-            json={"query": "Which audio formats are accepted?", "sources": ["knowledge"]},
-        ).json()
-        assert [r["source_id"] for r in body["results"]] == ["kb-7"]
-        assert "[1]" in body["synthesis"]
-        doc_id = created.json()["ids"][3]
-        assert client.get(f"/v1/knowledge/documents/{doc_id}").json()["source_id"] == "kb-7"
-        assert client.get("/v1/knowledge/detail/knowledge/kb-7").json()["id"] == doc_id
-        assert client.delete(f"/v1/knowledge/documents/{doc_id}").status_code == 200
-        assert client.delete(f"/v1/knowledge/documents/{doc_id}").status_code == 404
-        again = client.post(
-            "/v1/knowledge/query",
-            json={"query": "Which audio formats are accepted?", "sources": ["knowledge"]},
-        ).json()
-        assert again["results"] == [] and again["metrics"]["cache_hit"] is False
-        assert client.get("/health").json()["store"]["documents"] == 5
-
-
 async def test_large_collections_page_through_the_table_api(
     store: SupabaseStore, postgrest: PostgREST
 ) -> None:
@@ -275,11 +241,3 @@ async def test_large_collections_page_through_the_table_api(
         r for r in postgrest.requests if r.method == "GET" and "knowledge_documents" in str(r.url)
     ]
     assert max(len(str(r.url)) for r in reads) < 8000
-
-
-async def test_a_missing_sdk_names_the_extra_to_install(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "supabase", None)
-    with pytest.raises(ConfigurationError, match=r"pip install 'knowledge-api\[supabase\]'"):
-        await make_store("supabase", project_settings(tmp_path)).open()

@@ -7,6 +7,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from knowledge_api.registry import FromSettings
+
 
 class Embedder(Protocol):
     name: str
@@ -27,7 +29,7 @@ class Embedder(Protocol):
     def health(self) -> dict[str, Any]: ...
 
 
-class BatchEmbedder:
+class BatchEmbedder(FromSettings):
     """Subclasses implement `embed_batch` (unit-length float32 rows); this class
     groups texts of similar length so each batch pads as little as possible."""
 

@@ -19,14 +19,9 @@ class CohereEmbedder(CloudEmbedder):
     dimension = 1024
     batch_size = 96
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> CohereEmbedder:
-        return cls(
-            settings.cohere_api_key,
-            settings.cohere_embedding_model,
-            settings.cohere_base_url,
-            settings.cloud_embedding_timeout,
-        )
+    settings_fields = (
+        "cohere_api_key cohere_embedding_model cohere_base_url cloud_embedding_timeout"
+    )
 
     def connect(self) -> Any:
         cohere = import_extra("cohere", self.extra)

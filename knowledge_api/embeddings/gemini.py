@@ -18,14 +18,9 @@ class GeminiEmbedder(CloudEmbedder):
     dimension = 768
     batch_size = 100
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> GeminiEmbedder:
-        return cls(
-            settings.gemini_api_key,
-            settings.gemini_embedding_model,
-            settings.gemini_base_url,
-            settings.cloud_embedding_timeout,
-        )
+    settings_fields = (
+        "gemini_api_key gemini_embedding_model gemini_base_url cloud_embedding_timeout"
+    )
 
     def connect(self) -> Any:
         genai = import_extra("google.genai", self.extra)

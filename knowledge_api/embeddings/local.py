@@ -40,11 +40,7 @@ class LocalEmbedder(BatchEmbedder):
         self._tokenizer: Any = None
         self._model: Any = None
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> LocalEmbedder:
-        return cls(
-            settings.embedding_precision, settings.embedding_batch_size, settings.embedding_threads
-        )
+    settings_fields = "embedding_precision embedding_batch_size embedding_threads"
 
     def load(self) -> None:
         """Load once, in the lifespan; nothing is fetched from a hub."""

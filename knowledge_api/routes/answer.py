@@ -14,7 +14,7 @@ from knowledge_api.errors import InvalidQuery, KnowledgeAPIError
 from knowledge_api.models import SOURCE_TYPES, SearchHit
 from knowledge_api.routes.fields import Body, Boolean, Choices, Integer, Number, Scalars, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.sse import UNEXPECTED, Event, event_stream, log
+from knowledge_api.routes.sse import UNEXPECTED, Event, event_stream, log, translation
 from knowledge_api.routes.views import excerpt, result_view, zeroed_on_hit
 from knowledge_api.service import Served, utc_now
 from knowledge_api.usecases import answers as use
@@ -32,20 +32,14 @@ ANSWER = Body(
         None,
     ),
     Boolean("stream", "Answer as Server-Sent Events.", False),
-    Scalars("filters", "Metadata values passages must have.", None),
+    Scalars("filters", "Metadata values passages must have.", None, True),
 )
 
 
 def parse(payload: Any, default_threshold: float) -> tuple[AnswerParams, bool]:
     values = ANSWER.parse(payload, defaults={"threshold": default_threshold})
-    params = AnswerParams(
-        query=values["query"],
-        threshold=values["threshold"],
-        sources=values["sources"],
-        limit=values["limit"],
-        filters=tuple(sorted(values["filters"].items())),
-    )
-    return params, values["stream"]
+    stream = values.pop("stream")
+    return AnswerParams(**values), stream
 
 
 async def answer(request: Request) -> Response:
@@ -111,13 +105,6 @@ def source_view(n: int, hit: SearchHit) -> dict[str, Any]:
     }
 
 
-def sse_event(name: str, data: Any) -> Event:
-    """`results` (the passages [n] refers to), `answer` deltas (and `reset`), then `done`
-    with the whole AgentResponse."""
-    if name == "results":
-        return "results", {"results": [result_view(hit) for hit in data]}
-    if name == "delta":
-        return "answer", {"delta": data}
-    if name == "done":
-        return "done", render(data)
-    return name, data
+sse_event = translation("answer", render)
+"""`results` (the passages [n] refers to), `answer` deltas (and `reset`), then `done`
+with the whole AgentResponse."""

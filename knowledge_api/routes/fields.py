@@ -58,18 +58,6 @@ class Text(Field):
 
 
 @dataclass(frozen=True)
-class Integer(Field):
-    low: int = 0
-    high: int = 0
-
-    def parse(self, body: dict[str, Any], default: Any) -> Any:
-        return validation.integer(body, self.name, low=self.low, high=self.high, default=default)
-
-    def schema(self) -> Schema:
-        return {"type": "integer", "minimum": self.low, "maximum": self.high}
-
-
-@dataclass(frozen=True)
 class Number(Field):
     low: float = 0.0
     high: float = 1.0
@@ -79,6 +67,16 @@ class Number(Field):
 
     def schema(self) -> Schema:
         return {"type": "number", "minimum": self.low, "maximum": self.high}
+
+
+@dataclass(frozen=True)
+class Integer(Number):
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        low, high = int(self.low), int(self.high)
+        return validation.integer(body, self.name, low=low, high=high, default=default)
+
+    def schema(self) -> Schema:
+        return {**super().schema(), "type": "integer"}
 
 
 @dataclass(frozen=True)
@@ -120,10 +118,14 @@ class OneOf(Field):
 
 @dataclass(frozen=True)
 class Scalars(Field):
-    """An object of string, number or boolean values (metadata, filters)."""
+    """An object of string, number or boolean values (metadata, filters); as sorted
+    (key, value) pairs when `pairs`, so it can be part of a cache key."""
+
+    pairs: bool = False
 
     def parse(self, body: dict[str, Any], default: Any) -> Any:
-        return validation.scalar_mapping(body, self.name)
+        values = validation.scalar_mapping(body, self.name)
+        return tuple(sorted(values.items())) if self.pairs else values
 
     def schema(self) -> Schema:
         scalar = {"type": ["string", "number", "boolean"]}

@@ -12,7 +12,7 @@ from knowledge_api.errors import InvalidQuery
 from knowledge_api.models import SOURCE_TYPES
 from knowledge_api.routes.fields import Body, Boolean, Choices, Integer, Number, Scalars, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.sse import Event, event_stream
+from knowledge_api.routes.sse import event_stream, translation
 from knowledge_api.routes.views import result_view, zeroed_on_hit
 from knowledge_api.service import Served
 from knowledge_api.usecases import query as use
@@ -26,22 +26,15 @@ QUERY = Body(
     Number("threshold", "Lowest similarity (cosine, 0-1) of a result.", 0.2),
     Boolean("synthesize", "Write an answer from the results.", True),
     Boolean("stream", "Answer as Server-Sent Events.", False),
-    Scalars("filters", "Metadata values results must have, e.g. app_under_test.", None),
+    Scalars("filters", "Metadata values results must have, e.g. app_under_test.", None, True),
 )
 
 
 def parse(payload: Any) -> tuple[QueryParams, bool]:
     """The query's parameters, and whether the answer streams."""
     values = QUERY.parse(payload)
-    params = QueryParams(
-        query=values["query"],
-        sources=values["sources"],
-        limit=values["limit"],
-        threshold=values["threshold"],
-        synthesize=values["synthesize"],
-        filters=tuple(sorted(values["filters"].items())),
-    )
-    return params, values["stream"]
+    stream = values.pop("stream")
+    return QueryParams(**values), stream
 
 
 async def query(request: Request) -> Response:
@@ -68,15 +61,12 @@ def metrics(served: Served[QueryResult]) -> dict[str, Any]:
     return {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
 
 
-def sse_event(name: str, data: Any) -> Event:
-    """`results`, `synthesis` deltas, `reset`, then `done` with the whole synthesis, its
-    citations and the metrics."""
-    if name == "results":
-        return "results", {"results": [result_view(hit) for hit in data]}
-    if name == "delta":
-        return "synthesis", {"delta": data}
-    if name != "done":
-        return name, data
-    body = render(data)
-    final = {key: body[key] for key in ("synthesis", "synthesizer") if key in body}
-    return "done", {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
+def done_event(served: Served[QueryResult]) -> dict[str, Any]:
+    """The last event: the whole synthesis, its citations, the metrics and warnings."""
+    body = render(served)
+    final: dict[str, Any] = {k: body[k] for k in ("synthesis", "synthesizer") if k in body}
+    return {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
+
+
+sse_event = translation("synthesis", done_event)
+"""`results`, `synthesis` deltas (and `reset`), then `done`."""

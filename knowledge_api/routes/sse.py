@@ -20,12 +20,30 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.routes.views import result_view
 
 log = logging.getLogger("knowledge_api.errors")
 Event = tuple[str, Any]
 Translate = Callable[[str, Any], Event]
 Failure = Callable[[Exception], Event]
 UNEXPECTED = "internal error: this is a bug, the log has the traceback"
+
+
+def translation(delta: str, done: Callable[[Any], Any]) -> Translate:
+    """How a streamed use case's events reach the client: the passages as results, the
+    text as `delta` events of the resource's name (`synthesis`, `answer`), `reset` as it
+    is, and the resource's own rendering of the final value in `done`."""
+
+    def translate(name: str, data: Any) -> Event:
+        if name == "results":
+            return "results", {"results": [result_view(hit) for hit in data]}
+        if name == "delta":
+            return delta, {"delta": data}
+        if name == "done":
+            return "done", done(data)
+        return name, data
+
+    return translate
 
 
 class EventStream(StreamingResponse):

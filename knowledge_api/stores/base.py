@@ -19,6 +19,7 @@ import numpy as np
 
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError
 from knowledge_api.models import Document, EmbedderIdentity, SearchFilters, SearchHit, SearchMode
+from knowledge_api.registry import FromSettings
 from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
     SearchTuning,
@@ -87,10 +88,14 @@ class KnowledgeStore(Protocol):
         ...
 
 
-class HybridSearch:
+class HybridSearch(FromSettings):
     """Vector and keyword candidates fused by rank; similarity is the cosine."""
 
     tuning: SearchTuning = DEFAULT_TUNING
+
+    @classmethod
+    def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
+        return {"tuning": SearchTuning.from_settings(settings)}
 
     async def search(
         self,

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -27,14 +27,14 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, SearchHit
+from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
-from knowledge_api.stores.points import PointStore, Record, unavailable
+from knowledge_api.stores.points import CatalogEntry, ChunkPoint, PointStore, Record, unavailable
 
 T = TypeVar("T")
 Key = tuple[str, str]
@@ -69,17 +69,7 @@ class ChromaStore(PointStore):
         self._catalog: Any = None
         self._collections: dict[str, Any] = {}
 
-    @classmethod
-    def from_settings(cls, settings: Any, embedder: EmbedderIdentity) -> ChromaStore:
-        return cls(
-            settings.chroma_path,
-            settings.chroma_host,
-            settings.chroma_port,
-            settings.chroma_ssl,
-            settings.chroma_token,
-            settings.chroma_prefix,
-            SearchTuning.from_settings(settings),
-        )
+    settings_fields = "chroma_path chroma_host chroma_port chroma_ssl chroma_token chroma_prefix"
 
     @property
     def location(self) -> str:
@@ -269,58 +259,18 @@ class ChromaStore(PointStore):
             for c in self.keywords.search(query, n, filters)
         ]
 
-    async def similarities(
-        self, keys: Sequence[Hashable], vector: np.ndarray
-    ) -> dict[Hashable, float]:
-        def read() -> dict[Hashable, float]:
-            scores: dict[Hashable, float] = {}
-            for collection, got in self._get_by_key(keys, ["embeddings"]):
-                for chunk_id, embedding in zip(got["ids"], got["embeddings"], strict=True):
-                    cosine = float(np.dot(np.asarray(embedding, dtype=np.float32), vector))
-                    scores[(collection, chunk_id)] = cosine_to_similarity(cosine)
-            return scores
+    async def _chunk_points(
+        self, collection: str, ids: list[str], vectors: bool = False
+    ) -> list[ChunkPoint]:
+        include = ["metadatas", "documents", *(["embeddings"] if vectors else [])]
 
-        return await self._run(SearchError, "similarity lookup", read) if keys else {}
-
-    async def hydrate(
-        self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
-    ) -> list[SearchHit]:
-        scores = dict(ranked)
-
-        def read() -> dict[Hashable, SearchHit]:
-            hits: dict[Hashable, SearchHit] = {}
-            for collection, got in self._get_by_key(
-                [k for k, _ in ranked], ["metadatas", "documents"]
-            ):
-                for chunk_id, meta, content in zip(
-                    got["ids"], got["metadatas"], got["documents"], strict=True
-                ):
-                    key = (collection, chunk_id)
-                    hits[key] = records.hit_from_record(
-                        chunk_id,
-                        meta,
-                        content,
-                        json.loads(meta["metadata"]),
-                        scores[key],
-                        similarity[key],
-                    )
-            return hits
-
-        hits = await self._run(SearchError, "reading hits", read) if ranked else {}
-        return [hits[key] for key, _ in ranked if key in hits]
-
-    def _get_by_key(
-        self, keys: Iterable[Hashable], include: list[str]
-    ) -> list[tuple[str, GetResult]]:
-        by_collection: dict[str, list[str]] = defaultdict(list)
-        for collection, chunk_id in cast(Iterable[Key], keys):
-            by_collection[collection].append(chunk_id)
-        results = []
-        for collection, ids in by_collection.items():
+        def read() -> list[ChunkPoint]:
             chunks = self._chunks(collection)
-            if chunks is not None:
-                results.append((collection, chunks.get(ids=ids, include=include)))
-        return results
+            if chunks is None or not ids:
+                return []
+            return chunk_points(chunks.get(ids=ids, include=include), vectors)
+
+        return await self._run(SearchError, "reading chunks", read)
 
     async def _load_keywords(self) -> None:
         """Rebuild the keyword index from every chunk stored in Chroma."""
@@ -345,15 +295,17 @@ class ChromaStore(PointStore):
 
     # -- reads ------------------------------------------------------------------------------
 
-    async def get_by_id(self, doc_id: str) -> Document | None:
-        found = await self._documents(ids=[doc_id])
-        return found[0] if found else None
+    async def _document_ids(self, collection: str) -> list[str]:
+        def read() -> list[str]:
+            return list(self._catalog.get(where={"collection": collection}, include=[])["ids"])
+
+        return await self._run(SearchError, "listing documents", read)
 
     async def _by_source(self, source_type: str, key: str, collection: str) -> Document | None:
         where = {
             "$and": [{"collection": collection}, {"source_type": source_type}, {"source_id": key}]
         }
-        found = await self._documents(where=where)
+        found = await self._documents(await self._catalog_entries(where=where))
         return found[0] if found else None
 
     async def _chunk_owner(self, collection: str, chunk_id: str) -> str | None:
@@ -364,35 +316,33 @@ class ChromaStore(PointStore):
 
         return await self._run(SearchError, "finding a document", owner)
 
-    async def _documents(self, with_vectors: bool = False, **query: Any) -> list[Document]:
-        """Catalog records matching `query` (ids= or where=), each with its chunks."""
-
-        def read() -> list[Document]:
+    async def _catalog_entries(
+        self, ids: list[str] | None = None, **where: Any
+    ) -> list[CatalogEntry]:
+        def read() -> list[CatalogEntry]:
+            query = {"ids": ids} if ids is not None else {"where": where["where"]}
             found = self._catalog.get(**query, include=["metadatas", "documents"])
-            parts: dict[str, list[Chunk]] = defaultdict(list)
-            by_collection: dict[str, list[str]] = defaultdict(list)
-            for doc_id, record in zip(found["ids"], found["metadatas"], strict=True):
-                by_collection[record["collection"]].append(doc_id)
-            include = ["metadatas", "documents", *(["embeddings"] if with_vectors else [])]
-            for collection, doc_ids in by_collection.items():
-                chunks = self._chunks(collection)
-                if chunks is None:
-                    continue
-                got = chunks.get(where={"document_id": {"$in": doc_ids}}, include=include)
-                for i, chunk_id in enumerate(got["ids"]):
-                    meta = got["metadatas"][i]
-                    chunk = records.chunk_from_record(chunk_id, meta, got["documents"][i])
-                    if with_vectors:
-                        chunk.embedding = np.asarray(got["embeddings"][i], dtype=np.float32)
-                    parts[meta["document_id"]].append(chunk)
             return [
-                records.document_from_record(record, content, parts[doc_id])
+                CatalogEntry(doc_id, record, content)
                 for doc_id, record, content in zip(
                     found["ids"], found["metadatas"], found["documents"], strict=True
                 )
             ]
 
         return await self._run(SearchError, "reading documents", read)
+
+    async def _chunks_of(
+        self, collection: str, doc_ids: list[str], vectors: bool
+    ) -> list[ChunkPoint]:
+        def read() -> list[Any]:
+            chunks = self._chunks(collection)
+            if chunks is None:
+                return []
+            include = ["metadatas", "documents", *(["embeddings"] if vectors else [])]
+            got = chunks.get(where={"document_id": {"$in": doc_ids}}, include=include)
+            return chunk_points(got, vectors)
+
+        return await self._run(SearchError, "reading chunks", read)
 
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         def read() -> dict[str, str]:
@@ -431,16 +381,6 @@ class ChromaStore(PointStore):
 
         return await self._run(SearchError, "listing collections", read)
 
-    async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
-        def ids() -> list[str]:
-            return sorted(self._catalog.get(where={"collection": collection}, include=[])["ids"])
-
-        doc_ids = await self._run(SearchError, "listing documents", ids)
-        for start in range(0, len(doc_ids), 100):
-            docs = await self._documents(with_vectors=True, ids=doc_ids[start : start + 100])
-            for doc in sorted(docs, key=lambda d: d.id):
-                yield doc
-
     async def count(self) -> int:
         return await self._run(SearchError, "counting documents", lambda: self._catalog.count())
 
@@ -462,6 +402,20 @@ class ChromaStore(PointStore):
             "chunks": chunks,
             "keyword_index_chunks": len(self.keywords),
         }
+
+
+def chunk_points(got: GetResult, vectors: bool) -> list[ChunkPoint]:
+    """The chunks of a Chroma `get` answer (with embeddings when `vectors`)."""
+    return [
+        ChunkPoint(
+            chunk_id,
+            meta,
+            got["documents"][i],
+            json.loads(meta["metadata"]),
+            np.asarray(got["embeddings"][i], dtype=np.float32) if vectors else None,
+        )
+        for i, (chunk_id, meta) in enumerate(zip(got["ids"], got["metadatas"], strict=True))
+    ]
 
 
 def chunk_metadata(doc: Document, chunk: Chunk) -> dict[str, Any]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
+from knowledge_api.registry import FromSettings
 from knowledge_api.settings import Settings
 
 K = TypeVar("K", bound=Hashable)
@@ -29,7 +30,7 @@ def reciprocal_rank_fusion(
 
 
 @dataclass(frozen=True, slots=True)
-class SearchTuning:
+class SearchTuning(FromSettings):
     """How hybrid search ranks, one value each, from the KNOWLEDGE_* settings that
     declare them (and their defaults)."""
 
@@ -44,15 +45,9 @@ class SearchTuning:
     feedback_rank_weight: float
     """Weight of the feedback ranking against the first fused ranking in the final fusion."""
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> SearchTuning:
-        return cls(
-            settings.fusion_k,
-            settings.candidates,
-            settings.feedback_docs,
-            settings.feedback_weight,
-            settings.feedback_rank_weight,
-        )
+    settings_fields: ClassVar[str] = (
+        "fusion_k candidates feedback_docs feedback_weight feedback_rank_weight"
+    )
 
 
 DEFAULT_TUNING = SearchTuning.from_settings(Settings())

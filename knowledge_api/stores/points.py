@@ -10,16 +10,59 @@ delete protocol, looking a document up) over a few primitives each backend provi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Sequence
-from typing import Any
+from collections import defaultdict
+from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
 
 from knowledge_api.errors import BackendConnectionError, ConfigurationError, KnowledgeStoreError
-from knowledge_api.models import Document, EmbedderIdentity
+from knowledge_api.models import Chunk, Document, EmbedderIdentity, Metadata, SearchHit
 from knowledge_api.stores import records
-from knowledge_api.stores.base import HybridSearch, Reconnect, embedder_mismatch
+from knowledge_api.stores.base import (
+    HybridSearch,
+    Reconnect,
+    cosine_to_similarity,
+    embedder_mismatch,
+)
 from knowledge_api.stores.fusion import SearchTuning
 
 Record = dict[str, Any]
+Key = tuple[str, str]
+"""A search key: (knowledge collection, chunk id)."""
+DOCUMENT_PAGE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPoint:
+    """A chunk as its engine keeps it: its fields (see `records.chunk_record`), text,
+    the document's metadata and, when asked for, its vector."""
+
+    id: str
+    record: Record
+    content: str
+    metadata: Metadata
+    vector: np.ndarray | None = None
+
+    def chunk(self) -> Chunk:
+        chunk = records.chunk_from_record(self.id, self.record, self.content)
+        chunk.embedding = self.vector
+        return chunk
+
+    def hit(self, score: float, similarity: float) -> SearchHit:
+        return records.hit_from_record(
+            self.id, self.record, self.content, self.metadata, score, similarity
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """A document as the catalog keeps it (see `records.document_record`)."""
+
+    id: str
+    record: Record
+    content: str
 
 
 class PointStore(HybridSearch):
@@ -80,7 +123,23 @@ class PointStore(HybridSearch):
         """The id of the document a chunk of `collection` belongs to."""
         raise NotImplementedError
 
-    async def get_by_id(self, doc_id: str) -> Document | None:
+    async def _chunk_points(
+        self, collection: str, ids: list[str], vectors: bool = False
+    ) -> list[ChunkPoint]:
+        """The chunks of `collection` with these ids (those that exist)."""
+        raise NotImplementedError
+
+    async def _catalog_entries(self, ids: list[str]) -> list[CatalogEntry]:
+        """The catalog entries of these document ids (those that exist)."""
+        raise NotImplementedError
+
+    async def _chunks_of(
+        self, collection: str, doc_ids: list[str], vectors: bool
+    ) -> list[ChunkPoint]:
+        """Every chunk of these documents of `collection`."""
+        raise NotImplementedError
+
+    async def _document_ids(self, collection: str) -> list[str]:
         raise NotImplementedError
 
     async def _opened(self, record: Record) -> None:
@@ -183,7 +242,56 @@ class PointStore(HybridSearch):
                 await self._wrote()
         return deleted
 
-    # -- reads ------------------------------------------------------------------------------
+    # -- search and reads -------------------------------------------------------------------
+
+    async def similarities(
+        self, keys: Sequence[Hashable], vector: np.ndarray
+    ) -> dict[Hashable, float]:
+        scores: dict[Hashable, float] = {}
+        for collection, ids in by_collection(keys).items():
+            for point in await self._chunk_points(collection, ids, vectors=True):
+                cosine = float(np.dot(np.asarray(point.vector, dtype=np.float32), vector))
+                scores[(collection, point.id)] = cosine_to_similarity(cosine)
+        return scores
+
+    async def hydrate(
+        self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
+    ) -> list[SearchHit]:
+        found: dict[Hashable, ChunkPoint] = {}
+        for collection, ids in by_collection(key for key, _ in ranked).items():
+            for point in await self._chunk_points(collection, ids):
+                found[(collection, point.id)] = point
+        return [found[key].hit(score, similarity[key]) for key, score in ranked if key in found]
+
+    async def _documents_by_id(self, ids: list[str], vectors: bool = False) -> list[Document]:
+        """The documents with these ids (those that exist), each with its chunks."""
+        return await self._documents(await self._catalog_entries(ids), vectors)
+
+    async def _documents(
+        self, catalog: Sequence[CatalogEntry], vectors: bool = False
+    ) -> list[Document]:
+        parts: dict[str, list[Chunk]] = defaultdict(list)
+        by_name: dict[str, list[str]] = defaultdict(list)
+        for entry in catalog:
+            by_name[entry.record["collection"]].append(entry.id)
+        for collection, doc_ids in by_name.items():
+            for point in await self._chunks_of(collection, doc_ids, vectors):
+                parts[point.record["document_id"]].append(point.chunk())
+        return [
+            records.document_from_record(entry.record, entry.content, parts[entry.id])
+            for entry in catalog
+        ]
+
+    async def get_by_id(self, doc_id: str) -> Document | None:
+        found = await self._documents_by_id([doc_id])
+        return found[0] if found else None
+
+    async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
+        ids = sorted(await self._document_ids(collection))
+        for start in range(0, len(ids), DOCUMENT_PAGE):
+            page = await self._documents_by_id(ids[start : start + DOCUMENT_PAGE], vectors=True)
+            for doc in sorted(page, key=lambda d: d.id):
+                yield doc
 
     async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
         """By source id first, then by document id or the id of one of its chunks."""
@@ -196,6 +304,14 @@ class PointStore(HybridSearch):
         if doc is None or doc.source_type != source_type or doc.collection != collection:
             return None
         return doc
+
+
+def by_collection(keys: Iterable[Hashable]) -> dict[str, list[str]]:
+    """Chunk ids of search keys, by collection."""
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for collection, chunk_id in cast(Iterable[Key], keys):
+        grouped[collection].append(chunk_id)
+    return grouped
 
 
 def unavailable(name: str, error: KnowledgeStoreError) -> dict[str, Any]:

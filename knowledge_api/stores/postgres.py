@@ -13,7 +13,6 @@ import asyncio
 import logging
 import struct
 import subprocess
-import time
 import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -29,11 +28,11 @@ from knowledge_api.errors import BackendConnectionError, KnowledgeStoreError
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
+from knowledge_api.stores.base import Reconnect
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.siam import Condition, Row, SiamStore
 
 log = logging.getLogger("knowledge_api")
-RECONNECT_SECONDS = 5.0
 COMMAND_TIMEOUT = 30.0
 ANALYZE_AFTER = 1000
 """Passages written before the planner's statistics are refreshed (or a fifth of the
@@ -49,7 +48,7 @@ class PostgresStore(SiamStore):
         self,
         url: Secret,
         data_dir: Path,
-        dimension: int,
+        dimension: int = 384,
         pool_size: int = 10,
         tuning: SearchTuning = DEFAULT_TUNING,
     ) -> None:
@@ -59,21 +58,21 @@ class PostgresStore(SiamStore):
         self.dimension = dimension
         self.pool_size = pool_size
         self._pool: Any = None
-        self._opening = asyncio.Lock()
-        self._error = ""
-        self._next_attempt = 0.0
+        self.connection = Reconnect(self.name)
         self._analyzed_rows = 0
         self._written_rows = 0
 
+    settings_fields = "database_url postgres_data_dir"
+
     @classmethod
-    def from_settings(cls, settings: Any, embedder: EmbedderIdentity) -> PostgresStore:
-        return cls(
-            settings.database_url,
-            settings.postgres_data_dir,
-            embedder.dimension,
-            settings.postgres_pool_size,
-            SearchTuning.from_settings(settings),
-        )
+    def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
+        """The vector columns are sized for the embedder the store is built for."""
+        embedder: EmbedderIdentity = context[0]
+        return {
+            **super().configured(settings),
+            "dimension": embedder.dimension,
+            "pool_size": settings.postgres_pool_size,
+        }
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.where()!r})"
@@ -95,12 +94,12 @@ class PostgresStore(SiamStore):
             self._pool = None
 
     async def _connect(self) -> Any:
-        async with self._opening:  # concurrent first requests share one pool
+        async with self.connection.lock:  # concurrent first requests share one pool
             return self._pool or await self._open_pool()
 
     async def _open_pool(self) -> Any:
         asyncpg = require_asyncpg()
-        self._next_attempt = time.monotonic() + RECONNECT_SECONDS
+        self.connection.attempting()
         try:
             url, _ = await self._migrate()
             self._pool = await asyncpg.create_pool(
@@ -111,9 +110,8 @@ class PostgresStore(SiamStore):
                 init=register_codecs,
             )
         except open_errors(asyncpg) as e:
-            self._error = f"cannot open {self.where()}: {self.redacted(e)}"
-            raise BackendConnectionError(self._error, backend=self.name) from e
-        self._error = ""
+            raise self.connection.failed(f"cannot open {self.where()}: {self.redacted(e)}") from e
+        self.connection.succeeded()
         return self._pool
 
     @asynccontextmanager
@@ -122,8 +120,7 @@ class PostgresStore(SiamStore):
         asyncpg = require_asyncpg()
         pool = self._pool
         if pool is None:
-            if time.monotonic() < self._next_attempt:
-                raise BackendConnectionError(f"store unavailable: {self._error}", backend=self.name)
+            self.connection.check()
             pool = await self._connect()
         try:
             async with pool.acquire() as conn:

@@ -15,12 +15,11 @@ which ranks identically.
 from __future__ import annotations
 
 import math
-import re
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -32,11 +31,8 @@ from knowledge_api.errors import (
     SearchError,
 )
 from knowledge_api.models import (
-    Chunk,
     Document,
-    EmbedderIdentity,
     SearchFilters,
-    SearchHit,
     SearchMode,
 )
 from knowledge_api.registry import import_extra
@@ -44,11 +40,31 @@ from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate, cosine_to_similarity, is_uuid
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.keyword import sparse_document, sparse_query
-from knowledge_api.stores.points import PointStore, Record, unavailable
+from knowledge_api.stores.keyword import sparse_query
+from knowledge_api.stores.points import (
+    CatalogEntry,
+    ChunkPoint,
+    PointStore,
+    Record,
+    by_collection,
+    unavailable,
+)
+from knowledge_api.stores.qdrant_points import (
+    DENSE,
+    KEYWORDS,
+    catalog_entry,
+    chunk_point,
+    chunk_struct,
+    dense,
+    folder_in_use,
+    match,
+    quoted,
+    search_filter,
+    sparse,
+    unreachable,
+    version_tuple,
+)
 
-DENSE = "dense"
-KEYWORDS = "keywords"
 STORE_POINT = str(uuid.uuid5(uuid.NAMESPACE_URL, "knowledge-api:store"))
 SERVER_FUSION_SINCE = (1, 16)
 """The first Qdrant server whose RRF takes a k, so its fusion ranks like ours."""
@@ -68,7 +84,7 @@ class QdrantStore(PointStore):
         api_key: Secret | None = None,
         prefix: str = "knowledge",
         fusion: str = "auto",
-        indexed_fields: Sequence[str] = ("app_under_test",),
+        indexed_fields: Sequence[str] | str = ("app_under_test",),
         tuning: SearchTuning = DEFAULT_TUNING,
         poll_seconds: float = records.POLL_SECONDS,
     ) -> None:
@@ -78,6 +94,8 @@ class QdrantStore(PointStore):
         self.path, self.url = path, url
         self._api_key = api_key or Secret("")
         self.fusion = fusion
+        if isinstance(indexed_fields, str):  # the comma-separated setting
+            indexed_fields = [f.strip() for f in indexed_fields.split(",") if f.strip()]
         self.indexed_fields = tuple(indexed_fields)
         self.server_version = ""
         self.server_fusion = False
@@ -85,18 +103,9 @@ class QdrantStore(PointStore):
         self._client: Any = None
         self._collections: set[str] = set()
 
-    @classmethod
-    def from_settings(cls, settings: Any, embedder: EmbedderIdentity) -> QdrantStore:
-        fields = [f.strip() for f in settings.qdrant_indexed_fields.split(",") if f.strip()]
-        return cls(
-            settings.qdrant_path,
-            settings.qdrant_url,
-            settings.qdrant_api_key,
-            settings.qdrant_prefix,
-            settings.qdrant_fusion,
-            fields,
-            SearchTuning.from_settings(settings),
-        )
+    settings_fields = (
+        "qdrant_path qdrant_url qdrant_api_key qdrant_prefix qdrant_fusion qdrant_indexed_fields"
+    )
 
     @property
     def location(self) -> str:
@@ -148,6 +157,12 @@ class QdrantStore(PointStore):
             client, self._client = self._client, None
             await client.close()
 
+    async def _read(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(SearchError, what, method, *args, **kwargs)
+
+    async def _change(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(IndexingError, what, method, *args, **kwargs)
+
     async def _call(
         self, error: type[KnowledgeStoreError], what: str, method: str, *args: Any, **kwargs: Any
     ) -> Any:
@@ -183,7 +198,7 @@ class QdrantStore(PointStore):
         name = records.chunk_collection(self.prefix, collection)
         if name in self._collections:
             return name
-        if not await self._call(SearchError, "listing collections", "collection_exists", name):
+        if not await self._read("listing collections", "collection_exists", name):
             if not create:
                 return None
             await self._create_chunks(name)
@@ -193,8 +208,7 @@ class QdrantStore(PointStore):
     async def _create_chunks(self, name: str) -> None:
         assert self._embedder is not None
         m = self._m
-        await self._call(
-            IndexingError,
+        await self._change(
             "creating a collection",
             "create_collection",
             name,
@@ -209,7 +223,7 @@ class QdrantStore(PointStore):
         )
 
     async def _all_chunks(self) -> list[str]:
-        found = await self._call(SearchError, "listing collections", "get_collections")
+        found = await self._read("listing collections", "get_collections")
         wanted = f"{self.prefix}-"
         return sorted(c.name for c in found.collections if c.name.startswith(wanted))
 
@@ -226,15 +240,14 @@ class QdrantStore(PointStore):
     async def _write_record(self, record: Record) -> None:
         payload = {"kind": "store", **record}
         point = self._m.PointStruct(id=STORE_POINT, vector={}, payload=payload)
-        await self._call(IndexingError, "recording the write", "upsert", self.prefix, [point])
+        await self._change("recording the write", "upsert", self.prefix, [point])
 
     # -- writes ---------------------------------------------------------------------------
 
     async def _write(self, documents: Sequence[Document]) -> None:
         m = self._m
         stamp = records.now()
-        old = await self._call(
-            IndexingError,
+        old = await self._change(
             "reading documents",
             "retrieve",
             self.prefix,
@@ -247,10 +260,10 @@ class QdrantStore(PointStore):
             by_collection[doc.collection].append(doc)
         for collection, docs in by_collection.items():
             name = await self._chunks(collection, create=True)
-            points = [self._chunk_point(doc, chunk) for doc in docs for chunk in doc.chunks]
+            points = [chunk_struct(self._m, doc, chunk) for doc in docs for chunk in doc.chunks]
             for start in range(0, len(points), BATCH):
                 part = points[start : start + BATCH]
-                await self._call(IndexingError, "writing chunks", "upsert", name, part)
+                await self._change("writing chunks", "upsert", name, part)
             replaced = [doc.id for doc in docs if doc.id in created]
             if not replaced:
                 continue
@@ -258,8 +271,7 @@ class QdrantStore(PointStore):
                 must=[m.FieldCondition(key="document_id", match=m.MatchAny(any=replaced))],
                 must_not=[m.HasIdCondition(has_id=[p.id for p in points])] if points else None,
             )
-            await self._call(
-                IndexingError,
+            await self._change(
                 "removing stale chunks",
                 "delete",
                 name,
@@ -281,41 +293,20 @@ class QdrantStore(PointStore):
         ]
         for start in range(0, len(catalog), BATCH):
             part = catalog[start : start + BATCH]
-            await self._call(IndexingError, "writing documents", "upsert", self.prefix, part)
-
-    def _chunk_point(self, doc: Document, chunk: Chunk) -> Any:
-        sparse = sparse_document(chunk.embedded_text)
-        payload = {
-            **records.chunk_record(doc, chunk),
-            "collection": doc.collection,
-            "content": chunk.content,
-            "metadata": doc.metadata,
-        }
-        vectors = {
-            DENSE: np.asarray(chunk.embedding, dtype=np.float32).tolist(),
-            KEYWORDS: self._m.SparseVector(indices=list(sparse), values=list(sparse.values())),
-        }
-        return self._m.PointStruct(id=chunk.id, vector=vectors, payload=payload)
+            await self._change("writing documents", "upsert", self.prefix, part)
 
     async def _remove(self, doc_id: str) -> bool:
         if not is_uuid(doc_id):
             return False
         m = self._m
-        found = await self._call(
-            IndexingError, "reading a document", "retrieve", self.prefix, [doc_id]
-        )
+        found = await self._change("reading a document", "retrieve", self.prefix, [doc_id])
         if not found:
             return False
         name = await self._chunks(found[0].payload["collection"])
         if name is not None:
-            mine = m.Filter(
-                must=[m.FieldCondition(key="document_id", match=m.MatchValue(value=doc_id))]
-            )
-            await self._call(
-                IndexingError, "deleting chunks", "delete", name, m.FilterSelector(filter=mine)
-            )
-        await self._call(
-            IndexingError,
+            mine = m.Filter(must=[match(m, "document_id", doc_id)])
+            await self._change("deleting chunks", "delete", name, m.FilterSelector(filter=mine))
+        await self._change(
             "deleting a document",
             "delete",
             self.prefix,
@@ -339,15 +330,14 @@ class QdrantStore(PointStore):
         if name is None:
             return [], {}
         m = self._m
-        where = self._filter(filters)
+        where = search_filter(self._m, filters)
         prefetch = [m.Prefetch(query=dense(vector), using=DENSE, filter=where, limit=n)]
         terms = sparse_query(query)
         if terms:
             prefetch.append(
                 m.Prefetch(query=sparse(m, terms), using=KEYWORDS, filter=where, limit=n)
             )
-        found = await self._call(
-            SearchError,
+        found = await self._read(
             "hybrid search",
             "query_points",
             name,
@@ -384,67 +374,37 @@ class QdrantStore(PointStore):
         name = await self._chunks(filters.collection)
         if name is None:
             return []
-        found = await self._call(
-            SearchError,
+        found = await self._read(
             "search",
             "query_points",
             name,
             query=query,
             using=using,
-            query_filter=self._filter(filters),
+            query_filter=search_filter(self._m, filters),
             limit=n,
             with_payload=False,
         )
         return list(found.points)
-
-    def _filter(self, filters: SearchFilters) -> Any:
-        m = self._m
-        must: list[Any] = []
-        if filters.source_types is not None:
-            must.append(
-                m.FieldCondition(
-                    key="source_type", match=m.MatchAny(any=list(filters.source_types))
-                )
-            )
-        for key, value in filters.metadata:
-            if '"' in key:
-                raise SearchError(f"metadata key {key!r}: Qdrant cannot filter on keys with '\"'")
-            path = f"metadata.{quoted(key)}"
-            if isinstance(value, bool | str):
-                must.append(m.FieldCondition(key=path, match=m.MatchValue(value=value)))
-            else:
-                must.append(m.FieldCondition(key=path, range=m.Range(gte=value, lte=value)))
-        return m.Filter(must=must) if must else None
 
     async def similarities(
         self, keys: Sequence[Hashable], vector: np.ndarray
     ) -> dict[Hashable, float]:
         """A server scores the points itself (no vectors travel); local mode, which would
         test every point against an id filter in Python, reads the vectors by id."""
-        m = self._m
+        if not self.url:
+            return await super().similarities(keys, vector)
         scores: dict[Hashable, float] = {}
         for collection, ids in by_collection(keys).items():
             name = await self._chunks(collection)
             if name is None:
                 continue
-            if not self.url:
-                found = await self._call(
-                    SearchError, "reading vectors", "retrieve", name, ids, with_vectors=[DENSE]
-                )
-                for point in found:
-                    cosine = float(
-                        np.dot(np.asarray(point.vector[DENSE], dtype=np.float32), vector)
-                    )
-                    scores[(collection, str(point.id))] = cosine_to_similarity(cosine)
-                continue
-            scored = await self._call(
-                SearchError,
+            scored = await self._read(
                 "similarity lookup",
                 "query_points",
                 name,
                 query=dense(vector),
                 using=DENSE,
-                query_filter=m.Filter(must=[m.HasIdCondition(has_id=ids)]),
+                query_filter=self._m.Filter(must=[self._m.HasIdCondition(has_id=ids)]),
                 limit=len(ids),
                 with_payload=False,
             )
@@ -452,95 +412,72 @@ class QdrantStore(PointStore):
                 scores[(collection, str(point.id))] = cosine_to_similarity(point.score)
         return scores
 
-    async def hydrate(
-        self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
-    ) -> list[SearchHit]:
-        payloads: dict[Hashable, dict[str, Any]] = {}
-        for collection, ids in by_collection(key for key, _ in ranked).items():
-            name = await self._chunks(collection)
-            if name is None:
-                continue
-            found = await self._call(SearchError, "reading hits", "retrieve", name, ids)
-            payloads.update(((collection, str(p.id)), p.payload) for p in found)
-        return [
-            records.hit_from_record(
-                key[1],  # type: ignore[index]
-                payloads[key],
-                payloads[key]["content"],
-                payloads[key]["metadata"],
-                score,
-                similarity[key],
-            )
-            for key, score in ranked
-            if key in payloads
-        ]
+    async def _chunk_points(
+        self, collection: str, ids: list[str], vectors: bool = False
+    ) -> list[ChunkPoint]:
+        name = await self._chunks(collection)
+        if name is None or not ids:
+            return []
+        found = await self._read(
+            "reading chunks", "retrieve", name, ids, with_vectors=vectors and [DENSE]
+        )
+        return [chunk_point(point, vectors) for point in found]
 
     # -- reads ------------------------------------------------------------------------------
 
-    async def get_by_id(self, doc_id: str) -> Document | None:
-        if not is_uuid(doc_id):
-            return None
-        found = await self._call(
-            SearchError, "reading a document", "retrieve", self.prefix, [doc_id]
+    async def _catalog_entries(self, ids: list[str]) -> list[CatalogEntry]:
+        ids = [doc_id for doc_id in ids if is_uuid(doc_id)]
+        if not ids:
+            return []
+        found = await self._read("reading documents", "retrieve", self.prefix, ids)
+        return [catalog_entry(point) for point in found]
+
+    async def _document_ids(self, collection: str) -> list[str]:
+        where = self._m.Filter(
+            must=[match(self._m, "kind", "document"), match(self._m, "collection", collection)]
         )
-        documents = await self._documents(found)
-        return documents[0] if documents else None
+        return [str(point.id) async for point in self._scroll(self.prefix, where)]
 
     async def _by_source(self, source_type: str, key: str, collection: str) -> Document | None:
         m = self._m
         where = m.Filter(
             must=[
-                m.FieldCondition(key="kind", match=m.MatchValue(value="document")),
-                m.FieldCondition(key="collection", match=m.MatchValue(value=collection)),
-                m.FieldCondition(key="source_type", match=m.MatchValue(value=source_type)),
-                m.FieldCondition(key="source_id", match=m.MatchValue(value=key)),
+                match(m, "kind", "document"),
+                match(m, "collection", collection),
+                match(m, "source_type", source_type),
+                match(m, "source_id", key),
             ]
         )
-        found, _ = await self._call(
-            SearchError, "finding a document", "scroll", self.prefix, scroll_filter=where, limit=1
+        found, _ = await self._read(
+            "finding a document", "scroll", self.prefix, scroll_filter=where, limit=1
         )
-        return (await self._documents(found))[0] if found else None
+        return (await self._documents([catalog_entry(found[0])]))[0] if found else None
 
     async def _chunk_owner(self, collection: str, chunk_id: str) -> str | None:
         name = await self._chunks(collection)
         if name is None or not is_uuid(chunk_id):
             return None
-        chunk = await self._call(SearchError, "finding a chunk", "retrieve", name, [chunk_id])
+        chunk = await self._read("finding a chunk", "retrieve", name, [chunk_id])
         return str(chunk[0].payload["document_id"]) if chunk else None
 
-    async def _documents(
-        self, catalog: Sequence[Any], with_vectors: bool = False
-    ) -> list[Document]:
-        """Documents of catalog points, each with its chunks (and their vectors)."""
-        m = self._m
-        parts: dict[str, list[Chunk]] = defaultdict(list)
-        by_name: dict[str, list[str]] = defaultdict(list)
-        for point in catalog:
-            by_name[point.payload["collection"]].append(str(point.id))
-        for collection, doc_ids in by_name.items():
-            name = await self._chunks(collection)
-            if name is None:
-                continue
-            mine = m.Filter(
-                must=[m.FieldCondition(key="document_id", match=m.MatchAny(any=doc_ids))]
-            )
-            async for point in self._scroll(name, mine, [DENSE] if with_vectors else False):
-                chunk = records.chunk_from_record(
-                    str(point.id), point.payload, point.payload["content"]
-                )
-                if with_vectors:
-                    chunk.embedding = np.asarray(point.vector[DENSE], dtype=np.float32)
-                parts[point.payload["document_id"]].append(chunk)
+    async def _chunks_of(
+        self, collection: str, doc_ids: list[str], vectors: bool
+    ) -> list[ChunkPoint]:
+        name = await self._chunks(collection)
+        if name is None:
+            return []
+        mine = self._m.Filter(
+            must=[self._m.FieldCondition(key="document_id", match=self._m.MatchAny(any=doc_ids))]
+        )
         return [
-            records.document_from_record(p.payload, p.payload["content"], parts[str(p.id)])
-            for p in catalog
+            chunk_point(point, vectors)
+            async for point in self._scroll(name, mine, vectors and [DENSE])
         ]
 
     async def _scroll(self, name: str, where: Any, with_vectors: Any = False) -> AsyncIterator[Any]:
         offset = None
         while True:
-            points, offset = await self._call(
-                SearchError,
+            points, offset = await self._read(
                 "reading points",
                 "scroll",
                 name,
@@ -558,8 +495,7 @@ class QdrantStore(PointStore):
         ids = [doc_id for doc_id in doc_ids if is_uuid(doc_id)]
         hashes: dict[str, str] = {}
         for start in range(0, len(ids), BATCH):
-            found = await self._call(
-                SearchError,
+            found = await self._read(
                 "reading content hashes",
                 "retrieve",
                 self.prefix,
@@ -587,8 +523,7 @@ class QdrantStore(PointStore):
         return vectors
 
     async def collections(self) -> dict[str, int]:
-        found = await self._call(
-            SearchError,
+        found = await self._read(
             "listing collections",
             "facet",
             self.prefix,
@@ -599,31 +534,12 @@ class QdrantStore(PointStore):
         )
         return dict(sorted((str(hit.value), hit.count) for hit in found.hits))
 
-    async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
-        m = self._m
-        where = m.Filter(
-            must=[
-                m.FieldCondition(key="kind", match=m.MatchValue(value="document")),
-                m.FieldCondition(key="collection", match=m.MatchValue(value=collection)),
-            ]
-        )
-        page: list[Any] = []
-        async for point in self._scroll(self.prefix, where):
-            page.append(point)
-            if len(page) == BATCH:
-                for doc in await self._documents(page, with_vectors=True):
-                    yield doc
-                page = []
-        for doc in await self._documents(page, with_vectors=True):
-            yield doc
-
     def _documents_only(self) -> Any:
         m = self._m
-        return m.Filter(must=[m.FieldCondition(key="kind", match=m.MatchValue(value="document"))])
+        return m.Filter(must=[match(m, "kind", "document")])
 
     async def count(self) -> int:
-        found = await self._call(
-            SearchError,
+        found = await self._read(
             "counting documents",
             "count",
             self.prefix,
@@ -637,9 +553,7 @@ class QdrantStore(PointStore):
             documents = await self.count()
             chunks = 0
             for name in await self._all_chunks():
-                chunks += (
-                    await self._call(SearchError, "counting chunks", "count", name, exact=True)
-                ).count
+                chunks += (await self._read("counting chunks", "count", name, exact=True)).count
         except KnowledgeStoreError as e:
             return unavailable(self.name, e)
         health = {
@@ -654,60 +568,3 @@ class QdrantStore(PointStore):
         if self.server_version:
             health["server_version"] = self.server_version
         return health
-
-
-def dense(vector: np.ndarray) -> list[float]:
-    return np.asarray(vector, dtype=np.float32).tolist()  # type: ignore[no-any-return]
-
-
-def sparse(m: Any, terms: dict[int, float]) -> Any:
-    return m.SparseVector(indices=list(terms), values=list(terms.values()))
-
-
-def quoted(key: str) -> str:
-    """A payload key as one path segment: quoted unless it is a plain name."""
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else f'"{key}"'
-
-
-def by_collection(keys: Iterable[Hashable]) -> dict[str, list[str]]:
-    grouped: dict[str, list[str]] = defaultdict(list)
-    for collection, point_id in cast(Iterable[Key], keys):
-        grouped[collection].append(point_id)
-    return grouped
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for part in version.lstrip("v").split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
-def folder_in_use(folder: Path) -> bool:
-    """Whether a local-mode client holds the folder's lock. Checked before opening,
-    because the client leaks the lock file's handle when it finds the lock taken."""
-    import portalocker
-
-    lock = folder / ".lock"
-    if not lock.exists():
-        return False
-    with lock.open("r+") as handle:
-        try:
-            portalocker.lock(
-                handle, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-            )
-        except portalocker.exceptions.LockException:
-            return True
-        portalocker.unlock(handle)
-    return False
-
-
-def unreachable(error: BaseException) -> bool:
-    """Whether the server cannot be reached (rather than refusing one request)."""
-    import httpx
-    from qdrant_client.http.exceptions import ResponseHandlingException
-
-    if isinstance(error, ResponseHandlingException):
-        error = error.source
-    return isinstance(error, httpx.TransportError | ConnectionError)

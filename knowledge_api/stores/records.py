@@ -1,8 +1,9 @@
-"""Documents and chunks as flat records, for engines that keep points with metadata
-(Chroma, Qdrant) rather than tables.
+"""Documents and chunks as flat records, and the one mapping from a stored row or
+record (a SQLite row, a Postgres row, a Chroma or Qdrant payload) back to the models.
 
-Each store keeps a catalog collection named `<prefix>` with one record per document
-(its full text, title, metadata, content hash, timestamps) and one collection per
+Engines that keep points with metadata rather than tables (Chroma, Qdrant) store the
+records themselves: each keeps a catalog collection named `<prefix>` with one record per
+document (its full text, title, metadata, content hash, timestamps) and one collection per
 knowledge collection, `<prefix>-<collection>`, with one record per chunk: its vector,
 text and the fields that filters and hits need.
 """
@@ -12,16 +13,21 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sqlite3
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+import numpy as np
 
 from knowledge_api.errors import ConfigurationError, IndexingError
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, Metadata, SearchHit
 
 Record = dict[str, Any]
+Row = Mapping[str, Any] | sqlite3.Row
+"""A stored row or record read back, indexed by column name."""
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{1,38}[A-Za-z0-9]")
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?")
@@ -93,18 +99,30 @@ def document_record(doc: Document, created_at: str, updated_at: str) -> Record:
     }
 
 
-def document_from_record(record: Record, content: str, chunks: list[Chunk]) -> Document:
+def document_from_record(record: Row, content: str, chunks: list[Chunk]) -> Document:
     return Document(
         source_type=record["source_type"],
         source_id=record["source_id"],
         content=content,
         title=record["title"],
-        metadata=json.loads(record["metadata"]),
+        metadata=decoded(record["metadata"]),
         collection=record["collection"],
         chunks=sorted(chunks, key=lambda c: c.chunk_index),
-        created_at=record["created_at"],
-        updated_at=record["updated_at"],
+        created_at=as_timestamp(record["created_at"]),
+        updated_at=as_timestamp(record["updated_at"]),
     )
+
+
+def decoded(metadata: Any) -> Metadata:
+    """Metadata stored as JSON text, or already decoded (jsonb, a payload)."""
+    return json.loads(metadata) if isinstance(metadata, str | bytes) else dict(metadata)
+
+
+def as_timestamp(value: Any) -> str:
+    """ISO 8601 to the second, from text or a datetime."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return str(value.isoformat(timespec="seconds"))
 
 
 # -- chunks ----------------------------------------------------------------------------
@@ -124,24 +142,27 @@ def chunk_record(doc: Document, chunk: Chunk) -> Record:
     }
 
 
-def chunk_from_record(chunk_id: str, record: Record, content: str) -> Chunk:
+def chunk_from_record(
+    chunk_id: str, record: Row, content: str, embedding: np.ndarray | None = None
+) -> Chunk:
     return Chunk(
         id=chunk_id,
-        document_id=record["document_id"],
-        chunk_index=record["chunk_index"],
+        document_id=str(record["document_id"]),
+        chunk_index=int(record["chunk_index"]),
         content=content,
         title=record["title"],
         section=record["section"],
-        chunk_count=record["chunk_count"],
+        chunk_count=int(record["chunk_count"]),
+        embedding=embedding,
     )
 
 
 def hit_from_record(
-    chunk_id: str, record: Record, content: str, metadata: Metadata, score: float, similarity: float
+    chunk_id: str, record: Row, content: str, metadata: Metadata, score: float, similarity: float
 ) -> SearchHit:
     return SearchHit(
         chunk=chunk_from_record(chunk_id, record, content),
-        document_id=record["document_id"],
+        document_id=str(record["document_id"]),
         source_type=record["source_type"],
         source_id=record["source_id"],
         metadata=metadata,

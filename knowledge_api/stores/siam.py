@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -26,8 +25,15 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.models import Chunk, Document, SearchFilters, SearchHit
-from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity, is_uuid
+from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, SearchHit
+from knowledge_api.stores import records
+from knowledge_api.stores.base import (
+    Candidate,
+    HybridSearch,
+    cosine_to_similarity,
+    embedder_mismatch,
+    is_uuid,
+)
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 
 Row = dict[str, Any]
@@ -103,14 +109,10 @@ class SiamStore(HybridSearch):
                 stored=stored["name"],
                 configured=name,
             )
-        if stored["name"] != name or stored["dimension"] != dimension:
-            raise EmbedderMismatchError(
-                f"the store holds vectors of embedder {stored['name']!r} "
-                f"({stored['dimension']}-d); the configured embedder is {name!r} "
-                f"({dimension}-d). Mixing vector spaces would return nonsense: use the "
-                "original embedder, or migrate a new database.",
-                stored=stored["name"],
-                configured=name,
+        recorded = EmbedderIdentity(stored["name"], stored["dimension"])
+        if recorded != EmbedderIdentity(name, dimension):
+            raise embedder_mismatch(
+                "the store", recorded, EmbedderIdentity(name, dimension), "migrate a new database"
             )
 
     async def generation(self) -> Hashable:
@@ -352,48 +354,15 @@ def as_vector(value: Any) -> np.ndarray:
     return np.asarray(value, dtype=np.float32)
 
 
-def as_timestamp(value: Any) -> str:
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return str(value.isoformat(timespec="seconds"))
-
-
-def chunk_from_row(row: Mapping[str, Any], document_id: str) -> Chunk:
-    return Chunk(
-        id=str(row["id"]),
-        document_id=document_id,
-        chunk_index=int(row["chunk_index"]),
-        content=row["content"],
-        title=row["title"],
-        section=row["section"],
-        chunk_count=int(row["chunk_count"]),
-        embedding=as_vector(row["embedding"]) if "embedding" in row else None,
-    )
+def chunk_from_row(row: Mapping[str, Any]) -> Chunk:
+    embedding = as_vector(row["embedding"]) if "embedding" in row else None
+    return records.chunk_from_record(str(row["id"]), row, row["content"], embedding)
 
 
 def document_from_rows(row: Mapping[str, Any], chunks: Sequence[Mapping[str, Any]]) -> Document:
-    doc_id = str(row["id"])
-    return Document(
-        source_type=row["source_type"],
-        source_id=row["source_id"],
-        content=row["content"],
-        title=row["title"],
-        metadata=dict(row["metadata"]),
-        collection=row["collection"],
-        chunks=[chunk_from_row(chunk, doc_id) for chunk in chunks],
-        created_at=as_timestamp(row["created_at"]),
-        updated_at=as_timestamp(row["updated_at"]),
-    )
+    return records.document_from_record(row, row["content"], [chunk_from_row(c) for c in chunks])
 
 
 def hit_from_row(row: Mapping[str, Any], score: float, similarity: float) -> SearchHit:
-    doc_id = str(row["document_id"])
-    return SearchHit(
-        chunk=chunk_from_row(row, doc_id),
-        document_id=doc_id,
-        source_type=row["source_type"],
-        source_id=row["source_id"],
-        metadata=dict(row["metadata"]),
-        score=score,
-        similarity=similarity,
-    )
+    metadata = dict(row["metadata"])
+    return records.hit_from_record(str(row["id"]), row, row["content"], metadata, score, similarity)

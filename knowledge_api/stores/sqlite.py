@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -23,17 +22,22 @@ import numpy as np
 
 from knowledge_api.errors import (
     BackendConnectionError,
-    EmbedderMismatchError,
     IndexingError,
     SearchError,
 )
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, SearchHit
-from knowledge_api.stores.base import Candidate, HybridSearch, cosine_to_similarity
+from knowledge_api.stores import records
+from knowledge_api.stores.base import (
+    Candidate,
+    HybridSearch,
+    Reconnect,
+    cosine_to_similarity,
+    embedder_mismatch,
+)
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import filter_sql, fts_query
 from knowledge_api.stores.vector_index import VectorIndex
 
-RECONNECT_SECONDS = 5.0
 _HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.title,
     c.section, c.content, d.source_type, d.source_id, d.metadata"""
 
@@ -48,12 +52,9 @@ class SQLiteStore(HybridSearch):
         self._index: VectorIndex | None = None
         self._writes = 0
         self._data_version = 0
-        self._error = ""
-        self._next_attempt = 0.0
+        self.connection = Reconnect(self.name)
 
-    @classmethod
-    def from_settings(cls, settings: Any, embedder: EmbedderIdentity) -> SQLiteStore:
-        return cls(settings.db_path, SearchTuning.from_settings(settings))
+    settings_fields = "db_path"
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -69,7 +70,7 @@ class SQLiteStore(HybridSearch):
             self._conn = None
 
     def _connect(self) -> sqlite3.Connection:
-        self._next_attempt = time.monotonic() + RECONNECT_SECONDS
+        self.connection.attempting()
         try:
             if str(self.path) != ":memory:":
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,10 +85,9 @@ class SQLiteStore(HybridSearch):
                 conn.execute(f"PRAGMA {pragma}")
             migrate(conn)
         except (sqlite3.Error, OSError) as e:
-            self._error = f"cannot open {self.path}: {e}"
-            raise BackendConnectionError(self._error, backend=self.name) from e
+            raise self.connection.failed(f"cannot open {self.path}: {e}") from e
         self._conn = conn
-        self._error = ""
+        self.connection.succeeded()
         self._load_index()
         return conn
 
@@ -95,8 +95,7 @@ class SQLiteStore(HybridSearch):
         """The open connection; reopens (at most every few seconds) after a failure."""
         if self._conn is not None:
             return self._conn
-        if time.monotonic() < self._next_attempt:
-            raise BackendConnectionError(f"store unavailable: {self._error}", backend=self.name)
+        self.connection.check()
         return self._connect()
 
     @contextmanager
@@ -161,14 +160,13 @@ class SQLiteStore(HybridSearch):
                 )
             self._index = VectorIndex(dimension)
             return
-        if stored_name != name or int(stored_dim or 0) != dimension:
-            raise EmbedderMismatchError(
-                f"{self.path} holds vectors of embedder {stored_name!r} ({stored_dim}-d); "
-                f"the configured embedder is {name!r} ({dimension}-d). Mixing vector spaces "
-                "would return nonsense: use the original embedder, or ingest into a new "
-                "KNOWLEDGE_DB_PATH.",
-                stored=stored_name,
-                configured=name,
+        stored = EmbedderIdentity(stored_name, int(stored_dim or 0))
+        if stored != EmbedderIdentity(name, dimension):
+            raise embedder_mismatch(
+                str(self.path),
+                stored,
+                EmbedderIdentity(name, dimension),
+                "ingest into a new KNOWLEDGE_DB_PATH",
             )
 
     # -- writes -------------------------------------------------------------------
@@ -364,32 +362,14 @@ class SQLiteStore(HybridSearch):
 
     def _document(self, row: sqlite3.Row) -> Document:
         chunks = [
-            Chunk(
-                id=c["id"],
-                document_id=row["id"],
-                chunk_index=c["chunk_index"],
-                content=c["content"],
-                title=c["title"],
-                section=c["section"],
-                chunk_count=c["chunk_count"],
-            )
+            records.chunk_from_record(c["id"], c, c["content"])
             for c in self._db().execute(
-                """SELECT id, chunk_index, chunk_count, title, section, content FROM chunks
-                   WHERE document_id = ? ORDER BY chunk_index""",
+                """SELECT id, document_id, chunk_index, chunk_count, title, section, content
+                   FROM chunks WHERE document_id = ? ORDER BY chunk_index""",
                 (row["id"],),
             )
         ]
-        return Document(
-            source_type=row["source_type"],
-            source_id=row["source_id"],
-            content=row["content"],
-            title=row["title"],
-            metadata=json.loads(row["metadata"]),
-            collection=row["collection"],
-            chunks=chunks,
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
+        return records.document_from_record(row, row["content"], chunks)
 
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return dict(self._select_in("SELECT id, content_hash FROM documents WHERE id IN", doc_ids))
@@ -460,21 +440,5 @@ def migrate(conn: sqlite3.Connection) -> None:
 
 
 def hit_from_row(row: sqlite3.Row, score: float, similarity: float) -> SearchHit:
-    chunk = Chunk(
-        id=row["id"],
-        document_id=row["document_id"],
-        chunk_index=row["chunk_index"],
-        content=row["content"],
-        title=row["title"],
-        section=row["section"],
-        chunk_count=row["chunk_count"],
-    )
-    return SearchHit(
-        chunk=chunk,
-        document_id=row["document_id"],
-        source_type=row["source_type"],
-        source_id=row["source_id"],
-        metadata=json.loads(row["metadata"]),
-        score=score,
-        similarity=similarity,
-    )
+    metadata = json.loads(row["metadata"])
+    return records.hit_from_record(row["id"], row, row["content"], metadata, score, similarity)

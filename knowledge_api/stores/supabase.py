@@ -18,7 +18,6 @@ import numpy as np
 import orjson
 
 from knowledge_api.errors import BackendConnectionError, ConfigurationError, KnowledgeStoreError
-from knowledge_api.models import EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
@@ -62,16 +61,9 @@ class SupabaseStore(SiamStore):
         self._client: Any = None
         self._http: httpx.AsyncClient | None = None
 
-    @classmethod
-    def from_settings(cls, settings: Any, embedder: EmbedderIdentity) -> SupabaseStore:
-        return cls(
-            settings.supabase_url,
-            settings.supabase_service_role_key,
-            settings.supabase_timeout,
-            settings.supabase_retries,
-            settings.supabase_backoff,
-            SearchTuning.from_settings(settings),
-        )
+    settings_fields = (
+        "supabase_url supabase_service_role_key supabase_timeout supabase_retries supabase_backoff"
+    )
 
     def __repr__(self) -> str:
         return f"SupabaseStore({self.url!r})"

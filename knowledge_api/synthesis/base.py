@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import SearchHit
-from knowledge_api.registry import import_extra
+from knowledge_api.registry import FromSettings, import_extra
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ class Synthesizer(Protocol):
     def health(self) -> dict[str, Any]: ...
 
 
-class RemoteLink:
+class RemoteLink(FromSettings):
     """What the LLM links share: a key, an SDK client opened in the lifespan, health."""
 
     name = "remote"

@@ -20,16 +20,10 @@ class GeminiSynthesizer(RemoteLink):
     key_env = "GOOGLE_GENERATIVE_AI_API_KEY"
     extra = "gemini"
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> GeminiSynthesizer:
-        return cls(
-            settings.gemini_api_key,
-            settings.gemini_model,
-            settings.gemini_base_url,
-            settings.gemini_timeout,
-            settings.gemini_max_tokens,
-            settings.llm_temperature,
-        )
+    settings_fields = (
+        "gemini_api_key gemini_model gemini_base_url "
+        "gemini_timeout gemini_max_tokens llm_temperature"
+    )
 
     def connect(self) -> Any:
         genai = import_extra("google.genai", self.extra)

@@ -18,16 +18,9 @@ class GroqSynthesizer(RemoteLink):
     key_env = "GROQ_API_KEY"
     extra = "groq"
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> GroqSynthesizer:
-        return cls(
-            settings.groq_api_key,
-            settings.groq_model,
-            settings.groq_base_url,
-            settings.groq_timeout,
-            settings.groq_max_tokens,
-            settings.llm_temperature,
-        )
+    settings_fields = (
+        "groq_api_key groq_model groq_base_url groq_timeout groq_max_tokens llm_temperature"
+    )
 
     def connect(self) -> Any:
         groq = import_extra("groq", self.extra)
