@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -124,7 +123,11 @@ class ChromaStore(PointStore):
         await self._load_keywords()
 
     def _indexed(self, documents: Sequence[Document]) -> None:
-        entries = [entry for doc in documents for entry in keyword_entries(doc)]
+        entries = [
+            KeywordEntry.of(chunk, doc.collection, doc.source_type, doc.metadata)
+            for doc in documents
+            for chunk in doc.chunks
+        ]
         self.keywords.replace([doc.id for doc in documents], entries)
 
     def _deleted(self, doc_id: str) -> None:
@@ -170,19 +173,17 @@ class ChromaStore(PointStore):
 
     # -- writes ---------------------------------------------------------------------------
 
-    async def _write(self, documents: Sequence[Document]) -> None:
-        await self._run(IndexingError, "indexing", lambda: self._write_now(documents))
+    async def _created_at(self, ids: list[str]) -> dict[str, str]:
+        def read() -> dict[str, str]:
+            old = self._catalog.get(ids=ids, include=["metadatas"])
+            return {i: m["created_at"] for i, m in zip(old["ids"], old["metadatas"], strict=True)}
 
-    def _write_now(self, documents: Sequence[Document]) -> None:
-        stamp = records.now()
-        old = self._catalog.get(ids=[doc.id for doc in documents], include=["metadatas"])
-        created = {i: m["created_at"] for i, m in zip(old["ids"], old["metadatas"], strict=True)}
-        by_collection: dict[str, list[Document]] = defaultdict(list)
-        for doc in documents:
-            by_collection[doc.collection].append(doc)
-        for collection, docs in by_collection.items():
+        return await self._run(IndexingError, "reading documents", read)
+
+    async def _upsert_chunks(self, collection: str, documents: Sequence[Document]) -> None:
+        def write() -> None:
             chunks = self._chunks(collection, create=True)
-            pairs = [(doc, chunk) for doc in docs for chunk in doc.chunks]
+            pairs = [(doc, chunk) for doc in documents for chunk in doc.chunks]
             for part in self._batches(pairs):
                 chunks.upsert(
                     ids=[chunk.id for _, chunk in part],
@@ -190,25 +191,30 @@ class ChromaStore(PointStore):
                     documents=[chunk.content for _, chunk in part],
                     metadatas=[chunk_metadata(doc, chunk) for doc, chunk in part],
                 )
-            replaced = [doc.id for doc in docs if doc.id in created]
-            if replaced:
-                current = {chunk.id for _, chunk in pairs}
-                stored = chunks.get(where={"document_id": {"$in": replaced}}, include=[])
-                stale = [chunk_id for chunk_id in stored["ids"] if chunk_id not in current]
-                if stale:
-                    chunks.delete(ids=stale)
-        for batch in self._batches(list(documents)):
-            self._catalog.upsert(
-                ids=[doc.id for doc in batch],
-                embeddings=[[0.0]] * len(batch),
-                documents=[doc.content for doc in batch],
-                metadatas=[
-                    records.document_record(
-                        doc, created.get(doc.id) or doc.created_at or stamp, stamp
-                    )
-                    for doc in batch
-                ],
-            )
+
+        await self._run(IndexingError, "writing chunks", write)
+
+    async def _drop_stale(self, collection: str, doc_ids: list[str], keep: set[str]) -> None:
+        def drop() -> None:
+            chunks = self._chunks(collection)
+            stored = chunks.get(where={"document_id": {"$in": doc_ids}}, include=[])
+            stale = [chunk_id for chunk_id in stored["ids"] if chunk_id not in keep]
+            if stale:
+                chunks.delete(ids=stale)
+
+        await self._run(IndexingError, "removing stale chunks", drop)
+
+    async def _upsert_catalog(self, entries: Sequence[CatalogEntry]) -> None:
+        def write() -> None:
+            for batch in self._batches(list(entries)):
+                self._catalog.upsert(
+                    ids=[entry.id for entry in batch],
+                    embeddings=[[0.0]] * len(batch),
+                    documents=[entry.content for entry in batch],
+                    metadatas=[entry.record for entry in batch],
+                )
+
+        await self._run(IndexingError, "writing documents", write)
 
     def _batches(self, items: list[T]) -> Iterator[list[T]]:
         size = self._client.get_max_batch_size()
@@ -282,10 +288,8 @@ class ChromaStore(PointStore):
                 for offset in range(0, chunks.count(), PAGE):
                     got = chunks.get(limit=PAGE, offset=offset)
                     entries.extend(
-                        keyword_entry(collection, chunk_id, meta, content)
-                        for chunk_id, meta, content in zip(
-                            got["ids"], got["metadatas"], got["documents"], strict=True
-                        )
+                        KeywordEntry.of(p.chunk(), collection, p.record["source_type"], p.metadata)
+                        for p in chunk_points(got, vectors=False)
                     )
             return entries
 
@@ -437,37 +441,6 @@ def chroma_where(filters: SearchFilters) -> dict[str, Any] | None:
     if not clauses:
         return None
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
-
-
-def keyword_entries(doc: Document) -> list[KeywordEntry]:
-    return [
-        KeywordEntry(
-            chunk.id,
-            doc.id,
-            doc.collection,
-            doc.source_type,
-            doc.metadata,
-            chunk.title,
-            chunk.section,
-            chunk.content,
-        )
-        for chunk in doc.chunks
-    ]
-
-
-def keyword_entry(
-    collection: str, chunk_id: str, meta: dict[str, Any], content: str
-) -> KeywordEntry:
-    return KeywordEntry(
-        chunk_id,
-        meta["document_id"],
-        collection,
-        meta["source_type"],
-        json.loads(meta["metadata"]),
-        meta["title"],
-        meta["section"],
-        content,
-    )
 
 
 def close_client(client: Any) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from knowledge_api import text
-from knowledge_api.models import Metadata, SearchFilters
+from knowledge_api.models import Chunk, Metadata, SearchFilters
 from knowledge_api.stores.base import Candidate
 
 BM25_K1 = 1.2
@@ -99,6 +99,21 @@ class KeywordEntry:
     title: str
     section: str
     content: str
+
+    @classmethod
+    def of(
+        cls, chunk: Chunk, collection: str, source_type: str, metadata: Metadata
+    ) -> KeywordEntry:
+        return cls(
+            chunk.id,
+            chunk.document_id,
+            collection,
+            source_type,
+            metadata,
+            chunk.title,
+            chunk.section,
+            chunk.content,
+        )
 
     def row(self) -> tuple[Any, ...]:
         return (

@@ -107,9 +107,19 @@ class PointStore(HybridSearch):
     async def _write_record(self, record: Record) -> None:
         raise NotImplementedError
 
-    async def _write(self, documents: Sequence[Document]) -> None:
-        """Chunks first, then the stale ones go, then the catalog records: a write cut
-        short keeps the old content hashes, so the next ingest writes them again."""
+    async def _created_at(self, ids: list[str]) -> dict[str, str]:
+        """When each of these documents was first stored (those that are)."""
+        raise NotImplementedError
+
+    async def _upsert_chunks(self, collection: str, documents: Sequence[Document]) -> None:
+        """Write the chunks of `documents` (with their vectors) into `collection`."""
+        raise NotImplementedError
+
+    async def _drop_stale(self, collection: str, doc_ids: list[str], keep: set[str]) -> None:
+        """Delete the chunks of `doc_ids` whose ids are not in `keep`."""
+        raise NotImplementedError
+
+    async def _upsert_catalog(self, entries: Sequence[CatalogEntry]) -> None:
         raise NotImplementedError
 
     async def _remove(self, doc_id: str) -> bool:
@@ -232,6 +242,33 @@ class PointStore(HybridSearch):
                 self._indexed(documents)
             finally:
                 await self._wrote()
+
+    async def _write(self, documents: Sequence[Document]) -> None:
+        """Chunks first, then the stale ones go, then the catalog records: a write cut
+        short keeps the old content hashes, so the next ingest writes them again."""
+        stamp = records.now()
+        created = await self._created_at([doc.id for doc in documents])
+        by_collection: dict[str, list[Document]] = defaultdict(list)
+        for doc in documents:
+            by_collection[doc.collection].append(doc)
+        for collection, docs in by_collection.items():
+            await self._upsert_chunks(collection, docs)
+            replaced = [doc.id for doc in docs if doc.id in created]
+            if replaced:
+                keep = {chunk.id for doc in docs for chunk in doc.chunks}
+                await self._drop_stale(collection, replaced, keep)
+        await self._upsert_catalog(
+            [
+                CatalogEntry(
+                    doc.id,
+                    records.document_record(
+                        doc, created.get(doc.id) or doc.created_at or stamp, stamp
+                    ),
+                    doc.content,
+                )
+                for doc in documents
+            ]
+        )
 
     async def delete(self, doc_id: str) -> bool:
         async with self._write_lock:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections import defaultdict
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,9 +53,12 @@ from knowledge_api.stores.qdrant_points import (
     catalog_entry,
     chunk_point,
     chunk_struct,
+    chunk_vectors,
     dense,
-    folder_in_use,
+    fusion_query,
     match,
+    match_any,
+    new_client,
     quoted,
     search_filter,
     sparse,
@@ -123,8 +124,11 @@ class QdrantStore(PointStore):
     async def _connect(self) -> None:
         sdk = import_extra("qdrant_client", "qdrant")
         self._m = sdk.models
-        self._client = self._new_client(sdk)
-        await self._ensure_catalog()
+        self._client = new_client(sdk, self.url, self._api_key, self.path)
+        if not await self._client.collection_exists(self.prefix):
+            await self._client.create_collection(self.prefix, vectors_config={})
+            fields = ("kind", "collection", "source_type", "source_id")
+            await self._index_fields(self.prefix, fields)
 
     async def _opened(self, record: Record) -> None:
         if self.url:
@@ -132,25 +136,6 @@ class QdrantStore(PointStore):
         self.server_fusion = self.fusion == "auto" and (
             not self.url or version_tuple(self.server_version) >= SERVER_FUSION_SINCE
         )
-
-    def _new_client(self, sdk: Any) -> Any:
-        if self.url:
-            return sdk.AsyncQdrantClient(
-                url=self.url,
-                api_key=self._api_key.get() or None,
-                timeout=TIMEOUT_SECONDS,
-                check_compatibility=False,
-            )
-        if self.path == ":memory:":
-            return sdk.AsyncQdrantClient(location=":memory:")
-        Path(self.path).mkdir(parents=True, exist_ok=True)
-        if folder_in_use(Path(self.path)):
-            raise BackendConnectionError(
-                f"{self.path} is in use by another process: local-mode Qdrant serves one "
-                "process at a time; run a Qdrant server (KNOWLEDGE_QDRANT_URL) to share it",
-                backend=self.name,
-            )
-        return sdk.AsyncQdrantClient(path=self.path)
 
     async def close(self) -> None:
         if self._client is not None:
@@ -177,13 +162,6 @@ class QdrantStore(PointStore):
                 raise self.lost(e) from e
             raise error(f"{what} failed: {e}", backend=self.name) from e
 
-    async def _ensure_catalog(self) -> None:
-        if not await self._client.collection_exists(self.prefix):
-            await self._client.create_collection(self.prefix, vectors_config={})
-            await self._index_fields(
-                self.prefix, ("kind", "collection", "source_type", "source_id")
-            )
-
     async def _index_fields(self, collection: str, fields: Iterable[str]) -> None:
         """Payload indexes for filtered fields; local mode has none (it scans)."""
         if not self.url:
@@ -207,20 +185,11 @@ class QdrantStore(PointStore):
 
     async def _create_chunks(self, name: str) -> None:
         assert self._embedder is not None
-        m = self._m
-        await self._change(
-            "creating a collection",
-            "create_collection",
-            name,
-            vectors_config={
-                DENSE: m.VectorParams(size=self._embedder.dimension, distance=m.Distance.COSINE)
-            },
-            sparse_vectors_config={KEYWORDS: m.SparseVectorParams(modifier=m.Modifier.IDF)},
-        )
+        config = chunk_vectors(self._m, self._embedder.dimension)
+        await self._change("creating a collection", "create_collection", name, **config)
         fields = ["source_type", "document_id", "content_hash"]
-        await self._index_fields(
-            name, [*fields, *(f"metadata.{quoted(f)}" for f in self.indexed_fields)]
-        )
+        metadata = [f"metadata.{quoted(f)}" for f in self.indexed_fields]
+        await self._index_fields(name, [*fields, *metadata])
 
     async def _all_chunks(self) -> list[str]:
         found = await self._read("listing collections", "get_collections")
@@ -244,55 +213,38 @@ class QdrantStore(PointStore):
 
     # -- writes ---------------------------------------------------------------------------
 
-    async def _write(self, documents: Sequence[Document]) -> None:
-        m = self._m
-        stamp = records.now()
-        old = await self._change(
-            "reading documents",
-            "retrieve",
-            self.prefix,
-            [d.id for d in documents],
-            with_payload=["created_at"],
+    async def _created_at(self, ids: list[str]) -> dict[str, str]:
+        old = await self._read(
+            "reading documents", "retrieve", self.prefix, ids, with_payload=["created_at"]
         )
-        created = {str(p.id): p.payload["created_at"] for p in old}
-        by_collection: dict[str, list[Document]] = defaultdict(list)
-        for doc in documents:
-            by_collection[doc.collection].append(doc)
-        for collection, docs in by_collection.items():
-            name = await self._chunks(collection, create=True)
-            points = [chunk_struct(self._m, doc, chunk) for doc in docs for chunk in doc.chunks]
-            for start in range(0, len(points), BATCH):
-                part = points[start : start + BATCH]
-                await self._change("writing chunks", "upsert", name, part)
-            replaced = [doc.id for doc in docs if doc.id in created]
-            if not replaced:
-                continue
-            stale = m.Filter(
-                must=[m.FieldCondition(key="document_id", match=m.MatchAny(any=replaced))],
-                must_not=[m.HasIdCondition(has_id=[p.id for p in points])] if points else None,
-            )
-            await self._change(
-                "removing stale chunks",
-                "delete",
-                name,
-                m.FilterSelector(filter=stale),
-            )
-        catalog = [
-            m.PointStruct(
-                id=doc.id,
+        return {str(p.id): p.payload["created_at"] for p in old}
+
+    async def _upsert_chunks(self, collection: str, documents: Sequence[Document]) -> None:
+        name = await self._chunks(collection, create=True)
+        points = [chunk_struct(self._m, doc, chunk) for doc in documents for chunk in doc.chunks]
+        for start in range(0, len(points), BATCH):
+            await self._change("writing chunks", "upsert", name, points[start : start + BATCH])
+
+    async def _drop_stale(self, collection: str, doc_ids: list[str], keep: set[str]) -> None:
+        m = self._m
+        stale = m.Filter(
+            must=[match_any(m, "document_id", doc_ids)],
+            must_not=[m.HasIdCondition(has_id=list(keep))] if keep else None,
+        )
+        name = await self._chunks(collection)
+        await self._change("removing stale chunks", "delete", name, m.FilterSelector(filter=stale))
+
+    async def _upsert_catalog(self, entries: Sequence[CatalogEntry]) -> None:
+        points = [
+            self._m.PointStruct(
+                id=entry.id,
                 vector={},
-                payload={
-                    "kind": "document",
-                    **records.document_record(
-                        doc, created.get(doc.id) or doc.created_at or stamp, stamp
-                    ),
-                    "content": doc.content,
-                },
+                payload={"kind": "document", **entry.record, "content": entry.content},
             )
-            for doc in documents
+            for entry in entries
         ]
-        for start in range(0, len(catalog), BATCH):
-            part = catalog[start : start + BATCH]
+        for start in range(0, len(points), BATCH):
+            part = points[start : start + BATCH]
             await self._change("writing documents", "upsert", self.prefix, part)
 
     async def _remove(self, doc_id: str) -> bool:
@@ -329,24 +281,10 @@ class QdrantStore(PointStore):
         name = await self._chunks(filters.collection)
         if name is None:
             return [], {}
-        m = self._m
-        where = search_filter(self._m, filters)
-        prefetch = [m.Prefetch(query=dense(vector), using=DENSE, filter=where, limit=n)]
-        terms = sparse_query(query)
-        if terms:
-            prefetch.append(
-                m.Prefetch(query=sparse(m, terms), using=KEYWORDS, filter=where, limit=n)
-            )
+        fusion = fusion_query(self._m, query, vector, search_filter(self._m, filters), n)
+        k = self._m.Rrf(k=self.tuning.fusion_k + 1)  # Qdrant ranks from 0, we from 1
         found = await self._read(
-            "hybrid search",
-            "query_points",
-            name,
-            prefetch=prefetch,
-            # Qdrant ranks from 0, we from 1
-            query=m.RrfQuery(rrf=m.Rrf(k=self.tuning.fusion_k + 1)),
-            query_filter=where,
-            limit=2 * n,
-            with_payload=False,
+            "hybrid search", "query_points", name, query=self._m.RrfQuery(rrf=k), **fusion
         )
         fused: list[tuple[Hashable, float]] = [
             ((filters.collection, str(p.id)), p.score) for p in found.points
@@ -466,9 +404,7 @@ class QdrantStore(PointStore):
         name = await self._chunks(collection)
         if name is None:
             return []
-        mine = self._m.Filter(
-            must=[self._m.FieldCondition(key="document_id", match=self._m.MatchAny(any=doc_ids))]
-        )
+        mine = self._m.Filter(must=[match_any(self._m, "document_id", doc_ids)])
         return [
             chunk_point(point, vectors)
             async for point in self._scroll(name, mine, vectors and [DENSE])
@@ -513,13 +449,10 @@ class QdrantStore(PointStore):
         for name in await self._all_chunks():
             for start in range(0, len(hashes), BATCH):
                 wanted = list(hashes[start : start + BATCH])
-                where = m.Filter(
-                    must=[m.FieldCondition(key="content_hash", match=m.MatchAny(any=wanted))]
-                )
+                where = m.Filter(must=[match_any(m, "content_hash", wanted)])
                 async for point in self._scroll(name, where, [DENSE]):
-                    vectors[point.payload["content_hash"]] = np.asarray(
-                        point.vector[DENSE], dtype=np.float32
-                    )
+                    found = chunk_point(point, vectors=True)
+                    vectors[found.record["content_hash"]] = np.asarray(found.vector)
         return vectors
 
     async def collections(self) -> dict[str, int]:

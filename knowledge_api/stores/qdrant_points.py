@@ -1,5 +1,6 @@
-"""Qdrant's data model as the Qdrant store uses it: points, payload filters, vectors
-of queries, and facts about the engine (server version, local folder lock)."""
+"""Qdrant's data model as the Qdrant store uses it: the client, collections of points,
+payload filters, vectors of queries, and facts about the engine (server version, local
+folder lock)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,55 @@ from typing import Any
 
 import numpy as np
 
-from knowledge_api.errors import SearchError
+from knowledge_api.errors import BackendConnectionError, SearchError
 from knowledge_api.models import Chunk, Document, SearchFilters
+from knowledge_api.settings import Secret
 from knowledge_api.stores import records
-from knowledge_api.stores.keyword import sparse_document
+from knowledge_api.stores.keyword import sparse_document, sparse_query
 from knowledge_api.stores.points import CatalogEntry, ChunkPoint
 
 DENSE = "dense"
 KEYWORDS = "keywords"
+TIMEOUT_SECONDS = 10
+
+
+def new_client(sdk: Any, url: str, api_key: Secret, path: str) -> Any:
+    """A client of the server at `url`, or of local mode in `path` (or in memory)."""
+    if url:
+        return sdk.AsyncQdrantClient(
+            url=url,
+            api_key=api_key.get() or None,
+            timeout=TIMEOUT_SECONDS,
+            check_compatibility=False,
+        )
+    if path == ":memory:":
+        return sdk.AsyncQdrantClient(location=":memory:")
+    Path(path).mkdir(parents=True, exist_ok=True)
+    if folder_in_use(Path(path)):
+        raise BackendConnectionError(
+            f"{path} is in use by another process: local-mode Qdrant serves one "
+            "process at a time; run a Qdrant server (KNOWLEDGE_QDRANT_URL) to share it",
+            backend="qdrant",
+        )
+    return sdk.AsyncQdrantClient(path=path)
+
+
+def fusion_query(m: Any, query: str, vector: np.ndarray, where: Any, n: int) -> dict[str, Any]:
+    """A hybrid query's prefetches (the best n by vector, and by keyword when the query
+    has terms), its filter and limit; the caller names the fusion."""
+    prefetch = [m.Prefetch(query=dense(vector), using=DENSE, filter=where, limit=n)]
+    terms = sparse_query(query)
+    if terms:
+        prefetch.append(m.Prefetch(query=sparse(m, terms), using=KEYWORDS, filter=where, limit=n))
+    return {"prefetch": prefetch, "query_filter": where, "limit": 2 * n, "with_payload": False}
+
+
+def chunk_vectors(m: Any, dimension: int) -> dict[str, Any]:
+    """The vectors of a chunk collection: dense (cosine) and BM25 (Qdrant's IDF)."""
+    return {
+        "vectors_config": {DENSE: m.VectorParams(size=dimension, distance=m.Distance.COSINE)},
+        "sparse_vectors_config": {KEYWORDS: m.SparseVectorParams(modifier=m.Modifier.IDF)},
+    }
 
 
 def chunk_struct(m: Any, doc: Document, chunk: Chunk) -> Any:
@@ -79,6 +121,11 @@ def catalog_entry(point: Any) -> CatalogEntry:
 def match(m: Any, key: str, value: Any) -> Any:
     """The condition that payload `key` equals `value`."""
     return m.FieldCondition(key=key, match=m.MatchValue(value=value))
+
+
+def match_any(m: Any, key: str, values: list[str]) -> Any:
+    """The condition that payload `key` is one of `values`."""
+    return m.FieldCondition(key=key, match=m.MatchAny(any=values))
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
