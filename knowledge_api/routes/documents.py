@@ -10,7 +10,7 @@ from starlette.responses import Response
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
-from knowledge_api.routes.fields import Body, CollectionName, OneOf, Scalars, Text
+from knowledge_api.routes.fields import Body, CollectionName, Custom, OneOf, Scalars, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.views import document_view
 
@@ -29,6 +29,23 @@ DOCUMENT = Body(
     Scalars("metadata", "Metadata values, e.g. app_under_test.", None),
     CollectionName("collection", "The collection to index into.", DEFAULT_COLLECTION),
 )
+
+
+DOCUMENTS = Body(
+    "Documents",
+    Custom(
+        "documents",
+        f"Up to {MAX_BATCH} documents; or send one document as the body itself.",
+        check=lambda value: value,
+        shape={
+            "type": "array",
+            "items": DOCUMENT.schema(),
+            "minItems": 1,
+            "maxItems": MAX_BATCH,
+        },
+    ),
+)
+"""A batch; POST /v1/knowledge/documents also takes one DOCUMENT as the body."""
 
 
 def parse(payload: Any) -> list[Document]:
