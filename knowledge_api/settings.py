@@ -9,6 +9,7 @@ back to a default.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -121,6 +122,23 @@ class Settings:
     )
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
+    )
+    auth: str = setting(
+        "KNOWLEDGE_AUTH",
+        "auto",
+        "keys (every route but /livez, /readyz and a minimal /health needs an API key), off, "
+        "or auto: off when the service binds a loopback address, keys otherwise.",
+    )
+    rate_limit: int = setting(
+        "KNOWLEDGE_RATE_LIMIT",
+        0,
+        "Requests per minute each API key (or client address, without keys) may make; "
+        "0 = no limit. Past it: 429 with Retry-After.",
+    )
+    cors_origins: str = setting(
+        "KNOWLEDGE_CORS_ORIGINS",
+        "",
+        "Comma-separated origins a browser may call from (* for any); empty = no CORS.",
     )
     seed_path: str = setting(
         "KNOWLEDGE_SEED_PATH",
@@ -394,6 +412,10 @@ class Settings:
         for name in ("feedback_docs", "feedback_weight", "feedback_rank_weight"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{env_name(name)} must not be negative")
+        if self.auth not in ("auto", "keys", "off"):
+            raise ConfigurationError("KNOWLEDGE_AUTH must be auto, keys or off")
+        if self.rate_limit < 0:
+            raise ConfigurationError("KNOWLEDGE_RATE_LIMIT must not be negative")
         if self.embedding_precision not in ("auto", "bf16", "fp32"):
             raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, bf16 or fp32")
         if self.log_level not in ("debug", "info", "warning", "error"):
@@ -447,9 +469,26 @@ class Settings:
         if not valid_collection(self.support_collection):
             raise ConfigurationError(f"KNOWLEDGE_SUPPORT_COLLECTION {COLLECTION_RULE}")
 
+    @property
+    def auth_required(self) -> bool:
+        """Whether requests need an API key: KNOWLEDGE_AUTH, where auto means keys unless
+        the service binds a loopback address only."""
+        if self.auth == "auto":
+            return not is_loopback(self.host)
+        return self.auth == "keys"
+
     def replace(self, **changes: Any) -> Settings:
         current = {f.name: getattr(self, f.name) for f in fields(self)}
         return Settings(**{**current, **changes})
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def declared() -> list[tuple[str, Any, str]]:

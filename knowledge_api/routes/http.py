@@ -66,7 +66,7 @@ def route_list(request: Request) -> list[str]:
 
 async def api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, KnowledgeAPIError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:

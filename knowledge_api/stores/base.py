@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,6 +27,7 @@ from knowledge_api.stores.fusion import (
     feedback_vector,
     reciprocal_rank_fusion,
 )
+from knowledge_api.stores.keys import KeyStore, SQLiteKeys
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,10 @@ class KnowledgeStore(Protocol):
         """Every document of a collection with its chunks and their embeddings."""
         ...
 
+    def key_store(self, sqlite_path: Path) -> KeyStore:
+        """Where the deployment keeps its API keys (see stores/keys.py)."""
+        ...
+
 
 class HybridSearch(FromSettings):
     """Vector and keyword candidates fused by rank; similarity is the cosine."""
@@ -96,6 +102,11 @@ class HybridSearch(FromSettings):
     @classmethod
     def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
         return {"tuning": SearchTuning.from_settings(settings)}
+
+    def key_store(self, sqlite_path: Path) -> KeyStore:
+        """Where this store's deployment keeps its API keys: by default a table of the
+        SQLite file at `sqlite_path` (the sqlite store's own file)."""
+        return SQLiteKeys(sqlite_path)
 
     async def search(
         self,
