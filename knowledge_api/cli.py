@@ -16,8 +16,10 @@ import orjson
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
-from knowledge_api.ingest.loaders import LoadOptions, load_paths
-from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, QueryRequest
+from knowledge_api.ingest.git_source import GitOptions, load_git
+from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
+from knowledge_api.ingest.progress import progress
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, QueryRequest
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
@@ -47,7 +49,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="override KNOWLEDGE_API_PORT")
     serve.set_defaults(run=run_serve)
 
-    ingest = commands.add_parser("ingest", help="index Markdown, text, HTML and JSONL files")
+    ingest = commands.add_parser(
+        "ingest", help="index Markdown, text, HTML, PDF, DOCX, PPTX and JSONL files"
+    )
     ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     ingest.add_argument(
         "--source-type",
@@ -64,6 +68,21 @@ def parser() -> argparse.ArgumentParser:
     ingest.add_argument("--base-url", default="", help="URL prefix of the files' paths")
     ingest.add_argument("--collection", default=DEFAULT_COLLECTION, help="collection to index into")
     ingest.set_defaults(run=run_ingest)
+
+    history = commands.add_parser("ingest-git", help="index the commits of a git repository")
+    history.add_argument("repo", type=Path, metavar="REPO", help="a git working tree")
+    history.add_argument("--since", help="only commits after this ISO date (e.g. 2026-01-31)")
+    history.add_argument("--branch", help="branch or ref to read (default: the one checked out)")
+    history.add_argument(
+        "--base-url",
+        default="",
+        metavar="PATTERN",
+        help="commit URL pattern, e.g. https://git.example.com/repo/commit/{hash}",
+    )
+    history.add_argument(
+        "--collection", default=DEFAULT_COLLECTION, help="collection to index into"
+    )
+    history.set_defaults(run=run_ingest_git)
 
     query = commands.add_parser("query", help="ask a question, print the JSON response")
     query.add_argument("text")
@@ -121,20 +140,47 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
+    """Files are read and parsed before the service (and its model) starts, so a wrong
+    path costs nothing. Exit 1 when some files were skipped, after indexing the rest."""
     options = LoadOptions(
         source_type=args.source_type,
         collection=validation.collection_name(args.collection, "--collection"),
         metadata=parse_meta(args.meta),
         base_url=args.base_url,
     )
+    loaded = load_paths(args.paths, options)
+    for skipped in loaded.skipped:
+        detail = f" ({skipped.detail})" if skipped.detail else ""
+        print(f"skipped {skipped.path}: {skipped.reason}{detail}", file=sys.stderr)
+    status = index_documents(settings, loaded.documents)
+    if loaded.skipped:
+        print(skipped_summary(loaded.skipped))
+        return 1
+    return status
+
+
+def run_ingest_git(settings: Settings, args: argparse.Namespace) -> int:
+    """The commits are listed before the service starts: a bad repository, branch or
+    option is an error without loading the model."""
+    options = GitOptions(
+        since=args.since,
+        branch=args.branch,
+        base_url=args.base_url,
+        collection=validation.collection_name(args.collection, "--collection"),
+    )
+    return index_documents(settings, load_git(args.repo, options))
+
+
+def index_documents(settings: Settings, documents: list[Document]) -> int:
+    """Index through the service and print the summary line on stdout."""
+    if not documents:
+        print("0 documents indexed (0 chunks, 0 embedded), 0 unchanged skipped")
+        return 0
 
     async def ingest(service: KnowledgeService) -> int:
-        from tqdm import tqdm
-
-        documents = list(load_paths(args.paths, options))
         started = time.perf_counter()
-        with tqdm(total=len(documents), unit="doc", file=sys.stderr, disable=None) as bar:
-            summary = await service.ingest(documents, progress=bar.update)
+        with progress(total=len(documents), unit="document", desc="indexing") as update:
+            summary = await service.ingest(documents, progress=update)
         seconds = time.perf_counter() - started
         print(
             f"{summary.documents} documents indexed ({summary.chunks} chunks, "
@@ -144,6 +190,14 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
     return with_service(settings, ingest)
+
+
+def skipped_summary(skipped: list[Skipped], shown: int = 10) -> str:
+    """`3 files skipped: x.png (binary), ...`: the first few by name, the rest counted."""
+    names = ", ".join(str(s) for s in skipped[:shown])
+    more = f", and {len(skipped) - shown} more" if len(skipped) > shown else ""
+    files = "file" if len(skipped) == 1 else "files"
+    return f"{len(skipped)} {files} skipped: {names}{more}"
 
 
 def run_query(settings: Settings, args: argparse.Namespace) -> int:
@@ -256,6 +310,6 @@ def parse_meta(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"error: --meta takes KEY=VALUE, got {pair!r}")
+            raise InvalidRequest("--meta", f"takes KEY=VALUE, got {pair!r}")
         meta[key] = value
     return meta
