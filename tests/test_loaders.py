@@ -56,7 +56,7 @@ def test_folder_of_markdown_text_and_html(tmp_path: Path) -> None:
 
 def test_html_keeps_main_content_and_headings_not_boilerplate() -> None:
     page = html_to_markdown(DOC_PAGE)
-    assert page.title == "Rotating keys"  # the site's name after the dash is not the title
+    assert page.title == "Rotating keys"  # the main heading, not the <title> with the site
     assert page.content.startswith("# Rotating keys\n\nKeys rotate every ninety days.")
     assert "## Manual rotation" in page.content and "## Troubleshooting" in page.content
     assert "- Check the audit log afterwards." in page.content
@@ -80,6 +80,27 @@ def test_short_documentation_page_keeps_its_headings() -> None:
         "<footer>Previous | Next | Up</footer></body></html>"
     )
     assert page.content == "# Ports\n\nThe API listens on 8080.\n\n## TLS\n\nTLS ends at the proxy."
+
+
+def test_title_is_the_main_heading_not_the_menu_title() -> None:
+    """An mdBook page: the book's name in the menu bar is an h1 too."""
+    page = html_to_markdown(
+        "<html><head><title>Intro - The Book</title></head><body>"
+        '<div id="help"><h2>Keyboard shortcuts</h2><p>Press S to search.</p></div>'
+        '<div id="menu-bar"><h1 class="menu-title">The Book</h1></div>'
+        "<main><h1>Intro</h1><p>What this book covers and who it is for.</p></main></body></html>"
+    )
+    assert page.title == "Intro"
+    assert page.content == "# Intro\n\nWhat this book covers and who it is for."
+
+
+def test_redirect_stubs_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / "old.html").write_text(
+        '<html><head><title>Redirecting...</title><meta http-equiv="refresh" '
+        'content="0; URL=new.html#passes"></head><body><p>Redirecting to new.html</p></body></html>'
+    )
+    (skipped,) = load_paths([tmp_path], LoadOptions()).skipped
+    assert (skipped.reason, skipped.detail) == ("redirect page", "to new.html#passes")
 
 
 def test_markdown_comments_are_dropped_outside_code(tmp_path: Path) -> None:

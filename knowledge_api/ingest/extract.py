@@ -128,8 +128,14 @@ def html_file(path: Path) -> Extracted:
 
 def html_to_markdown(html: str) -> Extracted:
     """The main content of a page as Markdown: navigation, header, footer, scripts and
-    comments are left out, headings become `#` lines so chunks keep their section."""
+    comments are left out, headings become `#` lines so chunks keep their section.
+
+    The title is the main content's first `# ` heading: the page's metadata title can
+    come from a menu or a dialog (mdBook's "Keyboard shortcuts"), the heading cannot."""
     trafilatura = import_extra("trafilatura", DOCUMENTS_EXTRA)
+    redirect = _refresh_target(html)
+    if redirect is not None:
+        raise ExtractionError("redirect page", f"to {redirect}")
     content = trafilatura.extract(
         html,
         output_format="markdown",
@@ -145,9 +151,27 @@ def html_to_markdown(html: str) -> Extracted:
     if not content or not content.strip():
         raise ExtractionError("no main content", "no text outside navigation and boilerplate")
     content = _ANCHOR_MARKS.sub(r"\1", content.strip())
-    metadata = trafilatura.extract_metadata(html)
-    title = (metadata.title if metadata is not None else None) or markdown_title(content)
-    return Extracted(str(title or "").strip().rstrip(PERMALINK_SIGNS), content)
+    title = markdown_title(content)
+    if not title:
+        metadata = trafilatura.extract_metadata(html)
+        title = str(metadata.title or "") if metadata is not None else ""
+    return Extracted(title.strip().rstrip(PERMALINK_SIGNS), content)
+
+
+def _refresh_target(html: str) -> str | None:
+    """Where a `<meta http-equiv="refresh">` page sends the reader, if it is one: such a
+    stub says only "Redirecting..." and its target is indexed on its own."""
+    from lxml import html as lxml_html
+
+    try:
+        tree = lxml_html.document_fromstring(html)
+    except Exception:  # lxml rejects empty or odd documents; trafilatura decides then
+        return None
+    for meta in tree.iter("meta"):
+        if str(meta.get("http-equiv", "")).lower() == "refresh":
+            content = str(meta.get("content", ""))
+            return content.partition("=")[2].strip() or content
+    return None
 
 
 @cache
