@@ -127,3 +127,24 @@ def git_env() -> dict[str, str]:
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": os.devnull,
     }
+
+
+def many_commits(repo: Path, count: int, start: int = 1767225600) -> None:
+    """`count` commits on main in one `git fast-import` (a process per commit would take
+    longer than the test), each changing one of 40 files, one second apart."""
+    stream = bytearray()
+    for n in range(count):
+        message = f"Change {n}\n\nTouches module {n % 40}.\n".encode()
+        stamp = f"Ann <dev@example.com> {start + n} +0000".encode()
+        content = f"{n}\n".encode()
+        stream += b"commit refs/heads/main\nauthor %s\ncommitter %s\n" % (stamp, stamp)
+        stream += b"data %d\n%s" % (len(message), message)
+        stream += b"M 644 inline m%d.py\ndata %d\n%s\n" % (n % 40, len(content), content)
+    subprocess.run(
+        ["git", "-C", str(repo), "fast-import", "--quiet"],
+        input=bytes(stream),
+        check=True,
+        capture_output=True,
+        env=git_env(),
+    )
+    run_git(repo, "reset", "-q", "--hard", "main")

@@ -10,6 +10,7 @@ and are imported only when a file of theirs comes up.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,12 @@ _BLANK_RUNS = re.compile(r"\n{3,}")
 _ANCHOR_MARKS = re.compile(r"^(#{1,6} .*?)[ \t]*[¶🔗]+[ \t]*$", re.MULTILINE)
 """A heading line ending in the permalink sign documentation generators add (Sphinx's ¶)."""
 PERMALINK_SIGNS = " \t¶🔗"
+
+
+for _library in ("pypdf", "trafilatura", "htmldate", "courlan"):
+    # Their warnings about a damaged file repeat, less clearly, the reason a skipped file
+    # is reported with; a file they recover from needs no warning either.
+    logging.getLogger(_library).setLevel(logging.ERROR)
 
 
 class ExtractionError(Exception):
@@ -136,18 +143,21 @@ def html_to_markdown(html: str) -> Extracted:
     redirect = _refresh_target(html)
     if redirect is not None:
         raise ExtractionError("redirect page", f"to {redirect}")
-    content = trafilatura.extract(
-        html,
-        output_format="markdown",
-        include_comments=False,
-        include_tables=True,
-        include_images=False,
-        include_links=False,
-        include_formatting=True,
-        favor_recall=True,
-        deduplicate=False,
-        config=_trafilatura_config(),
-    )
+    try:
+        content = trafilatura.extract(
+            html,
+            output_format="markdown",
+            include_comments=False,
+            include_tables=True,
+            include_images=False,
+            include_links=False,
+            include_formatting=True,
+            favor_recall=True,
+            deduplicate=False,
+            config=_trafilatura_config(),
+        )
+    except Exception as e:  # lxml and trafilatura raise many kinds on odd markup
+        raise ExtractionError("unreadable HTML", f"{type(e).__name__}: {e}") from e
     if not content or not content.strip():
         raise ExtractionError("no main content", "no text outside navigation and boilerplate")
     content = _ANCHOR_MARKS.sub(r"\1", content.strip())
