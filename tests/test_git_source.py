@@ -55,6 +55,11 @@ def test_since_and_branch(repo: Path) -> None:
     run_git(repo, "checkout", "-q", "main")
     titles = [d.title for d in load_git(repo, GitOptions(since="2026-02-01"))]
     assert titles == ["Fix rounding of totals"]
+    # a bare date is that day's midnight UTC, not the current time of day on it as in git
+    titles = [d.title for d in load_git(repo, GitOptions(since="2026-02-10"))]
+    assert titles == ["Fix rounding of totals"]
+    assert load_git(repo, GitOptions(since="2026-02-10T10:00:00+01:00")) != []
+    assert load_git(repo, GitOptions(since="2026-02-10T09:31:00")) == []
     feature = load_git(repo, GitOptions(branch="feature", since="2026-02-01"))
     assert [(d.title, d.metadata["branch"]) for d in feature] == [
         ("Feature work", "feature"),

@@ -86,10 +86,7 @@ def check_options(options: GitOptions) -> None:
     """Usage errors before anything is read: a --since that is not a date, a --base-url
     without {hash}."""
     if options.since is not None:
-        try:
-            datetime.fromisoformat(options.since)
-        except ValueError as e:
-            raise InvalidRequest("--since", "takes an ISO date such as 2026-01-31") from e
+        since_argument(options.since)
     if options.base_url:
         try:
             filled = options.base_url.format(hash="0", short="0")
@@ -99,6 +96,18 @@ def check_options(options: GitOptions) -> None:
             ) from e
         if filled == options.base_url:
             raise InvalidRequest("--base-url", "must contain {hash}, e.g. .../commit/{hash}")
+
+
+def since_argument(since: str) -> str:
+    """An ISO date as git's --since reads it exactly: midnight UTC for a bare date (git
+    would take the current time of day on that date), UTC for a time without offset."""
+    try:
+        moment = datetime.fromisoformat(since)
+    except ValueError as e:
+        raise InvalidRequest("--since", "takes an ISO date such as 2026-01-31") from e
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.isoformat()
 
 
 def git(path: Path, *args: str, field: str, rule: str) -> str:
@@ -115,7 +124,7 @@ def commits(repo: Repository, since: str | None = None) -> Iterator[Commit]:
     """The commits of the branch, newest first, streamed from one `git log`."""
     args = ["git", "-C", str(repo.path), "log", "-z", "--name-only", f"--format={LOG_FORMAT}"]
     if since is not None:
-        args.append(f"--since={since}")
+        args.append(f"--since={since_argument(since)}")
     args += [repo.branch, "--"]
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
         assert process.stdout is not None
