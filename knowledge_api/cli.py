@@ -70,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     ingest.set_defaults(run=run_ingest)
 
     history = commands.add_parser("ingest-git", help="index the commits of a git repository")
-    history.add_argument("repo", type=Path, metavar="REPO", help="a git working tree")
+    history.add_argument("repo", type=Path, metavar="REPO", help="a git working tree or bare clone")
     history.add_argument("--since", help="only commits after this ISO date (e.g. 2026-01-31)")
     history.add_argument("--branch", help="branch or ref to read (default: the one checked out)")
     history.add_argument(

@@ -67,6 +67,17 @@ def test_since_and_branch(repo: Path) -> None:
     ]
 
 
+def test_a_bare_clone_and_a_subfolder_are_read(repo: Path, tmp_path: Path) -> None:
+    run_git(tmp_path, "clone", "-q", "--bare", str(repo), str(tmp_path / "mirror" / "billing.git"))
+    bare = load_git(tmp_path / "mirror" / "billing.git", GitOptions())
+    inside = load_git(repo / "src", GitOptions())
+    for docs in (bare, inside):
+        assert [(d.metadata["repo"], d.metadata["branch"]) for d in docs] == [
+            ("billing", "main")
+        ] * 2
+    assert [d.source_id for d in bare] == [d.source_id for d in inside]
+
+
 def test_messages_and_paths_that_look_like_records_parse() -> None:
     """A message with blank lines and an empty commit between two with paths."""
     log = (

@@ -67,7 +67,10 @@ def open_repository(path: Path, branch: str | None) -> Repository:
     is not a git repository or the branch does not exist."""
     if not path.is_dir():
         raise InvalidRequest(str(path), "no such folder")
-    top = git(path, "rev-parse", "--show-toplevel", field=str(path), rule="not a git repository")
+    not_a_repo = {"field": str(path), "rule": "not a git repository"}
+    bare = git(path, "rev-parse", "--is-bare-repository", **not_a_repo) == "true"
+    where = "--absolute-git-dir" if bare else "--show-toplevel"  # billing.git or billing/
+    top = Path(git(path, "rev-parse", where, **not_a_repo))
     if branch is None:
         branch = git(path, "rev-parse", "--abbrev-ref", "HEAD", field=str(path), rule="no commits")
     git(
@@ -79,7 +82,7 @@ def open_repository(path: Path, branch: str | None) -> Repository:
         field="--branch",
         rule=f"no branch or commit {branch!r} in {path}",
     )
-    return Repository(Path(top), Path(top).name, branch)
+    return Repository(top, top.name.removesuffix(".git"), branch)
 
 
 def check_options(options: GitOptions) -> None:
