@@ -19,6 +19,7 @@ from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.progress import progress
+from knowledge_api.ingest.unchanged import changed_in_store
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, QueryRequest
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
@@ -172,19 +173,22 @@ def run_ingest_git(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def index_documents(settings: Settings, documents: list[Document]) -> int:
-    """Index through the service and print the summary line on stdout."""
-    if not documents:
-        print("0 documents indexed (0 chunks, 0 embedded), 0 unchanged skipped")
+    """Index through the service and print the summary line on stdout. Documents stored
+    unchanged are set aside first, so a run with nothing new never loads the model."""
+    changed = asyncio.run(changed_in_store(settings, documents)) if documents else []
+    unchanged = len(documents) - len(changed)
+    if not changed:
+        print(f"0 documents indexed (0 chunks, 0 embedded), {unchanged} unchanged skipped")
         return 0
 
     async def ingest(service: KnowledgeService) -> int:
         started = time.perf_counter()
-        with progress(total=len(documents), unit="document", desc="indexing") as update:
-            summary = await service.ingest(documents, progress=update)
+        with progress(total=len(changed), unit="document", desc="indexing") as update:
+            summary = await service.ingest(changed, progress=update)
         seconds = time.perf_counter() - started
         print(
             f"{summary.documents} documents indexed ({summary.chunks} chunks, "
-            f"{summary.embedded} embedded), {summary.skipped} unchanged skipped, "
+            f"{summary.embedded} embedded), {summary.skipped + unchanged} unchanged skipped, "
             f"in {seconds:.1f}s ({summary.chunks / max(seconds, 1e-9):.0f} chunks/s)"
         )
         return 0

@@ -114,6 +114,33 @@ def test_ingest_git_indexes_new_commits_only(
     assert result["metadata"]["paths"] == ["src/refund.py"]
 
 
+def test_a_rerun_with_nothing_new_leaves_the_model_unloaded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = git_repo(tmp_path / "billing")
+    commit(repo, "Fix invoice rounding", {"src/invoice.py": "1"}, "2026-02-10T09:30:00Z")
+    (tmp_path / "a.md").write_text("# Alpha\n\nText.")
+    assert main(["ingest-git", "billing"]) == 0
+    assert main(["ingest", "a.md"]) == 0
+    capsys.readouterr()
+    started: list[object] = []
+    real = KnowledgeService.from_settings
+    monkeypatch.setattr(
+        KnowledgeService, "from_settings", lambda settings: started.append(1) or real(settings)
+    )
+    assert main(["ingest-git", "billing"]) == 0
+    assert main(["ingest", "a.md"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "0 documents indexed (0 chunks, 0 embedded), 1 unchanged skipped",
+        "0 documents indexed (0 chunks, 0 embedded), 1 unchanged skipped",
+    ]
+    assert started == []
+    (tmp_path / "a.md").write_text("# Alpha\n\nNew text.")
+    assert main(["ingest", "a.md"]) == 0
+    assert capsys.readouterr().out.startswith("1 documents indexed (1 chunks, 1 embedded)")
+    assert started == [1]
+
+
 def test_plain_progress_lines_when_not_a_terminal() -> None:
     stream = io.StringIO()
     with progress(total=500, stream=stream, every=0.0) as update:
