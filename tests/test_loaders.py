@@ -127,10 +127,10 @@ def test_binary_and_unknown_files_are_skipped_and_named(tmp_path: Path) -> None:
     assert [str(s) for s in loaded.skipped] == [
         f"{tmp_path / 'Makefile'} (unknown type)",
         f"{tmp_path / 'fake.md'} (binary)",
-        f"{tmp_path / 'latin.txt'} (binary)",
+        f"{tmp_path / 'latin.txt'} (not UTF-8)",
         f"{tmp_path / 'logo.png'} (binary)",
     ]
-    assert "not UTF-8" in loaded.skipped[2].detail
+    assert loaded.skipped[2].detail == "undecodable byte at offset 3"
 
 
 def test_a_file_given_by_name_is_checked_too(tmp_path: Path) -> None:
@@ -140,6 +140,15 @@ def test_a_file_given_by_name_is_checked_too(tmp_path: Path) -> None:
     (skipped,) = loaded.skipped
     assert (skipped.path, skipped.reason) == (str(tmp_path / "logo.md"), "binary")
     assert str(skipped) == f"{tmp_path / 'logo.md'} (binary)"
+
+
+def test_html_is_decoded_by_its_own_charset(tmp_path: Path) -> None:
+    (tmp_path / "café.html").write_bytes(
+        '<html><head><meta charset="iso-8859-1"></head><body><main><h1>Café</h1>'
+        "<p>The café opens at eight.</p></main></body></html>".encode("latin-1")
+    )
+    doc = next(iter(load_paths([tmp_path / "café.html"], LoadOptions())))
+    assert (doc.title, doc.content) == ("Café", "# Café\n\nThe café opens at eight.")
 
 
 def test_pdf_pages_become_sections(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ Each extractor returns an `Extracted` (title, Markdown-like content, metadata of
 its own) or raises `ExtractionError` with a reason short enough for the run's
 summary. The libraries of the field do the parsing: trafilatura finds the main
 content of an HTML page, pypdf reads PDF text page by page, python-docx and
-python-pptx read Office files. The Office and PDF ones are the `documents` extra
-and are imported only when a file of theirs comes up.
+python-pptx read Office files. They are the `documents` extra, imported only when a
+file of theirs comes up; Markdown and text need nothing beyond the base install.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ SNIFF_BYTES = 8192
 
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_BLANK_RUNS = re.compile(r"\n{3,}")
 _ANCHOR_MARKS = re.compile(r"^(#{1,6} .*?)[ \t]*[¶🔗]+[ \t]*$", re.MULTILINE)
 """A heading line ending in the permalink sign documentation generators add (Sphinx's ¶)."""
 PERMALINK_SIGNS = " \t¶🔗"
@@ -65,15 +64,22 @@ def is_binary(head: bytes) -> bool:
     return b"\x00" in head[:SNIFF_BYTES]
 
 
-def read_text(path: Path) -> str:
-    """UTF-8 text (a BOM is dropped), or ExtractionError("binary") for anything else."""
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, or ExtractionError("binary") when they hold a NUL byte."""
     data = path.read_bytes()
     if is_binary(data):
         raise ExtractionError("binary", "NUL bytes in its content")
+    return data
+
+
+def read_text(path: Path) -> str:
+    """UTF-8 text (a BOM is dropped); a binary file or another encoding is an
+    ExtractionError."""
+    data = read_bytes(path)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise ExtractionError("binary", f"not UTF-8 text (byte {e.start})") from e
+        raise ExtractionError("not UTF-8", f"undecodable byte at offset {e.start}") from e
 
 
 def extractor(suffix: str) -> Callable[[Path], Extracted] | None:
@@ -126,14 +132,15 @@ def strip_comments(markdown: str) -> str:
         else:
             prose.append(line)
     parts.append(_COMMENT.sub("", "".join(prose)))
-    return _BLANK_RUNS.sub("\n\n", "".join(parts))
+    return "".join(parts)
 
 
 def html_file(path: Path) -> Extracted:
-    return html_to_markdown(read_text(path))
+    """Bytes, not text: the page's own <meta charset> says how to decode it."""
+    return html_to_markdown(read_bytes(path))
 
 
-def html_to_markdown(html: str) -> Extracted:
+def html_to_markdown(html: str | bytes) -> Extracted:
     """The main content of a page as Markdown: navigation, header, footer, scripts and
     comments are left out, headings become `#` lines so chunks keep their section.
 
@@ -168,7 +175,7 @@ def html_to_markdown(html: str) -> Extracted:
     return Extracted(title.strip().rstrip(PERMALINK_SIGNS), content)
 
 
-def _refresh_target(html: str) -> str | None:
+def _refresh_target(html: str | bytes) -> str | None:
     """Where a `<meta http-equiv="refresh">` page sends the reader, if it is one: such a
     stub says only "Redirecting..." and its target is indexed on its own."""
     from lxml import html as lxml_html
