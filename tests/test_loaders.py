@@ -5,6 +5,7 @@ import pytest
 from knowledge_api.errors import ConfigurationError, InvalidRequest
 from knowledge_api.ingest import extract
 from knowledge_api.ingest.chunker import chunk_document
+from knowledge_api.ingest.extract import literal
 from knowledge_api.ingest.loaders import LoadOptions, html_to_markdown, load_paths
 from tests.documents import PNG, pdf_bytes, write_docx, write_pptx
 
@@ -162,6 +163,16 @@ def test_pdf_pages_become_sections(tmp_path: Path) -> None:
         ("Page 1", "Install the agent first."),
         ("Page 2", "Then restart the service."),
     ]
+
+
+def test_pdf_text_that_looks_like_markdown_stays_text(tmp_path: Path) -> None:
+    pdf = tmp_path / "stats.pdf"
+    pdf.write_bytes(pdf_bytes([["Usage report", "# of users: 40", "## of teams: 3"]]))
+    doc = next(iter(load_paths([pdf], LoadOptions())))
+    (chunk,) = chunk_document(doc)
+    assert chunk.section == "Page 1"
+    assert chunk.content == "Usage report\n\\# of users: 40\n\\## of teams: 3"
+    assert literal("```sh\n  ~~~\n#x") == "\\```sh\n  \\~~~\n#x"
 
 
 def test_a_broken_file_is_skipped_with_its_reason_and_the_rest_load(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _ANCHOR_MARKS = re.compile(r"^(#{1,6} .*?)[ \t]*[¶🔗]+[ \t]*$", re.MULTILINE)
 """A heading line ending in the permalink sign documentation generators add (Sphinx's ¶)."""
 PERMALINK_SIGNS = " \t¶🔗"
+_MARKUP_START = re.compile(r"^(\s*)(#{1,6}(?=\s)|```|~~~)", re.MULTILINE)
 
 
 for _library in ("pypdf", "trafilatura", "htmldate", "courlan"):
@@ -203,6 +204,12 @@ def _trafilatura_config() -> Any:
     return config
 
 
+def literal(text: str) -> str:
+    """Plain text that the Markdown chunker reads as it is: a line of a PDF or a Word
+    paragraph that starts with "# " or a code fence is not a heading or code."""
+    return _MARKUP_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", text)
+
+
 def pdf_file(path: Path) -> Extracted:
     """One document per PDF, each page under a `## Page N` heading: a passage's section
     then says which page to open, and the chunker never joins text of two pages."""
@@ -211,7 +218,7 @@ def pdf_file(path: Path) -> Extracted:
         reader = pypdf.PdfReader(path)
         if reader.is_encrypted:
             raise ExtractionError("encrypted PDF")
-        pages = [(page.extract_text() or "").strip() for page in reader.pages]
+        pages = [literal(page.extract_text() or "").strip() for page in reader.pages]
         info = reader.metadata
     except ExtractionError:
         raise
@@ -255,6 +262,7 @@ def _docx_blocks(document: Any) -> Iterator[str]:
 
 
 def _docx_paragraph(text: str, style: str) -> str:
+    text = literal(text)
     if style == "Title":
         return f"# {text}"
     if style.startswith("Heading "):
@@ -291,7 +299,8 @@ def _pptx_slide(number: int, slide: Any) -> tuple[str, str]:
         is_title = title_shape is not None and shape.shape_id == title_shape.shape_id
         if is_title or not shape.has_text_frame:
             continue
-        lines.extend(p.text.strip() for p in shape.text_frame.paragraphs if p.text.strip())
+        paragraphs = (p.text.strip() for p in shape.text_frame.paragraphs)
+        lines.extend(literal(text) for text in paragraphs if text)
     if slide.has_notes_slide:
         notes = slide.notes_slide.notes_text_frame.text.strip()
         if notes:
