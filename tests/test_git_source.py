@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from knowledge_api.errors import InvalidRequest
+from knowledge_api.errors import ConfigurationError, InvalidRequest
 from knowledge_api.ingest.git_source import GitOptions, load_git, parse_log, read_records
 from knowledge_api.service import KnowledgeService
 from tests.conftest import fake_embedder
@@ -120,6 +120,12 @@ def test_bad_repository_or_options_are_usage_errors(
     (repo.parent / "plain").mkdir()
     with pytest.raises(InvalidRequest, match=message):
         load_git(repo.parent / path, options)
+
+
+def test_without_git_on_path_the_error_says_so(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(repo))  # a folder without a git executable
+    with pytest.raises(ConfigurationError, match="git is not installed"):
+        load_git(repo, GitOptions())
 
 
 async def test_a_rerun_indexes_only_new_commits(tmp_path: Path, service: KnowledgeService) -> None:

@@ -14,13 +14,14 @@ character but NUL, and each commit starts with a marker no path can be mistaken 
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from knowledge_api.errors import InvalidRequest
+from knowledge_api.errors import ConfigurationError, InvalidRequest
 from knowledge_api.models import DEFAULT_COLLECTION, Document
 
 MARKER = "\x1ecommit "
@@ -114,9 +115,12 @@ def since_argument(since: str) -> str:
 
 
 def git(path: Path, *args: str, field: str, rule: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(path), *args], capture_output=True, text=True, check=False
-    )
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(path), *args], capture_output=True, text=True, check=False
+        )
+    except FileNotFoundError as e:
+        raise ConfigurationError("git is not installed or not on PATH") from e
     if done.returncode != 0:
         stderr = done.stderr.strip().splitlines()
         raise InvalidRequest(field, f"{rule} ({stderr[-1]})" if stderr else rule)
@@ -129,12 +133,18 @@ def commits(repo: Repository, since: str | None = None) -> Iterator[Commit]:
     if since is not None:
         args.append(f"--since={since_argument(since)}")
     args += [repo.branch, "--"]
-    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+    # stderr goes to a file: a pipe nobody reads while stdout streams could fill and stall git
+    with (
+        tempfile.TemporaryFile() as errors,
+        subprocess.Popen(args, stdout=subprocess.PIPE, stderr=errors) as process,
+    ):
         assert process.stdout is not None
         yield from parse_log(read_records(process.stdout))
-        stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+        process.wait()
+        errors.seek(0)
+        stderr = errors.read().decode(errors="replace").strip()
     if process.returncode != 0:
-        raise InvalidRequest(str(repo.path), f"git log failed: {stderr.strip()}")
+        raise InvalidRequest(str(repo.path), f"git log failed: {stderr}")
 
 
 def read_records(stream: Any, size: int = 1 << 16) -> Iterator[str]:
