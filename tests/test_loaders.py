@@ -77,10 +77,14 @@ def test_short_documentation_page_keeps_its_headings() -> None:
     page = html_to_markdown(
         '<html><body><nav><a href="/">Home</a> <a href="/n">Next: Backups</a></nav>'
         '<div class="content"><h1>Ports</h1><p>The API listens on 8080.</p>'
-        "<h2>TLS<a class='headerlink' href='#tls'>¶</a></h2><p>TLS ends at the proxy.</p></div>"
+        "<h2>TLS<a class='headerlink' href='#tls'>¶</a></h2><p>TLS ends at the proxy.</p>"
+        "<h2><a class='doc-anchor' href='#ca'>§</a>CA</h2><p>The CA is internal.</p></div>"
         "<footer>Previous | Next | Up</footer></body></html>"
     )
-    assert page.content == "# Ports\n\nThe API listens on 8080.\n\n## TLS\n\nTLS ends at the proxy."
+    assert page.content == (
+        "# Ports\n\nThe API listens on 8080.\n\n## TLS\n\nTLS ends at the proxy.\n\n"
+        "## CA\n\nThe CA is internal."
+    )
 
 
 def test_title_is_the_main_heading_not_the_menu_title() -> None:

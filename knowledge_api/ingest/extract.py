@@ -31,9 +31,10 @@ SNIFF_BYTES = 8192
 
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_ANCHOR_MARKS = re.compile(r"^(#{1,6} .*?)[ \t]*[¶🔗]+[ \t]*$", re.MULTILINE)
-"""A heading line ending in the permalink sign documentation generators add (Sphinx's ¶)."""
-PERMALINK_SIGNS = " \t¶🔗"
+_ANCHOR_MARKS = re.compile(r"^(#{1,6} )[ \t]*[§¶🔗]*[ \t]*(.*?)[ \t]*[§¶🔗]*[ \t]*$", re.MULTILINE)
+"""A heading line with the permalink sign documentation generators add after it (Sphinx's
+¶) or before it (rustdoc's §)."""
+PERMALINK_SIGNS = " \t§¶🔗"
 _MARKUP_START = re.compile(r"^(\s*)(#{1,6}(?=\s)|```|~~~)", re.MULTILINE)
 
 
@@ -168,12 +169,12 @@ def html_to_markdown(html: str | bytes) -> Extracted:
         raise ExtractionError("unreadable HTML", f"{type(e).__name__}: {e}") from e
     if not content or not content.strip():
         raise ExtractionError("no main content", "no text outside navigation and boilerplate")
-    content = _ANCHOR_MARKS.sub(r"\1", content.strip())
+    content = _ANCHOR_MARKS.sub(r"\1\2", content.strip())
     title = markdown_title(content)
     if not title:
         metadata = trafilatura.extract_metadata(html)
         title = str(metadata.title or "") if metadata is not None else ""
-    return Extracted(title.strip().rstrip(PERMALINK_SIGNS), content)
+    return Extracted(title.strip(PERMALINK_SIGNS), content)
 
 
 def _refresh_target(html: str | bytes) -> str | None:
