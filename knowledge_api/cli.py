@@ -1,4 +1,4 @@
-"""knowledge-api serve | ingest | ingest-git | query | sync | eval | keys | migrate-store | migrate"""
+"""knowledge-api serve | ingest | ingest-git | query | sync | eval | keys | migrate(-store)"""
 
 from __future__ import annotations
 
@@ -114,6 +114,21 @@ def parser() -> argparse.ArgumentParser:
         "--collection", action="append", default=[], help="copy only this one (repeatable)"
     )
     migrate.set_defaults(run=run_migrate_store)
+
+    keys = commands.add_parser("keys", help="create, list and revoke API keys")
+    actions = keys.add_subparsers(required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="a new key; its token is printed once, last")
+    create.add_argument("--name", required=True)
+    create.add_argument("--scopes", required=True, help="comma-separated: read, write, admin")
+    create.add_argument(
+        "--collections", default="", help="comma-separated collections (default: all)"
+    )
+    create.set_defaults(run=run_keys_create)
+    listing = actions.add_parser("list", help="every key: name, scopes, collections, created")
+    listing.set_defaults(run=run_keys_list)
+    revoke = actions.add_parser("revoke", help="revoke a key by name")
+    revoke.add_argument("name")
+    revoke.set_defaults(run=run_keys_revoke)
 
     schema = commands.add_parser(
         "migrate", help="apply the Postgres schema migrations to KNOWLEDGE_DATABASE_URL"
@@ -295,6 +310,67 @@ def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
     else:
         print(f"{database}: the schema is up to date")
     return 0
+
+
+def run_keys_create(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import keys
+
+    async def create(service: KnowledgeService) -> int:
+        key, token = await keys.create(
+            service, args.name, split(args.scopes), split(args.collections)
+        )
+        reach = ", ".join(key.collections) if key.collections else "every collection"
+        print(f"created key {key.name!r}: scopes {', '.join(key.scopes)}; {reach}")
+        print("the token below is shown once; only its hash is kept:")
+        print(token)
+        return 0
+
+    return with_storage(settings, create)
+
+
+def run_keys_list(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import keys
+
+    async def show(service: KnowledgeService) -> int:
+        for key in await keys.listed(service):
+            reach = ",".join(key.collections) if key.collections else "*"
+            print(
+                f"{key.name}\tscopes={','.join(key.scopes)}\tcollections={reach}\t{key.created_at}"
+            )
+        return 0
+
+    return with_storage(settings, show)
+
+
+def run_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import keys
+
+    async def revoke(service: KnowledgeService) -> int:
+        if not await keys.revoke(service, args.name):
+            print(f"error: no key named {args.name!r}", file=sys.stderr)
+            return 1
+        print(f"revoked key {args.name!r}")
+        return 0
+
+    return with_storage(settings, revoke)
+
+
+def split(values: str) -> list[str]:
+    return [value.strip() for value in values.split(",") if value.strip()]
+
+
+def with_storage(settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]]) -> int:
+    """Run `work` with the store and keys open and the model not loaded."""
+
+    async def run() -> int:
+        service = compose.build_service(settings)
+        await service.open_storage()
+        try:
+            return await work(service)
+        finally:
+            await service.stop()
+
+    return asyncio.run(run())
 
 
 def with_service(settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]]) -> int:

@@ -124,14 +124,19 @@ class KnowledgeService:
         except EmbeddingError as e:
             log.error("embedder unavailable, searching by keyword only: %s", e)
         try:
-            await self.store.open()
-            await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
-            await self.keys.open()
+            await self.open_storage()
         except BackendConnectionError as e:
             log.error("store unavailable: %s", e)
             return
         if seed and self.settings.seed_on_empty and await self.store.count() == 0:
             await self._seed()
+
+    async def open_storage(self) -> None:
+        """Open the store and the API keys, no model: what commands that embed nothing
+        need (key management, say)."""
+        await self.store.open()
+        await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
+        await self.keys.open()
 
     async def _seed(self) -> None:
         if not self.embedder_ready:

@@ -13,11 +13,8 @@ from typing import Any
 from starlette.routing import Route
 
 from knowledge_api.routes import answer, detail, documents, health, query, retrieve, support
+from knowledge_api.routes.access import ADMIN, PUBLIC, READ, WRITE, guarded
 from knowledge_api.routes.fields import Body
-
-PUBLIC = "public"
-READ, WRITE, ADMIN = "read", "write", "admin"
-SCOPES = (READ, WRITE, ADMIN)
 
 
 class ApiRoute(Route):
@@ -31,7 +28,7 @@ class ApiRoute(Route):
         body: Body | None = None,
         streams: bool = False,
     ) -> None:
-        super().__init__(path, endpoint, methods=[method])
+        super().__init__(path, guarded(endpoint, scope), methods=[method])
         self.method = method
         self.scope = scope
         """The scope a caller's key needs (PUBLIC: none)."""
