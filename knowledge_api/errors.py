@@ -93,6 +93,11 @@ class PayloadTooLarge(KnowledgeAPIError):
     type = "payload_too_large"
 
 
+class UnsupportedMediaType(KnowledgeAPIError):
+    status = 415
+    type = "unsupported_media_type"
+
+
 class KnowledgeStoreError(KnowledgeAPIError):
     """Base error of KnowledgeStore operations."""
 

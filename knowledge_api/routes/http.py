@@ -9,7 +9,7 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from knowledge_api.errors import (
     InvalidJSON,
@@ -17,6 +17,7 @@ from knowledge_api.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    UnsupportedMediaType,
 )
 from knowledge_api.service import KnowledgeService
 
@@ -36,7 +37,15 @@ def service(request: Request) -> KnowledgeService:
 
 
 async def read_json(request: Request) -> Any:
-    """The parsed body; 413 past the size limit (checked before reading it all)."""
+    """The parsed body; 415 unless it is declared JSON (a form or text/plain POST, which
+    any web page may send cross-site without a preflight, is refused); 413 past the size
+    limit (checked before reading it all)."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"the body must be sent as application/json (got {media_type or 'no content type'})",
+            content_type=media_type,
+        )
     limit: int = request.app.state.settings.max_body_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -64,6 +73,15 @@ def route_list(request: Request) -> list[str]:
     ]
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on this path (one route may serve only one)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods or set()
+    return sorted(methods)
+
+
 async def api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, KnowledgeAPIError)
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
@@ -79,9 +97,10 @@ async def http_error(request: Request, exc: Exception) -> Response:
             f"no route {request.method} {request.url.path}", routes=route_list(request)
         )
     elif exc.status_code == 405:
+        headers["allow"] = ", ".join(allowed_methods(request))
         error = MethodNotAllowed(
             f"{request.method} is not allowed on {request.url.path}",
-            allowed=headers.get("allow", ""),
+            allowed=headers["allow"],
         )
     else:
         error = KnowledgeAPIError(str(exc.detail))
