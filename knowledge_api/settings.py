@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from knowledge_api.errors import ConfigurationError
-from knowledge_api.stores.fusion import DEFAULT_TUNING
+from knowledge_api.stores.fusion import DEFAULT_TUNING, FUSIONS
 from knowledge_api.validation import COLLECTION_RULE, valid_collection
 
 ENV_PREFIX = "KNOWLEDGE_"
@@ -120,6 +120,17 @@ class Settings:
         DEFAULT_TUNING.feedback_rank_weight,
         "Weight of the refined query's ranking against the first fused ranking.",
     )
+    fusion: str = setting(
+        "KNOWLEDGE_FUSION",
+        DEFAULT_TUNING.fusion,
+        "How hybrid search merges its two lists: convex (weighted sum of cosine and "
+        "relative keyword score) or rrf (reciprocal ranks).",
+    )
+    vector_weight: float = setting(
+        "KNOWLEDGE_VECTOR_WEIGHT",
+        DEFAULT_TUNING.vector_weight,
+        "Share of the cosine in convex fusion (0-1); the keyword score has the rest.",
+    )
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
     )
@@ -199,8 +210,8 @@ class Settings:
     qdrant_fusion: str = setting(
         "KNOWLEDGE_QDRANT_FUSION",
         "auto",
-        "auto: Qdrant's own fusion query where it takes our RRF k (local mode, server 1.16+); "
-        "shared: fuse in the service.",
+        "auto: Qdrant's own fusion query where it takes our RRF k (local mode, server 1.16+) "
+        "and KNOWLEDGE_FUSION is rrf; shared: fuse in the service.",
     )
     qdrant_indexed_fields: str = setting(
         "KNOWLEDGE_QDRANT_INDEXED_FIELDS",
@@ -395,6 +406,10 @@ class Settings:
         for name in ("feedback_docs", "feedback_weight", "feedback_rank_weight"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{env_name(name)} must not be negative")
+        if self.fusion not in FUSIONS:
+            raise ConfigurationError("KNOWLEDGE_FUSION must be convex or rrf")
+        if not 0 <= self.vector_weight <= 1:
+            raise ConfigurationError("KNOWLEDGE_VECTOR_WEIGHT must be between 0 and 1")
         if self.embedding_precision not in ("auto", "bf16", "fp32"):
             raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, bf16 or fp32")
         if self.log_level not in ("debug", "info", "warning", "error"):
