@@ -97,7 +97,8 @@ class Settings:
     fusion_k: int = setting(
         "KNOWLEDGE_FUSION_K",
         DEFAULT_TUNING.fusion_k,
-        "k of reciprocal-rank fusion (higher flattens rank weights).",
+        "k of reciprocal-rank fusion (KNOWLEDGE_FUSION=rrf, and the feedback step); "
+        "higher flattens rank weights.",
     )
     candidates: int = setting(
         "KNOWLEDGE_CANDIDATES",
