@@ -20,6 +20,8 @@ from knowledge_api.errors import ConfigurationError
 from knowledge_api.validation import COLLECTION_RULE, valid_collection
 
 ENV_PREFIX = "KNOWLEDGE_"
+FUSIONS = ("convex", "rrf")
+"""How hybrid search may merge its two lists (KNOWLEDGE_FUSION)."""
 
 
 class Secret:
@@ -97,7 +99,8 @@ class Settings:
     fusion_k: int = setting(
         "KNOWLEDGE_FUSION_K",
         60,
-        "k of reciprocal-rank fusion (higher flattens rank weights).",
+        "k of reciprocal-rank fusion (KNOWLEDGE_FUSION=rrf, and the feedback step); "
+        "higher flattens rank weights.",
     )
     candidates: int = setting(
         "KNOWLEDGE_CANDIDATES",
@@ -119,6 +122,17 @@ class Settings:
         "KNOWLEDGE_FEEDBACK_RANK_WEIGHT",
         3.0,
         "Weight of the refined query's ranking against the first fused ranking.",
+    )
+    fusion: str = setting(
+        "KNOWLEDGE_FUSION",
+        "convex",
+        "How hybrid search merges its two lists: convex (weighted sum of cosine and "
+        "relative keyword score) or rrf (reciprocal ranks).",
+    )
+    vector_weight: float = setting(
+        "KNOWLEDGE_VECTOR_WEIGHT",
+        0.8,
+        "Share of the cosine in convex fusion (0-1); the keyword score has the rest.",
     )
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
@@ -216,8 +230,8 @@ class Settings:
     qdrant_fusion: str = setting(
         "KNOWLEDGE_QDRANT_FUSION",
         "auto",
-        "auto: Qdrant's own fusion query where it takes our RRF k (local mode, server 1.16+); "
-        "shared: fuse in the service.",
+        "auto: Qdrant's own fusion query where it takes our RRF k (local mode, server 1.16+) "
+        "and KNOWLEDGE_FUSION is rrf; shared: fuse in the service.",
     )
     qdrant_indexed_fields: str = setting(
         "KNOWLEDGE_QDRANT_INDEXED_FIELDS",
@@ -416,6 +430,10 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_AUTH must be auto, keys or off")
         if self.rate_limit < 0:
             raise ConfigurationError("KNOWLEDGE_RATE_LIMIT must not be negative")
+        if self.fusion not in FUSIONS:
+            raise ConfigurationError("KNOWLEDGE_FUSION must be convex or rrf")
+        if not 0 <= self.vector_weight <= 1:
+            raise ConfigurationError("KNOWLEDGE_VECTOR_WEIGHT must be between 0 and 1")
         if self.embedding_precision not in ("auto", "bf16", "fp32"):
             raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, bf16 or fp32")
         if self.log_level not in ("debug", "info", "warning", "error"):
