@@ -304,6 +304,12 @@ class Settings:
         30.0,
         "Seconds one request of the gemini or cohere embedder may take.",
     )
+    synthesis_deadline: float = setting(
+        "KNOWLEDGE_SYNTHESIS_DEADLINE",
+        15.0,
+        "Seconds the LLM links may take for a whole answer, together; past it the chain "
+        "moves on to the offline link (and says so in warnings).",
+    )
     llm_breaker_failures: int = setting(
         "KNOWLEDGE_LLM_BREAKER_FAILURES",
         3,
@@ -451,7 +457,12 @@ class Settings:
 
     def validate_llm(self) -> None:
         limits = ("gemini_timeout", "groq_timeout", "gemini_max_tokens", "groq_max_tokens")
-        others = ("llm_context_chars", "cloud_embedding_timeout", "llm_breaker_cooldown")
+        others = (
+            "llm_context_chars",
+            "cloud_embedding_timeout",
+            "llm_breaker_cooldown",
+            "synthesis_deadline",
+        )
         for name in (*limits, *others):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{env_name(name)} must be a positive number")
