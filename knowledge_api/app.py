@@ -6,11 +6,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
+from knowledge_api.redaction import Redactor
 from knowledge_api.routes import ROUTES, access
 from knowledge_api.routes.http import EXCEPTION_HANDLERS
+from knowledge_api.routes.redact import RedactSecrets, redacted_logs
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.kb_sync import periodic_sync
@@ -22,21 +25,24 @@ def create_app(
     settings = settings or Settings.from_env()
     knowledge = service or build_service(settings)
 
+    redactor = Redactor(settings.secrets())
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await knowledge.start(seed=True)
-        try:
-            await require_a_key(settings, knowledge)
-            async with periodic_sync(knowledge):
-                yield
-        finally:
-            await knowledge.stop()
+        with redacted_logs(redactor):
+            await knowledge.start(seed=True)
+            try:
+                await require_a_key(settings, knowledge)
+                async with periodic_sync(knowledge):
+                    yield
+            finally:
+                await knowledge.stop()
 
     app = Starlette(
         routes=ROUTES,
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
-        middleware=access.cors(settings),
+        middleware=[Middleware(RedactSecrets, redactor=redactor), *access.cors(settings)],
     )
     app.state.settings = settings
     app.state.service = knowledge

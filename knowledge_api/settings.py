@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.validation import COLLECTION_RULE, valid_collection
@@ -497,6 +498,12 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_KB_SYNC_PAGE_SIZE must be between 1 and 1000")
         if not valid_collection(self.support_collection):
             raise ConfigurationError(f"KNOWLEDGE_SUPPORT_COLLECTION {COLLECTION_RULE}")
+
+    def secrets(self) -> list[str]:
+        """Every configured secret value (and the password inside the database URL)."""
+        values = [getattr(self, f.name).get() for f in fields(self) if f.type == "Secret"]
+        password = urlsplit(self.database_url.get()).password
+        return [value for value in [*values, password or ""] if value]
 
     @property
     def auth_required(self) -> bool:
