@@ -314,9 +314,10 @@ class KnowledgeService:
         synthesizer = self.synthesizer.health()
         extra = {name: report() for name, report in self.health_reports.items()}
         extra_ok = all(report.get("status") in ("ok", "pending") for report in extra.values())
-        if store.get("status") != "ok":
+        parts_ok = all(part.get("status") == "ok" for part in (store, embedder, synthesizer))
+        if store.get("status") == "unavailable":
             status = "unhealthy"
-        elif embedder.get("status") != "ok" or synthesizer.get("status") != "ok" or not extra_ok:
+        elif not parts_ok or not extra_ok:
             status = "degraded"
         else:
             status = "healthy"
