@@ -93,6 +93,11 @@ class PayloadTooLarge(KnowledgeAPIError):
     type = "payload_too_large"
 
 
+class RequestTimeout(KnowledgeAPIError):
+    status = 408
+    type = "request_timeout"
+
+
 class UnsupportedMediaType(KnowledgeAPIError):
     status = 415
     type = "unsupported_media_type"

@@ -138,6 +138,11 @@ class Settings:
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
     )
+    body_timeout: float = setting(
+        "KNOWLEDGE_BODY_TIMEOUT",
+        10.0,
+        "Seconds a client may take to send a request body (408 past it).",
+    )
     auth: str = setting(
         "KNOWLEDGE_AUTH",
         "auto",
@@ -419,6 +424,7 @@ class Settings:
             "fusion_k",
             "candidates",
             "max_body_bytes",
+            "body_timeout",
             "postgres_pool_size",
             "supabase_timeout",
             "support_timeout_ms",

@@ -94,7 +94,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def serve(tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
+def serve(tmp_path: Path, port: int, **settings: str) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "KNOWLEDGE_EMBEDDER": "fake",
@@ -102,6 +102,7 @@ def serve(tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
         "KNOWLEDGE_SEED_ON_EMPTY": "false",
         "KNOWLEDGE_API_PORT": str(port),
         "KNOWLEDGE_SYNTHESIZER": "extractive",
+        **settings,
     }
     server = subprocess.Popen(
         [sys.executable, "-m", "knowledge_api", "serve"],
@@ -157,3 +158,23 @@ def test_kill_9_during_concurrent_writes_loses_no_acknowledged_write(tmp_path: P
         restarted.terminate()
         restarted.wait(timeout=10)
     assert stored >= len(acknowledged) >= 40
+
+
+def test_a_body_that_stops_arriving_is_a_408_and_frees_the_connection(tmp_path: Path) -> None:
+    """2,000 clients holding half a body once kept their connections 70 s each."""
+    port = free_port()
+    server = serve(tmp_path, port, KNOWLEDGE_BODY_TIMEOUT="0.5")
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as slow:
+            slow.sendall(
+                b"POST /v1/knowledge/query HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+                b'{"query": "half'
+            )
+            slow.settimeout(10)
+            answer = slow.recv(4096).decode()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert answer.startswith("HTTP/1.1 408")
+    assert '"type":"request_timeout"' in answer

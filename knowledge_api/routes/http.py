@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
@@ -17,6 +18,7 @@ from knowledge_api.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    RequestTimeout,
     UnsupportedMediaType,
 )
 from knowledge_api.service import KnowledgeService
@@ -46,15 +48,24 @@ async def read_json(request: Request) -> Any:
             f"the body must be sent as application/json (got {media_type or 'no content type'})",
             content_type=media_type,
         )
-    limit: int = request.app.state.settings.max_body_bytes
+    settings = request.app.state.settings
+    limit: int = settings.max_body_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body is {declared} bytes; the limit is {limit}", limit=limit)
     body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > limit:
-            raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes", limit=limit)
+    try:
+        async with asyncio.timeout(settings.body_timeout):
+            async for part in request.stream():
+                body += part
+                if len(body) > limit:
+                    raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes", limit=limit)
+    except TimeoutError as e:
+        raise RequestTimeout(
+            f"the body did not arrive within {settings.body_timeout:g} s "
+            f"({len(body)} bytes received)",
+            timeout_s=settings.body_timeout,
+        ) from e
     if not body:
         raise InvalidJSON("body", "must be a JSON object (the body is empty)")
     try:
@@ -109,6 +120,12 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
+async def client_gone(request: Request, exc: Exception) -> Response:
+    """The client went away before its request was read: nothing to answer, one line."""
+    log_unexpected.info("client disconnected during %s %s", request.method, request.url.path)
+    return Response(status_code=400)
+
+
 async def unexpected_error(request: Request, exc: Exception) -> Response:
     log_unexpected.exception("unhandled error on %s %s", request.method, request.url.path)
     error = KnowledgeAPIError("internal error: this is a bug, the log has the traceback")
@@ -116,6 +133,7 @@ async def unexpected_error(request: Request, exc: Exception) -> Response:
 
 
 EXCEPTION_HANDLERS = {
+    ClientDisconnect: client_gone,
     KnowledgeAPIError: api_error,
     HTTPException: http_error,
     Exception: unexpected_error,
