@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import shutil
+import signal
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +20,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
-from knowledge_api.errors import EmbedderMismatchError
+from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.postgres import PostgresStore, migrations, register_codecs
@@ -300,6 +303,37 @@ async def test_the_store_starts_an_embedded_server_when_no_url_is_set(tmp_path: 
         await index(store, corpus()[:2])
         assert await store.count() == 2
         assert (await store.health_check())["database"] == f"embedded:{data}"
+    finally:
+        await store.close()
+        stop_embedded_server(data)
+
+
+@pytest.mark.fault
+async def test_an_embedded_server_that_dies_is_started_again(tmp_path: Path) -> None:
+    """The service supervises the Postgres it started: after kill -9 of the server, one
+    request fails (503) and the next one finds the server running again, data intact."""
+    from tests.conftest import make_settings
+
+    data = Path(tempfile.mkdtemp(prefix="knowledge-embedded-")) / "pg"
+    settings = make_settings(tmp_path, store="postgres", postgres_data_dir=data)
+    store = make_store("postgres", settings)
+    await store.open()
+    try:
+        await index(store, corpus()[:2])
+        postmaster = int((data / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGKILL)
+        outcomes: list[object] = []
+        for _ in range(120):  # a request fails, later ones find the server back
+            try:
+                outcomes.append(await store.count())
+            except BackendConnectionError as e:
+                outcomes.append(e)
+            if outcomes[-1] == 2 and any(isinstance(o, Exception) for o in outcomes):
+                break
+            await asyncio.sleep(0.25)
+        assert isinstance(outcomes[0], BackendConnectionError)
+        assert outcomes[-1] == 2  # started again, data intact
+        assert (await store.health_check())["status"] == "ok"
     finally:
         await store.close()
         stop_embedded_server(data)

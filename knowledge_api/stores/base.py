@@ -260,7 +260,9 @@ class Reconnect:
         return BackendConnectionError(error, backend=self.backend)
 
     def succeeded(self) -> None:
+        """Connected: a connection lost later may be reopened at once."""
         self.error = ""
+        self.next_attempt = 0.0
 
     def check(self) -> None:
         """Fail at once while the last attempt is recent."""

