@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
-from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError
+from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, IndexingError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.postgres import PostgresStore, migrations, register_codecs
@@ -412,3 +412,26 @@ async def test_writes_of_other_processes_move_the_generation(
     after_delete = await store.generation()
     await db.execute("UPDATE siam_vectors SET content = 'edited' WHERE source_id = 'msg-42'")
     assert before != after_delete != await store.generation()
+
+
+@pytest.mark.fault
+async def test_a_read_only_database_serves_reads_and_refuses_writes_with_503(
+    store: PostgresStore, settings: Settings, db: asyncpg.Connection
+) -> None:
+    """Opening a store whose schema is up to date runs no DDL, so a database turned
+    read-only still answers searches; writes fail as 503s that say why."""
+    await index(store, corpus()[:3])
+    name = await db.fetchval("SELECT current_database()")
+    await db.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    reader = make_store("postgres", settings)
+    try:
+        await reader.open()
+        hits = await reader.search("login timeout", vector("login timeout"), 3, SearchFilters())
+        assert hits and hits[0].source_id == "SIAM-101"
+        assert (await reader.health_check())["status"] == "ok"
+        with pytest.raises(IndexingError, match="read-only transaction") as refused:
+            await index(reader, corpus()[3:4])
+        assert refused.value.status == 503
+    finally:
+        await db.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = off')
+        await reader.close()

@@ -257,11 +257,22 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+async def applied_versions(conn: Any) -> set[int]:
+    if await conn.fetchval("SELECT to_regclass('knowledge_schema_migrations')") is None:
+        return set()
+    return {
+        r["version"] for r in await conn.fetch("SELECT version FROM knowledge_schema_migrations")
+    }
+
+
 async def migrate(conn: Any, dimension: int) -> list[str]:
     """Apply the migrations the database lacks, in one transaction; their names.
 
     `{{dimension}}` in a migration is the embedder's dimension: the vector columns are
-    made for the embedder configured when the schema is created."""
+    made for the embedder configured when the schema is created. A database already up
+    to date is only read, so a read-only one still serves."""
+    if await applied_versions(conn) >= {version for version, _, _ in migrations()}:
+        return []
     async with conn.transaction():
         await conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         await conn.execute(
