@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -178,3 +179,47 @@ def test_a_body_that_stops_arriving_is_a_408_and_frees_the_connection(tmp_path: 
         server.wait(timeout=10)
     assert answer.startswith("HTTP/1.1 408")
     assert '"type":"request_timeout"' in answer
+
+
+def test_kill_9_during_an_ingest_leaves_whole_documents_and_a_rerun_finishes(
+    tmp_path: Path,
+) -> None:
+    """Each document is written in one transaction: after kill -9 the file is sound,
+    every stored document has all its chunks, and running the ingest again completes."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for n in range(400):
+        sections = "\n\n".join(f"## Part {p}\n\n" + f"Sentence {n}.{p}. " * 40 for p in range(4))
+        (folder / f"page-{n}.md").write_text(f"# Page {n}\n\n{sections}")
+    env = {
+        **os.environ,
+        "KNOWLEDGE_EMBEDDER": "fake",
+        "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
+    }
+    command = [sys.executable, "-m", "knowledge_api", "ingest", str(folder)]
+    run = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL)
+    database = tmp_path / "k.db"
+    stored = 0
+    for _ in range(600):
+        if database.exists():
+            with sqlite3.connect(database) as probe:
+                try:
+                    stored = probe.execute("SELECT count(*) FROM documents").fetchone()[0]
+                except sqlite3.OperationalError:
+                    stored = 0
+        if stored >= 20 or run.poll() is not None:
+            break
+        time.sleep(0.02)
+    run.send_signal(signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL and 20 <= stored < 400  # killed mid-run
+    with sqlite3.connect(database) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        partial = db.execute(
+            """SELECT d.id FROM documents d LEFT JOIN chunks c ON c.document_id = d.id
+               GROUP BY d.id HAVING count(c.id) = 0 OR count(c.id) != max(c.chunk_count)"""
+        ).fetchall()
+        assert partial == []
+    again = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    with sqlite3.connect(database) as db:
+        assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 400
