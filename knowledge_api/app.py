@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -17,6 +18,8 @@ from knowledge_api.routes.redact import RedactSecrets, redacted_logs
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.kb_sync import periodic_sync
+
+log = logging.getLogger("knowledge_api")
 
 
 def create_app(
@@ -34,6 +37,7 @@ def create_app(
             try:
                 await require_a_key(settings, knowledge)
                 async with periodic_sync(knowledge):
+                    log.info(ready_message(settings))
                     yield
             finally:
                 await knowledge.stop()
@@ -48,6 +52,14 @@ def create_app(
     app.state.service = knowledge
     app.state.rate_limiter = access.rate_limiter(settings)
     return app
+
+
+def ready_message(settings: Settings) -> str:
+    base = f"http://{settings.host}:{settings.port}"
+    return (
+        f"ready on {base} - try: curl -s {base}/v1/knowledge/query "
+        "-H 'content-type: application/json' -d '{\"query\": \"How is a query answered?\"}'"
+    )
 
 
 async def require_a_key(settings: Settings, knowledge: KnowledgeService) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from knowledge_api import compose, validation
-from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
+from knowledge_api import __version__, compose, validation
+from knowledge_api.errors import ConfigurationError, InvalidRequest, KnowledgeAPIError
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.pipeline import changed_documents
@@ -36,13 +36,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         result: int = args.run(settings, args)
         return result
-    except KnowledgeAPIError as e:
+    except (InvalidRequest, ConfigurationError) as e:  # the command or a setting is wrong
         print(f"error: {e.message}", file=sys.stderr)
         return 2
+    except KnowledgeAPIError as e:  # the command was right; running it failed
+        print(f"error: {e.message}", file=sys.stderr)
+        return 1
 
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="knowledge-api", description=__doc__)
+    root.add_argument("--version", action="version", version=f"knowledge-api {__version__}")
     commands = root.add_subparsers(required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the HTTP service")
@@ -85,11 +89,14 @@ def parser() -> argparse.ArgumentParser:
     )
     history.set_defaults(run=run_ingest_git)
 
-    query = commands.add_parser("query", help="ask a question, print the JSON response")
+    query = commands.add_parser("query", help="ask a question: the answer and its sources")
     query.add_argument("text")
     query.add_argument("--limit", type=int, default=5)
     query.add_argument("--sources", default="", help="comma-separated source types")
-    query.add_argument("--no-synthesize", action="store_true")
+    query.add_argument("--collection", default=DEFAULT_COLLECTION)
+    query.add_argument("--threshold", type=float, help="lowest similarity of a source (0-1)")
+    query.add_argument("--no-synthesize", action="store_true", help="the sources only")
+    query.add_argument("--json", action="store_true", help="the API's JSON response")
     query.set_defaults(run=run_query)
 
     sync = commands.add_parser("sync", help="pull the host's KB articles into the support index")
@@ -224,20 +231,45 @@ def run_query(settings: Settings, args: argparse.Namespace) -> int:
         "query": args.text,
         "limit": args.limit,
         "synthesize": not args.no_synthesize,
+        "collection": args.collection,
     }
     if args.sources:
-        payload["sources"] = args.sources.split(",")
+        payload["sources"] = split(args.sources)
+    if args.threshold is not None:
+        payload["threshold"] = args.threshold
     from knowledge_api.routes import query as contract
     from knowledge_api.usecases.query import query
 
-    params, _ = contract.parse(payload)
+    params, _ = contract.parse(payload)  # checked before the model loads
 
     async def ask(service: KnowledgeService) -> int:
         response = contract.render(await query(service, params))
-        sys.stdout.buffer.write(orjson.dumps(response, option=orjson.OPT_INDENT_2) + b"\n")
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps(response, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            print(readable(response))
         return 0
 
     return with_service(settings, ask)
+
+
+def readable(response: dict[str, Any]) -> str:
+    """The answer, then its numbered sources: [n] in the answer is source n."""
+    lines = []
+    if response.get("synthesis"):
+        lines += [response["synthesis"], ""]
+    results = response["results"]
+    lines.append("Sources:" if results else "No source reaches the threshold.")
+    for n, result in enumerate(results, start=1):
+        meta = result["metadata"]
+        where = " > ".join(part for part in (meta.get("title"), meta.get("section")) if part)
+        lines.append(f"[{n}] {where or result['source_id']}")
+        lines.append(
+            f"    {result['source_type']}: {result['source_id']}"
+            f"  (similarity {result['similarity']:.2f})"
+        )
+    lines += [f"warning: {warning}" for warning in response.get("warnings", [])]
+    return "\n".join(lines)
 
 
 def run_sync(settings: Settings, args: argparse.Namespace) -> int:

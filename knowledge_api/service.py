@@ -143,7 +143,12 @@ class KnowledgeService:
             log.warning("not seeding the empty store: the embedder is unavailable")
             return
         summary = await self.ingest(load_paths([self.seed_path()], LoadOptions()))
-        log.info("seeded an empty store: %s", summary)
+        log.info(
+            "seeded the empty store from %s: %d documents, %d passages",
+            self.seed_path(),
+            summary.documents,
+            summary.chunks,
+        )
 
     async def stop(self) -> None:
         await self.synthesizer.close()

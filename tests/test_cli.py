@@ -35,7 +35,9 @@ def test_ingest_then_query(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "2 documents indexed (2 chunks, 0 embedded)" in capsys.readouterr().out
     assert main(["ingest", str(docs), "--meta", "team=ops"]) == 0
     capsys.readouterr()
-    assert main(["query", "who rotates the keys", "--limit", "1", "--sources", "wiki"]) == 0
+    assert (
+        main(["query", "who rotates the keys", "--limit", "1", "--sources", "wiki", "--json"]) == 0
+    )
     response = json.loads(capsys.readouterr().out)
     assert response["results"][0]["metadata"]["team"] == "ops"
     assert "[1]" in response["synthesis"]
@@ -46,9 +48,38 @@ def test_jsonl_defaults_to_knowledge(tmp_path: Path, capsys: pytest.CaptureFixtu
     corpus.write_text('{"_id": "p1", "title": "", "text": "Paris is the capital of France."}\n')
     assert main(["ingest", str(corpus)]) == 0
     capsys.readouterr()
-    assert main(["query", "capital of france", "--no-synthesize"]) == 0
+    assert main(["query", "capital of france", "--no-synthesize", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)["results"][0]
     assert (result["source_type"], result["source_id"]) == ("knowledge", "p1")
+
+
+def test_query_prints_the_answer_and_numbered_sources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "keys.md").write_text(
+        "# Keys\n\n## Rotation\n\nAlpha rotates the keys every month."
+    )
+    assert main(["ingest", str(tmp_path / "keys.md")]) == 0
+    capsys.readouterr()
+    assert main(["query", "who rotates the keys", "--threshold", "0"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert "[1]" in shown[0] and shown[2] == "Sources:"
+    assert shown[3] == "[1] Keys > Rotation"
+    assert shown[4].startswith("    wiki: keys.md  (similarity ")
+
+
+def test_version_and_exit_statuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as shown:
+        main(["--version"])
+    assert shown.value.code == 0 and capsys.readouterr().out.startswith("knowledge-api 1.")
+    assert main(["query", "x", "--threshold", "2"]) == 2  # usage: before the model loads
+    assert "threshold: must be between 0.0 and 1.0" in capsys.readouterr().err
+    (tmp_path / "db-is-a-folder").mkdir()
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "db-is-a-folder"))
+    assert main(["keys", "list"]) == 1  # a failure, not a usage error
+    assert "cannot open" in capsys.readouterr().err
 
 
 def test_errors_exit_2_with_a_message(

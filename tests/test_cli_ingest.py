@@ -106,7 +106,7 @@ def test_ingest_git_indexes_new_commits_only(
     assert "1 documents indexed (1 chunks, 1 embedded), 2 unchanged skipped" in (
         capsys.readouterr().out
     )
-    assert main(["query", "refund endpoint", "--sources", "git", "--no-synthesize"]) == 0
+    assert main(["query", "refund endpoint", "--sources", "git", "--no-synthesize", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)["results"][0]
     assert result["metadata"]["title"] == "Add the refund endpoint"
     assert result["metadata"]["url"].startswith("https://git.example.com/billing/commit/")

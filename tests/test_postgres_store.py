@@ -367,7 +367,7 @@ def test_migrate_and_ingest_commands(
     (tmp_path / "guide.md").write_text("# Guide\n\nRotate the signing keys every month.")
     assert main(["ingest", str(tmp_path / "guide.md")]) == 0
     assert capsys.readouterr().out.startswith("1 documents indexed")
-    assert main(["query", "who rotates the signing keys", "--no-synthesize"]) == 0
+    assert main(["query", "who rotates the signing keys", "--no-synthesize", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["source_type"] == "wiki"
 
 

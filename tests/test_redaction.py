@@ -68,5 +68,3 @@ def test_a_kb_host_echoing_the_token_does_not_leak_it(
     assert "request headers" in shown and token not in shown
     assert f"Bearer {token}" in str(host.authorization)  # it was sent, and echoed back
     assert token not in caplog.text
-
-
