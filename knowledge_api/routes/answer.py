@@ -11,11 +11,36 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidQuery, KnowledgeAPIError
+from knowledge_api.grounding import WEIGHTS
 from knowledge_api.models import SOURCE_TYPES, SearchHit
-from knowledge_api.routes.fields import Body, Boolean, Choices, Integer, Number, Scalars, Text
+from knowledge_api.routes.fields import (
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    SCALAR,
+    STRING,
+    Body,
+    Boolean,
+    Choices,
+    Integer,
+    Number,
+    Scalars,
+    Text,
+    array,
+    enum,
+    nullable,
+    obj,
+    unit,
+)
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.sse import UNEXPECTED, Event, event_stream, log, translation
-from knowledge_api.routes.views import excerpt, result_view, zeroed_on_hit
+from knowledge_api.routes.views import (
+    SOURCE_TYPE,
+    SYNTHESIZER,
+    excerpt,
+    result_view,
+    zeroed_on_hit,
+)
 from knowledge_api.service import Served, utc_now
 from knowledge_api.usecases import answers as use
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
@@ -59,6 +84,60 @@ async def answer(request: Request) -> Response:
         return "done", render(Served(use.failed(message), False, started))
 
     return await event_stream(use.events(knowledge, params), sse_event, failure)
+
+
+CONFIDENCE = obj(
+    {
+        **{factor: unit() for factor in WEIGHTS},
+        "overall": unit(),
+        "level": enum("high", "medium", "low"),
+        "entailment_method": STRING,
+    }
+)
+SOURCE = obj(
+    {
+        "chunk_id": STRING,
+        "citation_index": {**INTEGER, "minimum": 1},
+        "relevance_score": NUMBER,
+        "excerpt": STRING,
+        "metadata": obj(
+            {
+                "title": STRING,
+                "chunk_index": INTEGER,
+                "document_id": STRING,
+                "source_type": SOURCE_TYPE,
+                "source_id": STRING,
+            },
+            {"section": STRING},
+            extra=SCALAR,
+        ),
+    }
+)
+RESPONSE = obj(
+    {
+        "query_id": {**STRING, "format": "uuid"},
+        "status": enum("success", "insufficient_context", "error"),
+        "answer": nullable(STRING),
+        "confidence": CONFIDENCE,
+        "sources": array(SOURCE),
+        "metadata": obj(
+            {
+                "model": nullable(STRING),
+                "temperature": nullable(NUMBER),
+                "total_time_ms": NUMBER,
+                "retrieval_time_ms": NUMBER,
+                "generation_time_ms": NUMBER,
+                "tokens_used": nullable(INTEGER),
+                "timestamp": STRING,
+                "cache_hit": BOOLEAN,
+                "synthesizer": nullable(SYNTHESIZER),
+            }
+        ),
+        "error_message": nullable(STRING),
+    },
+    {"warnings": array(STRING)},
+)
+"""The AgentResponse `render` returns; also the data of the stream's `done` event."""
 
 
 def render(served: Served[GroundedAnswer]) -> dict[str, Any]:

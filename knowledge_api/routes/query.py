@@ -10,10 +10,23 @@ from starlette.responses import Response
 
 from knowledge_api.errors import InvalidQuery
 from knowledge_api.models import SOURCE_TYPES
-from knowledge_api.routes.fields import Body, Boolean, Choices, Integer, Number, Scalars, Text
+from knowledge_api.routes.fields import (
+    BOOLEAN,
+    NUMBER,
+    STRING,
+    Body,
+    Boolean,
+    Choices,
+    Integer,
+    Number,
+    Scalars,
+    Text,
+    array,
+    obj,
+)
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.sse import event_stream, translation
-from knowledge_api.routes.views import result_view, zeroed_on_hit
+from knowledge_api.routes.views import RESULT, SYNTHESIZER, result_view, zeroed_on_hit
 from knowledge_api.service import Served
 from knowledge_api.usecases import query as use
 from knowledge_api.usecases.query import QueryParams, QueryResult
@@ -54,6 +67,17 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
         body["warnings"] = list(result.warnings)
     body["metrics"] = metrics(served)
     return body
+
+
+METRICS = obj(
+    {"total_ms": NUMBER, "cache_hit": BOOLEAN, "embedding_ms": NUMBER, "search_ms": NUMBER},
+    {"synthesis_ms": NUMBER},
+)
+RESPONSE = obj(
+    {"results": array(RESULT), "metrics": METRICS},
+    {"synthesis": STRING, "synthesizer": SYNTHESIZER, "warnings": array(STRING)},
+)
+"""The body `render` returns (without `stream`)."""
 
 
 def metrics(served: Served[QueryResult]) -> dict[str, Any]:

@@ -11,7 +11,20 @@ from starlette.responses import Response
 from knowledge_api import validation
 from knowledge_api.errors import InvalidQuery, InvalidRequest
 from knowledge_api.models import SearchHit
-from knowledge_api.routes.fields import Body, CollectionName, Custom, Integer, Text
+from knowledge_api.routes.fields import (
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    STRING,
+    Body,
+    CollectionName,
+    Custom,
+    Integer,
+    Text,
+    array,
+    nullable,
+    obj,
+)
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.usecases import retrieval as use
 from knowledge_api.usecases.retrieval import (
@@ -134,6 +147,55 @@ async def retrieve(request: Request) -> Response:
 async def validate(request: Request) -> Response:
     params = parse_validate(await read_json(request))
     return JSONResponse(render_validation(await use.validate(service(request), params)))
+
+
+CHUNK = obj(
+    {
+        "content": STRING,
+        "source_url": STRING,
+        "page_title": STRING,
+        "section_hierarchy": STRING,
+        "chunk_index": INTEGER,
+        "similarity_score": NUMBER,
+        "vector_id": STRING,
+    }
+)
+TRUE = {"const": True}
+RETRIEVED = obj(
+    {
+        "success": TRUE,
+        "retrieved_chunks": array(CHUNK),
+        "query_embedding": nullable(obj({"vector": array(NUMBER), "model": STRING})),
+        "metrics": obj({"response_time_ms": NUMBER, "retrieval_count": INTEGER}),
+    },
+    {"warnings": array(STRING)},
+)
+"""The body `render_retrieved` returns."""
+QUERY_VALIDATION = obj(
+    {
+        "query": STRING,
+        "retrieved_chunks": array(CHUNK),
+        "relevance_valid": BOOLEAN,
+        "metadata_correct": BOOLEAN,
+        "consistency_score": NUMBER,
+        "validation_metrics": obj(
+            {
+                "accuracy": nullable(NUMBER),
+                "relevance_score": NUMBER,
+                "consistency_variance": NUMBER,
+            }
+        ),
+    },
+    {"retrieval_metrics": obj({}, extra=NUMBER)},
+)
+VALIDATED = obj(
+    {
+        "success": TRUE,
+        "validation_results": array(QUERY_VALIDATION),
+        "overall_validation": obj({"passed": BOOLEAN, "summary": STRING, "score": NUMBER}),
+    }
+)
+"""The body `render_validation` returns."""
 
 
 def render_retrieved(found: Retrieved) -> dict[str, Any]:
