@@ -279,3 +279,11 @@ def test_stream_sends_results_synthesis_and_done_events(client: TestClient) -> N
 def test_stream_rejects_bad_input_with_a_status(client: TestClient) -> None:
     response = client.post(QUERY, json={"query": "", "stream": True})
     assert response.status_code == 400
+
+
+def test_a_405_allows_every_method_of_the_path(client: TestClient) -> None:
+    """GET and DELETE of a document are two routes; a PUT is told about both."""
+    response = client.put("/v1/knowledge/documents/some-id")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "DELETE, GET, HEAD"
+    assert response.json()["error"]["details"]["allowed"] == "DELETE, GET, HEAD"

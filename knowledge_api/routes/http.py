@@ -9,7 +9,7 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from knowledge_api.errors import (
     InvalidJSON,
@@ -64,6 +64,18 @@ def route_list(request: Request) -> list[str]:
     ]
 
 
+def allowed_methods(request: Request) -> str:
+    """Every method the path takes: the router's own 405 names only those of the first
+    route that matched the path, and GET and DELETE of a document are two routes."""
+    methods = {
+        method
+        for route in request.app.routes
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE
+        for method in route.methods or ()
+    }
+    return ", ".join(sorted(methods))
+
+
 async def api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, KnowledgeAPIError)
     return JSONResponse(exc.body(), status_code=exc.status)
@@ -79,9 +91,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
             f"no route {request.method} {request.url.path}", routes=route_list(request)
         )
     elif exc.status_code == 405:
+        headers["allow"] = allowed_methods(request) or headers.get("allow", "")
         error = MethodNotAllowed(
-            f"{request.method} is not allowed on {request.url.path}",
-            allowed=headers.get("allow", ""),
+            f"{request.method} is not allowed on {request.url.path}", allowed=headers["allow"]
         )
     else:
         error = KnowledgeAPIError(str(exc.detail))
