@@ -146,6 +146,10 @@ def test_streaming_routes_offer_an_event_stream() -> None:
         content = operation(route)["responses"][str(route.statuses[0])]["content"]
         assert ("text/event-stream" in content) is route.streams
     assert {r.path for r in ROUTES if r.streams} == {"/v1/knowledge/query", "/v1/knowledge/answer"}
+    query = operation(route_at("/v1/knowledge/query", "POST"))["responses"]["200"]["content"]
+    event = query["text/event-stream"]["schema"]["properties"]
+    assert event["event"]["enum"] == ["results", "synthesis", "reset", "done", "error"]
+    assert event["data"]["contentMediaType"] == "application/json"
 
 
 def test_every_json_route_declares_its_response() -> None:

@@ -46,6 +46,7 @@ class ApiRoute(Route):
         parameters: tuple[Field, ...] = (),
         errors: tuple[int, ...] | None = None,
         media_type: str = "application/json",
+        events: Schema | None = None,
     ) -> None:
         super().__init__(path, endpoint, methods=[method])
         self.method = method
@@ -59,6 +60,8 @@ class ApiRoute(Route):
         """JSON Schema of the body answered with `statuses` (None: not JSON)."""
         self.statuses = statuses
         self.media_type = media_type
+        self.events = events
+        """JSON Schema of one event (`event`, `data`) of a streamed answer."""
         self.parameters = parameters
         """Declared path and query parameters (a path's own names are path parameters)."""
         self.errors = self.own_errors() if errors is None else errors
@@ -72,6 +75,9 @@ class ApiRoute(Route):
             found += [400, 404]
         return (*sorted(set(found)), 503)
 
+
+COLLECTION_ERRORS = (400, 404, 413, 415, 503)
+"""A body's errors, and 404 for a collection that does not exist."""
 
 ROUTES = [
     ApiRoute(
@@ -121,6 +127,7 @@ ROUTES = [
         query.QUERY,
         streams=True,
         response=query.RESPONSE,
+        events=query.EVENTS,
     ),
     ApiRoute(
         "/v1/knowledge/answer",
@@ -131,6 +138,7 @@ ROUTES = [
         answer.ANSWER,
         streams=True,
         response=answer.RESPONSE,
+        events=answer.EVENTS,
     ),
     ApiRoute(
         "/v1/knowledge/retrieve",
@@ -140,6 +148,7 @@ ROUTES = [
         "Chunks of one collection with source metadata and the query embedding.",
         retrieve.RETRIEVE,
         response=retrieve.RETRIEVED,
+        errors=COLLECTION_ERRORS,
     ),
     ApiRoute(
         "/v1/knowledge/validate",
@@ -149,6 +158,7 @@ ROUTES = [
         "Validation runs of test queries: relevance, metadata, consistency, accuracy.",
         retrieve.VALIDATE,
         response=retrieve.VALIDATED,
+        errors=COLLECTION_ERRORS,
     ),
     ApiRoute(
         "/v1/knowledge/support",

@@ -33,7 +33,14 @@ from knowledge_api.routes.fields import (
     unit,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.sse import UNEXPECTED, Event, event_stream, log, translation
+from knowledge_api.routes.sse import (
+    UNEXPECTED,
+    Event,
+    event_stream,
+    events_schema,
+    log,
+    translation,
+)
 from knowledge_api.routes.views import (
     SOURCE_TYPE,
     SYNTHESIZER,
@@ -187,3 +194,5 @@ def source_view(n: int, hit: SearchHit) -> dict[str, Any]:
 sse_event = translation("answer", render)
 """`results` (the passages [n] refers to), `answer` deltas (and `reset`), then `done`
 with the whole AgentResponse."""
+EVENTS = events_schema("results", "answer", "reset", "done")
+"""A stream's events; one that failed after it began ends with `done` of status error."""

@@ -92,7 +92,8 @@ class Boolean(Field):
 
 @dataclass(frozen=True)
 class Choices(Field):
-    """An optional list of distinct values from `allowed` (None when absent)."""
+    """An optional list of values from `allowed` (None when absent); a value named
+    twice counts once, so the schema does not demand unique items."""
 
     allowed: tuple[str, ...] = ()
 
@@ -101,7 +102,8 @@ class Choices(Field):
 
     def schema(self) -> Schema:
         items = {"type": "string", "enum": list(self.allowed)}
-        return {"type": "array", "items": items, "minItems": 1, "uniqueItems": True}
+        # null is taken as absent
+        return {"type": ["array", "null"], "items": items, "minItems": 1}
 
 
 @dataclass(frozen=True)

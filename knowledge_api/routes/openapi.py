@@ -75,6 +75,9 @@ RESPONSE: Schema = {
 }
 """The body of GET /openapi.json (its own shape is the OpenAPI 3.1 schema's)."""
 
+EVENT: Schema = obj({"event": STRING, "data": STRING})
+"""A Server-Sent Event of a route that names none of its own."""
+
 _CONVERTOR_SUFFIX = re.compile(r"{([^}:]+):[^}]+}")
 PUBLIC = "public"
 
@@ -91,6 +94,7 @@ class Declared(Protocol):
     streams: bool
     response: Schema | None
     media_type: str
+    events: Schema | None
     statuses: tuple[int, ...]
     parameters: tuple[Field, ...]
     errors: tuple[int, ...]
@@ -215,7 +219,7 @@ def success_responses(route: Declared) -> dict[str, Any]:
     content: dict[str, Any] = {route.media_type: {"schema": route.response or STRING}}
     description = route.summary
     if route.streams:
-        content["text/event-stream"] = {"schema": STRING}
+        content["text/event-stream"] = {"schema": route.events or EVENT}
         description += " With `stream: true`, Server-Sent Events (text/event-stream)."
     return {str(s): {"description": description, "content": content} for s in route.statuses}
 

@@ -25,7 +25,7 @@ from knowledge_api.routes.fields import (
     obj,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.sse import event_stream, translation
+from knowledge_api.routes.sse import event_stream, events_schema, translation
 from knowledge_api.routes.views import RESULT, SYNTHESIZER, result_view, zeroed_on_hit
 from knowledge_api.service import Served
 from knowledge_api.usecases import query as use
@@ -94,3 +94,5 @@ def done_event(served: Served[QueryResult]) -> dict[str, Any]:
 
 sse_event = translation("synthesis", done_event)
 """`results`, `synthesis` deltas (and `reset`), then `done`."""
+EVENTS = events_schema("results", "synthesis", "reset", "done", "error")
+"""A stream's events; `error` (the error shape) ends a stream that failed after it began."""
