@@ -92,12 +92,18 @@ def choices(
 
 
 def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
+    """An object of string, number or boolean values. NUL is refused in its keys and
+    strings: SQLite's JSON paths end at it and Postgres stores no NUL in text."""
     value = payload.get(field, {})
     if not isinstance(value, dict):
         raise InvalidRequest(field, "must be an object")
     for key, item in value.items():
+        if "\x00" in key:
+            raise InvalidRequest(field, "keys must not contain the NUL character")
         if not isinstance(item, str | int | float | bool) or item is None:
             raise InvalidRequest(f"{field}.{key}", "must be a string, number or boolean")
+        if isinstance(item, str) and "\x00" in item:
+            raise InvalidRequest(f"{field}.{key}", "must not contain the NUL character")
     return value
 
 

@@ -132,8 +132,9 @@ class Scalars(Field):
         return tuple(sorted(values.items())) if self.pairs else values
 
     def schema(self) -> Schema:
-        scalar = {"type": ["string", "number", "boolean"]}
-        return {"type": "object", "additionalProperties": scalar}
+        no_nul = {"pattern": r"^[^\u0000]*$"}
+        scalar = {"type": ["string", "number", "boolean"], **no_nul}
+        return {"type": "object", "propertyNames": no_nul, "additionalProperties": scalar}
 
 
 @dataclass(frozen=True)
