@@ -72,8 +72,8 @@ class ApiRoute(Route):
         name nothing; anything that reaches the store can find it unavailable."""
         found = [400, 413, 415] if self.body else []
         if self.param_convertors:
-            found += [400, 404]
-        return (*sorted(set(found)), 503)
+            found.append(404)
+        return (*found, 503)
 
 
 COLLECTION_ERRORS = (400, 404, 413, 415, 503)
@@ -178,6 +178,7 @@ ROUTES = [
         "The full record behind a result.",
         response=detail.RESPONSE,
         parameters=detail.PARAMETERS,
+        errors=(400, 404, 503),
     ),
     ApiRoute(
         "/v1/knowledge/documents",

@@ -80,6 +80,7 @@ EVENT: Schema = obj({"event": STRING, "data": STRING})
 
 _CONVERTOR_SUFFIX = re.compile(r"{([^}:]+):[^}]+}")
 PUBLIC = "public"
+"""`routes.PUBLIC` (the route table imports this module, so not the other way)."""
 
 
 @runtime_checkable
