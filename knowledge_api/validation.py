@@ -106,7 +106,8 @@ def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
     for key, item in value.items():
         if not _PLAIN_KEY.fullmatch(key):
             rule = (
-                f"keys must be 1-{KEY_MAX_LENGTH} characters without control characters, "
+                f"keys must be 1-{KEY_MAX_LENGTH} characters without control characters (NUL "
+                "included), "
                 "quotes or backslashes"
             )
             raise InvalidRequest(field, rule, key=key)
@@ -114,6 +115,8 @@ def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
             raise InvalidRequest(f"{field}.{key}", "must be a string, number or boolean")
         if isinstance(item, int) and not -INT64 <= item < INT64:
             raise InvalidRequest(f"{field}.{key}", "must be an integer within 64 bits")
+        if isinstance(item, str) and "\x00" in item:
+            raise InvalidRequest(f"{field}.{key}", "must not contain the NUL character")
     return value
 
 

@@ -279,3 +279,32 @@ def test_stream_sends_results_synthesis_and_done_events(client: TestClient) -> N
 def test_stream_rejects_bad_input_with_a_status(client: TestClient) -> None:
     response = client.post(QUERY, json={"query": "", "stream": True})
     assert response.status_code == 400
+
+
+def test_a_405_allows_every_method_of_the_path(client: TestClient) -> None:
+    """GET and DELETE of a document are two routes; a PUT is told about both."""
+    response = client.put("/v1/knowledge/documents/some-id")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "DELETE, GET, HEAD"
+    assert response.json()["error"]["details"]["allowed"] == "DELETE, GET, HEAD"
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (QUERY, {"query": "login", "filters": {"\u0000": False}}),
+        ("/v1/knowledge/answer", {"query": "login", "filters": {"team\u0000": "qa"}}),
+        (QUERY, {"query": "login", "filters": {"team": "q\u0000a"}}),
+        (
+            "/v1/knowledge/documents",
+            {"source_type": "wiki", "source_id": "x", "content": "y", "metadata": {"\u0000": 1}},
+        ),
+    ],
+)
+def test_nul_in_a_metadata_key_or_value_is_a_400(
+    client: TestClient, path: str, body: dict[str, Any]
+) -> None:
+    """It was a 500: SQLite's JSON path ends at NUL (found by tests/test_fuzz.py)."""
+    response = client.post(path, json=body)
+    assert response.status_code == 400, response.text
+    assert "NUL" in response.json()["error"]["message"]

@@ -1,8 +1,9 @@
 """The route table: thin handlers, one module per resource.
 
 Each route carries its contract beside its handler: the scope a caller needs, the
-declared request body and whether it answers as Server-Sent Events. Access control
-and the OpenAPI document both read it from here.
+declared request body, parameters and response, the errors it answers with and whether
+it answers as Server-Sent Events. Access control and the OpenAPI document
+(`routes/openapi.py`) both read it from here.
 """
 
 from __future__ import annotations
@@ -12,9 +13,18 @@ from typing import Any
 
 from starlette.routing import Route
 
-from knowledge_api.routes import answer, detail, documents, health, query, retrieve, support
+from knowledge_api.routes import (
+    answer,
+    detail,
+    documents,
+    health,
+    openapi,
+    query,
+    retrieve,
+    support,
+)
 from knowledge_api.routes.access import ADMIN, PUBLIC, READ, WRITE, guarded
-from knowledge_api.routes.fields import Body
+from knowledge_api.routes.fields import Body, Field, Schema
 
 
 class ApiRoute(Route):
@@ -27,6 +37,13 @@ class ApiRoute(Route):
         summary: str,
         body: Body | None = None,
         streams: bool = False,
+        *,
+        response: Schema | None = None,
+        statuses: tuple[int, ...] = (200,),
+        parameters: tuple[Field, ...] = (),
+        errors: tuple[int, ...] | None = None,
+        media_type: str = "application/json",
+        events: Schema | None = None,
     ) -> None:
         super().__init__(path, guarded(endpoint, scope), methods=[method])
         self.method = method
@@ -36,10 +53,68 @@ class ApiRoute(Route):
         self.body = body
         self.streams = streams
         """With `stream: true` the route answers text/event-stream."""
+        self.response = response
+        """JSON Schema of the body answered with `statuses` (None: not JSON)."""
+        self.statuses = statuses
+        self.media_type = media_type
+        self.events = events
+        """JSON Schema of one event (`event`, `data`) of a streamed answer."""
+        self.parameters = parameters
+        """Declared path and query parameters (a path's own names are path parameters)."""
+        self.errors = self.own_errors() if errors is None else errors
+        """Statuses the route itself answers in the error shape (access adds its own)."""
 
+    def own_errors(self) -> tuple[int, ...]:
+        """A body can be malformed, too large or of another type; a path parameter can
+        name nothing; anything that reaches the store can find it unavailable."""
+        found = [400, 413, 415] if self.body else []
+        if self.param_convertors:
+            found.append(404)
+        return (*found, 503)
+
+
+COLLECTION_ERRORS = (400, 404, 413, 415, 503)
+"""A body's errors, and 404 for a collection that does not exist."""
 
 ROUTES = [
-    ApiRoute("/health", health.health, "GET", PUBLIC, "Service status and its parts."),
+    ApiRoute(
+        "/health",
+        health.health,
+        "GET",
+        PUBLIC,
+        "Service status and its parts (503 when the store does not answer).",
+        response=health.RESPONSE,
+        statuses=(200, 503),
+        errors=(),
+    ),
+    ApiRoute(
+        "/openapi.json",
+        openapi.openapi,
+        "GET",
+        PUBLIC,
+        "This document: the OpenAPI 3.1 description of every route.",
+        response=openapi.RESPONSE,
+        errors=(),
+    ),
+    ApiRoute(
+        "/docs",
+        openapi.docs,
+        "GET",
+        PUBLIC,
+        "An interactive page for this document (served with its assets, offline).",
+        media_type="text/html",
+        errors=(),
+    ),
+    ApiRoute(
+        "/docs/{asset}",
+        openapi.docs_asset,
+        "GET",
+        PUBLIC,
+        "A script, style sheet or icon of the /docs page.",
+        media_type="*/*",
+        parameters=(openapi.ASSET,),
+        errors=(404,),
+    ),
     ApiRoute(
         "/v1/knowledge/query",
         query.query,
@@ -48,6 +123,8 @@ ROUTES = [
         "Search every source; optionally a synthesis with citations.",
         query.QUERY,
         streams=True,
+        response=query.RESPONSE,
+        events=query.EVENTS,
     ),
     ApiRoute(
         "/v1/knowledge/answer",
@@ -57,6 +134,8 @@ ROUTES = [
         "A grounded answer with numbered sources and confidence.",
         answer.ANSWER,
         streams=True,
+        response=answer.RESPONSE,
+        events=answer.EVENTS,
     ),
     ApiRoute(
         "/v1/knowledge/retrieve",
@@ -65,6 +144,8 @@ ROUTES = [
         READ,
         "Chunks of one collection with source metadata and the query embedding.",
         retrieve.RETRIEVE,
+        response=retrieve.RETRIEVED,
+        errors=COLLECTION_ERRORS,
     ),
     ApiRoute(
         "/v1/knowledge/validate",
@@ -73,6 +154,8 @@ ROUTES = [
         ADMIN,
         "Validation runs of test queries: relevance, metadata, consistency, accuracy.",
         retrieve.VALIDATE,
+        response=retrieve.VALIDATED,
+        errors=COLLECTION_ERRORS,
     ),
     ApiRoute(
         "/v1/knowledge/support",
@@ -81,6 +164,8 @@ ROUTES = [
         READ,
         "Support retrieval over the KB articles (never an error).",
         support.SUPPORT,
+        response=support.RESPONSE,
+        errors=(),
     ),
     ApiRoute(
         "/v1/knowledge/detail/{type}/{id:path}",
@@ -88,6 +173,9 @@ ROUTES = [
         "GET",
         READ,
         "The full record behind a result.",
+        response=detail.RESPONSE,
+        parameters=detail.PARAMETERS,
+        errors=(400, 404, 503),
     ),
     ApiRoute(
         "/v1/knowledge/documents",
@@ -96,6 +184,8 @@ ROUTES = [
         WRITE,
         "Index one document, or up to 100.",
         documents.DOCUMENTS,
+        response=documents.CREATED,
+        statuses=(201,),
     ),
     ApiRoute(
         "/v1/knowledge/documents/{id}",
@@ -103,6 +193,7 @@ ROUTES = [
         "GET",
         READ,
         "A stored document with its chunks.",
+        response=documents.STORED,
     ),
     ApiRoute(
         "/v1/knowledge/documents/{id}",
@@ -110,5 +201,6 @@ ROUTES = [
         "DELETE",
         WRITE,
         "Delete a document and its chunks.",
+        response=documents.DELETED,
     ),
 ]

@@ -11,9 +11,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidQuery, KnowledgeAPIError
+from knowledge_api.grounding import WEIGHTS
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, SearchHit
 from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import (
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    SCALAR,
+    STRING,
     Body,
     Boolean,
     Choices,
@@ -22,10 +28,28 @@ from knowledge_api.routes.fields import (
     Number,
     Scalars,
     Text,
+    array,
+    enum,
+    nullable,
+    obj,
+    unit,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.sse import UNEXPECTED, Event, event_stream, log, translation
-from knowledge_api.routes.views import excerpt, result_view, zeroed_on_hit
+from knowledge_api.routes.sse import (
+    UNEXPECTED,
+    Event,
+    event_stream,
+    events_schema,
+    log,
+    translation,
+)
+from knowledge_api.routes.views import (
+    SOURCE_TYPE,
+    SYNTHESIZER,
+    excerpt,
+    result_view,
+    zeroed_on_hit,
+)
 from knowledge_api.service import Served, utc_now
 from knowledge_api.usecases import answers as use
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
@@ -71,6 +95,60 @@ async def answer(request: Request) -> Response:
         return "done", render(Served(use.failed(message), False, started))
 
     return await event_stream(use.events(knowledge, params), sse_event, failure)
+
+
+CONFIDENCE = obj(
+    {
+        **{factor: unit() for factor in WEIGHTS},
+        "overall": unit(),
+        "level": enum("high", "medium", "low"),
+        "entailment_method": STRING,
+    }
+)
+SOURCE = obj(
+    {
+        "chunk_id": STRING,
+        "citation_index": {**INTEGER, "minimum": 1},
+        "relevance_score": NUMBER,
+        "excerpt": STRING,
+        "metadata": obj(
+            {
+                "title": STRING,
+                "chunk_index": INTEGER,
+                "document_id": STRING,
+                "source_type": SOURCE_TYPE,
+                "source_id": STRING,
+            },
+            {"section": STRING},
+            extra=SCALAR,
+        ),
+    }
+)
+RESPONSE = obj(
+    {
+        "query_id": {**STRING, "format": "uuid"},
+        "status": enum("success", "insufficient_context", "error"),
+        "answer": nullable(STRING),
+        "confidence": CONFIDENCE,
+        "sources": array(SOURCE),
+        "metadata": obj(
+            {
+                "model": nullable(STRING),
+                "temperature": nullable(NUMBER),
+                "total_time_ms": NUMBER,
+                "retrieval_time_ms": NUMBER,
+                "generation_time_ms": NUMBER,
+                "tokens_used": nullable(INTEGER),
+                "timestamp": STRING,
+                "cache_hit": BOOLEAN,
+                "synthesizer": nullable(SYNTHESIZER),
+            }
+        ),
+        "error_message": nullable(STRING),
+    },
+    {"warnings": array(STRING)},
+)
+"""The AgentResponse `render` returns; also the data of the stream's `done` event."""
 
 
 def render(served: Served[GroundedAnswer]) -> dict[str, Any]:
@@ -120,3 +198,5 @@ def source_view(n: int, hit: SearchHit) -> dict[str, Any]:
 sse_event = translation("answer", render)
 """`results` (the passages [n] refers to), `answer` deltas (and `reset`), then `done`
 with the whole AgentResponse."""
+EVENTS = events_schema("results", "answer", "reset", "done")
+"""A stream's events; one that failed after it began ends with `done` of status error."""

@@ -3,20 +3,26 @@
 from starlette.requests import Request
 from starlette.responses import Response
 
-from knowledge_api import validation
-from knowledge_api.errors import InvalidRequest, NotFound
+from knowledge_api.errors import NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
 from knowledge_api.routes.access import access
+from knowledge_api.routes.fields import CollectionName, OneOf, Text
 from knowledge_api.routes.http import JSONResponse, service
-from knowledge_api.routes.views import document_view
+from knowledge_api.routes.views import DOCUMENT, document_view
+
+TYPE = OneOf("type", "The result's source_type.", allowed=SOURCE_TYPES)
+ID = Text("id", "The result's source_id (it may contain '/').", max_length=500, strip=False)
+COLLECTION = CollectionName("collection", "The collection it is in.", DEFAULT_COLLECTION)
+PARAMETERS = (TYPE, ID, COLLECTION)
+"""The path's type and id, and the query's collection."""
+RESPONSE = DOCUMENT
 
 
 async def detail(request: Request) -> Response:
-    source_type, key = request.path_params["type"], request.path_params["id"]
-    if source_type not in SOURCE_TYPES:
-        raise InvalidRequest("type", f"must be one of: {', '.join(SOURCE_TYPES)}")
+    source_type = TYPE.parse(request.path_params, TYPE.default)
+    key = request.path_params["id"]
     collection = access(request).collection(
-        validation.collection_name(request.query_params.get("collection", DEFAULT_COLLECTION))
+        COLLECTION.parse(dict(request.query_params), COLLECTION.default)
     )
     doc = await service(request).find_document(source_type, key, collection)
     if doc is None:

@@ -11,8 +11,20 @@ from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
 from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import Body, CollectionName, Custom, OneOf, Scalars, Text
+from knowledge_api.routes.fields import (
+    INTEGER,
+    STRING,
+    Body,
+    CollectionName,
+    Custom,
+    OneOf,
+    Scalars,
+    Text,
+    array,
+    obj,
+)
 from knowledge_api.routes.http import JSONResponse, read_json, service
+from knowledge_api.routes.views import DOCUMENT as DOCUMENT_VIEW
 from knowledge_api.routes.views import document_view
 
 MAX_BATCH = 100
@@ -45,8 +57,26 @@ DOCUMENTS = Body(
             "maxItems": MAX_BATCH,
         },
     ),
+    alternatives=(DOCUMENT,),
 )
 """A batch; POST /v1/knowledge/documents also takes one DOCUMENT as the body."""
+
+COUNT = {**INTEGER, "minimum": 0}
+CREATED = obj(
+    {
+        "success": {"const": True},
+        "ids": array(STRING, minItems=1, maxItems=MAX_BATCH),
+        "indexed": COUNT,
+        "chunks": COUNT,
+        "embedded": COUNT,
+        "skipped": COUNT,
+    }
+)
+"""The body of `create`'s 201."""
+STORED = DOCUMENT_VIEW
+"""The body of `get`: the document with its chunks."""
+DELETED = obj({"success": {"const": True}, "deleted": STRING})
+"""The body of `delete`."""
 
 
 def parse(payload: Any) -> list[Document]:

@@ -53,8 +53,10 @@ class Text(Field):
         return value.strip() if self.strip else value
 
     def schema(self) -> Schema:
-        low = 1 if self.required else 0
-        return {"type": "string", "minLength": low, "maxLength": self.max_length}
+        if not self.required:
+            return {"type": "string", "maxLength": self.max_length}
+        # blank is refused as missing: at least one non-space character
+        return {"type": "string", "minLength": 1, "maxLength": self.max_length, "pattern": r"\S"}
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,8 @@ class Boolean(Field):
 
 @dataclass(frozen=True)
 class Choices(Field):
-    """An optional list of distinct values from `allowed` (None when absent)."""
+    """An optional list of values from `allowed` (None when absent); a value named
+    twice counts once, so the schema does not demand unique items."""
 
     allowed: tuple[str, ...] = ()
 
@@ -99,7 +102,8 @@ class Choices(Field):
 
     def schema(self) -> Schema:
         items = {"type": "string", "enum": list(self.allowed)}
-        return {"type": "array", "items": items, "minItems": 1, "uniqueItems": True}
+        # null is taken as absent
+        return {"type": ["array", "null"], "items": items, "minItems": 1}
 
 
 @dataclass(frozen=True)
@@ -128,8 +132,9 @@ class Scalars(Field):
         return tuple(sorted(values.items())) if self.pairs else values
 
     def schema(self) -> Schema:
-        scalar = {"type": ["string", "number", "boolean"]}
-        return {"type": "object", "additionalProperties": scalar}
+        no_nul = {"pattern": r"^[^\u0000]*$"}
+        scalar = {"type": ["string", "number", "boolean"], **no_nul}
+        return {"type": "object", "propertyNames": no_nul, "additionalProperties": scalar}
 
 
 @dataclass(frozen=True)
@@ -165,11 +170,13 @@ class Custom(Field):
 
 class Body:
     """A JSON object with declared fields; unknown fields are refused, so a typo is a 400
-    and not a silent default."""
+    and not a silent default. `alternatives` are other bodies the route also takes (one
+    document instead of a batch of them): documented, parsed by the route itself."""
 
-    def __init__(self, name: str, *fields: Field) -> None:
+    def __init__(self, name: str, *fields: Field, alternatives: tuple[Body, ...] = ()) -> None:
         self.name = name
         self.fields = fields
+        self.alternatives = alternatives
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -193,3 +200,48 @@ class Body:
             "required": [f.name for f in self.fields if f.required],
             "additionalProperties": False,
         }
+
+
+# -- response declarations: small builders of the JSON Schema of a rendered body ---------
+
+STRING: Schema = {"type": "string"}
+INTEGER: Schema = {"type": "integer"}
+NUMBER: Schema = {"type": "number"}
+BOOLEAN: Schema = {"type": "boolean"}
+SCALAR: Schema = {"type": ["string", "number", "boolean"]}
+ANY: Schema = {}
+"""Any JSON value: a part whose shape belongs to a backend (a store's health report)."""
+
+
+def obj(
+    required: Mapping[str, Schema],
+    optional: Mapping[str, Schema] | None = None,
+    *,
+    extra: bool | Schema = False,
+) -> Schema:
+    """An object with `required` and `optional` properties; others only when `extra`
+    allows them (True, or the schema of their values)."""
+    return {
+        "type": "object",
+        "properties": {**required, **(optional or {})},
+        "required": list(required),
+        "additionalProperties": extra,
+    }
+
+
+def array(items: Schema, **limits: int) -> Schema:
+    """A list of `items`; `limits` such as minItems=1, maxItems=100."""
+    return {"type": "array", "items": items, **limits}
+
+
+def nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def enum(*values: str) -> Schema:
+    return {"type": "string", "enum": list(values)}
+
+
+def unit(schema: Schema = NUMBER) -> Schema:
+    """A score from 0 to 1."""
+    return {**schema, "minimum": 0, "maximum": 1}

@@ -5,9 +5,30 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.routes.access import READ, access
+from knowledge_api.routes.fields import NUMBER, STRING, enum, obj
 from knowledge_api.routes.http import JSONResponse, service
 
 MINIMAL = ("status", "service", "version", "timestamp")
+
+PART = obj({"status": STRING}, extra=True)
+"""A part's own report (store, embedder, synthesizer, sync): its status and details."""
+RESPONSE = obj(
+    {
+        "status": enum("healthy", "degraded", "unhealthy"),
+        "service": STRING,
+        "version": STRING,
+        "timestamp": STRING,
+    },
+    {
+        "cache": obj({}, extra=True),
+        "uptime_s": NUMBER,
+        "store": PART,
+        "embedder": PART,
+        "synthesizer": PART,
+    },
+    extra=PART,
+)
+"""The body of 200 and of 503 alike; the details only for callers who may read."""
 
 
 async def health(request: Request) -> Response:

@@ -84,13 +84,16 @@ def route_list(request: Request) -> list[str]:
     ]
 
 
-def allowed_methods(request: Request) -> list[str]:
-    """Every method some route serves on this path (one route may serve only one)."""
-    methods: set[str] = set()
-    for route in request.app.routes:
-        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
-            methods |= route.methods or set()
-    return sorted(methods)
+def allowed_methods(request: Request) -> str:
+    """Every method the path takes: the router's own 405 names only those of the first
+    route that matched the path, and GET and DELETE of a document are two routes."""
+    methods = {
+        method
+        for route in request.app.routes
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE
+        for method in route.methods or ()
+    }
+    return ", ".join(sorted(methods))
 
 
 async def api_error(request: Request, exc: Exception) -> Response:
@@ -108,10 +111,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
             f"no route {request.method} {request.url.path}", routes=route_list(request)
         )
     elif exc.status_code == 405:
-        headers["allow"] = ", ".join(allowed_methods(request))
+        headers["allow"] = allowed_methods(request) or headers.get("allow", "")
         error = MethodNotAllowed(
-            f"{request.method} is not allowed on {request.url.path}",
-            allowed=headers["allow"],
+            f"{request.method} is not allowed on {request.url.path}", allowed=headers["allow"]
         )
     else:
         error = KnowledgeAPIError(str(exc.detail))

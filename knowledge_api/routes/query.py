@@ -12,6 +12,9 @@ from knowledge_api.errors import InvalidQuery
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
 from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import (
+    BOOLEAN,
+    NUMBER,
+    STRING,
     Body,
     Boolean,
     Choices,
@@ -20,10 +23,12 @@ from knowledge_api.routes.fields import (
     Number,
     Scalars,
     Text,
+    array,
+    obj,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.sse import event_stream, translation
-from knowledge_api.routes.views import result_view, zeroed_on_hit
+from knowledge_api.routes.sse import event_stream, events_schema, translation
+from knowledge_api.routes.views import RESULT, SYNTHESIZER, result_view, zeroed_on_hit
 from knowledge_api.service import Served
 from knowledge_api.usecases import query as use
 from knowledge_api.usecases.query import QueryParams, QueryResult
@@ -68,6 +73,17 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
     return body
 
 
+METRICS = obj(
+    {"total_ms": NUMBER, "cache_hit": BOOLEAN, "embedding_ms": NUMBER, "search_ms": NUMBER},
+    {"synthesis_ms": NUMBER},
+)
+RESPONSE = obj(
+    {"results": array(RESULT), "metrics": METRICS},
+    {"synthesis": STRING, "synthesizer": SYNTHESIZER, "warnings": array(STRING)},
+)
+"""The body `render` returns (without `stream`)."""
+
+
 def metrics(served: Served[QueryResult]) -> dict[str, Any]:
     timings = zeroed_on_hit(served.value.timings, served.cache_hit)
     return {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
@@ -82,3 +98,5 @@ def done_event(served: Served[QueryResult]) -> dict[str, Any]:
 
 sse_event = translation("synthesis", done_event)
 """`results`, `synthesis` deltas (and `reset`), then `done`."""
+EVENTS = events_schema("results", "synthesis", "reset", "done", "error")
+"""A stream's events; `error` (the error shape) ends a stream that failed after it began."""

@@ -13,7 +13,20 @@ from knowledge_api import validation
 from knowledge_api.errors import CollectionNotFound, InvalidQuery, InvalidRequest
 from knowledge_api.models import SearchHit
 from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import Body, CollectionName, Custom, Integer, Text
+from knowledge_api.routes.fields import (
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    STRING,
+    Body,
+    CollectionName,
+    Custom,
+    Integer,
+    Text,
+    array,
+    nullable,
+    obj,
+)
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.usecases import retrieval as use
 from knowledge_api.usecases.retrieval import (
@@ -152,6 +165,55 @@ def callers(request: Request, collection: str) -> Iterator[None]:
     except CollectionNotFound as e:
         e.details["available"] = caller.visible(e.details.get("available", []))
         raise
+
+
+CHUNK = obj(
+    {
+        "content": STRING,
+        "source_url": STRING,
+        "page_title": STRING,
+        "section_hierarchy": STRING,
+        "chunk_index": INTEGER,
+        "similarity_score": NUMBER,
+        "vector_id": STRING,
+    }
+)
+TRUE = {"const": True}
+RETRIEVED = obj(
+    {
+        "success": TRUE,
+        "retrieved_chunks": array(CHUNK),
+        "query_embedding": nullable(obj({"vector": array(NUMBER), "model": STRING})),
+        "metrics": obj({"response_time_ms": NUMBER, "retrieval_count": INTEGER}),
+    },
+    {"warnings": array(STRING)},
+)
+"""The body `render_retrieved` returns."""
+QUERY_VALIDATION = obj(
+    {
+        "query": STRING,
+        "retrieved_chunks": array(CHUNK),
+        "relevance_valid": BOOLEAN,
+        "metadata_correct": BOOLEAN,
+        "consistency_score": NUMBER,
+        "validation_metrics": obj(
+            {
+                "accuracy": nullable(NUMBER),
+                "relevance_score": NUMBER,
+                "consistency_variance": NUMBER,
+            }
+        ),
+    },
+    {"retrieval_metrics": obj({}, extra=NUMBER)},
+)
+VALIDATED = obj(
+    {
+        "success": TRUE,
+        "validation_results": array(QUERY_VALIDATION),
+        "overall_validation": obj({"passed": BOOLEAN, "summary": STRING, "score": NUMBER}),
+    }
+)
+"""The body `render_validation` returns."""
 
 
 def render_retrieved(found: Retrieved) -> dict[str, Any]:

@@ -29,6 +29,18 @@ Failure = Callable[[Exception], Event]
 UNEXPECTED = "internal error: this is a bug, the log has the traceback"
 
 
+def events_schema(*names: str) -> dict[str, Any]:
+    """JSON Schema of one event of a stream whose events are `names`: each event's data
+    is one JSON document."""
+    data = {"type": "string", "contentMediaType": "application/json"}
+    event = {"type": "string", "enum": list(names)}
+    return {
+        "type": "object",
+        "properties": {"event": event, "data": data},
+        "required": ["event", "data"],
+    }
+
+
 def translation(delta: str, done: Callable[[Any], Any]) -> Translate:
     """How a streamed use case's events reach the client: the passages as results, the
     text as `delta` events of the resource's name (`synthesis`, `answer`), `reset` as it

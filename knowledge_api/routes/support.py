@@ -11,7 +11,17 @@ from starlette.responses import Response
 from knowledge_api import validation
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import Body, Custom, Text
+from knowledge_api.routes.fields import (
+    INTEGER,
+    NUMBER,
+    STRING,
+    Body,
+    Custom,
+    Text,
+    array,
+    enum,
+    obj,
+)
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.usecases import support as use
 
@@ -26,6 +36,25 @@ SUPPORT = Body(
         shape={"type": "object", "properties": {"product": {"type": "string", "maxLength": 200}}},
     ),
 )
+
+SOURCE = obj(
+    {
+        "title": {**STRING, "maxLength": use.TITLE_MAX},
+        "url": {**STRING, "maxLength": use.URL_MAX},
+        "relevance_score": {**NUMBER, "maximum": 1},
+        "excerpt": {**STRING, "maxLength": use.EXCERPT_MAX},
+        "last_updated": STRING,
+    }
+)
+RESPONSE = obj(
+    {
+        "sources_consulted": array(SOURCE, maxItems=use.MAX_SOURCES),
+        "coverage": enum("high", "medium", "low", "none"),
+        "gaps": array(STRING),
+        "retrieval_time_ms": {**INTEGER, "minimum": 0},
+    }
+)
+"""What `use.retrieve` answers, the fallback included."""
 
 
 async def support(request: Request) -> Response:

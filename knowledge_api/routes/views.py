@@ -4,10 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from knowledge_api.models import Document, SearchHit
+from knowledge_api.models import SOURCE_TYPES, Document, SearchHit
+from knowledge_api.routes.fields import (
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    SCALAR,
+    STRING,
+    Schema,
+    array,
+    enum,
+    nullable,
+    obj,
+)
 
 Body = dict[str, Any]
 EXCERPT_CHARS = 240
+
+SOURCE_TYPE = enum(*SOURCE_TYPES)
+RESULT = obj(
+    {
+        "id": STRING,
+        "content": STRING,
+        "source_type": SOURCE_TYPE,
+        "source_id": STRING,
+        "similarity": NUMBER,
+        "metadata": obj(
+            {"title": STRING, "chunk_index": INTEGER, "document_id": STRING},
+            {"section": STRING},
+            extra=SCALAR,
+        ),
+        "expandable": BOOLEAN,
+    }
+)
+"""A search hit as `result_view` renders it; its metadata is the document's plus these."""
 
 
 def result_view(hit: SearchHit) -> Body:
@@ -29,6 +59,37 @@ def result_view(hit: SearchHit) -> Body:
         "metadata": metadata,
         "expandable": chunk.chunk_count > 1,
     }
+
+
+CHUNK = obj(
+    {"id": STRING, "chunk_index": INTEGER, "section": STRING, "content": STRING},
+)
+DOCUMENT: Schema = obj(
+    {
+        "id": STRING,
+        "source_type": SOURCE_TYPE,
+        "source_id": STRING,
+        "title": STRING,
+        "content": STRING,
+        "metadata": obj({}, extra=SCALAR),
+        "collection": STRING,
+        "created_at": STRING,
+        "updated_at": STRING,
+        "chunks": array(CHUNK),
+    }
+)
+"""A stored document as `document_view` renders it."""
+SYNTHESIZER = obj(
+    {
+        "provider": STRING,
+        "model": STRING,
+        "tokens_used": nullable(INTEGER),
+        "citations": array(INTEGER),
+        "citations_removed": array(INTEGER),
+        "skipped": array(obj({"provider": STRING, "reason": STRING})),
+    }
+)
+"""Who wrote a synthesis or an answer (`SynthesisOutcome.view`)."""
 
 
 def excerpt(content: str, limit: int = EXCERPT_CHARS) -> str:

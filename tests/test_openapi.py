@@ -1,0 +1,194 @@
+"""GET /openapi.json is generated from the route table, so it lists every route, every
+declared field with its limits, the one error shape and each route's security; GET
+/docs serves an interactive page for it without reaching the network."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.routes import PUBLIC, ROUTES, ApiRoute
+from knowledge_api.routes.openapi import ASSETS, document, openapi_path
+
+DOC = document(ROUTES)
+SCHEMAS = DOC["components"]["schemas"]
+
+
+def operation(route: ApiRoute) -> dict[str, Any]:
+    op: dict[str, Any] = DOC["paths"][openapi_path(route.path)][route.method.lower()]
+    return op
+
+
+def test_the_served_document_is_the_generated_one(client: TestClient) -> None:
+    response = client.get("/openapi.json")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == DOC
+
+
+def test_every_route_is_an_operation_and_nothing_else_is() -> None:
+    listed = {(path, method.upper()) for path, ops in DOC["paths"].items() for method in ops}
+    assert listed == {(openapi_path(r.path), r.method) for r in ROUTES}
+    assert "/v1/knowledge/detail/{type}/{id}" in DOC["paths"]
+    ids = [op["operationId"] for ops in DOC["paths"].values() for op in ops.values()]
+    assert len(ids) == len(set(ids)) == len(ROUTES)
+
+
+def test_every_declared_field_is_documented_with_its_limits() -> None:
+    for route in ROUTES:
+        if route.body is None:
+            assert "requestBody" not in operation(route)
+            continue
+        schema = SCHEMAS[route.body.name]
+        assert set(schema["properties"]) == set(route.body.names)
+        assert schema["additionalProperties"] is False
+    query = SCHEMAS["QueryRequest"]["properties"]
+    assert query["query"]["maxLength"] == 1000 and query["query"]["minLength"] == 1
+    assert (query["limit"]["minimum"], query["limit"]["maximum"]) == (1, 20)
+    assert query["limit"]["type"] == "integer" and query["limit"]["default"] == 5
+    assert (query["threshold"]["minimum"], query["threshold"]["maximum"]) == (0, 1)
+    assert SCHEMAS["QueryRequest"]["required"] == ["query"]
+    assert SCHEMAS["AnswerRequest"]["properties"]["query"]["maxLength"] == 500
+    assert SCHEMAS["RetrieveRequest"]["properties"]["top_k"]["maximum"] == 100
+    assert SCHEMAS["ValidateRequest"]["properties"]["test_queries"]["maxItems"] == 50
+    assert SCHEMAS["Document"]["properties"]["content"]["maxLength"] == 60000
+
+
+def test_a_route_taking_either_of_two_bodies_documents_both() -> None:
+    documents = operation(route_at("/v1/knowledge/documents", "POST"))
+    schema = documents["requestBody"]["content"]["application/json"]["schema"]
+    refs = {ref["$ref"] for ref in schema["anyOf"]}
+    assert refs == {"#/components/schemas/Documents", "#/components/schemas/Document"}
+
+
+def test_path_and_query_parameters_are_typed() -> None:
+    detail = {
+        p["name"]: p
+        for p in operation(route_at("/v1/knowledge/detail/{type}/{id:path}"))["parameters"]
+    }
+    assert detail["type"]["in"] == "path" and detail["type"]["required"] is True
+    assert detail["type"]["schema"]["enum"] == [
+        "git",
+        "jira",
+        "knowledge",
+        "wiki",
+        "email",
+        "metrics",
+    ]
+    assert detail["id"]["schema"]["type"] == "string"
+    assert detail["collection"]["in"] == "query" and detail["collection"]["required"] is False
+    assert detail["collection"]["schema"]["default"] == "default"
+    (doc_id,) = operation(route_at("/v1/knowledge/documents/{id}"))["parameters"]
+    assert doc_id["in"] == "path" and doc_id["schema"] == {"type": "string", "pattern": "^[^/]+$"}
+
+
+def test_every_error_response_references_the_one_error_shape() -> None:
+    error = SCHEMAS["Error"]
+    assert error["required"] == ["success", "error"]
+    assert error["properties"]["error"]["required"] == ["type", "message", "details"]
+    for route in ROUTES:
+        for status, response in operation(route)["responses"].items():
+            if int(status) in route.statuses:
+                continue
+            assert response["content"] == {
+                "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
+            }, (route.path, status)
+
+
+def test_errors_follow_the_route() -> None:
+    def statuses(path: str, method: str = "GET") -> set[str]:
+        return set(operation(route_at(path, method))["responses"])
+
+    assert statuses("/v1/knowledge/query", "POST") == {
+        "200",
+        "400",
+        "401",
+        "403",
+        "413",
+        "415",
+        "429",
+        "503",
+    }
+    assert statuses("/v1/knowledge/documents", "POST") >= {"201", "400", "413"}
+    assert "200" not in statuses("/v1/knowledge/documents", "POST")
+    assert {"404", "503"} <= statuses("/v1/knowledge/documents/{id}", "DELETE")
+    assert statuses("/health") == {"200", "503", "429"}
+    assert statuses("/v1/knowledge/support", "POST") == {"200", "401", "403", "429"}
+
+
+def test_security_follows_each_route_scope() -> None:
+    schemes = DOC["components"]["securitySchemes"]
+    assert schemes["bearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": schemes["bearer"]["description"],
+    }
+    assert "kapi_" in schemes["bearer"]["description"]
+    assert (schemes["apiKey"]["in"], schemes["apiKey"]["name"]) == ("header", "X-API-Key")
+    for route in ROUTES:
+        op = operation(route)
+        if route.scope == PUBLIC:
+            assert op["security"] == [] and "x-required-scope" not in op
+            assert {"401", "403"}.isdisjoint(op["responses"])
+        else:
+            assert op["security"] == [{"bearer": [route.scope]}, {"apiKey": [route.scope]}]
+            assert op["x-required-scope"] == route.scope
+            assert route.scope in op["description"]
+            assert {"401", "403"} <= set(op["responses"])
+    assert operation(route_at("/v1/knowledge/validate", "POST"))["x-required-scope"] == "admin"
+
+
+def test_streaming_routes_offer_an_event_stream() -> None:
+    for route in ROUTES:
+        content = operation(route)["responses"][str(route.statuses[0])]["content"]
+        assert ("text/event-stream" in content) is route.streams
+    assert {r.path for r in ROUTES if r.streams} == {"/v1/knowledge/query", "/v1/knowledge/answer"}
+    query = operation(route_at("/v1/knowledge/query", "POST"))["responses"]["200"]["content"]
+    event = query["text/event-stream"]["schema"]["properties"]
+    assert event["event"]["enum"] == ["results", "synthesis", "reset", "done", "error"]
+    assert event["data"]["contentMediaType"] == "application/json"
+
+
+def test_every_json_route_declares_its_response() -> None:
+    for route in ROUTES:
+        if route.media_type == "application/json":
+            assert route.response is not None, route.path
+            content = operation(route)["responses"][str(route.statuses[0])]["content"]
+            assert content["application/json"]["schema"] is route.response
+
+
+def test_the_document_is_valid_openapi_3_1() -> None:
+    validator = pytest.importorskip("openapi_spec_validator")
+    validator.validate(DOC)
+    assert DOC["openapi"] == "3.1.0"
+
+
+def test_docs_page_loads_the_document_from_this_service_only(client: TestClient) -> None:
+    page = client.get("/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    script = client.get("/docs/docs.js")
+    assert script.status_code == 200 and '"/openapi.json"' in script.text
+    assert "validatorUrl: null" in script.text
+    for text in (page.text, script.text):
+        assert not re.search(r"(https?:)?//[a-z0-9]", text, re.IGNORECASE), text
+    for src in re.findall(r'(?:src|href)="([^"]+)"', page.text):
+        assert src.startswith("/docs/"), src
+        assert client.get(src).status_code == 200, src
+
+
+def test_docs_assets_are_served_from_the_package(client: TestClient) -> None:
+    for name, media_type in ASSETS.items():
+        response = client.get(f"/docs/{name}")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith(media_type)
+        assert len(response.content) > 500
+    assert "SwaggerUIBundle" in client.get("/docs/swagger-ui-bundle.js").text
+    missing = client.get("/docs/index.html")
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
+
+
+def route_at(path: str, method: str = "GET") -> ApiRoute:
+    return next(r for r in ROUTES if r.path == path and r.method == method)
