@@ -37,6 +37,7 @@ from knowledge_api.models import (
     SearchMode,
     normalize_query,
 )
+from knowledge_api.observer import UNOBSERVED, Observer
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.synthesis.base import Synthesizer
@@ -95,6 +96,12 @@ class KnowledgeService:
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder")
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
+        self.observer: Observer = UNOBSERVED
+
+    def observe(self, observer: Observer) -> None:
+        """Report model calls, searches and syntheses to `observer` from now on."""
+        self.observer = observer
+        self.synthesizer.observer = observer
 
     @property
     def identity(self) -> EmbedderIdentity:
@@ -165,6 +172,7 @@ class KnowledgeService:
         vector = await self._query_vector(normalize_query(query), warnings)
         embedded = time.perf_counter()
         hits = await self.store.search(query, vector, limit, filters, threshold, mode)
+        self.observer.search(time.perf_counter() - embedded)
         return Retrieval(hits, vector, ms(embedded - start), elapsed_ms(embedded), warnings)
 
     async def _query_vector(self, normalized: str, warnings: list[str]) -> np.ndarray | None:
@@ -173,7 +181,10 @@ class KnowledgeService:
             return None
 
         async def compute() -> tuple[np.ndarray, bool]:
-            return await self._in_model_thread(self.embedder.embed_query, normalized), True
+            start = time.perf_counter()
+            vector = await self._in_model_thread(self.embedder.embed_query, normalized)
+            self.observer.embedding("query", time.perf_counter() - start)
+            return vector, True
 
         try:
             vector: np.ndarray
@@ -259,7 +270,9 @@ class KnowledgeService:
         return await ingestor.ingest(documents, progress)
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        start = time.perf_counter()
         vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_documents, texts)
+        self.observer.embedding("documents", time.perf_counter() - start)
         return vectors
 
     async def document(self, doc_id: str) -> Document | None:
@@ -280,6 +293,17 @@ class KnowledgeService:
         return self.store.iter_documents(collection)
 
     # -- health ---------------------------------------------------------------------
+
+    async def readiness(self) -> dict[str, str]:
+        """Why each part that keeps requests from being served is not ready; empty
+        when the store answers and the embedder is loaded."""
+        problems = {}
+        store = await self.store.health_check()
+        if store.get("status") != "ok":
+            problems["store"] = str(store.get("error") or store.get("status"))
+        if not self.embedder_ready:
+            problems["embedder"] = "not loaded"
+        return problems
 
     async def health(self) -> Body:
         store = await self.store.health_check()
