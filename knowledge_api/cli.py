@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -18,6 +17,7 @@ from knowledge_api import compose, validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
+from knowledge_api.routes.observe import configure_logging
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
@@ -27,10 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         settings = Settings.from_env()
-        logging.basicConfig(
-            level=settings.log_level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        configure_logging(settings)
         result: int = args.run(settings, args)
         return result
     except KnowledgeAPIError as e:
@@ -112,8 +109,9 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
         create_app(settings),
         host=settings.host,
         port=settings.port,
+        log_config=None,
         log_level=settings.log_level,
-        access_log=settings.log_level == "debug",
+        access_log=False,  # the app logs every request itself, with its id
         loop="uvloop",
         http="httptools",
     )

@@ -12,7 +12,16 @@ from typing import Any
 
 from starlette.routing import Route
 
-from knowledge_api.routes import answer, detail, documents, health, query, retrieve, support
+from knowledge_api.routes import (
+    answer,
+    detail,
+    documents,
+    health,
+    metrics,
+    query,
+    retrieve,
+    support,
+)
 from knowledge_api.routes.fields import Body
 
 PUBLIC = "public"
@@ -43,6 +52,21 @@ class ApiRoute(Route):
 
 ROUTES = [
     ApiRoute("/health", health.health, "GET", PUBLIC, "Service status and its parts."),
+    ApiRoute("/livez", health.livez, "GET", PUBLIC, "The process is up (always 200)."),
+    ApiRoute(
+        "/readyz",
+        health.readyz,
+        "GET",
+        PUBLIC,
+        "200 when the store answers and the embedder is loaded; 503 naming what is not.",
+    ),
+    ApiRoute(
+        metrics.METRICS_PATH,
+        metrics.metrics,
+        "GET",
+        ADMIN,
+        "Prometheus metrics (also open to KNOWLEDGE_METRICS_TOKEN as a bearer token).",
+    ),
     ApiRoute(
         "/v1/knowledge/query",
         query.query,

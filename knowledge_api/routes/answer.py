@@ -14,6 +14,7 @@ from knowledge_api.errors import InvalidQuery, KnowledgeAPIError
 from knowledge_api.models import SOURCE_TYPES, SearchHit
 from knowledge_api.routes.fields import Body, Boolean, Choices, Integer, Number, Scalars, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
+from knowledge_api.routes.observe import note_cache_hit
 from knowledge_api.routes.sse import UNEXPECTED, Event, event_stream, log, translation
 from knowledge_api.routes.views import excerpt, result_view, zeroed_on_hit
 from knowledge_api.service import Served, utc_now
@@ -64,6 +65,7 @@ async def answer(request: Request) -> Response:
 def render(served: Served[GroundedAnswer]) -> dict[str, Any]:
     """The AgentResponse: the answer, its sources and confidence, and metadata."""
     grounded, outcome = served.value, served.value.outcome
+    note_cache_hit(served.cache_hit)
     timings = {
         "retrieval_time_ms": grounded.retrieval_ms,
         "generation_time_ms": grounded.generation_ms,

@@ -1,10 +1,29 @@
 from starlette.requests import Request
 from starlette.responses import Response
 
+from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes.http import JSONResponse, service
+
+
+class NotReady(KnowledgeAPIError):
+    status = 503
+    type = "not_ready"
 
 
 async def health(request: Request) -> Response:
     """200 while the store answers (even degraded); 503 when it does not."""
     body = await service(request).health()
     return JSONResponse(body, status_code=503 if body["status"] == "unhealthy" else 200)
+
+
+async def livez(request: Request) -> Response:
+    return JSONResponse({"status": "alive"})
+
+
+async def readyz(request: Request) -> Response:
+    """200 when requests can be served; 503 naming each part that is not ready."""
+    problems = await service(request).readiness()
+    if problems:
+        parts = ", ".join(f"{part}: {why}" for part, why in problems.items())
+        raise NotReady(f"not ready ({parts})", **problems)
+    return JSONResponse({"status": "ready"})

@@ -18,6 +18,7 @@ from knowledge_api.errors import (
     NotFound,
     PayloadTooLarge,
 )
+from knowledge_api.routes.observe import HEADER, request_id
 from knowledge_api.service import KnowledgeService
 
 log_unexpected = logging.getLogger("knowledge_api.errors")
@@ -64,9 +65,19 @@ def route_list(request: Request) -> list[str]:
     ]
 
 
+def error_response(error: KnowledgeAPIError, headers: dict[str, str] | None = None) -> Response:
+    """The error shape, with the request's id in `details.request_id` and its header."""
+    body = error.body()
+    headers = dict(headers or {})
+    if rid := request_id():
+        body["error"]["details"] = {**body["error"]["details"], "request_id": rid}
+        headers[HEADER] = rid
+    return JSONResponse(body, status_code=error.status, headers=headers)
+
+
 async def api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, KnowledgeAPIError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return error_response(exc)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -87,13 +98,13 @@ async def http_error(request: Request, exc: Exception) -> Response:
         error = KnowledgeAPIError(str(exc.detail))
         error.status = exc.status_code
         error.type = "http_error"
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+    return error_response(error, headers)
 
 
 async def unexpected_error(request: Request, exc: Exception) -> Response:
     log_unexpected.exception("unhandled error on %s %s", request.method, request.url.path)
     error = KnowledgeAPIError("internal error: this is a bug, the log has the traceback")
-    return JSONResponse(error.body(), status_code=500)
+    return error_response(error)
 
 
 EXCEPTION_HANDLERS = {

@@ -12,6 +12,7 @@ from knowledge_api.errors import InvalidQuery
 from knowledge_api.models import SOURCE_TYPES
 from knowledge_api.routes.fields import Body, Boolean, Choices, Integer, Number, Scalars, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
+from knowledge_api.routes.observe import note_cache_hit
 from knowledge_api.routes.sse import event_stream, translation
 from knowledge_api.routes.views import result_view, zeroed_on_hit
 from knowledge_api.service import Served
@@ -57,6 +58,7 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
 
 
 def metrics(served: Served[QueryResult]) -> dict[str, Any]:
+    note_cache_hit(served.cache_hit)
     timings = zeroed_on_hit(served.value.timings, served.cache_hit)
     return {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
 
