@@ -55,6 +55,11 @@ def setting(env: str, default: Any, help: str) -> Any:
 class Settings:
     host: str = setting("KNOWLEDGE_API_HOST", "127.0.0.1", "Interface the HTTP server binds to.")
     port: int = setting("KNOWLEDGE_API_PORT", 3006, "Port of the HTTP server.")
+    api_instances: int = setting(
+        "KNOWLEDGE_API_INSTANCES",
+        2,
+        "Processes PM2 runs on the one port (ecosystem.config.cjs); `serve` runs one.",
+    )
     log_level: str = setting("KNOWLEDGE_LOG_LEVEL", "info", "debug, info, warning or error.")
     log_format: str = setting(
         "KNOWLEDGE_LOG_FORMAT",
