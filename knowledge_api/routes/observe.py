@@ -205,7 +205,20 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 
 
 class SplitHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """A stream of the split: configuring again replaces these, and only these."""
+    """One side of the split: configuring again replaces these, and only these.
+
+    Without a stream of its own it writes to whatever sys.stdout or sys.stderr is at
+    the time, like logging's last resort, so a replaced stream (a test's capture,
+    closed since) is never written to."""
+
+    def __init__(self, name: str, stream: TextIO | None) -> None:
+        super().__init__(stream or getattr(sys, name))
+        self.system_stream = None if stream else name
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.system_stream:
+            self.stream = getattr(sys, self.system_stream)
+        super().emit(record)
 
 
 def configure_logging(
@@ -215,9 +228,9 @@ def configure_logging(
     below to stdout, warnings and errors to stderr, as text or JSON lines, each with
     the request id ("-" outside a request)."""
     formatter = JSONFormatter() if settings.log_format == "json" else logging.Formatter(TEXT_FORMAT)
-    out = SplitHandler(stdout or sys.stdout)
+    out = SplitHandler("stdout", stdout)
     out.addFilter(BelowWarning())
-    err = SplitHandler(stderr or sys.stderr)
+    err = SplitHandler("stderr", stderr)
     err.setLevel(logging.WARNING)
     root = logging.getLogger()
     remove_split_handlers()
