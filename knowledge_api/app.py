@@ -9,10 +9,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from knowledge_api.compose import build_service
-from knowledge_api.routes import ROUTES
+from knowledge_api.errors import BackendConnectionError, ConfigurationError
+from knowledge_api.redaction import Redactor
+from knowledge_api.routes import ROUTES, access
 from knowledge_api.routes.http import EXCEPTION_HANDLERS
 from knowledge_api.routes.metrics import Metrics
 from knowledge_api.routes.observe import RequestObserver
+from knowledge_api.routes.redact import RedactSecrets, redacted_logs
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.kb_sync import periodic_sync
@@ -26,22 +29,51 @@ def create_app(
     metrics = Metrics(knowledge)
     knowledge.observe(metrics.observer)
 
+    redactor = Redactor(settings.secrets())
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await knowledge.start(seed=True)
-        async with periodic_sync(knowledge):
-            yield
-        await knowledge.stop()
+        with redacted_logs(redactor):
+            await knowledge.start(seed=True)
+            try:
+                await require_a_key(settings, knowledge)
+                async with periodic_sync(knowledge):
+                    yield
+            finally:
+                await knowledge.stop()
 
     # The request observer comes first: it ids and logs every request, refused ones too.
-    middleware = [Middleware(RequestObserver, metrics=metrics, settings=settings)]
     app = Starlette(
         routes=ROUTES,
-        middleware=middleware,
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
+        middleware=[
+            Middleware(RequestObserver, metrics=metrics, settings=settings),
+            Middleware(RedactSecrets, redactor=redactor),
+            *access.cors(settings),
+        ],
     )
     app.state.settings = settings
     app.state.service = knowledge
+    app.state.rate_limiter = access.rate_limiter(settings)
     app.state.metrics = metrics
     return app
+
+
+async def require_a_key(settings: Settings, knowledge: KnowledgeService) -> None:
+    """With keys required and none created, nobody could use the service: refuse to
+    start and say how to create one. (A key store that cannot answer is no proof there
+    is none: /health shows the store, requests get 503 until it is back.)"""
+    if not settings.auth_required:
+        return
+    try:
+        keys = await knowledge.keys.all()
+    except BackendConnectionError:
+        return
+    if not keys:
+        raise ConfigurationError(
+            f"API keys are required (KNOWLEDGE_AUTH={settings.auth}, the service binds "
+            f"{settings.host}) but none exists: create one with `knowledge-api keys create "
+            "--name NAME --scopes read`, or bind 127.0.0.1, or set KNOWLEDGE_AUTH=off "
+            "to serve without keys"
+        )

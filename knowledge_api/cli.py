@@ -1,4 +1,4 @@
-"""knowledge-api serve | ingest | query | sync | eval | migrate-store | migrate"""
+"""knowledge-api serve | ingest | ingest-git | query | sync | eval | keys | migrate(-store)"""
 
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ import uvicorn
 
 from knowledge_api import compose, validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
-from knowledge_api.ingest.loaders import LoadOptions, load_paths
-from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
+from knowledge_api.ingest.git_source import GitOptions, load_git
+from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
+from knowledge_api.ingest.pipeline import changed_documents
+from knowledge_api.ingest.progress import progress
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
 from knowledge_api.routes.observe import configure_logging
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
@@ -47,7 +50,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="override KNOWLEDGE_API_PORT")
     serve.set_defaults(run=run_serve)
 
-    ingest = commands.add_parser("ingest", help="index Markdown, text, HTML and JSONL files")
+    ingest = commands.add_parser(
+        "ingest", help="index Markdown, text, HTML, PDF, DOCX, PPTX and JSONL files"
+    )
     ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     ingest.add_argument(
         "--source-type",
@@ -64,6 +69,21 @@ def parser() -> argparse.ArgumentParser:
     ingest.add_argument("--base-url", default="", help="URL prefix of the files' paths")
     ingest.add_argument("--collection", default=DEFAULT_COLLECTION, help="collection to index into")
     ingest.set_defaults(run=run_ingest)
+
+    history = commands.add_parser("ingest-git", help="index the commits of a git repository")
+    history.add_argument("repo", type=Path, metavar="REPO", help="a git working tree or bare clone")
+    history.add_argument("--since", help="only commits after this ISO date (e.g. 2026-01-31)")
+    history.add_argument("--branch", help="branch or ref to read (default: the one checked out)")
+    history.add_argument(
+        "--base-url",
+        default="",
+        metavar="PATTERN",
+        help="commit URL pattern, e.g. https://git.example.com/repo/commit/{hash}",
+    )
+    history.add_argument(
+        "--collection", default=DEFAULT_COLLECTION, help="collection to index into"
+    )
+    history.set_defaults(run=run_ingest_git)
 
     query = commands.add_parser("query", help="ask a question, print the JSON response")
     query.add_argument("text")
@@ -94,6 +114,21 @@ def parser() -> argparse.ArgumentParser:
         "--collection", action="append", default=[], help="copy only this one (repeatable)"
     )
     migrate.set_defaults(run=run_migrate_store)
+
+    keys = commands.add_parser("keys", help="create, list and revoke API keys")
+    actions = keys.add_subparsers(required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="a new key; its token is printed once, last")
+    create.add_argument("--name", required=True)
+    create.add_argument("--scopes", required=True, help="comma-separated: read, write, admin")
+    create.add_argument(
+        "--collections", default="", help="comma-separated collections (default: all)"
+    )
+    create.set_defaults(run=run_keys_create)
+    listing = actions.add_parser("list", help="every key: name, scopes, collections, created")
+    listing.set_defaults(run=run_keys_list)
+    revoke = actions.add_parser("revoke", help="revoke a key by name")
+    revoke.add_argument("name")
+    revoke.set_defaults(run=run_keys_revoke)
 
     schema = commands.add_parser(
         "migrate", help="apply the Postgres schema migrations to KNOWLEDGE_DATABASE_URL"
@@ -166,29 +201,67 @@ def tell_pm2_ready() -> None:
 
 
 def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
+    """Files are read and parsed before the service (and its model) starts, so a wrong
+    path costs nothing. Exit 1 when some files were skipped, after indexing the rest."""
     options = LoadOptions(
         source_type=args.source_type,
         collection=validation.collection_name(args.collection, "--collection"),
         metadata=parse_meta(args.meta),
         base_url=args.base_url,
     )
+    loaded = load_paths(args.paths, options)
+    for skipped in loaded.skipped:
+        detail = f" ({skipped.detail})" if skipped.detail else ""
+        print(f"skipped {skipped.path}: {skipped.reason}{detail}", file=sys.stderr)
+    status = index_documents(settings, loaded.documents)
+    if loaded.skipped:
+        print(skipped_summary(loaded.skipped))
+        return 1
+    return status
+
+
+def run_ingest_git(settings: Settings, args: argparse.Namespace) -> int:
+    """The commits are listed before the service starts: a bad repository, branch or
+    option is an error without loading the model."""
+    options = GitOptions(
+        since=args.since,
+        branch=args.branch,
+        base_url=args.base_url,
+        collection=validation.collection_name(args.collection, "--collection"),
+    )
+    return index_documents(settings, load_git(args.repo, options))
+
+
+def index_documents(settings: Settings, documents: list[Document]) -> int:
+    """Index through the service and print the summary line on stdout. Documents stored
+    unchanged are set aside first, so a run with nothing new never loads the model."""
+    changed = asyncio.run(changed_in_store(settings, documents)) if documents else []
+    unchanged = len(documents) - len(changed)
+    if not changed:
+        print(f"0 documents indexed (0 chunks, 0 embedded), {unchanged} unchanged skipped")
+        return 0
 
     async def ingest(service: KnowledgeService) -> int:
-        from tqdm import tqdm
-
-        documents = list(load_paths(args.paths, options))
         started = time.perf_counter()
-        with tqdm(total=len(documents), unit="doc", file=sys.stderr, disable=None) as bar:
-            summary = await service.ingest(documents, progress=bar.update)
+        with progress(total=len(changed), unit="document", desc="indexing") as update:
+            summary = await service.ingest(changed, progress=update)
         seconds = time.perf_counter() - started
         print(
             f"{summary.documents} documents indexed ({summary.chunks} chunks, "
-            f"{summary.embedded} embedded), {summary.skipped} unchanged skipped, "
+            f"{summary.embedded} embedded), {summary.skipped + unchanged} unchanged skipped, "
             f"in {seconds:.1f}s ({summary.chunks / max(seconds, 1e-9):.0f} chunks/s)"
         )
         return 0
 
     return with_service(settings, ingest)
+
+
+def skipped_summary(skipped: list[Skipped], shown: int = 10) -> str:
+    """`3 files skipped: x.png (binary), ...`: the first few by name, the rest counted."""
+    names = ", ".join(str(s) for s in skipped[:shown])
+    more = f", and {len(skipped) - shown} more" if len(skipped) > shown else ""
+    files = "file" if len(skipped) == 1 else "files"
+    return f"{len(skipped)} {files} skipped: {names}{more}"
 
 
 def run_query(settings: Settings, args: argparse.Namespace) -> int:
@@ -284,6 +357,67 @@ def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def run_keys_create(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import keys
+
+    async def create(service: KnowledgeService) -> int:
+        key, token = await keys.create(
+            service, args.name, split(args.scopes), split(args.collections)
+        )
+        reach = ", ".join(key.collections) if key.collections else "every collection"
+        print(f"created key {key.name!r}: scopes {', '.join(key.scopes)}; {reach}")
+        print("the token below is shown once; only its hash is kept:")
+        print(token)
+        return 0
+
+    return with_storage(settings, create)
+
+
+def run_keys_list(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import keys
+
+    async def show(service: KnowledgeService) -> int:
+        for key in await keys.listed(service):
+            reach = ",".join(key.collections) if key.collections else "*"
+            print(
+                f"{key.name}\tscopes={','.join(key.scopes)}\tcollections={reach}\t{key.created_at}"
+            )
+        return 0
+
+    return with_storage(settings, show)
+
+
+def run_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import keys
+
+    async def revoke(service: KnowledgeService) -> int:
+        if not await keys.revoke(service, args.name):
+            print(f"error: no key named {args.name!r}", file=sys.stderr)
+            return 1
+        print(f"revoked key {args.name!r}")
+        return 0
+
+    return with_storage(settings, revoke)
+
+
+def split(values: str) -> list[str]:
+    return [value.strip() for value in values.split(",") if value.strip()]
+
+
+def with_storage(settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]]) -> int:
+    """Run `work` with the store and keys open and the model not loaded."""
+
+    async def run() -> int:
+        service = compose.build_service(settings)
+        await service.open_storage()
+        try:
+            return await work(service)
+        finally:
+            await service.stop()
+
+    return asyncio.run(run())
+
+
 def with_service(settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]]) -> int:
     async def run() -> int:
         service = compose.build_service(settings)
@@ -296,11 +430,23 @@ def with_service(settings: Settings, work: Callable[[KnowledgeService], Awaitabl
     return asyncio.run(run())
 
 
+async def changed_in_store(settings: Settings, documents: list[Document]) -> list[Document]:
+    """The documents the configured store does not hold as they are, asked of the store
+    alone (no model is loaded for that)."""
+    identity = compose.embedder_identity(compose.build_embedder(settings))
+    store = compose.build_store(settings, identity)
+    await store.open()
+    try:
+        return await changed_documents(store, documents)
+    finally:
+        await store.close()
+
+
 def parse_meta(pairs: list[str]) -> dict[str, str]:
     meta = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"error: --meta takes KEY=VALUE, got {pair!r}")
+            raise InvalidRequest("--meta", f"takes KEY=VALUE, got {pair!r}")
         meta[key] = value
     return meta

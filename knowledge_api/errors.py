@@ -17,6 +17,8 @@ class KnowledgeAPIError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
+        self.headers: dict[str, str] = {}
+        """Response headers the error calls for (WWW-Authenticate, Retry-After)."""
 
     def body(self) -> dict[str, Any]:
         return {
@@ -54,6 +56,33 @@ class NotFound(KnowledgeAPIError):
     type = "not_found"
 
 
+class Unauthorized(KnowledgeAPIError):
+    """No API key, or one that is unknown or revoked."""
+
+    status = 401
+    type = "unauthorized"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.headers = {"WWW-Authenticate": 'Bearer realm="knowledge-api"'}
+
+
+class Forbidden(KnowledgeAPIError):
+    """A known key without the scope or the collection a request needs."""
+
+    status = 403
+    type = "forbidden"
+
+
+class RateLimited(KnowledgeAPIError):
+    status = 429
+    type = "rate_limited"
+
+    def __init__(self, message: str, retry_after: int, **details: Any) -> None:
+        super().__init__(message, retry_after_s=retry_after, **details)
+        self.headers = {"Retry-After": str(retry_after)}
+
+
 class MethodNotAllowed(KnowledgeAPIError):
     status = 405
     type = "method_not_allowed"
@@ -62,6 +91,16 @@ class MethodNotAllowed(KnowledgeAPIError):
 class PayloadTooLarge(KnowledgeAPIError):
     status = 413
     type = "payload_too_large"
+
+
+class RequestTimeout(KnowledgeAPIError):
+    status = 408
+    type = "request_timeout"
+
+
+class UnsupportedMediaType(KnowledgeAPIError):
+    status = 415
+    type = "unsupported_media_type"
 
 
 class KnowledgeStoreError(KnowledgeAPIError):

@@ -42,6 +42,9 @@ _MARKER = re.compile(r"\s*\[\d+\]")
 _TRAILING_CITATIONS = re.compile(r"([.!?])((?:\s*\[\d+\])+)")
 MAX_HELD = 24
 """Longest tail held back while waiting for a bracket to close."""
+MAX_REPORTED = 999_999
+"""A removed citation above this is reported as this: a model may write any digits,
+and a response must stay serialisable (JSON integers beyond 64 bits are not)."""
 
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
 
@@ -69,7 +72,7 @@ class CitationFilter:
     def _check(self, match: re.Match[str]) -> str:
         numbers = [int(n) for n in match.group(2).split(",")]
         kept = list(dict.fromkeys(n for n in numbers if 1 <= n <= self.passages))
-        self.removed.extend(n for n in numbers if n not in kept)
+        self.removed.extend(min(n, MAX_REPORTED) for n in numbers if n not in kept)
         self.cited.update(kept)
         return match.group(1) + "".join(f"[{n}]" for n in kept) if kept else ""
 

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from knowledge_api import __version__
-from knowledge_api.cache import Caches
+from knowledge_api.cache import Caches, TTLCache
 from knowledge_api.embeddings.base import Embedder
 from knowledge_api.errors import BackendConnectionError, EmbeddingError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
@@ -40,6 +40,7 @@ from knowledge_api.models import (
 from knowledge_api.observer import UNOBSERVED, Observer
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.keys import ApiKey, token_hash
 from knowledge_api.synthesis.base import Synthesizer
 from knowledge_api.synthesis.chain import Outcome, SynthesisChain
 
@@ -47,6 +48,7 @@ log = logging.getLogger("knowledge_api")
 Body = dict[str, Any]
 Event = tuple[str, Any]
 T = TypeVar("T")
+KEY_CACHE_SECONDS = 5.0
 COMPUTED = "computed"
 """The last event of a computation: (value to cache, whether it may be cached)."""
 
@@ -96,6 +98,8 @@ class KnowledgeService:
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder")
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
+        self.keys = store.key_store(settings.db_path)
+        self._known_keys: TTLCache[ApiKey] = TTLCache(10_000, KEY_CACHE_SECONDS)
         self.observer: Observer = UNOBSERVED
 
     def observe(self, observer: Observer) -> None:
@@ -127,13 +131,19 @@ class KnowledgeService:
         except EmbeddingError as e:
             log.error("embedder unavailable, searching by keyword only: %s", e)
         try:
-            await self.store.open()
-            await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
+            await self.open_storage()
         except BackendConnectionError as e:
             log.error("store unavailable: %s", e)
             return
         if seed and self.settings.seed_on_empty and await self.store.count() == 0:
             await self._seed()
+
+    async def open_storage(self) -> None:
+        """Open the store and the API keys, no model: what commands that embed nothing
+        need (key management, say)."""
+        await self.store.open()
+        await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
+        await self.keys.open()
 
     async def _seed(self) -> None:
         if not self.embedder_ready:
@@ -144,6 +154,7 @@ class KnowledgeService:
 
     async def stop(self) -> None:
         await self.synthesizer.close()
+        await self.keys.close()
         await self.store.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
 
@@ -292,6 +303,22 @@ class KnowledgeService:
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         return self.store.iter_documents(collection)
 
+    # -- API keys -------------------------------------------------------------------
+
+    async def api_key(self, token: str) -> ApiKey | None:
+        """The key a token belongs to. Known keys are remembered for a few seconds, so a
+        revoked key stops working within KEY_CACHE_SECONDS on every replica."""
+        digest = token_hash(token)
+        known = self._known_keys.get(digest)
+        if known is None:
+            known = await self.keys.find(digest)
+            if known is not None:
+                self._known_keys.put(digest, known)
+        return known
+
+    def forget_keys(self) -> None:
+        self._known_keys.clear()
+
     # -- health ---------------------------------------------------------------------
 
     async def readiness(self) -> dict[str, str]:
@@ -311,9 +338,10 @@ class KnowledgeService:
         synthesizer = self.synthesizer.health()
         extra = {name: report() for name, report in self.health_reports.items()}
         extra_ok = all(report.get("status") in ("ok", "pending") for report in extra.values())
-        if store.get("status") != "ok":
+        parts_ok = all(part.get("status") == "ok" for part in (store, embedder, synthesizer))
+        if store.get("status") == "unavailable":
             status = "unhealthy"
-        elif embedder.get("status") != "ok" or synthesizer.get("status") != "ok" or not extra_ok:
+        elif not parts_ok or not extra_ok:
             status = "degraded"
         else:
             status = "healthy"

@@ -9,16 +9,20 @@ back to a default.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.validation import COLLECTION_RULE, valid_collection
 
 ENV_PREFIX = "KNOWLEDGE_"
+FUSIONS = ("convex", "rrf")
+"""How hybrid search may merge its two lists (KNOWLEDGE_FUSION)."""
 
 
 class Secret:
@@ -111,7 +115,8 @@ class Settings:
     fusion_k: int = setting(
         "KNOWLEDGE_FUSION_K",
         60,
-        "k of reciprocal-rank fusion (higher flattens rank weights).",
+        "k of reciprocal-rank fusion (KNOWLEDGE_FUSION=rrf, and the feedback step); "
+        "higher flattens rank weights.",
     )
     candidates: int = setting(
         "KNOWLEDGE_CANDIDATES",
@@ -134,8 +139,41 @@ class Settings:
         3.0,
         "Weight of the refined query's ranking against the first fused ranking.",
     )
+    fusion: str = setting(
+        "KNOWLEDGE_FUSION",
+        "convex",
+        "How hybrid search merges its two lists: convex (weighted sum of cosine and "
+        "relative keyword score) or rrf (reciprocal ranks).",
+    )
+    vector_weight: float = setting(
+        "KNOWLEDGE_VECTOR_WEIGHT",
+        0.8,
+        "Share of the cosine in convex fusion (0-1); the keyword score has the rest.",
+    )
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
+    )
+    body_timeout: float = setting(
+        "KNOWLEDGE_BODY_TIMEOUT",
+        10.0,
+        "Seconds a client may take to send a request body (408 past it).",
+    )
+    auth: str = setting(
+        "KNOWLEDGE_AUTH",
+        "auto",
+        "keys (every route but /livez, /readyz and a minimal /health needs an API key), off, "
+        "or auto: off when the service binds a loopback address, keys otherwise.",
+    )
+    rate_limit: int = setting(
+        "KNOWLEDGE_RATE_LIMIT",
+        0,
+        "Requests per minute each API key (or client address, without keys) may make; "
+        "0 = no limit. Past it: 429 with Retry-After.",
+    )
+    cors_origins: str = setting(
+        "KNOWLEDGE_CORS_ORIGINS",
+        "",
+        "Comma-separated origins a browser may call from (* for any); empty = no CORS.",
     )
     seed_path: str = setting(
         "KNOWLEDGE_SEED_PATH",
@@ -213,8 +251,8 @@ class Settings:
     qdrant_fusion: str = setting(
         "KNOWLEDGE_QDRANT_FUSION",
         "auto",
-        "auto: Qdrant's own fusion query where it takes our RRF k (local mode, server 1.16+); "
-        "shared: fuse in the service.",
+        "auto: Qdrant's own fusion query where it takes our RRF k (local mode, server 1.16+) "
+        "and KNOWLEDGE_FUSION is rrf; shared: fuse in the service.",
     )
     qdrant_indexed_fields: str = setting(
         "KNOWLEDGE_QDRANT_INDEXED_FIELDS",
@@ -286,6 +324,12 @@ class Settings:
         "KNOWLEDGE_CLOUD_EMBEDDING_TIMEOUT",
         30.0,
         "Seconds one request of the gemini or cohere embedder may take.",
+    )
+    synthesis_deadline: float = setting(
+        "KNOWLEDGE_SYNTHESIS_DEADLINE",
+        15.0,
+        "Seconds the LLM links may take for a whole answer, together; past it the chain "
+        "moves on to the offline link (and says so in warnings).",
     )
     llm_breaker_failures: int = setting(
         "KNOWLEDGE_LLM_BREAKER_FAILURES",
@@ -395,6 +439,7 @@ class Settings:
             "fusion_k",
             "candidates",
             "max_body_bytes",
+            "body_timeout",
             "postgres_pool_size",
             "supabase_timeout",
             "support_timeout_ms",
@@ -409,6 +454,14 @@ class Settings:
         for name in ("feedback_docs", "feedback_weight", "feedback_rank_weight"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{env_name(name)} must not be negative")
+        if self.auth not in ("auto", "keys", "off"):
+            raise ConfigurationError("KNOWLEDGE_AUTH must be auto, keys or off")
+        if self.rate_limit < 0:
+            raise ConfigurationError("KNOWLEDGE_RATE_LIMIT must not be negative")
+        if self.fusion not in FUSIONS:
+            raise ConfigurationError("KNOWLEDGE_FUSION must be convex or rrf")
+        if not 0 <= self.vector_weight <= 1:
+            raise ConfigurationError("KNOWLEDGE_VECTOR_WEIGHT must be between 0 and 1")
         if self.embedding_precision not in ("auto", "bf16", "fp32"):
             raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, bf16 or fp32")
         if self.log_level not in ("debug", "info", "warning", "error"):
@@ -428,7 +481,12 @@ class Settings:
 
     def validate_llm(self) -> None:
         limits = ("gemini_timeout", "groq_timeout", "gemini_max_tokens", "groq_max_tokens")
-        others = ("llm_context_chars", "cloud_embedding_timeout", "llm_breaker_cooldown")
+        others = (
+            "llm_context_chars",
+            "cloud_embedding_timeout",
+            "llm_breaker_cooldown",
+            "synthesis_deadline",
+        )
         for name in (*limits, *others):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{env_name(name)} must be a positive number")
@@ -464,9 +522,32 @@ class Settings:
         if not valid_collection(self.support_collection):
             raise ConfigurationError(f"KNOWLEDGE_SUPPORT_COLLECTION {COLLECTION_RULE}")
 
+    def secrets(self) -> list[str]:
+        """Every configured secret value (and the password inside the database URL)."""
+        values = [getattr(self, f.name).get() for f in fields(self) if f.type == "Secret"]
+        password = urlsplit(self.database_url.get()).password
+        return [value for value in [*values, password or ""] if value]
+
+    @property
+    def auth_required(self) -> bool:
+        """Whether requests need an API key: KNOWLEDGE_AUTH, where auto means keys unless
+        the service binds a loopback address only."""
+        if self.auth == "auto":
+            return not is_loopback(self.host)
+        return self.auth == "keys"
+
     def replace(self, **changes: Any) -> Settings:
         current = {f.name: getattr(self, f.name) for f in fields(self)}
         return Settings(**{**current, **changes})
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def declared() -> list[tuple[str, Any, str]]:

@@ -91,13 +91,29 @@ def choices(
     return tuple(sorted(set(value)))
 
 
+INT64 = 2**63
+KEY_MAX_LENGTH = 200
+_PLAIN_KEY = re.compile(r'[^\x00-\x1f\x7f"\\]{1,' + str(KEY_MAX_LENGTH) + "}")
+
+
 def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
+    """An object of string, number or boolean values, each storable and filterable
+    everywhere: keys of 1-200 characters without control characters, quotes or
+    backslashes, integers within 64 bits."""
     value = payload.get(field, {})
     if not isinstance(value, dict):
         raise InvalidRequest(field, "must be an object")
     for key, item in value.items():
+        if not _PLAIN_KEY.fullmatch(key):
+            rule = (
+                f"keys must be 1-{KEY_MAX_LENGTH} characters without control characters, "
+                "quotes or backslashes"
+            )
+            raise InvalidRequest(field, rule, key=key)
         if not isinstance(item, str | int | float | bool) or item is None:
             raise InvalidRequest(f"{field}.{key}", "must be a string, number or boolean")
+        if isinstance(item, int) and not -INT64 <= item < INT64:
+            raise InvalidRequest(f"{field}.{key}", "must be an integer within 64 bits")
     return value
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 
@@ -50,13 +50,23 @@ class Host:
     ignore_offset: bool = False
     authorization: list[str] = field(default_factory=list)
     url: str = ""
+    echo_headers: bool = False
+    """Fail with an error message that repeats the request's headers, token included."""
+    redirect_to: str = ""
+    """Answer every request with a 302 to this base URL (another host, say)."""
 
-    async def list_articles(self, request: Request) -> JSONResponse:
+    async def list_articles(self, request: Request) -> Response:
         params = dict(request.query_params)
         self.requests.append(params)
         self.authorization.append(request.headers.get("authorization", ""))
+        if self.redirect_to:
+            target = f"{self.redirect_to}{request.url.path}?{request.url.query}"
+            return RedirectResponse(target, status_code=302)
         if self.fail_status:
-            body = {"error": "Internal server error", "message": "Knowledge base unavailable"}
+            message = "Knowledge base unavailable"
+            if self.echo_headers:
+                message += f" (request headers: {dict(request.headers)})"
+            body = {"error": "Internal server error", "message": message}
             return JSONResponse(body, status_code=self.fail_status)
         chosen = [a for a in self.articles if matches(a, params)]
         offset, limit = int(params.get("offset", 0)), int(params.get("limit", 100))

@@ -257,3 +257,19 @@ def test_a_failure_mid_stream_is_an_answer_of_status_error(
     assert done["error_message"] == "the store went away"
     assert response.status_code == 503  # without a stream: the status and the error shape
     assert response.json()["error"]["type"] == "store_unavailable"
+
+
+def test_a_citation_beyond_64_bits_is_removed_and_the_answer_still_serves(
+    llm_client: TestClient, mock: respx.MockRouter
+) -> None:
+    """A reply citing [100000000000000000000] once made /query and /answer 500, and the
+    broken entry was cached; now the citation is removed and reported bounded."""
+    mock.post(url__regex=GEMINI_GENERATE).mock(
+        return_value=gemini_answer(["WAV and FLAC are accepted [1][100000000000000000000]."])
+    )
+    body = answer(llm_client, threshold=0.2)
+    assert body["status"] == "success" and "100000" not in body["answer"]
+    assert body["metadata"]["synthesizer"]["citations_removed"] == [999_999]
+    query = llm_client.post("/v1/knowledge/query", json={"query": QUESTION})
+    assert query.status_code == 200
+    assert query.json()["synthesizer"]["citations_removed"] == [999_999]

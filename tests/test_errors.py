@@ -50,9 +50,15 @@ def test_every_route_answers_errors_in_one_shape(client: TestClient, route: Rout
     for method in sorted(set(METHODS) - allowed):
         assert_error_shape(client.request(method, path), 405)
     if "POST" in (route.methods or ()) and route.path not in NEVER_AN_ERROR:
-        assert_error_shape(client.post(path, content=b"[]"), 400)
-        assert_error_shape(client.post(path, content=b"{"), 400)
-        assert_error_shape(client.post(path, content=b"x" * 70000), 413)
+        as_json = {"content-type": "application/json"}
+        assert_error_shape(client.post(path, content=b"[]", headers=as_json), 400)
+        assert_error_shape(client.post(path, content=b"{", headers=as_json), 400)
+        assert_error_shape(client.post(path, content=b"x" * 70000, headers=as_json), 413)
+        as_text = {"content-type": "text/plain"}
+        error = assert_error_shape(
+            client.post(path, content=b'{"query": "x"}', headers=as_text), 415
+        )
+        assert error["type"] == "unsupported_media_type"
     elif "{" in route.path:
         assert_error_shape(client.request(sorted(route.methods or ())[0], path), 404)
 
@@ -111,3 +117,42 @@ def test_a_store_built_by_another_embedder_stops_the_start(settings: Settings) -
         TestClient(create_app(settings, other)),
     ):
         pass
+
+
+def test_a_wrong_method_lists_every_method_of_the_path(client: TestClient) -> None:
+    response = client.put("/v1/knowledge/documents/x", json={})
+    error = assert_error_shape(response, 405)
+    assert error["details"]["allowed"] == "DELETE, GET, HEAD"
+    assert response.headers["allow"] == "DELETE, GET, HEAD"
+
+
+@pytest.mark.parametrize(
+    ("filters", "field"),
+    [
+        ({"\u0000": 1}, "filters"),
+        ({'a"b': 1}, "filters"),
+        ({"": "x"}, "filters"),
+        ({"big": 2**63}, "filters.big"),
+        ({"huge": 2**64 - 1}, "filters.huge"),
+    ],
+)
+def test_filters_that_no_store_could_apply_are_400s(
+    client: TestClient, filters: dict[str, Any], field: str
+) -> None:
+    for route in ("/v1/knowledge/query", "/v1/knowledge/answer"):
+        error = assert_error_shape(client.post(route, json={"query": "x", "filters": filters}), 400)
+        assert error["details"]["field"] == field
+
+
+def test_the_largest_64_bit_filter_value_is_fine(client: TestClient) -> None:
+    body = {"query": "x", "filters": {"n": 2**63 - 1}, "synthesize": False}
+    assert client.post("/v1/knowledge/query", json=body).json()["results"] == []
+
+
+def test_a_document_of_headings_only_is_indexed_and_found(client: TestClient) -> None:
+    doc = {"source_type": "wiki", "source_id": "h", "content": "# Quarterly zebra roadmap\n## Q3"}
+    created = client.post("/v1/knowledge/documents", json=doc).json()
+    assert created["chunks"] == 1
+    body = {"query": "zebra roadmap", "synthesize": False, "threshold": 0}
+    results = client.post("/v1/knowledge/query", json=body).json()["results"]
+    assert results[0]["source_id"] == "h"

@@ -67,6 +67,36 @@ async def test_the_best_hit_pulls_its_neighbours_up(store: SQLiteStore) -> None:
     assert [h.source_id for h in vector_only] == ["a", "c", "b"]  # feedback is hybrid only
 
 
+async def test_a_keyword_list_far_from_the_query_neither_leads_nor_seeds(
+    tmp_path: Path,
+) -> None:
+    sqlite = SQLiteStore(tmp_path / "far.db")
+    await sqlite.open()
+    await sqlite.check_embedder("hand-made", 2)
+    await sqlite.index_documents(
+        [
+            document("a", "apple", unit(0.9, 0.436)),
+            document("b", "banana", unit(0.6, 0.8)),
+            document("c", "cherry", unit(0.7, -0.714)),
+            # the only keyword matches, both nearly orthogonal to the query
+            document("x", "alpha alpha", unit(0.05, 0.9987)),
+            document("y", "alpha", unit(0.05, -0.9987)),
+        ]
+    )
+    query = np.array([1.0, 0.0], dtype=np.float32)
+    try:
+        hybrid = await sqlite.search("alpha", query, 5, SearchFilters())
+        assert {h.source_id for h in hybrid[:3]} == {"a", "b", "c"}
+        sqlite.tuning = replace(DEFAULT_TUNING, feedback_docs=0)
+        fused = await sqlite.search("alpha", query, 5, SearchFilters())
+        assert [h.source_id for h in fused][:3] == ["a", "c", "b"]  # the vector order
+        sqlite.tuning = replace(DEFAULT_TUNING, fusion="rrf", feedback_docs=0)
+        by_rank = await sqlite.search("alpha", query, 5, SearchFilters())
+        assert by_rank[0].source_id == "x"  # reciprocal ranks put the keyword's best first
+    finally:
+        await sqlite.close()
+
+
 def test_ranking_settings_reach_every_backend(tmp_path: Path) -> None:
     env = {
         "KNOWLEDGE_FUSION_K": "20",
@@ -74,6 +104,8 @@ def test_ranking_settings_reach_every_backend(tmp_path: Path) -> None:
         "KNOWLEDGE_FEEDBACK_DOCS": "0",
         "KNOWLEDGE_FEEDBACK_WEIGHT": "1.5",
         "KNOWLEDGE_FEEDBACK_RANK_WEIGHT": "2",
+        "KNOWLEDGE_FUSION": "rrf",
+        "KNOWLEDGE_VECTOR_WEIGHT": "0.6",
         "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
         "KNOWLEDGE_CHROMA_PATH": str(tmp_path / "chroma"),
         "KNOWLEDGE_QDRANT_PATH": str(tmp_path / "qdrant"),
@@ -81,7 +113,7 @@ def test_ranking_settings_reach_every_backend(tmp_path: Path) -> None:
         "SUPABASE_SERVICE_ROLE_KEY": "key",
     }
     settings = Settings.from_env(environ=env, env_file=None)
-    expected = SearchTuning(20, 80, 0, 1.5, 2.0)
+    expected = SearchTuning(20, 80, 0, 1.5, 2.0, "rrf", 0.6)
     for name in ("sqlite", "postgres", "supabase", "chroma", "qdrant"):
         assert make_store(name, settings).tuning == expected, name
 
@@ -89,3 +121,16 @@ def test_ranking_settings_reach_every_backend(tmp_path: Path) -> None:
 def test_negative_feedback_settings_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="KNOWLEDGE_FEEDBACK_DOCS must not be negative"):
         Settings.from_env(environ={"KNOWLEDGE_FEEDBACK_DOCS": "-1"}, env_file=None)
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("KNOWLEDGE_FUSION", "borda", "KNOWLEDGE_FUSION must be convex or rrf"),
+        ("KNOWLEDGE_VECTOR_WEIGHT", "1.5", "KNOWLEDGE_VECTOR_WEIGHT must be between 0 and 1"),
+        ("KNOWLEDGE_VECTOR_WEIGHT", "-0.1", "KNOWLEDGE_VECTOR_WEIGHT must be between 0 and 1"),
+    ],
+)
+def test_fusion_settings_are_checked(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Settings.from_env(environ={name: value}, env_file=None)

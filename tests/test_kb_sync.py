@@ -272,3 +272,16 @@ def test_the_service_syncs_periodically_and_health_says_since_when_it_is_stale(
 
 def test_no_sync_url_means_no_sync_line(client: TestClient) -> None:
     assert "kb_sync" not in client.get("/health").json()
+
+
+async def test_the_token_is_not_sent_to_another_host_a_redirect_names(
+    service: KnowledgeService, host: Host
+) -> None:
+    """urllib keeps Authorization across a 302 to any host; the sync drops it when the
+    redirect leaves the configured origin (and keeps it within that origin)."""
+    with serve(Host(redirect_to=host.url)) as moved:
+        client = KBClient(moved.url, Secret("host-token-123"), timeout=5.0, page_size=10)
+        report = await KBSync(service, client, "support").run(full=True)
+    assert report.fetched == 5
+    assert set(moved.authorization) == {"Bearer host-token-123"}
+    assert set(host.authorization) == {""}  # the other origin never saw the token

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import respx
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret
+from knowledge_api.stores.fusion import DEFAULT_TUNING
 from knowledge_api.stores.qdrant import QdrantStore
 from tests.conftest import corpus
 from tests.test_store_conformance import EMBEDDER, KNOWN_ANSWERS, index, vector
@@ -32,8 +34,15 @@ async def local() -> AsyncIterator[QdrantStore]:
     await store.close()
 
 
+RRF = replace(DEFAULT_TUNING, fusion="rrf")
+"""Qdrant's own fusion query fuses by rank: only rrf fusion can run there."""
+
+
 async def test_qdrant_fusion_ranks_like_the_shared_fusion() -> None:
-    stores = [QdrantStore(":memory:", fusion="auto"), QdrantStore(":memory:", fusion="shared")]
+    stores = [
+        QdrantStore(":memory:", fusion="auto", tuning=RRF),
+        QdrantStore(":memory:", fusion="shared", tuning=RRF),
+    ]
     for store in stores:
         await store.open()
         await index(store, corpus())
@@ -54,6 +63,12 @@ async def test_qdrant_fusion_ranks_like_the_shared_fusion() -> None:
 def ranked(hits: list[Any]) -> list[tuple[float, str]]:
     """(score, chunk id) best first; chunks of equal score may come in either order."""
     return sorted((-round(h.score, 9), h.chunk.id) for h in hits)
+
+
+async def test_convex_fusion_is_the_shared_one(local: QdrantStore) -> None:
+    assert local.fusion == "auto" and local.tuning.fusion == "convex"
+    assert not local.server_fusion
+    assert (await local.health_check())["fusion"] == "shared"
 
 
 async def test_documents_and_the_embedder_outlive_the_process(tmp_path: Path) -> None:
@@ -178,7 +193,7 @@ def ok(result: Any) -> httpx.Response:
 @pytest.mark.parametrize("version, fusion", [("1.16.2", "qdrant"), ("1.15.5", "shared")])
 async def test_server_mode_through_the_client(version: str, fusion: str) -> None:
     server = FakeQdrant(version)
-    store = QdrantStore(url=URL, api_key=Secret(API_KEY))
+    store = QdrantStore(url=URL, api_key=Secret(API_KEY), tuning=RRF)
     with respx.mock(assert_all_called=False) as mock:
         mock.route(host="qdrant.test").mock(side_effect=server)
         await store.open()

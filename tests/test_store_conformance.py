@@ -34,6 +34,7 @@ from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.base import KnowledgeStore
 from tests.conftest import corpus, make_settings, make_store
 from tests.pg import postgres_settings, supabase_settings
+from tests.test_access import bearer, make_key
 
 EMBEDDER = FakeEmbedder()
 # query -> source id of the best hit, over the corpus of tests.conftest
@@ -394,3 +395,57 @@ def test_the_service_runs_on_every_backend(
         health = client.get("/health").json()
         assert health["store"]["backend"] == name and health["store"]["documents"] == 5
         assert health["status"] == "healthy"
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_a_key_reaches_only_its_collections_on_every_route(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Tenant isolation: a key restricted to collections reads and writes no other one."""
+    settings = BACKENDS[name](request, tmp_path).replace(auth="keys")
+    tenant = asyncio.run(make_key(settings, "tenant", ["admin"], ("a", "c")))
+    operator = asyncio.run(make_key(settings, "operator", ["admin"]))
+    with TestClient(create_app(settings)) as client:
+        for collection in ("a", "b"):
+            batch = [{**as_json(doc), "collection": collection} for doc in corpus()]
+            created = client.post(
+                "/v1/knowledge/documents", json={"documents": batch}, headers=bearer(operator)
+            )
+            assert created.status_code == 201, created.text
+        theirs = created.json()["ids"][3]  # kb-7 in b
+        mine = bearer(tenant)
+
+        def status(method: str, path: str, body: dict[str, Any] | None = None) -> int:
+            return client.request(method, path, json=body, headers=mine).status_code
+
+        ask = {"query": "Which audio formats are accepted?", "synthesize": False}
+        assert status("POST", "/v1/knowledge/query", {**ask, "collection": "a"}) == 200
+        assert status("POST", "/v1/knowledge/query", {**ask, "collection": "b"}) == 403
+        assert status("POST", "/v1/knowledge/query", ask) == 403  # the default collection
+        answer = {"query": "Which audio formats are accepted?", "threshold": 0.0}
+        assert status("POST", "/v1/knowledge/answer", {**answer, "collection": "a"}) == 200
+        assert status("POST", "/v1/knowledge/answer", {**answer, "collection": "b"}) == 403
+        retrieve = {"query": "audio formats"}
+        assert status("POST", "/v1/knowledge/retrieve", {**retrieve, "collection": "a"}) == 200
+        assert status("POST", "/v1/knowledge/retrieve", {**retrieve, "collection": "b"}) == 403
+        missing = client.post(
+            "/v1/knowledge/retrieve", json={**retrieve, "collection": "c"}, headers=mine
+        )
+        assert missing.status_code == 404
+        assert missing.json()["error"]["details"]["available"] == ["a"]  # not b
+        validate = {"collection": "b", "test_queries": ["audio"]}
+        assert status("POST", "/v1/knowledge/validate", validate) == 403
+        assert status("GET", "/v1/knowledge/detail/knowledge/kb-7?collection=a") == 200
+        assert status("GET", "/v1/knowledge/detail/knowledge/kb-7?collection=b") == 403
+        document = {**as_json(corpus()[0]), "collection": "b"}
+        assert status("POST", "/v1/knowledge/documents", document) == 403
+        assert status("GET", f"/v1/knowledge/documents/{theirs}") == 404
+        assert status("DELETE", f"/v1/knowledge/documents/{theirs}") == 404
+        support = {"intent": "refund", "message": "money back please"}
+        assert status("POST", "/v1/knowledge/support", support) == 403
+        assert (
+            client.get(f"/v1/knowledge/documents/{theirs}", headers=bearer(operator)).json()[
+                "collection"
+            ]
+            == "b"
+        )

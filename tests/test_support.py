@@ -234,11 +234,21 @@ def test_the_route_answers_the_contract(support_client: TestClient) -> None:
 def test_the_route_never_answers_an_error_status(
     support_client: TestClient, content: bytes, reason: str
 ) -> None:
-    response = support_client.post(SUPPORT, content=content)
+    response = support_client.post(
+        SUPPORT, content=content, headers={"content-type": "application/json"}
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["sources_consulted"] == [] and body["coverage"] == "none"
     assert body["gaps"][0].startswith(reason)
+
+
+def test_a_body_not_sent_as_json_is_the_fallback_too(support_client: TestClient) -> None:
+    response = support_client.post(
+        SUPPORT, content=b'{"message": "hi"}', headers={"content-type": "text/plain"}
+    )
+    assert response.status_code == 200
+    assert response.json()["gaps"][0].startswith("Invalid request: the body must be sent as")
 
 
 def test_an_unavailable_store_is_the_fallback_too(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ from tests.providers import (
     gemini_chunk,
     gemini_error,
     groq_answer,
+    groq_chunk,
     groq_error,
     llm_settings,
     streamed,
@@ -144,6 +145,10 @@ GEMINI_FAILURES: dict[str, tuple[Any, str]] = {
         httpx.Response(200, content=b'data: {"candidates": [{"finishReason": "SAFETY"}]}\r\n\r\n'),
         "the answer was empty",
     ),
+    "cut short": (  # the body ends by connection close, no finishReason
+        httpx.Response(200, content=gemini_chunk("WAV and FLAC are ")),
+        "ended without a finish reason",
+    ),
 }
 GROQ_FAILURES: dict[str, tuple[Any, str]] = {
     "429": (groq_error(429, "rate limit reached"), "HTTP 429: rate limit reached"),
@@ -151,6 +156,10 @@ GROQ_FAILURES: dict[str, tuple[Any, str]] = {
     "timeout": (httpx.ConnectTimeout("connect timed out"), "APITimeoutError"),
     "no first token": (stalled(), "no answer within 1 s"),
     "malformed body": (httpx.Response(200, content=b"data: {nope\n\n"), "malformed response"),
+    "cut short": (  # no finish_reason and no [DONE]
+        httpx.Response(200, content=groq_chunk("WAV and FLAC are ")),
+        "ended without a finish reason",
+    ),
 }
 
 
@@ -476,3 +485,27 @@ def test_breaker_settings_are_checked(value: str) -> None:
         Settings.from_env(environ={"KNOWLEDGE_LLM_BREAKER_FAILURES": value}, env_file=None)
     with pytest.raises(ConfigurationError, match="KNOWLEDGE_LLM_BREAKER_COOLDOWN"):
         Settings.from_env(environ={"KNOWLEDGE_LLM_BREAKER_COOLDOWN": "0"}, env_file=None)
+
+
+async def test_a_slow_trickle_is_cut_by_the_synthesis_deadline(
+    tmp_path: Path, mock: respx.MockRouter
+) -> None:
+    """A provider sending a piece every 0.3 s never trips the per-piece timeout, but
+    the whole answer may take only KNOWLEDGE_SYNTHESIS_DEADLINE; then the chain moves
+    on, visibly, and Groq is not even called once the deadline has passed."""
+    trickle = Stream([gemini_chunk("WAV ") for _ in range(40)], pause=0.3)
+    mock.post(url__regex=GEMINI_GENERATE).mock(return_value=streamed(trickle))
+    groq = mock.post(GROQ_CHAT).mock(return_value=groq_answer(["Groq: WAV [1]."]))
+    service = build_service(llm_settings(tmp_path, synthesis_deadline=1.0))
+    await service.start()
+    try:
+        await service.ingest(corpus())
+        body = await ask(service, query_params({"query": QUESTION}))
+    finally:
+        await service.stop()
+    assert body["synthesizer"]["provider"] == "extractive"
+    gemini, skipped_groq = body["synthesizer"]["skipped"]
+    assert "synthesis deadline of 1 s" in gemini["reason"]
+    assert "deadline of 1 s has passed" in skipped_groq["reason"] and not groq.called
+    assert len(body["warnings"]) == 2
+    assert trickle.sent < 40  # cut after about 1 s of the 12 s it would take, not drained

@@ -34,6 +34,9 @@ def chunk_document(doc: Document, max_chars: int = MAX_CHARS, markdown: bool = T
         for section in sections(doc.content, doc.title, markdown)
         for piece in pack(section.blocks, max_chars)
     ]
+    if not pieces and doc.content.strip():
+        # only headings: index them as they are, so the document can still be found
+        pieces = [("", piece) for piece in pack((doc.content.strip(),), max_chars)]
     return [
         Chunk(
             id=chunk_id(doc.id, i),

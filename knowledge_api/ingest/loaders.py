@@ -1,22 +1,45 @@
-"""Loaders: files and folders of Markdown, plain text, HTML and JSONL into Documents."""
+"""Loaders: files and folders into Documents, with every file left out named and why.
+
+A folder is walked recursively in sorted order (hidden files and folders, such as
+`.git`, are not walked). Each file goes to the extractor of its suffix (see
+extract.py). A file of unknown type, a binary file, or one that fails to parse is
+skipped with its reason and the rest of the run goes on: `Loaded.skipped` lists them
+so the caller can say so.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from knowledge_api.errors import InvalidRequest
+from knowledge_api.errors import ConfigurationError, InvalidRequest
+from knowledge_api.ingest.extract import (
+    SNIFF_BYTES,
+    Extracted,
+    ExtractionError,
+    extractor,
+    html_to_markdown,
+    is_binary,
+    markdown_title,
+)
 from knowledge_api.models import DEFAULT_COLLECTION, Document
 
-MARKDOWN = (".md", ".markdown")
-TEXT = (".txt", ".text", ".rst")
-HTML = (".html", ".htm")
 JSONL = (".jsonl",)
-SUPPORTED = MARKDOWN + TEXT + HTML + JSONL
+
+__all__ = [
+    "LoadOptions",
+    "Loaded",
+    "Skipped",
+    "html_to_markdown",
+    "jsonl_records",
+    "load_file",
+    "load_jsonl",
+    "load_paths",
+    "markdown_title",
+]
 
 
 @dataclass(frozen=True)
@@ -28,38 +51,103 @@ class LoadOptions:
     base_url: str = ""
 
 
-def load_paths(paths: list[Path], options: LoadOptions) -> Iterator[Document]:
+@dataclass(frozen=True)
+class Skipped:
+    """A file left out: `reason` is short ("binary", "unknown type"), `detail` says more."""
+
+    path: str
+    reason: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.reason})"
+
+
+@dataclass
+class Loaded:
+    """The documents read and the files skipped. Iterating it gives the documents, so
+    it goes straight to `KnowledgeService.ingest`."""
+
+    documents: list[Document] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[Document]:
+        return iter(self.documents)
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+
+def load_paths(paths: list[Path], options: LoadOptions) -> Loaded:
+    """Every path is checked before any file is read: a missing one is an InvalidRequest."""
     for path in paths:
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUPPORTED)
-            for file in files:
-                yield from load_file(file, options, root=path)
-        elif path.is_file():
-            yield from load_file(path, options, root=path.parent)
-        else:
+        if not path.exists():
             raise InvalidRequest(str(path), "no such file or folder")
+    loaded = Loaded()
+    for path in paths:
+        root = path if path.is_dir() else path.parent
+        for file in walk(path):
+            try:
+                loaded.documents.extend(load_file(file, options, root))
+            except ExtractionError as e:
+                loaded.skipped.append(Skipped(str(file), e.reason, e.detail))
+    return loaded
 
 
-def load_file(path: Path, options: LoadOptions, root: Path) -> Iterator[Document]:
-    suffix = path.suffix.lower()
-    if suffix in JSONL:
-        yield from load_jsonl(path, options)
+def walk(path: Path) -> Iterator[Path]:
+    """The path itself if a file, else the files under it, hidden ones left out."""
+    if not path.is_dir():
+        yield path
         return
-    raw = path.read_text(encoding="utf-8", errors="replace")
+    for file in sorted(path.rglob("*")):
+        relative = file.relative_to(path).parts
+        if file.is_file() and not any(part.startswith(".") for part in relative):
+            yield file
+
+
+def load_file(path: Path, options: LoadOptions, root: Path) -> list[Document]:
+    """The documents of one file, or ExtractionError saying why there are none."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix in JSONL:
+            return list(load_jsonl(path, options))
+        extract = extractor(suffix)
+        if extract is None:
+            raise unknown_type(path)
+        return [file_document(path, extract(path), options, root)]
+    except ConfigurationError as e:  # an optional extractor is not installed
+        raise ExtractionError("extractor not installed", e.message) from e
+    except InvalidRequest as e:  # a bad JSONL record
+        raise ExtractionError("bad record", e.message) from e
+    except OSError as e:
+        raise ExtractionError("unreadable", str(e)) from e
+
+
+def unknown_type(path: Path) -> ExtractionError:
+    with path.open("rb") as file:
+        head = file.read(SNIFF_BYTES)
+    if is_binary(head):
+        return ExtractionError("binary", "NUL bytes in its content")
+    kind = path.suffix.lower() or "no suffix"
+    return ExtractionError("unknown type", f"{kind}: not a supported document format")
+
+
+def file_document(path: Path, extracted: Extracted, options: LoadOptions, root: Path) -> Document:
     relative = path.relative_to(root).as_posix()
-    if suffix in HTML:
-        title, content = html_to_markdown(raw)
-    else:
-        title, content = markdown_title(raw) if suffix in MARKDOWN else "", raw
     url = f"{options.base_url.rstrip('/')}/{relative}" if options.base_url else ""
-    metadata = {"path": relative, "format": suffix.lstrip("."), **options.metadata}
+    metadata = {
+        "path": relative,
+        "format": path.suffix.lower().lstrip("."),
+        **extracted.metadata,
+        **options.metadata,
+    }
     if url:
         metadata["url"] = url
-    yield Document(
+    return Document(
         source_type=options.source_type or "wiki",
         source_id=url or relative,
-        content=content,
-        title=title or path.stem.replace("-", " ").replace("_", " "),
+        content=extracted.content,
+        title=extracted.title or path.stem.replace("-", " ").replace("_", " "),
         metadata=metadata,
         collection=options.collection,
     )
@@ -92,92 +180,3 @@ def load_jsonl(path: Path, options: LoadOptions) -> Iterator[Document]:
             metadata={**extra, **options.metadata},
             collection=options.collection,
         )
-
-
-def markdown_title(content: str) -> str:
-    for line in content.splitlines():
-        if line.startswith("# "):
-            return line[2:].strip().rstrip("#").strip()
-    return ""
-
-
-def html_to_markdown(html: str) -> tuple[str, str]:
-    """(title, Markdown-like text): headings become # lines so chunks keep their path."""
-    parser = _HTMLText()
-    parser.feed(html)
-    parser.close()
-    body = "\n\n".join(parser.blocks)
-    return parser.title.strip(), body
-
-
-class _HTMLText(HTMLParser):
-    SKIP = frozenset({"script", "style", "nav", "header", "footer", "noscript", "svg", "template"})
-    BLOCK = frozenset(
-        {
-            "p",
-            "div",
-            "li",
-            "pre",
-            "blockquote",
-            "td",
-            "th",
-            "tr",
-            "section",
-            "article",
-            "br",
-            "dd",
-            "dt",
-            "table",
-            "ul",
-            "ol",
-        }
-    )
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.title = ""
-        self.blocks: list[str] = []
-        self._text: list[str] = []
-        self._skipping = 0
-        self._in_title = False
-        self._heading = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in self.SKIP:
-            self._skipping += 1
-        elif tag == "title":
-            self._in_title = True
-        elif tag in {"h1", "h2", "h3", "h4", "h5", "h6"}:
-            self._flush()
-            self._heading = int(tag[1])
-        elif tag in self.BLOCK:
-            self._flush()
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self.SKIP:
-            self._skipping = max(0, self._skipping - 1)
-        elif tag == "title":
-            self._in_title = False
-        elif tag in {"h1", "h2", "h3", "h4", "h5", "h6"} or tag in self.BLOCK:
-            self._flush()
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-        elif not self._skipping:
-            self._text.append(data)
-
-    def close(self) -> None:
-        super().close()
-        self._flush()
-
-    def _flush(self) -> None:
-        line = " ".join("".join(self._text).split())
-        self._text.clear()
-        if line:
-            if self._heading:
-                line = f"{'#' * self._heading} {line}"
-                if self._heading == 1 and not self.title:
-                    self.title = line[2:]
-            self.blocks.append(line)
-        self._heading = 0

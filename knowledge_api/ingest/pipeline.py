@@ -41,12 +41,7 @@ class Ingestor:
         return total
 
     async def _ingest_batch(self, batch: list[Document]) -> IndexSummary:
-        unique = {doc.id: doc for doc in batch}  # the last version of a repeated source wins
-        for doc in unique.values():
-            plain = doc.metadata.get("format") in PLAIN_TEXT_FORMATS
-            doc.chunks = chunk_document(doc, markdown=not plain)
-        stored = await self.store.document_hashes(list(unique))
-        changed = [doc for doc in unique.values() if stored.get(doc.id) != doc.content_hash]
+        changed = await changed_only(self.store, chunked(batch))
         chunks = [chunk for doc in changed for chunk in doc.chunks]
         vectors = await self.store.embeddings_by_hash(list({c.content_hash for c in chunks}))
         missing = {c.content_hash: c.embedded_text for c in chunks if c.content_hash not in vectors}
@@ -62,3 +57,28 @@ class Ingestor:
             embedded=len(missing),
             skipped=len(batch) - len(changed),
         )
+
+
+def chunked(documents: Iterable[Document]) -> list[Document]:
+    """The documents chunked, the last version of a repeated source only."""
+    unique = {doc.id: doc for doc in documents}
+    for doc in unique.values():
+        plain = doc.metadata.get("format") in PLAIN_TEXT_FORMATS
+        doc.chunks = chunk_document(doc, markdown=not plain)
+    return list(unique.values())
+
+
+async def changed_only(store: KnowledgeStore, documents: list[Document]) -> list[Document]:
+    """Those of the (chunked) documents whose content hash the store does not hold."""
+    stored = await store.document_hashes([doc.id for doc in documents])
+    return [doc for doc in documents if stored.get(doc.id) != doc.content_hash]
+
+
+async def changed_documents(store: KnowledgeStore, documents: Iterable[Document]) -> list[Document]:
+    """What an ingest of `documents` would write: asked of the store alone, so a run that
+    finds nothing new never needs the embedding model."""
+    candidates = chunked(documents)
+    changed: list[Document] = []
+    for start in range(0, len(candidates), BATCH_DOCUMENTS):
+        changed += await changed_only(store, candidates[start : start + BATCH_DOCUMENTS])
+    return changed

@@ -22,11 +22,8 @@ from knowledge_api.routes import (
     retrieve,
     support,
 )
+from knowledge_api.routes.access import ADMIN, PUBLIC, READ, WRITE, guarded
 from knowledge_api.routes.fields import Body
-
-PUBLIC = "public"
-READ, WRITE, ADMIN = "read", "write", "admin"
-SCOPES = (READ, WRITE, ADMIN)
 
 
 class ApiRoute(Route):
@@ -40,7 +37,7 @@ class ApiRoute(Route):
         body: Body | None = None,
         streams: bool = False,
     ) -> None:
-        super().__init__(path, endpoint, methods=[method])
+        super().__init__(path, guarded(endpoint, scope), methods=[method])
         self.method = method
         self.scope = scope
         """The scope a caller's key needs (PUBLIC: none)."""

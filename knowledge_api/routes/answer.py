@@ -11,8 +11,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidQuery, KnowledgeAPIError
-from knowledge_api.models import SOURCE_TYPES, SearchHit
-from knowledge_api.routes.fields import Body, Boolean, Choices, Integer, Number, Scalars, Text
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, SearchHit
+from knowledge_api.routes.access import access
+from knowledge_api.routes.fields import (
+    Body,
+    Boolean,
+    Choices,
+    CollectionName,
+    Integer,
+    Number,
+    Scalars,
+    Text,
+)
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.observe import note_cache_hit
 from knowledge_api.routes.sse import UNEXPECTED, Event, event_stream, log, translation
@@ -34,6 +44,7 @@ ANSWER = Body(
     ),
     Boolean("stream", "Answer as Server-Sent Events.", False),
     Scalars("filters", "Metadata values passages must have.", None, True),
+    CollectionName("collection", "The collection to search.", DEFAULT_COLLECTION),
 )
 
 
@@ -46,6 +57,7 @@ def parse(payload: Any, default_threshold: float) -> tuple[AnswerParams, bool]:
 async def answer(request: Request) -> Response:
     knowledge = service(request)
     params, stream = parse(await read_json(request), knowledge.answer_threshold)
+    access(request).collection(params.collection)
     if not stream:
         return JSONResponse(render(await use.answer(knowledge, params)))
     started = time.perf_counter()

@@ -6,6 +6,7 @@ from starlette.responses import Response
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
+from knowledge_api.routes.access import access
 from knowledge_api.routes.http import JSONResponse, service
 from knowledge_api.routes.views import document_view
 
@@ -14,8 +15,8 @@ async def detail(request: Request) -> Response:
     source_type, key = request.path_params["type"], request.path_params["id"]
     if source_type not in SOURCE_TYPES:
         raise InvalidRequest("type", f"must be one of: {', '.join(SOURCE_TYPES)}")
-    collection = validation.collection_name(
-        request.query_params.get("collection", DEFAULT_COLLECTION)
+    collection = access(request).collection(
+        validation.collection_name(request.query_params.get("collection", DEFAULT_COLLECTION))
     )
     doc = await service(request).find_document(source_type, key, collection)
     if doc is None:

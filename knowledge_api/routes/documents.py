@@ -10,6 +10,7 @@ from starlette.responses import Response
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
+from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import Body, CollectionName, Custom, OneOf, Scalars, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.views import document_view
@@ -66,6 +67,9 @@ def parse_document(item: Any, where: str) -> Document:
 
 async def create(request: Request) -> Response:
     docs = parse(await read_json(request))
+    caller = access(request)
+    for doc in docs:
+        caller.collection(doc.collection)
     summary = await service(request).ingest(docs)
     return JSONResponse(
         {
@@ -81,15 +85,21 @@ async def create(request: Request) -> Response:
 
 
 async def get(request: Request) -> Response:
-    doc_id = request.path_params["id"]
-    doc = await service(request).document(doc_id)
-    if doc is None:
-        raise NotFound(f"no document with id {doc_id!r}", id=doc_id)
-    return JSONResponse(document_view(doc))
+    return JSONResponse(document_view(await reachable(request)))
 
 
 async def delete(request: Request) -> Response:
+    doc = await reachable(request)
+    if not await service(request).delete_document(doc.id):
+        raise NotFound(f"no document with id {doc.id!r}", id=doc.id)
+    return JSONResponse({"success": True, "deleted": doc.id})
+
+
+async def reachable(request: Request) -> Document:
+    """The document of the path, if it exists in a collection the caller may reach (a
+    document of another tenant is as absent as one that does not exist)."""
     doc_id = request.path_params["id"]
-    if not await service(request).delete_document(doc_id):
+    doc = await service(request).document(doc_id)
+    if doc is None or not access(request).reaches(doc.collection):
         raise NotFound(f"no document with id {doc_id!r}", id=doc_id)
-    return JSONResponse({"success": True, "deleted": doc_id})
+    return doc

@@ -1,8 +1,14 @@
+"""GET /health: open to anyone; its details (store, embedder, providers, cache) only to
+callers who may read when keys are required."""
+
 from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.routes.access import READ, access
 from knowledge_api.routes.http import JSONResponse, service
+
+MINIMAL = ("status", "service", "version", "timestamp")
 
 
 class NotReady(KnowledgeAPIError):
@@ -13,6 +19,8 @@ class NotReady(KnowledgeAPIError):
 async def health(request: Request) -> Response:
     """200 while the store answers (even degraded); 503 when it does not."""
     body = await service(request).health()
+    if not access(request).allows(READ):
+        body = {key: body[key] for key in MINIMAL}
     return JSONResponse(body, status_code=503 if body["status"] == "unhealthy" else 200)
 
 

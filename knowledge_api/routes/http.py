@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from knowledge_api.errors import (
     InvalidJSON,
@@ -17,6 +18,8 @@ from knowledge_api.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    RequestTimeout,
+    UnsupportedMediaType,
 )
 from knowledge_api.routes.observe import HEADER, request_id
 from knowledge_api.service import KnowledgeService
@@ -37,16 +40,33 @@ def service(request: Request) -> KnowledgeService:
 
 
 async def read_json(request: Request) -> Any:
-    """The parsed body; 413 past the size limit (checked before reading it all)."""
-    limit: int = request.app.state.settings.max_body_bytes
+    """The parsed body; 415 unless it is declared JSON (a form or text/plain POST, which
+    any web page may send cross-site without a preflight, is refused); 413 past the size
+    limit (checked before reading it all)."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"the body must be sent as application/json (got {media_type or 'no content type'})",
+            content_type=media_type,
+        )
+    settings = request.app.state.settings
+    limit: int = settings.max_body_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body is {declared} bytes; the limit is {limit}", limit=limit)
     body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > limit:
-            raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes", limit=limit)
+    try:
+        async with asyncio.timeout(settings.body_timeout):
+            async for part in request.stream():
+                body += part
+                if len(body) > limit:
+                    raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes", limit=limit)
+    except TimeoutError as e:
+        raise RequestTimeout(
+            f"the body did not arrive within {settings.body_timeout:g} s "
+            f"({len(body)} bytes received)",
+            timeout_s=settings.body_timeout,
+        ) from e
     if not body:
         raise InvalidJSON("body", "must be a JSON object (the body is empty)")
     try:
@@ -68,11 +88,20 @@ def route_list(request: Request) -> list[str]:
 def error_response(error: KnowledgeAPIError, headers: dict[str, str] | None = None) -> Response:
     """The error shape, with the request's id in `details.request_id` and its header."""
     body = error.body()
-    headers = dict(headers or {})
+    headers = {**error.headers, **(headers or {})}
     if rid := request_id():
         body["error"]["details"] = {**body["error"]["details"], "request_id": rid}
         headers[HEADER] = rid
     return JSONResponse(body, status_code=error.status, headers=headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on this path (one route may serve only one)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods or set()
+    return sorted(methods)
 
 
 async def api_error(request: Request, exc: Exception) -> Response:
@@ -90,15 +119,22 @@ async def http_error(request: Request, exc: Exception) -> Response:
             f"no route {request.method} {request.url.path}", routes=route_list(request)
         )
     elif exc.status_code == 405:
+        headers["allow"] = ", ".join(allowed_methods(request))
         error = MethodNotAllowed(
             f"{request.method} is not allowed on {request.url.path}",
-            allowed=headers.get("allow", ""),
+            allowed=headers["allow"],
         )
     else:
         error = KnowledgeAPIError(str(exc.detail))
         error.status = exc.status_code
         error.type = "http_error"
     return error_response(error, headers)
+
+
+async def client_gone(request: Request, exc: Exception) -> Response:
+    """The client went away before its request was read: nothing to answer, one line."""
+    log_unexpected.info("client disconnected during %s %s", request.method, request.url.path)
+    return Response(status_code=400)
 
 
 async def unexpected_error(request: Request, exc: Exception) -> Response:
@@ -108,6 +144,7 @@ async def unexpected_error(request: Request, exc: Exception) -> Response:
 
 
 EXCEPTION_HANDLERS = {
+    ClientDisconnect: client_gone,
     KnowledgeAPIError: api_error,
     HTTPException: http_error,
     Exception: unexpected_error,

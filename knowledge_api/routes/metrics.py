@@ -6,9 +6,9 @@ document counts are read from the service when a scraper asks. No label carries 
 path or a query.
 
 Access: with KNOWLEDGE_METRICS_TOKEN set, `Authorization: Bearer <token>` opens the
-route (the request middleware sets `request.state.metrics_token_ok`; the access
-control honours it as an alternative to a key with the admin scope). Without a token,
-the route needs the admin scope like any other admin route.
+route (the request observer sets `request.state.metrics_token_ok`; the access control
+takes it instead of a key with the admin scope). Without a token, the route needs the
+admin scope like any other admin route.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ async def metrics(request: Request) -> Response:
 
 
 def granted(request: Request) -> bool:
-    """The metrics token, or a key the access control let through (it names the key)."""
-    return bool(getattr(request.state, "metrics_token_ok", False)) or bool(
-        getattr(request.state, "key_name", None)
-    )
+    """The metrics token, or an admin key: with keys required the access control let
+    only those through. With keys off, only the token opens the route once it is set."""
+    settings: Settings = request.app.state.settings
+    return bool(getattr(request.state, "metrics_token_ok", False)) or settings.auth_required

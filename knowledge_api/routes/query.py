@@ -9,8 +9,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidQuery
-from knowledge_api.models import SOURCE_TYPES
-from knowledge_api.routes.fields import Body, Boolean, Choices, Integer, Number, Scalars, Text
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
+from knowledge_api.routes.access import access
+from knowledge_api.routes.fields import (
+    Body,
+    Boolean,
+    Choices,
+    CollectionName,
+    Integer,
+    Number,
+    Scalars,
+    Text,
+)
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.observe import note_cache_hit
 from knowledge_api.routes.sse import event_stream, translation
@@ -28,6 +38,7 @@ QUERY = Body(
     Boolean("synthesize", "Write an answer from the results.", True),
     Boolean("stream", "Answer as Server-Sent Events.", False),
     Scalars("filters", "Metadata values results must have, e.g. app_under_test.", None, True),
+    CollectionName("collection", "The collection to search.", DEFAULT_COLLECTION),
 )
 
 
@@ -40,6 +51,7 @@ def parse(payload: Any) -> tuple[QueryParams, bool]:
 
 async def query(request: Request) -> Response:
     params, stream = parse(await read_json(request))
+    access(request).collection(params.collection)
     if stream:
         return await event_stream(use.events(service(request), params), sse_event)
     return JSONResponse(render(await use.query(service(request), params)))

@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from knowledge_api import validation
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import Body, Custom, Text
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.usecases import support as use
@@ -30,6 +31,7 @@ SUPPORT = Body(
 async def support(request: Request) -> Response:
     """The body's fields go to the use case, which validates them as the in-process
     contract does; only the JSON itself and unknown fields are checked here."""
+    access(request).collection(service(request).settings.support_collection)
     try:
         body = validation.require_object(await read_json(request))
         validation.reject_unknown(body, SUPPORT.names)

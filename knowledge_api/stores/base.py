@@ -3,7 +3,8 @@
 A store keeps documents, their chunks and the chunks' vectors; it never embeds
 (the service does), so a collection can move between backends with its vectors.
 Backends provide two candidate lists (vector and keyword) and the shared
-`HybridSearch.search` fuses them, cuts by threshold and limit, and hydrates hits.
+`HybridSearch.search` fuses them (stores/fusion.py), cuts by threshold and limit,
+and hydrates hits.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Hashable, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,16 +23,22 @@ from knowledge_api.models import Document, EmbedderIdentity, SearchFilters, Sear
 from knowledge_api.registry import FromSettings
 from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
+    Candidate,
     SearchTuning,
+    convex_fusion,
     feedback_vector,
     reciprocal_rank_fusion,
+    relative_scores,
 )
+from knowledge_api.stores.keys import KeyStore, SQLiteKeys
 
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    key: Hashable
-    score: float
+__all__ = [
+    "Candidate",
+    "HybridSearch",
+    "KnowledgeStore",
+    "SearchMode",
+    "cosine_to_similarity",
+]
 
 
 class KnowledgeStore(Protocol):
@@ -87,15 +94,25 @@ class KnowledgeStore(Protocol):
         """Every document of a collection with its chunks and their embeddings."""
         ...
 
+    def key_store(self, sqlite_path: Path) -> KeyStore:
+        """Where the deployment keeps its API keys (see stores/keys.py)."""
+        ...
+
 
 class HybridSearch(FromSettings):
-    """Vector and keyword candidates fused by rank; similarity is the cosine."""
+    """Vector and keyword candidates fused (by score, or by rank with
+    KNOWLEDGE_FUSION=rrf); similarity is the cosine."""
 
     tuning: SearchTuning = DEFAULT_TUNING
 
     @classmethod
     def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
         return {"tuning": SearchTuning.from_settings(settings)}
+
+    def key_store(self, sqlite_path: Path) -> KeyStore:
+        """Where this store's deployment keeps its API keys: by default a table of the
+        SQLite file at `sqlite_path` (the sqlite store's own file)."""
+        return SQLiteKeys(sqlite_path)
 
     async def search(
         self,
@@ -128,16 +145,28 @@ class HybridSearch(FromSettings):
             by_vector = await self.vector_candidates(vector, n, filters)
         if mode != "vector":
             by_keyword = await self.keyword_candidates(query, n, filters)
-        fused = reciprocal_rank_fusion(
-            [[c.key for c in by_vector], [c.key for c in by_keyword]], k=self.tuning.fusion_k
-        )
         if vector is None:
             similarity = relative_scores(by_keyword)
         else:
             similarity = {c.key: c.score for c in by_vector}
-            missing = [key for key, _ in fused if key not in similarity]
+            missing = [c.key for c in by_keyword if c.key not in similarity]
             similarity.update(await self.similarities(missing, vector))
-        return fused, similarity
+        return self.fuse(by_vector, by_keyword, similarity), similarity
+
+    def fuse(
+        self,
+        by_vector: Sequence[Candidate],
+        by_keyword: Sequence[Candidate],
+        similarity: dict[Hashable, float],
+    ) -> list[tuple[Hashable, float]]:
+        """Both lists in one ranking, best first: by score (convex) when both lists
+        have hits, otherwise (and with KNOWLEDGE_FUSION=rrf) by rank, which keeps the
+        order of a single list."""
+        if self.tuning.fusion == "convex" and by_vector and by_keyword:
+            return convex_fusion(by_vector, by_keyword, similarity, self.tuning.vector_weight)
+        return reciprocal_rank_fusion(
+            [[c.key for c in by_vector], [c.key for c in by_keyword]], k=self.tuning.fusion_k
+        )
 
     async def with_feedback(
         self,
@@ -189,12 +218,6 @@ class HybridSearch(FromSettings):
         self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
     ) -> list[SearchHit]:
         raise NotImplementedError
-
-
-def relative_scores(candidates: Sequence[Candidate]) -> dict[Hashable, float]:
-    """Keyword scores scaled to the best one: the similarity when no vector exists."""
-    best = max((c.score for c in candidates), default=0.0)
-    return {c.key: (c.score / best if best > 0 else 0.0) for c in candidates}
 
 
 def cosine_to_similarity(cosine: float) -> float:

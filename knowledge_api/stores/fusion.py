@@ -1,8 +1,14 @@
-"""Fusion of ranked candidate lists: the one place where hybrid ranking is decided."""
+"""Fusion of ranked candidate lists: the one place where hybrid ranking is decided.
+
+The default is a convex combination of scores rather than of ranks: a retriever
+that knows little about a query gives its candidates scores close together, so it
+moves the fused order little, where reciprocal-rank fusion would give its first hit
+the same pull as the other list's first hit whatever the evidence behind it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -12,6 +18,16 @@ from knowledge_api.registry import FromSettings
 from knowledge_api.settings import Settings
 
 K = TypeVar("K", bound=Hashable)
+
+"""How hybrid search merges its two lists (KNOWLEDGE_FUSION)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One hit of one retriever: its key and its score, higher is better."""
+
+    key: Hashable
+    score: float
 
 
 def reciprocal_rank_fusion(
@@ -44,13 +60,48 @@ class SearchTuning(FromSettings):
     """How far the query moves toward the mean vector of those hits."""
     feedback_rank_weight: float
     """Weight of the feedback ranking against the first fused ranking in the final fusion."""
+    fusion: str
+    """convex: weighted sum of cosine and relative keyword score; rrf: reciprocal ranks."""
+    vector_weight: float
+    """Share of the cosine in convex fusion; the keyword score has the rest."""
 
     settings_fields: ClassVar[str] = (
-        "fusion_k candidates feedback_docs feedback_weight feedback_rank_weight"
+        "fusion_k candidates feedback_docs feedback_weight feedback_rank_weight "
+        "fusion vector_weight"
     )
 
 
 DEFAULT_TUNING = SearchTuning.from_settings(Settings())
+
+
+def relative_scores(candidates: Sequence[Candidate]) -> dict[Hashable, float]:
+    """Keyword scores over the best one (0-1; 0 when none is positive): every backend's
+    keyword scale, and every query's, on one range."""
+    best = max((c.score for c in candidates), default=0.0)
+    return {c.key: (max(c.score, 0.0) / best if best > 0 else 0.0) for c in candidates}
+
+
+def convex_fusion(
+    by_vector: Sequence[Candidate],
+    by_keyword: Sequence[Candidate],
+    similarity: Mapping[Hashable, float],
+    vector_weight: float,
+) -> list[tuple[Hashable, float]]:
+    """Keys of both lists, best first, scored vector_weight x similarity (the cosine,
+    0-1, of every key) + (1 - vector_weight) x keyword score over the best keyword score.
+
+    The cosine keeps its absolute scale: when the query vector says little (cosines
+    low and close together) the keyword order decides, and when the keyword list
+    holds passages far from the query's meaning their cosine holds them down. Ties
+    keep the vector order.
+    """
+    keyword = relative_scores(by_keyword)
+    keys = dict.fromkeys([c.key for c in by_vector] + [c.key for c in by_keyword])
+    scores = {
+        key: vector_weight * similarity.get(key, 0.0) + (1 - vector_weight) * keyword.get(key, 0.0)
+        for key in keys
+    }
+    return sorted(scores.items(), key=lambda item: item[1], reverse=True)
 
 
 def feedback_vector(query: np.ndarray, seeds: Sequence[np.ndarray], weight: float) -> np.ndarray:

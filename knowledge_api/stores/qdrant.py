@@ -6,10 +6,11 @@ with Qdrant's IDF modifier), so Qdrant ranks both sides of hybrid search itself.
 Documents and the store's own record (embedder, generation token) live in a catalog
 collection without vectors (see `records`).
 
-Hybrid search runs as one Qdrant fusion query (both prefetches fused by RRF with our
-k) where Qdrant accepts a parametrised RRF: local mode and servers from 1.16. Older
-servers, and KNOWLEDGE_QDRANT_FUSION=shared, use the shared fusion of `HybridSearch`,
-which ranks identically.
+With KNOWLEDGE_FUSION=rrf, hybrid search runs as one Qdrant fusion query (both
+prefetches fused by RRF with our k) where Qdrant accepts a parametrised RRF: local mode
+and servers from 1.16. The default convex fusion needs each candidate's cosine and
+keyword score, which Qdrant's fusion query does not combine that way, so it (like older
+servers and KNOWLEDGE_QDRANT_FUSION=shared) uses the shared fusion of `HybridSearch`.
 """
 
 from __future__ import annotations
@@ -133,8 +134,11 @@ class QdrantStore(PointStore):
     async def _opened(self, record: Record) -> None:
         if self.url:
             self.server_version = (await self._client.info()).version
-        self.server_fusion = self.fusion == "auto" and (
-            not self.url or version_tuple(self.server_version) >= SERVER_FUSION_SINCE
+        # Qdrant fuses by rank only: convex fusion (the default) is the shared one
+        self.server_fusion = (
+            self.fusion == "auto"
+            and self.tuning.fusion == "rrf"
+            and (not self.url or version_tuple(self.server_version) >= SERVER_FUSION_SINCE)
         )
 
     async def close(self) -> None:

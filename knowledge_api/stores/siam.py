@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from knowledge_api.stores.base import (
     is_uuid,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.keys import KeyStore, SiamKeys
 
 Row = dict[str, Any]
 Condition = tuple[str, str, Any]
@@ -90,6 +92,10 @@ class SiamStore(HybridSearch):
 
     async def delete_rows(self, table: str, *conditions: Condition) -> int:
         raise NotImplementedError
+
+    def key_store(self, sqlite_path: Path) -> KeyStore:
+        """API keys live in the schema's own table, seen by every replica."""
+        return SiamKeys(self)
 
     # -- embedder and generation -----------------------------------------------------
 

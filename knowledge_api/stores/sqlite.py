@@ -9,14 +9,17 @@ through this store update the index as they commit; writes by another process (a
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import sqlite3
-from collections.abc import AsyncIterator, Hashable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -38,6 +41,7 @@ from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import filter_sql, fts_query
 from knowledge_api.stores.vector_index import VectorIndex
 
+T = TypeVar("T")
 _HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.title,
     c.section, c.content, d.source_type, d.source_id, d.metadata"""
 
@@ -49,6 +53,10 @@ class SQLiteStore(HybridSearch):
         self.path = Path(path)
         self.tuning = tuning
         self._conn: sqlite3.Connection | None = None
+        self._writer_conn: sqlite3.Connection | None = None
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._identity: tuple[int, int] | None = None
+        self._write_failure = ""
         self._index: VectorIndex | None = None
         self._writes = 0
         self._data_version = 0
@@ -65,31 +73,61 @@ class SQLiteStore(HybridSearch):
         self._connect()
 
     async def close(self) -> None:
+        if self._writer_conn is not None:
+            await self._write(self._close_writer)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def _close_writer(self) -> None:
+        if self._writer_conn is not None:
+            self._writer_conn.close()
+            self._writer_conn = None
 
     def _connect(self) -> sqlite3.Connection:
         self.connection.attempting()
         try:
             if str(self.path) != ":memory:":
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.row_factory = sqlite3.Row
-            for pragma in (
-                "journal_mode=WAL",
-                "synchronous=NORMAL",
-                "foreign_keys=ON",
-                "busy_timeout=5000",
-            ):
-                conn.execute(f"PRAGMA {pragma}")
+            conn = connect(self.path)
             migrate(conn)
+            self._identity = file_identity(self.path)
         except (sqlite3.Error, OSError) as e:
             raise self.connection.failed(f"cannot open {self.path}: {e}") from e
         self._conn = conn
         self.connection.succeeded()
         self._load_index()
         return conn
+
+    def _writer_db(self) -> sqlite3.Connection:
+        """The writer thread's own connection: a write waiting for a lock held by another
+        process waits there, while reads and cache hits go on on the event loop."""
+        self._check_file()
+        if self._writer_conn is None:
+            self._writer_conn = connect(self.path)
+        return self._writer_conn
+
+    def _check_file(self) -> None:
+        """Refuse writes once the database file was removed or replaced: they would be
+        acknowledged, then lost with the unlinked file."""
+        if self._identity is not None and file_identity(self.path) != self._identity:
+            raise BackendConnectionError(
+                f"{self.path} was removed or replaced while the service ran: writes are "
+                "refused so that none is acknowledged and then lost; restore the file, or "
+                "restart the service to start a new store there",
+                backend=self.name,
+            )
+
+    async def _write(self, work: Callable[[], T]) -> T:
+        """Run a write on the writer thread; a lock that outlasts busy_timeout is a 503,
+        and /health says writes are failing until one succeeds."""
+        try:
+            result: T = await asyncio.get_running_loop().run_in_executor(self._writer, work)
+        except sqlite3.OperationalError as e:
+            self._write_failure = f"writes are failing: {e} (another process holds a lock?)"
+            raise IndexingError(f"{self.path}: {self._write_failure}", backend=self.name) from e
+        self._write_failure = ""
+        return result
 
     def _db(self) -> sqlite3.Connection:
         """The open connection; reopens (at most every few seconds) after a failure."""
@@ -100,7 +138,8 @@ class SQLiteStore(HybridSearch):
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self._db()
+        """A write transaction on the writer thread's connection."""
+        conn = self._writer_db()
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
@@ -153,11 +192,16 @@ class SQLiteStore(HybridSearch):
     async def check_embedder(self, name: str, dimension: int) -> None:
         stored_name, stored_dim = self._meta("embedder"), self._meta("embedder_dimension")
         if stored_name is None:
-            with self._transaction() as conn:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO store_meta (key, value) VALUES (?, ?)",
-                    [("embedder", name), ("embedder_dimension", str(dimension))],
-                )
+
+            def record() -> None:
+                with self._transaction() as conn:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO store_meta (key, value) VALUES (?, ?)",
+                        [("embedder", name), ("embedder_dimension", str(dimension))],
+                    )
+
+            await self._write(record)
+            self._seen_own_write()
             self._index = VectorIndex(dimension)
             return
         stored = EmbedderIdentity(stored_name, int(stored_dim or 0))
@@ -175,10 +219,25 @@ class SQLiteStore(HybridSearch):
         await self.index_documents([document])
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
-        for document in documents:
-            self._write_document(document)
+        for doc in documents:
+            old, keys = await self._write(lambda doc=doc: self._write_document(doc))  # type: ignore[misc]
+            self._seen_own_write()
+            index = self._require_index()
+            index.remove(old)
+            if keys:
+                index.add(
+                    keys,
+                    np.stack([np.asarray(c.embedding) for c in doc.chunks]),
+                    [(doc.collection, doc.source_type)] * len(keys),
+                )
 
-    def _write_document(self, doc: Document) -> None:
+    def _seen_own_write(self) -> None:
+        """Our own commit (made on the writer connection) is mirrored already: it must
+        not make the next search reload the whole index."""
+        self._data_version = self._db().execute("PRAGMA data_version").fetchone()[0]
+
+    def _write_document(self, doc: Document) -> tuple[list[int], list[int]]:
+        """On the writer thread: replace the document; (old chunk keys, new ones)."""
         now = datetime.now(UTC).isoformat(timespec="seconds")
         try:
             with self._transaction() as conn:
@@ -211,17 +270,11 @@ class SQLiteStore(HybridSearch):
                     ),
                 )
                 keys = [self._insert_chunk(conn, doc, chunk) for chunk in doc.chunks]
+        except sqlite3.OperationalError:
+            raise  # a lock or a lost file: _write says so
         except sqlite3.Error as e:
             raise IndexingError(f"could not index {doc.source_id!r}: {e}", backend=self.name) from e
-        self._data_version = self._db().execute("PRAGMA data_version").fetchone()[0]
-        index = self._require_index()
-        index.remove(old)
-        if keys:
-            index.add(
-                keys,
-                np.stack([np.asarray(c.embedding) for c in doc.chunks]),
-                [(doc.collection, doc.source_type)] * len(keys),
-            )
+        return old, keys
 
     def _insert_chunk(self, conn: sqlite3.Connection, doc: Document, chunk: Chunk) -> int:
         if chunk.embedding is None:
@@ -252,18 +305,25 @@ class SQLiteStore(HybridSearch):
         return self._index
 
     async def delete(self, doc_id: str) -> bool:
-        try:
-            with self._transaction() as conn:
-                old = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT rowid FROM chunks WHERE document_id = ?", (doc_id,)
-                    )
-                ]
-                deleted = conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount
-        except sqlite3.Error as e:
-            raise IndexingError(f"could not delete {doc_id!r}: {e}", backend=self.name) from e
-        self._data_version = self._db().execute("PRAGMA data_version").fetchone()[0]
+        def remove() -> tuple[list[int], int]:
+            try:
+                with self._transaction() as conn:
+                    old = [
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT rowid FROM chunks WHERE document_id = ?", (doc_id,)
+                        )
+                    ]
+                    return old, conn.execute(
+                        "DELETE FROM documents WHERE id = ?", (doc_id,)
+                    ).rowcount
+            except sqlite3.OperationalError:
+                raise
+            except sqlite3.Error as e:
+                raise IndexingError(f"could not delete {doc_id!r}: {e}", backend=self.name) from e
+
+        old, deleted = await self._write(remove)
+        self._seen_own_write()
         if self._index is not None:
             self._index.remove(old)
         return deleted > 0
@@ -415,16 +475,43 @@ class SQLiteStore(HybridSearch):
             conn = self._db()
             documents = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
             chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            self._check_file()
         except (BackendConnectionError, sqlite3.Error) as e:
             return {"backend": self.name, "status": "unavailable", "error": str(e)}
+        failing = {"status": "degraded", "error": self._write_failure}
         return {
             "backend": self.name,
             "status": "ok",
+            **(failing if self._write_failure else {}),
             "path": str(self.path),
             "documents": documents,
             "chunks": chunks,
             "vectors_in_memory": len(self._index) if self._index else 0,
         }
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    for pragma in (
+        "journal_mode=WAL",
+        "synchronous=NORMAL",
+        "foreign_keys=ON",
+        "busy_timeout=5000",
+    ):
+        conn.execute(f"PRAGMA {pragma}")
+    return conn
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the database file; None in memory or when it is gone."""
+    if str(path) == ":memory:":
+        return None
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return (-1, -1)
+    return found.st_dev, found.st_ino
 
 
 def migrate(conn: sqlite3.Connection) -> None:

@@ -36,6 +36,10 @@ class Usage:
     tokens: int | None = None
 
 
+CUT_SHORT = "the stream ended without a finish reason: the answer may be cut short"
+"""A body that ends by connection close before the provider said it was done."""
+
+
 class ProviderError(Exception):
     """A provider did not answer (HTTP error, bad body, no text); the chain moves on."""
 

@@ -87,6 +87,7 @@ class SynthesisChain:
         breaker_failures: int = 3,
         breaker_cooldown: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        deadline: float | None = None,
     ) -> None:
         self.links = list(links)
         self.subject = subject
@@ -94,6 +95,9 @@ class SynthesisChain:
         self.breaker_failures = breaker_failures
         self.breaker_cooldown = breaker_cooldown
         self.clock = clock
+        self.deadline = deadline
+        """Seconds the LLM links may take for the whole answer, together; past it the
+        chain moves on to the offline link (None: no overall limit)."""
         self.states = {link.name: LinkState() for link in self.links}
         self.observer: Observer = UNOBSERVED
 
@@ -114,6 +118,7 @@ class SynthesisChain:
             settings.llm_context_chars,
             settings.llm_breaker_failures,
             settings.llm_breaker_cooldown,
+            deadline=settings.synthesis_deadline,
         )
 
     async def open(self) -> None:
@@ -128,6 +133,8 @@ class SynthesisChain:
         """("delta", text)* with ("reset", why) after a failure mid-stream, then
         ("done", Outcome)."""
         prompt = build_prompt(query, hits, self.subject, self.context_chars)
+        loop = asyncio.get_running_loop()
+        ends = None if self.deadline is None else loop.time() + self.deadline
         skipped: list[dict[str, str]] = []
         failed: list[str] = []
         for link in self.links:
@@ -136,6 +143,11 @@ class SynthesisChain:
                 reason = "no passage to answer from"
             if reason:
                 skipped.append({"provider": link.name, "reason": reason})
+                continue
+            if ends is not None and link is not self.links[-1] and loop.time() >= ends:
+                why = f"skipped: the synthesis deadline of {self.deadline:g} s has passed"
+                skipped.append({"provider": link.name, "reason": why})
+                failed.append(f"{link.name} {why}")
                 continue
             if circuit := self._circuit_open(link):
                 skipped.append({"provider": link.name, "reason": circuit})
@@ -146,7 +158,11 @@ class SynthesisChain:
             parts: list[str] = []
             started = time.perf_counter()
             try:
-                async with aclosing(within(link.generate(prompt, usage), link.timeout)) as pieces:
+                last = link is self.links[-1]  # the offline link always gets to answer
+                generated = within(
+                    link.generate(prompt, usage), link.timeout, None if last else ends
+                )
+                async with aclosing(generated) as pieces:
                     async for piece in pieces:
                         if passed := citations.feed(piece):
                             parts.append(passed)
@@ -209,7 +225,7 @@ class SynthesisChain:
         return self.tripped(state) and self.clock() < state.open_until
 
     def _failed(self, link: Synthesizer, error: Exception) -> str:
-        why = describe(error, link.timeout)
+        why = describe(error, link.timeout, self.deadline)
         state = LinkState(
             self.states[link.name].failures + 1,
             why,
@@ -244,15 +260,31 @@ class SynthesisChain:
         return report
 
 
+class DeadlineReached(TimeoutError):
+    """The whole answer took longer than the synthesis deadline."""
+
+
 async def within(
-    pieces: AsyncGenerator[str, None], timeout: float | None
+    pieces: AsyncGenerator[str, None], timeout: float | None, ends: float | None = None
 ) -> AsyncGenerator[str, None]:
-    """The pieces, failing with TimeoutError when one takes longer than `timeout`.
-    Closing this iterator (a client went away) closes the provider's stream."""
+    """The pieces, failing with TimeoutError when one takes longer than `timeout`, and
+    with DeadlineReached when loop time `ends` comes first. Closing this iterator (a
+    client went away) closes the provider's stream."""
+    loop = asyncio.get_running_loop()
     try:
         while True:
-            async with asyncio.timeout(timeout):
-                piece = await anext(pieces, None)
+            limit = None if timeout is None else loop.time() + timeout
+            if ends is not None and (limit is None or ends < limit):
+                if loop.time() >= ends:
+                    raise DeadlineReached()
+                limit = ends
+            try:
+                async with asyncio.timeout_at(limit):
+                    piece = await anext(pieces, None)
+            except TimeoutError:
+                if ends is not None and loop.time() >= ends:
+                    raise DeadlineReached() from None
+                raise
             if piece is None:
                 return
             yield piece
@@ -260,7 +292,9 @@ async def within(
         await pieces.aclose()
 
 
-def describe(error: Exception, timeout: float | None) -> str:
+def describe(error: Exception, timeout: float | None, deadline: float | None = None) -> str:
+    if isinstance(error, DeadlineReached):
+        return f"failed: the answer was not done within the synthesis deadline of {deadline:g} s"
     if isinstance(error, TimeoutError):
         return f"failed: no answer within {timeout:g} s"
     if isinstance(error, ProviderError):

@@ -12,7 +12,7 @@ from contextlib import aclosing
 from typing import Any
 
 from knowledge_api.registry import import_extra
-from knowledge_api.synthesis.base import Prompt, ProviderError, RemoteLink, Usage
+from knowledge_api.synthesis.base import CUT_SHORT, Prompt, ProviderError, RemoteLink, Usage
 
 
 class GeminiSynthesizer(RemoteLink):
@@ -45,12 +45,18 @@ class GeminiSynthesizer(RemoteLink):
             stream = await self.client.aio.models.generate_content_stream(
                 model=self.model, contents=prompt.text, config=config
             )
+            finished = False
             async with aclosing(stream):
                 async for chunk in stream:
                     if chunk.usage_metadata and chunk.usage_metadata.total_token_count:
                         usage.tokens = chunk.usage_metadata.total_token_count
                     if piece := chunk_text(chunk):
                         yield piece
+                    finished = finished or bool(
+                        chunk.candidates and chunk.candidates[0].finish_reason
+                    )
+            if not finished:
+                raise ProviderError(CUT_SHORT)
         except genai.errors.APIError as e:
             status = " ".join(str(part) for part in (e.code, e.status) if part)
             raise ProviderError(f"HTTP {status}: {e.message}") from e

@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from knowledge_api.registry import import_extra
-from knowledge_api.synthesis.base import Prompt, ProviderError, RemoteLink, Usage
+from knowledge_api.synthesis.base import CUT_SHORT, Prompt, ProviderError, RemoteLink, Usage
 
 
 class GroqSynthesizer(RemoteLink):
@@ -42,11 +42,15 @@ class GroqSynthesizer(RemoteLink):
                 max_completion_tokens=self.max_tokens,
                 stream=True,
             )
+            finished = False
             async with stream:
                 async for chunk in stream:
                     usage.tokens = chunk_tokens(chunk) or usage.tokens
                     if chunk.choices and (piece := chunk.choices[0].delta.content):
                         yield piece
+                    finished = finished or bool(chunk.choices and chunk.choices[0].finish_reason)
+            if not finished:
+                raise ProviderError(CUT_SHORT)
         except groq.APIStatusError as e:
             raise ProviderError(f"HTTP {e.status_code}: {error_message(e.body)}") from e
         except groq.APIError as e:

@@ -12,7 +12,7 @@ from typing import Any
 
 from knowledge_api import grounding
 from knowledge_api.errors import EmbeddingError
-from knowledge_api.models import SearchFilters, SearchHit, normalize_query
+from knowledge_api.models import DEFAULT_COLLECTION, SearchFilters, SearchHit, normalize_query
 from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served, elapsed_ms
 from knowledge_api.synthesis.chain import Outcome
 
@@ -39,13 +39,22 @@ class AnswerParams:
     sources: tuple[str, ...] | None = None
     limit: int = 5
     filters: tuple[tuple[str, Any], ...] = ()
+    collection: str = DEFAULT_COLLECTION
 
     def cache_key(self) -> tuple[Any, ...]:
         query = normalize_query(self.query)
-        return ("answer", query, self.sources, self.limit, self.threshold, self.filters)
+        return (
+            "answer",
+            query,
+            self.sources,
+            self.limit,
+            self.threshold,
+            self.filters,
+            self.collection,
+        )
 
     def search_filters(self) -> SearchFilters:
-        return SearchFilters(source_types=self.sources, metadata=self.filters)
+        return SearchFilters(self.sources, self.filters, self.collection)
 
 
 @dataclass(frozen=True, slots=True)

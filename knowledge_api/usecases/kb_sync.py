@@ -164,7 +164,7 @@ class KBClient:
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token.get()}")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with OPENER.open(request, timeout=self.timeout) as response:
                 body = json.loads(response.read())
         except urllib.error.HTTPError as e:
             raise HostUnavailable(
@@ -184,6 +184,28 @@ class KBClient:
                 f"{self.base_url}{ARTICLES_PATH} answered without an `articles` list and `total`"
             )
         return articles, total
+
+
+class SameOriginCredentials(urllib.request.HTTPRedirectHandler):
+    """Follow redirects, but send the token only to the origin it was configured for:
+    urllib would otherwise carry Authorization to whatever host a 302 names."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        follow = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if follow is not None and origin(newurl) != origin(req.full_url):
+            follow.remove_header("Authorization")
+        return follow
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+OPENER = urllib.request.build_opener(SameOriginCredentials)
 
 
 def article_key(raw: Any) -> str:

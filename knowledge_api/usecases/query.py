@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
-from knowledge_api.models import SearchFilters, SearchHit, normalize_query
+from knowledge_api.models import DEFAULT_COLLECTION, SearchFilters, SearchHit, normalize_query
 from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served, elapsed_ms
 from knowledge_api.synthesis.chain import Outcome
 
@@ -23,6 +23,7 @@ class QueryParams:
     threshold: float = 0.2
     synthesize: bool = True
     filters: Filters = ()
+    collection: str = DEFAULT_COLLECTION
 
     def cache_key(self) -> tuple[Any, ...]:
         return (
@@ -32,10 +33,11 @@ class QueryParams:
             self.threshold,
             self.synthesize,
             self.filters,
+            self.collection,
         )
 
     def search_filters(self) -> SearchFilters:
-        return SearchFilters(source_types=self.sources, metadata=self.filters)
+        return SearchFilters(self.sources, self.filters, self.collection)
 
 
 @dataclass(frozen=True, slots=True)

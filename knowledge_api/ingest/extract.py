@@ -1,0 +1,309 @@
+"""Text of a file by its format, as Markdown the chunker can split by section.
+
+Each extractor returns an `Extracted` (title, Markdown-like content, metadata of
+its own) or raises `ExtractionError` with a reason short enough for the run's
+summary. The libraries of the field do the parsing: trafilatura finds the main
+content of an HTML page, pypdf reads PDF text page by page, python-docx and
+python-pptx read Office files. They are the `documents` extra, imported only when a
+file of theirs comes up; Markdown and text need nothing beyond the base install.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from knowledge_api.registry import import_extra
+
+MARKDOWN = (".md", ".markdown")
+TEXT = (".txt", ".text", ".rst")
+HTML = (".html", ".htm", ".xhtml")
+PDF = (".pdf",)
+DOCX = (".docx",)
+PPTX = (".pptx",)
+DOCUMENTS_EXTRA = "documents"
+SNIFF_BYTES = 8192
+
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_ANCHOR_MARKS = re.compile(r"^(#{1,6} )[ \t]*[§¶🔗]*[ \t]*(.*?)[ \t]*[§¶🔗]*[ \t]*$", re.MULTILINE)
+"""A heading line with the permalink sign documentation generators add after it (Sphinx's
+¶) or before it (rustdoc's §)."""
+PERMALINK_SIGNS = " \t§¶🔗"
+_MARKUP_START = re.compile(r"^(\s*)(#{1,6}(?=\s)|```|~~~)", re.MULTILINE)
+
+
+for _library in ("pypdf", "trafilatura", "htmldate", "courlan"):
+    # Their warnings about a damaged file repeat, less clearly, the reason a skipped file
+    # is reported with; a file they recover from needs no warning either.
+    logging.getLogger(_library).setLevel(logging.ERROR)
+
+
+class ExtractionError(Exception):
+    """A file that cannot be turned into text; `reason` goes into the run's summary."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Extracted:
+    title: str
+    content: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def is_binary(head: bytes) -> bool:
+    """Text files hold no NUL byte; images, archives and executables almost always do
+    within their first few kilobytes."""
+    return b"\x00" in head[:SNIFF_BYTES]
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, or ExtractionError("binary") when they hold a NUL byte."""
+    data = path.read_bytes()
+    if is_binary(data):
+        raise ExtractionError("binary", "NUL bytes in its content")
+    return data
+
+
+def read_text(path: Path) -> str:
+    """UTF-8 text (a BOM is dropped); a binary file or another encoding is an
+    ExtractionError."""
+    data = read_bytes(path)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ExtractionError("not UTF-8", f"undecodable byte at offset {e.start}") from e
+
+
+def extractor(suffix: str) -> Callable[[Path], Extracted] | None:
+    """The extractor of a file suffix (lower case, with its dot); None if unknown."""
+    table: dict[tuple[str, ...], Callable[[Path], Extracted]] = {
+        MARKDOWN: markdown_file,
+        TEXT: text_file,
+        HTML: html_file,
+        PDF: pdf_file,
+        DOCX: docx_file,
+        PPTX: pptx_file,
+    }
+    for suffixes, function in table.items():
+        if suffix in suffixes:
+            return function
+    return None
+
+
+def text_file(path: Path) -> Extracted:
+    return Extracted("", read_text(path))
+
+
+def markdown_file(path: Path) -> Extracted:
+    content = strip_comments(read_text(path))
+    return Extracted(markdown_title(content), content)
+
+
+def markdown_title(content: str) -> str:
+    for line in content.splitlines():
+        if line.startswith("# "):
+            return line[2:].strip().rstrip("#").strip()
+    return ""
+
+
+def strip_comments(markdown: str) -> str:
+    """Markdown without `<!-- ... -->` comments, except inside fenced code, where a
+    comment is an example the reader should see."""
+    parts: list[str] = []
+    prose: list[str] = []
+    fenced = False
+    for line in markdown.splitlines(keepends=True):
+        if _FENCE.match(line):
+            if not fenced:
+                parts.append(_COMMENT.sub("", "".join(prose)))
+                prose = []
+            fenced = not fenced
+            parts.append(line)
+        elif fenced:
+            parts.append(line)
+        else:
+            prose.append(line)
+    parts.append(_COMMENT.sub("", "".join(prose)))
+    return "".join(parts)
+
+
+def html_file(path: Path) -> Extracted:
+    """Bytes, not text: the page's own <meta charset> says how to decode it."""
+    return html_to_markdown(read_bytes(path))
+
+
+def html_to_markdown(html: str | bytes) -> Extracted:
+    """The main content of a page as Markdown: navigation, header, footer, scripts and
+    comments are left out, headings become `#` lines so chunks keep their section.
+
+    The title is the main content's first `# ` heading: the page's metadata title can
+    come from a menu or a dialog (mdBook's "Keyboard shortcuts"), the heading cannot."""
+    trafilatura = import_extra("trafilatura", DOCUMENTS_EXTRA)
+    redirect = _refresh_target(html)
+    if redirect is not None:
+        raise ExtractionError("redirect page", f"to {redirect}")
+    try:
+        content = trafilatura.extract(
+            html,
+            output_format="markdown",
+            include_comments=False,
+            include_tables=True,
+            include_images=False,
+            include_links=False,
+            include_formatting=True,
+            favor_recall=True,
+            deduplicate=False,
+            config=_trafilatura_config(),
+        )
+    except Exception as e:  # lxml and trafilatura raise many kinds on odd markup
+        raise ExtractionError("unreadable HTML", f"{type(e).__name__}: {e}") from e
+    if not content or not content.strip():
+        raise ExtractionError("no main content", "no text outside navigation and boilerplate")
+    content = _ANCHOR_MARKS.sub(r"\1\2", content.strip())
+    title = markdown_title(content)
+    if not title:
+        metadata = trafilatura.extract_metadata(html)
+        title = str(metadata.title or "") if metadata is not None else ""
+    return Extracted(title.strip(PERMALINK_SIGNS), content)
+
+
+def _refresh_target(html: str | bytes) -> str | None:
+    """Where a `<meta http-equiv="refresh">` page sends the reader, if it is one: such a
+    stub says only "Redirecting..." and its target is indexed on its own."""
+    from lxml import html as lxml_html
+
+    try:
+        tree = lxml_html.document_fromstring(html)
+    except Exception:  # lxml rejects empty or odd documents; trafilatura decides then
+        return None
+    for meta in tree.iter("meta"):
+        if str(meta.get("http-equiv", "")).lower() == "refresh":
+            content = str(meta.get("content", ""))
+            return content.partition("=")[2].strip() or content
+    return None
+
+
+@cache
+def _trafilatura_config() -> Any:
+    """trafilatura's defaults are tuned for news articles: below 250 characters of main
+    text it falls back to a whole-page extraction that keeps menus and drops headings.
+    A documentation page is often that short, so any main text found is kept."""
+    from trafilatura.settings import use_config
+
+    config = use_config()
+    config.set("DEFAULT", "MIN_EXTRACTED_SIZE", "1")
+    return config
+
+
+def literal(text: str) -> str:
+    """Plain text that the Markdown chunker reads as it is: a line of a PDF or a Word
+    paragraph that starts with "# " or a code fence is not a heading or code."""
+    return _MARKUP_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", text)
+
+
+def pdf_file(path: Path) -> Extracted:
+    """One document per PDF, each page under a `## Page N` heading: a passage's section
+    then says which page to open, and the chunker never joins text of two pages."""
+    pypdf = import_extra("pypdf", DOCUMENTS_EXTRA)
+    try:
+        reader = pypdf.PdfReader(path)
+        if reader.is_encrypted:
+            raise ExtractionError("encrypted PDF")
+        pages = [literal(page.extract_text() or "").strip() for page in reader.pages]
+        info = reader.metadata
+    except ExtractionError:
+        raise
+    except Exception as e:  # pypdf raises many kinds on a damaged file
+        raise ExtractionError("unreadable PDF", f"{type(e).__name__}: {e}") from e
+    if not any(pages):
+        raise ExtractionError("no text", "a scanned PDF without a text layer?")
+    body = "\n\n".join(f"## Page {n}\n\n{text}" for n, text in enumerate(pages, 1) if text)
+    title = str(info.title or "").strip() if info is not None else ""
+    return Extracted(title, body, {"pages": len(pages)})
+
+
+def docx_file(path: Path) -> Extracted:
+    """Word's heading styles become Markdown headings, list styles list items, and
+    tables rows of cells separated by `|`, in the order they appear."""
+    docx = import_extra("docx", DOCUMENTS_EXTRA)
+    try:
+        document = docx.Document(str(path))
+        blocks = list(_docx_blocks(document))
+        title = str(document.core_properties.title or "")
+    except Exception as e:  # python-docx raises KeyError, ValueError, zip errors...
+        raise ExtractionError("unreadable DOCX", f"{type(e).__name__}: {e}") from e
+    title_blocks = [text[2:] for text in blocks if text.startswith("# ")]
+    if not title and title_blocks:
+        title = title_blocks[0]
+    return Extracted(title.strip(), "\n\n".join(blocks))
+
+
+def _docx_blocks(document: Any) -> Iterator[str]:
+    from docx.table import Table
+
+    for item in document.iter_inner_content():
+        if isinstance(item, Table):
+            for row in item.rows:
+                cells = [" ".join(cell.text.split()) for cell in row.cells]
+                yield "| " + " | ".join(cells) + " |"
+            continue
+        text = item.text.strip()
+        if text:
+            yield _docx_paragraph(text, item.style.name if item.style is not None else "")
+
+
+def _docx_paragraph(text: str, style: str) -> str:
+    text = literal(text)
+    if style == "Title":
+        return f"# {text}"
+    if style.startswith("Heading "):
+        level = style.removeprefix("Heading ").strip()
+        if level.isdigit():
+            return f"{'#' * min(int(level) + 1, 6)} {text}"
+    if style.startswith("List"):
+        return f"- {text}"
+    return text
+
+
+def pptx_file(path: Path) -> Extracted:
+    """Each slide under a `## Slide N: title` heading with its text and speaker notes,
+    so a passage cites its slide."""
+    pptx = import_extra("pptx", DOCUMENTS_EXTRA)
+    try:
+        presentation = pptx.Presentation(str(path))
+        slides = [_pptx_slide(n, slide) for n, slide in enumerate(presentation.slides, 1)]
+        title = str(presentation.core_properties.title or "")
+    except Exception as e:  # python-pptx raises KeyError, ValueError, zip errors...
+        raise ExtractionError("unreadable PPTX", f"{type(e).__name__}: {e}") from e
+    if not title and slides:
+        title = slides[0][0]
+    content = "\n\n".join(text for _, text in slides)
+    return Extracted(title.strip(), content, {"slides": len(slides)})
+
+
+def _pptx_slide(number: int, slide: Any) -> tuple[str, str]:
+    """(slide title, Markdown of the slide)."""
+    title_shape = slide.shapes.title
+    title = title_shape.text.strip() if title_shape is not None else ""
+    lines = [f"## Slide {number}: {title}" if title else f"## Slide {number}"]
+    for shape in slide.shapes:
+        is_title = title_shape is not None and shape.shape_id == title_shape.shape_id
+        if is_title or not shape.has_text_frame:
+            continue
+        paragraphs = (p.text.strip() for p in shape.text_frame.paragraphs)
+        lines.extend(literal(text) for text in paragraphs if text)
+    if slide.has_notes_slide:
+        notes = slide.notes_slide.notes_text_frame.text.strip()
+        if notes:
+            lines.append(f"Notes: {notes}")
+    return title, "\n\n".join(lines)

@@ -1,0 +1,171 @@
+"""Who may call what: API keys, scopes, collections, rate limits, and browsers (CORS).
+
+Each route names the scope it needs (routes/__init__.py); `guarded` wraps its handler
+so the caller is known before the handler runs. With KNOWLEDGE_AUTH off every caller
+may do everything. A key restricted to collections reaches no other one, on any route:
+routes ask `access(request).collection(name)` for every collection they touch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+
+from knowledge_api.errors import Forbidden, RateLimited, Unauthorized
+from knowledge_api.service import KnowledgeService
+from knowledge_api.settings import Settings
+
+Handler = Callable[[Request], Awaitable[Response]]
+PUBLIC = "public"
+READ, WRITE, ADMIN = "read", "write", "admin"
+SCOPES = (READ, WRITE, ADMIN)
+METRICS_SCRAPER = "metrics-token"
+HEADERS = ("Authorization", "X-API-Key", "Content-Type", "X-Request-ID")
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """A caller: the key's name, what it may do, which collections it may reach."""
+
+    name: str
+    scopes: frozenset[str]
+    collections: frozenset[str] | None = None
+    """None: every collection."""
+
+    def allows(self, scope: str) -> bool:
+        return scope == PUBLIC or scope in self.scopes or ADMIN in self.scopes
+
+    def reaches(self, collection: str) -> bool:
+        return self.collections is None or collection in self.collections
+
+    def collection(self, name: str) -> str:
+        """`name`, if this caller may reach it; 403 otherwise."""
+        if not self.reaches(name):
+            raise Forbidden(
+                f"the key {self.name!r} has no access to the collection {name!r}",
+                collection=name,
+                key=self.name,
+            )
+        return name
+
+    def visible(self, names: Iterable[str]) -> list[str]:
+        return sorted(name for name in names if self.reaches(name))
+
+
+EVERYONE = Access("-", frozenset(SCOPES))
+"""The caller when KNOWLEDGE_AUTH is off."""
+ANONYMOUS = Access("anonymous", frozenset())
+
+
+def access(request: Request) -> Access:
+    found: Access = getattr(request.state, "access", EVERYONE)
+    return found
+
+
+def guarded(handler: Handler, scope: str) -> Handler:
+    """The handler, run once the caller is known and may use the route."""
+
+    async def guard(request: Request) -> Response:
+        await authorize(request, scope)
+        return await handler(request)
+
+    guard.__name__ = getattr(handler, "__name__", "handler")
+    return guard
+
+
+async def authorize(request: Request, scope: str) -> None:
+    settings: Settings = request.app.state.settings
+    if getattr(request.state, "metrics_token_ok", False):
+        # KNOWLEDGE_METRICS_TOKEN, checked by the request observer on GET /metrics only
+        request.state.key_name = METRICS_SCRAPER
+        return
+    caller = await identify(request) if settings.auth_required else EVERYONE
+    if caller is ANONYMOUS and scope != PUBLIC:
+        raise Unauthorized(
+            "an API key is required: send it as Authorization: Bearer kapi_... or X-API-Key"
+        )
+    if not caller.allows(scope):
+        raise Forbidden(
+            f"the key {caller.name!r} lacks the {scope!r} scope this route needs",
+            scope=scope,
+            key=caller.name,
+        )
+    request.state.access = caller
+    request.state.key_name = caller.name
+    limiter: RateLimiter | None = request.app.state.rate_limiter
+    if limiter is not None:
+        client = request.client.host if request.client else "-"
+        limiter.take(caller.name if caller is not EVERYONE else f"client {client}")
+
+
+async def identify(request: Request) -> Access:
+    """The caller of a request that may carry a key (ANONYMOUS without one)."""
+    token = presented_token(request)
+    if not token:
+        return ANONYMOUS
+    knowledge: KnowledgeService = request.app.state.service
+    key = await knowledge.api_key(token)
+    if key is None:
+        raise Unauthorized("unknown or revoked API key")
+    collections = None if key.collections is None else frozenset(key.collections)
+    return Access(key.name, frozenset(key.scopes), collections)
+
+
+def presented_token(request: Request) -> str:
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.headers.get("x-api-key", "").strip()
+
+
+class RateLimiter:
+    """A token bucket per caller: `per_minute` requests a minute, refilled evenly."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, caller: str) -> None:
+        now = self.clock()
+        rate = self.per_minute / 60.0
+        tokens, last = self._buckets.get(caller, (float(self.per_minute), now))
+        tokens = min(float(self.per_minute), tokens + (now - last) * rate)
+        if tokens < 1.0:
+            self._buckets[caller] = (tokens, now)
+            wait = math.ceil((1.0 - tokens) / rate)
+            raise RateLimited(
+                f"rate limit of {self.per_minute} requests a minute reached; retry in {wait} s",
+                wait,
+            )
+        self._buckets[caller] = (tokens - 1.0, now)
+
+
+def rate_limiter(settings: Settings) -> RateLimiter | None:
+    return RateLimiter(settings.rate_limit) if settings.rate_limit else None
+
+
+def cors(settings: Settings) -> list[Middleware]:
+    """Browsers may call from KNOWLEDGE_CORS_ORIGINS; keys travel in headers, never as
+    cookies, so credentials are not allowed (which also makes `*` safe)."""
+    origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    if not origins:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=list(HEADERS),
+            expose_headers=["X-Request-ID", "Retry-After", "WWW-Authenticate"],
+            allow_credentials=False,
+            max_age=600,
+        )
+    ]

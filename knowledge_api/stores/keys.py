@@ -1,0 +1,190 @@
+"""API keys as the stores keep them: a name, the SHA-256 of the token (the token itself
+is shown once and never stored), scopes, and the collections the key may reach.
+
+Keys live in the store's own database, so every replica sees the same ones: a table of
+the SQLite file (`SQLiteKeys`, also used beside Chroma and Qdrant, whose engines have
+no tables) or of the Postgres schema (`SiamKeys`, for the postgres and supabase stores).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from knowledge_api.errors import BackendConnectionError, InvalidRequest
+
+TOKEN_PREFIX = "kapi_"
+TOKEN_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    name: str
+    key_hash: str
+    scopes: tuple[str, ...]
+    collections: tuple[str, ...] | None
+    """None: every collection."""
+    created_at: str = ""
+
+
+def new_token() -> str:
+    """A random token (32 bytes of entropy), recognisable by its prefix."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def token_hash(token: str) -> str:
+    """Tokens are random, so one SHA-256 is enough: there is nothing to guess."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class KeyStore(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def add(self, key: ApiKey) -> None:
+        """Store a new key; a name in use is an InvalidRequest."""
+
+    async def find(self, key_hash: str) -> ApiKey | None: ...
+
+    async def all(self) -> list[ApiKey]: ...
+
+    async def revoke(self, name: str) -> bool: ...
+
+
+class SQLiteKeys:
+    """Keys in a table of a SQLite file (the sqlite store's own, or beside another store)."""
+
+    SCHEMA = """CREATE TABLE IF NOT EXISTS api_keys (
+        name TEXT PRIMARY KEY,
+        key_hash TEXT NOT NULL UNIQUE,
+        scopes TEXT NOT NULL,
+        collections TEXT,
+        created_at TEXT NOT NULL)"""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._connect)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA busy_timeout=5000")
+                conn.execute(self.SCHEMA)
+            except (sqlite3.Error, OSError) as e:
+                raise BackendConnectionError(f"cannot open the API keys in {self.path}: {e}") from e
+            self._conn = conn
+        return self._conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        def run() -> list[tuple[Any, ...]]:
+            return self._connect().execute(sql, params).fetchall()
+
+        try:
+            return await asyncio.to_thread(run)
+        except sqlite3.IntegrityError as e:
+            raise InvalidRequest("--name", "is already the name of a key") from e
+        except sqlite3.Error as e:
+            raise BackendConnectionError(f"API keys unavailable: {e}") from e
+
+    async def add(self, key: ApiKey) -> None:
+        collections = None if key.collections is None else ",".join(key.collections)
+        await self._run(
+            "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?)",
+            (key.name, key.key_hash, ",".join(key.scopes), collections, now()),
+        )
+
+    async def find(self, key_hash: str) -> ApiKey | None:
+        rows = await self._run("SELECT * FROM api_keys WHERE key_hash = ?", (key_hash,))
+        return sqlite_key(rows[0]) if rows else None
+
+    async def all(self) -> list[ApiKey]:
+        return [sqlite_key(row) for row in await self._run("SELECT * FROM api_keys ORDER BY name")]
+
+    async def revoke(self, name: str) -> bool:
+        return bool(await self._run("DELETE FROM api_keys WHERE name = ? RETURNING 1", (name,)))
+
+
+def sqlite_key(row: Sequence[Any]) -> ApiKey:
+    name, key_hash, scopes, collections, created_at = row
+    listed = None if collections is None else tuple(c for c in collections.split(",") if c)
+    return ApiKey(name, key_hash, tuple(scopes.split(",")), listed, created_at)
+
+
+class SiamKeys:
+    """Keys in the Postgres schema, through the store's own primitives (a direct
+    connection for postgres, PostgREST for supabase)."""
+
+    COLUMNS = "name,key_hash,scopes,collections,created_at"
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def open(self) -> None:
+        return None  # the store's migrations made the table
+
+    async def close(self) -> None:
+        return None
+
+    async def add(self, key: ApiKey) -> None:
+        rows = await self.store.call(
+            "knowledge_api_key_create",
+            {
+                "key_name": key.name,
+                "key_hash": key.key_hash,
+                "key_scopes": list(key.scopes),
+                "key_collections": None if key.collections is None else list(key.collections),
+            },
+            BackendConnectionError,
+        )
+        if not rows:
+            raise InvalidRequest("--name", "is already the name of a key")
+
+    async def find(self, key_hash: str) -> ApiKey | None:
+        rows = await self.store.select(
+            "knowledge_api_keys", self.COLUMNS, ("key_hash", "eq", key_hash)
+        )
+        return siam_key(rows[0]) if rows else None
+
+    async def all(self) -> list[ApiKey]:
+        rows = await self.store.select("knowledge_api_keys", self.COLUMNS, order="name")
+        return [siam_key(row) for row in rows]
+
+    async def revoke(self, name: str) -> bool:
+        rows = await self.store.call(
+            "knowledge_api_key_revoke", {"key_name": name}, BackendConnectionError
+        )
+        return bool(rows)
+
+
+def siam_key(row: dict[str, Any]) -> ApiKey:
+    collections = row["collections"]
+    created = row["created_at"]
+    return ApiKey(
+        row["name"],
+        row["key_hash"],
+        tuple(row["scopes"]),
+        None if collections is None else tuple(collections),
+        created if isinstance(created, str) else created.isoformat(timespec="seconds"),
+    )
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,0 +1,43 @@
+"""API keys: create (the token is shown once), list (never a token), revoke."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from knowledge_api import validation
+from knowledge_api.errors import InvalidRequest
+from knowledge_api.service import KnowledgeService
+from knowledge_api.stores.keys import ApiKey, new_token, token_hash
+
+SCOPES = ("read", "write", "admin")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+
+
+async def create(
+    service: KnowledgeService, name: str, scopes: Sequence[str], collections: Sequence[str]
+) -> tuple[ApiKey, str]:
+    """A new key and its token; only the token's hash is stored."""
+    if not _NAME.fullmatch(name):
+        raise InvalidRequest(
+            "--name", "must be 1-64 letters, digits, '_', '.', '@' or '-', starting with one"
+        )
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if not scopes or unknown:
+        raise InvalidRequest("--scopes", f"must be a list of: {', '.join(SCOPES)}", got=unknown)
+    listed = tuple(validation.collection_name(c, "--collections") for c in collections)
+    token = new_token()
+    key = ApiKey(name, token_hash(token), tuple(dict.fromkeys(scopes)), listed or None)
+    await service.keys.add(key)
+    return key, token
+
+
+async def listed(service: KnowledgeService) -> list[ApiKey]:
+    keys: list[ApiKey] = await service.keys.all()
+    return keys
+
+
+async def revoke(service: KnowledgeService, name: str) -> bool:
+    revoked: bool = await service.keys.revoke(name)
+    service.forget_keys()
+    return revoked

@@ -1,0 +1,242 @@
+"""API keys, scopes, collections, rate limits and CORS over HTTP."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.cli import main
+from knowledge_api.compose import build_service
+from knowledge_api.errors import ConfigurationError, RateLimited
+from knowledge_api.routes.access import RateLimiter
+from knowledge_api.settings import Secret, Settings
+from knowledge_api.usecases import keys
+from tests.conftest import make_settings
+
+QUERY = "/v1/knowledge/query"
+DOCUMENTS = "/v1/knowledge/documents"
+ASK = {"query": "login timeout", "synthesize": False}
+
+
+async def make_key(
+    settings: Settings, name: str, scopes: list[str], collections: tuple[str, ...] = ()
+) -> str:
+    """A key created as `knowledge-api keys create` creates it; its token."""
+    service = build_service(settings)
+    await service.open_storage()
+    try:
+        _, token = await keys.create(service, name, scopes, collections)
+    finally:
+        await service.stop()
+    return token
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def error_of(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["success"] is False and set(body["error"]) == {"type", "message", "details"}
+    return dict(body["error"])
+
+
+@pytest.mark.parametrize(
+    ("auth", "host", "required"),
+    [
+        ("auto", "127.0.0.1", False),
+        ("auto", "::1", False),
+        ("auto", "localhost", False),
+        ("auto", "0.0.0.0", True),
+        ("auto", "10.1.2.3", True),
+        ("keys", "127.0.0.1", True),
+        ("off", "0.0.0.0", False),
+    ],
+)
+def test_keys_are_required_unless_the_service_binds_loopback(
+    tmp_path: Path, auth: str, host: str, required: bool
+) -> None:
+    assert make_settings(tmp_path, auth=auth, host=host).auth_required is required
+
+
+def test_without_keys_on_loopback_every_route_is_open(client: TestClient) -> None:
+    assert client.post(QUERY, json=ASK).status_code == 200
+    assert "store" in client.get("/health").json()
+
+
+def test_requiring_keys_with_none_created_refuses_to_start(tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path, host="0.0.0.0"))
+    with pytest.raises(ConfigurationError, match="knowledge-api keys create"), TestClient(app):
+        pass
+
+
+@pytest.fixture
+async def secured(tmp_path: Path) -> tuple[Settings, dict[str, str]]:
+    settings = make_settings(tmp_path, auth="keys")
+    tokens = {
+        "reader": await make_key(settings, "reader", ["read"]),
+        "writer": await make_key(settings, "writer", ["read", "write"]),
+        "admin": await make_key(settings, "admin", ["admin"]),
+    }
+    return settings, tokens
+
+
+def test_no_key_or_an_unknown_one_is_401_with_www_authenticate(
+    secured: tuple[Settings, dict[str, str]],
+) -> None:
+    settings, _ = secured
+    with TestClient(create_app(settings)) as client:
+        for headers in ({}, bearer("kapi_unknown"), {"X-API-Key": "kapi_unknown"}):
+            response = client.post(QUERY, json=ASK, headers=headers)
+            error = error_of(response, 401)
+            assert error["type"] == "unauthorized"
+            assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_a_key_without_the_scope_is_403_naming_it(
+    secured: tuple[Settings, dict[str, str]],
+) -> None:
+    settings, tokens = secured
+    document = {"source_type": "wiki", "source_id": "a", "content": "Alpha text."}
+    with TestClient(create_app(settings)) as client:
+        assert client.post(QUERY, json=ASK, headers=bearer(tokens["reader"])).status_code == 200
+        error = error_of(
+            client.post(DOCUMENTS, json=document, headers=bearer(tokens["reader"])), 403
+        )
+        assert error["type"] == "forbidden" and "'write'" in error["message"]
+        details = error["details"]
+        assert details.pop("request_id") and details == {"scope": "write", "key": "reader"}
+        as_header = {"X-API-Key": tokens["writer"]}
+        assert client.post(DOCUMENTS, json=document, headers=as_header).status_code == 201
+        validate = {"collection": "default", "test_queries": ["alpha"]}
+        error = error_of(
+            client.post("/v1/knowledge/validate", json=validate, headers=as_header), 403
+        )
+        assert "'admin'" in error["message"]
+        admin = bearer(tokens["admin"])  # admin may do everything
+        assert (
+            client.post("/v1/knowledge/validate", json=validate, headers=admin).status_code == 200
+        )
+        assert client.post(DOCUMENTS, json=document, headers=admin).status_code == 201
+
+
+def test_health_stays_open_and_shows_details_only_to_readers(
+    secured: tuple[Settings, dict[str, str]],
+) -> None:
+    settings, tokens = secured
+    with TestClient(create_app(settings)) as client:
+        anonymous = client.get("/health")
+        reader = client.get("/health", headers=bearer(tokens["reader"])).json()
+    assert anonymous.status_code == 200
+    assert set(anonymous.json()) == {"status", "service", "version", "timestamp"}
+    assert {"store", "embedder", "cache"} <= set(reader)
+
+
+def test_a_revoked_key_stops_working(secured: tuple[Settings, dict[str, str]]) -> None:
+    settings, tokens = secured
+    app = create_app(settings)
+    with TestClient(app) as client:
+        assert client.post(QUERY, json=ASK, headers=bearer(tokens["reader"])).status_code == 200
+        client.portal.call(keys.revoke, app.state.service, "reader")
+        error_of(client.post(QUERY, json=ASK, headers=bearer(tokens["reader"])), 401)
+
+
+def test_only_the_token_hash_is_stored(secured: tuple[Settings, dict[str, str]]) -> None:
+    settings, tokens = secured
+    stored = sqlite3.connect(settings.db_path).execute("SELECT * FROM api_keys").fetchall()
+    assert len(stored) == 3
+    assert all(token not in repr(stored) for token in tokens.values())
+
+
+def test_the_rate_limit_answers_429_with_retry_after(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path, rate_limit=2))) as client:
+        statuses = [client.post(QUERY, json=ASK).status_code for _ in range(2)]
+        limited = client.post(QUERY, json=ASK)
+    assert statuses == [200, 200]
+    error = error_of(limited, 429)
+    assert error["type"] == "rate_limited" and int(limited.headers["retry-after"]) >= 1
+
+
+def test_the_bucket_refills_with_time() -> None:
+    now = [0.0]
+    limiter = RateLimiter(60, clock=lambda: now[0])
+    for _ in range(60):
+        limiter.take("k")
+    with pytest.raises(RateLimited) as raised:
+        limiter.take("k")
+    assert raised.value.headers["Retry-After"] == "1"
+    limiter.take("other")  # each caller has its own bucket
+    now[0] = 1.0
+    limiter.take("k")
+
+
+def test_cors_preflight_for_an_allowed_origin(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, cors_origins="https://chat.example.com")
+    preflight = {
+        "Origin": "https://chat.example.com",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type",
+    }
+    with TestClient(create_app(settings)) as client:
+        allowed = client.options(QUERY, headers=preflight)
+        other = client.options(QUERY, headers={**preflight, "Origin": "https://evil.example"})
+        simple = client.post(QUERY, json=ASK, headers={"Origin": "https://chat.example.com"})
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://chat.example.com"
+    assert "authorization" in allowed.headers["access-control-allow-headers"].lower()
+    assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+    assert simple.headers["access-control-allow-origin"] == "https://chat.example.com"
+
+
+def test_cors_for_any_origin_allows_no_credentials(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path, cors_origins="*"))) as client:
+        response = client.post(QUERY, json=ASK, headers={"Origin": "https://any.example"})
+    assert response.headers["access-control-allow-origin"] == "*"
+    assert "access-control-allow-credentials" not in response.headers
+
+
+def test_keys_cli_prints_the_token_once_and_never_lists_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    assert main(["keys", "create", "--name", "ui", "--scopes", "read", "--collections", "a"]) == 0
+    token = capsys.readouterr().out.splitlines()[-1]
+    assert token.startswith("kapi_") and len(token) >= 5 + 43
+    assert main(["keys", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "ui\tscopes=read\tcollections=a" in listed and token not in listed
+    assert main(["keys", "create", "--name", "ui", "--scopes", "read"]) == 2
+    assert main(["keys", "create", "--name", "x", "--scopes", "root"]) == 2
+    assert main(["keys", "revoke", "ui"]) == 0
+    assert main(["keys", "revoke", "ui"]) == 1
+    assert "no key named 'ui'" in capsys.readouterr().err
+
+
+async def test_metrics_take_an_admin_key_or_the_metrics_token(
+    secured: tuple[Settings, dict[str, str]],
+) -> None:
+    settings, tokens = secured
+    settings = settings.replace(metrics_token=Secret("scrape-me"))
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/metrics", headers=bearer("scrape-me")).status_code == 200
+        assert client.get("/metrics", headers=bearer(tokens["admin"])).status_code == 200
+        error_of(client.get("/metrics", headers=bearer(tokens["reader"])), 403)
+        error_of(client.get("/metrics", headers=bearer("scrape-you")), 401)
+        error_of(client.get("/metrics"), 401)
+        # the metrics token opens /metrics only
+        error_of(client.post(QUERY, json=ASK, headers=bearer("scrape-me")), 401)
+
+
+def test_the_probes_need_no_key(secured: tuple[Settings, dict[str, str]]) -> None:
+    settings, _ = secured
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/livez").status_code == 200
+        assert client.get("/readyz").status_code == 200

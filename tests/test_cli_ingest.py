@@ -1,0 +1,175 @@
+"""`knowledge-api ingest` and `ingest-git`: summaries, skipped files, exit statuses, and
+arguments checked before the service (and its model) starts."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from knowledge_api import cli, compose
+from knowledge_api.cli import main
+from knowledge_api.ingest.progress import progress
+from tests.documents import PNG, commit, git_repo, pdf_bytes
+
+
+@pytest.fixture(autouse=True)
+def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    return tmp_path
+
+
+@pytest.fixture
+def no_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the service (and so the model) would start."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the service was started")
+
+    monkeypatch.setattr(compose, "build_service", refuse)
+
+
+def test_skipped_files_are_named_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Alpha\n\nAlpha rotates the keys every month.")
+    (docs / "b.pdf").write_bytes(pdf_bytes([["Beta handles invoices."]]))
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.4 truncated")
+    (docs / "logo.png").write_bytes(PNG)
+    assert main(["ingest", "docs"]) == 1
+    out, err = capsys.readouterr()
+    summary, skipped = out.splitlines()
+    assert summary.startswith("2 documents indexed (2 chunks, 2 embedded), 0 unchanged skipped")
+    assert skipped == "2 files skipped: docs/broken.pdf (unreadable PDF), docs/logo.png (binary)"
+    assert "skipped docs/logo.png: binary (NUL bytes in its content)" in err.splitlines()
+    assert "skipped docs/broken.pdf: unreadable PDF (" in err
+
+
+def test_nothing_skipped_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.md").write_text("# Alpha\n\nText.")
+    assert main(["ingest", "a.md"]) == 0
+    assert "skipped:" not in capsys.readouterr().out
+
+
+def test_only_skipped_files_do_not_start_the_service(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_service: None
+) -> None:
+    (tmp_path / "logo.png").write_bytes(PNG)
+    assert main(["ingest", "logo.png"]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "0 documents indexed (0 chunks, 0 embedded), 0 unchanged skipped",
+        "1 file skipped: logo.png (binary)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["ingest", "a.md", "missing"], "error: missing: no such file or folder"),
+        (["ingest", "a.md", "--collection", "Bad Name!"], "error: --collection"),
+        (["ingest", "a.md", "--meta", "team"], "error: --meta: takes KEY=VALUE, got 'team'"),
+        (["ingest-git", "a.md"], "no such folder"),
+        (["ingest-git", "."], "not a git repository"),
+        (["ingest-git", ".", "--since", "yesterday"], "--since: takes an ISO date"),
+    ],
+)
+def test_usage_errors_exit_2_before_the_model_loads(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    no_service: None,
+    argv: list[str],
+    message: str,
+) -> None:
+    (tmp_path / "a.md").write_text("# A\n\nText.")
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert message in err and out == ""
+
+
+def test_ingest_git_indexes_new_commits_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = git_repo(tmp_path / "billing")
+    commit(repo, "Fix invoice rounding", {"src/invoice.py": "1"}, "2026-02-10T09:30:00Z")
+    commit(repo, "Add the refund endpoint", {"src/refund.py": "1"}, "2026-02-11T09:30:00Z")
+    url = ["--base-url", "https://git.example.com/billing/commit/{hash}"]
+    assert main(["ingest-git", "billing", *url]) == 0
+    assert capsys.readouterr().out.startswith("2 documents indexed (2 chunks, 2 embedded)")
+    commit(repo, "Refunds are queued", {"src/refund.py": "2"}, "2026-02-12T09:30:00Z")
+    assert main(["ingest-git", "billing", *url]) == 0
+    assert "1 documents indexed (1 chunks, 1 embedded), 2 unchanged skipped" in (
+        capsys.readouterr().out
+    )
+    assert main(["query", "refund endpoint", "--sources", "git", "--no-synthesize"]) == 0
+    result = json.loads(capsys.readouterr().out)["results"][0]
+    assert result["metadata"]["title"] == "Add the refund endpoint"
+    assert result["metadata"]["url"].startswith("https://git.example.com/billing/commit/")
+    assert result["metadata"]["paths"] == ["src/refund.py"]
+
+
+def test_a_rerun_with_nothing_new_leaves_the_model_unloaded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = git_repo(tmp_path / "billing")
+    commit(repo, "Fix invoice rounding", {"src/invoice.py": "1"}, "2026-02-10T09:30:00Z")
+    (tmp_path / "a.md").write_text("# Alpha\n\nText.")
+    assert main(["ingest-git", "billing"]) == 0
+    assert main(["ingest", "a.md"]) == 0
+    capsys.readouterr()
+    started: list[object] = []
+    real = compose.build_service
+    monkeypatch.setattr(
+        compose, "build_service", lambda settings: started.append(1) or real(settings)
+    )
+    assert main(["ingest-git", "billing"]) == 0
+    assert main(["ingest", "a.md"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "0 documents indexed (0 chunks, 0 embedded), 1 unchanged skipped",
+        "0 documents indexed (0 chunks, 0 embedded), 1 unchanged skipped",
+    ]
+    assert started == []
+    (tmp_path / "a.md").write_text("# Alpha\n\nNew text.")
+    assert main(["ingest", "a.md"]) == 0
+    assert capsys.readouterr().out.startswith("1 documents indexed (1 chunks, 1 embedded)")
+    assert started == [1]
+
+
+def test_plain_progress_lines_when_not_a_terminal() -> None:
+    stream = io.StringIO()
+    with progress(total=500, stream=stream, every=0.0) as update:
+        update(256)
+        update(244)
+    assert stream.getvalue().splitlines() == [
+        "indexed 256/500 documents",
+        "indexed 500/500 documents",
+    ]
+    quiet = io.StringIO()
+    with progress(total=500, stream=quiet, every=3600.0) as update:
+        update(500)
+    assert quiet.getvalue() == ""  # a run shorter than the interval prints only its summary
+
+
+def test_a_terminal_gets_a_named_bar() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    with progress(total=3, stream=stream) as update:
+        update(3)
+    assert "indexing: 100%" in stream.getvalue() and "3/3" in stream.getvalue()
+    assert "document/s" in stream.getvalue() or "s/document" in stream.getvalue()
+
+
+def test_skipped_summary_is_bounded() -> None:
+    from knowledge_api.ingest.loaders import Skipped
+
+    many = [Skipped(f"f{n}.bin", "binary") for n in range(12)]
+    line = cli.skipped_summary(many, shown=2)
+    assert line == "12 files skipped: f0.bin (binary), f1.bin (binary), and 10 more"

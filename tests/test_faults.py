@@ -1,0 +1,188 @@
+"""Faults injected into a running service: it degrades visibly, answers 503 instead of
+freezing, and never acknowledges a write it then loses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.fault
+DOCUMENTS = "/v1/knowledge/documents"
+
+
+def document(n: int) -> dict[str, Any]:
+    return {"source_type": "wiki", "source_id": f"page-{n}", "content": f"Page {n} text."}
+
+
+def hold_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process holding the database's write lock (BEGIN IMMEDIATE)."""
+    code = (
+        "import sqlite3, sys, time\n"
+        f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+        "c.execute('BEGIN IMMEDIATE')\n"
+        "print('locked', flush=True)\n"
+        f"time.sleep({seconds})\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_a_lock_held_by_another_process_blocks_neither_reads_nor_health(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        assert client.post(DOCUMENTS, json=document(0)).status_code == 201
+        ask = {"query": "page text", "synthesize": False}
+        assert client.post("/v1/knowledge/query", json=ask).status_code == 200
+        holder = hold_lock(settings.db_path, 30)
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(client.post, DOCUMENTS, json=document(1))
+                health = client.get("/health")  # answered while the write waits
+                cached = client.post("/v1/knowledge/query", json=ask)
+                assert not waiting.done()
+                assert health.status_code == 200 and cached.json()["metrics"]["cache_hit"]
+                refused = waiting.result(timeout=30)
+            assert refused.status_code == 503
+            assert "locked" in refused.json()["error"]["message"]
+            degraded = client.get("/health").json()
+            assert degraded["status"] == "degraded"
+            assert "writes are failing" in degraded["store"]["error"]
+        finally:
+            holder.kill()
+            holder.wait()
+            assert holder.stdout is not None
+            holder.stdout.close()
+        assert client.post(DOCUMENTS, json=document(1)).status_code == 201
+        assert client.get("/health").json()["status"] == "healthy"
+
+
+def test_a_removed_database_file_refuses_writes_and_says_so(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        assert client.post(DOCUMENTS, json=document(0)).status_code == 201
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{settings.db_path}{suffix}").unlink(missing_ok=True)
+        refused = client.post(DOCUMENTS, json=document(1))
+        health = client.get("/health")
+    assert refused.status_code == 503
+    assert "removed or replaced" in refused.json()["error"]["message"]
+    assert health.status_code == 503 and health.json()["store"]["status"] == "unavailable"
+    assert "removed or replaced" in health.json()["store"]["error"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def serve(tmp_path: Path, port: int, **settings: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "KNOWLEDGE_EMBEDDER": "fake",
+        "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
+        "KNOWLEDGE_SEED_ON_EMPTY": "false",
+        "KNOWLEDGE_API_PORT": str(port),
+        "KNOWLEDGE_SYNTHESIZER": "extractive",
+        **settings,
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "knowledge_api", "serve"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(300):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    server.kill()
+    raise AssertionError("the service did not start")
+
+
+def test_kill_9_during_concurrent_writes_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    port = free_port()
+    server = serve(tmp_path, port)
+    acknowledged: list[int] = []
+    lock = threading.Lock()
+
+    def writer(start: int) -> None:
+        for n in range(start, start + 10_000, 4):
+            try:
+                response = httpx.post(
+                    f"http://127.0.0.1:{port}{DOCUMENTS}", json=document(n), timeout=5
+                )
+            except httpx.HTTPError:
+                return  # the server is gone
+            if response.status_code == 201:
+                with lock:
+                    acknowledged.append(n)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    while len(acknowledged) < 40:
+        time.sleep(0.01)
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait()
+    for thread in threads:
+        thread.join(timeout=30)
+    restarted = serve(tmp_path, port)
+    try:
+        stored = httpx.get(f"http://127.0.0.1:{port}/health").json()["store"]["documents"]
+        for n in acknowledged:
+            found = httpx.get(f"http://127.0.0.1:{port}/v1/knowledge/detail/wiki/page-{n}")
+            assert found.status_code == 200, n
+    finally:
+        restarted.terminate()
+        restarted.wait(timeout=10)
+    assert stored >= len(acknowledged) >= 40
+
+
+def read_to_end(connection: socket.socket) -> bytes:
+    """Everything the server sends until it closes (headers and body may come apart)."""
+    received = b""
+    while part := connection.recv(4096):
+        received += part
+    return received
+
+
+def test_a_body_that_stops_arriving_is_a_408_and_frees_the_connection(tmp_path: Path) -> None:
+    """2,000 clients holding half a body once kept their connections 70 s each."""
+    port = free_port()
+    server = serve(tmp_path, port, KNOWLEDGE_BODY_TIMEOUT="0.5")
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as slow:
+            slow.sendall(
+                b"POST /v1/knowledge/query HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+                b'{"query": "half'
+            )
+            slow.settimeout(10)
+            answer = read_to_end(slow).decode()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert answer.startswith("HTTP/1.1 408")
+    assert '"type":"request_timeout"' in answer

@@ -1,0 +1,72 @@
+"""Configured secrets never leave the process: not in responses, streams, /health or
+the log, whichever upstream echoed them."""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.redaction import Redactor
+from knowledge_api.settings import Secret
+from tests.conftest import corpus
+from tests.kb_host import Host, serve
+from tests.providers import GEMINI_GENERATE, GEMINI_KEY, gemini_error, llm_settings, mocked
+
+
+def test_every_value_is_masked_with_as_many_stars() -> None:
+    redactor = Redactor(["s3cret-value", "abc", "s3cret"])
+    assert redactor.text("key=s3cret-value and s3cret") == "key=************ and ******"
+    assert redactor.bytes(b"abc s3cret") == b"abc ******"  # "abc" is too short to be one
+    assert not Redactor([""])
+
+
+def test_a_provider_echoing_the_key_does_not_leak_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    echoed = f"API key not valid. Request headers: x-goog-api-key: {GEMINI_KEY}"
+    caplog.set_level(logging.INFO)
+    with contextmanager(mocked)() as mock:
+        mock.post(url__regex=GEMINI_GENERATE).mock(
+            return_value=gemini_error(400, echoed, "INVALID_ARGUMENT")
+        )
+        app = create_app(llm_settings(tmp_path, synthesizer="gemini,extractive"))
+        with TestClient(app) as client:
+            client.portal.call(app.state.service.ingest, corpus())
+            body = client.post("/v1/knowledge/query", json={"query": "audio formats"}).text
+            with client.stream(
+                "POST", "/v1/knowledge/answer", json={"query": "audio formats", "stream": True}
+            ) as response:
+                stream = "".join(response.iter_text())
+            health = client.get("/health").text
+    assert "API key not valid" in body and "*" * len(GEMINI_KEY) in body
+    for shown in (body, stream, health, caplog.text):
+        assert GEMINI_KEY not in shown
+
+
+def test_a_kb_host_echoing_the_token_does_not_leak_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = "kb-token-7f3a9c"
+    caplog.set_level(logging.INFO)
+    with serve(Host(fail_status=500, echo_headers=True)) as host:
+        settings = llm_settings(
+            tmp_path, kb_sync_url=host.url, kb_sync_token=Secret(token), kb_sync_interval=0.05
+        )
+        with TestClient(create_app(settings)) as client:
+            for _ in range(200):
+                health = client.get("/health").json()
+                if health.get("kb_sync", {}).get("status") == "stale":
+                    break
+                time.sleep(0.02)
+            shown = client.get("/health").text
+    assert "request headers" in shown and token not in shown
+    assert f"Bearer {token}" in str(host.authorization)  # it was sent, and echoed back
+    assert token not in caplog.text
+
+
