@@ -121,6 +121,8 @@ class Load(threading.Thread):
 
 
 def check(instances: int, reloads: int, parallel: int | None) -> Counter[str]:
+    if not (ROOT / ".venv" / "bin" / "knowledge-api").exists():
+        raise SystemExit("run `make install` first: PM2 starts .venv/bin/knowledge-api")
     with tempfile.TemporaryDirectory(prefix="pm2-reload-") as tmp:
         workdir = Path(tmp)
         port = free_port()
