@@ -99,11 +99,12 @@ class Exchanging:
         self.status = 500
         self.finished = False
         self.disconnected = False
+        """The client left before the end of the response."""
 
     async def run(self, receive: Receive, send: Send) -> None:
         async def receiving() -> Message:
             message = await receive()
-            if message["type"] == "http.disconnect":
+            if message["type"] == "http.disconnect" and not self.finished:
                 self.disconnected = True
             return message
 
@@ -127,7 +128,6 @@ class Exchanging:
         route = route_template(self.scope)
         method = self.scope["method"]
         self.observer.metrics.request(route, method, self.status, seconds)
-        gone = self.disconnected and not self.finished
         fields = {
             "method": method,
             "route": route,
@@ -136,7 +136,7 @@ class Exchanging:
             "cache_hit": NO_VALUE if self.exchange.cache_hit is None else self.exchange.cache_hit,
             "key": str(self.scope.get("state", {}).get("key_name") or NO_VALUE),
         }
-        if gone:
+        if self.disconnected:
             fields["client"] = "disconnected"
         access_log.info(request_line(fields), extra={"http": fields})
 
