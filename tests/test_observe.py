@@ -263,3 +263,39 @@ def test_the_probes_are_public_routes() -> None:
 
     scopes = {route.path: route.scope for route in ROUTES}
     assert scopes["/livez"] == scopes["/readyz"] == PUBLIC and scopes["/metrics"] == ADMIN
+
+
+async def test_a_client_gone_before_its_body_arrived_is_one_line(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    app = create_app(settings)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/knowledge/query",
+        "raw_path": b"/v1/knowledge/query",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"50")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 3006),
+        "state": {},
+    }
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        pass
+
+    await app(scope, receive, send)
+    assert [(r.name, r.levelno) for r in caplog.records] == [("knowledge_api.access", logging.INFO)]
+    assert (
+        caplog.records[0]
+        .getMessage()
+        .endswith("client disconnected before the end of the response")
+    )

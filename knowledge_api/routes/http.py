@@ -132,8 +132,8 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 async def client_gone(request: Request, exc: Exception) -> Response:
-    """The client went away before its request was read: nothing to answer, one line."""
-    log_unexpected.info("client disconnected during %s %s", request.method, request.url.path)
+    """The client went away before its request was read: nothing to answer. The request
+    line says so (routes/observe.py)."""
     return Response(status_code=400)
 
 
