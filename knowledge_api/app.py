@@ -14,6 +14,8 @@ from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.redaction import Redactor
 from knowledge_api.routes import ROUTES, access
 from knowledge_api.routes.http import EXCEPTION_HANDLERS
+from knowledge_api.routes.metrics import Metrics
+from knowledge_api.routes.observe import RequestObserver
 from knowledge_api.routes.redact import RedactSecrets, redacted_logs
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
@@ -27,6 +29,8 @@ def create_app(
 ) -> Starlette:
     settings = settings or Settings.from_env()
     knowledge = service or build_service(settings)
+    metrics = Metrics(knowledge)
+    knowledge.observe(metrics.observer)
 
     redactor = Redactor(settings.secrets())
 
@@ -42,15 +46,21 @@ def create_app(
             finally:
                 await knowledge.stop()
 
+    # The request observer comes first: it ids and logs every request, refused ones too.
     app = Starlette(
         routes=ROUTES,
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
-        middleware=[Middleware(RedactSecrets, redactor=redactor), *access.cors(settings)],
+        middleware=[
+            Middleware(RequestObserver, metrics=metrics, settings=settings),
+            Middleware(RedactSecrets, redactor=redactor),
+            *access.cors(settings),
+        ],
     )
     app.state.settings = settings
     app.state.service = knowledge
     app.state.rate_limiter = access.rate_limiter(settings)
+    app.state.metrics = metrics
     return app
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
+import os
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import uvicorn
 
 from knowledge_api import __version__, compose, validation
 from knowledge_api.errors import ConfigurationError, InvalidRequest, KnowledgeAPIError
@@ -21,6 +23,7 @@ from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.pipeline import changed_documents
 from knowledge_api.ingest.progress import progress
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
+from knowledge_api.routes.observe import configure_logging
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
@@ -30,10 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         settings = Settings.from_env()
-        logging.basicConfig(
-            level=settings.log_level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        configure_logging(settings)
         result: int = args.run(settings, args)
         return result
     except (InvalidRequest, ConfigurationError) as e:  # the command or a setting is wrong
@@ -144,22 +144,67 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
-def run_serve(settings: Settings, args: argparse.Namespace) -> int:
-    import uvicorn
+GRACEFUL_SHUTDOWN_S = 8
+"""Seconds in-flight requests get to finish after SIGINT or SIGTERM (PM2 waits 10)."""
+DRAIN_S = 0.25
 
+
+def run_serve(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.app import create_app
 
     settings = settings.replace(host=args.host or settings.host, port=args.port or settings.port)
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
-        host=settings.host,
-        port=settings.port,
+        log_config=None,
         log_level=settings.log_level,
-        access_log=settings.log_level == "debug",
+        access_log=False,  # the app logs every request itself, with its id
         loop="uvloop",
         http="httptools",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
+    ReadyServer(config).run(sockets=[shared_socket(settings.host, settings.port)])
     return 0
+
+
+def shared_socket(host: str, port: int) -> socket.socket:
+    """Bound with SO_REUSEPORT, so replicas (and a replacement during a reload) listen
+    on the same port, the kernel spreading connections among them. It is not listening
+    yet: uvicorn listens once the app has started, so no connection waits on a replica
+    that cannot answer."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+class ReadyServer(uvicorn.Server):
+    """Tells PM2 when it listens; on shutdown, lets requests already on their way in
+    start before connections without one are closed."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            tell_pm2_ready()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn closes every connection that has no request in progress. One accepted
+        # just now may have its request in flight: closed, its client would see a reset.
+        # So stop accepting first, and give those requests a moment to start.
+        for server in self.servers:
+            server.close()
+        await asyncio.sleep(DRAIN_S)
+        await super().shutdown(sockets)
+
+
+def tell_pm2_ready() -> None:
+    """Send PM2's `ready` message (`wait_ready`) once the server listens. PM2 gives a
+    process it forks a Node IPC channel: newline-separated JSON on NODE_CHANNEL_FD."""
+    channel = os.environ.get("NODE_CHANNEL_FD", "")
+    if channel.isdigit():
+        with contextlib.suppress(OSError):
+            os.write(int(channel), b'"ready"\n')
 
 
 def run_ingest(settings: Settings, args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ from knowledge_api.models import (
     SearchMode,
     normalize_query,
 )
+from knowledge_api.observer import UNOBSERVED, Observer
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.stores.keys import ApiKey, token_hash
@@ -99,6 +100,12 @@ class KnowledgeService:
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
         self.keys = store.key_store(settings.db_path)
         self._known_keys: TTLCache[ApiKey] = TTLCache(10_000, KEY_CACHE_SECONDS)
+        self.observer: Observer = UNOBSERVED
+
+    def observe(self, observer: Observer) -> None:
+        """Report model calls, searches and syntheses to `observer` from now on."""
+        self.observer = observer
+        self.synthesizer.observer = observer
 
     @property
     def identity(self) -> EmbedderIdentity:
@@ -181,6 +188,7 @@ class KnowledgeService:
         vector = await self._query_vector(normalize_query(query), warnings)
         embedded = time.perf_counter()
         hits = await self.store.search(query, vector, limit, filters, threshold, mode)
+        self.observer.search(time.perf_counter() - embedded)
         return Retrieval(hits, vector, ms(embedded - start), elapsed_ms(embedded), warnings)
 
     async def _query_vector(self, normalized: str, warnings: list[str]) -> np.ndarray | None:
@@ -189,7 +197,10 @@ class KnowledgeService:
             return None
 
         async def compute() -> tuple[np.ndarray, bool]:
-            return await self._in_model_thread(self.embedder.embed_query, normalized), True
+            start = time.perf_counter()
+            vector = await self._in_model_thread(self.embedder.embed_query, normalized)
+            self.observer.embedding("query", time.perf_counter() - start)
+            return vector, True
 
         try:
             vector: np.ndarray
@@ -275,7 +286,9 @@ class KnowledgeService:
         return await ingestor.ingest(documents, progress)
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        start = time.perf_counter()
         vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_documents, texts)
+        self.observer.embedding("documents", time.perf_counter() - start)
         return vectors
 
     async def document(self, doc_id: str) -> Document | None:
@@ -312,6 +325,17 @@ class KnowledgeService:
         self._known_keys.clear()
 
     # -- health ---------------------------------------------------------------------
+
+    async def readiness(self) -> dict[str, str]:
+        """Why each part that keeps requests from being served is not ready; empty
+        when the store answers and the embedder is loaded."""
+        problems = {}
+        store = await self.store.health_check()
+        if store.get("status") != "ok":
+            problems["store"] = str(store.get("error") or store.get("status"))
+        if not self.embedder_ready:
+            problems["embedder"] = "not loaded"
+        return problems
 
     async def health(self) -> Body:
         store = await self.store.health_check()

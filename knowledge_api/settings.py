@@ -59,7 +59,22 @@ def setting(env: str, default: Any, help: str) -> Any:
 class Settings:
     host: str = setting("KNOWLEDGE_API_HOST", "127.0.0.1", "Interface the HTTP server binds to.")
     port: int = setting("KNOWLEDGE_API_PORT", 3006, "Port of the HTTP server.")
+    api_instances: int = setting(
+        "KNOWLEDGE_API_INSTANCES",
+        2,
+        "Processes PM2 runs on the one port (ecosystem.config.cjs); `serve` runs one.",
+    )
     log_level: str = setting("KNOWLEDGE_LOG_LEVEL", "info", "debug, info, warning or error.")
+    log_format: str = setting(
+        "KNOWLEDGE_LOG_FORMAT",
+        "text",
+        "Log lines as text or json (one object per line); info to stdout, warnings to stderr.",
+    )
+    metrics_token: Secret = setting(
+        "KNOWLEDGE_METRICS_TOKEN",
+        Secret(""),
+        "Bearer token that opens GET /metrics to a scraper (empty = the admin scope only).",
+    )
     store: str = setting(
         "KNOWLEDGE_STORE", "sqlite", "Store backend: sqlite, postgres, supabase, chroma or qdrant."
     )
@@ -451,6 +466,8 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, bf16 or fp32")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigurationError("KNOWLEDGE_LOG_LEVEL must be debug, info, warning or error")
+        if self.log_format not in ("text", "json"):
+            raise ConfigurationError("KNOWLEDGE_LOG_FORMAT must be text or json")
         self.validate_support()
         if not 0 < self.chroma_port < 65536:
             raise ConfigurationError("KNOWLEDGE_CHROMA_PORT must be a port number (1-65535)")

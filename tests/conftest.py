@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from knowledge_api.compose import build_embedder, build_service, build_store, em
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.models import Document
 from knowledge_api.routes import query as query_contract
+from knowledge_api.routes.observe import remove_split_handlers
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
@@ -70,6 +72,16 @@ CORPUS = [
         {},
     ),
 ]
+
+
+@pytest.fixture(autouse=True)
+def logging_as_pytest_left_it() -> Iterator[None]:
+    """A test running the CLI sets the app's logging up; the next tests get pytest's
+    back (a server thread logging after its test would otherwise print to the terminal)."""
+    level = logging.getLogger().level
+    yield
+    remove_split_handlers()
+    logging.getLogger().setLevel(level)
 
 
 def corpus() -> list[Document]:

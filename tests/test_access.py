@@ -14,7 +14,7 @@ from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.routes.access import RateLimiter
-from knowledge_api.settings import Settings
+from knowledge_api.settings import Secret, Settings
 from knowledge_api.usecases import keys
 from tests.conftest import make_settings
 
@@ -110,7 +110,8 @@ def test_a_key_without_the_scope_is_403_naming_it(
             client.post(DOCUMENTS, json=document, headers=bearer(tokens["reader"])), 403
         )
         assert error["type"] == "forbidden" and "'write'" in error["message"]
-        assert error["details"] == {"scope": "write", "key": "reader"}
+        details = error["details"]
+        assert details.pop("request_id") and details == {"scope": "write", "key": "reader"}
         as_header = {"X-API-Key": tokens["writer"]}
         assert client.post(DOCUMENTS, json=document, headers=as_header).status_code == 201
         validate = {"collection": "default", "test_queries": ["alpha"]}
@@ -217,3 +218,25 @@ def test_keys_cli_prints_the_token_once_and_never_lists_it(
     assert main(["keys", "revoke", "ui"]) == 0
     assert main(["keys", "revoke", "ui"]) == 1
     assert "no key named 'ui'" in capsys.readouterr().err
+
+
+async def test_metrics_take_an_admin_key_or_the_metrics_token(
+    secured: tuple[Settings, dict[str, str]],
+) -> None:
+    settings, tokens = secured
+    settings = settings.replace(metrics_token=Secret("scrape-me"))
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/metrics", headers=bearer("scrape-me")).status_code == 200
+        assert client.get("/metrics", headers=bearer(tokens["admin"])).status_code == 200
+        error_of(client.get("/metrics", headers=bearer(tokens["reader"])), 403)
+        error_of(client.get("/metrics", headers=bearer("scrape-you")), 401)
+        error_of(client.get("/metrics"), 401)
+        # the metrics token opens /metrics only
+        error_of(client.post(QUERY, json=ASK, headers=bearer("scrape-me")), 401)
+
+
+def test_the_probes_need_no_key(secured: tuple[Settings, dict[str, str]]) -> None:
+    settings, _ = secured
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/livez").status_code == 200
+        assert client.get("/readyz").status_code == 200

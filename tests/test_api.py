@@ -209,6 +209,7 @@ def test_detail_unknown_id_is_a_404_and_unknown_type_a_400(client: TestClient) -
         "type": "jira",
         "id": "SIAM-999",
         "collection": "default",
+        "request_id": missing.headers["x-request-id"],
     }
     wrong_type = client.get("/v1/knowledge/detail/git/SIAM-101")
     assert wrong_type.status_code == 404

@@ -9,7 +9,17 @@ from pathlib import Path
 import knowledge_api
 
 PACKAGE = Path(knowledge_api.__file__).parent
-CORE = {"errors", "models", "settings", "validation", "text", "registry", "redaction", "__init__"}
+CORE = {
+    "errors",
+    "models",
+    "observer",
+    "redaction",
+    "settings",
+    "validation",
+    "text",
+    "registry",
+    "__init__",
+}
 SEAMS = {"stores", "embeddings", "synthesis", "ingest", "cache", "grounding", "ir_metrics"}
 LAYERS = [
     ("core", CORE),

@@ -95,11 +95,14 @@ def test_searches_stay_inside_one_collection(rag_client: TestClient) -> None:
 
 
 def test_an_unknown_collection_is_a_404_that_lists_the_real_ones(rag_client: TestClient) -> None:
-    error = assert_error_shape(
-        rag_client.post(RETRIEVE, json={"query": "x", "collection": "nope"}), 404
-    )
+    response = rag_client.post(RETRIEVE, json={"query": "x", "collection": "nope"})
+    error = assert_error_shape(response, 404)
     assert error["type"] == "collection_not_found"
-    assert error["details"] == {"collection": "nope", "available": ["default", "manuals"]}
+    assert error["details"] == {
+        "collection": "nope",
+        "available": ["default", "manuals"],
+        "request_id": response.headers["x-request-id"],
+    }
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ and a spec-following parser splits it into events. Gemini is answered by respx."
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -156,3 +157,29 @@ def test_a_client_that_leaves_stops_the_generation(server: str, mock: respx.Mock
     assert sent < 400
     time.sleep(0.2)  # were the stream still read, more pieces would be sent by now
     assert gemini.sent == sent and not groq.called
+
+
+def test_a_client_that_leaves_is_one_info_line(
+    server: str, mock: respx.MockRouter, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    gemini = gemini_stream([f"word{n} " for n in range(400)] + ["[1]."], pause=0.02)
+    mock.post(url__regex=GEMINI_GENERATE).mock(return_value=streamed(gemini))
+    body = {"query": QUESTION, "stream": True, "threshold": 0.2}
+    headers = {"X-Request-ID": "stream-1"}
+    with httpx.stream("POST", f"{server}/v1/knowledge/answer", json=body, headers=headers) as r:
+        assert r.headers["x-request-id"] == "stream-1"
+        for name, _ in server_sent_events(r.iter_lines()):
+            if name == "answer":
+                break
+    assert gemini.closed.wait(timeout=5)
+    for _ in range(100):
+        lines = [r for r in caplog.records if r.name == "knowledge_api.access"]
+        if lines:
+            break
+        time.sleep(0.05)
+    [line] = lines
+    assert line.levelno == logging.INFO
+    assert line.getMessage().startswith("POST /v1/knowledge/answer 200 ")
+    assert line.getMessage().endswith("client disconnected before the end of the response")
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -26,6 +26,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 PUBLIC = "public"
 READ, WRITE, ADMIN = "read", "write", "admin"
 SCOPES = (READ, WRITE, ADMIN)
+METRICS_SCRAPER = "metrics-token"
 HEADERS = ("Authorization", "X-API-Key", "Content-Type", "X-Request-ID")
 
 
@@ -81,6 +82,10 @@ def guarded(handler: Handler, scope: str) -> Handler:
 
 async def authorize(request: Request, scope: str) -> None:
     settings: Settings = request.app.state.settings
+    if getattr(request.state, "metrics_token_ok", False):
+        # KNOWLEDGE_METRICS_TOKEN, checked by the request observer on GET /metrics only
+        request.state.key_name = METRICS_SCRAPER
+        return
     caller = await identify(request) if settings.auth_required else EVERYONE
     if caller is ANONYMOUS and scope != PUBLIC:
         raise Unauthorized(

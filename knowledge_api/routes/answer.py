@@ -35,6 +35,7 @@ from knowledge_api.routes.fields import (
     unit,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
+from knowledge_api.routes.observe import note_cache_hit
 from knowledge_api.routes.sse import (
     UNEXPECTED,
     Event,
@@ -154,6 +155,7 @@ RESPONSE = obj(
 def render(served: Served[GroundedAnswer]) -> dict[str, Any]:
     """The AgentResponse: the answer, its sources and confidence, and metadata."""
     grounded, outcome = served.value, served.value.outcome
+    note_cache_hit(served.cache_hit)
     timings = {
         "retrieval_time_ms": grounded.retrieval_ms,
         "generation_time_ms": grounded.generation_ms,

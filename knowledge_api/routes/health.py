@@ -4,6 +4,7 @@ callers who may read when keys are required."""
 from starlette.requests import Request
 from starlette.responses import Response
 
+from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes.access import READ, access
 from knowledge_api.routes.fields import NUMBER, STRING, enum, obj
 from knowledge_api.routes.http import JSONResponse, service
@@ -31,9 +32,31 @@ RESPONSE = obj(
 """The body of 200 and of 503 alike; the details only for callers who may read."""
 
 
+class NotReady(KnowledgeAPIError):
+    status = 503
+    type = "not_ready"
+
+
 async def health(request: Request) -> Response:
     """200 while the store answers (even degraded); 503 when it does not."""
     body = await service(request).health()
     if not access(request).allows(READ):
         body = {key: body[key] for key in MINIMAL}
     return JSONResponse(body, status_code=503 if body["status"] == "unhealthy" else 200)
+
+
+ALIVE = obj({"status": enum("alive")})
+READY = obj({"status": enum("ready")})
+
+
+async def livez(request: Request) -> Response:
+    return JSONResponse({"status": "alive"})
+
+
+async def readyz(request: Request) -> Response:
+    """200 when requests can be served; 503 naming each part that is not ready."""
+    problems = await service(request).readiness()
+    if problems:
+        parts = ", ".join(f"{part}: {why}" for part, why in problems.items())
+        raise NotReady(f"not ready ({parts})", **problems)
+    return JSONResponse({"status": "ready"})

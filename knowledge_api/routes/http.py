@@ -21,6 +21,7 @@ from knowledge_api.errors import (
     RequestTimeout,
     UnsupportedMediaType,
 )
+from knowledge_api.routes.observe import HEADER, request_id
 from knowledge_api.service import KnowledgeService
 
 log_unexpected = logging.getLogger("knowledge_api.errors")
@@ -84,6 +85,16 @@ def route_list(request: Request) -> list[str]:
     ]
 
 
+def error_response(error: KnowledgeAPIError, headers: dict[str, str] | None = None) -> Response:
+    """The error shape, with the request's id in `details.request_id` and its header."""
+    body = error.body()
+    headers = {**error.headers, **(headers or {})}
+    if rid := request_id():
+        body["error"]["details"] = {**body["error"]["details"], "request_id": rid}
+        headers[HEADER] = rid
+    return JSONResponse(body, status_code=error.status, headers=headers)
+
+
 def allowed_methods(request: Request) -> str:
     """Every method the path takes: the router's own 405 names only those of the first
     route that matched the path, and GET and DELETE of a document are two routes."""
@@ -98,7 +109,7 @@ def allowed_methods(request: Request) -> str:
 
 async def api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, KnowledgeAPIError)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    return error_response(exc)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -119,19 +130,19 @@ async def http_error(request: Request, exc: Exception) -> Response:
         error = KnowledgeAPIError(str(exc.detail))
         error.status = exc.status_code
         error.type = "http_error"
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+    return error_response(error, headers)
 
 
 async def client_gone(request: Request, exc: Exception) -> Response:
-    """The client went away before its request was read: nothing to answer, one line."""
-    log_unexpected.info("client disconnected during %s %s", request.method, request.url.path)
+    """The client went away before its request was read: nothing to answer. The request
+    line says so (routes/observe.py)."""
     return Response(status_code=400)
 
 
 async def unexpected_error(request: Request, exc: Exception) -> Response:
     log_unexpected.exception("unhandled error on %s %s", request.method, request.url.path)
     error = KnowledgeAPIError("internal error: this is a bug, the log has the traceback")
-    return JSONResponse(error.body(), status_code=500)
+    return error_response(error)
 
 
 EXCEPTION_HANDLERS = {

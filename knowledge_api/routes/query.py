@@ -27,6 +27,7 @@ from knowledge_api.routes.fields import (
     obj,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
+from knowledge_api.routes.observe import note_cache_hit
 from knowledge_api.routes.sse import event_stream, events_schema, translation
 from knowledge_api.routes.views import RESULT, SYNTHESIZER, result_view, zeroed_on_hit
 from knowledge_api.service import Served
@@ -85,6 +86,7 @@ RESPONSE = obj(
 
 
 def metrics(served: Served[QueryResult]) -> dict[str, Any]:
+    note_cache_hit(served.cache_hit)
     timings = zeroed_on_hit(served.value.timings, served.cache_hit)
     return {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
 

@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.routes.observe import request_id
 from knowledge_api.routes.views import result_view
 
 log = logging.getLogger("knowledge_api.errors")
@@ -69,10 +70,13 @@ class EventStream(StreamingResponse):
 
 
 def error_event(error: Exception) -> Event:
-    if isinstance(error, KnowledgeAPIError):
-        return "error", error.body()
-    log.error("unhandled error in an event stream", exc_info=error)
-    return "error", KnowledgeAPIError(UNEXPECTED).body()
+    if not isinstance(error, KnowledgeAPIError):
+        log.error("unhandled error in an event stream", exc_info=error)
+        error = KnowledgeAPIError(UNEXPECTED)
+    body = error.body()
+    if rid := request_id():
+        body["error"]["details"] = {**body["error"]["details"], "request_id": rid}
+    return "error", body
 
 
 async def event_stream(

@@ -28,6 +28,7 @@ from typing import Any
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.grounding import CitationFilter
 from knowledge_api.models import SearchHit
+from knowledge_api.observer import UNOBSERVED, Observer
 from knowledge_api.synthesis import synthesizers
 from knowledge_api.synthesis.base import ProviderError, Synthesizer, Usage
 from knowledge_api.synthesis.prompt import build_prompt
@@ -98,6 +99,7 @@ class SynthesisChain:
         """Seconds the LLM links may take for the whole answer, together; past it the
         chain moves on to the offline link (None: no overall limit)."""
         self.states = {link.name: LinkState() for link in self.links}
+        self.observer: Observer = UNOBSERVED
 
     @classmethod
     def from_settings(cls, settings: Any) -> SynthesisChain:
@@ -154,6 +156,7 @@ class SynthesisChain:
             citations = CitationFilter(len(prompt.hits))
             usage = Usage()
             parts: list[str] = []
+            started = time.perf_counter()
             try:
                 last = link is self.links[-1]  # the offline link always gets to answer
                 generated = within(
@@ -167,6 +170,7 @@ class SynthesisChain:
                 if not "".join(parts).strip():
                     raise ProviderError("the answer was empty")
             except Exception as e:
+                self.observer.synthesis(link.name, time.perf_counter() - started)
                 why = self._failed(link, e)
                 skipped.append({"provider": link.name, "reason": why})
                 failed.append(f"{link.name} {why}")
@@ -176,6 +180,7 @@ class SynthesisChain:
             if rest := citations.finish():
                 parts.append(rest)
                 yield "delta", rest
+            self.observer.synthesis(link.name, time.perf_counter() - started)
             self.states[link.name] = LinkState()
             yield (
                 "done",
@@ -214,6 +219,11 @@ class SynthesisChain:
     def tripped(self, state: LinkState) -> bool:
         return 0 < self.breaker_failures <= state.failures
 
+    def circuit_open(self, name: str) -> bool:
+        """Whether calls to the link are skipped now (false again once it may be probed)."""
+        state = self.states[name]
+        return self.tripped(state) and self.clock() < state.open_until
+
     def _failed(self, link: Synthesizer, error: Exception) -> str:
         why = describe(error, link.timeout, self.deadline)
         state = LinkState(
@@ -224,6 +234,7 @@ class SynthesisChain:
         if self.tripped(state):
             state.open_until = self.clock() + self.breaker_cooldown
         self.states[link.name] = state
+        self.observer.provider_failure(link.name)
         log.warning("synthesis by %s %s", link.name, why)
         return why
 

@@ -1,0 +1,167 @@
+"""GET /metrics: Prometheus text format, from a registry of the app's own.
+
+Request durations are labelled by route template, method and status; the service's
+timings arrive through the Observer it is given; cache counters, circuit states and
+document counts are read from the service when a scraper asks. No label carries a raw
+path or a query.
+
+Access: with KNOWLEDGE_METRICS_TOKEN set, `Authorization: Bearer <token>` opens the
+route (the request observer sets `request.state.metrics_token_ok`; the access control
+takes it instead of a key with the admin scope). Without a token, the route needs the
+admin scope like any other admin route.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+
+from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.service import KnowledgeService
+from knowledge_api.settings import Settings
+
+METRICS_PATH = "/metrics"
+MODEL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class MetricsRefused(KnowledgeAPIError):
+    status = 401
+    type = "unauthorized"
+
+
+def metrics_token_ok(settings: Settings, authorization: str | None) -> bool:
+    token = settings.metrics_token.get()
+    if not token or not authorization:
+        return False
+    scheme, _, offered = authorization.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(offered.strip(), token)
+
+
+class PrometheusObserver:
+    """The service's Observer, as histograms and a counter."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.embedding_seconds = Histogram(
+            "knowledge_embedding_seconds",
+            "Model calls embedding a query or a batch of documents.",
+            ["kind"],
+            registry=registry,
+            buckets=MODEL_BUCKETS,
+        )
+        self.search_seconds = Histogram(
+            "knowledge_search_seconds",
+            "Store searches (vector, keyword and fusion).",
+            registry=registry,
+            buckets=MODEL_BUCKETS,
+        )
+        self.synthesis_seconds = Histogram(
+            "knowledge_synthesis_seconds",
+            "One synthesis link's attempt at an answer, failed or not.",
+            ["provider"],
+            registry=registry,
+        )
+        self.provider_failures = Counter(
+            "knowledge_provider_failures",
+            "Failed attempts of a synthesis provider.",
+            ["provider"],
+            registry=registry,
+        )
+
+    def embedding(self, kind: str, seconds: float) -> None:
+        self.embedding_seconds.labels(kind).observe(seconds)
+
+    def search(self, seconds: float) -> None:
+        self.search_seconds.observe(seconds)
+
+    def synthesis(self, provider: str, seconds: float) -> None:
+        self.synthesis_seconds.labels(provider).observe(seconds)
+
+    def provider_failure(self, provider: str) -> None:
+        self.provider_failures.labels(provider).inc()
+
+
+class ServiceState:
+    """Values the service keeps anyway, read at scrape time."""
+
+    def __init__(self, service: KnowledgeService) -> None:
+        self.service = service
+        self.documents: dict[str, int] = {}
+
+    async def refresh(self) -> None:
+        """Document counts: one grouped count in the store, only when scraped."""
+        try:
+            self.documents = await self.service.collections()
+        except KnowledgeAPIError:
+            self.documents = {}
+
+    def collect(self) -> Iterator[Metric]:
+        caches = self.service.caches
+        hits = CounterMetricFamily("knowledge_cache_hits", "Cache hits by tier.", labels=["tier"])
+        misses = CounterMetricFamily(
+            "knowledge_cache_misses", "Cache misses by tier.", labels=["tier"]
+        )
+        for tier, cache in (("responses", caches.responses), ("embeddings", caches.embeddings)):
+            hits.add_metric([tier], cache.hits)
+            misses.add_metric([tier], cache.misses)
+        yield hits
+        yield misses
+        circuits = GaugeMetricFamily(
+            "knowledge_provider_circuit_open",
+            "1 while a synthesis provider is skipped after failures in a row, else 0.",
+            labels=["provider"],
+        )
+        chain = self.service.synthesizer
+        for link in chain.links:
+            circuits.add_metric([link.name], float(chain.circuit_open(link.name)))
+        yield circuits
+        documents = GaugeMetricFamily(
+            "knowledge_documents", "Documents by collection.", labels=["collection"]
+        )
+        for collection, count in sorted(self.documents.items()):
+            documents.add_metric([collection], count)
+        yield documents
+
+
+class Metrics:
+    """The app's registry: what the middleware, the service and a scrape record."""
+
+    def __init__(self, service: KnowledgeService) -> None:
+        self.registry = CollectorRegistry()
+        self.observer = PrometheusObserver(self.registry)
+        self.durations = Histogram(
+            "http_request_duration_seconds",
+            "HTTP requests by route template, method and status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.state = ServiceState(service)
+        self.registry.register(self.state)
+
+    def request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.durations.labels(route, method, str(status)).observe(seconds)
+
+    async def exposition(self) -> bytes:
+        await self.state.refresh()
+        exposed: bytes = generate_latest(self.registry)
+        return exposed
+
+
+async def metrics(request: Request) -> Response:
+    settings: Settings = request.app.state.settings
+    if settings.metrics_token and not granted(request):
+        raise MetricsRefused("GET /metrics needs the metrics token or a key with the admin scope")
+    exposition: Metrics = request.app.state.metrics
+    return Response(await exposition.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+def granted(request: Request) -> bool:
+    """The metrics token, or an admin key: with keys required the access control let
+    only those through. With keys off, only the token opens the route once it is set."""
+    settings: Settings = request.app.state.settings
+    return bool(getattr(request.state, "metrics_token_ok", False)) or settings.auth_required

@@ -1,0 +1,250 @@
+"""Request ids, one log line per request, request metrics, and the logging setup.
+
+Every request gets an id: the caller's `X-Request-ID` when it is a plausible one
+(1-128 characters of letters, digits and `._:-`), a new uuid4 otherwise. It is echoed
+in the `X-Request-ID` response header, added to error bodies (`details.request_id`)
+and to every log line written while the request runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+import uuid
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import orjson
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from knowledge_api.routes.metrics import METRICS_PATH, Metrics, metrics_token_ok
+from knowledge_api.settings import Settings
+
+HEADER = "X-Request-ID"
+VALID_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+NO_VALUE = "-"
+access_log = logging.getLogger("knowledge_api.access")
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What the log line of one request says beyond its status."""
+
+    request_id: str
+    cache_hit: bool | None = None
+
+
+current: ContextVar[Exchange | None] = ContextVar("knowledge_api_request", default=None)
+
+
+def request_id() -> str | None:
+    """The id of the request being served, None outside a request."""
+    exchange = current.get()
+    return exchange.request_id if exchange else None
+
+
+def note_cache_hit(hit: bool) -> None:
+    """Say in the request's log line whether tier 1 answered it."""
+    exchange = current.get()
+    if exchange is not None:
+        exchange.cache_hit = hit
+
+
+def accepted_id(offered: str | None) -> str:
+    if offered is not None and VALID_ID.fullmatch(offered):
+        return offered
+    return uuid.uuid4().hex
+
+
+class RequestObserver:
+    """ASGI middleware: the request id, the log line and the duration histogram.
+
+    It sits outside routing, so it sees 404s and 405s too, and reads the matched
+    route's template (never the raw path) after the route ran."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, settings: Settings) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        exchange = Exchange(accepted_id(header(scope, b"x-request-id")))
+        # Not reset afterwards: the 500 handler runs after this returns, in the same
+        # task, and its log line needs the id. Each request is a task of its own.
+        current.set(exchange)
+        state = scope.setdefault("state", {})
+        state["request_id"] = exchange.request_id
+        if scope["path"] == METRICS_PATH:
+            authorization = header(scope, b"authorization")
+            state["metrics_token_ok"] = metrics_token_ok(self.settings, authorization)
+        await Exchanging(self, scope, exchange).run(receive, send)
+
+
+class Exchanging:
+    """One request on its way through the app."""
+
+    def __init__(self, observer: RequestObserver, scope: Scope, exchange: Exchange) -> None:
+        self.observer = observer
+        self.scope = scope
+        self.exchange = exchange
+        self.started = time.perf_counter()
+        self.status = 500
+        self.finished = False
+        self.disconnected = False
+        """The client left before the end of the response."""
+
+    async def run(self, receive: Receive, send: Send) -> None:
+        async def receiving() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect" and not self.finished:
+                self.disconnected = True
+            return message
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.status = message["status"]
+                message["headers"] = with_request_id(message, self.exchange.request_id)
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                self.finished = True
+            await send(message)
+
+        try:
+            await self.observer.app(self.scope, receiving, sending)
+        except ClientDisconnect:
+            self.disconnected = True
+        finally:
+            self.record()
+
+    def record(self) -> None:
+        seconds = time.perf_counter() - self.started
+        route = route_template(self.scope)
+        method = self.scope["method"]
+        self.observer.metrics.request(route, method, self.status, seconds)
+        fields = {
+            "method": method,
+            "route": route,
+            "status": self.status,
+            "ms": round(seconds * 1000, 1),
+            "cache_hit": NO_VALUE if self.exchange.cache_hit is None else self.exchange.cache_hit,
+            "key": str(self.scope.get("state", {}).get("key_name") or NO_VALUE),
+        }
+        if self.disconnected:
+            fields["client"] = "disconnected"
+        access_log.info(request_line(fields), extra={"http": fields})
+
+
+def request_line(fields: dict[str, Any]) -> str:
+    cache_hit = fields["cache_hit"]
+    cache = cache_hit if cache_hit == NO_VALUE else str(cache_hit).lower()
+    line = (
+        f"{fields['method']} {fields['route']} {fields['status']} {fields['ms']}ms "
+        f"cache_hit={cache} key={fields['key']}"
+    )
+    if "client" in fields:
+        line += " client disconnected before the end of the response"
+    return line
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def with_request_id(message: Message, request_id: str) -> list[tuple[bytes, bytes]]:
+    headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+    return [*headers, (b"x-request-id", request_id.encode())]
+
+
+def route_template(scope: Scope) -> str:
+    """The matched route's path template; `unmatched` for paths no route has."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"
+
+
+# -- logging -------------------------------------------------------------------------
+
+
+class RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id() or NO_VALUE
+        return True
+
+
+class BelowWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.WARNING
+
+
+class JSONFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", NO_VALUE),
+            **getattr(record, "http", {}),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(line, default=str).decode()
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+
+
+class SplitHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """One side of the split: configuring again replaces these, and only these.
+
+    Without a stream of its own it writes to whatever sys.stdout or sys.stderr is at
+    the time, like logging's last resort, so a replaced stream (a test's capture,
+    closed since) is never written to."""
+
+    def __init__(self, name: str, stream: TextIO | None) -> None:
+        super().__init__(stream or getattr(sys, name))
+        self.system_stream = None if stream else name
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.system_stream:
+            self.stream = getattr(sys, self.system_stream)
+        super().emit(record)
+
+
+def configure_logging(
+    settings: Settings, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> None:
+    """The one logging setup of `knowledge-api serve` and the other commands: info and
+    below to stdout, warnings and errors to stderr, as text or JSON lines, each with
+    the request id ("-" outside a request)."""
+    formatter = JSONFormatter() if settings.log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    out = SplitHandler("stdout", stdout)
+    out.addFilter(BelowWarning())
+    err = SplitHandler("stderr", stderr)
+    err.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    remove_split_handlers()
+    for handler in (out, err):
+        handler.addFilter(RequestIdFilter())
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.setLevel(settings.log_level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+
+
+def remove_split_handlers() -> None:
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, SplitHandler)]:
+        root.removeHandler(handler)

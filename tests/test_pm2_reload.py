@@ -1,0 +1,69 @@
+"""Replicas on one port, and `pm2 reload` of two dropping no request
+(scripts/pm2_reload_check.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from knowledge_api.cli import shared_socket, tell_pm2_ready
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "pm2_reload_check.py"
+INSTALLED = ROOT / ".venv" / "bin" / "knowledge-api"
+
+
+@pytest.mark.skipif(
+    shutil.which("pm2") is None or shutil.which("node") is None,
+    reason="pm2 is not on PATH: npm install -g pm2",
+)
+@pytest.mark.skipif(not INSTALLED.exists(), reason="PM2 runs .venv/bin/knowledge-api: make install")
+def test_a_reload_refuses_no_connection_and_answers_no_5xx() -> None:
+    check = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--instances", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        output, _ = check.communicate(timeout=50)
+    except subprocess.TimeoutExpired:
+        check.send_signal(signal.SIGINT)  # the script stops its PM2 daemon on the way out
+        output, _ = check.communicate(timeout=20)
+        pytest.fail(f"the reload check took over 50 s:\n{output}")
+    assert check.returncode == 0, output
+    assert " 0 refused, 0 other connection errors, 0 5xx " in output
+
+
+def test_replicas_bind_one_port_and_listen_only_when_started() -> None:
+    first = shared_socket("127.0.0.1", 0)
+    port = first.getsockname()[1]
+    second = shared_socket("127.0.0.1", port)  # no "address in use"
+    try:
+        with pytest.raises(ConnectionRefusedError):  # bound, not listening yet
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        second.listen()
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_ready_is_sent_on_the_pm2_channel(monkeypatch: pytest.MonkeyPatch) -> None:
+    read, write = os.pipe()
+    monkeypatch.setenv("NODE_CHANNEL_FD", str(write))
+    try:
+        tell_pm2_ready()
+        assert os.read(read, 100) == b'"ready"\n'
+    finally:
+        os.close(read)
+        os.close(write)
+    monkeypatch.delenv("NODE_CHANNEL_FD")
+    tell_pm2_ready()  # without PM2: nothing to tell
