@@ -1,0 +1,170 @@
+"""What authentication, request ids, request logs and metrics cost a cache hit.
+
+Two servers of the same app run side by side on one small store (the bundled docs,
+the fake embedder so nothing but the HTTP path is measured): `full` with API keys
+required, a request id on every response, one log line per request and Prometheus
+metrics; `plain` with keys off and the request observer (ids, logs, metrics) taken
+out. wrk sends the same cached query to each, alternating, and the report gives
+requests/s and the ratio plain/full (the budget: full >= 0.9 of plain), beside a bare
+Starlette app returning the same bytes.
+
+    .venv/bin/python scripts/bench_overhead.py [--duration 8] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+
+HOST = "127.0.0.1"
+QUERY = "/v1/knowledge/query"
+BODY = {"query": "How is a query answered?", "synthesize": False}
+PLAIN_APP = """\
+from knowledge_api.app import create_app
+from knowledge_api.routes.observe import RequestObserver
+from knowledge_api.settings import Settings
+
+app = create_app(Settings.from_env())
+app.user_middleware = [m for m in app.user_middleware if m.cls is not RequestObserver]
+"""
+BARE_APP = """\
+import orjson
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+BODY = open("cached.json", "rb").read()
+
+
+async def ok(request):
+    return Response(BODY, media_type="application/json")
+
+
+app = Starlette(routes=[Route("/{path:path}", ok, methods=["GET", "POST"])])
+"""
+WRK_SCRIPT = """\
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+{auth}wrk.body = [==[{body}]==]
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def uvicorn(app: str, port: int) -> list[str]:
+    return [
+        sys.executable, "-m", "uvicorn", app, "--host", HOST, "--port", str(port),
+        "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning",
+    ]  # fmt: skip
+
+
+def start(stack: ExitStack, command: list[str], env: dict[str, str], cwd: Path, url: str) -> None:
+    log = (cwd / f"server-{len(stack._exit_callbacks)}.log").open("w")
+    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+    stack.callback(process.wait, 10)
+    stack.callback(process.terminate)
+    stack.callback(log.close)
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/livez", timeout=1).status_code in (200, 404):
+                return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise SystemExit(f"{command} did not start: see {log.name}")
+
+
+def wrk(url: str, token: str, cwd: Path, duration: int) -> float:
+    auth = f'wrk.headers["Authorization"] = "Bearer {token}"\n' if token else ""
+    script = cwd / "post.lua"
+    script.write_text(WRK_SCRIPT.format(auth=auth, body=json.dumps(BODY)), encoding="utf-8")
+    done = subprocess.run(
+        ["wrk", "-t2", "-c64", f"-d{duration}s", "-s", str(script), url + QUERY],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if "Non-2xx" in done.stdout:
+        raise SystemExit(f"{url} answered errors under load:\n{done.stdout}")
+    found = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
+    if not found:
+        raise SystemExit(f"wrk failed:\n{done.stdout}{done.stderr}")
+    return float(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=int, default=8, help="seconds of each wrk run")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each server, alternated")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: apt-get install wrk")
+    with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
+        cwd = Path(folder)
+        base = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_")},
+            "KNOWLEDGE_EMBEDDER": "fake",
+            "KNOWLEDGE_SYNTHESIZER": "extractive",
+            "KNOWLEDGE_DB_PATH": str(cwd / "k.db"),
+            "KNOWLEDGE_LOG_LEVEL": "info",
+        }
+        created = subprocess.run(
+            [sys.executable, "-m", "knowledge_api", "keys", "create", "--name", "bench",
+             "--scopes", "read"],
+            env=base, cwd=cwd, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        token = created.stdout.splitlines()[-1]
+        ports = {name: free_port() for name in ("full", "plain", "bare")}
+        urls = {name: f"http://{HOST}:{port}" for name, port in ports.items()}
+        full_env = {**base, "KNOWLEDGE_AUTH": "keys", "KNOWLEDGE_LOG_FORMAT": "json"}
+        full = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(ports["full"])]
+        start(stack, full, full_env, cwd, urls["full"])
+        (cwd / "plain_app.py").write_text(PLAIN_APP, encoding="utf-8")
+        plain_env = {**base, "KNOWLEDGE_AUTH": "off", "KNOWLEDGE_SEED_ON_EMPTY": "false"}
+        start(stack, uvicorn("plain_app:app", ports["plain"]), plain_env, cwd, urls["plain"])
+        headers = {"Authorization": f"Bearer {token}"}
+        cached = httpx.post(urls["full"] + QUERY, json=BODY, headers=headers).content
+        httpx.post(urls["plain"] + QUERY, json=BODY)
+        (cwd / "cached.json").write_bytes(cached)
+        (cwd / "bare_app.py").write_text(BARE_APP, encoding="utf-8")
+        start(stack, uvicorn("bare_app:app", ports["bare"]), base, cwd, urls["bare"])
+        rates: dict[str, list[float]] = {"full": [], "plain": [], "bare": []}
+        for _ in range(args.rounds):
+            for name in rates:
+                rates[name].append(
+                    wrk(urls[name], token if name == "full" else "", cwd, args.duration)
+                )
+        report(rates, len(cached))
+
+
+def report(rates: dict[str, list[float]], size: int) -> None:
+    best = {name: max(values) for name, values in rates.items()}
+    print(f"cache-hit throughput, wrk -t2 -c64, a {size}-byte response (best of each):")
+    for name, values in rates.items():
+        runs = ", ".join(f"{v:,.0f}" for v in values)
+        print(f"  {name:<6} {best[name]:>9,.0f} req/s   (runs: {runs})")
+    ratio = best["full"] / best["plain"]
+    verdict = "within" if ratio >= 0.9 else "OVER"
+    print(
+        f"  keys + request ids + logs + metrics: {ratio:.3f} of plain ({verdict} the 10 % budget)"
+    )
+    print(f"  full / bare Starlette: {best['full'] / best['bare']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
