@@ -145,7 +145,12 @@ def test_streaming_routes_offer_an_event_stream() -> None:
     for route in ROUTES:
         content = operation(route)["responses"][str(route.statuses[0])]["content"]
         assert ("text/event-stream" in content) is route.streams
-    assert {r.path for r in ROUTES if r.streams} == {"/v1/knowledge/query", "/v1/knowledge/answer"}
+    assert {r.path for r in ROUTES if r.streams} == {
+        "/v1/knowledge/query",
+        "/v1/knowledge/answer",
+        "/v1/chat",
+        "/v1/chat/completions",
+    }
     query = operation(route_at("/v1/knowledge/query", "POST"))["responses"]["200"]["content"]
     event = query["text/event-stream"]["schema"]["properties"]
     assert event["event"]["enum"] == ["results", "synthesis", "reset", "done", "error"]

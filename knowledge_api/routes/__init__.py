@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from knowledge_api.routes import (
     answer,
+    chat,
     detail,
     documents,
     health,
@@ -164,6 +165,30 @@ ROUTES = [
         streams=True,
         response=answer.RESPONSE,
         events=answer.EVENTS,
+    ),
+    ApiRoute(
+        "/v1/chat",
+        chat.chat,
+        "POST",
+        READ,
+        "The AI SDK's UI message stream (useChat): the grounded answer to the latest user "
+        "message, its sources as source parts.",
+        streams=True,
+        media_type="text/event-stream",
+        events=chat.UI_EVENTS,
+        errors=(400, 403, 413, 415, 503),
+    ),
+    ApiRoute(
+        "/v1/chat/completions",
+        chat.completions,
+        "POST",
+        READ,
+        "OpenAI chat completions (model: a collection, or knowledge): the grounded answer, "
+        "url_citation annotations and numbered sources; stream: true for chunks.",
+        streams=True,
+        response=chat.COMPLETION,
+        events=chat.COMPLETION_EVENTS,
+        errors=(400, 403, 413, 415, 503),
     ),
     ApiRoute(
         "/v1/knowledge/retrieve",

@@ -1,0 +1,126 @@
+"""Chat clients as they are: the AI SDK's UI message stream and OpenAI chat completions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from tests.conftest import corpus, make_settings
+from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
+
+QUESTION = "Which audio formats does asset ingestion accept?"
+WEB_DOC = {
+    "source_type": "wiki",
+    "source_id": "https://wiki.example.com/audio",
+    "content": "Asset ingestion accepts WAV and FLAC audio files.",
+    "title": "Audio formats",
+}
+
+
+def ui_message(role: str, text: str) -> dict[str, Any]:
+    return {"id": f"m-{role}-{len(text)}", "role": role, "parts": [{"type": "text", "text": text}]}
+
+
+def ui_chunks(client: TestClient, body: dict[str, Any]) -> tuple[Any, list[Any]]:
+    with client.stream("POST", "/v1/chat", json=body) as response:
+        raw = "".join(response.iter_text())
+    frames = [block.removeprefix("data: ") for block in raw.strip().split("\n\n")]
+    assert frames[-1] == "[DONE]"
+    return response, [json.loads(frame) for frame in frames[:-1]]
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Any:
+    app = create_app(make_settings(tmp_path, answer_threshold="0.3"))
+    with TestClient(app) as test_client:
+        test_client.portal.call(app.state.service.ingest, corpus())
+        test_client.post("/v1/knowledge/documents", json=WEB_DOC)
+        yield test_client
+
+
+def test_use_chat_reads_the_ui_message_stream(client: TestClient) -> None:
+    body = {"id": "chat-1", "messages": [ui_message("user", QUESTION)], "trigger": "submit-message"}
+    response, chunks = ui_chunks(client, {**body, "threshold": 0.0})
+    assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    assert response.headers["content-type"].startswith("text/event-stream")
+    types = [chunk["type"] for chunk in chunks]
+    assert types[:2] == ["start", "text-start"] and types[-1] == "finish"
+    assert types.index("text-end") < types.index("finish")
+    text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+    assert "WAV and FLAC" in text and "[1]" in text
+    sources = [c for c in chunks if c["type"] in ("source-url", "source-document")]
+    assert sources and all(c["sourceId"].isdigit() for c in sources)
+    assert any(c.get("url") == "https://wiki.example.com/audio" for c in sources)
+    [meta] = [c for c in chunks if c["type"] == "message-metadata"]
+    assert meta["messageMetadata"]["status"] == "success"
+
+
+def test_a_short_follow_up_is_searched_with_the_question_before_it(client: TestClient) -> None:
+    messages = [
+        ui_message("user", "Which audio formats does asset ingestion accept?"),
+        ui_message("assistant", "WAV and FLAC [1]."),
+        ui_message("user", "and MP3?"),
+    ]
+    _, chunks = ui_chunks(client, {"messages": messages, "threshold": 0.0})
+    text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+    assert "MP3" in text or "FLAC" in text
+
+
+def test_bad_chat_input_is_a_400_before_the_stream(client: TestClient) -> None:
+    for body in ({"messages": []}, {"messages": [ui_message("assistant", "hi")]}, {"x": 1}):
+        response = client.post("/v1/chat", json=body)
+        assert response.status_code == 400, body
+
+
+def test_openai_chat_completions(client: TestClient) -> None:
+    body = {
+        "model": "knowledge",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": QUESTION},
+        ],
+        "temperature": 0.2,  # OpenAI clients send fields of their own: ignored
+    }
+    completion = client.post("/v1/chat/completions", json=body).json()
+    assert completion["object"] == "chat.completion" and completion["model"] == "knowledge"
+    [choice] = completion["choices"]
+    message = choice["message"]
+    assert choice["finish_reason"] == "stop" and message["role"] == "assistant"
+    assert "[1]" in message["content"] and "\n\nSources:\n[1] " in message["content"]
+    for annotation in message["annotations"]:
+        citation = annotation["url_citation"]
+        assert annotation["type"] == "url_citation" and citation["url"].startswith("https://")
+        marked = message["content"][citation["start_index"] : citation["end_index"]]
+        assert marked.startswith("[") and marked.endswith("]")
+
+
+def test_openai_streaming_chunks_end_with_done(tmp_path: Path) -> None:
+    from contextlib import contextmanager
+
+    from tests.providers import mocked
+
+    with contextmanager(mocked)() as mock:
+        mock.post(url__regex=GEMINI_GENERATE).mock(
+            return_value=gemini_answer(["WAV and FLAC ", "are accepted [1]."])
+        )
+        settings = llm_settings(tmp_path, synthesizer="gemini,extractive", answer_threshold="0.3")
+        app = create_app(settings)
+        with TestClient(app) as client:
+            client.portal.call(app.state.service.ingest, corpus())
+            body = {"model": "default", "messages": [{"role": "user", "content": QUESTION}]}
+            with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+                raw = "".join(r.iter_text())
+    frames = [block.removeprefix("data: ") for block in raw.strip().split("\n\n")]
+    assert frames[-1] == "[DONE]"
+    chunks = [json.loads(frame) for frame in frames[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    deltas = [c["choices"][0]["delta"].get("content", "") for c in chunks]
+    said = "".join(deltas)
+    assert said.startswith("WAV and FLAC are accepted [1].\n\nSources:\n[1] ")
+    assert len([d for d in deltas[1:] if d]) >= 3  # streamed as the provider wrote it
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
