@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         settings = Settings.from_env()
-        configure_logging(settings)
+        # a command's stdout is its output (a token, JSON): its log goes to stderr
+        configure_logging(settings, stdout=None if args.run is run_serve else sys.stderr)
         result: int = args.run(settings, args)
         return result
     except (InvalidRequest, ConfigurationError) as e:  # the command or a setting is wrong
@@ -97,6 +98,8 @@ def parser() -> argparse.ArgumentParser:
     query.add_argument("--threshold", type=float, help="lowest similarity of a source (0-1)")
     query.add_argument("--no-synthesize", action="store_true", help="the sources only")
     query.add_argument("--json", action="store_true", help="the API's JSON response")
+    query.add_argument("--url", default="", help="ask a running service (no model is loaded here)")
+    query.add_argument("--api-key", default="", help="the service's API key, with --url")
     query.set_defaults(run=run_query)
 
     sync = commands.add_parser("sync", help="pull the host's KB articles into the support index")
@@ -286,16 +289,25 @@ def run_query(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.usecases.query import query
 
     params, _ = contract.parse(payload)  # checked before the model loads
+    if args.url:
+        from knowledge_api.client import KnowledgeClient
+
+        with KnowledgeClient(args.url, args.api_key) as remote:
+            text = payload.pop("query")
+            return show(remote.query(text, **payload), args.json)
 
     async def ask(service: KnowledgeService) -> int:
-        response = contract.render(await query(service, params))
-        if args.json:
-            sys.stdout.buffer.write(orjson.dumps(response, option=orjson.OPT_INDENT_2) + b"\n")
-        else:
-            print(readable(response))
-        return 0
+        return show(contract.render(await query(service, params)), args.json)
 
     return with_service(settings, ask)
+
+
+def show(response: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(response, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(readable(response))
+    return 0
 
 
 def readable(response: dict[str, Any]) -> str:

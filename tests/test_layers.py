@@ -27,7 +27,7 @@ LAYERS = [
     ("service", {"service"}),
     ("use cases", {"usecases"}),
     ("composition", {"compose"}),
-    ("entry points", {"routes", "app", "cli", "support", "__main__"}),
+    ("entry points", {"routes", "app", "cli", "support", "client", "__main__"}),
 ]
 
 

@@ -242,6 +242,7 @@ def configure_logging(
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per call to a provider
 
 
 def remove_split_handlers() -> None:
