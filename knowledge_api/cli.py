@@ -450,22 +450,15 @@ def split(values: str) -> list[str]:
 
 def with_storage(settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]]) -> int:
     """Run `work` with the store and keys open and the model not loaded."""
+    return with_service(settings, work, model=False)
 
+
+def with_service(
+    settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]], model: bool = True
+) -> int:
     async def run() -> int:
         service = compose.build_service(settings)
-        await service.open_storage()
-        try:
-            return await work(service)
-        finally:
-            await service.stop()
-
-    return asyncio.run(run())
-
-
-def with_service(settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]]) -> int:
-    async def run() -> int:
-        service = compose.build_service(settings)
-        await service.start()
+        await (service.start() if model else service.open_storage())
         try:
             return await work(service)
         finally:

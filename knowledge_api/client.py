@@ -22,6 +22,7 @@ from knowledge_api import errors
 Body = dict[str, Any]
 Event = tuple[str, Any]
 TIMEOUT = 30.0
+URL = "http://127.0.0.1:3006"
 
 
 def error_types() -> dict[str, type[errors.KnowledgeAPIError]]:
@@ -87,6 +88,15 @@ class Routes:
     body, the async one with an awaitable of it (streams: an iterator of events, or an
     async one)."""
 
+    http_client: Any = None
+
+    def __init__(
+        self, base_url: str = URL, api_key: str = "", timeout: float = TIMEOUT, http: Any = None
+    ) -> None:
+        """`http`: an httpx client of the right kind to send through (a test client)."""
+        self.http: Any = http or self.http_client(base_url=base_url, timeout=timeout)
+        self.headers = headers_for(api_key)
+
     def _send(self, method: str, path: str, body: Body | None = None, **params: Any) -> Any:
         raise NotImplementedError
 
@@ -140,15 +150,7 @@ class Routes:
 
 
 class KnowledgeClient(Routes):
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:3006",
-        api_key: str = "",
-        timeout: float = TIMEOUT,
-        http: httpx.Client | None = None,
-    ) -> None:
-        self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
-        self.headers = headers_for(api_key)
+    http_client = httpx.Client
 
     def __enter__(self) -> KnowledgeClient:
         return self
@@ -174,15 +176,7 @@ class KnowledgeClient(Routes):
 
 
 class AsyncKnowledgeClient(Routes):
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:3006",
-        api_key: str = "",
-        timeout: float = TIMEOUT,
-        http: httpx.AsyncClient | None = None,
-    ) -> None:
-        self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
-        self.headers = headers_for(api_key)
+    http_client = httpx.AsyncClient
 
     async def __aenter__(self) -> AsyncKnowledgeClient:
         return self

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -127,3 +127,24 @@ class IndexSummary:
 def normalize_query(text: str) -> str:
     """Case and spacing do not change the answer (the model is uncased)."""
     return " ".join(text.casefold().split())
+
+
+@dataclass(frozen=True, slots=True)
+class SearchParams:
+    """What a search-backed request asks: its text, where to look and what to keep."""
+
+    query: str
+    threshold: float = 0.2
+    sources: tuple[str, ...] | None = None
+    limit: int = 5
+    filters: tuple[tuple[str, Any], ...] = ()
+    collection: str = DEFAULT_COLLECTION
+
+    def cache_key(self) -> tuple[Any, ...]:
+        """What the answer depends on, for tier 1: the kind of request and every
+        parameter, the query normalised."""
+        values = astuple(self)
+        return (type(self).__name__, normalize_query(self.query), *values[1:])
+
+    def search_filters(self) -> SearchFilters:
+        return SearchFilters(self.sources, self.filters, self.collection)

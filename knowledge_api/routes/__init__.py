@@ -78,6 +78,23 @@ class ApiRoute(Route):
 COLLECTION_ERRORS = (400, 404, 413, 415, 503)
 """A body's errors, and 404 for a collection that does not exist."""
 
+
+def search_route(
+    path: str, endpoint: Callable[..., Any], summary: str, body: Body, **contract: Any
+) -> ApiRoute:
+    """A search that answers as JSON, or as Server-Sent Events with `stream: true`; its
+    resource module declares the rest (`ROUTE`)."""
+    return ApiRoute(path, endpoint, "POST", READ, summary, body, streams=True, **contract)
+
+
+def chat_route(path: str, endpoint: Callable[..., Any], summary: str, **contract: Any) -> ApiRoute:
+    """A chat client's route: read scope, a conversation in, a stream or a completion out."""
+    return ApiRoute(
+        path, endpoint, "POST", READ, summary, streams=True, errors=CHAT_ERRORS, **contract
+    )
+
+
+CHAT_ERRORS = (400, 403, 413, 415, 503)
 ROUTES = [
     ApiRoute(
         "/health",
@@ -144,51 +161,23 @@ ROUTES = [
         media_type="text/plain",
         errors=(401,),
     ),
-    ApiRoute(
-        "/v1/knowledge/query",
-        query.query,
-        "POST",
-        READ,
-        "Search every source; optionally a synthesis with citations.",
-        query.QUERY,
-        streams=True,
-        response=query.RESPONSE,
-        events=query.EVENTS,
-    ),
-    ApiRoute(
-        "/v1/knowledge/answer",
-        answer.answer,
-        "POST",
-        READ,
-        "A grounded answer with numbered sources and confidence.",
-        answer.ANSWER,
-        streams=True,
-        response=answer.RESPONSE,
-        events=answer.EVENTS,
-    ),
-    ApiRoute(
+    search_route("/v1/knowledge/query", **query.ROUTE),
+    search_route("/v1/knowledge/answer", **answer.ROUTE),
+    chat_route(
         "/v1/chat",
         chat.chat,
-        "POST",
-        READ,
         "The AI SDK's UI message stream (useChat): the grounded answer to the latest user "
         "message, its sources as source parts.",
-        streams=True,
         media_type="text/event-stream",
         events=chat.UI_EVENTS,
-        errors=(400, 403, 413, 415, 503),
     ),
-    ApiRoute(
+    chat_route(
         "/v1/chat/completions",
         chat.completions,
-        "POST",
-        READ,
         "OpenAI chat completions (model: a collection, or knowledge): the grounded answer, "
         "url_citation annotations and numbered sources; stream: true for chunks.",
-        streams=True,
         response=chat.COMPLETION,
         events=chat.COMPLETION_EVENTS,
-        errors=(400, 403, 413, 415, 503),
     ),
     ApiRoute(
         "/v1/knowledge/retrieve",

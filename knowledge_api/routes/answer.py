@@ -12,7 +12,8 @@ from starlette.responses import Response
 
 from knowledge_api.errors import InvalidQuery, KnowledgeAPIError
 from knowledge_api.grounding import WEIGHTS
-from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, SearchHit
+from knowledge_api.models import SearchHit
+from knowledge_api.routes import views
 from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import (
     BOOLEAN,
@@ -20,13 +21,7 @@ from knowledge_api.routes.fields import (
     NUMBER,
     SCALAR,
     STRING,
-    Body,
-    Boolean,
-    Choices,
-    CollectionName,
-    Integer,
     Number,
-    Scalars,
     Text,
     array,
     enum,
@@ -44,38 +39,26 @@ from knowledge_api.routes.sse import (
     log,
     translation,
 )
-from knowledge_api.routes.views import (
-    SOURCE_TYPE,
-    SYNTHESIZER,
-    excerpt,
-    result_view,
-    zeroed_on_hit,
-)
 from knowledge_api.service import Served, utc_now
 from knowledge_api.usecases import answers as use
-from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
 
-ANSWER = Body(
+ANSWER = views.search_body(
     "AnswerRequest",
     Text("query", "The question.", max_length=500, error=InvalidQuery),
-    Choices("sources", "Source types to search (all when absent).", None, SOURCE_TYPES),
-    Integer("limit", "Most passages the answer is written from.", 5, low=1, high=20),
+    "Most passages the answer is written from.",
     Number(
         "threshold",
         "Similarity a passage needs to ground the answer "
         "(default: KNOWLEDGE_ANSWER_THRESHOLD, or the embedder's own).",
         None,
     ),
-    Boolean("stream", "Answer as Server-Sent Events.", False),
-    Scalars("filters", "Metadata values passages must have.", None, True),
-    CollectionName("collection", "The collection to search.", DEFAULT_COLLECTION),
 )
 
 
-def parse(payload: Any, default_threshold: float) -> tuple[AnswerParams, bool]:
+def parse(payload: Any, default_threshold: float) -> tuple[use.AnswerParams, bool]:
     values = ANSWER.parse(payload, defaults={"threshold": default_threshold})
     stream = values.pop("stream")
-    return AnswerParams(**values), stream
+    return use.AnswerParams(**values), stream
 
 
 async def answer(request: Request) -> Response:
@@ -117,7 +100,7 @@ SOURCE = obj(
                 "title": STRING,
                 "chunk_index": INTEGER,
                 "document_id": STRING,
-                "source_type": SOURCE_TYPE,
+                "source_type": views.SOURCE_TYPE,
                 "source_id": STRING,
             },
             {"section": STRING},
@@ -142,7 +125,7 @@ RESPONSE = obj(
                 "tokens_used": nullable(INTEGER),
                 "timestamp": STRING,
                 "cache_hit": BOOLEAN,
-                "synthesizer": nullable(SYNTHESIZER),
+                "synthesizer": nullable(views.SYNTHESIZER),
             }
         ),
         "error_message": nullable(STRING),
@@ -152,7 +135,7 @@ RESPONSE = obj(
 """The AgentResponse `render` returns; also the data of the stream's `done` event."""
 
 
-def render(served: Served[GroundedAnswer]) -> dict[str, Any]:
+def render(served: Served[use.GroundedAnswer]) -> dict[str, Any]:
     """The AgentResponse: the answer, its sources and confidence, and metadata."""
     grounded, outcome = served.value, served.value.outcome
     note_cache_hit(served.cache_hit)
@@ -164,7 +147,7 @@ def render(served: Served[GroundedAnswer]) -> dict[str, Any]:
         "model": outcome.model if outcome else None,
         "temperature": outcome.temperature if outcome else None,
         "total_time_ms": served.total_ms,
-        **zeroed_on_hit(timings, served.cache_hit),
+        **views.zeroed_on_hit(timings, served.cache_hit),
         "tokens_used": outcome.tokens_used if outcome else 0,
         "timestamp": utc_now(),
         "cache_hit": served.cache_hit,
@@ -186,13 +169,13 @@ def render(served: Served[GroundedAnswer]) -> dict[str, Any]:
 
 def source_view(n: int, hit: SearchHit) -> dict[str, Any]:
     """A cited passage of a grounded answer: [n] in the answer is this source."""
-    result = result_view(hit)
+    result = views.result_view(hit)
     metadata = {**result["metadata"], "source_type": hit.source_type, "source_id": hit.source_id}
     return {
         "chunk_id": result["id"],
         "citation_index": n,
         "relevance_score": result["similarity"],
-        "excerpt": excerpt(hit.chunk.content),
+        "excerpt": views.excerpt(hit.chunk.content),
         "metadata": metadata,
     }
 
@@ -202,3 +185,12 @@ sse_event = translation("answer", render)
 with the whole AgentResponse."""
 EVENTS = events_schema("results", "answer", "reset", "done")
 """A stream's events; one that failed after it began ends with `done` of status error."""
+
+
+ROUTE: dict[str, Any] = {
+    "endpoint": answer,
+    "summary": "A grounded answer with numbered sources and confidence.",
+    "body": ANSWER,
+    "response": RESPONSE,
+    "events": EVENTS,
+}

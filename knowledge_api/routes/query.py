@@ -9,19 +9,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidQuery
-from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
 from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import (
     BOOLEAN,
     NUMBER,
     STRING,
-    Body,
     Boolean,
-    Choices,
-    CollectionName,
-    Integer,
     Number,
-    Scalars,
     Text,
     array,
     obj,
@@ -29,21 +23,23 @@ from knowledge_api.routes.fields import (
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.observe import note_cache_hit
 from knowledge_api.routes.sse import event_stream, events_schema, translation
-from knowledge_api.routes.views import RESULT, SYNTHESIZER, result_view, zeroed_on_hit
+from knowledge_api.routes.views import (
+    RESULT,
+    SYNTHESIZER,
+    result_view,
+    search_body,
+    zeroed_on_hit,
+)
 from knowledge_api.service import Served
 from knowledge_api.usecases import query as use
 from knowledge_api.usecases.query import QueryParams, QueryResult
 
-QUERY = Body(
+QUERY = search_body(
     "QueryRequest",
     Text("query", "The question or search text.", max_length=1000, error=InvalidQuery),
-    Choices("sources", "Source types to search (all when absent).", None, SOURCE_TYPES),
-    Integer("limit", "Most results returned.", 5, low=1, high=20),
+    "Most results returned.",
     Number("threshold", "Lowest similarity (cosine, 0-1) of a result.", 0.2),
     Boolean("synthesize", "Write an answer from the results.", True),
-    Boolean("stream", "Answer as Server-Sent Events.", False),
-    Scalars("filters", "Metadata values results must have, e.g. app_under_test.", None, True),
-    CollectionName("collection", "The collection to search.", DEFAULT_COLLECTION),
 )
 
 
@@ -102,3 +98,12 @@ sse_event = translation("synthesis", done_event)
 """`results`, `synthesis` deltas (and `reset`), then `done`."""
 EVENTS = events_schema("results", "synthesis", "reset", "done", "error")
 """A stream's events; `error` (the error shape) ends a stream that failed after it began."""
+
+
+ROUTE: dict[str, Any] = {
+    "endpoint": query,
+    "summary": "Search every source; optionally a synthesis with citations.",
+    "body": QUERY,
+    "response": RESPONSE,
+    "events": EVENTS,
+}

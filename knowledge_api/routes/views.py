@@ -4,18 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from knowledge_api.models import SOURCE_TYPES, Document, SearchHit
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, SearchHit
 from knowledge_api.routes.fields import (
     BOOLEAN,
     INTEGER,
     NUMBER,
     SCALAR,
     STRING,
+    Boolean,
+    Choices,
+    CollectionName,
+    Field,
+    Integer,
+    Scalars,
     Schema,
     array,
     enum,
     nullable,
     obj,
+)
+from knowledge_api.routes.fields import (
+    Body as Request,
 )
 
 Body = dict[str, Any]
@@ -118,3 +127,30 @@ def document_view(doc: Document) -> Body:
 def zeroed_on_hit(timings: dict[str, float], cache_hit: bool) -> dict[str, float]:
     """A cache hit spent nothing on the steps that computed the value."""
     return {name: 0.0 for name in timings} if cache_hit else dict(timings)
+
+
+# -- request fields the search resources share ----------------------------------------
+
+SOURCES = Choices("sources", "Source types to search (all when absent).", None, SOURCE_TYPES)
+STREAM = Boolean("stream", "Answer as Server-Sent Events.", False)
+COLLECTION = CollectionName("collection", "The collection to search.", DEFAULT_COLLECTION)
+
+
+def filters(description: str) -> Scalars:
+    """Metadata values results must have, as sorted pairs (part of a cache key)."""
+    return Scalars("filters", description, None, True)
+
+
+def search_body(name: str, query: Field, limit: str, threshold: Field, *own: Field) -> Request:
+    """A search request: its query, the fields every search takes, and its own."""
+    return Request(
+        name,
+        query,
+        SOURCES,
+        Integer("limit", limit, 5, low=1, high=20),
+        threshold,
+        *own,
+        STREAM,
+        filters("Metadata values results must have, e.g. app_under_test."),
+        COLLECTION,
+    )

@@ -12,7 +12,7 @@ from typing import Any
 
 from knowledge_api import grounding
 from knowledge_api.errors import EmbeddingError
-from knowledge_api.models import DEFAULT_COLLECTION, SearchFilters, SearchHit, normalize_query
+from knowledge_api.models import SearchHit, SearchParams
 from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served, elapsed_ms
 from knowledge_api.synthesis.chain import Outcome
 
@@ -33,28 +33,8 @@ NO_CONFIDENCE = grounding.Confidence(0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
-class AnswerParams:
-    query: str
-    threshold: float
-    sources: tuple[str, ...] | None = None
-    limit: int = 5
-    filters: tuple[tuple[str, Any], ...] = ()
-    collection: str = DEFAULT_COLLECTION
-
-    def cache_key(self) -> tuple[Any, ...]:
-        query = normalize_query(self.query)
-        return (
-            "answer",
-            query,
-            self.sources,
-            self.limit,
-            self.threshold,
-            self.filters,
-            self.collection,
-        )
-
-    def search_filters(self) -> SearchFilters:
-        return SearchFilters(self.sources, self.filters, self.collection)
+class AnswerParams(SearchParams):
+    """The threshold is a passage's similarity to ground the answer."""
 
 
 @dataclass(frozen=True, slots=True)

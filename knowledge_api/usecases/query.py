@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
-from knowledge_api.models import DEFAULT_COLLECTION, SearchFilters, SearchHit, normalize_query
+from knowledge_api.models import SearchHit, SearchParams
 from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served, elapsed_ms
 from knowledge_api.synthesis.chain import Outcome
 
@@ -16,28 +16,9 @@ Filters = tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True, slots=True)
-class QueryParams:
-    query: str
-    sources: tuple[str, ...] | None = None
-    limit: int = 5
-    threshold: float = 0.2
+class QueryParams(SearchParams):
     synthesize: bool = True
-    filters: Filters = ()
-    collection: str = DEFAULT_COLLECTION
-
-    def cache_key(self) -> tuple[Any, ...]:
-        return (
-            normalize_query(self.query),
-            self.sources,
-            self.limit,
-            self.threshold,
-            self.synthesize,
-            self.filters,
-            self.collection,
-        )
-
-    def search_filters(self) -> SearchFilters:
-        return SearchFilters(self.sources, self.filters, self.collection)
+    """Write an answer from the results."""
 
 
 @dataclass(frozen=True, slots=True)
