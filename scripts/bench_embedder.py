@@ -77,7 +77,7 @@ def make_embedder(runtime: str, precision: str, cache_dir: Path) -> Any:
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """One fresh process: load, then (unless --load-only) queries and ingestion."""
     started = time.perf_counter()
-    embedder = make_embedder(args.runtime, args.precision, args.cache_dir)
+    embedder = make_embedder(args.runtime, args.precision[0], args.cache_dir)
     embedder.load()
     result: dict[str, Any] = {"load_s": time.perf_counter() - started, "rss_mb": rss_mb()}
     if args.load_only:
