@@ -67,7 +67,7 @@ class Settings:
     embedding_precision: str = setting(
         "KNOWLEDGE_EMBEDDING_PRECISION",
         "auto",
-        "Local model precision on ONNX Runtime: auto (= int8), fp32 or int8 (dynamic "
+        "Local model precision on ONNX Runtime: auto (= fp32), fp32 or int8 (dynamic "
         "quantisation of the attention blocks).",
     )
     embedding_batch_size: int = setting(

@@ -26,7 +26,7 @@ from knowledge_api.embeddings.onnx_model import (
 from knowledge_api.errors import EmbeddingError
 
 MODEL = "all-MiniLM-L6-v2"
-AUTO_PRECISION = "int8"
+AUTO_PRECISION = "fp32"
 """What `auto` runs: see docs/operations.md for the measurements behind it."""
 
 
