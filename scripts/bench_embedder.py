@@ -1,0 +1,164 @@
+"""Benchmark of the local embedder: query latency, ingestion rate, load time, memory.
+
+    .venv/bin/python scripts/bench_embedder.py \
+        [--corpus ../shared/datasets/msmarco-dev] [--passages 1000] [--precision fp32 int8]
+
+For each precision: load time with an empty model cache (the ONNX graph is built) and
+with the cache filled, RSS after load, query embedding p50/p95 (one thread, the
+dataset's queries, each embedded `--rounds` times) and ingestion passages/s
+(`embed_documents`, every core). The PyTorch path (tests/torch_reference.py) is
+measured the same way when torch is importable (the dev extra). Every measurement
+runs in its own process, so RSS and load time are those of a fresh server.
+Without the dataset, the bundled docs' paragraphs stand in for passages and queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATASET = ROOT.parent / "shared" / "datasets" / "msmarco-dev"
+
+
+def read_jsonl(path: Path, limit: int, text: Any) -> list[str]:
+    rows: list[str] = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            rows.append(text(json.loads(line)))
+            if len(rows) == limit:
+                break
+    return rows
+
+
+def workload(dataset: Path, passages: int) -> tuple[list[str], list[str]]:
+    if (dataset / "corpus.jsonl").exists():
+        corpus = read_jsonl(
+            dataset / "corpus.jsonl",
+            passages,
+            lambda row: f"{row.get('title') or ''}\n{row['text']}".strip(),
+        )
+        queries = read_jsonl(dataset / "queries.jsonl", 0, lambda row: str(row["text"]))
+        return corpus, queries
+    docs = ROOT / "knowledge_api" / "docs"
+    paragraphs = [p.strip() for f in docs.glob("*.md") for p in f.read_text().split("\n\n")]
+    paragraphs = [p for p in paragraphs if p]
+    return paragraphs[:passages], [p.split(".")[0][:120] for p in paragraphs[:50]]
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def make_embedder(runtime: str, precision: str, cache_dir: Path) -> Any:
+    if runtime == "torch":
+        sys.path.insert(0, str(ROOT))
+        from tests.torch_reference import TorchEmbedder
+
+        return TorchEmbedder()
+    from knowledge_api.embeddings.local import LocalEmbedder
+
+    return LocalEmbedder(precision, cache_dir=cache_dir)
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    """One fresh process: load, then (unless --load-only) queries and ingestion."""
+    started = time.perf_counter()
+    embedder = make_embedder(args.runtime, args.precision[0], args.cache_dir)
+    embedder.load()
+    result: dict[str, Any] = {"load_s": time.perf_counter() - started, "rss_mb": rss_mb()}
+    if args.load_only:
+        return result
+    passages, queries = workload(args.corpus, args.passages)
+    embedder.embed_query("warm up")
+    latencies = []
+    for _ in range(args.rounds):
+        for query in queries:
+            began = time.perf_counter()
+            embedder.embed_query(query)
+            latencies.append((time.perf_counter() - began) * 1000)
+    began = time.perf_counter()
+    embedder.embed_documents(passages)
+    result["ingest_per_s"] = len(passages) / (time.perf_counter() - began)
+    result["query_p50_ms"], result["query_p95_ms"] = np.percentile(latencies, [50, 95])
+    result["queries"] = len(latencies)
+    result["rss_after_ingest_mb"] = rss_mb()
+    return result
+
+
+def run_worker(args: argparse.Namespace, runtime: str, precision: str, **flags: Any) -> Any:
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--runtime",
+        runtime,
+        "--precision",
+        precision,
+        "--corpus",
+        str(args.corpus),
+        "--passages",
+        str(args.passages),
+        "--rounds",
+        str(args.rounds),
+        "--cache-dir",
+        str(flags["cache_dir"]),
+    ]
+    if flags.get("load_only"):
+        command.append("--load-only")
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def report(label: str, build: dict[str, Any] | None, run: dict[str, Any]) -> None:
+    first = f"{build['load_s']:.2f} s first (build), " if build else ""
+    print(
+        f"{label:<12} query p50 {run['query_p50_ms']:.2f} ms p95 {run['query_p95_ms']:.2f} ms"
+        f" ({run['queries']} queries) | ingest {run['ingest_per_s']:.0f} passages/s"
+        f" | load {first}{run['load_s']:.2f} s cached | RSS {run['rss_mb']:.0f} MB after load,"
+        f" {run['rss_after_ingest_mb']:.0f} MB after ingest",
+        flush=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_DATASET, help="BEIR folder")
+    parser.add_argument("--passages", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3, help="times each query is embedded")
+    parser.add_argument("--precision", nargs="+", default=["fp32", "int8"])
+    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch path")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--load-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--runtime", default="onnx", help=argparse.SUPPRESS)
+    parser.add_argument("--cache-dir", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return 0
+    print(f"{os.cpu_count()} cores, {args.passages} passages, corpus {args.corpus}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-embedder-") as scratch:
+        for precision in args.precision:
+            cache = Path(scratch) / precision
+            build = run_worker(args, "onnx", precision, cache_dir=cache, load_only=True)
+            report(f"onnx {precision}", build, run_worker(args, "onnx", precision, cache_dir=cache))
+        if not args.no_torch and importlib.util.find_spec("torch") is not None:
+            report("torch fp32", None, run_worker(args, "torch", "fp32", cache_dir=scratch))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

