@@ -10,7 +10,16 @@ import knowledge_api
 
 PACKAGE = Path(knowledge_api.__file__).parent
 CORE = {"errors", "models", "settings", "validation", "text", "registry", "__init__"}
-SEAMS = {"stores", "embeddings", "synthesis", "ingest", "cache", "grounding", "ir_metrics"}
+SEAMS = {
+    "stores",
+    "embeddings",
+    "rerankers",
+    "synthesis",
+    "ingest",
+    "cache",
+    "grounding",
+    "ir_metrics",
+}
 LAYERS = [
     ("core", CORE),
     ("seams", SEAMS),

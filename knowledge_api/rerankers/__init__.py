@@ -1,0 +1,7 @@
+"""Rerankers, chosen by name (KNOWLEDGE_RERANKER)."""
+
+from knowledge_api.registry import Registry
+from knowledge_api.rerankers.base import Reranker
+
+rerankers: Registry[Reranker] = Registry("reranker", "KNOWLEDGE_RERANKER")
+rerankers.register("none", "knowledge_api.rerankers.base:NoReranker")
