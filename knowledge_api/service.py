@@ -1,9 +1,9 @@
 """KnowledgeService: the engine every use case goes through.
 
 It owns the seams (store, embedder, reranker, synthesis chain, caches) and offers the
-steps the use cases are made of: retrieve (embed through tier 2, search, rerank), write an answer
-from passages, keep values in tier 1, ingest and read documents, report health. It
-returns domain values; nothing here knows HTTP or which backend runs.
+steps the use cases are made of: retrieve (embed through tier 2, search, rerank), write
+an answer from passages, keep values in tier 1, ingest and read documents, report
+health. It returns domain values; nothing here knows HTTP or which backend runs.
 """
 
 from __future__ import annotations
