@@ -23,6 +23,7 @@ from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.pipeline import changed_documents
 from knowledge_api.ingest.progress import progress
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
+from knowledge_api.rerankers import rerankers
 from knowledge_api.routes.observe import configure_logging
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
@@ -112,6 +113,12 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
     evaluate.add_argument(
         "--collection", default="", help="keep the corpus in this collection (default: temporary)"
+    )
+    evaluate.add_argument(
+        "--reranker",
+        choices=[name for name in rerankers.names() if name != "none"],
+        help="add a row: hybrid reranked by this reranker (its KNOWLEDGE_RERANK_* settings "
+        "apply); without it KNOWLEDGE_RERANKER is not used",
     )
     evaluate.set_defaults(run=run_eval)
 
@@ -340,13 +347,19 @@ def run_eval(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import evaluation
 
     collection = args.collection and validation.collection_name(args.collection, "--collection")
+    # the modes are measured without a reranker; only --reranker loads and runs one
+    settings = settings.replace(reranker=args.reranker or "none")
 
     async def report(service: KnowledgeService) -> int:
         from tqdm import tqdm
 
         with tqdm(unit="doc", file=sys.stderr, disable=None) as bar:
             result = await evaluation.evaluate(
-                service, args.directory, collection=collection, progress=bar.update
+                service,
+                args.directory,
+                collection=collection,
+                progress=bar.update,
+                rerank=bool(args.reranker),
             )
         if args.json:
             sys.stdout.buffer.write(

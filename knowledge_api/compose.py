@@ -2,7 +2,8 @@
 
 Entry points (the app, the CLI, the in-process sidecar API) get their service, and
 any store they need beside it, from here; every store learns which embedder writes
-its vectors from the embedder built here, never by building one of its own.
+its vectors from the embedder built here, never by building one of its own, and the
+llm reranker ranks through the service's own synthesis chain.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from knowledge_api.embeddings import embedders
 from knowledge_api.embeddings.base import Embedder
 from knowledge_api.models import EmbedderIdentity
+from knowledge_api.rerankers import rerankers
+from knowledge_api.rerankers.base import Reranker
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
@@ -29,6 +32,12 @@ def build_store(
     return stores.create(backend or settings.store, settings, embedder)
 
 
+def build_reranker(settings: Settings, chain: SynthesisChain) -> Reranker:
+    """The configured reranker (KNOWLEDGE_RERANKER), not opened yet; the llm reranker
+    ranks through `chain`, the chain the service answers with."""
+    return rerankers.create(settings.reranker, settings, chain)
+
+
 def embedder_identity(embedder: Embedder) -> EmbedderIdentity:
     return EmbedderIdentity(embedder.name, embedder.dimension)
 
@@ -39,4 +48,5 @@ def build_service(
     """The service (or a subclass of it) over the configured seams."""
     embedder = build_embedder(settings)
     store = build_store(settings, embedder_identity(embedder))
-    return service(settings, store, embedder, SynthesisChain.from_settings(settings))
+    chain = SynthesisChain.from_settings(settings)
+    return service(settings, store, embedder, chain, build_reranker(settings, chain))

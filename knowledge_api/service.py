@@ -1,9 +1,9 @@
 """KnowledgeService: the engine every use case goes through.
 
-It owns the seams (store, embedder, synthesis chain, caches) and offers the steps the
-use cases are made of: retrieve (embed through tier 2, then search), write an answer
-from passages, keep values in tier 1, ingest and read documents, report health. It
-returns domain values; nothing here knows HTTP or which backend runs.
+It owns the seams (store, embedder, reranker, synthesis chain, caches) and offers the
+steps the use cases are made of: retrieve (embed through tier 2, search, rerank), write
+an answer from passages, keep values in tier 1, ingest and read documents, report
+health. It returns domain values; nothing here knows HTTP or which backend runs.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from knowledge_api.models import (
     normalize_query,
 )
 from knowledge_api.observer import UNOBSERVED, Observer
+from knowledge_api.rerankers.base import NoReranker, Reranker
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.stores.keys import ApiKey, token_hash
@@ -60,6 +61,15 @@ class Retrieval:
     embedding_ms: float
     search_ms: float
     warnings: list[str]
+    rerank_ms: float | None = None
+    """Time the reranker took; None when no reranker ran."""
+
+    def timings(self) -> dict[str, float]:
+        """embedding_ms, search_ms and, when a reranker ran, rerank_ms."""
+        timings = {"embedding_ms": self.embedding_ms, "search_ms": self.search_ms}
+        if self.rerank_ms is not None:
+            timings["rerank_ms"] = self.rerank_ms
+        return timings
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +93,12 @@ class KnowledgeService:
         store: KnowledgeStore,
         embedder: Embedder,
         synthesizer: SynthesisChain | Synthesizer,
+        reranker: Reranker | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
+        self.reranker: Reranker = reranker or NoReranker()
         self.synthesizer = (
             synthesizer
             if isinstance(synthesizer, SynthesisChain)
@@ -125,6 +137,9 @@ class KnowledgeService:
         (reported by /health and in responses) instead of stopping it."""
         single_threaded_blas()
         await self.synthesizer.open()
+        # before the embedder: loading the local model turns the model hub off for the
+        # whole process, and a cross-encoder given by model id may need to fetch it
+        await self.reranker.open()
         try:
             await self._in_model_thread(self.embedder.load)
             self.embedder_ready = True
@@ -158,6 +173,7 @@ class KnowledgeService:
         )
 
     async def stop(self) -> None:
+        await self.reranker.close()
         await self.synthesizer.close()
         await self.keys.close()
         await self.store.close()
@@ -181,15 +197,38 @@ class KnowledgeService:
         filters: SearchFilters,
         threshold: float = 0.0,
         mode: SearchMode = "hybrid",
+        rerank: bool = True,
     ) -> Retrieval:
-        """Embed (through tier 2) and search: the step every use case shares."""
+        """Embed (through tier 2), search, rerank: the step every use case shares.
+
+        The reranker (KNOWLEDGE_RERANKER) orders the first KNOWLEDGE_RERANK_TOP hits of
+        a hybrid search, so the store is asked for at least that many and the reranked
+        list is cut to `limit` afterwards. The single-retriever modes are not reranked:
+        they are the baselines a hybrid ranking is measured against. `rerank=False`
+        measures the fused order alone (evaluation)."""
         warnings: list[str] = []
         start = time.perf_counter()
         vector = await self._query_vector(normalize_query(query), warnings)
         embedded = time.perf_counter()
-        hits = await self.store.search(query, vector, limit, filters, threshold, mode)
-        self.observer.search(time.perf_counter() - embedded)
-        return Retrieval(hits, vector, ms(embedded - start), elapsed_ms(embedded), warnings)
+        reranking = rerank and mode == "hybrid" and self.reranker.name != "none"
+        depth = max(limit, self.settings.rerank_top) if reranking else limit
+        hits = await self.store.search(query, vector, depth, filters, threshold, mode)
+        searched = time.perf_counter()
+        self.observer.search(searched - embedded)
+        found = Retrieval(hits, vector, ms(embedded - start), ms(searched - embedded), warnings)
+        return await self._reranked(query, found, limit) if reranking else found
+
+    async def _reranked(self, query: str, found: Retrieval, limit: int) -> Retrieval:
+        started = time.perf_counter()
+        reranked = await self.reranker.rerank(query, found.hits, self.settings.rerank_top)
+        return Retrieval(
+            reranked.hits[:limit],
+            found.vector,
+            found.embedding_ms,
+            found.search_ms,
+            found.warnings + reranked.warnings,
+            elapsed_ms(started),
+        )
 
     async def _query_vector(self, normalized: str, warnings: list[str]) -> np.ndarray | None:
         if not self.embedder_ready:
@@ -341,12 +380,14 @@ class KnowledgeService:
         store = await self.store.health_check()
         embedder = self.embedder.health()
         synthesizer = self.synthesizer.health()
+        reranker = self.reranker.health()
         extra = {name: report() for name, report in self.health_reports.items()}
         extra_ok = all(report.get("status") in ("ok", "pending") for report in extra.values())
-        parts_ok = all(part.get("status") == "ok" for part in (store, embedder, synthesizer))
         if store.get("status") == "unavailable":
             status = "unhealthy"
-        elif not parts_ok or not extra_ok:
+        elif not extra_ok or any(
+            report.get("status") != "ok" for report in (store, embedder, synthesizer, reranker)
+        ):
             status = "degraded"
         else:
             status = "healthy"
@@ -360,6 +401,7 @@ class KnowledgeService:
             "store": store,
             "embedder": embedder,
             "synthesizer": synthesizer,
+            "reranker": reranker,
             **extra,
         }
 

@@ -157,6 +157,29 @@ class Settings:
         0.8,
         "Share of the cosine in convex fusion (0-1); the keyword score has the rest.",
     )
+    reranker: str = setting(
+        "KNOWLEDGE_RERANKER",
+        "none",
+        "Reranking after fusion: none, cross-encoder (a local model), cohere (Cohere Rerank) "
+        "or llm (the first available LLM link of the synthesis chain).",
+    )
+    rerank_top: int = setting(
+        "KNOWLEDGE_RERANK_TOP",
+        20,
+        "Fused hits the reranker orders; the hits after them keep their fused order.",
+    )
+    rerank_model: str = setting(
+        "KNOWLEDGE_RERANK_MODEL",
+        "",
+        "cross-encoder: a local folder or a model id (fetched where the machine may download; "
+        "default cross-encoder/ms-marco-MiniLM-L6-v2); cohere: its rerank model (default "
+        "rerank-v3.5). Empty = the backend's default.",
+    )
+    rerank_timeout: float = setting(
+        "KNOWLEDGE_RERANK_TIMEOUT",
+        5.0,
+        "Seconds a cohere or llm reranking may take before the fused order is kept.",
+    )
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
     )
@@ -272,7 +295,7 @@ class Settings:
     )
     groq_api_key: Secret = setting("GROQ_API_KEY", Secret(""), "Groq API key (synthesis).")
     cohere_api_key: Secret = setting(
-        "COHERE_API_KEY", Secret(""), "Cohere API key (cohere embedder)."
+        "COHERE_API_KEY", Secret(""), "Cohere API key (cohere embedder and reranker)."
     )
     gemini_base_url: str = setting(
         "KNOWLEDGE_GEMINI_BASE_URL",
@@ -445,6 +468,8 @@ class Settings:
             "embedding_cache_size",
             "fusion_k",
             "candidates",
+            "rerank_top",
+            "rerank_timeout",
             "max_body_bytes",
             "body_timeout",
             "postgres_pool_size",

@@ -27,6 +27,7 @@ GROQ_KEY = "gq-secret-key-2222"
 COHERE_KEY = "co-secret-key-3333"
 GEMINI_GENERATE = r"^https://gemini\.test/v1/models/gemini-2\.0-flash:streamGenerateContent"
 GROQ_CHAT = f"{GROQ_URL}/openai/v1/chat/completions"
+COHERE_RERANK = f"{COHERE_URL}/v2/rerank"
 
 
 def llm_settings(tmp_path: Path, **changes: Any) -> Settings:
@@ -102,6 +103,23 @@ def groq_answer(pieces: Sequence[str], tokens: int = 77) -> httpx.Response:
 
 def groq_error(status: int, message: str = "failure") -> httpx.Response:
     return httpx.Response(status, json={"error": {"message": message, "type": "server_error"}})
+
+
+# -- Cohere -----------------------------------------------------------------------------
+
+
+def cohere_ranking(indices: Sequence[int]) -> httpx.Response:
+    """A v2 rerank reply: `indices` (0-based, into the documents sent) best first."""
+    results = [
+        {"index": index, "relevance_score": round(1.0 - rank / 10, 2)}
+        for rank, index in enumerate(indices)
+    ]
+    body = {"id": "rr-1", "results": results, "meta": {"billed_units": {"search_units": 1}}}
+    return httpx.Response(200, json=body)
+
+
+def cohere_error(status: int, message: str = "failure") -> httpx.Response:
+    return httpx.Response(status, json={"message": message})
 
 
 # -- streams that stall or break ----------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,14 @@ from pytest import approx
 
 from knowledge_api import ir_metrics
 from knowledge_api.cli import main
+from knowledge_api.compose import build_service
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.models import SearchHit
+from knowledge_api.rerankers import rerankers
+from knowledge_api.rerankers.base import OrderingReranker, RerankError
 from knowledge_api.service import KnowledgeService
 from knowledge_api.usecases import evaluation as ev
+from tests.conftest import make_settings
 
 RANKED = ["a", "b", "c"]
 GRADES = {"b": 2, "c": 1, "x": 3}  # x is judged but never retrieved
@@ -140,3 +146,114 @@ def test_eval_command(
     assert json.loads(capsys.readouterr().out)["embedded"] == 0  # the kept corpus is re-used
     assert main(["eval", str(tmp_path / "nowhere")]) == 2
     assert "missing" in capsys.readouterr().err
+
+
+class UpsideDown(OrderingReranker):
+    """Puts the best fused hit last: a reranker that can only hurt."""
+
+    name = "upside-down"
+
+    async def order(self, query: str, hits: Sequence[SearchHit]) -> list[int]:
+        return list(reversed(range(len(hits))))
+
+
+class Refusing(OrderingReranker):
+    name = "refusing"
+
+    async def order(self, query: str, hits: Sequence[SearchHit]) -> list[int]:
+        raise RerankError("no")
+
+
+rerankers.register("upside-down", UpsideDown)
+rerankers.register("refusing", Refusing)
+
+
+async def evaluated(tmp_path: Path, reranker: str, rerank: bool) -> ev.EvalReport:
+    service = build_service(make_settings(tmp_path, reranker=reranker, rerank_top=3))
+    await service.start()
+    try:
+        return await ev.evaluate(service, write_beir(tmp_path / "set"), rerank=rerank)
+    finally:
+        await service.stop()
+
+
+async def test_a_reranker_adds_a_row_and_leaves_the_modes_alone(tmp_path: Path) -> None:
+    report = await evaluated(tmp_path, "upside-down", rerank=True)
+    assert list(report.modes) == ["hybrid", "vector", "keyword", "hybrid+upside-down"]
+    assert report.modes["hybrid"]["mrr@10"] == 1.0  # not reranked
+    # the judged passage, first in hybrid, is third of the three reversed ones
+    assert report.modes["hybrid+upside-down"]["mrr@10"] == approx(1 / 3, abs=1e-4)
+    assert report.latency_ms["hybrid+upside-down"]["p50"] > 0 and report.degraded == {}
+    table = report.table()
+    assert "\nhybrid+upside-down " in table and "0.333" in table
+
+
+async def test_without_rerank_no_row_is_added(tmp_path: Path) -> None:
+    report = await evaluated(tmp_path, "upside-down", rerank=False)
+    assert list(report.modes) == ["hybrid", "vector", "keyword"]
+
+
+async def test_queries_whose_reranking_failed_are_counted(tmp_path: Path) -> None:
+    report = await evaluated(tmp_path, "refusing", rerank=True)
+    assert report.degraded == {"hybrid+refusing": 4}
+    assert report.modes["hybrid+refusing"] == report.modes["hybrid"]  # the fused order
+    assert "hybrid+refusing: 4 of 4 queries came back with a warning" in report.table()
+
+
+def report_of(hybrid: float, vector: float, keyword: float, lb: float) -> ev.EvalReport:
+    def row(ndcg: float, lb_ndcg: float) -> dict[str, float]:
+        return {name: 0.5 for name in ev.EVAL_METRICS} | {
+            "ndcg@10": ndcg,
+            "leaderboard_ndcg@10": lb_ndcg,
+        }
+
+    modes = {"hybrid": row(hybrid, lb), "vector": row(vector, 0.9), "keyword": row(keyword, 0.8)}
+    latency = {mode: {"p50": 1.0, "p95": 2.0} for mode in modes}
+    return ev.EvalReport(10, 5, "c", False, 10, 1.0, modes, latency)
+
+
+def test_the_verdict_says_whether_hybrid_beat_both_single_rankings() -> None:
+    report = report_of(hybrid=0.817, vector=0.798, keyword=0.732, lb=0.9)
+    assert report.hybrid_beats_single() == {"ndcg@10": True, "leaderboard_ndcg@10": False}
+    assert report.table().splitlines()[-1] == (
+        "hybrid beat both single rankings: nDCG@10 yes (0.817 vs vector 0.798, keyword "
+        "0.732); lb nDCG@10 no (0.900 vs vector 0.900, keyword 0.800)"
+    )
+    # beaten by one single ranking, or level with it as printed, is no win
+    assert report_of(0.70, 0.71, 0.6, 0.95).hybrid_beats_single() == {
+        "ndcg@10": False,
+        "leaderboard_ndcg@10": True,
+    }
+    assert report_of(0.8001, 0.8004, 0.6, 0.95).hybrid_beats_single() == {
+        "ndcg@10": False,
+        "leaderboard_ndcg@10": True,
+    }
+
+
+def test_no_verdict_without_every_mode() -> None:
+    report = report_of(0.9, 0.8, 0.7, 0.95)
+    del report.modes["keyword"]
+    assert report.hybrid_beats_single() is None
+    assert "hybrid beat" not in report.table()
+
+
+def test_eval_command_with_a_reranker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    monkeypatch.setenv("KNOWLEDGE_RERANKER", "refusing")  # not used by eval unless named
+    folder = write_beir(tmp_path / "set")
+    assert main(["eval", str(folder), "--reranker", "upside-down", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert list(report["modes"]) == ["hybrid", "vector", "keyword", "hybrid+upside-down"]
+    assert set(report["latency_ms"]["hybrid+upside-down"]) == {"p50", "p95"}
+    assert report["degraded"] == {}
+    verdict = report["hybrid_beats_single"]
+    assert set(verdict) == {"ndcg@10", "leaderboard_ndcg@10"}
+    assert all(isinstance(value, bool) for value in verdict.values())
+    assert main(["eval", str(folder)]) == 0
+    table = capsys.readouterr().out
+    assert "hybrid+" not in table and "warning" not in table
+    assert "hybrid beat both single rankings: nDCG@10 " in table

@@ -20,7 +20,16 @@ CORE = {
     "registry",
     "__init__",
 }
-SEAMS = {"stores", "embeddings", "synthesis", "ingest", "cache", "grounding", "ir_metrics"}
+SEAMS = {
+    "stores",
+    "embeddings",
+    "rerankers",
+    "synthesis",
+    "ingest",
+    "cache",
+    "grounding",
+    "ir_metrics",
+}
 LAYERS = [
     ("core", CORE),
     ("seams", SEAMS),

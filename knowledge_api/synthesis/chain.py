@@ -200,6 +200,24 @@ class SynthesisChain:
             return
         raise RuntimeError(f"no link of the synthesis chain answered: {skipped}")
 
+    def ready_link(self) -> Synthesizer | None:
+        """The first LLM link that may be called now, for work outside an answer (such
+        as reranking): it has what it needs and its circuit is closed, or this caller
+        is the one that probes it after the cool-down. None when no link is ready; the
+        offline last link is never one."""
+        for link in self.links[:-1]:
+            if link.unavailable() is None and self._circuit_open(link) is None:
+                return link
+        return None
+
+    def record(self, link: Synthesizer, error: Exception | None) -> None:
+        """The outcome of a call to `link` made outside the chain: a provider that fails
+        there opens its circuit for answers too, and one that answers closes it."""
+        if error is None:
+            self.states[link.name] = LinkState()
+        else:
+            self._failed(link, error)
+
     def _circuit_open(self, link: Synthesizer) -> str | None:
         """Why a link that keeps failing is skipped without a call; None to call it.
         Past the cool-down the caller probes it, and the circuit stays open to others

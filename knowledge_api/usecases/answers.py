@@ -108,14 +108,18 @@ async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGene
     yield COMPUTED, await finished(service, generation, found, grounded)
 
 
-async def search(service: KnowledgeService, params: AnswerParams, threshold: float) -> Retrieval:
-    return await service.retrieve(params.query, params.limit, params.search_filters(), threshold)
+async def search(
+    service: KnowledgeService, params: AnswerParams, threshold: float, rerank: bool = True
+) -> Retrieval:
+    return await service.retrieve(
+        params.query, params.limit, params.search_filters(), threshold, rerank=rerank
+    )
 
 
 async def finished(
     service: KnowledgeService, generation: Any, found: Retrieval, grounded: GroundedAnswer
 ) -> tuple[GroundedAnswer, bool]:
-    retrieval_ms = round(found.embedding_ms + found.search_ms, 3)
+    retrieval_ms = round(sum(found.timings().values()), 3)
     grounded = replace(grounded, results=tuple(found.hits), retrieval_ms=retrieval_ms)
     return grounded, not grounded.warnings and await service.generation() == generation
 
@@ -124,7 +128,7 @@ async def insufficient(
     service: KnowledgeService, params: AnswerParams, warnings: Sequence[str]
 ) -> GroundedAnswer:
     """No passage reaches the threshold: say how close the nearest came."""
-    nearest = await search(service, params, 0.0)
+    nearest = await search(service, params, 0.0, rerank=False)  # only its best similarity
     best = grounding.retrieval_quality(nearest.hits)
     if nearest.hits:
         message = INSUFFICIENT.format(threshold=params.threshold, best=best)

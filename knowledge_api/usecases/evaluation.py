@@ -1,12 +1,14 @@
 """Evaluation of a BEIR-layout directory (`knowledge-api eval`): ingest its corpus, run
-every judged query in every search mode, report the IR metrics and latency."""
+every judged query in every search mode (and, when asked, hybrid with the service's
+reranker), report the IR metrics and latency, and whether hybrid beat both single
+rankings."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ from knowledge_api.service import KnowledgeService
 
 EVAL_METRICS = ("ndcg@10", "leaderboard_ndcg@10", "recall@10", "recall@100", "mrr@10")
 EVAL_DEPTH = 100
+VERDICT_METRICS = {"ndcg@10": "nDCG@10", "leaderboard_ndcg@10": "lb nDCG@10"}
+"""The metrics hybrid must win on to have beaten both single rankings."""
 
 
 # -- BEIR layout ---------------------------------------------------------------------
@@ -86,12 +90,28 @@ class EvalReport:
     embedded: int
     ingest_s: float
     modes: dict[str, dict[str, float]]
+    """Metrics per row: each search mode, then hybrid+<reranker> when one was asked for."""
     latency_ms: dict[str, dict[str, float]]
+    degraded: dict[str, int] = field(default_factory=dict)
+    """Queries per row that came back with a warning (a reranking that failed, say)."""
+
+    def hybrid_beats_single(self) -> dict[str, bool] | None:
+        """Per verdict metric, whether hybrid scored above both vector and keyword (as
+        printed, to 3 places); None when a mode was not run."""
+        if not all(mode in self.modes for mode in SEARCH_MODES):
+            return None
+        return {
+            metric: round(self.modes["hybrid"][metric], 3)
+            > max(round(self.modes[mode][metric], 3) for mode in ("vector", "keyword"))
+            for metric in VERDICT_METRICS
+        }
 
     def as_json(self) -> dict[str, Any]:
         return {
             "modes": self.modes,
             "latency_ms": self.latency_ms,
+            "degraded": self.degraded,
+            "hybrid_beats_single": self.hybrid_beats_single(),
             "queries": self.queries,
             "documents": self.documents,
             "collection": self.collection,
@@ -100,7 +120,8 @@ class EvalReport:
         }
 
     def table(self) -> str:
-        header = f"{'mode':<8} {'nDCG@10':>8} {'lb nDCG@10':>10} {'R@10':>6} {'R@100':>6} "
+        width = max(8, *(len(mode) for mode in self.modes))
+        header = f"{'mode':<{width}} {'nDCG@10':>8} {'lb nDCG@10':>10} {'R@10':>6} {'R@100':>6} "
         header += f"{'MRR@10':>7} {'p50 ms':>7} {'p95 ms':>7}"
         kept = "kept" if self.kept else "removed"
         lines = [
@@ -112,12 +133,29 @@ class EvalReport:
         for mode, m in self.modes.items():
             latency = self.latency_ms[mode]
             lines.append(
-                f"{mode:<8} {m['ndcg@10']:>8.3f} {m['leaderboard_ndcg@10']:>10.3f} "
+                f"{mode:<{width}} {m['ndcg@10']:>8.3f} {m['leaderboard_ndcg@10']:>10.3f} "
                 f"{m['recall@10']:>6.3f} {m['recall@100']:>6.3f} {m['mrr@10']:>7.3f} "
                 f"{latency['p50']:>7.2f} {latency['p95']:>7.2f}"
             )
         lines.append("lb nDCG@10: the leaderboard formula (ideal ranking over the retrieved list)")
+        if verdict := self.verdict_line():
+            lines.append(verdict)
+        for mode, count in self.degraded.items():
+            lines.append(f"{mode}: {count} of {self.queries} queries came back with a warning")
         return "\n".join(lines)
+
+    def verdict_line(self) -> str:
+        beats = self.hybrid_beats_single()
+        if beats is None:
+            return ""
+        parts = []
+        for metric, label in VERDICT_METRICS.items():
+            hybrid, vector, keyword = (self.modes[m][metric] for m in SEARCH_MODES)
+            answer = "yes" if beats[metric] else "no"
+            parts.append(
+                f"{label} {answer} ({hybrid:.3f} vs vector {vector:.3f}, keyword {keyword:.3f})"
+            )
+        return "hybrid beat both single rankings: " + "; ".join(parts)
 
 
 async def evaluate(
@@ -126,8 +164,13 @@ async def evaluate(
     modes: Sequence[SearchMode] = SEARCH_MODES,
     collection: str = "",
     progress: Callable[[int], object] | None = None,
+    rerank: bool = False,
 ) -> EvalReport:
     """Ingest the corpus into a collection, run every judged query in every mode.
+
+    Modes are measured without the reranker, so they stay the same baselines whatever
+    the deployment reranks with; `rerank` adds a row, hybrid+<reranker>, with the
+    service's reranker (when it has one).
 
     Without `collection` a temporary one is used and removed afterwards; a named
     collection is kept, so a later run re-uses its vectors instead of re-embedding.
@@ -139,7 +182,12 @@ async def evaluate(
     try:
         summary = await service.ingest(documents, progress=progress)
         ingest_s = time.perf_counter() - started
-        results = {mode: await run_queries(service, data, name, mode) for mode in modes}
+        results: dict[str, Run] = {
+            mode: await run_queries(service, data, name, mode) for mode in modes
+        }
+        if rerank and service.reranker.name != "none":
+            row = f"hybrid+{service.reranker.name}"
+            results[row] = await run_queries(service, data, name, "hybrid", rerank=True)
     finally:
         if not collection:
             for doc in documents:
@@ -151,25 +199,40 @@ async def evaluate(
         kept=bool(collection),
         embedded=summary.embedded,
         ingest_s=ingest_s,
-        modes={mode: metrics for mode, (metrics, _) in results.items()},
-        latency_ms={mode: percentiles(samples) for mode, (_, samples) in results.items()},
+        modes={mode: run.metrics for mode, run in results.items()},
+        latency_ms={mode: percentiles(run.latencies) for mode, run in results.items()},
+        degraded={mode: run.degraded for mode, run in results.items() if run.degraded},
     )
 
 
+@dataclass(frozen=True)
+class Run:
+    metrics: dict[str, float]
+    latencies: list[float]
+    """Milliseconds per query."""
+    degraded: int
+    """Queries that came back with a warning."""
+
+
 async def run_queries(
-    service: KnowledgeService, data: BeirSet, collection: str, mode: SearchMode
-) -> tuple[dict[str, float], list[float]]:
-    """Mean metrics and per-query latency (ms) of one mode; each mode starts with an
-    empty query-embedding cache, so every latency includes embedding the query."""
+    service: KnowledgeService,
+    data: BeirSet,
+    collection: str,
+    mode: SearchMode,
+    rerank: bool = False,
+) -> Run:
+    """Mean metrics and per-query latency of one row; each row starts with an empty
+    query-embedding cache, so every latency includes embedding the query."""
     service.forget_query_embeddings()
     filters = SearchFilters(collection=collection)
-    rows, latencies = [], []
+    rows, latencies, degraded = [], [], 0
     for qid, text in data.judged:
         started = time.perf_counter()
-        found = await service.retrieve(text, EVAL_DEPTH, filters, 0.0, mode)
+        found = await service.retrieve(text, EVAL_DEPTH, filters, 0.0, mode, rerank=rerank)
         latencies.append((time.perf_counter() - started) * 1000)
         rows.append(eval_metrics(ranked_sources(found.hits), data.qrels[qid]))
-    return mean_metrics(rows), latencies
+        degraded += bool(found.warnings)
+    return Run(mean_metrics(rows), latencies, degraded)
 
 
 def ranked_sources(hits: Sequence[SearchHit]) -> list[str]:

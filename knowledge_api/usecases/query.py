@@ -30,7 +30,8 @@ class QueryResult:
     """The synthesis, when one was asked for."""
     warnings: tuple[str, ...]
     timings: dict[str, float]
-    """embedding_ms, search_ms and, with a synthesis, synthesis_ms."""
+    """embedding_ms, search_ms, rerank_ms when a reranker ran and, with a synthesis,
+    synthesis_ms."""
 
 
 async def query(service: KnowledgeService, params: QueryParams) -> Served[QueryResult]:
@@ -92,7 +93,7 @@ async def finished(
 ) -> tuple[QueryResult, bool]:
     """The result and whether it may be cached: not when something degraded it, nor
     when the store changed while it was computed."""
-    timings = {"embedding_ms": found.embedding_ms, "search_ms": found.search_ms}
+    timings = found.timings()
     warnings = list(found.warnings)
     if outcome is not None:
         timings["synthesis_ms"] = synthesis_ms

@@ -122,8 +122,14 @@ async def answer(service: KnowledgeService, request: SupportRequest) -> Body:
 
 async def consult(service: KnowledgeService, request: SupportRequest) -> Body:
     settings = service.settings
+    # not reranked: articles are ranked below by their own relevance score (similarity
+    # and tag boosts), so a reranker's order would be dropped, and its latency would
+    # eat the KNOWLEDGE_SUPPORT_TIMEOUT_MS budget
     found = await service.retrieve(
-        request.query, CANDIDATE_PASSAGES, SearchFilters(collection=settings.support_collection)
+        request.query,
+        CANDIDATE_PASSAGES,
+        SearchFilters(collection=settings.support_collection),
+        rerank=False,
     )
     if found.vector is None:
         raise EmbeddingError("the embedding model is not available")
