@@ -11,11 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
+Event = tuple[str, Any]
+COMPUTED = "computed"
+"""The last event of a computation: (value to cache, whether it may be cached)."""
 
 
 class TTLCache(Generic[V]):
@@ -113,3 +117,68 @@ class Caches:
 def hit_rate(cache: TTLCache[Any]) -> float:
     total = cache.hits + cache.misses
     return round(cache.hits / total, 4) if total else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Served(Generic[V]):
+    """A value as one request got it: from tier 1 or computed for it."""
+
+    value: V
+    cache_hit: bool
+    started: float
+    """perf_counter() when the request began: its total time is measured from here."""
+
+    @property
+    def total_ms(self) -> float:
+        return round((time.perf_counter() - self.started) * 1000, 3)
+
+
+class ResponseTier:
+    """Tier 1 as requests use it: a value served from it or computed once, following
+    the store's generation so no answer outlives a change of the store."""
+
+    def __init__(self, caches: Caches, generation: Callable[[], Awaitable[Hashable]]) -> None:
+        self.caches = caches
+        self.store_generation = generation
+
+    async def generation(self) -> Hashable:
+        generation = await self.store_generation()
+        self.caches.follow_store(generation)
+        return generation
+
+    async def served(
+        self, key: Hashable, compute: Callable[[], Awaitable[tuple[V, bool]]]
+    ) -> Served[V]:
+        """The value of `key`, or `compute()`'s (value, cacheable), computed once for
+        identical concurrent requests."""
+        start = time.perf_counter()
+        await self.generation()
+        value, computed = await self.caches.responses.get_or_compute(key, compute)
+        return Served(value, not computed, start)
+
+    async def served_events(
+        self,
+        key: Hashable,
+        run: AsyncGenerator[Event, None],
+        replay: Callable[[Any], list[Event]],
+    ) -> AsyncGenerator[Event, None]:
+        """A hit replayed, or `run`'s events passed on as they come (the value it
+        computes last, as (COMPUTED, (value, cacheable)), is cached); then
+        ("done", Served)."""
+        start = time.perf_counter()
+        await self.generation()
+        async with aclosing(run):
+            cached = self.caches.responses.get(key)
+            if cached is not None:
+                for event in replay(cached):
+                    yield event
+                yield "done", Served(cached, True, start)
+                return
+            async for name, data in run:
+                if name != COMPUTED:
+                    yield name, data
+                    continue
+                value, cacheable = data
+                if cacheable:
+                    self.caches.responses.put(key, value)
+                yield "done", Served(value, False, start)

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from knowledge_api import __version__
-from knowledge_api.cache import Caches, TTLCache
+from knowledge_api.cache import COMPUTED, Caches, Event, ResponseTier, Served
 from knowledge_api.embeddings.base import Embedder
 from knowledge_api.errors import BackendConnectionError, EmbeddingError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
@@ -41,17 +41,22 @@ from knowledge_api.observer import UNOBSERVED, Observer
 from knowledge_api.rerankers.base import NoReranker, Reranker
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
-from knowledge_api.stores.keys import ApiKey, token_hash
+from knowledge_api.stores.keys import RememberedKeys
 from knowledge_api.synthesis.base import Synthesizer
 from knowledge_api.synthesis.chain import Outcome, SynthesisChain
 
+__all__ = [
+    "COMPUTED",
+    "Event",
+    "KnowledgeService",
+    "Retrieval",
+    "Served",
+    "elapsed_ms",
+    "utc_now",
+]
 log = logging.getLogger("knowledge_api")
 Body = dict[str, Any]
-Event = tuple[str, Any]
 T = TypeVar("T")
-KEY_CACHE_SECONDS = 5.0
-COMPUTED = "computed"
-"""The last event of a computation: (value to cache, whether it may be cached)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,20 +75,6 @@ class Retrieval:
         if self.rerank_ms is not None:
             timings["rerank_ms"] = self.rerank_ms
         return timings
-
-
-@dataclass(frozen=True, slots=True)
-class Served(Generic[T]):
-    """A value as one request got it: from tier 1 or computed for it."""
-
-    value: T
-    cache_hit: bool
-    started: float
-    """perf_counter() when the request began: its total time is measured from here."""
-
-    @property
-    def total_ms(self) -> float:
-        return elapsed_ms(self.started)
 
 
 class KnowledgeService:
@@ -105,13 +96,13 @@ class KnowledgeService:
             else SynthesisChain([synthesizer])
         )
         self.caches = Caches.from_settings(settings)
+        self.tier1 = ResponseTier(self.caches, store.generation)
         self.started = time.monotonic()
         self.embedder_ready = False
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder")
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
-        self.keys = store.key_store(settings.db_path)
-        self._known_keys: TTLCache[ApiKey] = TTLCache(10_000, KEY_CACHE_SECONDS)
+        self.keys = RememberedKeys(store.key_store(settings.db_path))
         self.observer: Observer = UNOBSERVED
 
     def observe(self, observer: Observer) -> None:
@@ -275,44 +266,17 @@ class KnowledgeService:
 
     async def generation(self) -> Any:
         """The store's generation; tier 1 is emptied when it changed."""
-        generation = await self.store.generation()
-        self.caches.follow_store(generation)
-        return generation
+        return await self.tier1.generation()
 
     async def served(self, key: Any, compute: Callable[[], Awaitable[tuple[T, bool]]]) -> Served[T]:
-        """The tier-1 value of `key`, or `compute()`'s (value, cacheable), computed once
-        for identical concurrent requests."""
-        start = time.perf_counter()
-        await self.generation()
-        value, computed = await self.caches.responses.get_or_compute(key, compute)
-        return Served(value, not computed, start)
+        """The tier-1 value of `key`, or `compute()`'s (value, cacheable)."""
+        return await self.tier1.served(key, compute)
 
-    async def served_events(
-        self,
-        key: Any,
-        run: AsyncGenerator[Event, None],
-        replay: Callable[[Any], list[Event]],
+    def served_events(
+        self, key: Any, run: AsyncGenerator[Event, None], replay: Callable[[Any], list[Event]]
     ) -> AsyncGenerator[Event, None]:
-        """A tier-1 hit replayed, or `run`'s events passed on as they come (the value it
-        computes last, as (COMPUTED, (value, cacheable)), is cached); then
-        ("done", Served)."""
-        start = time.perf_counter()
-        await self.generation()
-        async with aclosing(run):
-            cached = self.caches.responses.get(key)
-            if cached is not None:
-                for event in replay(cached):
-                    yield event
-                yield "done", Served(cached, True, start)
-                return
-            async for name, data in run:
-                if name != COMPUTED:
-                    yield name, data
-                    continue
-                value, cacheable = data
-                if cacheable:
-                    self.caches.responses.put(key, value)
-                yield "done", Served(value, False, start)
+        """A tier-1 hit replayed, or `run`'s events as they come; then ("done", Served)."""
+        return self.tier1.served_events(key, run, replay)
 
     # -- documents ------------------------------------------------------------------
 
@@ -346,22 +310,6 @@ class KnowledgeService:
 
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         return self.store.iter_documents(collection)
-
-    # -- API keys -------------------------------------------------------------------
-
-    async def api_key(self, token: str) -> ApiKey | None:
-        """The key a token belongs to. Known keys are remembered for a few seconds, so a
-        revoked key stops working within KEY_CACHE_SECONDS on every replica."""
-        digest = token_hash(token)
-        known = self._known_keys.get(digest)
-        if known is None:
-            known = await self.keys.find(digest)
-            if known is not None:
-                self._known_keys.put(digest, known)
-        return known
-
-    def forget_keys(self) -> None:
-        self._known_keys.clear()
 
     # -- health ---------------------------------------------------------------------
 

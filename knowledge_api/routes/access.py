@@ -111,7 +111,7 @@ async def identify(request: Request) -> Access:
     if not token:
         return ANONYMOUS
     knowledge: KnowledgeService = request.app.state.service
-    key = await knowledge.api_key(token)
+    key = await knowledge.keys.for_token(token)
     if key is None:
         raise Unauthorized("unknown or revoked API key")
     collections = None if key.collections is None else frozenset(key.collections)

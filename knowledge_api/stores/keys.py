@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from knowledge_api.cache import TTLCache
 from knowledge_api.errors import BackendConnectionError, InvalidRequest
 
 TOKEN_PREFIX = "kapi_"
@@ -57,6 +58,45 @@ class KeyStore(Protocol):
     async def all(self) -> list[ApiKey]: ...
 
     async def revoke(self, name: str) -> bool: ...
+
+
+KEY_CACHE_SECONDS = 5.0
+
+
+class RememberedKeys:
+    """A key store that remembers the keys it found for a few seconds, so checking a
+    token costs no round trip on most requests; a revoked key stops working within
+    KEY_CACHE_SECONDS on every replica, at once on the one that revoked it."""
+
+    def __init__(self, keys: KeyStore) -> None:
+        self.keys = keys
+        self._known: TTLCache[ApiKey] = TTLCache(10_000, KEY_CACHE_SECONDS)
+
+    async def open(self) -> None:
+        await self.keys.open()
+
+    async def close(self) -> None:
+        await self.keys.close()
+
+    async def add(self, key: ApiKey) -> None:
+        await self.keys.add(key)
+
+    async def for_token(self, token: str) -> ApiKey | None:
+        digest = token_hash(token)
+        known = self._known.get(digest)
+        if known is None:
+            known = await self.keys.find(digest)
+            if known is not None:
+                self._known.put(digest, known)
+        return known
+
+    async def all(self) -> list[ApiKey]:
+        return await self.keys.all()
+
+    async def revoke(self, name: str) -> bool:
+        revoked = await self.keys.revoke(name)
+        self._known.clear()
+        return revoked
 
 
 class SQLiteKeys:

@@ -39,5 +39,4 @@ async def listed(service: KnowledgeService) -> list[ApiKey]:
 
 async def revoke(service: KnowledgeService, name: str) -> bool:
     revoked: bool = await service.keys.revoke(name)
-    service.forget_keys()
     return revoked
