@@ -12,18 +12,14 @@ import httpx
 import pytest
 import respx
 
-from knowledge_api.compose import build_service
-from knowledge_api.models import SearchFilters, SearchHit
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret, Settings
 from tests import providers
-from tests.conftest import ask, corpus, make_settings, query_params
+from tests.conftest import ask, make_settings, query_params
 from tests.providers import COHERE_KEY, COHERE_RERANK, COHERE_URL, cohere_error, cohere_ranking
+from tests.reranking import QUESTION, TOP, fused, ids, reranked, started
 
 pytest.importorskip("cohere")
-
-QUESTION = "Which audio formats does asset ingestion accept?"
-TOP = 4
 
 
 @pytest.fixture
@@ -42,31 +38,11 @@ def cohere_settings(tmp_path: Path, **changes: Any) -> Settings:
     return make_settings(tmp_path, **{**values, **changes})
 
 
-async def started(settings: Settings) -> KnowledgeService:
-    service = build_service(settings)
-    await service.start()
-    await service.ingest(corpus())
-    return service
-
-
 @pytest.fixture
 async def service(tmp_path: Path, mock: respx.MockRouter) -> AsyncIterator[KnowledgeService]:
     svc = await started(cohere_settings(tmp_path))
     yield svc
     await svc.stop()
-
-
-async def fused(service: KnowledgeService, limit: int = 6) -> list[SearchHit]:
-    found = await service.retrieve(QUESTION, limit, SearchFilters(), 0.0, rerank=False)
-    return found.hits
-
-
-async def reranked(service: KnowledgeService, limit: int = 6) -> Any:
-    return await service.retrieve(QUESTION, limit, SearchFilters(), 0.0)
-
-
-def ids(hits: list[SearchHit]) -> list[str]:
-    return [hit.chunk.id for hit in hits]
 
 
 async def test_cohere_orders_the_best_hits(

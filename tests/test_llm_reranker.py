@@ -12,14 +12,12 @@ import httpx
 import pytest
 import respx
 
-from knowledge_api.compose import build_service
-from knowledge_api.models import SearchFilters, SearchHit
 from knowledge_api.rerankers.base import RerankError
 from knowledge_api.rerankers.llm import parse_ranking
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret, Settings
 from tests import providers
-from tests.conftest import ask, corpus, query_params
+from tests.conftest import ask, query_params
 from tests.providers import (
     GEMINI_GENERATE,
     GROQ_CHAT,
@@ -30,12 +28,10 @@ from tests.providers import (
     llm_settings,
     streamed,
 )
+from tests.reranking import QUESTION, TOP, fused, ids, reranked, started
 
 pytest.importorskip("google.genai")
 pytest.importorskip("groq")
-
-QUESTION = "Which audio formats does asset ingestion accept?"
-TOP = 4
 
 
 @pytest.fixture
@@ -54,31 +50,11 @@ def settings_of(tmp_path: Path, **changes: Any) -> Settings:
     return llm_settings(tmp_path, **{**values, **changes})
 
 
-async def started(settings: Settings) -> KnowledgeService:
-    service = build_service(settings)
-    await service.start()
-    await service.ingest(corpus())
-    return service
-
-
 @pytest.fixture
 async def service(tmp_path: Path, mock: respx.MockRouter) -> AsyncIterator[KnowledgeService]:
     svc = await started(settings_of(tmp_path))
     yield svc
     await svc.stop()
-
-
-async def fused(service: KnowledgeService, limit: int = 6) -> list[SearchHit]:
-    found = await service.retrieve(QUESTION, limit, SearchFilters(), 0.0, rerank=False)
-    return found.hits
-
-
-async def reranked(service: KnowledgeService, limit: int = 6) -> Any:
-    return await service.retrieve(QUESTION, limit, SearchFilters(), 0.0)
-
-
-def ids(hits: list[SearchHit]) -> list[str]:
-    return [hit.chunk.id for hit in hits]
 
 
 def prompt_of(route: respx.Route) -> str:

@@ -1,0 +1,35 @@
+"""What the provider reranker tests share: a started service over the test corpus and
+the hits of one question before and after reranking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from knowledge_api.compose import build_service
+from knowledge_api.models import SearchFilters, SearchHit
+from knowledge_api.service import KnowledgeService
+from knowledge_api.settings import Settings
+from tests.conftest import corpus
+
+QUESTION = "Which audio formats does asset ingestion accept?"
+TOP = 4
+
+
+async def started(settings: Settings) -> KnowledgeService:
+    service = build_service(settings)
+    await service.start()
+    await service.ingest(corpus())
+    return service
+
+
+async def fused(service: KnowledgeService, limit: int = 6) -> list[SearchHit]:
+    found = await service.retrieve(QUESTION, limit, SearchFilters(), 0.0, rerank=False)
+    return found.hits
+
+
+async def reranked(service: KnowledgeService, limit: int = 6) -> Any:
+    return await service.retrieve(QUESTION, limit, SearchFilters(), 0.0)
+
+
+def ids(hits: list[SearchHit]) -> list[str]:
+    return [hit.chunk.id for hit in hits]
