@@ -353,14 +353,17 @@ def embedded_server_url(data_dir: Path) -> str:
 
 def clear_dead_postmaster(data_dir: Path) -> None:
     """A killed server may linger as a zombie where nothing reaps it (some containers):
-    it is dead, but its pid file, naming a process that still exists, would stop a new
-    server from starting. Postgres removes a pid file of a process that is gone."""
+    it is dead, but its pid file and socket lock files, naming a process that still
+    exists, would stop a new server from starting. Postgres removes lock files of a
+    process that is gone."""
     import psutil
 
     try:
         pid = int((data_dir / "postmaster.pid").read_text().split()[0])
-        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            (data_dir / "postmaster.pid").unlink()
+        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            return
+        for lock in [*data_dir.glob(".s.PGSQL.*.lock"), data_dir / "postmaster.pid"]:
+            lock.unlink(missing_ok=True)
     except (OSError, ValueError, IndexError, psutil.Error):
         return
 
