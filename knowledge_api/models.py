@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -143,8 +143,8 @@ class SearchParams:
     def cache_key(self) -> tuple[Any, ...]:
         """What the answer depends on, for tier 1: the kind of request and every
         parameter, the query normalised."""
-        values = astuple(self)
-        return (type(self).__name__, normalize_query(self.query), *values[1:])
+        values = [getattr(self, each.name) for each in fields(self)[1:]]
+        return (type(self).__name__, normalize_query(self.query), *values)
 
     def search_filters(self) -> SearchFilters:
         return SearchFilters(self.sources, self.filters, self.collection)
