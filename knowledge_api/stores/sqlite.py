@@ -9,15 +9,10 @@ through this store update the index as they commit; writes by another process (a
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Hashable, Sequence
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,12 +28,12 @@ from knowledge_api.stores import records
 from knowledge_api.stores.base import (
     Candidate,
     HybridSearch,
-    Reconnect,
     cosine_to_similarity,
     embedder_mismatch,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import filter_sql, fts_query
+from knowledge_api.stores.sqlite_file import SQLiteFile
 from knowledge_api.stores.vector_index import VectorIndex
 
 T = TypeVar("T")
@@ -52,105 +47,24 @@ class SQLiteStore(HybridSearch):
     def __init__(self, path: Path | str, tuning: SearchTuning = DEFAULT_TUNING) -> None:
         self.path = Path(path)
         self.tuning = tuning
-        self._conn: sqlite3.Connection | None = None
-        self._writer_conn: sqlite3.Connection | None = None
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
-        self._identity: tuple[int, int] | None = None
-        self._write_failure = ""
+        self.file = SQLiteFile(self.path, self.name, on_open=self._load_index)
         self._index: VectorIndex | None = None
-        self._writes = 0
+        self._reloads = 0
         self._data_version = 0
-        self.connection = Reconnect(self.name)
 
     settings_fields = "db_path"
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 
-    # -- connection -------------------------------------------------------------
-
     async def open(self) -> None:
-        self._connect()
+        self.file.open()
 
     async def close(self) -> None:
-        if self._writer_conn is not None:
-            await self._write(self._close_writer)
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def _close_writer(self) -> None:
-        if self._writer_conn is not None:
-            self._writer_conn.close()
-            self._writer_conn = None
-
-    def _connect(self) -> sqlite3.Connection:
-        self.connection.attempting()
-        try:
-            if str(self.path) != ":memory:":
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = connect(self.path)
-            migrate(conn)
-            self._identity = file_identity(self.path)
-        except (sqlite3.Error, OSError) as e:
-            raise self.connection.failed(f"cannot open {self.path}: {e}") from e
-        self._conn = conn
-        self.connection.succeeded()
-        self._load_index()
-        return conn
-
-    def _writer_db(self) -> sqlite3.Connection:
-        """The writer thread's own connection: a write waiting for a lock held by another
-        process waits there, while reads and cache hits go on on the event loop."""
-        self._check_file()
-        if self._writer_conn is None:
-            self._writer_conn = connect(self.path)
-        return self._writer_conn
-
-    def _check_file(self) -> None:
-        """Refuse writes once the database file was removed or replaced: they would be
-        acknowledged, then lost with the unlinked file."""
-        if self._identity is not None and file_identity(self.path) != self._identity:
-            raise BackendConnectionError(
-                f"{self.path} was removed or replaced while the service ran: writes are "
-                "refused so that none is acknowledged and then lost; restore the file, or "
-                "restart the service to start a new store there",
-                backend=self.name,
-            )
-
-    async def _write(self, work: Callable[[], T]) -> T:
-        """Run a write on the writer thread; a lock that outlasts busy_timeout is a 503,
-        and /health says writes are failing until one succeeds."""
-        try:
-            result: T = await asyncio.get_running_loop().run_in_executor(self._writer, work)
-        except sqlite3.OperationalError as e:
-            self._write_failure = f"writes are failing: {e} (another process holds a lock?)"
-            raise IndexingError(f"{self.path}: {self._write_failure}", backend=self.name) from e
-        self._write_failure = ""
-        return result
-
-    def _db(self) -> sqlite3.Connection:
-        """The open connection; reopens (at most every few seconds) after a failure."""
-        if self._conn is not None:
-            return self._conn
-        self.connection.check()
-        return self._connect()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction on the writer thread's connection."""
-        conn = self._writer_db()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        self._writes += 1
+        await self.file.close()
 
     def _load_index(self) -> None:
-        conn = self._db()
+        conn = self.file.db()
         self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
         dimension = self._meta("embedder_dimension")
         if dimension is None:
@@ -171,22 +85,23 @@ class SQLiteStore(HybridSearch):
 
     def _sync(self) -> None:
         """Reload the index if another connection committed since we last looked."""
-        version = self._db().execute("PRAGMA data_version").fetchone()[0]
+        version = self.file.db().execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
             self._load_index()
-            self._writes += 1
+            self._reloads += 1
 
     async def generation(self) -> Hashable:
         try:
             self._sync()
         except sqlite3.Error as e:
             raise BackendConnectionError(f"store unavailable: {e}", backend=self.name) from e
-        return self._writes
+        return self.file.commits + self._reloads
 
     # -- embedder bookkeeping -----------------------------------------------------
 
     def _meta(self, key: str) -> str | None:
-        row = self._db().execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchone()
+        sql = "SELECT value FROM store_meta WHERE key = ?"
+        row = self.file.db().execute(sql, (key,)).fetchone()
         return None if row is None else str(row["value"])
 
     async def check_embedder(self, name: str, dimension: int) -> None:
@@ -194,13 +109,13 @@ class SQLiteStore(HybridSearch):
         if stored_name is None:
 
             def record() -> None:
-                with self._transaction() as conn:
+                with self.file.transaction() as conn:
                     conn.executemany(
                         "INSERT OR REPLACE INTO store_meta (key, value) VALUES (?, ?)",
                         [("embedder", name), ("embedder_dimension", str(dimension))],
                     )
 
-            await self._write(record)
+            await self.file.write(record)
             self._seen_own_write()
             self._index = VectorIndex(dimension)
             return
@@ -220,7 +135,7 @@ class SQLiteStore(HybridSearch):
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
         for doc in documents:
-            old, keys = await self._write(lambda doc=doc: self._write_document(doc))  # type: ignore[misc]
+            old, keys = await self.file.write(lambda doc=doc: self._write_document(doc))  # type: ignore[misc]
             self._seen_own_write()
             index = self._require_index()
             index.remove(old)
@@ -234,13 +149,13 @@ class SQLiteStore(HybridSearch):
     def _seen_own_write(self) -> None:
         """Our own commit (made on the writer connection) is mirrored already: it must
         not make the next search reload the whole index."""
-        self._data_version = self._db().execute("PRAGMA data_version").fetchone()[0]
+        self._data_version = self.file.db().execute("PRAGMA data_version").fetchone()[0]
 
     def _write_document(self, doc: Document) -> tuple[list[int], list[int]]:
         """On the writer thread: replace the document; (old chunk keys, new ones)."""
         now = datetime.now(UTC).isoformat(timespec="seconds")
         try:
-            with self._transaction() as conn:
+            with self.file.transaction() as conn:
                 old = [
                     r[0]
                     for r in conn.execute(
@@ -271,7 +186,7 @@ class SQLiteStore(HybridSearch):
                 )
                 keys = [self._insert_chunk(conn, doc, chunk) for chunk in doc.chunks]
         except sqlite3.OperationalError:
-            raise  # a lock or a lost file: _write says so
+            raise  # a lock or a lost file: SQLiteFile.write says so
         except sqlite3.Error as e:
             raise IndexingError(f"could not index {doc.source_id!r}: {e}", backend=self.name) from e
         return old, keys
@@ -307,7 +222,7 @@ class SQLiteStore(HybridSearch):
     async def delete(self, doc_id: str) -> bool:
         def remove() -> tuple[list[int], int]:
             try:
-                with self._transaction() as conn:
+                with self.file.transaction() as conn:
                     old = [
                         r[0]
                         for r in conn.execute(
@@ -322,7 +237,7 @@ class SQLiteStore(HybridSearch):
             except sqlite3.Error as e:
                 raise IndexingError(f"could not delete {doc_id!r}: {e}", backend=self.name) from e
 
-        old, deleted = await self._write(remove)
+        old, deleted = await self.file.write(remove)
         self._seen_own_write()
         if self._index is not None:
             self._index.remove(old)
@@ -355,7 +270,7 @@ class SQLiteStore(HybridSearch):
                   JOIN documents d ON d.id = c.document_id
                   WHERE chunks_fts MATCH ? AND {where} ORDER BY rank LIMIT ?"""
         try:
-            rows = self._db().execute(sql, (match, *params, n)).fetchall()
+            rows = self.file.db().execute(sql, (match, *params, n)).fetchall()
         except sqlite3.Error as e:
             raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
         return [Candidate(r["key"], -float(r["rank"])) for r in rows]
@@ -375,7 +290,7 @@ class SQLiteStore(HybridSearch):
             return []
         marks = ",".join("?" * len(ranked))
         rows = (
-            self._db()
+            self.file.db()
             .execute(
                 f"""SELECT {_HIT_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id
                 WHERE c.rowid IN ({marks})""",
@@ -395,7 +310,7 @@ class SQLiteStore(HybridSearch):
         if not filters.metadata:
             return None
         where, params = filter_sql(filters)
-        rows = self._db().execute(
+        rows = self.file.db().execute(
             f"SELECT c.rowid FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {where}",
             params,
         )
@@ -404,12 +319,12 @@ class SQLiteStore(HybridSearch):
     # -- reads --------------------------------------------------------------------
 
     async def get_by_id(self, doc_id: str) -> Document | None:
-        row = self._db().execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
+        row = self.file.db().execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
         return None if row is None else self._document(row)
 
     async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
         row = (
-            self._db()
+            self.file.db()
             .execute(
                 """SELECT * FROM documents WHERE source_type = ? AND collection = ? AND (
                    source_id = ? OR id = ? OR id = (SELECT document_id FROM chunks WHERE id = ?))
@@ -423,7 +338,7 @@ class SQLiteStore(HybridSearch):
     def _document(self, row: sqlite3.Row) -> Document:
         chunks = [
             records.chunk_from_record(c["id"], c, c["content"])
-            for c in self._db().execute(
+            for c in self.file.db().execute(
                 """SELECT id, document_id, chunk_index, chunk_count, title, section, content
                    FROM chunks WHERE document_id = ? ORDER BY chunk_index""",
                 (row["id"],),
@@ -445,18 +360,18 @@ class SQLiteStore(HybridSearch):
         for start in range(0, len(values), 500):
             part = values[start : start + 500]
             marks = ",".join("?" * len(part))
-            rows.extend(tuple(r) for r in self._db().execute(f"{sql} ({marks})", part))
+            rows.extend(tuple(r) for r in self.file.db().execute(f"{sql} ({marks})", part))
         return rows
 
     async def collections(self) -> dict[str, int]:
-        rows = self._db().execute(
+        rows = self.file.db().execute(
             "SELECT collection, count(*) FROM documents GROUP BY collection ORDER BY collection"
         )
         return {name: count for name, count in rows}
 
     async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         rows = (
-            self._db()
+            self.file.db()
             .execute("SELECT * FROM documents WHERE collection = ? ORDER BY id", (collection,))
             .fetchall()
         )
@@ -468,62 +383,26 @@ class SQLiteStore(HybridSearch):
             yield doc
 
     async def count(self) -> int:
-        return int(self._db().execute("SELECT count(*) FROM documents").fetchone()[0])
+        return int(self.file.db().execute("SELECT count(*) FROM documents").fetchone()[0])
 
     async def health_check(self) -> dict[str, Any]:
         try:
-            conn = self._db()
+            conn = self.file.db()
             documents = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
             chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-            self._check_file()
+            self.file.check()
         except (BackendConnectionError, sqlite3.Error) as e:
             return {"backend": self.name, "status": "unavailable", "error": str(e)}
-        failing = {"status": "degraded", "error": self._write_failure}
+        failing = {"status": "degraded", "error": self.file.write_failure}
         return {
             "backend": self.name,
             "status": "ok",
-            **(failing if self._write_failure else {}),
+            **(failing if self.file.write_failure else {}),
             "path": str(self.path),
             "documents": documents,
             "chunks": chunks,
             "vectors_in_memory": len(self._index) if self._index else 0,
         }
-
-
-def connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.row_factory = sqlite3.Row
-    for pragma in (
-        "journal_mode=WAL",
-        "synchronous=NORMAL",
-        "foreign_keys=ON",
-        "busy_timeout=5000",
-    ):
-        conn.execute(f"PRAGMA {pragma}")
-    return conn
-
-
-def file_identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of the database file; None in memory or when it is gone."""
-    if str(path) == ":memory:":
-        return None
-    try:
-        found = os.stat(path)
-    except FileNotFoundError:
-        return (-1, -1)
-    return found.st_dev, found.st_ino
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    """Apply the numbered migrations newer than the file's user_version."""
-    current = conn.execute("PRAGMA user_version").fetchone()[0]
-    folder = resources.files("knowledge_api.stores.sql").joinpath("sqlite")
-    for script in sorted(folder.iterdir(), key=lambda p: p.name):
-        version = int(script.name.split("_", 1)[0])
-        if version > current:
-            conn.executescript(
-                f"BEGIN; {script.read_text()}; PRAGMA user_version = {version}; COMMIT;"
-            )
 
 
 def hit_from_row(row: sqlite3.Row, score: float, similarity: float) -> SearchHit:

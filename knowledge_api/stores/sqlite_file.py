@@ -1,0 +1,149 @@
+"""One SQLite database file as the SQLite store uses it: a reader connection on the
+event loop, a writer thread with a connection of its own, the numbered migrations, and
+a check that the file is still the one that was opened."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import TypeVar
+
+from knowledge_api.errors import BackendConnectionError, IndexingError
+from knowledge_api.stores.base import Reconnect
+
+T = TypeVar("T")
+
+
+class SQLiteFile:
+    def __init__(self, path: Path, backend: str, on_open: Callable[[], None]) -> None:
+        self.path = path
+        self.backend = backend
+        self.on_open = on_open
+        """Called after each (re)connection, to load what the store keeps in memory."""
+        self.commits = 0
+        self.write_failure = ""
+        """Why writes are failing, empty while they succeed."""
+        self.connection = Reconnect(backend)
+        self._conn: sqlite3.Connection | None = None
+        self._writer_conn: sqlite3.Connection | None = None
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._identity: tuple[int, int] | None = None
+
+    def open(self) -> sqlite3.Connection:
+        self.connection.attempting()
+        try:
+            if str(self.path) != ":memory:":
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = connect(self.path)
+            migrate(conn)
+            self._identity = file_identity(self.path)
+        except (sqlite3.Error, OSError) as e:
+            raise self.connection.failed(f"cannot open {self.path}: {e}") from e
+        self._conn = conn
+        self.connection.succeeded()
+        self.on_open()
+        return conn
+
+    async def close(self) -> None:
+        if self._writer_conn is not None:
+            await self.write(self._close_writer)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _close_writer(self) -> None:
+        if self._writer_conn is not None:
+            self._writer_conn.close()
+            self._writer_conn = None
+
+    def db(self) -> sqlite3.Connection:
+        """The reader connection; reopens (at most every few seconds) after a failure."""
+        if self._conn is not None:
+            return self._conn
+        self.connection.check()
+        return self.open()
+
+    def _writer_db(self) -> sqlite3.Connection:
+        """The writer thread's own connection: a write waiting for a lock held by another
+        process waits there, while reads and cache hits go on on the event loop."""
+        self.check()
+        if self._writer_conn is None:
+            self._writer_conn = connect(self.path)
+        return self._writer_conn
+
+    def check(self) -> None:
+        """Refuse writes once the database file was removed or replaced: they would be
+        acknowledged, then lost with the unlinked file."""
+        if self._identity is not None and file_identity(self.path) != self._identity:
+            raise BackendConnectionError(
+                f"{self.path} was removed or replaced while the service ran: writes are "
+                "refused so that none is acknowledged and then lost; restore the file, or "
+                "restart the service to start a new store there",
+                backend=self.backend,
+            )
+
+    async def write(self, work: Callable[[], T]) -> T:
+        """Run a write on the writer thread; a lock that outlasts busy_timeout is a 503,
+        and /health says writes are failing until one succeeds."""
+        try:
+            result: T = await asyncio.get_running_loop().run_in_executor(self._writer, work)
+        except sqlite3.OperationalError as e:
+            self.write_failure = f"writes are failing: {e} (another process holds a lock?)"
+            raise IndexingError(f"{self.path}: {self.write_failure}", backend=self.backend) from e
+        self.write_failure = ""
+        return result
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction on the writer thread's connection."""
+        conn = self._writer_db()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        self.commits += 1
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    for pragma in (
+        "journal_mode=WAL",
+        "synchronous=NORMAL",
+        "foreign_keys=ON",
+        "busy_timeout=5000",
+    ):
+        conn.execute(f"PRAGMA {pragma}")
+    return conn
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the database file; None in memory or when it is gone."""
+    if str(path) == ":memory:":
+        return None
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return (-1, -1)
+    return found.st_dev, found.st_ino
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply the numbered migrations newer than the file's user_version."""
+    current = conn.execute("PRAGMA user_version").fetchone()[0]
+    folder = resources.files("knowledge_api.stores.sql").joinpath("sqlite")
+    for script in sorted(folder.iterdir(), key=lambda p: p.name):
+        version = int(script.name.split("_", 1)[0])
+        if version > current:
+            conn.executescript(
+                f"BEGIN; {script.read_text()}; PRAGMA user_version = {version}; COMMIT;"
+            )
