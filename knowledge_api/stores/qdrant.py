@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,41 +31,32 @@ from knowledge_api.errors import (
 )
 from knowledge_api.models import (
     Document,
-    SearchFilters,
-    SearchMode,
 )
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
-from knowledge_api.stores.base import Candidate, cosine_to_similarity, is_uuid
+from knowledge_api.stores.base import is_uuid
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.keyword import sparse_query
 from knowledge_api.stores.points import (
     CatalogEntry,
     ChunkPoint,
-    PointStore,
     Record,
-    by_collection,
     unavailable,
 )
 from knowledge_api.stores.qdrant_points import (
     DENSE,
-    KEYWORDS,
     catalog_entry,
     chunk_point,
     chunk_struct,
     chunk_vectors,
-    dense,
-    fusion_query,
     match,
     match_any,
     new_client,
     quoted,
-    search_filter,
-    sparse,
     unreachable,
     version_tuple,
 )
+from knowledge_api.stores.qdrant_search import QdrantSearch
 
 STORE_POINT = str(uuid.uuid5(uuid.NAMESPACE_URL, "knowledge-api:store"))
 SERVER_FUSION_SINCE = (1, 16)
@@ -75,7 +66,7 @@ TIMEOUT_SECONDS = 10
 Key = tuple[str, str]
 
 
-class QdrantStore(PointStore):
+class QdrantStore(QdrantSearch):
     name = "qdrant"
     engine = "Qdrant"
 
@@ -269,90 +260,6 @@ class QdrantStore(PointStore):
             m.PointIdsList(points=[doc_id]),
         )
         return True
-
-    # -- search ---------------------------------------------------------------------------
-
-    async def fused_candidates(
-        self,
-        query: str,
-        vector: np.ndarray | None,
-        n: int,
-        filters: SearchFilters,
-        mode: SearchMode,
-    ) -> tuple[list[tuple[Hashable, float]], dict[Hashable, float]]:
-        if not self.server_fusion or vector is None or mode != "hybrid":
-            return await super().fused_candidates(query, vector, n, filters, mode)
-        name = await self._chunks(filters.collection)
-        if name is None:
-            return [], {}
-        fusion = fusion_query(self._m, query, vector, search_filter(self._m, filters), n)
-        k = self._m.Rrf(k=self.tuning.fusion_k + 1)  # Qdrant ranks from 0, we from 1
-        found = await self._read(
-            "hybrid search", "query_points", name, query=self._m.RrfQuery(rrf=k), **fusion
-        )
-        fused: list[tuple[Hashable, float]] = [
-            ((filters.collection, str(p.id)), p.score) for p in found.points
-        ]
-        return fused, await self.similarities([key for key, _ in fused], vector)
-
-    async def vector_candidates(
-        self, vector: np.ndarray, n: int, filters: SearchFilters
-    ) -> list[Candidate]:
-        found = await self._query(filters, dense(vector), DENSE, n)
-        return [
-            Candidate((filters.collection, str(p.id)), cosine_to_similarity(p.score)) for p in found
-        ]
-
-    async def keyword_candidates(
-        self, query: str, n: int, filters: SearchFilters
-    ) -> list[Candidate]:
-        terms = sparse_query(query)
-        if not terms:
-            return []
-        found = await self._query(filters, sparse(self._m, terms), KEYWORDS, n)
-        return [Candidate((filters.collection, str(p.id)), p.score) for p in found]
-
-    async def _query(self, filters: SearchFilters, query: Any, using: str, n: int) -> list[Any]:
-        name = await self._chunks(filters.collection)
-        if name is None:
-            return []
-        found = await self._read(
-            "search",
-            "query_points",
-            name,
-            query=query,
-            using=using,
-            query_filter=search_filter(self._m, filters),
-            limit=n,
-            with_payload=False,
-        )
-        return list(found.points)
-
-    async def similarities(
-        self, keys: Sequence[Hashable], vector: np.ndarray
-    ) -> dict[Hashable, float]:
-        """A server scores the points itself (no vectors travel); local mode, which would
-        test every point against an id filter in Python, reads the vectors by id."""
-        if not self.url:
-            return await super().similarities(keys, vector)
-        scores: dict[Hashable, float] = {}
-        for collection, ids in by_collection(keys).items():
-            name = await self._chunks(collection)
-            if name is None:
-                continue
-            scored = await self._read(
-                "similarity lookup",
-                "query_points",
-                name,
-                query=dense(vector),
-                using=DENSE,
-                query_filter=self._m.Filter(must=[self._m.HasIdCondition(has_id=ids)]),
-                limit=len(ids),
-                with_payload=False,
-            )
-            for point in scored.points:
-                scores[(collection, str(point.id))] = cosine_to_similarity(point.score)
-        return scores
 
     async def _chunk_points(
         self, collection: str, ids: list[str], vectors: bool = False
