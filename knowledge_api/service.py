@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +43,7 @@ from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.stores.keys import RememberedKeys
 from knowledge_api.synthesis.base import Synthesizer
 from knowledge_api.synthesis.chain import Outcome, SynthesisChain
+from knowledge_api.timing import elapsed_ms, ms, utc_now
 
 __all__ = [
     "COMPUTED",
@@ -51,8 +51,6 @@ __all__ = [
     "KnowledgeService",
     "Retrieval",
     "Served",
-    "elapsed_ms",
-    "utc_now",
 ]
 log = logging.getLogger("knowledge_api")
 Body = dict[str, Any]
@@ -262,22 +260,6 @@ class KnowledgeService:
                     return outcome
         raise RuntimeError("the synthesis chain ended without an outcome")
 
-    # -- tier 1 -----------------------------------------------------------------------
-
-    async def generation(self) -> Any:
-        """The store's generation; tier 1 is emptied when it changed."""
-        return await self.tier1.generation()
-
-    async def served(self, key: Any, compute: Callable[[], Awaitable[tuple[T, bool]]]) -> Served[T]:
-        """The tier-1 value of `key`, or `compute()`'s (value, cacheable)."""
-        return await self.tier1.served(key, compute)
-
-    def served_events(
-        self, key: Any, run: AsyncGenerator[Event, None], replay: Callable[[Any], list[Event]]
-    ) -> AsyncGenerator[Event, None]:
-        """A tier-1 hit replayed, or `run`'s events as they come; then ("done", Served)."""
-        return self.tier1.served_events(key, run, replay)
-
     # -- documents ------------------------------------------------------------------
 
     async def ingest(
@@ -361,15 +343,3 @@ def single_threaded_blas() -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
-
-
-def ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
-
-
-def elapsed_ms(since: float) -> float:
-    return ms(time.perf_counter() - since)
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -17,6 +17,7 @@ CORE = {
     "settings",
     "validation",
     "text",
+    "timing",
     "registry",
     "__init__",
 }

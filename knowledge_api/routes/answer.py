@@ -39,7 +39,8 @@ from knowledge_api.routes.sse import (
     log,
     translation,
 )
-from knowledge_api.service import Served, utc_now
+from knowledge_api.service import Served
+from knowledge_api.timing import utc_now
 from knowledge_api.usecases import answers as use
 
 ANSWER = views.search_body(

@@ -13,8 +13,9 @@ from typing import Any
 from knowledge_api import grounding
 from knowledge_api.errors import EmbeddingError
 from knowledge_api.models import SearchHit, SearchParams
-from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served, elapsed_ms
+from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served
 from knowledge_api.synthesis.chain import Outcome
+from knowledge_api.timing import elapsed_ms
 
 INSUFFICIENT = (
     "I cannot find sufficient information in the knowledge base to answer this question. "
@@ -61,11 +62,11 @@ def failed(message: str) -> GroundedAnswer:
 
 
 async def answer(service: KnowledgeService, params: AnswerParams) -> Served[GroundedAnswer]:
-    return await service.served(params.cache_key(), lambda: compute(service, params))
+    return await service.tier1.served(params.cache_key(), lambda: compute(service, params))
 
 
 async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[GroundedAnswer, bool]:
-    generation = await service.generation()
+    generation = await service.tier1.generation()
     found = await search(service, params, params.threshold)
     if not found.hits:
         grounded = await insufficient(service, params, found.warnings)
@@ -86,11 +87,11 @@ def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Ev
             replayed.append(("delta", value.answer))
         return replayed
 
-    return service.served_events(params.cache_key(), streamed(service, params), replay)
+    return service.tier1.served_events(params.cache_key(), streamed(service, params), replay)
 
 
 async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
-    generation = await service.generation()
+    generation = await service.tier1.generation()
     found = await search(service, params, params.threshold)
     yield "results", tuple(found.hits)
     if not found.hits:
@@ -121,7 +122,7 @@ async def finished(
 ) -> tuple[GroundedAnswer, bool]:
     retrieval_ms = round(sum(found.timings().values()), 3)
     grounded = replace(grounded, results=tuple(found.hits), retrieval_ms=retrieval_ms)
-    return grounded, not grounded.warnings and await service.generation() == generation
+    return grounded, not grounded.warnings and await service.tier1.generation() == generation
 
 
 async def insufficient(

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from knowledge_api.models import SearchHit, SearchParams
-from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served, elapsed_ms
+from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served
 from knowledge_api.synthesis.chain import Outcome
+from knowledge_api.timing import elapsed_ms
 
 Filters = tuple[tuple[str, Any], ...]
 
@@ -35,11 +36,11 @@ class QueryResult:
 
 
 async def query(service: KnowledgeService, params: QueryParams) -> Served[QueryResult]:
-    return await service.served(params.cache_key(), lambda: compute(service, params))
+    return await service.tier1.served(params.cache_key(), lambda: compute(service, params))
 
 
 async def compute(service: KnowledgeService, params: QueryParams) -> tuple[QueryResult, bool]:
-    generation = await service.generation()
+    generation = await service.tier1.generation()
     found = await search(service, params)
     outcome, synthesis_ms = None, 0.0
     if params.synthesize:
@@ -59,11 +60,11 @@ def events(service: KnowledgeService, params: QueryParams) -> AsyncGenerator[Eve
             replayed.append(("delta", value.outcome.text))
         return replayed
 
-    return service.served_events(params.cache_key(), streamed(service, params), replay)
+    return service.tier1.served_events(params.cache_key(), streamed(service, params), replay)
 
 
 async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGenerator[Event, None]:
-    generation = await service.generation()
+    generation = await service.tier1.generation()
     found = await search(service, params)
     yield "results", tuple(found.hits)
     outcome, synthesis_ms = None, 0.0
@@ -99,4 +100,4 @@ async def finished(
         timings["synthesis_ms"] = synthesis_ms
         warnings += outcome.warnings()
     result = QueryResult(tuple(found.hits), outcome, tuple(warnings), timings)
-    return result, not warnings and await service.generation() == generation
+    return result, not warnings and await service.tier1.generation() == generation

@@ -18,7 +18,8 @@ import numpy as np
 from knowledge_api import ir_metrics
 from knowledge_api.errors import CollectionNotFound, InvalidRequest
 from knowledge_api.models import SearchFilters, SearchHit, document_id
-from knowledge_api.service import KnowledgeService, Retrieval, elapsed_ms
+from knowledge_api.service import KnowledgeService, Retrieval
+from knowledge_api.timing import elapsed_ms
 
 
 @dataclass(frozen=True, slots=True)
