@@ -12,7 +12,7 @@ from starlette.middleware import Middleware
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.redaction import Redactor
-from knowledge_api.routes import ROUTES, access
+from knowledge_api.routes import ROUTES, access, mcp
 from knowledge_api.routes.http import EXCEPTION_HANDLERS
 from knowledge_api.routes.metrics import Metrics
 from knowledge_api.routes.observe import RequestObserver
@@ -33,6 +33,10 @@ def create_app(
     knowledge.observe(metrics.observer)
 
     redactor = Redactor(settings.secrets())
+    tools = mcp.build(knowledge, settings)
+    # /mcp speaks MCP (JSON-RPC), not the REST contract: it is no ApiRoute, so the
+    # OpenAPI document leaves it out.
+    mcp_route = mcp.route(tools, settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -40,7 +44,7 @@ def create_app(
             await knowledge.start(seed=True)
             try:
                 await require_a_key(settings, knowledge)
-                async with periodic_sync(knowledge):
+                async with periodic_sync(knowledge), tools.session_manager.run():
                     log.info(ready_message(settings))
                     yield
             finally:
@@ -48,7 +52,7 @@ def create_app(
 
     # The request observer comes first: it ids and logs every request, refused ones too.
     app = Starlette(
-        routes=ROUTES,
+        routes=[*ROUTES, mcp_route],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
         middleware=[

@@ -103,6 +103,11 @@ def parser() -> argparse.ArgumentParser:
     query.add_argument("--api-key", default="", help="the service's API key, with --url")
     query.set_defaults(run=run_query)
 
+    stdio = commands.add_parser(
+        "mcp", help="serve the knowledge base to an MCP client over stdin/stdout"
+    )
+    stdio.set_defaults(run=run_mcp)
+
     sync = commands.add_parser("sync", help="pull the host's KB articles into the support index")
     sync.add_argument("--from", dest="source", required=True, metavar="URL", help="host base URL")
     sync.add_argument("--full", action="store_true", help="fetch everything, remove what is gone")
@@ -464,6 +469,17 @@ def split(values: str) -> list[str]:
 def with_storage(settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]]) -> int:
     """Run `work` with the store and keys open and the model not loaded."""
     return with_service(settings, work, model=False)
+
+
+def run_mcp(settings: Settings, args: argparse.Namespace) -> int:
+    """The MCP tools over stdio: stdout carries the protocol, the log goes to stderr."""
+    from knowledge_api.routes import mcp
+
+    async def serve(service: KnowledgeService) -> int:
+        await mcp.build(service, settings).run_stdio_async()
+        return 0
+
+    return with_service(settings, serve)
 
 
 def with_service(

@@ -205,6 +205,23 @@ class Settings:
         "",
         "Comma-separated origins a browser may call from (* for any); empty = no CORS.",
     )
+    mcp_max_chars: int = setting(
+        "KNOWLEDGE_MCP_MAX_CHARS",
+        20000,
+        "Most characters one MCP tool result returns; a longer one says which offset "
+        "gets the rest.",
+    )
+    mcp_allowed_hosts: str = setting(
+        "KNOWLEDGE_MCP_ALLOWED_HOSTS",
+        "",
+        "Comma-separated Host headers /mcp accepts besides localhost and the bound host "
+        "(DNS-rebinding protection), e.g. kb.example.com:*.",
+    )
+    mcp_allowed_origins: str = setting(
+        "KNOWLEDGE_MCP_ALLOWED_ORIGINS",
+        "",
+        "Comma-separated browser origins /mcp accepts besides localhost and the bound host.",
+    )
     seed_path: str = setting(
         "KNOWLEDGE_SEED_PATH",
         "",
@@ -490,6 +507,8 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_AUTH must be auto, keys or off")
         if self.rate_limit < 0:
             raise ConfigurationError("KNOWLEDGE_RATE_LIMIT must not be negative")
+        if self.mcp_max_chars < 1000:
+            raise ConfigurationError("KNOWLEDGE_MCP_MAX_CHARS must be at least 1000")
         if self.fusion not in FUSIONS:
             raise ConfigurationError("KNOWLEDGE_FUSION must be convex or rrf")
         if not 0 <= self.vector_weight <= 1:

@@ -66,7 +66,9 @@ def test_every_route_answers_errors_in_one_shape(client: TestClient, route: Rout
 def test_unknown_routes_answer_a_404_in_the_shape(client: TestClient) -> None:
     for method in ("GET", "POST", "DELETE"):
         error = assert_error_shape(client.request(method, "/v2/anything"), 404)
-        assert len(error["details"]["routes"]) == len(ROUTES)
+        routes = error["details"]["routes"]
+        # every declared route, and the MCP endpoint (GET, POST and DELETE /mcp)
+        assert len(routes) == len(ROUTES) + 3 and "POST /mcp" in routes
 
 
 @pytest.fixture

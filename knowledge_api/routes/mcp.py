@@ -1,0 +1,318 @@
+"""The MCP server: the knowledge base as tools for an LLM client, over streamable HTTP
+at /mcp (in the HTTP app, behind its API keys) and over stdio (`knowledge-api mcp`).
+
+Each tool parses its arguments with the same request bodies the HTTP routes declare,
+calls the same use cases and renders the same views, so a tool answers what the route
+answers. A bad argument is a tool error naming the field and the rule it broke.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.context import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import ListToolsResult, ToolAnnotations
+from pydantic import Field
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from knowledge_api.errors import KnowledgeAPIError, NotFound
+from knowledge_api.models import DEFAULT_COLLECTION
+from knowledge_api.routes import answer as answer_route
+from knowledge_api.routes import detail, documents
+from knowledge_api.routes import query as query_route
+from knowledge_api.routes.access import EVERYONE, READ, WRITE, Access, access, authorize
+from knowledge_api.routes.views import document_view
+from knowledge_api.service import KnowledgeService
+from knowledge_api.settings import Settings
+from knowledge_api.usecases import answers
+from knowledge_api.usecases import query as query_use
+
+PATH = "/mcp"
+WRITING_TOOLS = frozenset({"add_document"})
+INSTRUCTIONS = (
+    "A knowledge base of indexed documents (docs, tickets, commits, KB articles) in "
+    "collections. Use `answer` for a question that needs a grounded answer with numbered "
+    "sources, `search` for the passages themselves, `get_document` for the full record "
+    "behind a result, `list_collections` to see what can be searched."
+)
+
+Query = Annotated[str, Field(description="The question or search text.")]
+CollectionArg = Annotated[
+    str,
+    Field(description="The collection to search (see list_collections)."),
+]
+Sources = Annotated[
+    list[str] | None,
+    Field(description="Source types to search, e.g. ['docs', 'jira']; all when absent."),
+]
+Limit = Annotated[int, Field(description="Most results returned (1-20).")]
+Filters = Annotated[
+    dict[str, Any] | None,
+    Field(description="Metadata values results must have, e.g. {'app_under_test': 'web'}."),
+]
+Offset = Annotated[
+    int,
+    Field(
+        description="Character offset into the result: 0 for the start; a truncated result "
+        "names the offset of its rest."
+    ),
+]
+
+
+def caller(ctx: Context[Any, Any]) -> Access:
+    """The caller of an HTTP tool call, as /mcp's guard found it; over stdio the local
+    user, who may do everything the command line may."""
+    request = ctx.request_context.request
+    return access(request) if isinstance(request, Request) else EVERYONE
+
+
+def clipped(body: Any, offset: int, max_chars: int) -> str:
+    """`body` as JSON, at most `max_chars` of it from `offset`, saying how to get the rest."""
+    text = json.dumps(body, ensure_ascii=False, indent=1)
+    if offset < 0 or (offset and offset >= len(text)):
+        raise ToolError(f"offset: must be between 0 and {max(len(text) - 1, 0)}")
+    part = text[offset : offset + max_chars]
+    end = offset + len(part)
+    if end < len(text):
+        part += (
+            f"\n[truncated: characters {offset}-{end} of {len(text)} shown; call this tool "
+            f"again with the same arguments and offset={end} for the rest]"
+        )
+    return part
+
+
+def steady(body: dict[str, Any], *measured: str) -> dict[str, Any]:
+    """A route's body without what is measured anew on every call (ids, timings): the
+    same call renders the same text, so an offset continues where the last part ended."""
+    return {name: value for name, value in body.items() if name not in measured}
+
+
+def payload(**values: Any) -> dict[str, Any]:
+    """The arguments a caller gave, as the HTTP body they stand for."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def build(service: KnowledgeService, settings: Settings) -> MCPServer:
+    server: MCPServer = MCPServer(
+        "knowledge-api", instructions=INSTRUCTIONS, middleware=[ScopedTools()]
+    )
+    max_chars = settings.mcp_max_chars
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def search(
+        query: Query,
+        ctx: Context[Any, Any],
+        collection: CollectionArg = DEFAULT_COLLECTION,
+        sources: Sources = None,
+        limit: Limit = 5,
+        filters: Filters = None,
+        offset: Offset = 0,
+    ) -> str:
+        """Search the knowledge base: the passages most similar to the query, fused from
+        every source, each with its source_type, source_id, similarity and metadata. Pass
+        a result's source_type and source_id to get_document for the whole record."""
+        try:
+            params, _ = query_route.parse(
+                payload(
+                    query=query,
+                    collection=collection,
+                    sources=sources,
+                    limit=limit,
+                    filters=filters,
+                    synthesize=False,
+                )
+            )
+            caller(ctx).collection(params.collection)
+            served = await query_use.query(service, params)
+        except KnowledgeAPIError as e:
+            raise ToolError(e.message) from e
+        return clipped(steady(query_route.render(served), "metrics"), offset, max_chars)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def answer(
+        query: Query,
+        ctx: Context[Any, Any],
+        collection: CollectionArg = DEFAULT_COLLECTION,
+        sources: Sources = None,
+        offset: Offset = 0,
+    ) -> str:
+        """Answer a question from the knowledge base: a grounded answer whose [n] marks
+        cite the numbered sources listed with it, a confidence (overall 0-1 and a level)
+        and a status: insufficient_context when nothing relevant was found (say so rather
+        than guess)."""
+        try:
+            params, _ = answer_route.parse(
+                payload(query=query, collection=collection, sources=sources),
+                service.answer_threshold,
+            )
+            caller(ctx).collection(params.collection)
+            served = await answers.answer(service, params)
+        except KnowledgeAPIError as e:
+            raise ToolError(e.message) from e
+        body = steady(answer_route.render(served), "query_id", "metadata")
+        return clipped(body, offset, max_chars)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_document(
+        type: Annotated[
+            str, Field(description="The result's source_type, e.g. docs, jira, git, kb.")
+        ],
+        id: Annotated[
+            str, Field(description="The result's source_id (or a document or chunk id).")
+        ],
+        ctx: Context[Any, Any],
+        collection: Annotated[str, Field(description="The collection it is in.")] = (
+            DEFAULT_COLLECTION
+        ),
+        offset: Offset = 0,
+    ) -> str:
+        """The full record behind a search or answer result: its whole content, title,
+        metadata and chunks."""
+        try:
+            source_type = detail.TYPE.parse({"type": type}, detail.TYPE.default)
+            key = detail.ID.parse({"id": id}, detail.ID.default)
+            name = detail.COLLECTION.parse({"collection": collection}, DEFAULT_COLLECTION)
+            caller(ctx).collection(name)
+            doc = await service.find_document(source_type, key, name)
+            if doc is None:
+                raise NotFound(
+                    f"no {source_type} record with id {key!r} in collection {name!r}: "
+                    "use a source_type and source_id from search results"
+                )
+        except KnowledgeAPIError as e:
+            raise ToolError(e.message) from e
+        return clipped(document_view(doc), offset, max_chars)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def list_collections(ctx: Context[Any, Any]) -> str:
+        """The collections you can search, each with its document count."""
+        try:
+            counts = await service.collections()
+        except KnowledgeAPIError as e:
+            raise ToolError(e.message) from e
+        who = caller(ctx)
+        return json.dumps(
+            {
+                "collections": [
+                    {"name": name, "documents": counts[name]} for name in who.visible(counts)
+                ]
+            },
+            indent=1,
+        )
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+    async def add_document(
+        source_type: Annotated[
+            str, Field(description="Where the document comes from: docs, jira, git or kb.")
+        ],
+        source_id: Annotated[str, Field(description="Its id there: a Jira key, a URL.")],
+        content: Annotated[
+            str, Field(description="Its text; Markdown headings give passages their section.")
+        ],
+        ctx: Context[Any, Any],
+        title: Annotated[str, Field(description="Its title.")] = "",
+        metadata: Annotated[
+            dict[str, Any] | None, Field(description="Metadata values, e.g. app_under_test.")
+        ] = None,
+        collection: Annotated[str, Field(description="The collection to index into.")] = (
+            DEFAULT_COLLECTION
+        ),
+    ) -> str:
+        """Index a document so search and answer find it (replaces the document with the
+        same source_type and source_id). Needs a key with the write scope."""
+        try:
+            who = caller(ctx)
+            if not who.allows(WRITE):
+                raise ToolError(f"the key {who.name!r} lacks the 'write' scope add_document needs")
+            doc = documents.parse_document(
+                payload(
+                    source_type=source_type,
+                    source_id=source_id,
+                    content=content,
+                    title=title,
+                    metadata=metadata,
+                    collection=collection,
+                ),
+                "arguments",
+            )
+            who.collection(doc.collection)
+            summary = await service.ingest([doc])
+        except KnowledgeAPIError as e:
+            raise ToolError(e.message) from e
+        return json.dumps(
+            {"id": doc.id, "indexed": summary.documents, "chunks": summary.chunks}, indent=1
+        )
+
+    return server
+
+
+class ScopedTools:
+    """tools/list offers a caller only the tools its key may call."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        result = await call_next(ctx)
+        request = ctx.request
+        if (
+            ctx.method == "tools/list"
+            and isinstance(request, Request)
+            and not access(request).allows(WRITE)
+        ):
+            return without_writing_tools(result)
+        return result
+
+
+def without_writing_tools(result: HandlerResult) -> HandlerResult:
+    """A tools/list result (the model or its wire form) without the writing tools."""
+    if isinstance(result, ListToolsResult):
+        tools = [tool for tool in result.tools if tool.name not in WRITING_TOOLS]
+        return result.model_copy(update={"tools": tools})
+    if isinstance(result, dict) and isinstance(result.get("tools"), list):
+        kept = [
+            t
+            for t in result["tools"]
+            if not (isinstance(t, dict) and t.get("name") in WRITING_TOOLS)
+        ]
+        return {**result, "tools": kept}
+    return result
+
+
+def security(settings: Settings) -> TransportSecuritySettings:
+    """DNS-rebinding protection: the Host and Origin headers /mcp accepts."""
+    names = ["127.0.0.1", "localhost", "[::1]", settings.host]
+    hosts = [pattern for name in names for pattern in (name, f"{name}:*")]
+    origins = [f"http://{name}{port}" for name in names for port in ("", ":*")]
+    hosts += [h.strip() for h in settings.mcp_allowed_hosts.split(",") if h.strip()]
+    origins += [o.strip() for o in settings.mcp_allowed_origins.split(",") if o.strip()]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
+
+
+class Guarded:
+    """/mcp behind the API keys: a caller needs the read scope to speak MCP at all
+    (401/403 as on every route); what its key allows further decides per tool."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await authorize(Request(scope, receive), READ)
+        await self.server.session_manager.asgi_app(scope, receive, send)
+
+
+def route(server: MCPServer, settings: Settings) -> Route:
+    """The streamable HTTP endpoint of `server`; its session manager runs in the app's
+    lifespan (`server.session_manager.run()`)."""
+    server.streamable_http_app(
+        streamable_http_path=PATH, stateless_http=True, transport_security=security(settings)
+    )
+    return Route(PATH, Guarded(server), methods=["GET", "POST", "DELETE"])
