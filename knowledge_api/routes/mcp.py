@@ -9,6 +9,8 @@ answers. A bad argument is a tool error naming the field and the rule it broke.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -94,6 +96,15 @@ def steady(body: dict[str, Any], *measured: str) -> dict[str, Any]:
     return {name: value for name, value in body.items() if name not in measured}
 
 
+@contextmanager
+def tool_errors() -> Iterator[None]:
+    """A request the service refuses is a tool error saying what to fix."""
+    try:
+        yield
+    except KnowledgeAPIError as e:
+        raise ToolError(e.message) from e
+
+
 def payload(**values: Any) -> dict[str, Any]:
     """The arguments a caller gave, as the HTTP body they stand for."""
     return {name: value for name, value in values.items() if value is not None}
@@ -118,7 +129,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         """Search the knowledge base: the passages most similar to the query, fused from
         every source, each with its source_type, source_id, similarity and metadata. Pass
         a result's source_type and source_id to get_document for the whole record."""
-        try:
+        with tool_errors():
             params, _ = query_route.parse(
                 payload(
                     query=query,
@@ -131,8 +142,6 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             )
             caller(ctx).collection(params.collection)
             served = await query_use.query(service, params)
-        except KnowledgeAPIError as e:
-            raise ToolError(e.message) from e
         return clipped(steady(query_route.render(served), "metrics"), offset, max_chars)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -147,15 +156,13 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         cite the numbered sources listed with it, a confidence (overall 0-1 and a level)
         and a status: insufficient_context when nothing relevant was found (say so rather
         than guess)."""
-        try:
+        with tool_errors():
             params, _ = answer_route.parse(
                 payload(query=query, collection=collection, sources=sources),
                 service.answer_threshold,
             )
             caller(ctx).collection(params.collection)
             served = await answers.answer(service, params)
-        except KnowledgeAPIError as e:
-            raise ToolError(e.message) from e
         body = steady(answer_route.render(served), "query_id", "metadata")
         return clipped(body, offset, max_chars)
 
@@ -175,7 +182,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
     ) -> str:
         """The full record behind a search or answer result: its whole content, title,
         metadata and chunks."""
-        try:
+        with tool_errors():
             source_type = detail.TYPE.parse({"type": type}, detail.TYPE.default)
             key = detail.ID.parse({"id": id}, detail.ID.default)
             name = detail.COLLECTION.parse({"collection": collection}, DEFAULT_COLLECTION)
@@ -186,17 +193,13 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
                     f"no {source_type} record with id {key!r} in collection {name!r}: "
                     "use a source_type and source_id from search results"
                 )
-        except KnowledgeAPIError as e:
-            raise ToolError(e.message) from e
         return clipped(document_view(doc), offset, max_chars)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def list_collections(ctx: Context[Any, Any]) -> str:
         """The collections you can search, each with its document count."""
-        try:
+        with tool_errors():
             counts = await service.collections()
-        except KnowledgeAPIError as e:
-            raise ToolError(e.message) from e
         who = caller(ctx)
         return json.dumps(
             {
@@ -227,7 +230,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
     ) -> str:
         """Index a document so search and answer find it (replaces the document with the
         same source_type and source_id). Needs a key with the write scope."""
-        try:
+        with tool_errors():
             who = caller(ctx)
             if not who.allows(WRITE):
                 raise ToolError(f"the key {who.name!r} lacks the 'write' scope add_document needs")
@@ -244,8 +247,6 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             )
             who.collection(doc.collection)
             summary = await service.ingest([doc])
-        except KnowledgeAPIError as e:
-            raise ToolError(e.message) from e
         return json.dumps(
             {"id": doc.id, "indexed": summary.documents, "chunks": summary.chunks}, indent=1
         )
