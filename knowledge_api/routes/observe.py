@@ -243,6 +243,7 @@ def configure_logging(
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per call to a provider
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # a line per stateless MCP request
 
 
 def remove_split_handlers() -> None:
