@@ -75,6 +75,8 @@ async def test_tools_are_listed_with_descriptions(open_settings: Settings) -> No
         for tool in tools.values():
             assert tool.description and len(tool.description) > 40
         assert "query" in tools["search"].input_schema["properties"]
+        for tool in tools.values():  # the request context is the server's, never an argument
+            assert "ctx" not in tool.input_schema["properties"]
 
 
 async def test_search_answer_document_and_collections(open_settings: Settings) -> None:

@@ -119,27 +119,20 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def search(
         query: Query,
-        ctx: Context[Any, Any],
+        limit: Limit = 5,
         collection: CollectionArg = DEFAULT_COLLECTION,
         sources: Sources = None,
-        limit: Limit = 5,
         filters: Filters = None,
         offset: Offset = 0,
+        *,
+        ctx: Context[Any, Any],
     ) -> str:
         """Search the knowledge base: the passages most similar to the query, fused from
         every source, each with its source_type, source_id, similarity and metadata. Pass
         a result's source_type and source_id to get_document for the whole record."""
         with tool_errors():
-            params, _ = query_route.parse(
-                payload(
-                    query=query,
-                    collection=collection,
-                    sources=sources,
-                    limit=limit,
-                    filters=filters,
-                    synthesize=False,
-                )
-            )
+            body = payload(query=query, collection=collection, sources=sources, filters=filters)
+            params, _ = query_route.parse({**body, "limit": limit, "synthesize": False})
             caller(ctx).collection(params.collection)
             served = await query_use.query(service, params)
         return clipped(steady(query_route.render(served), "metrics"), offset, max_chars)
