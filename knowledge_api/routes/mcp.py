@@ -227,17 +227,9 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             who = caller(ctx)
             if not who.allows(WRITE):
                 raise ToolError(f"the key {who.name!r} lacks the 'write' scope add_document needs")
-            doc = documents.parse_document(
-                payload(
-                    source_type=source_type,
-                    source_id=source_id,
-                    content=content,
-                    title=title,
-                    metadata=metadata,
-                    collection=collection,
-                ),
-                "arguments",
-            )
+            body = {"source_type": source_type, "source_id": source_id, "content": content}
+            optional = payload(title=title, metadata=metadata, collection=collection)
+            doc = documents.parse_document({**body, **optional}, "arguments")
             who.collection(doc.collection)
             summary = await service.ingest([doc])
         return json.dumps(
