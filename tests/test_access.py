@@ -13,6 +13,7 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.errors import ConfigurationError, RateLimited
+from knowledge_api.routes import access as access_module
 from knowledge_api.routes.access import RateLimiter
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.usecases import keys
@@ -174,6 +175,26 @@ def test_the_bucket_refills_with_time() -> None:
     limiter.take("other")  # each caller has its own bucket
     now[0] = 1.0
     limiter.take("k")
+
+
+def test_idle_buckets_are_forgotten_and_busy_ones_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(access_module, "MAX_BUCKETS", 3)
+    now = [0.0]
+    limiter = RateLimiter(2, clock=lambda: now[0])
+    limiter.take("busy")
+    limiter.take("busy")
+    for caller in ("a", "b"):
+        limiter.take(caller)
+    now[0] = 61.0
+    limiter.take("c")
+    limiter.take("d")  # a fourth bucket: the idle ones go
+    assert set(limiter._buckets) == {"c", "d"}
+    now[0] = 62.0
+    limiter.take("e")
+    limiter.take("f")  # c and d are a second old: they stay, and so does their count
+    limiter.take("c")
+    with pytest.raises(RateLimited):
+        limiter.take("c")
 
 
 def test_cors_preflight_for_an_allowed_origin(tmp_path: Path) -> None:

@@ -125,6 +125,9 @@ def presented_token(request: Request) -> str:
     return request.headers.get("x-api-key", "").strip()
 
 
+MAX_BUCKETS = 10_000
+
+
 class RateLimiter:
     """A token bucket per caller: `per_minute` requests a minute, refilled evenly."""
 
@@ -146,6 +149,13 @@ class RateLimiter:
                 wait,
             )
         self._buckets[caller] = (tokens - 1.0, now)
+        if len(self._buckets) > MAX_BUCKETS:
+            self._forget_full(now)
+
+    def _forget_full(self, now: float) -> None:
+        """Drop the buckets idle for a minute: they are full again, as a new one is, so
+        many callers (client addresses without keys) cannot grow the table forever."""
+        self._buckets = {c: b for c, b in self._buckets.items() if now - b[1] < 60.0}
 
 
 def rate_limiter(settings: Settings) -> RateLimiter | None:
