@@ -13,6 +13,7 @@ from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.redaction import Redactor
 from knowledge_api.routes import ROUTES, access, mcp
+from knowledge_api.routes.hot import QueryHits
 from knowledge_api.routes.http import EXCEPTION_HANDLERS
 from knowledge_api.routes.metrics import Metrics
 from knowledge_api.routes.observe import RequestObserver
@@ -59,6 +60,7 @@ def create_app(
             Middleware(RequestObserver, metrics=metrics, settings=settings),
             Middleware(RedactSecrets, redactor=redactor),
             *access.cors(settings),
+            Middleware(QueryHits, service=knowledge),
         ],
     )
     app.state.settings = settings
