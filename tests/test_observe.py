@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -372,3 +373,18 @@ def test_request_lines_are_masked_and_left_to_logging_under_foreign_filters(
             handler.removeFilter(foreign)
     assert "key=" + "*" * len(SECRET) in stdout.getvalue() and SECRET not in stdout.getvalue()
     assert "r-4" not in stdout.getvalue()
+
+
+async def test_direct_request_lines_wait_a_moment_and_come_before_other_lines(
+    tmp_path: Path,
+) -> None:
+    fields = {"method": "GET", "route": "/x", "status": 200, "ms": 1.0, "cache_hit": "-"}
+    with app_logging(make_settings(tmp_path)) as (stdout, _), only_the_apps_handlers():
+        assert LINES.wrote("GET /a", "r-1", {**fields, "key": "-"})
+        assert stdout.getvalue() == ""  # written with the lines that follow it closely
+        await asyncio.sleep(LINES.FLUSH_S * 4)
+        assert "GET /a" in stdout.getvalue()
+        assert LINES.wrote("GET /b", "r-2", {**fields, "key": "-"})
+        logging.getLogger("knowledge_api").info("then this")
+        first, second, third = stdout.getvalue().splitlines()
+        assert "[r-1] GET /a" in first and "[r-2] GET /b" in second and "then this" in third

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
@@ -37,6 +36,7 @@ MAX_BODIES = 10_000
 MAX_BODY_BYTES = 4096
 """Longer bodies are never remembered: a query is at most 1,000 characters."""
 JSON = b"application/json"
+PICKED = frozenset((b"authorization", b"x-api-key", b"content-type"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,7 @@ class QueryHits:
         rendered = self.rendered.get(body)
         if rendered is None:
             return False
-        headers = Headers(scope=scope)
+        headers = picked(scope)
         if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
             return False
         client = scope.get("client")
@@ -148,6 +148,16 @@ class QueryHits:
         self.rendered[body] = rendered(key, value, params.collection)
         if len(self.rendered) > MAX_BODIES:
             self.rendered.popitem(last=False)
+
+
+def picked(scope: Scope) -> dict[str, str]:
+    """The headers admission and the body's type are decided on, in one pass (the
+    first of repeated ones, as Starlette's Headers.get answers)."""
+    found: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        if name in PICKED:
+            found.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return found
 
 
 def rendered(key: Hashable, value: Any, collection: str) -> Rendered:

@@ -8,7 +8,10 @@ and to every log line written while the request runs.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import contextlib
+import itertools
 import logging
 import os
 import re
@@ -24,7 +27,7 @@ import orjson
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from knowledge_api.redaction import RedactingFilter
+from knowledge_api.redaction import RedactingFilter, Redactor
 from knowledge_api.routes.metrics import METRICS_PATH, Metrics, metrics_token_ok
 from knowledge_api.settings import Settings
 
@@ -61,7 +64,21 @@ def note_cache_hit(hit: bool) -> None:
 def accepted_id(offered: str | None) -> str:
     if offered is not None and VALID_ID.fullmatch(offered):
         return offered
-    return os.urandom(16).hex()
+    return f"{ID_PREFIX}{next(ID_COUNTER):016x}"
+
+
+ID_PREFIX = os.urandom(8).hex()
+ID_COUNTER = itertools.count()
+"""New ids: 32 hex digits, random to the process, then counted: unique without drawing
+random bytes for every request."""
+
+
+def new_id_prefix() -> None:
+    global ID_PREFIX
+    ID_PREFIX = os.urandom(8).hex()
+
+
+os.register_at_fork(after_in_child=new_id_prefix)  # a forked worker counts on its own
 
 
 class RequestObserver:
@@ -283,6 +300,8 @@ class SplitHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.system_stream = None if stream else name
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self is LINES.handler:
+            LINES.flush()  # the request lines waiting come first
         self.stream_now()
         super().emit(record)
 
@@ -310,6 +329,7 @@ def configure_logging(
         handler.addFilter(RequestIdFilter())
         handler.setFormatter(formatter)
         root.addHandler(handler)
+    LINES.flush()
     LINES.handler = out
     root.setLevel(settings.log_level.upper())
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
@@ -320,6 +340,8 @@ def configure_logging(
 
 
 def remove_split_handlers() -> None:
+    LINES.flush()
+    LINES.handler = None
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, SplitHandler)]:
         root.removeHandler(handler)
@@ -331,40 +353,84 @@ class RequestLines:
     which costs more than the rest of a cache hit. Only while that handler is the one
     a record would reach (no other handler added, as a test's log capture adds, no
     filter but ours and the secrets' mask); `wrote` says False otherwise, and the
-    line goes through `logging` as any other."""
+    line goes through `logging` as any other.
+
+    Lines are written in batches: at most FLUSH_S after the first one waiting, before
+    any other line of that handler, and when the app stops."""
+
+    FLUSH_S = 0.05
+    MAX_WAITING = 256
 
     def __init__(self) -> None:
         self.handler: SplitHandler | None = None
+        self.waiting: list[str] = []
+        self._checked: tuple[Any, ...] = ()
+        self._masks: list[Redactor] | None = None
+        """The secrets' masks of the handler, as of `_checked`; None: write through logging."""
 
     def wrote(self, message: str, request_id: str, fields: dict[str, Any]) -> bool:
         handler = self.handler
+        if handler is None:
+            return False
+        masks = self.masks(handler)
+        if masks is None:
+            return False
+        for redactor in masks:
+            message = redactor.text(message)
+        formatter: JSONFormatter | TextFormatter = handler.formatter  # type: ignore[assignment]
+        line = formatter.line(time.time(), "INFO", access_log.name, request_id, message, fields)
+        self.waiting.append(line)
+        if len(self.waiting) == 1:
+            self.flush_soon()
+        elif len(self.waiting) >= self.MAX_WAITING:
+            self.flush()
+        return True
+
+    def masks(self, handler: SplitHandler) -> list[Redactor] | None:
+        """Checked again only when what decides it changed (cheap to compare)."""
         root = logging.getLogger()
         between = access_log.parent
-        if (
-            handler is None
-            or len(root.handlers) != 2
-            or handler not in root.handlers
-            or access_log.handlers
-            or (between is not None and between is not root and between.handlers)
-            or access_log.disabled
-            or not isinstance(handler.formatter, JSONFormatter | TextFormatter)
-        ):
-            return False
+        state = (
+            tuple(root.handlers),
+            tuple(handler.filters),
+            handler.formatter,
+            bool(access_log.handlers),
+            bool(between.handlers) if between is not None and between is not root else False,
+            access_log.disabled,
+        )
+        if state != self._checked:
+            self._checked, self._masks = state, self.masks_of(handler, state)
+        return self._masks
+
+    def masks_of(self, handler: SplitHandler, state: tuple[Any, ...]) -> list[Redactor] | None:
+        handlers, filters, formatter, *elsewhere = state
+        if len(handlers) != 2 or handler not in handlers or any(elsewhere):
+            return None
+        if not isinstance(formatter, JSONFormatter | TextFormatter):
+            return None
         masks = []
-        for each in handler.filters:
+        for each in filters:
             if isinstance(each, RedactingFilter):
                 masks.append(each.redactor)
             elif not isinstance(each, RequestIdFilter | BelowWarning):
-                return False
-        for redactor in masks:
-            message = redactor.text(message)
-        line = handler.formatter.line(
-            time.time(), "INFO", access_log.name, request_id, message, fields
-        )
+                return None
+        return masks
+
+    def flush_soon(self) -> None:
+        try:
+            asyncio.get_running_loop().call_later(self.FLUSH_S, self.flush)
+        except RuntimeError:  # no loop: nothing would flush later
+            self.flush()
+
+    def flush(self) -> None:
+        handler, waiting = self.handler, self.waiting
+        if not waiting or handler is None:
+            return
+        self.waiting = []
         with handler.lock or contextlib.nullcontext():
-            handler.stream_now().write(line + handler.terminator)
+            handler.stream_now().write("".join(line + handler.terminator for line in waiting))
             handler.flush()
-        return True
 
 
 LINES = RequestLines()
+atexit.register(LINES.flush)
