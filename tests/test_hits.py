@@ -14,6 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Document
 from knowledge_api.routes import hot, query
 from knowledge_api.routes.hot import QueryHits
@@ -156,3 +157,17 @@ def test_remembered_bodies_are_bounded(
     for body in bodies:
         post(loaded_client, body)
     assert list(hits_of(loaded_client).rendered) == bodies[1:]
+
+
+def test_a_store_that_stops_answering_gets_the_usual_503_not_a_hit(
+    loaded_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    post(loaded_client)
+    service = loaded_client.app.state.service  # type: ignore[attr-defined]
+
+    async def unavailable() -> None:
+        raise BackendConnectionError("store unavailable: disk I/O error", backend="sqlite")
+
+    monkeypatch.setattr(service.tier1, "store_generation", unavailable)
+    error = error_of(post(loaded_client), 503)
+    assert error["type"] == "store_unavailable" and "disk I/O error" in error["message"]

@@ -87,13 +87,13 @@ class QueryHits:
         client = scope.get("client")
         try:
             caller = await admit(scope["app"].state, headers, client[0] if client else "-", READ)
+            if not caller.reaches(rendered.collection):
+                return False
+            if not await self.service.tier1.still(rendered.key, rendered.value):
+                self.rendered.pop(body, None)
+                return False
         except KnowledgeAPIError:
-            return False  # the usual way answers with the error, counted once
-        if not caller.reaches(rendered.collection):
-            return False
-        if not await self.service.tier1.still(rendered.key, rendered.value):
-            del self.rendered[body]
-            return False
+            return False  # the usual way answers with the error (a refusal counted once)
         self.rendered.move_to_end(body)
         scope["route"] = ROUTE
         scope.setdefault("state", {})["key_name"] = caller.name
