@@ -47,6 +47,19 @@ class TTLCache(Generic[V]):
         self.misses += 1
         return None
 
+    def peek(self, key: Hashable) -> V | None:
+        """The live value for `key`, neither counted nor moved."""
+        entry = self._entries.get(key)
+        return entry[1] if entry is not None and entry[0] > self.clock() else None
+
+    def hit_if(self, key: Hashable, value: V) -> bool:
+        """Whether `key` still holds this very value (alive): then counted as a hit."""
+        if self.peek(key) is not value:
+            return False
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return True
+
     def put(self, key: Hashable, value: V) -> None:
         self._entries[key] = (self.clock() + self.ttl, value)
         self._entries.move_to_end(key)
@@ -145,6 +158,16 @@ class ResponseTier:
         generation = await self.store_generation()
         self.caches.follow_store(generation)
         return generation
+
+    async def still(self, key: Hashable, value: Any) -> bool:
+        """Whether tier 1 still serves `value` for `key` (the store unchanged since, the
+        entry alive): then counted as a hit, as `served` would have."""
+        await self.generation()
+        return self.caches.responses.hit_if(key, value)
+
+    def peek(self, key: Hashable) -> Any:
+        """The value tier 1 holds for `key`, or None; not counted."""
+        return self.caches.responses.peek(key)
 
     async def served(
         self, key: Hashable, compute: Callable[[], Awaitable[tuple[V, bool]]]

@@ -13,6 +13,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -579,7 +580,7 @@ class Settings:
         password = urlsplit(self.database_url.get()).password
         return [value for value in [*values, password or ""] if value]
 
-    @property
+    @cached_property
     def auth_required(self) -> bool:
         """Whether requests need an API key: KNOWLEDGE_AUTH, where auto means keys unless
         the service binds a loopback address only."""

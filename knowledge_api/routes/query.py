@@ -55,7 +55,9 @@ async def query(request: Request) -> Response:
     access(request).collection(params.collection)
     if stream:
         return await event_stream(use.events(service(request), params), sse_event)
-    return JSONResponse(render(await use.query(service(request), params)))
+    served = await use.query(service(request), params)
+    note_cache_hit(served.cache_hit)
+    return JSONResponse(render(served))
 
 
 def render(served: Served[QueryResult]) -> dict[str, Any]:
@@ -82,13 +84,13 @@ RESPONSE = obj(
 
 
 def metrics(served: Served[QueryResult]) -> dict[str, Any]:
-    note_cache_hit(served.cache_hit)
     timings = zeroed_on_hit(served.value.timings, served.cache_hit)
     return {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
 
 
 def done_event(served: Served[QueryResult]) -> dict[str, Any]:
     """The last event: the whole synthesis, its citations, the metrics and warnings."""
+    note_cache_hit(served.cache_hit)
     body = render(served)
     final: dict[str, Any] = {k: body[k] for k in ("synthesis", "synthesizer") if k in body}
     return {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
