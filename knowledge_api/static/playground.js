@@ -148,9 +148,9 @@ function clear() {
   answer.replaceChildren();
 }
 
+/** While an answer streams; asking again meanwhile cancels it. */
 function busy(on) {
   answer.setAttribute("aria-busy", String(on));
-  $("submit").disabled = on;
 }
 
 function showError(text) {
