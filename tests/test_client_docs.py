@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import re
 import subprocess
 import threading
@@ -101,3 +102,22 @@ def test_the_curl_examples_of_the_chat_pages_answer(server: tuple[str, str]) -> 
         assert done.returncode == 0, done.stderr
         assert re.search(r"\[\d+\]", done.stdout), done.stdout  # a cited answer
         assert done.stdout.rstrip().endswith(("data: [DONE]", "}")), done.stdout[-300:]
+
+
+def test_the_readme_shows_every_client_and_links_its_page() -> None:
+    section = README.read_text().split("## Chat clients", 1)[1].split("\n## ", 1)[0]
+    for client in (
+        "curl -N",
+        '"mcpServers"',
+        "useChat(",
+        "from openai import OpenAI",
+        "from knowledge_api.client import KnowledgeClient",
+    ):
+        assert client in section, client
+    for page in ("playground.md", "mcp.md", "chat-ai-sdk.md", "chat-openai.md", "python-client.md"):
+        assert f"(knowledge_api/docs/{page})" in section and (DOCS / page).exists(), page
+    [config] = blocks(section, "jsonc")
+    server = json.loads(config.split("\n", 1)[1])["mcpServers"]["knowledge"]
+    assert server["url"].endswith("/mcp") and server["headers"]["Authorization"].startswith(
+        "Bearer "
+    )
