@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import respx
 import uvicorn
@@ -26,7 +27,15 @@ import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.models import SOURCE_TYPES
 from tests import providers
-from tests.providers import GEMINI_GENERATE, Stream, gemini_chunk, llm_settings, streamed
+from tests.providers import (
+    GEMINI_GENERATE,
+    GROQ_CHAT,
+    Stream,
+    gemini_chunk,
+    groq_answer,
+    llm_settings,
+    streamed,
+)
 from tests.test_access import make_key
 
 pytestmark = [pytest.mark.browser, pytest.mark.model]
@@ -54,6 +63,8 @@ PIECES = [
     "and the two rankings are fused [2].",
 ]
 ANSWER = "".join(PIECES)
+BREAKS = "outage"
+GROQ_PIECES = ["Groq writes this: ", "results are fused [1]."]
 TIMEOUT_MS = 20_000
 DONE = """() => document.querySelector('#answer').getAttribute('aria-busy') === 'false'
   && (document.querySelector('#badges li') || !document.querySelector('#error').hidden)"""
@@ -63,12 +74,18 @@ expression: Playwright evaluates those with eval, which the page's policy refuse
 
 @pytest.fixture(scope="module")
 def gemini() -> Iterator[respx.MockRouter]:
-    """Gemini answers every question with PIECES, one every 150 ms."""
+    """Gemini answers every question with PIECES, one every 150 ms, but breaks after its
+    first piece on a question with BREAKS in it; then Groq answers."""
     chunks = [gemini_chunk(p) for p in PIECES[:-1]] + [gemini_chunk(PIECES[-1], "STOP", 42)]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if BREAKS.encode() in request.content:
+            return streamed(Stream(chunks[:1], then="break"))
+        return streamed(Stream(chunks, pause=0.15))
+
     for router in providers.mocked():
-        router.post(url__regex=GEMINI_GENERATE).mock(
-            side_effect=lambda request: streamed(Stream(chunks, pause=0.15))
-        )
+        router.post(url__regex=GEMINI_GENERATE).mock(side_effect=answer)
+        router.post(GROQ_CHAT).mock(return_value=groq_answer(GROQ_PIECES))
         yield router
 
 
@@ -130,6 +147,22 @@ class Playground:
         """Wait until the stream has ended and the metrics are shown (or an error)."""
         self.page.wait_for_function(DONE)
 
+    def watch_answer(self) -> None:
+        """Record the answer's text after each change (an observer's callback runs
+        before the page handles the next event)."""
+        self.page.evaluate(
+            """() => {
+              window.answerSeen = [];
+              const answer = document.querySelector('#answer');
+              new MutationObserver(() => window.answerSeen.push(answer.textContent))
+                .observe(answer, {childList: true, subtree: true, characterData: true});
+            }"""
+        )
+
+    def answer_seen(self) -> list[str]:
+        seen: list[str] = self.page.evaluate("window.answerSeen")
+        return seen
+
     def texts(self, selector: str) -> list[str]:
         found: list[str] = self.page.locator(selector).all_inner_texts()
         return found
@@ -176,19 +209,12 @@ def test_results_show_their_source_and_similarity_and_the_answer_streams_in(
     tab: Playground, server: Any
 ) -> None:
     tab.enter_key(server[1])
-    tab.page.evaluate(
-        """() => {
-          window.answerLengths = [];
-          const answer = document.querySelector('#answer');
-          new MutationObserver(() => window.answerLengths.push(answer.textContent.length))
-            .observe(answer, {childList: true, subtree: true, characterData: true});
-        }"""
-    )
+    tab.watch_answer()
     tab.ask("How does the service answer a query, step by step?")
     tab.answered()
 
     assert tab.page.inner_text("#answer") == ANSWER
-    lengths = [n for n in tab.page.evaluate("window.answerLengths") if n]
+    lengths = [len(text) for text in tab.answer_seen() if text]
     assert len(set(lengths)) >= 3, f"the answer arrived at once: {lengths}"
     assert lengths == sorted(lengths) and lengths[-1] == len(ANSWER)
 
@@ -265,3 +291,20 @@ def test_the_filters_change_the_request_and_the_results(tab: Playground, server:
     error = tab.page.locator("#error")
     error.wait_for(state="visible")
     assert re.match(r"400 invalid_request: collection: ", error.inner_text())
+
+
+def test_a_provider_failing_midway_leaves_only_the_next_ones_answer_and_a_warning(
+    tab: Playground, server: Any
+) -> None:
+    tab.enter_key(server[1])
+    tab.watch_answer()
+    tab.ask(f"What happens to a query during an {BREAKS} of the search?")
+    tab.answered()
+    seen = tab.answer_seen()
+    gemini_said, groq_said = PIECES[0].strip(), GROQ_PIECES[0].strip()
+    assert gemini_said in seen, "Gemini's text was never shown"
+    assert not any(gemini_said in text and groq_said in text for text in seen), seen
+    assert tab.page.inner_text("#answer") == "".join(GROQ_PIECES)
+    assert "by groq" in tab.texts("#badges li")
+    [warning] = tab.texts("#warnings li")
+    assert "gemini" in warning
