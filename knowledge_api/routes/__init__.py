@@ -21,6 +21,7 @@ from knowledge_api.routes import (
     health,
     metrics,
     openapi,
+    playground,
     query,
     retrieve,
     support,
@@ -96,6 +97,26 @@ def chat_route(path: str, endpoint: Callable[..., Any], summary: str, **contract
 
 CHAT_ERRORS = (400, 403, 413, 415, 503)
 ROUTES = [
+    ApiRoute(
+        "/",
+        playground.page,
+        "GET",
+        PUBLIC,
+        "The playground: a page to ask a question, read the ranked results and the answer "
+        "as it streams (its API calls carry the key typed into it).",
+        media_type="text/html",
+        errors=(),
+    ),
+    ApiRoute(
+        "/playground/{asset}",
+        playground.asset,
+        "GET",
+        PUBLIC,
+        "A script, style sheet or icon of the playground.",
+        media_type="*/*",
+        parameters=(playground.ASSET,),
+        errors=(404,),
+    ),
     ApiRoute(
         "/health",
         health.health,
