@@ -90,9 +90,8 @@ def search_route(
 
 def chat_route(path: str, endpoint: Callable[..., Any], summary: str, **contract: Any) -> ApiRoute:
     """A chat client's route: read scope, a conversation in, a stream or a completion out."""
-    return ApiRoute(
-        path, endpoint, "POST", READ, summary, streams=True, errors=CHAT_ERRORS, **contract
-    )
+    contract.setdefault("errors", CHAT_ERRORS)
+    return ApiRoute(path, endpoint, "POST", READ, summary, streams=True, **contract)
 
 
 CHAT_ERRORS = (400, 403, 413, 415, 503)
@@ -199,6 +198,7 @@ ROUTES = [
         "url_citation annotations and numbered sources; stream: true for chunks.",
         response=chat.COMPLETION,
         events=chat.COMPLETION_EVENTS,
+        errors=(*CHAT_ERRORS, 404),  # a model that names no collection
     ),
     ApiRoute(
         "/v1/knowledge/retrieve",
