@@ -14,9 +14,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.compose import build_service
+from knowledge_api.models import Document
 from knowledge_api.settings import Secret
 from knowledge_api.shared_cache import RETRY_SECONDS
-from tests.conftest import corpus
+from tests.conftest import ask as ask_service
+from tests.conftest import corpus, make_settings, query_params
 from tests.pg import postgres_settings, run_sync
 from tests.redis_server import RedisServer
 
@@ -148,3 +151,30 @@ def test_redis_stopped_mid_run_degrades_to_memory_and_recovers(
     health = second.get("/health").json()
     assert health["cache"]["redis"]["status"] == "ok" and health["status"] == healthy
     assert metric(second, "knowledge_cache_redis_up") == 1.0
+
+
+async def test_sqlite_replicas_share_the_cache_by_the_generation_in_the_file(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Two processes on one SQLite file read the same generation (store_state), so an
+    answer one of them kept is the other's hit, and none outlives a write."""
+    settings = make_settings(
+        tmp_path, cache="redis", redis_url=Secret(redis_server.url), redis_prefix="sqlite:"
+    )
+    first, second = build_service(settings), build_service(settings)
+    for service in (first, second):
+        await service.start()
+    try:
+        await first.ingest(corpus())
+        assert await first.store.generation() == await second.store.generation()
+        request = query_params({"query": "quarterly roadmap", "synthesize": False})
+        assert (await ask_service(first, request))["metrics"]["cache_hit"] is False
+        assert (await ask_service(second, request))["metrics"]["cache_hit"] is True
+        await second.ingest([Document("wiki", "roadmap", "The quarterly roadmap.", "Roadmap")])
+        assert await first.store.generation() == await second.store.generation()
+        fresh = await ask_service(first, request)
+        assert fresh["metrics"]["cache_hit"] is False
+        assert [r["source_id"] for r in fresh["results"]][:1] == ["roadmap"]
+    finally:
+        for service in (first, second):
+            await service.stop()
