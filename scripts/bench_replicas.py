@@ -111,6 +111,18 @@ def wrk(url: str, queries: int, cwd: Path, duration: int) -> tuple[float, float,
     )
 
 
+def hit_share(url: str, queries: int) -> float:
+    """Share of cache hits among 100 of the measured queries, asked once more: checks
+    that the runs measured hits."""
+    hits = 0
+    with httpx.Client() as client:
+        for n in range(100):
+            query = f"How is question {(n * 7) % queries} answered?"
+            body = client.post(url + QUERY, json={"query": query, "synthesize": False}).json()
+            hits += bool(body["metrics"]["cache_hit"])
+    return hits / 100
+
+
 def measure(cache: str, workers: int, duration: int, redis_url: str) -> dict[str, tuple]:
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
         cwd = Path(folder)
@@ -138,7 +150,7 @@ def measure(cache: str, workers: int, duration: int, redis_url: str) -> dict[str
             warmed = 0
             while warmed < WARM_PASSES * queries:  # every process's caches filled
                 warmed += wrk(url, queries, cwd, 2)[3]
-            results[name] = wrk(url, queries, cwd, duration)[:3]
+            results[name] = (*wrk(url, queries, cwd, duration)[:3], hit_share(url, queries))
         return results
 
 
@@ -164,11 +176,13 @@ def main() -> None:
 
 def report(figures: dict[tuple[str, int], dict[str, tuple]]) -> None:
     print(f"cache-hit throughput, wrk -t1 -c32, on {os.cpu_count()} cores shared with wrk:")
-    print(f"  {'cache':<7}{'workers':>8}{'queries':>9}{'req/s':>10}{'p50 ms':>9}{'p95 ms':>9}")
+    columns = f"{'req/s':>10}{'p50 ms':>9}{'p95 ms':>9}{'hits':>7}"
+    print(f"  {'cache':<7}{'workers':>8}{'queries':>9}{columns}")
     for (cache, workers), runs in figures.items():
-        for name, (rate, p50, p95) in runs.items():
+        for name, (rate, p50, p95, hits) in runs.items():
             queries = 1 if name == "hot" else WIDE
-            print(f"  {cache:<7}{workers:>8}{queries:>9}{rate:>10,.0f}{p50:>9.2f}{p95:>9.2f}")
+            row = f"{rate:>10,.0f}{p50:>9.2f}{p95:>9.2f}{hits:>7.0%}"
+            print(f"  {cache:<7}{workers:>8}{queries:>9}{row}")
     for cache in ("memory", "redis"):
         for name in ("hot", "wide"):
             ratio = figures[(cache, 2)][name][0] / figures[(cache, 1)][name][0]
