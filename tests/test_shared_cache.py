@@ -18,6 +18,7 @@ import pytest
 from knowledge_api.cache import Caches
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.shared_cache import RETRY_SECONDS, SharedTier, shared_caches
+from knowledge_api.stores.records import Generation
 from tests.conftest import make_settings
 from tests.redis_server import RedisServer
 
@@ -194,3 +195,18 @@ def test_health_never_shows_the_redis_password(tmp_path: Path) -> None:
     _, _, link = shared_caches(settings)
     assert link.health()["location"] == "10.1.2.3:6380/2"
     assert "s3cret-pass" not in repr(link.health()) + repr(settings)
+
+
+async def test_chroma_and_qdrant_replicas_name_the_same_content_alike() -> None:
+    """Their generation is the token every writer stores in the engine, not a count of
+    what one process saw: a shared tier 1 keyed on it means the same content for all."""
+    stored = {"token": ""}
+
+    async def read_token() -> str:
+        return stored["token"]
+
+    writer, reader = Generation(poll_seconds=0), Generation(poll_seconds=0)
+    assert await writer.current(read_token) == await reader.current(read_token)
+    stored["token"] = writer.wrote()
+    stored["token"] = writer.wrote()  # two writes here, none seen by the reader yet
+    assert await reader.current(read_token) == await writer.current(read_token) != ""
