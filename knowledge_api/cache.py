@@ -15,7 +15,10 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from knowledge_api.shared_cache import RedisLink
 
 V = TypeVar("V")
 Event = tuple[str, Any]
@@ -109,7 +112,7 @@ class Caches:
     responses: TTLCache[Any]
     embeddings: TTLCache[Any]
     generation: Hashable = None
-    shared: Any = None
+    shared: RedisLink | None = None
     """The Redis link both tiers share (KNOWLEDGE_CACHE=redis), else None."""
 
     @classmethod
@@ -135,8 +138,7 @@ class Caches:
         each replica serves from its own memory until it is back)."""
         if self.shared is None:
             return {"backend": "memory", "status": "ok"}
-        report: dict[str, Any] = self.shared.health()
-        return report
+        return self.shared.health()
 
     async def close(self) -> None:
         if self.shared is not None:
