@@ -68,6 +68,18 @@ def test_a_query_made_on_one_replica_is_a_hit_on_the_other(
     assert served["results"] == computed["results"] and "SIAM-101" in sources(served)
     cache = second.get("/health").json()["cache"]
     assert cache["backend"] == "redis" and cache["redis"]["status"] == "ok"
+    assert cache["embedding_hit_rate"] == 0.0  # tier 1 answered: nothing was embedded
+
+
+def test_a_query_embedded_on_one_replica_is_not_embedded_again_on_the_other(
+    replicas: tuple[TestClient, TestClient],
+) -> None:
+    first, second = replicas
+    ask(first, "login timeout")
+    other_options = {"query": "Login  TIMEOUT", "synthesize": False, "limit": 2}
+    response = second.post(QUERY, json=other_options).json()
+    assert response["metrics"]["cache_hit"] is False  # another tier 1 key
+    assert second.get("/health").json()["cache"]["embedding_hit_rate"] == 1.0
 
 
 def fresh_within(client: TestClient, query: str, wanted: Any) -> float:
