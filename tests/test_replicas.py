@@ -21,7 +21,7 @@ from knowledge_api.shared_cache import RETRY_SECONDS
 from tests.conftest import ask as ask_service
 from tests.conftest import corpus, make_settings, query_params
 from tests.pg import postgres_settings, run_sync
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, free_port
 
 QUERY = "/v1/knowledge/query"
 FRESH_WITHIN = 1.0
@@ -190,3 +190,15 @@ async def test_sqlite_replicas_share_the_cache_by_the_generation_in_the_file(
     finally:
         for service in (first, second):
             await service.stop()
+
+
+def test_a_replica_starts_and_answers_when_redis_was_never_there(tmp_path: Path) -> None:
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    settings = make_settings(tmp_path, cache="redis", redis_url=Secret(closed))
+    with TestClient(create_app(settings)) as client:
+        client.portal.call(client.app.state.service.ingest, corpus())  # type: ignore[attr-defined]
+        assert "SIAM-101" in sources(ask(client, "login timeout"))
+        assert ask(client, "login timeout")["metrics"]["cache_hit"] is True  # from memory
+        health = client.get("/health").json()
+        assert health["status"] == "degraded"
+        assert health["cache"]["redis"]["status"] == "unavailable"
