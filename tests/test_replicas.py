@@ -82,6 +82,17 @@ def test_a_query_embedded_on_one_replica_is_not_embedded_again_on_the_other(
     assert second.get("/health").json()["cache"]["embedding_hit_rate"] == 1.0
 
 
+def test_a_grounded_answer_made_on_one_replica_is_a_hit_on_the_other(
+    replicas: tuple[TestClient, TestClient],
+) -> None:
+    first, second = replicas
+    body = {"query": "Why does the login page time out?", "threshold": 0.0}
+    made = first.post("/v1/knowledge/answer", json=body).json()
+    served = second.post("/v1/knowledge/answer", json=body).json()
+    assert made["metadata"]["cache_hit"] is False and served["metadata"]["cache_hit"] is True
+    assert served["answer"] == made["answer"] and served["sources"] == made["sources"]
+
+
 def fresh_within(client: TestClient, query: str, wanted: Any) -> float:
     """Seconds until `client` answers `query` with results `wanted(sources)` accepts."""
     started = time.monotonic()
