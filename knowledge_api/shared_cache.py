@@ -70,6 +70,7 @@ class RedisLink:
     def __init__(self, url: str, prefix: str) -> None:
         redis = import_extra("redis.asyncio", "redis")
         from redis.backoff import NoBackoff
+        from redis.exceptions import RedisError
         from redis.retry import Retry
 
         self.url = url
@@ -86,6 +87,7 @@ class RedisLink:
         """Why the last call failed; empty while Redis answers."""
         self.errors = 0
         self._retry_at = 0.0
+        self._failures = (TimeoutError, RedisError, OSError)
 
     @property
     def up(self) -> bool:
@@ -96,10 +98,9 @@ class RedisLink:
         failure is remembered, logged once, and calls skip Redis for RETRY_SECONDS)."""
         if self.error and time.monotonic() < self._retry_at:
             return None
-        redis = import_extra("redis", "redis")
         try:
             result = await work(self.client)
-        except (TimeoutError, redis.RedisError, OSError) as e:
+        except self._failures as e:
             self.errors += 1
             if not self.error:
                 log.warning("redis cache unavailable, serving from memory: %s", e)
