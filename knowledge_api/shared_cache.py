@@ -57,6 +57,12 @@ end
 """
 """Keep a value and its recency; drop what expired from the index and the least
 recently used entries past the bound (all keys of a tier live on one Redis)."""
+GET = """
+local value = redis.call('GET', KEYS[1])
+if value then redis.call('ZADD', KEYS[2], 'XX', ARGV[1], KEYS[1]) end
+return value
+"""
+"""A value, made the most recently used: one call, one round trip."""
 UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -81,6 +87,7 @@ class RedisLink:
             socket_connect_timeout=TIMEOUT_SECONDS,
             retry=Retry(NoBackoff(), 0),  # a failure degrades at once; RETRY_SECONDS paces
         )
+        self.get_script = self.client.register_script(GET)
         self.put_script = self.client.register_script(PUT)
         self.unlock_script = self.client.register_script(UNLOCK)
         self.error = ""
@@ -166,15 +173,8 @@ class SharedTier(TTLCache[V]):
         return value
 
     async def _fetch_shared(self, key: Hashable) -> V | None:
-        name = self.redis_key(key)
-
-        async def read(client: Any) -> Any:
-            async with client.pipeline(transaction=False) as pipe:
-                pipe.get(name)
-                pipe.zadd(self.index_key, {name: time.time() * 1000}, xx=True)
-                return (await pipe.execute())[0]
-
-        raw = await self.link.call(read)
+        keys, now = [self.redis_key(key), self.index_key], time.time() * 1000
+        raw = await self.link.call(lambda _: self.link.get_script(keys=keys, args=[now]))
         return None if raw is None else decoded(raw)
 
     async def keep(self, key: Hashable, value: V) -> None:
