@@ -112,6 +112,18 @@ class ServiceState:
             misses.add_metric([tier], cache.misses)
         yield hits
         yield misses
+        if caches.shared is not None:
+            yield GaugeMetricFamily(
+                "knowledge_cache_redis_up",
+                "1 while the shared cache's Redis answers; 0 while each replica serves from "
+                "its own memory.",
+                value=float(caches.shared.up),
+            )
+            yield CounterMetricFamily(
+                "knowledge_cache_redis_errors",
+                "Redis calls of the shared cache that failed (each answered from memory).",
+                value=caches.shared.errors,
+            )
         circuits = GaugeMetricFamily(
             "knowledge_provider_circuit_open",
             "1 while a synthesis provider is skipped after failures in a row, else 0.",
