@@ -97,6 +97,13 @@ class LocalEmbedder(BatchEmbedder):
         vector: np.ndarray = self._run(self._query_session, [text])[0]
         return vector
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """A micro-batch of concurrent queries: a lone one as embed_query, several in one
+        pass on every allowed core, since the server is busy when they pile up."""
+        if len(texts) == 1:
+            return self._run(self._query_session, texts)
+        return self._run(self._batch_session, texts)
+
     def _run(self, session: Any, texts: Sequence[str]) -> np.ndarray:
         self._require_loaded()
         encodings = self._tokenizer.encode_batch(list(texts))
