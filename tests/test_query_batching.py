@@ -175,3 +175,15 @@ def test_a_full_queue_is_503_with_retry_after_through_the_app(tmp_path: Path) ->
     error = assert_error_shape(refused, 503)
     assert error["type"] == "overloaded" and refused.headers["retry-after"] == "1"
     assert error["details"]["queued"] == 1
+
+
+@pytest.mark.model
+def test_the_ingestion_session_opens_on_the_first_ingestion_batch() -> None:
+    embedder = LocalEmbedder(precision="auto")
+    embedder.load()
+    assert embedder._batch_session is None
+    query = embedder.embed_queries(["reset a password"])
+    assert embedder._batch_session is None
+    passage = embedder.embed_documents(["reset a password"])
+    assert embedder._batch_session is not None
+    assert float(query[0] @ passage[0]) >= 0.9999
