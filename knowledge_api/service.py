@@ -24,6 +24,7 @@ import numpy as np
 from knowledge_api import __version__
 from knowledge_api.cache import COMPUTED, Caches, Event, ResponseTier, Served
 from knowledge_api.embeddings.base import Embedder
+from knowledge_api.embeddings.batching import QueryBatcher
 from knowledge_api.errors import BackendConnectionError, EmbeddingError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
@@ -100,6 +101,12 @@ class KnowledgeService:
         self.started = time.monotonic()
         self.embedder_ready = False
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder")
+        self.query_batcher = QueryBatcher(
+            self._embed_queries,
+            settings.query_batch_window_ms,
+            settings.query_batch_size,
+            settings.query_queue_size,
+        )
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
         self.keys = RememberedKeys(store.key_store(settings.db_path))
@@ -164,6 +171,7 @@ class KnowledgeService:
         )
 
     async def stop(self) -> None:
+        await self.query_batcher.close()
         await self.reranker.close()
         await self.synthesizer.close()
         await self.keys.close()
@@ -229,7 +237,7 @@ class KnowledgeService:
 
         async def compute() -> tuple[np.ndarray, bool]:
             start = time.perf_counter()
-            vector = await self._in_model_thread(self.embedder.embed_query, normalized)
+            vector = await self.query_batcher.embed(normalized)
             self.observer.embedding("query", time.perf_counter() - start)
             return vector, True
 
@@ -240,6 +248,11 @@ class KnowledgeService:
             warnings.append(f"embedding failed ({e.message}): keyword relevance only")
             return None
         return vector
+
+    async def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """One micro-batch of concurrent queries (QueryBatcher), on the model thread."""
+        vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_queries, texts)
+        return vectors
 
     def forget_query_embeddings(self) -> None:
         """Empty tier 2, so the next queries are embedded again (latency measurements)."""
@@ -311,7 +324,7 @@ class KnowledgeService:
 
     async def health(self) -> Body:
         store = await self.store.health_check()
-        embedder = self.embedder.health()
+        embedder = {**self.embedder.health(), "query_batches": self.query_batcher.stats()}
         synthesizer = self.synthesizer.health()
         reranker = self.reranker.health()
         extra = {name: report() for name, report in self.health_reports.items()}

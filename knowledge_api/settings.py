@@ -97,6 +97,20 @@ class Settings:
         0,
         "ONNX Runtime threads for ingestion batches (0 = all cores); a query always uses one.",
     )
+    query_batch_window_ms: float = setting(
+        "KNOWLEDGE_QUERY_BATCH_WINDOW_MS",
+        0.0,
+        "Milliseconds a query embedding waits for others to join its batch when the model "
+        "is idle (0 = none: queries that arrive while the model is busy batch anyway).",
+    )
+    query_batch_size: int = setting(
+        "KNOWLEDGE_QUERY_BATCH_SIZE", 32, "Most concurrent queries embedded in one pass."
+    )
+    query_queue_size: int = setting(
+        "KNOWLEDGE_QUERY_QUEUE_SIZE",
+        512,
+        "Most queries waiting for the embedding model; past it, 503 overloaded with Retry-After.",
+    )
     model_cache_dir: str = setting(
         "KNOWLEDGE_MODEL_CACHE_DIR",
         "",
@@ -498,6 +512,8 @@ class Settings:
         positive = (
             "port",
             "embedding_batch_size",
+            "query_batch_size",
+            "query_queue_size",
             "response_cache_size",
             "embedding_cache_size",
             "fusion_k",
@@ -517,7 +533,12 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{env_name(name)} must be a positive number")
-        for name in ("feedback_docs", "feedback_weight", "feedback_rank_weight"):
+        for name in (
+            "query_batch_window_ms",
+            "feedback_docs",
+            "feedback_weight",
+            "feedback_rank_weight",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{env_name(name)} must not be negative")
         if self.auth not in ("auto", "keys", "off"):
