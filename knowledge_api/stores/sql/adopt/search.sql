@@ -1,0 +1,145 @@
+-- The functions the service calls on an adopted database. They read the tables other
+-- pipelines fill, as those pipelines shaped them (every column cast to what the service
+-- reads, so a varchar or json column serves too), and never write. Keyword search uses
+-- the expression indexes of the adoption, so the tables keep their columns.
+
+CREATE FUNCTION knowledge_adopted_terms(query_text text) RETURNS tsquery
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT replace(plainto_tsquery('english', query_text)::text, ' & ', ' | ')::tsquery
+$$;
+
+CREATE FUNCTION knowledge_adopted_pattern(query_text text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT '%' || replace(replace(replace(btrim(query_text), '\', '\\'), '%', '\%'), '_', '\_') || '%'
+$$;
+
+-- Passages by cosine similarity, best first (the nearest match_count).
+CREATE FUNCTION knowledge_match_siam_vectors(
+    query_embedding vector,
+    match_count integer DEFAULT 10,
+    filter_source_types text[] DEFAULT NULL,
+    filter_organization text DEFAULT NULL,
+    filter_division text DEFAULT NULL,
+    filter_app_under_test text DEFAULT NULL,
+    filter_metadata jsonb DEFAULT '{}'
+) RETURNS TABLE (
+    id text, content text, source_type text, source_id text, metadata jsonb,
+    organization text, division text, app_under_test text, similarity double precision
+)
+LANGUAGE sql STABLE
+SET hnsw.ef_search = 100
+SET hnsw.iterative_scan = strict_order
+SET plan_cache_mode = force_custom_plan
+AS $$
+    SELECT v.id::text, v.content::text, v.source_type::text, v.source_id::text,
+           coalesce(v.metadata::jsonb, '{}'), v.organization::text, v.division::text,
+           v.app_under_test::text, 1 - (v.embedding <=> query_embedding)
+    FROM siam_vectors v
+    WHERE v.embedding IS NOT NULL
+      AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+      AND (filter_organization IS NULL OR v.organization = filter_organization)
+      AND (filter_division IS NULL OR v.division = filter_division)
+      AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+      AND (filter_metadata = '{}' OR v.metadata::jsonb @> filter_metadata)
+    ORDER BY v.embedding <=> query_embedding
+    LIMIT match_count
+$$;
+
+-- Passages by full-text rank over the content (any query word counts); a literal
+-- ILIKE match when full text finds nothing.
+CREATE FUNCTION knowledge_search_siam_vectors(
+    query_text text,
+    match_count integer DEFAULT 10,
+    filter_source_types text[] DEFAULT NULL,
+    filter_organization text DEFAULT NULL,
+    filter_division text DEFAULT NULL,
+    filter_app_under_test text DEFAULT NULL,
+    filter_metadata jsonb DEFAULT '{}'
+) RETURNS TABLE (
+    id text, content text, source_type text, source_id text, metadata jsonb,
+    organization text, division text, app_under_test text, rank double precision
+)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    terms tsquery := knowledge_adopted_terms(query_text);
+BEGIN
+    IF btrim(query_text) = '' THEN
+        RETURN;
+    END IF;
+    IF numnode(terms) > 0 THEN
+        RETURN QUERY
+        SELECT v.id::text, v.content::text, v.source_type::text, v.source_id::text,
+               coalesce(v.metadata::jsonb, '{}'), v.organization::text, v.division::text,
+               v.app_under_test::text,
+               ts_rank(to_tsvector('english'::regconfig, coalesce(v.content, '')), terms)::double precision
+        FROM siam_vectors v
+        WHERE to_tsvector('english'::regconfig, coalesce(v.content, '')) @@ terms
+          AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+          AND (filter_organization IS NULL OR v.organization = filter_organization)
+          AND (filter_division IS NULL OR v.division = filter_division)
+          AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+          AND (filter_metadata = '{}' OR v.metadata::jsonb @> filter_metadata)
+        ORDER BY 9 DESC, 1
+        LIMIT match_count;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT v.id::text, v.content::text, v.source_type::text, v.source_id::text,
+           coalesce(v.metadata::jsonb, '{}'), v.organization::text, v.division::text,
+           v.app_under_test::text, 0.001::double precision
+    FROM siam_vectors v
+    WHERE v.content ILIKE knowledge_adopted_pattern(query_text)
+      AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+      AND (filter_organization IS NULL OR v.organization = filter_organization)
+      AND (filter_division IS NULL OR v.division = filter_division)
+      AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+      AND (filter_metadata = '{}' OR v.metadata::jsonb @> filter_metadata)
+    ORDER BY 1
+    LIMIT match_count;
+END;
+$$;
+
+-- Wiki pages by full-text rank over title and markdown; ILIKE as the last resort.
+CREATE FUNCTION knowledge_search_wiki_documents(
+    query_text text,
+    match_count integer DEFAULT 10,
+    filter_app_name text DEFAULT NULL
+) RETURNS TABLE (
+    id text, title text, url text, app_name text, markdown_content text, rank double precision
+)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    terms tsquery := knowledge_adopted_terms(query_text);
+BEGIN
+    IF btrim(query_text) = '' THEN
+        RETURN;
+    END IF;
+    IF numnode(terms) > 0 THEN
+        RETURN QUERY
+        SELECT w.id::text, w.title::text, w.url::text, w.app_name::text,
+               w.markdown_content::text,
+               ts_rank(to_tsvector('english'::regconfig, coalesce(w.title, '') || ' ' || coalesce(w.markdown_content, '')), terms)::double precision
+        FROM wiki_documents w
+        WHERE to_tsvector('english'::regconfig, coalesce(w.title, '') || ' ' || coalesce(w.markdown_content, '')) @@ terms
+          AND (filter_app_name IS NULL OR lower(w.app_name) = lower(filter_app_name))
+        ORDER BY 6 DESC, 1
+        LIMIT match_count;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT w.id::text, w.title::text, w.url::text, w.app_name::text, w.markdown_content::text,
+           (CASE WHEN w.title ILIKE knowledge_adopted_pattern(query_text) THEN 0.002 ELSE 0.001 END)::double precision
+    FROM wiki_documents w
+    WHERE (w.title ILIKE knowledge_adopted_pattern(query_text)
+           OR w.markdown_content ILIKE knowledge_adopted_pattern(query_text))
+      AND (filter_app_name IS NULL OR lower(w.app_name) = lower(filter_app_name))
+    ORDER BY 6 DESC, 1
+    LIMIT match_count;
+END;
+$$;
+
+NOTIFY pgrst, 'reload schema';
