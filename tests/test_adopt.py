@@ -5,6 +5,7 @@ Gemini embedder (its HTTP API answered by respx)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ from knowledge_api.stores.existing import ExistingTables
 from knowledge_api.stores.postgres import register_codecs
 from tests import providers
 from tests.conftest import make_settings
-from tests.pg import fresh_database, run_sync
+from tests.pg import SERVICE_ROLE_KEY, SUPABASE_URL, fresh_database, run_sync
+from tests.postgrest import PostgREST
 from tests.providers import GEMINI_KEY, GEMINI_URL
 from tests.test_cloud_embedders import GEMINI_EMBED, gemini_embeddings
 
@@ -630,6 +632,22 @@ def test_wiki_pages_are_searched_by_meaning_after_the_migration(
     assert run_sync(snapshot(database)) == before
 
 
+def test_the_wiki_vectors_command(
+    cli_env: str, gemini: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["migrate", "--wiki-vectors"]) == 2  # adoption comes first
+    assert "run `knowledge-api migrate --adopt` first" in capsys.readouterr().err
+    assert main(["migrate", "--adopt", "--wiki-vectors", "--dry-run"]) == 0
+    assert "wiki vectors: 5 pages to convert in batches of 200" in capsys.readouterr().out
+    assert main(["migrate", "--adopt", "--wiki-vectors", "--batch-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "wiki vectors: 2 converted, 3 embedded anew" in out
+    assert "applying knowledge_wiki_vector_function" in out
+    assert all(v is not None for v in run_sync(wiki_vectors(cli_env)).values())
+    sent = [json.loads(call.request.content) for call in gemini.calls]
+    assert sum(len(body["requests"]) for body in sent) == 3  # only the pages lacking one
+
+
 async def undo_all(url: str) -> None:
     conn = await asyncpg.connect(url)
     try:
@@ -640,3 +658,35 @@ async def undo_all(url: str) -> None:
 
 def test_writes_refused_error_is_a_store_error() -> None:
     assert StoreReadOnly.status == 409
+
+
+# -- the same through Supabase's REST API ------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["adopted", "read_only"])
+def test_supabase_serves_the_existing_tables(
+    mode: str, database: str, tmp_path: Path, gemini: respx.MockRouter
+) -> None:
+    """The supabase store reaches the same tables through PostgREST (answered here by a
+    stand-in on the seeded database): RPCs and table reads only."""
+    if mode == "adopted":
+        run_sync(adopted(database))
+    gemini.route(url__startswith=f"{SUPABASE_URL}/rest/v1").mock(
+        side_effect=PostgREST(database, SERVICE_ROLE_KEY)
+    )
+    settings = adopted_settings(
+        tmp_path,
+        "",
+        store="supabase",
+        schema_mode=mode,
+        supabase_url=SUPABASE_URL,
+        supabase_service_role_key=Secret(SERVICE_ROLE_KEY),
+        supabase_backoff=0.0,
+    )
+    with TestClient(create_app(settings)) as client:
+        results = query(client, "asset upload timeout")["results"]
+        assert results[0]["source_id"] == "AOMA-101"
+        assert results[0]["metadata"]["organization"] == "sony-music"
+        wiki = query(client, "rollback deployment")["results"]
+        assert "https://wiki.example.com/aoma/rollback" in [r["source_id"] for r in wiki]
+        assert client.get("/health").json()["store"]["schema_mode"] == mode

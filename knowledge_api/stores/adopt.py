@@ -352,7 +352,9 @@ async def convert_wiki_batch(
 
 
 async def remaining_wiki_pages(conn: Any) -> int:
-    count: int = await conn.fetchval(
-        "SELECT count(*) FROM wiki_documents WHERE knowledge_embedding IS NULL"
+    """Pages without a vector (every page before the vector column exists)."""
+    lacking = (
+        "WHERE knowledge_embedding IS NULL" if WIKI_COLUMN in await applied_steps(conn) else ""
     )
+    count: int = await conn.fetchval(f"SELECT count(*) FROM wiki_documents {lacking}")
     return count
