@@ -21,7 +21,7 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service, build_store
 from knowledge_api.embeddings.fake import FakeEmbedder
-from knowledge_api.errors import ConfigurationError, EmbedderMismatchError, StoreReadOnly
+from knowledge_api.errors import ConfigurationError, EmbedderMismatchError
 from knowledge_api.models import EmbedderIdentity, SearchFilters
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores import adopt
@@ -654,10 +654,6 @@ async def undo_all(url: str) -> None:
         await adopt.undo(conn, lambda step: None)
     finally:
         await conn.close()
-
-
-def test_writes_refused_error_is_a_store_error() -> None:
-    assert StoreReadOnly.status == 409
 
 
 # -- the same through Supabase's REST API ------------------------------------------------------
