@@ -6,6 +6,7 @@ Gemini embedder (its HTTP API answered by respx)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -474,6 +475,47 @@ async def test_adopted_mode_on_a_database_not_adopted_says_what_to_run(
     with pytest.raises(ConfigurationError, match="run `knowledge-api migrate --adopt`"):
         await store.open()
     await store.close()
+
+
+async def pipeline_writes(url: str, content: str) -> None:
+    """Another pipeline adds a passage, as it always did."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            "INSERT INTO siam_vectors (organization, division, app_under_test, content, "
+            "embedding, source_type, source_id, metadata) VALUES ('sony-music', "
+            "'digital-operations', 'aoma', $1, $2::text::vector, 'jira', 'AOMA-202', '{}')",
+            content,
+            literal(embed([content])[0]),
+        )
+    finally:
+        await conn.close()
+
+
+def eventually_found(client: TestClient, text: str, source_id: str) -> bool:
+    """Whether a repeated query finds `source_id` within 10 s (the store's generation
+    follows other writers' commits through the database's statistics)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if source_id in [r["source_id"] for r in query(client, text)["results"]]:
+            return True
+        time.sleep(0.25)
+    return False
+
+
+@pytest.mark.parametrize("mode", ["adopted", "read_only"])
+def test_cached_answers_follow_other_pipelines_writes(
+    mode: str, database: str, tmp_path: Path, gemini: respx.MockRouter
+) -> None:
+    if mode == "adopted":
+        run_sync(adopted(database))
+    with TestClient(create_app(adopted_settings(tmp_path, database, schema_mode=mode))) as client:
+        text = "metadata ingestion backlog"
+        first = query(client, text)
+        assert "AOMA-202" not in [r["source_id"] for r in first["results"]]
+        assert query(client, text)["metrics"]["cache_hit"] is True
+        run_sync(pipeline_writes(database, "The metadata ingestion backlog grows on Mondays."))
+        assert eventually_found(client, text, "AOMA-202")
 
 
 # -- read-only mode ------------------------------------------------------------------------

@@ -92,6 +92,7 @@ def functions(name: str, script: str, signatures: Sequence[str]) -> Step:
 
 
 SEARCH_FUNCTIONS = (
+    "knowledge_adopted_generation()",
     "knowledge_search_wiki_documents(text, integer, text)",
     "knowledge_search_siam_vectors(text, integer, text[], text, text, text, jsonb)",
     "knowledge_match_siam_vectors(vector, integer, text[], text, text, text, jsonb)",

@@ -18,6 +18,7 @@ A document is a source (source_type, source_id): its passages are the rows shari
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,9 @@ SIAM = "siam_vectors"
 WIKI = "wiki_documents"
 SIAM_COLUMNS = "id,content,source_type,source_id,metadata,organization,division,app_under_test"
 WIKI_COLUMNS = "id,title,url,app_name,markdown_content"
+GENERATION_POLL_SECONDS = 1.0
+"""How long a read generation is trusted: other pipelines' writes show within this
+time (plus the database's statistics delay, about a second)."""
 READ_ONLY_TERMS = 3
 """Query words searched by ILIKE in read-only mode (the longest): one query each."""
 READ_ONLY_WIDEN = 4
@@ -95,6 +99,8 @@ class ExistingTables(HybridSearch):
         self.name = tables.name
         self.wiki_vectors = False
         """Wiki pages have vectors (`migrate --wiki-vectors` ran)."""
+        self._generation = 0
+        self._generation_expires = 0.0
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.tables!r})"
@@ -122,8 +128,19 @@ class ExistingTables(HybridSearch):
             )
 
     async def generation(self) -> Hashable:
-        """Other pipelines write without telling: answers live for the cache's TTL."""
-        return 0
+        """Moves when other pipelines write the tables (read at most every
+        GENERATION_POLL_SECONDS); without a way to tell, answers live for the cache's TTL."""
+        if time.monotonic() >= self._generation_expires:
+            self._generation = await self.read_generation()
+            self._generation_expires = time.monotonic() + GENERATION_POLL_SECONDS
+        return self._generation
+
+    async def read_generation(self) -> int:
+        """The tables' write counter, from the statistics the database keeps."""
+        rows = await self.tables.select(
+            "pg_stat_user_tables", "n_tup_ins,n_tup_upd,n_tup_del", ("relname", "in", [SIAM, WIKI])
+        )
+        return sum(int(r["n_tup_ins"]) + int(r["n_tup_upd"]) + int(r["n_tup_del"]) for r in rows)
 
     # -- writes: refused -----------------------------------------------------------------
 
@@ -291,6 +308,10 @@ class AdoptedTables(ExistingTables):
             )
         self.wiki_vectors = WIKI_VECTORS in steps
 
+    async def read_generation(self) -> int:
+        rows = await self.tables.call("knowledge_adopted_generation", {}, SearchError)
+        return int(rows[0]["generation"])
+
     def capabilities(self) -> dict[str, str]:
         return {
             "vector_search": "siam_vectors by cosine (knowledge_match_siam_vectors)",
@@ -344,6 +365,16 @@ class AdoptedTables(ExistingTables):
 
 class ReadOnlyTables(ExistingTables):
     mode = "read_only"
+    follows_writes = True
+    """The statistics are readable (a direct connection; not Supabase's REST API)."""
+
+    async def read_generation(self) -> int:
+        if self.follows_writes:
+            try:
+                return await super().read_generation()
+            except KnowledgeStoreError:
+                self.follows_writes = False
+        return 0
 
     def capabilities(self) -> dict[str, str]:
         return {
@@ -359,7 +390,11 @@ class ReadOnlyTables(ExistingTables):
             "full-text ranking (keywords are matched by ILIKE, a query word at a time)",
             "filters inside the vector search (applied to what match_siam_vectors_gemini returns)",
             "wiki search by meaning (needs `knowledge-api migrate --adopt --wiki-vectors`)",
-        ]
+        ] + (
+            []
+            if self.follows_writes
+            else ["noticing other pipelines' writes (cached answers live for their TTL)"]
+        )
 
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters

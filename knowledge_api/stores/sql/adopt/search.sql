@@ -142,4 +142,14 @@ BEGIN
 END;
 $$;
 
+-- A number that moves whenever either table is written, by anyone: cached answers follow
+-- it. Backends report their writes to the statistics within about a second of commit.
+-- (Two columns: a one-column set would come back over PostgREST as bare values.)
+CREATE FUNCTION knowledge_adopted_generation() RETURNS TABLE (generation bigint, tables integer)
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(s.n_tup_ins + s.n_tup_upd + s.n_tup_del), 0)::bigint, count(*)::integer
+    FROM pg_stat_user_tables s
+    WHERE s.relid IN ('siam_vectors'::regclass, 'wiki_documents'::regclass)
+$$;
+
 NOTIFY pgrst, 'reload schema';
