@@ -36,11 +36,12 @@ from knowledge_api.stores.existing import AdoptedTables, ExistingTables, ReadOnl
 from knowledge_api.stores.postgres import PostgresStore
 
 DIMENSION = 768
-WORDS = (
+VOCABULARY = (
     "asset upload timeout release deploy rollback royalty statement metadata ingestion "
     "pipeline proxy nginx product catalogue territory rights label artist track album "
     "dashboard alert queue backlog retry worker cache index schema report invoice"
-).split()  # noqa: SIM905 (a sentence reads better than 32 quoted words)
+)
+WORDS = VOCABULARY.split()
 SCHEMA = """
 CREATE EXTENSION IF NOT EXISTS vector;
 CREATE TABLE siam_vectors (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), organization text,
