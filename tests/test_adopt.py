@@ -376,6 +376,15 @@ def test_adopt_only_adds_and_undo_takes_exactly_that_back(
     assert run_sync(snapshot(cli_env)) == before
 
 
+def test_the_own_schema_is_not_created_over_the_pipelines_tables(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = run_sync(snapshot(cli_env))
+    assert main(["migrate"]) == 2
+    assert "KNOWLEDGE_SCHEMA_MODE=read_only, or adopt it" in capsys.readouterr().err
+    assert run_sync(snapshot(cli_env)) == before
+
+
 def test_a_database_without_the_original_tables_is_not_adopted(
     postgres_server: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

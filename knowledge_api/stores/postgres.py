@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import orjson
 
-from knowledge_api.errors import BackendConnectionError, KnowledgeStoreError
+from knowledge_api.errors import BackendConnectionError, ConfigurationError, KnowledgeStoreError
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
@@ -299,8 +299,15 @@ async def migrate(conn: Any, dimension: int) -> list[str]:
     `{{dimension}}` in a migration is the embedder's dimension: the vector columns are
     made for the embedder configured when the schema is created. A database already up
     to date is only read, so a read-only one still serves."""
-    if await applied_versions(conn) >= {version for version, _, _ in migrations()}:
+    versions = await applied_versions(conn)
+    if versions >= {version for version, _, _ in migrations()}:
         return []
+    if not versions and await conn.fetchval("SELECT to_regclass('siam_vectors')") is not None:
+        raise ConfigurationError(
+            "the database already holds siam_vectors, not made by this service: other "
+            "pipelines fill it. Serve it as it is with KNOWLEDGE_SCHEMA_MODE=read_only, or "
+            "adopt it with `knowledge-api migrate --adopt` and KNOWLEDGE_SCHEMA_MODE=adopted"
+        )
     async with conn.transaction():
         await conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         await conn.execute(
