@@ -204,6 +204,15 @@ async def seed(url: str) -> None:
         await conn.close()
 
 
+async def invalid_indexes(url: str) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        count: int = await conn.fetchval("SELECT count(*) FROM pg_index WHERE NOT indisvalid")
+        return count
+    finally:
+        await conn.close()
+
+
 async def snapshot(url: str) -> dict[str, Any]:
     """Everything of the original shape: columns, rows (vectors as text), the old RPC's
     definition and what it answers, and the indexes and functions that exist."""
@@ -365,6 +374,7 @@ def test_adopt_only_adds_and_undo_takes_exactly_that_back(
         "knowledge_wiki_documents_fts",
     }
     assert set(after["tables"]) - set(before["tables"]) == {"knowledge_adoption"}
+    assert run_sync(invalid_indexes(cli_env)) == 0
 
     assert main(["migrate", "--adopt"]) == 0  # adopted: nothing left to do
     assert "adopt: nothing to do" in capsys.readouterr().out
@@ -383,6 +393,34 @@ def test_the_own_schema_is_not_created_over_the_pipelines_tables(
     assert main(["migrate"]) == 2
     assert "KNOWLEDGE_SCHEMA_MODE=read_only, or adopt it" in capsys.readouterr().err
     assert run_sync(snapshot(cli_env)) == before
+
+
+async def test_a_step_that_cannot_get_its_lock_fails_cleanly_and_a_rerun_finishes(
+    database: str,
+) -> None:
+    """A long transaction of a pipeline holds the table: the step gives up (instead of
+    queueing every reader behind it), leaves no invalid index, and the next run
+    applies everything."""
+    pipeline = await asyncpg.connect(database)
+    conn = await asyncpg.connect(database)
+    try:
+        transaction = pipeline.transaction()
+        await transaction.start()
+        await pipeline.execute("LOCK TABLE wiki_documents IN ACCESS EXCLUSIVE MODE")
+        plan = await adopt.adoption_plan(conn)
+        with pytest.raises(asyncpg.LockNotAvailableError):
+            await adopt.apply(conn, plan, lambda step: None, lock_timeout="200ms")
+        await transaction.rollback()
+        done = await adopt.applied_steps(conn)
+        assert done == ["knowledge_siam_vectors_embedding", "knowledge_siam_vectors_fts"]
+        assert await conn.fetchval("SELECT count(*) FROM pg_index WHERE NOT indisvalid") == 0
+        assert await conn.fetchval("SELECT to_regclass('knowledge_wiki_documents_fts')") is None
+        await adopt.apply(conn, await adopt.adoption_plan(conn), lambda step: None)
+        assert len(await adopt.applied_steps(conn)) == 5
+        assert await adopt.adoption_plan(conn) == []
+    finally:
+        await conn.close()
+        await pipeline.close()
 
 
 def test_a_database_without_the_original_tables_is_not_adopted(

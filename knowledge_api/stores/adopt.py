@@ -53,7 +53,8 @@ ORIGINAL_COLUMNS = {
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One change to the database and the SQL that takes it back."""
+    """One change to the database and the SQL that takes it back (a concurrent step
+    builds the index its name names)."""
 
     name: str
     sql: str
@@ -201,10 +202,15 @@ async def adoption_plan(conn: Any) -> list[Step]:
 # -- applying and undoing ---------------------------------------------------------------
 
 
-async def apply(conn: Any, steps: Sequence[Step], report: Callable[[str], None]) -> None:
+async def apply(
+    conn: Any,
+    steps: Sequence[Step],
+    report: Callable[[str], None],
+    lock_timeout: str = LOCK_TIMEOUT,
+) -> None:
     """Apply the steps in order, each recorded once it is done. A step that fails leaves
     nothing behind (an index built half-way is dropped) and stops the run."""
-    await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+    await conn.execute(f"SET lock_timeout = '{lock_timeout}'")
     await conn.execute(
         f"""CREATE TABLE IF NOT EXISTS {RECORD} (
                position serial PRIMARY KEY,
@@ -224,7 +230,8 @@ async def apply(conn: Any, steps: Sequence[Step], report: Callable[[str], None])
             try:
                 await conn.execute(step.sql)
             except Exception:
-                await conn.execute(step.undo)  # an INVALID index left by the failed build
+                if await conn.fetchval("SELECT to_regclass($1)", step.name) is not None:
+                    await conn.execute(step.undo)  # the INVALID index of a failed build
                 raise
             await record(conn, step)
         else:
