@@ -722,10 +722,20 @@ def test_wiki_pages_are_searched_by_meaning_after_the_migration(
 
 
 def test_the_wiki_vectors_command(
-    cli_env: str, gemini: respx.MockRouter, capsys: pytest.CaptureFixture[str]
+    cli_env: str,
+    gemini: respx.MockRouter,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert main(["migrate", "--wiki-vectors"]) == 2  # adoption comes first
     assert "run `knowledge-api migrate --adopt` first" in capsys.readouterr().err
+    assert main(["migrate", "--adopt"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")  # 64-d: not the passages' space
+    assert main(["migrate", "--wiki-vectors"]) == 2
+    assert "holds 768-d vectors and KNOWLEDGE_EMBEDDER makes 64-d" in capsys.readouterr().err
+    assert run_sync(adopt_record(cli_env)) == 5  # nothing added by the refused run
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "gemini")
     assert main(["migrate", "--adopt", "--wiki-vectors", "--dry-run"]) == 0
     assert "wiki vectors: 5 pages to convert in batches of 200" in capsys.readouterr().out
     assert main(["migrate", "--adopt", "--wiki-vectors", "--batch-size", "2"]) == 0
@@ -735,6 +745,14 @@ def test_the_wiki_vectors_command(
     assert all(v is not None for v in run_sync(wiki_vectors(cli_env)).values())
     sent = [json.loads(call.request.content) for call in gemini.calls]
     assert sum(len(body["requests"]) for body in sent) == 3  # only the pages lacking one
+
+
+async def adopt_record(url: str) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        return len(await adopt.applied_steps(conn))
+    finally:
+        await conn.close()
 
 
 async def undo_all(url: str) -> None:

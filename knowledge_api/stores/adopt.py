@@ -315,6 +315,16 @@ async def convert_wiki_vectors(
         raise ConfigurationError(
             "the database is not adopted: run `knowledge-api migrate --adopt` first"
         )
+    stored = await conn.fetchval(
+        "SELECT atttypmod FROM pg_attribute "
+        "WHERE attrelid = 'siam_vectors'::regclass AND attname = 'embedding'"
+    )
+    if stored > 0 and stored != dimension:
+        raise ConfigurationError(
+            f"siam_vectors.embedding holds {stored}-d vectors and KNOWLEDGE_EMBEDDER makes "
+            f"{dimension}-d ones: wiki pages must share the passages' vector space; set "
+            "KNOWLEDGE_EMBEDDER to the embedder of siam_vectors"
+        )
     if WIKI_COLUMN not in done_steps:
         await apply(conn, [wiki_column_step(dimension)], report)
     await register_codecs(conn)

@@ -121,9 +121,9 @@ class ExistingTables(HybridSearch):
         if stored and stored != {dimension}:
             raise EmbedderMismatchError(
                 f"siam_vectors.embedding holds {'/'.join(map(str, sorted(stored)))}-d vectors; "
-                f"KNOWLEDGE_EMBEDDER makes {name!r} {dimension}-d ones. Set KNOWLEDGE_EMBEDDER "
-                "to the embedder the rows were written with (gemini, 768-d, for the "
-                "Gemini-embedded tables).",
+                f"KNOWLEDGE_EMBEDDER ({name!r}) makes {dimension}-d ones. Set "
+                "KNOWLEDGE_EMBEDDER to the embedder the rows were written with (gemini, "
+                "768-d, for the Gemini-embedded tables).",
                 configured=name,
             )
 
@@ -171,7 +171,9 @@ class ExistingTables(HybridSearch):
         """The cosine of keyword-only hits, from their stored vectors."""
         found = [key for key in keys if isinstance(key, Found)]
         result: dict[Hashable, float] = {key: key.keyword for key in found}
-        tables = [(SIAM, "embedding")] + ([(WIKI, "knowledge_embedding")] * self.wiki_vectors)
+        tables = [(SIAM, "embedding")]
+        if self.wiki_vectors:
+            tables.append((WIKI, "knowledge_embedding"))
         for table, column in tables:
             by_id = {key.id: key for key in found if key.table == table}
             if not by_id:
