@@ -3,9 +3,11 @@
 -- reads, so a varchar or json column serves too), and never write. Keyword search uses
 -- the expression indexes of the adoption, so the tables keep their columns.
 
-CREATE FUNCTION knowledge_adopted_terms(query_text text) RETURNS tsquery
+-- The query's words as one-lexeme queries (stemmed, stop words dropped, each once).
+CREATE FUNCTION knowledge_adopted_terms(query_text text) RETURNS TABLE (term tsquery)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT replace(plainto_tsquery('english', query_text)::text, ' & ', ' | ')::tsquery
+    SELECT DISTINCT quote_literal(lexeme)::tsquery
+    FROM unnest(tsvector_to_array(to_tsvector('english'::regconfig, query_text))) AS lexeme
 $$;
 
 CREATE FUNCTION knowledge_adopted_pattern(query_text text) RETURNS text
@@ -45,8 +47,12 @@ AS $$
     LIMIT match_count
 $$;
 
--- Passages by full-text rank over the content (any query word counts); a literal
--- ILIKE match when full text finds nothing.
+-- Passages by keyword: the passages holding any query word, scored by the sum of the
+-- inverse document frequencies of the words they hold, ln(1 + rows / rows with the
+-- word). Everything comes from the expression index (one scan per word): no tsvector
+-- is computed per matching row, which, without a stored tsvector column, would make a
+-- common word cost a parse of every passage that holds it. A literal ILIKE match is the
+-- last resort when no word is found.
 CREATE FUNCTION knowledge_search_siam_vectors(
     query_text text,
     match_count integer DEFAULT 10,
@@ -60,30 +66,42 @@ CREATE FUNCTION knowledge_search_siam_vectors(
     organization text, division text, app_under_test text, rank double precision
 )
 LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    terms tsquery := knowledge_adopted_terms(query_text);
 BEGIN
     IF btrim(query_text) = '' THEN
         RETURN;
     END IF;
-    IF numnode(terms) > 0 THEN
-        RETURN QUERY
-        SELECT v.id::text, v.content::text, v.source_type::text, v.source_id::text,
-               coalesce(v.metadata::jsonb, '{}'), v.organization::text, v.division::text,
-               v.app_under_test::text,
-               ts_rank(to_tsvector('english'::regconfig, coalesce(v.content, '')), terms)::double precision
-        FROM siam_vectors v
-        WHERE to_tsvector('english'::regconfig, coalesce(v.content, '')) @@ terms
-          AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
-          AND (filter_organization IS NULL OR v.organization = filter_organization)
-          AND (filter_division IS NULL OR v.division = filter_division)
-          AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
-          AND (filter_metadata = '{}' OR v.metadata::jsonb @> filter_metadata)
-        ORDER BY 9 DESC, 1
-        LIMIT match_count;
-        IF FOUND THEN
-            RETURN;
-        END IF;
+    RETURN QUERY
+    WITH hits AS (
+        SELECT t.term, m.id
+        FROM knowledge_adopted_terms(query_text) t
+        CROSS JOIN LATERAL (
+            SELECT v.id FROM siam_vectors v
+            WHERE to_tsvector('english'::regconfig, coalesce(v.content, '')) @@ t.term
+              AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+              AND (filter_organization IS NULL OR v.organization = filter_organization)
+              AND (filter_division IS NULL OR v.division = filter_division)
+              AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+              AND (filter_metadata = '{}' OR v.metadata::jsonb @> filter_metadata)
+        ) m
+    ), frequency AS (
+        SELECT h.term, count(*) AS docs FROM hits h GROUP BY h.term
+    ), best AS (
+        SELECT h.id, sum(ln(1 + greatest(c.reltuples, f.docs) / f.docs)) AS score
+        FROM hits h
+        JOIN frequency f ON f.term = h.term
+        CROSS JOIN (SELECT p.reltuples FROM pg_class p
+                    WHERE p.oid = 'siam_vectors'::regclass) c
+        GROUP BY h.id
+        ORDER BY 2 DESC, 1
+        LIMIT match_count
+    )
+    SELECT v.id::text, v.content::text, v.source_type::text, v.source_id::text,
+           coalesce(v.metadata::jsonb, '{}'), v.organization::text, v.division::text,
+           v.app_under_test::text, b.score::double precision
+    FROM best b JOIN siam_vectors v ON v.id = b.id
+    ORDER BY b.score DESC, b.id;
+    IF FOUND THEN
+        RETURN;
     END IF;
     RETURN QUERY
     SELECT v.id::text, v.content::text, v.source_type::text, v.source_id::text,
@@ -101,7 +119,8 @@ BEGIN
 END;
 $$;
 
--- Wiki pages by full-text rank over title and markdown; ILIKE as the last resort.
+-- Wiki pages by keyword over title and markdown, scored like passages; ILIKE as the
+-- last resort.
 CREATE FUNCTION knowledge_search_wiki_documents(
     query_text text,
     match_count integer DEFAULT 10,
@@ -110,25 +129,39 @@ CREATE FUNCTION knowledge_search_wiki_documents(
     id text, title text, url text, app_name text, markdown_content text, rank double precision
 )
 LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    terms tsquery := knowledge_adopted_terms(query_text);
 BEGIN
     IF btrim(query_text) = '' THEN
         RETURN;
     END IF;
-    IF numnode(terms) > 0 THEN
-        RETURN QUERY
-        SELECT w.id::text, w.title::text, w.url::text, w.app_name::text,
-               w.markdown_content::text,
-               ts_rank(to_tsvector('english'::regconfig, coalesce(w.title, '') || ' ' || coalesce(w.markdown_content, '')), terms)::double precision
-        FROM wiki_documents w
-        WHERE to_tsvector('english'::regconfig, coalesce(w.title, '') || ' ' || coalesce(w.markdown_content, '')) @@ terms
-          AND (filter_app_name IS NULL OR lower(w.app_name) = lower(filter_app_name))
-        ORDER BY 6 DESC, 1
-        LIMIT match_count;
-        IF FOUND THEN
-            RETURN;
-        END IF;
+    RETURN QUERY
+    WITH hits AS (
+        SELECT t.term, m.id
+        FROM knowledge_adopted_terms(query_text) t
+        CROSS JOIN LATERAL (
+            SELECT w.id FROM wiki_documents w
+            WHERE to_tsvector('english'::regconfig,
+                              coalesce(w.title, '') || ' ' || coalesce(w.markdown_content, ''))
+                  @@ t.term
+              AND (filter_app_name IS NULL OR lower(w.app_name) = lower(filter_app_name))
+        ) m
+    ), frequency AS (
+        SELECT h.term, count(*) AS docs FROM hits h GROUP BY h.term
+    ), best AS (
+        SELECT h.id, sum(ln(1 + greatest(c.reltuples, f.docs) / f.docs)) AS score
+        FROM hits h
+        JOIN frequency f ON f.term = h.term
+        CROSS JOIN (SELECT p.reltuples FROM pg_class p
+                    WHERE p.oid = 'wiki_documents'::regclass) c
+        GROUP BY h.id
+        ORDER BY 2 DESC, 1
+        LIMIT match_count
+    )
+    SELECT w.id::text, w.title::text, w.url::text, w.app_name::text, w.markdown_content::text,
+           b.score::double precision
+    FROM best b JOIN wiki_documents w ON w.id = b.id
+    ORDER BY b.score DESC, b.id;
+    IF FOUND THEN
+        RETURN;
     END IF;
     RETURN QUERY
     SELECT w.id::text, w.title::text, w.url::text, w.app_name::text, w.markdown_content::text,
