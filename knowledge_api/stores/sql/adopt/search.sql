@@ -83,15 +83,12 @@ BEGIN
               AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
               AND (filter_metadata = '{}' OR v.metadata::jsonb @> filter_metadata)
         ) m
-    ), frequency AS (
-        SELECT h.term, count(*) AS docs FROM hits h GROUP BY h.term
     ), best AS (
-        SELECT h.id, sum(ln(1 + greatest(c.reltuples, f.docs) / f.docs)) AS score
-        FROM hits h
-        JOIN frequency f ON f.term = h.term
+        SELECT s.id, sum(ln(1 + greatest(c.reltuples, s.docs) / s.docs)) AS score
+        FROM (SELECT h.id, count(*) OVER (PARTITION BY h.term::text) AS docs FROM hits h) s
         CROSS JOIN (SELECT p.reltuples FROM pg_class p
                     WHERE p.oid = 'siam_vectors'::regclass) c
-        GROUP BY h.id
+        GROUP BY s.id
         ORDER BY 2 DESC, 1
         LIMIT match_count
     )
@@ -144,15 +141,12 @@ BEGIN
                   @@ t.term
               AND (filter_app_name IS NULL OR lower(w.app_name) = lower(filter_app_name))
         ) m
-    ), frequency AS (
-        SELECT h.term, count(*) AS docs FROM hits h GROUP BY h.term
     ), best AS (
-        SELECT h.id, sum(ln(1 + greatest(c.reltuples, f.docs) / f.docs)) AS score
-        FROM hits h
-        JOIN frequency f ON f.term = h.term
+        SELECT s.id, sum(ln(1 + greatest(c.reltuples, s.docs) / s.docs)) AS score
+        FROM (SELECT h.id, count(*) OVER (PARTITION BY h.term::text) AS docs FROM hits h) s
         CROSS JOIN (SELECT p.reltuples FROM pg_class p
                     WHERE p.oid = 'wiki_documents'::regclass) c
-        GROUP BY h.id
+        GROUP BY s.id
         ORDER BY 2 DESC, 1
         LIMIT match_count
     )
