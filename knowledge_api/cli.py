@@ -446,6 +446,10 @@ def run_adoption(settings: Settings, args: argparse.Namespace) -> int:
 
     if args.undo and (args.adopt or args.wiki_vectors):
         raise InvalidRequest("--undo", "cannot be combined with --adopt or --wiki-vectors")
+    if not settings.database_url:
+        raise InvalidRequest(
+            "KNOWLEDGE_DATABASE_URL", "must name the existing database (a direct connection)"
+        )
     embedder = compose.build_embedder(settings)
     store = stores.create("postgres", settings, compose.embedder_identity(embedder))
 

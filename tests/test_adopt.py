@@ -423,6 +423,15 @@ async def test_a_step_that_cannot_get_its_lock_fails_cleanly_and_a_rerun_finishe
         await pipeline.close()
 
 
+def test_adopting_needs_the_database_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KNOWLEDGE_DATABASE_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["migrate", "--adopt", "--dry-run"]) == 2
+    assert "KNOWLEDGE_DATABASE_URL: must name the existing database" in capsys.readouterr().err
+
+
 def test_a_database_without_the_original_tables_is_not_adopted(
     postgres_server: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
