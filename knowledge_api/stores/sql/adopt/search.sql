@@ -52,7 +52,8 @@ $$;
 -- word). Everything comes from the expression index (one scan per word): no tsvector
 -- is computed per matching row, which, without a stored tsvector column, would make a
 -- common word cost a parse of every passage that holds it. A literal ILIKE match is the
--- last resort when no word is found.
+-- last resort when no word is found. Plans are made for the actual arguments: a generic
+-- plan cannot use the expression index for words it does not know.
 CREATE FUNCTION knowledge_search_siam_vectors(
     query_text text,
     match_count integer DEFAULT 10,
@@ -65,7 +66,9 @@ CREATE FUNCTION knowledge_search_siam_vectors(
     id text, content text, source_type text, source_id text, metadata jsonb,
     organization text, division text, app_under_test text, rank double precision
 )
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
 BEGIN
     IF btrim(query_text) = '' THEN
         RETURN;
@@ -125,7 +128,9 @@ CREATE FUNCTION knowledge_search_wiki_documents(
 ) RETURNS TABLE (
     id text, title text, url text, app_name text, markdown_content text, rank double precision
 )
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
 BEGIN
     IF btrim(query_text) = '' THEN
         RETURN;
