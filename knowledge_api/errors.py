@@ -143,6 +143,13 @@ class BackendConnectionError(KnowledgeStoreError):
     type = "store_unavailable"
 
 
+class StoreReadOnly(KnowledgeStoreError):
+    """The store serves tables other pipelines own: documents are not written through it."""
+
+    status = 409
+    type = "store_read_only"
+
+
 class EmbedderMismatchError(ConfigurationError):
     """The store holds vectors of another embedder; mixing vector spaces is refused."""
 

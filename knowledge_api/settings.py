@@ -24,6 +24,8 @@ from knowledge_api.validation import COLLECTION_RULE, valid_collection
 ENV_PREFIX = "KNOWLEDGE_"
 FUSIONS = ("convex", "rrf")
 """How hybrid search may merge its two lists (KNOWLEDGE_FUSION)."""
+SCHEMA_MODES = ("own", "adopted", "read_only")
+"""Whose tables the postgres and supabase stores serve (KNOWLEDGE_SCHEMA_MODE)."""
 
 
 class Secret:
@@ -275,6 +277,13 @@ class Settings:
     )
     postgres_pool_size: int = setting(
         "KNOWLEDGE_POSTGRES_POOL_SIZE", 10, "Most connections the postgres store opens."
+    )
+    schema_mode: str = setting(
+        "KNOWLEDGE_SCHEMA_MODE",
+        "own",
+        "Tables of the postgres and supabase stores: own (the service's schema), adopted "
+        "(an existing database after `knowledge-api migrate --adopt`) or read_only (an "
+        "existing database as it is).",
     )
     supabase_url: str = setting("SUPABASE_URL", "", "Supabase project URL (supabase store).")
     supabase_service_role_key: Secret = setting(
@@ -547,6 +556,8 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_RATE_LIMIT must not be negative")
         if self.mcp_max_chars < 1000:
             raise ConfigurationError("KNOWLEDGE_MCP_MAX_CHARS must be at least 1000")
+        if self.schema_mode not in SCHEMA_MODES:
+            raise ConfigurationError("KNOWLEDGE_SCHEMA_MODE must be own, adopted or read_only")
         if self.fusion not in FUSIONS:
             raise ConfigurationError("KNOWLEDGE_FUSION must be convex or rrf")
         if not 0 <= self.vector_weight <= 1:

@@ -40,7 +40,7 @@ from knowledge_api.stores.keys import KeyStore, SiamKeys
 
 Row = dict[str, Any]
 Condition = tuple[str, str, Any]
-"""(column, operator, value); operator is "eq", "in" or "gt"."""
+"""(column, operator, value); operator is "eq", "in", "gt" or "ilike"."""
 
 TENANCY = ("organization", "division", "app_under_test")
 DOCUMENT_COLUMNS = (
@@ -76,6 +76,12 @@ class SiamStore(HybridSearch):
         self._generation_expires = 0.0
 
     # -- transport, provided by the backends ---------------------------------------
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
 
     async def call(
         self, function: str, params: Mapping[str, Any], error: type[KnowledgeStoreError]
