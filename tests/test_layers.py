@@ -30,6 +30,8 @@ SEAMS = {
     "cache",
     "grounding",
     "ir_metrics",
+    "routing",
+    "prefetch",
 }
 LAYERS = [
     ("core", CORE),

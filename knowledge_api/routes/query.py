@@ -52,10 +52,12 @@ def parse(payload: Any) -> tuple[QueryParams, bool]:
 
 async def query(request: Request) -> Response:
     params, stream = parse(await read_json(request))
-    access(request).collection(params.collection)
+    caller = access(request)
+    caller.collection(params.collection)
+    client = f"{caller.name}@{request.client.host if request.client else ''}"
     if stream:
-        return await event_stream(use.events(service(request), params), sse_event)
-    return JSONResponse(render(await use.query(service(request), params)))
+        return await event_stream(use.events(service(request), params, client), sse_event)
+    return JSONResponse(render(await use.query(service(request), params, client)))
 
 
 def render(served: Served[QueryResult]) -> dict[str, Any]:
@@ -72,7 +74,7 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
 
 METRICS = obj(
     {"total_ms": NUMBER, "cache_hit": BOOLEAN, "embedding_ms": NUMBER, "search_ms": NUMBER},
-    {"synthesis_ms": NUMBER},
+    {"synthesis_ms": NUMBER, "routed": array(STRING)},
 )
 RESPONSE = obj(
     {"results": array(RESULT), "metrics": METRICS},
@@ -84,7 +86,10 @@ RESPONSE = obj(
 def metrics(served: Served[QueryResult]) -> dict[str, Any]:
     note_cache_hit(served.cache_hit)
     timings = zeroed_on_hit(served.value.timings, served.cache_hit)
-    return {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
+    body: dict[str, Any] = {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
+    if served.value.routed is not None:
+        body["routed"] = list(served.value.routed)
+    return body
 
 
 def done_event(served: Served[QueryResult]) -> dict[str, Any]:
@@ -95,8 +100,9 @@ def done_event(served: Served[QueryResult]) -> dict[str, Any]:
 
 
 sse_event = translation("synthesis", done_event)
-"""`results`, `synthesis` deltas (and `reset`), then `done`."""
-EVENTS = events_schema("results", "synthesis", "reset", "done", "error")
+"""`source_results` as each source answers, `results` in the fused order, `synthesis`
+deltas (and `reset`), then `done`."""
+EVENTS = events_schema("source_results", "results", "synthesis", "reset", "done", "error")
 """A stream's events; `error` (the error shape) ends a stream that failed after it began."""
 
 
