@@ -147,7 +147,7 @@ async def progressive(
     (the fused search reports a failing store)."""
     sources = plan.routed or plan.filters.source_types or SOURCES
     alone = {
-        asyncio.create_task(search_planned(service, params, plan.only(source), rerank=False)): source
+        asyncio.create_task(search_alone(service, params, plan, source)): source
         for source in sources
     }
     fused = asyncio.create_task(search_planned(service, params, plan))
@@ -171,6 +171,13 @@ async def search(service: KnowledgeService, params: QueryParams) -> Retrieval:
     return await service.retrieve(
         params.query, params.limit, params.search_filters(), params.threshold, route=True
     )
+
+
+async def search_alone(
+    service: KnowledgeService, params: QueryParams, plan: Plan, source: str
+) -> Retrieval:
+    """One source's own best hits, in fused order (not reranked: the fused order is)."""
+    return await search_planned(service, params, plan.only(source), rerank=False)
 
 
 async def search_planned(
