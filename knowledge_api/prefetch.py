@@ -118,42 +118,47 @@ class Prefetcher:
         return list(ranked)[: self.followups]
 
     def after(self, client: str, query: str, hits: Sequence[SearchHit], warm: Warm) -> int:
-        """Record the query, then warm its predicted follow-ups in the background
-        within the budget. How many were started."""
+        """Record the query, then warm its predicted follow-ups in the background, one
+        after another, most likely first. How many were handed to the background:
+        none while `concurrent` such runs are under way (dropped, not queued)."""
         if not self.enabled:
             return 0
         self.log.record(client, normalize_query(query))
-        started = 0
-        for followup in self.predict(query, hits):
-            if not self._within_budget():
-                self.counts["over_budget"] += 1
-                continue
-            task = asyncio.create_task(self._prefetch(followup, warm))
-            self.running.add(task)
-            task.add_done_callback(self.running.discard)
-            started += 1
-        return started
+        followups = self.predict(query, hits)
+        if not followups:
+            return 0
+        if len(self.running) >= self.concurrent:
+            self.counts["over_budget"] += len(followups)
+            return 0
+        task = asyncio.create_task(self._prefetch(followups, warm))
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+        return len(followups)
 
-    def _within_budget(self) -> bool:
+    def _within_minute(self) -> bool:
         now = self.clock()
         self.started_at = [t for t in self.started_at if t > now - 60.0]
-        if len(self.started_at) >= self.per_minute or len(self.running) >= self.concurrent:
+        if len(self.started_at) >= self.per_minute:
             return False
         self.started_at.append(now)
         return True
 
-    async def _prefetch(self, query: str, warm: Warm) -> None:
+    async def _prefetch(self, followups: Sequence[str], warm: Warm) -> None:
         await asyncio.sleep(0)  # let the live response go out first
-        if self.live:
-            self.counts["busy"] += 1
-            return
-        self.counts["started"] += 1
-        try:
-            await warm(query)
-        except Exception as e:  # a failed prefetch only means a later miss
-            log.warning("prefetching %r failed: %s", query, e)
-            return
-        self.counts["warmed"] += 1
+        for query in followups:
+            if self.live:
+                self.counts["busy"] += 1
+                continue
+            if not self._within_minute():
+                self.counts["over_budget"] += 1
+                continue
+            self.counts["started"] += 1
+            try:
+                await warm(query)
+            except Exception as e:  # a failed prefetch only means a later miss
+                log.warning("prefetching %r failed: %s", query, e)
+                continue
+            self.counts["warmed"] += 1
 
     async def drain(self) -> None:
         """Wait for the prefetches under way (tests, replays)."""
