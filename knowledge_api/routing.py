@@ -7,10 +7,13 @@ Two cheap signals, both from the query alone:
   of that source's chunk vectors, learned from the stored data and recomputed when the
   store's generation changes).
 
-The rule is conservative, because a dropped source can never supply a result: without
-a cue, every source whose centroid is within `margin` of the best one is searched;
-with a cue, the cued sources and the source with the best centroid are. A collection
-with fewer than two sources, or no centroids yet, is searched whole.
+The rule is conservative, because a dropped source can never supply a result: every
+source whose centroid is within `margin` of the best one is searched, and a cued
+source is searched even when its centroid is further. A cue only ever adds: on the
+dev set, a cue word in a question about another source ("how is git history
+ingested", asked of the docs) cost more than the narrowing it allowed. Without a query
+vector a cue is all there is, and it narrows. A collection with fewer than two
+sources, or no centroids yet, is searched whole.
 """
 
 from __future__ import annotations
@@ -100,9 +103,6 @@ def route(
         return Route(tuple(sorted(cued)), tuple(sorted(cued)), tuple(sorted(cued)))
     scores = centroids.cosines(vector)
     best = max(scores.values())
-    if cued:
-        kept = set(cued) | {s for s, score in scores.items() if score == best}
-    else:
-        kept = {s for s, score in scores.items() if score >= best - margin}
+    kept = set(cued) | {s for s, score in scores.items() if score >= best - margin}
     searched = tuple(sorted(kept))
     return Route(None if kept == held else searched, searched, tuple(sorted(cued)), scores)

@@ -189,8 +189,8 @@ class Settings:
     routing_margin: float = setting(
         "KNOWLEDGE_ROUTING_MARGIN",
         0.1,
-        "Routing without a cue word keeps every source whose centroid cosine is within "
-        "this of the best one (0-1; larger keeps more).",
+        "Routing keeps every source whose centroid cosine is within this of the best "
+        "one (0-1; larger keeps more).",
     )
     prefetch: str = setting(
         "KNOWLEDGE_PREFETCH",

@@ -37,11 +37,12 @@ def test_without_a_cue_every_source_near_the_best_is_kept() -> None:
     assert route("how is it done", query, known, margin=1.0).sources is None  # all: no filter
 
 
-def test_a_cue_keeps_the_cued_sources_and_the_closest_one() -> None:
+def test_a_cue_adds_its_source_to_the_close_ones() -> None:
     known = centroids(git=[1, 0, 0], jira=[0, 1, 0], wiki=[0, 0, 1])
     query = np.array([0.0, 0.0, 1.0], np.float32)
     decided = route("which commit added this page", query, known, margin=0.0)
     assert decided.sources == ("git", "wiki") and decided.cued == ("git",)
+    assert route("who added this page", query, known, margin=0.0).sources == ("wiki",)
 
 
 def test_without_centroids_or_a_second_source_everything_is_searched() -> None:
