@@ -5,7 +5,9 @@ Two cheap signals, both from the query alone:
   where its answer lives;
 - the cosine between the query vector and each source's centroid (the normalised mean
   of that source's chunk vectors, learned from the stored data and recomputed when the
-  store's generation changes).
+  store's generation changes). Dividing instead by how close the source's own chunks
+  are to it (so a source of varied passages is not passed over) was tried and lost
+  more answers on the dev set at every margin: see docs/retrieval.md.
 
 The rule is conservative, because a dropped source can never supply a result: every
 source whose centroid is within `margin` of the best one is searched, and a cued
@@ -48,12 +50,12 @@ def cued_sources(query: str) -> frozenset[str]:
 
 @dataclass(frozen=True, slots=True)
 class Centroids:
-    """Each source's normalised mean chunk vector in one collection, at one generation."""
+    """Each source's centroid in one collection, at one generation."""
 
     generation: Hashable
     sources: tuple[str, ...]
     matrix: np.ndarray
-    """One row per source, in `sources` order."""
+    """One row per source, in `sources` order: its mean unit chunk vector, normalised."""
 
     def cosines(self, vector: np.ndarray) -> dict[str, float]:
         scores = self.matrix @ vector
@@ -63,15 +65,19 @@ class Centroids:
 async def learn_centroids(generation: Hashable, documents: AsyncIterator[Document]) -> Centroids:
     """The centroids of the documents' chunk vectors, by source type."""
     sums: dict[str, np.ndarray] = {}
+    counts: dict[str, int] = {}
     async for document in documents:
         for chunk in document.chunks:
             if chunk.embedding is None:
                 continue
             vector = np.asarray(chunk.embedding, dtype=np.float32)
+            vector = vector / (np.linalg.norm(vector) or 1.0)
             total = sums.get(document.source_type)
             sums[document.source_type] = vector.copy() if total is None else total + vector
+            counts[document.source_type] = counts.get(document.source_type, 0) + 1
     sources = tuple(sorted(sums))
-    rows = [sums[s] / (np.linalg.norm(sums[s]) or 1.0) for s in sources]
+    means = [sums[s] / counts[s] for s in sources]
+    rows = [mean / (float(np.linalg.norm(mean)) or 1.0) for mean in means]
     matrix = np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
     return Centroids(generation, sources, matrix)
 

@@ -188,7 +188,7 @@ class Settings:
     )
     routing_margin: float = setting(
         "KNOWLEDGE_ROUTING_MARGIN",
-        0.1,
+        0.2,
         "Routing keeps every source whose centroid cosine is within this of the best "
         "one (0-1; larger keeps more).",
     )

@@ -27,7 +27,7 @@ from knowledge_api.models import SearchFilters
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 
-MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
+MARGINS = (0.1, 0.2, 0.3, 0.4, 0.5)
 FILTERS = SearchFilters()
 
 
