@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from starlette.testclient import TestClient
 
+from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.models import SOURCE_TYPES, Document
 from knowledge_api.routing import Centroids, cued_sources, route
@@ -124,3 +126,15 @@ async def test_centroids_are_learned_in_the_background_and_again_after_a_change(
         assert "metrics" in (await service.learn_routes("default")).sources
     finally:
         await service.stop()
+
+
+def test_the_query_route_reports_the_sources_searched(tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path, routing="on"))
+    with TestClient(app) as client:
+        client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
+        client.portal.call(app.state.service.learn_routes, "default")  # type: ignore[union-attr]
+        asked = {"query": COMMIT_QUESTION, "synthesize": False}
+        routed = client.post("/v1/knowledge/query", json=asked).json()["metrics"]["routed"]
+        named = client.post("/v1/knowledge/query", json={**asked, "sources": ["email"]})
+    assert "git" in routed  # the cue word's source, whatever the fake vectors say
+    assert named.json()["metrics"]["routed"] == ["email"]
