@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from knowledge_api import prefetch as prefetch_module
 from knowledge_api.compose import build_service
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ir_metrics import percentiles
@@ -109,6 +110,14 @@ def replay_log(sessions: int, hours: float, seed: int) -> list[Asked]:
     return sorted(log)
 
 
+def only(predictors: str) -> None:
+    """Leave one predictor out, to see what the other adds alone."""
+    if predictors == "log":
+        prefetch_module.from_sources = lambda hits: []
+    elif predictors == "sources":
+        prefetch_module.Successions.next_of = lambda self, query: []
+
+
 async def replay(log: list[Asked], prefetch: bool, sync_minutes: float, db: Path) -> dict:
     settings = Settings.from_env(environ={}, env_file=None).replace(
         db_path=db, seed_on_empty=False, prefetch="on" if prefetch else "off"
@@ -156,10 +165,18 @@ async def main() -> None:
     parser.add_argument("--hours", type=float, default=8.0)
     parser.add_argument("--sync-minutes", type=float, default=15.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--predictors",
+        choices=("both", "log", "sources"),
+        default="both",
+        help="log: what users asked next only; sources: the results' titles only",
+    )
+    parser.add_argument("--skip-off", action="store_true", help="replay with prefetch on only")
     args = parser.parse_args()
+    only(args.predictors)
     log = replay_log(args.sessions, args.hours, args.seed)
     with tempfile.TemporaryDirectory() as folder:
-        for prefetch in (False, True):
+        for prefetch in (True,) if args.skip_off else (False, True):
             db = Path(folder) / f"kb-{prefetch}.db"
             result = await replay(log, prefetch, args.sync_minutes, db)
             print(f"prefetch {'on ' if prefetch else 'off'}: {result}")
