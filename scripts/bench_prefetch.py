@@ -1,16 +1,16 @@
 """Prefetching on a replayed query log: the tier-1 hit rate it adds, and what it costs.
 
-    .venv/bin/python scripts/bench_prefetch.py [--sessions 300] [--hours 8]
+    .venv/bin/python scripts/bench_prefetch.py [--visits 300] [--hours 8]
 
-The store holds the bundled docs (local model). The log is made of sessions: each user
+The store holds the bundled docs (local model). The log is made of visits: each user
 follows one of a few hand-written chains of related questions (popular chains more
-often, a step sometimes skipped), sessions arrive at random over `--hours` simulated
+often, a step sometimes skipped), visits arrive at random over `--hours` simulated
 hours, and a KB sync changes the store every `--sync-minutes`, which empties tier 1 as
 it does in production. The same log is replayed with prefetching off and on (a
 simulated clock drives the caches and the prefetch budget; each query's prefetches
 finish before the next query, as they would in the user's reading time), and the
 hit rates of the live queries are printed: all of them, and the follow-ups (every
-question but a session's first).
+question but a visit's first).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ CHAINS = [
 @dataclass(order=True)
 class Asked:
     at: float
-    session: int
+    visit: int
     step: int
     text: str
 
@@ -96,17 +96,17 @@ class Clock:
         return self.now
 
 
-def replay_log(sessions: int, hours: float, seed: int) -> list[Asked]:
+def replay_log(visits: int, hours: float, seed: int) -> list[Asked]:
     rng = random.Random(seed)
     weights = [1 / (rank + 1) for rank in range(len(CHAINS))]  # a few chains are popular
     log = []
-    for session in range(sessions):
+    for visit in range(visits):
         chain = rng.choices(CHAINS, weights)[0]
         start = rng.uniform(0, hours * 3600)
         steps = [q for i, q in enumerate(chain) if i == 0 or rng.random() > 0.15]
         steps = steps[: rng.choice([2, 3, 3])]
         for step, text in enumerate(steps):
-            log.append(Asked(start + 40.0 * step, session, step, text))
+            log.append(Asked(start + 40.0 * step, visit, step, text))
     return sorted(log)
 
 
@@ -142,7 +142,7 @@ async def replay(log: list[Asked], prefetch: bool, sync_minutes: float, db: Path
                 next_sync, syncs = next_sync + sync_minutes * 60, syncs + 1
             params = QueryParams(asked.text, synthesize=True)
             started = time.perf_counter()
-            served = await use.query(service, params, f"user-{asked.session}")
+            served = await use.query(service, params, f"user-{asked.visit}")
             live_ms.append((time.perf_counter() - started) * 1000)
             await service.prefetcher.drain()
             for kind in ("all", "follow-ups") if asked.step else ("all",):
@@ -161,7 +161,7 @@ async def replay(log: list[Asked], prefetch: bool, sync_minutes: float, db: Path
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sessions", type=int, default=300)
+    parser.add_argument("--visits", type=int, default=300)
     parser.add_argument("--hours", type=float, default=8.0)
     parser.add_argument("--sync-minutes", type=float, default=15.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -174,7 +174,7 @@ async def main() -> None:
     parser.add_argument("--skip-off", action="store_true", help="replay with prefetch on only")
     args = parser.parse_args()
     only(args.predictors)
-    log = replay_log(args.sessions, args.hours, args.seed)
+    log = replay_log(args.visits, args.hours, args.seed)
     with tempfile.TemporaryDirectory() as folder:
         for prefetch in (True,) if args.skip_off else (False, True):
             db = Path(folder) / f"kb-{prefetch}.db"
