@@ -116,6 +116,8 @@ class KnowledgeService:
             else SynthesisChain([synthesizer])
         )
         self.caches = Caches.from_settings(settings)
+        # another embedder's vectors are no answer, whoever shares the tier
+        self.caches.embeddings.follow(f"{embedder.name}/{embedder.dimension}")
         self.tier1 = ResponseTier(self.caches, store.generation)
         self.started = time.monotonic()
         self.embedder_ready = False
@@ -197,6 +199,7 @@ class KnowledgeService:
         await self.synthesizer.close()
         await self.keys.close()
         await self.store.close()
+        await self.caches.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
 
     def seed_path(self) -> Path:
@@ -405,7 +408,8 @@ class KnowledgeService:
         if store.get("status") == "unavailable":
             status = "unhealthy"
         elif not extra_ok or any(
-            report.get("status") != "ok" for report in (store, embedder, synthesizer, reranker)
+            report.get("status") != "ok"
+            for report in (store, embedder, synthesizer, reranker, self.caches.health())
         ):
             status = "degraded"
         else:

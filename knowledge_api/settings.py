@@ -13,6 +13,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -118,6 +119,22 @@ class Settings:
     )
     embedding_cache_size: int = setting(
         "KNOWLEDGE_EMBEDDING_CACHE_SIZE", 50000, "Most query embeddings kept in tier 2."
+    )
+    cache: str = setting(
+        "KNOWLEDGE_CACHE",
+        "memory",
+        "Where both cache tiers live: memory (each process its own) or redis (shared by "
+        "every replica, a small in-process tier in front).",
+    )
+    redis_url: Secret = setting(
+        "KNOWLEDGE_REDIS_URL",
+        Secret("redis://127.0.0.1:6379/0"),
+        "Redis of KNOWLEDGE_CACHE=redis (redis://[:password@]host:port/db).",
+    )
+    redis_prefix: str = setting(
+        "KNOWLEDGE_REDIS_PREFIX",
+        "knowledge:",
+        "Prefix of every Redis key: one per deployment (per store) sharing a Redis.",
     )
     fusion_k: int = setting(
         "KNOWLEDGE_FUSION_K",
@@ -557,6 +574,10 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, fp32 or int8")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigurationError("KNOWLEDGE_LOG_LEVEL must be debug, info, warning or error")
+        if self.cache not in ("memory", "redis"):
+            raise ConfigurationError("KNOWLEDGE_CACHE must be memory or redis")
+        if self.cache == "redis" and not self.redis_url.get():
+            raise ConfigurationError("KNOWLEDGE_REDIS_URL must be set when KNOWLEDGE_CACHE=redis")
         if self.log_format not in ("text", "json"):
             raise ConfigurationError("KNOWLEDGE_LOG_FORMAT must be text or json")
         self.validate_support()
@@ -619,7 +640,7 @@ class Settings:
         password = urlsplit(self.database_url.get()).password
         return [value for value in [*values, password or ""] if value]
 
-    @property
+    @cached_property
     def auth_required(self) -> bool:
         """Whether requests need an API key: KNOWLEDGE_AUTH, where auto means keys unless
         the service binds a loopback address only."""

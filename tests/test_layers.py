@@ -28,6 +28,7 @@ SEAMS = {
     "synthesis",
     "ingest",
     "cache",
+    "shared_cache",
     "grounding",
     "ir_metrics",
     "routing",

@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
 
+from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.prefetch import FOLLOWERS_KEPT, Prefetcher, Successions
 from knowledge_api.service import KnowledgeService
@@ -149,3 +151,15 @@ def test_predictions_never_repeat_the_query_and_respect_the_count() -> None:
     prefetcher.log.record("d", "q")
     prefetcher.log.record("d", "Q")  # the same query, asked again
     assert prefetcher.predict("Q", ()) == ["q1", "q2"]
+
+
+def test_a_repeated_body_answered_by_the_hit_path_is_still_logged(tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path, prefetch="on"))
+    with TestClient(app) as client:
+        client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
+        for question in (LOGIN, PAGES, LOGIN):  # the second LOGIN: the same bytes again
+            response = client.post("/v1/knowledge/query", json={"query": question})
+            assert response.status_code == 200
+        assert response.json()["metrics"]["cache_hit"] is True
+        log = app.state.service.prefetcher.log  # type: ignore[union-attr]
+    assert log.next_of(PAGES) == [LOGIN]

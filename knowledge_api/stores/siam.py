@@ -63,9 +63,12 @@ class Passage:
 
 class SiamStore(HybridSearch):
     name = "siam"
-    generation_poll_seconds = 1.0
+    generation_poll_seconds = 0.5
     """How long a read generation is trusted: another process's write is noticed within
-    this time (this store's own writes at once), and a cache hit costs no round trip."""
+    this time (this store's own writes at once), so every replica drops its cached
+    answers within a second of any write, and a cache hit mostly costs no round trip.
+    The counter (knowledge_store_state) is moved by triggers in the writing transaction,
+    whoever writes: a replica, `knowledge-api ingest` or `sync`, or plain SQL."""
 
     def __init__(self, tuning: SearchTuning = DEFAULT_TUNING) -> None:
         self.tuning = tuning
