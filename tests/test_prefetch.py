@@ -163,3 +163,12 @@ def test_a_repeated_body_answered_by_the_hit_path_is_still_logged(tmp_path: Path
         assert response.json()["metrics"]["cache_hit"] is True
         log = app.state.service.prefetcher.log  # type: ignore[union-attr]
     assert log.next_of(PAGES) == [LOGIN]
+
+
+async def test_a_follow_up_already_cached_is_not_counted_as_a_hit(
+    service: KnowledgeService,
+) -> None:
+    await asked(service, LOGIN, "ana")
+    await asked(service, PAGES, "ana")
+    await asked(service, LOGIN, "ben")  # its follow-ups are cached already: nothing to warm
+    assert service.caches.responses.hits == 1  # ben's LOGIN, the one live hit

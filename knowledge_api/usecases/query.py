@@ -58,7 +58,8 @@ def prefetch(
 ) -> None:
     async def warm(followup: str) -> None:
         ahead = replace(params, query=followup)
-        await service.tier1.served(ahead.cache_key(), lambda: compute(service, ahead))
+        if service.tier1.peek(ahead.cache_key()) is None:  # a lookup here is no hit or miss
+            await service.tier1.served(ahead.cache_key(), lambda: compute(service, ahead))
 
     service.prefetcher.after(client, params.query, hits, warm)
 
