@@ -213,6 +213,39 @@ class Settings:
         5.0,
         "Seconds a cohere or llm reranking may take before the fused order is kept.",
     )
+    routing: str = setting(
+        "KNOWLEDGE_ROUTING",
+        "off",
+        "Semantic routing of /v1/knowledge/query: on searches only the sources a query "
+        "needs (cue words, closeness to each source's centroid); off searches every source.",
+    )
+    routing_margin: float = setting(
+        "KNOWLEDGE_ROUTING_MARGIN",
+        0.2,
+        "Routing keeps every source whose centroid cosine is within this of the best "
+        "one (0-1; larger keeps more).",
+    )
+    prefetch: str = setting(
+        "KNOWLEDGE_PREFETCH",
+        "off",
+        "on: after a query, answer its likely follow-ups (what users asked next, the "
+        "titles of its sources) in the background to warm the caches; off: never.",
+    )
+    prefetch_per_minute: int = setting(
+        "KNOWLEDGE_PREFETCH_PER_MINUTE",
+        30,
+        "Most follow-up queries prefetched per minute.",
+    )
+    prefetch_concurrent: int = setting(
+        "KNOWLEDGE_PREFETCH_CONCURRENT",
+        1,
+        "Most follow-up queries prefetched at once.",
+    )
+    prefetch_followups: int = setting(
+        "KNOWLEDGE_PREFETCH_FOLLOWUPS",
+        3,
+        "Most follow-ups predicted after one query.",
+    )
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
     )
@@ -529,6 +562,9 @@ class Settings:
             "candidates",
             "rerank_top",
             "rerank_timeout",
+            "prefetch_per_minute",
+            "prefetch_concurrent",
+            "prefetch_followups",
             "max_body_bytes",
             "body_timeout",
             "postgres_pool_size",
@@ -560,6 +596,10 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_SCHEMA_MODE must be own, adopted or read_only")
         if self.fusion not in FUSIONS:
             raise ConfigurationError("KNOWLEDGE_FUSION must be convex or rrf")
+        if self.routing not in ("on", "off") or self.prefetch not in ("on", "off"):
+            raise ConfigurationError("KNOWLEDGE_ROUTING and KNOWLEDGE_PREFETCH must be on or off")
+        if not 0 <= self.routing_margin <= 1:
+            raise ConfigurationError("KNOWLEDGE_ROUTING_MARGIN must be between 0 and 1")
         if not 0 <= self.vector_weight <= 1:
             raise ConfigurationError("KNOWLEDGE_VECTOR_WEIGHT must be between 0 and 1")
         if self.embedding_precision not in ("auto", "fp32", "int8"):

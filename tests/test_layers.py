@@ -31,6 +31,8 @@ SEAMS = {
     "shared_cache",
     "grounding",
     "ir_metrics",
+    "routing",
+    "prefetch",
 }
 LAYERS = [
     ("core", CORE),

@@ -110,6 +110,8 @@ class QueryHits:
             }
         )
         await send({"type": "http.response.body", "body": content})
+        host = client[0] if client else ""
+        query.followed_up(body, query.client_id(caller.name, host), self.service, rendered.value)
         return True
 
     async def forward(self, scope: Scope, first: Message, receive: Receive, send: Send) -> int:
