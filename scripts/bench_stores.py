@@ -39,6 +39,7 @@ import numpy as np
 
 from knowledge_api.compose import build_embedder, build_store, embedder_identity
 from knowledge_api.models import Chunk, Document, SearchFilters, chunk_id
+from knowledge_api.service import single_threaded_blas
 from knowledge_api.settings import Settings
 
 DIMENSION = 384
@@ -313,6 +314,7 @@ async def main() -> None:
     parser.add_argument("--plot", type=Path, help="write a PNG chart of the results here")
     parser.add_argument("--json", type=Path, help="append each result as a JSON line here")
     args = parser.parse_args()
+    single_threaded_blas()  # as the service runs
     print(HEADER)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
