@@ -282,7 +282,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         sizes = [r["chunks"] for r in mine]
         for axis, mode in zip(axes[:3], MODES, strict=True):
             (drawn,) = axis.plot(sizes, [r[mode][0] for r in mine], marker="o", label=store)
-            axis.plot(sizes, [r[mode][1] for r in mine], linestyle="--", color=drawn.get_color())
+            axis.plot(sizes, [r[mode][1] for r in mine], "x--", color=drawn.get_color())
         axes[3].plot(sizes, [r["rss_mb"] for r in mine], marker="o", label=store)
     for axis, title in zip(axes, [*(f"{m} query, ms" for m in MODES), "+RSS, MB"], strict=True):
         axis.set_xscale("log")
