@@ -84,6 +84,18 @@ class Settings:
     db_path: Path = setting(
         "KNOWLEDGE_DB_PATH", Path("data/knowledge.db"), "SQLite file of the sqlite store."
     )
+    ann_min_chunks: int = setting(
+        "KNOWLEDGE_ANN_MIN_CHUNKS",
+        100_000,
+        "Chunks from which the sqlite store searches int8 codes in inverted lists (faiss, "
+        "the ann extra) and rescores exactly, instead of a float32 scan; read at start-up.",
+    )
+    ann_probes: int = setting(
+        "KNOWLEDGE_ANN_PROBES",
+        16,
+        "Inverted lists a quantised vector search scans (of about sqrt(chunks)); more is "
+        "slower and closer to exact.",
+    )
     embedder: str = setting("KNOWLEDGE_EMBEDDER", "local", "Embedder: local (MiniLM) or fake.")
     embedding_precision: str = setting(
         "KNOWLEDGE_EMBEDDING_PRECISION",
@@ -560,6 +572,8 @@ class Settings:
             "embedding_cache_size",
             "fusion_k",
             "candidates",
+            "ann_min_chunks",
+            "ann_probes",
             "rerank_top",
             "rerank_timeout",
             "prefetch_per_minute",

@@ -1,10 +1,24 @@
-"""Store-level benchmark: indexing throughput and search latency on synthetic data.
+"""Store-level benchmark: indexing throughput, start-up, search latency, vector recall and
+memory against size, on synthetic data.
 
     .venv/bin/python scripts/bench_stores.py --stores sqlite --sizes 5000,200000
+    .venv/bin/python scripts/bench_stores.py --stores sqlite,chroma,qdrant,postgres \
+        --sizes 5000,200000,1000000 --others-up-to 200000 \
+        --keep /tmp/bench-stores --plot knowledge_api/docs/store-scaling.png
 
-Each chunk gets a random unit vector and a few words drawn from a Zipf vocabulary,
-so both the vector and the keyword side of hybrid search have realistic work. No
-model runs: this measures the stores, not the embedder. It asserts nothing.
+Each chunk gets a vector near one of `TOPICS` random directions (as embeddings of real
+text cluster by subject; `--vectors random` draws them uniformly instead, the worst case
+for any approximate index) and a few words drawn from a Zipf vocabulary, so both the
+vector and the keyword side of hybrid search have realistic work. A query is a chunk's
+vector moved a little, with three words. No model runs: this measures the stores, not
+the embedder. It asserts nothing.
+
+Per store and size it prints: chunks indexed per second; seconds to open the filled
+store (the first open after indexing, which may build an index, then a second one);
+p50/p95 ms of hybrid, vector and keyword queries (10 results); recall@10 of vector
+queries against an exact search of the same vectors; and the growth of resident memory
+while the store opens and answers (the vector index's own size, where the store reports
+it, in brackets).
 """
 
 from __future__ import annotations
@@ -13,11 +27,11 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import resource
+import json
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +39,17 @@ import numpy as np
 
 from knowledge_api.compose import build_embedder, build_store, embedder_identity
 from knowledge_api.models import Chunk, Document, SearchFilters, chunk_id
+from knowledge_api.service import single_threaded_blas
 from knowledge_api.settings import Settings
 
 DIMENSION = 384
 VOCABULARY = [f"w{i}" for i in range(20000)]
 SOURCE_TYPES = ("git", "jira", "knowledge", "wiki")
+TOPICS = 2000
+TOPIC_SPREAD = 0.8
+"""Norm of a chunk's offset from its topic: cosine about 0.6 to it, as MiniLM neighbours."""
+QUERY_SPREAD = 0.3
+BATCH = 1000
 
 # backend name -> async context manager that yields the settings changes it needs
 Setup = Callable[[Path], contextlib.AbstractAsyncContextManager[dict[str, Any]]]
@@ -95,29 +115,73 @@ SETUPS.update(
 )
 
 
-def synthetic_documents(n: int, rng: np.random.Generator) -> list[Document]:
-    vectors = rng.standard_normal((n, DIMENSION)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    words = rng.zipf(1.3, size=(n, 40)) % len(VOCABULARY)
-    docs = []
-    for i in range(n):
-        text = " ".join(VOCABULARY[w] for w in words[i])
+class Corpus:
+    """Deterministic synthetic chunks, made batch by batch so a million never sit in
+    memory as documents; their vectors are kept (float32) for the exact recall."""
+
+    def __init__(self, size: int, kind: str, drawn: int = 0, seed: int = 7) -> None:
+        """The first `size` chunks of `drawn` (default: as many), so a store kept from a
+        larger run that was stopped early can be measured at the size it reached."""
+        self.size = size
+        rng = np.random.default_rng(seed)
+        drawn = max(drawn, size)
+        self.vectors = unit_rows(self._draw(rng, drawn, kind))[:size]
+        self.words = (rng.zipf(1.3, size=(drawn, 40)) % len(VOCABULARY))[:size]
+
+    @staticmethod
+    def _draw(rng: np.random.Generator, size: int, kind: str) -> np.ndarray:
+        noise = rng.standard_normal((size, DIMENSION), dtype=np.float32)
+        if kind == "random":
+            return noise
+        topics = unit_rows(rng.standard_normal((TOPICS, DIMENSION), dtype=np.float32))
+        noise *= TOPIC_SPREAD / np.sqrt(DIMENSION)
+        noise += topics[rng.integers(0, TOPICS, size)]
+        return noise
+
+    def batches(self, first: int = 0) -> Iterator[list[Document]]:
+        for start in range(first, self.size, BATCH):
+            yield [self.document(i) for i in range(start, min(start + BATCH, self.size))]
+
+    def document(self, i: int) -> Document:
+        text = " ".join(VOCABULARY[w] for w in self.words[i])
         doc = Document(SOURCE_TYPES[i % len(SOURCE_TYPES)], f"doc-{i}", text, f"Doc {i}")
-        doc.chunks = [Chunk(chunk_id(doc.id, 0), doc.id, 0, text, embedding=vectors[i])]
-        docs.append(doc)
-    return docs
+        doc.chunks = [Chunk(chunk_id(doc.id, 0), doc.id, 0, text, embedding=self.vectors[i])]
+        return doc
+
+    def queries(self, n: int) -> list[tuple[str, np.ndarray]]:
+        rng = np.random.default_rng(11)
+        near = self.vectors[rng.integers(0, self.size, n)]
+        moved = near + rng.standard_normal(near.shape, dtype=np.float32) * (
+            QUERY_SPREAD / np.sqrt(DIMENSION)
+        )
+        texts = [" ".join(rng.choice(VOCABULARY[:2000], 3)) for _ in range(n)]
+        return list(zip(texts, unit_rows(moved), strict=True))
+
+    def exact_top(self, query: np.ndarray, k: int) -> set[str]:
+        scores = self.vectors @ query
+        top = np.argpartition(-scores, k)[:k]
+        return {self.document(i).chunks[0].id for i in top.tolist()}
 
 
-def percentiles(samples: list[float]) -> str:
+def unit_rows(rows: np.ndarray) -> np.ndarray:
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
     cuts = statistics.quantiles(samples, n=100)
-    return f"{cuts[49]:7.2f} / {cuts[94]:7.2f}"
+    return cuts[49], cuts[94]
 
 
 def rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Resident memory now (not the peak: indexing may pass through more)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
 
 
-async def time_queries(store: Any, queries: list[tuple[str, np.ndarray]], mode: str) -> str:
+async def time_queries(
+    store: Any, queries: list[tuple[str, np.ndarray]], mode: str
+) -> tuple[float, float]:
     latencies = []
     for text, vector in queries:
         start = time.perf_counter()
@@ -126,32 +190,109 @@ async def time_queries(store: Any, queries: list[tuple[str, np.ndarray]], mode: 
     return percentiles(latencies)
 
 
-async def bench(name: str, size: int, n_queries: int, folder: Path) -> str:
-    rng = np.random.default_rng(7)
-    docs = synthetic_documents(size, rng)
-    queries = [
-        (" ".join(rng.choice(VOCABULARY[:2000], 3)), d.chunks[0].embedding)
-        for d in rng.choice(np.array(docs, dtype=object), n_queries)
-    ]
+async def recall(store: Any, corpus: Corpus, queries: list[tuple[str, np.ndarray]]) -> float:
+    found = []
+    for text, vector in queries:
+        hits = await store.search(text, vector, 10, SearchFilters(), 0.0, "vector")
+        exact = corpus.exact_top(vector, 10)
+        found.append(len({hit.chunk.id for hit in hits} & exact) / 10)
+    return float(np.mean(found))
+
+
+def open_store(settings: Settings) -> Any:
+    return build_store(settings, embedder_identity(build_embedder(settings)))
+
+
+async def timed_open(settings: Settings) -> tuple[Any, float]:
+    store = open_store(settings)
+    start = time.perf_counter()
+    await store.open()
+    return store, time.perf_counter() - start
+
+
+async def fill(store: Any, corpus: Corpus) -> float:
+    """Index the corpus, from where a kept store stopped; chunks per second (nan when
+    the store held it all already)."""
+    await store.check_embedder(f"bench:random-{DIMENSION}", DIMENSION)
+    done = await store.count() // BATCH * BATCH
+    if done == corpus.size:
+        return float("nan")
+    start = time.perf_counter()
+    for batch in corpus.batches(done):
+        await store.index_documents(batch)
+    return (corpus.size - done) / (time.perf_counter() - start)
+
+
+async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> dict[str, Any]:
+    queries = corpus.queries(n_queries)
     async with SETUPS[name](folder) as changes:
         settings = Settings.from_env(environ={}, env_file=None).replace(
             **{"store": name, **changes}
         )
-        store = build_store(settings, embedder_identity(build_embedder(settings)))
-        await store.open()
-        await store.check_embedder(f"bench:random-{DIMENSION}", DIMENSION)
-        before = rss_mb()
-        start = time.perf_counter()
-        for at in range(0, size, 1000):
-            await store.index_documents(docs[at : at + 1000])
-        rate = size / (time.perf_counter() - start)
-        grown = rss_mb() - before
-        row = [f"{name:8}", f"{size:>7}", f"{rate:>9.0f}"]
-        for mode in ("hybrid", "vector", "keyword"):
-            row.append(await time_queries(store, queries, mode))  # type: ignore[arg-type]
-        row.append(f"{grown:>8.0f}")
+        store, _ = await timed_open(settings)
+        rate = await fill(store, corpus)
         await store.close()
-    return " | ".join(row)
+        row: dict[str, Any] = {"store": name, "chunks": corpus.size, "index_per_s": rate}
+        row["first_open_s"] = (await reopen(settings))[1]
+        before = rss_mb()
+        store, row["open_s"] = await timed_open(settings)
+        for mode in ("hybrid", "vector", "keyword"):
+            row[mode] = await time_queries(store, queries, mode)
+        row["recall_at_10"] = await recall(store, corpus, queries)
+        row["rss_mb"] = rss_mb() - before
+        row["index_mb"] = (await store.health_check()).get("vector_memory_mb")
+        await store.close()
+    return row
+
+
+async def reopen(settings: Settings) -> tuple[None, float]:
+    store, seconds = await timed_open(settings)
+    await store.close()
+    return None, seconds
+
+
+def line(row: dict[str, Any]) -> str:
+    timings = " | ".join(f"{row[m][0]:7.2f} / {row[m][1]:7.2f}" for m in MODES)
+    index = "" if row["index_mb"] is None else f" ({row['index_mb']:.0f})"
+    return (
+        f"{row['store']:8} | {row['chunks']:>7} | {row['index_per_s']:>9.0f} | "
+        f"{row['first_open_s']:6.1f} / {row['open_s']:5.1f} | {timings} | "
+        f"{row['recall_at_10']:6.3f} | {row['rss_mb']:>6.0f}{index}"
+    )
+
+
+MODES = ("hybrid", "vector", "keyword")
+HEADER = (
+    "store    |  chunks | index c/s | open s 1st/2nd | hybrid p50/p95 ms | vector p50/p95 ms "
+    "| keyword p50/p95 ms | rec@10 | +RSS MB (index)"
+)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Latency (p50 solid, p95 dashed) per mode and memory against size, per store."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    stores = sorted({row["store"] for row in rows})
+    for store in stores:
+        mine = sorted((r for r in rows if r["store"] == store), key=lambda r: r["chunks"])
+        sizes = [r["chunks"] for r in mine]
+        for axis, mode in zip(axes[:3], MODES, strict=True):
+            (drawn,) = axis.plot(sizes, [r[mode][0] for r in mine], marker="o", label=store)
+            axis.plot(sizes, [r[mode][1] for r in mine], "x--", color=drawn.get_color())
+        axes[3].plot(sizes, [r["rss_mb"] for r in mine], marker="o", label=store)
+    for axis, title in zip(axes, [*(f"{m} query, ms" for m in MODES), "+RSS, MB"], strict=True):
+        axis.set_xscale("log")
+        axis.set_title(title)
+        axis.set_xlabel("chunks")
+        axis.grid(alpha=0.3)
+    axes[0].legend()
+    figure.suptitle("Store latency (p50 solid, p95 dashed) and memory by size, 2 cores")
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
 
 
 async def main() -> None:
@@ -159,15 +300,48 @@ async def main() -> None:
     parser.add_argument("--stores", default="sqlite", help=f"comma-separated: {', '.join(SETUPS)}")
     parser.add_argument("--sizes", default="5000", help="comma-separated chunk counts")
     parser.add_argument("--queries", type=int, default=200)
-    args = parser.parse_args()
-    print(
-        "store    |  chunks | index c/s | hybrid p50/p95 ms | vector p50/p95 ms "
-        "| keyword p50/p95 ms | +max RSS MB"
+    parser.add_argument("--vectors", choices=("topics", "random"), default="topics")
+    parser.add_argument(
+        "--others-up-to",
+        type=int,
+        default=0,
+        help="largest size run on stores other than sqlite (0: every size)",
     )
-    for name in args.stores.split(","):
-        for size in (int(s) for s in args.sizes.split(",")):
-            with tempfile.TemporaryDirectory() as folder:
-                print(await bench(name, size, args.queries, Path(folder)), flush=True)
+    parser.add_argument(
+        "--drawn", type=int, default=0, help="draw this many chunks and use the first of them"
+    )
+    parser.add_argument("--keep", type=Path, help="keep each store's data here, to reuse it")
+    parser.add_argument("--plot", type=Path, help="write a PNG chart of the results here")
+    parser.add_argument("--json", type=Path, help="append each result as a JSON line here")
+    args = parser.parse_args()
+    single_threaded_blas()  # as the service runs
+    print(HEADER)
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        corpus = Corpus(size, args.vectors, args.drawn)
+        for name in args.stores.split(","):
+            if name != "sqlite" and args.others_up_to and size > args.others_up_to:
+                print(f"{name:8} | {size:>7} | skipped: above --others-up-to", flush=True)
+                continue
+            with data_folder(args.keep, f"{name}-{size}-{args.vectors}") as folder:
+                row = await bench(name, corpus, args.queries, folder)
+            rows.append(row)
+            print(line(row), flush=True)
+            if args.json:
+                with args.json.open("a") as out:
+                    out.write(json.dumps(row) + "\n")
+    if args.plot:
+        plot(rows, args.plot)
+
+
+@contextlib.contextmanager
+def data_folder(keep: Path | None, name: str) -> Iterator[Path]:
+    if keep is None:
+        with tempfile.TemporaryDirectory() as folder:
+            yield Path(folder)
+    else:
+        (keep / name).mkdir(parents=True, exist_ok=True)
+        yield keep / name
 
 
 if __name__ == "__main__":

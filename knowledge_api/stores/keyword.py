@@ -33,7 +33,12 @@ def query_terms(query: str) -> list[str]:
 
 def fts_query(query: str) -> str:
     """An FTS5 expression matching any content term of the query (all words if none)."""
-    return " OR ".join(f'"{term}"' for term in query_terms(query))
+    return fts_expression(query_terms(query))
+
+
+def fts_expression(terms: Iterable[str]) -> str:
+    """An FTS5 expression matching any of `terms`."""
+    return " OR ".join(f'"{term}"' for term in terms)
 
 
 def filter_sql(

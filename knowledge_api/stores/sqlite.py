@@ -1,15 +1,17 @@
 """The embedded default store: one SQLite file.
 
 Documents and chunks live in tables, keyword relevance comes from FTS5 (BM25), and
-vectors are float32 blobs mirrored in an exact in-memory `VectorIndex`. Writes made
-through this store update the index as they commit; writes by another process (a
-`knowledge-api ingest` beside a running service) are noticed through SQLite's
-`data_version` and the index is reloaded before the next search.
+vectors are float32 blobs mirrored in memory (`SQLiteVectors`: exact up to
+KNOWLEDGE_ANN_MIN_CHUNKS, quantised beyond). Every commit, this store's own or another
+process's (a `knowledge-api ingest` beside a running service), is noticed through
+SQLite's `data_version`, and the index applies the chunks it changed before the next
+search.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Hashable, Sequence
 from datetime import UTC, datetime
@@ -31,12 +33,17 @@ from knowledge_api.stores.base import (
     cosine_to_similarity,
     embedder_mismatch,
 )
+from knowledge_api.stores.fts_terms import TermFrequencies
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.keyword import filter_sql, fts_query
+from knowledge_api.stores.keyword import filter_sql, fts_expression, query_terms
+from knowledge_api.stores.quantized_index import DEFAULT_PROBES
 from knowledge_api.stores.sqlite_file import SQLiteFile
-from knowledge_api.stores.vector_index import VectorIndex
+from knowledge_api.stores.sqlite_vectors import SQLiteVectors
 
 T = TypeVar("T")
+log = logging.getLogger("knowledge_api")
+WRITE_BATCH = 500
+"""Documents written per transaction by `index_documents`."""
 _HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.title,
     c.section, c.content, d.source_type, d.source_id, d.metadata"""
 
@@ -44,16 +51,23 @@ _HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.
 class SQLiteStore(HybridSearch):
     name = "sqlite"
 
-    def __init__(self, path: Path | str, tuning: SearchTuning = DEFAULT_TUNING) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        ann_min_chunks: int = 100_000,
+        ann_probes: int = DEFAULT_PROBES,
+        tuning: SearchTuning = DEFAULT_TUNING,
+    ) -> None:
         self.path = Path(path)
         self.tuning = tuning
         self.file = SQLiteFile(self.path, self.name, on_open=self._load_index)
-        self._index: VectorIndex | None = None
+        self.vectors = SQLiteVectors(self.path, ann_min_chunks, ann_probes)
+        self._terms = TermFrequencies()
         self._reloads = 0
         self._data_version = 0
         self._generation: tuple[tuple[int, int], int] = ((-1, -1), 0)
 
-    settings_fields = "db_path"
+    settings_fields = "db_path ann_min_chunks ann_probes"
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -62,6 +76,12 @@ class SQLiteStore(HybridSearch):
         self.file.open()
 
     async def close(self) -> None:
+        if self.file.opened:
+            try:
+                self.vectors.save(self.file.db())
+            except (OSError, RuntimeError, sqlite3.Error) as e:
+                # nothing is lost: the next start catches up from the change log, or rebuilds
+                log.warning("could not save the vector index beside %s: %s", self.path, e)
         await self.file.close()
 
     def _load_index(self) -> None:
@@ -69,26 +89,17 @@ class SQLiteStore(HybridSearch):
         self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
         dimension = self._meta("embedder_dimension")
         if dimension is None:
-            self._index = None
+            self.vectors.index = None
             return
-        rows = conn.execute(
-            "SELECT rowid, collection, source_type, embedding FROM chunks"
-        ).fetchall()
-        index = VectorIndex(int(dimension), capacity=max(1024, len(rows)))
-        if rows:
-            vectors = np.frombuffer(b"".join(r["embedding"] for r in rows), dtype=np.float32)
-            index.add(
-                [r["rowid"] for r in rows],
-                vectors.reshape(len(rows), int(dimension)),
-                [(r["collection"], r["source_type"]) for r in rows],
-            )
-        self._index = index
+        self.vectors.load(conn, int(dimension))
 
     def _sync(self) -> None:
-        """Reload the index if another connection committed since we last looked."""
+        """Apply the chunks another connection changed since we last looked."""
         version = self.file.db().execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
-            self._load_index()
+            self._data_version = version
+            self._terms.forget()
+            self.vectors.follow(self.file.db())
             self._reloads += 1
 
     async def generation(self) -> Hashable:
@@ -124,10 +135,12 @@ class SQLiteStore(HybridSearch):
 
             await self.file.write(record)
             self._seen_own_write()
-            self._index = VectorIndex(dimension)
+            self.vectors.empty(dimension)
             return
         stored = EmbedderIdentity(stored_name, int(stored_dim or 0))
-        if stored != EmbedderIdentity(name, dimension):
+        if stored == EmbedderIdentity(name, dimension):
+            self.vectors.empty(dimension)  # recorded by a concurrent call, or another process
+        else:
             raise embedder_mismatch(
                 str(self.path),
                 stored,
@@ -141,67 +154,79 @@ class SQLiteStore(HybridSearch):
         await self.index_documents([document])
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
-        for doc in documents:
-            old, keys = await self.file.write(lambda doc=doc: self._write_document(doc))  # type: ignore[misc]
+        if self.vectors.index is None:
+            raise IndexingError("no embedder recorded: call check_embedder before indexing")
+        for start in range(0, len(documents), WRITE_BATCH):
+            batch = documents[start : start + WRITE_BATCH]
+            await self.file.write(lambda batch=batch: self._write_documents(batch))  # type: ignore[misc]
             self._seen_own_write()
-            index = self._require_index()
-            index.remove(old)
-            if keys:
-                index.add(
-                    keys,
-                    np.stack([np.asarray(c.embedding) for c in doc.chunks]),
-                    [(doc.collection, doc.source_type)] * len(keys),
-                )
 
     def _seen_own_write(self) -> None:
-        """Our own commit (made on the writer connection) is mirrored already: it must
-        not make the next search reload the whole index."""
-        self._data_version = self.file.db().execute("PRAGMA data_version").fetchone()[0]
+        """Our own commit (made on the writer connection) reaches the index through the
+        change log now, so that it is not taken for another process's commit later."""
+        conn = self.file.db()
+        self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+        self._terms.forget()
+        self.vectors.follow(conn)
 
-    def _write_document(self, doc: Document) -> tuple[list[int], list[int]]:
-        """On the writer thread: replace the document; (old chunk keys, new ones)."""
+    def _write_documents(self, docs: Sequence[Document]) -> None:
+        """On the writer thread: replace each document under a savepoint of its own in
+        one transaction. A failing document leaves the ones before it stored, as one
+        transaction each would, for the price of one commit."""
+        failure: BaseException | None = None
+        with self.file.transaction() as conn:
+            # Read a schema another connection changed (api_keys is created on first use)
+            # before the first savepoint: SQLite fails to re-read it inside one.
+            conn.execute("SELECT 1 FROM chunks LIMIT 0").fetchall()
+            for doc in docs:
+                conn.execute("SAVEPOINT document")
+                try:
+                    self._write_document(conn, doc)
+                except BaseException as e:
+                    conn.execute("ROLLBACK TO document")
+                    failure = e
+                    break
+                finally:
+                    conn.execute("RELEASE document")
+        if failure is not None:
+            raise failure
+
+    def _write_document(self, conn: sqlite3.Connection, doc: Document) -> None:
         now = datetime.now(UTC).isoformat(timespec="seconds")
         try:
-            with self.file.transaction() as conn:
-                old = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT rowid FROM chunks WHERE document_id = ?", (doc.id,)
-                    )
-                ]
-                conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
-                conn.execute(
-                    """INSERT INTO documents (id, collection, source_type, source_id, title,
-                           content, metadata, content_hash, created_at, updated_at)
-                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                       ON CONFLICT (id) DO UPDATE SET title = excluded.title,
-                           content = excluded.content, metadata = excluded.metadata,
-                           content_hash = excluded.content_hash,
-                           updated_at = excluded.updated_at""",
-                    (
-                        doc.id,
-                        doc.collection,
-                        doc.source_type,
-                        doc.source_id,
-                        doc.title,
-                        doc.content,
-                        json.dumps(doc.metadata),
-                        doc.content_hash,
-                        now,
-                        now,
-                    ),
-                )
-                keys = [self._insert_chunk(conn, doc, chunk) for chunk in doc.chunks]
+            conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
+            conn.execute(
+                """INSERT INTO documents (id, collection, source_type, source_id, title,
+                       content, metadata, content_hash, created_at, updated_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (id) DO UPDATE SET title = excluded.title,
+                       content = excluded.content, metadata = excluded.metadata,
+                       content_hash = excluded.content_hash,
+                       updated_at = excluded.updated_at""",
+                (
+                    doc.id,
+                    doc.collection,
+                    doc.source_type,
+                    doc.source_id,
+                    doc.title,
+                    doc.content,
+                    json.dumps(doc.metadata),
+                    doc.content_hash,
+                    now,
+                    now,
+                ),
+            )
+            for chunk in doc.chunks:
+                self._insert_chunk(conn, doc, chunk)
         except sqlite3.OperationalError:
             raise  # a lock or a lost file: SQLiteFile.write says so
         except sqlite3.Error as e:
             raise IndexingError(f"could not index {doc.source_id!r}: {e}", backend=self.name) from e
-        return old, keys
 
-    def _insert_chunk(self, conn: sqlite3.Connection, doc: Document, chunk: Chunk) -> int:
+    def _insert_chunk(self, conn: sqlite3.Connection, doc: Document, chunk: Chunk) -> None:
         if chunk.embedding is None:
             raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
-        cursor = conn.execute(
+        conn.execute(
             """INSERT INTO chunks (id, document_id, chunk_index, chunk_count, collection,
                    source_type, title, section, content, content_hash, embedding)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -219,35 +244,21 @@ class SQLiteStore(HybridSearch):
                 np.asarray(chunk.embedding, dtype=np.float32).tobytes(),
             ),
         )
-        return int(cursor.lastrowid or 0)
-
-    def _require_index(self) -> VectorIndex:
-        if self._index is None:
-            raise IndexingError("no embedder recorded: call check_embedder before indexing")
-        return self._index
 
     async def delete(self, doc_id: str) -> bool:
-        def remove() -> tuple[list[int], int]:
+        def remove() -> int:
             try:
                 with self.file.transaction() as conn:
-                    old = [
-                        r[0]
-                        for r in conn.execute(
-                            "SELECT rowid FROM chunks WHERE document_id = ?", (doc_id,)
-                        )
-                    ]
-                    return old, conn.execute(
-                        "DELETE FROM documents WHERE id = ?", (doc_id,)
-                    ).rowcount
+                    return int(
+                        conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount
+                    )
             except sqlite3.OperationalError:
                 raise
             except sqlite3.Error as e:
                 raise IndexingError(f"could not delete {doc_id!r}: {e}", backend=self.name) from e
 
-        old, deleted = await self.file.write(remove)
+        deleted = await self.file.write(remove)
         self._seen_own_write()
-        if self._index is not None:
-            self._index.remove(old)
         return deleted > 0
 
     # -- search -------------------------------------------------------------------
@@ -256,25 +267,26 @@ class SQLiteStore(HybridSearch):
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         self._sync()
-        if self._index is None:
-            return []
-        keys = self._metadata_keys(filters)
-        mask = self._index.mask(filters.collection, filters.source_types, keys)
-        return [
-            Candidate(key, cosine_to_similarity(score))
-            for key, score in self._index.search(vector, n, mask)
-        ]
+        conn = self.file.db()
+        found = self.vectors.candidates(
+            conn, vector, n, filters.collection, filters.source_types, self._metadata_keys(filters)
+        )
+        return [Candidate(key, cosine_to_similarity(score)) for key, score in found]
 
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        match = fts_query(query)
+        self._sync()
+        try:
+            match = fts_expression(self._terms.rare_terms(self.file.db(), query_terms(query)))
+        except sqlite3.Error as e:
+            raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
         if not match:
             return []
         where, params = filter_sql(filters)
+        documents = "JOIN documents d ON d.id = c.document_id" if filters.metadata else ""
         sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
-                  JOIN chunks c ON c.rowid = chunks_fts.rowid
-                  JOIN documents d ON d.id = c.document_id
+                  JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
                   WHERE chunks_fts MATCH ? AND {where} ORDER BY rank LIMIT ?"""
         try:
             rows = self.file.db().execute(sql, (match, *params, n)).fetchall()
@@ -285,9 +297,9 @@ class SQLiteStore(HybridSearch):
     async def similarities(
         self, keys: Sequence[Hashable], vector: np.ndarray
     ) -> dict[Hashable, float]:
-        if self._index is None or not keys:
+        if not keys:
             return {}
-        found = self._index.similarities([int(k) for k in keys], vector)  # type: ignore[call-overload]
+        found = self.vectors.similarities(self.file.db(), [int(k) for k in keys], vector)  # type: ignore[call-overload]
         return {key: cosine_to_similarity(cosine) for key, cosine in found.items()}
 
     async def hydrate(
@@ -408,7 +420,7 @@ class SQLiteStore(HybridSearch):
             "path": str(self.path),
             "documents": documents,
             "chunks": chunks,
-            "vectors_in_memory": len(self._index) if self._index else 0,
+            **self.vectors.health(),
         }
 
 

@@ -62,6 +62,10 @@ class SQLiteFile:
             self._writer_conn.close()
             self._writer_conn = None
 
+    @property
+    def opened(self) -> bool:
+        return self._conn is not None
+
     def db(self) -> sqlite3.Connection:
         """The reader connection; reopens (at most every few seconds) after a failure."""
         if self._conn is not None:

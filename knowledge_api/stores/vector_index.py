@@ -12,6 +12,8 @@ import numpy as np
 
 
 class VectorIndex:
+    exact = True
+
     def __init__(self, dimension: int, capacity: int = 1024) -> None:
         self.dimension = dimension
         self._vectors = np.zeros((capacity, dimension), dtype=np.float32)
@@ -81,6 +83,20 @@ class VectorIndex:
         top = top[np.argsort(-scores[top], kind="stable")]
         chosen = top if rows.size == self._size else rows[top]
         return list(zip(self._keys[chosen].tolist(), scores[top].tolist(), strict=True))
+
+    def candidates(
+        self,
+        query: np.ndarray,
+        n: int,
+        collection: str,
+        source_types: Sequence[str] | None,
+        keys: Iterable[int] | None,
+    ) -> list[tuple[int, float]]:
+        """(key, cosine) of the n best rows the filters allow, best first."""
+        return self.search(query, n, self.mask(collection, source_types, keys))
+
+    def memory_bytes(self) -> int:
+        return self._vectors.nbytes + self._keys.nbytes + self._labels.nbytes
 
     def similarities(self, keys: Iterable[int], query: np.ndarray) -> dict[int, float]:
         present = [k for k in keys if k in self._row]

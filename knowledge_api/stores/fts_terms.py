@@ -1,0 +1,77 @@
+"""Which query terms are too common for a bounded keyword search over an FTS5 index.
+
+FTS5 computes BM25 for every chunk a query matches before it keeps the best few, so a
+query with a term found in a quarter of a million chunks scores a quarter of a million
+rows (seconds on two cores) although that term, by its low inverse document frequency,
+hardly moves the ranking. When a query has a rarer term, the terms found in more than
+`COMMON_TERM_CHUNKS` chunks are left out of the match: the work per query is then
+bounded by that number per term, whatever the size of the store. In a store smaller
+than that nothing is ever left out. A query made only of such terms keeps its rarest.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+COMMON_TERM_CHUNKS = 5000
+CACHED_TERMS = 100_000
+
+_SCRATCH = """
+CREATE VIRTUAL TABLE scratch USING fts5 (text, tokenize = 'porter unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE scratch_terms USING fts5vocab (scratch, 'instance');
+"""
+_VOCABULARY = """CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_terms
+    USING fts5vocab (main, chunks_fts, 'row')"""
+
+
+class TermFrequencies:
+    """Chunk counts of query terms in the store's FTS5 index, remembered until the
+    store's content changes (`forget`)."""
+
+    def __init__(self) -> None:
+        self._scratch = sqlite3.connect(":memory:", check_same_thread=False)
+        self._scratch.executescript(_SCRATCH)
+        self._chunks: dict[str, int] = {}
+
+    def forget(self) -> None:
+        self._chunks.clear()
+
+    def rare_terms(self, conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
+        """`terms` without those found in more than COMMON_TERM_CHUNKS chunks, or the
+        rarest alone when every one is."""
+        if len(terms) < 2:
+            return list(terms)
+        stems = self._stems(terms)
+        if stems is None:
+            return list(terms)
+        counts = self._counts(conn, stems)
+        kept = [t for t, s in zip(terms, stems, strict=True) if counts[s] <= COMMON_TERM_CHUNKS]
+        if kept:
+            return kept
+        return [min(zip(terms, stems, strict=True), key=lambda pair: counts[pair[1]])[0]]
+
+    def _stems(self, terms: Sequence[str]) -> list[str] | None:
+        """Each term as the index holds it (SQLite's own Porter stemmer), in order; None
+        if a term does not make exactly one token."""
+        with self._scratch:
+            self._scratch.execute("DELETE FROM scratch")
+            self._scratch.execute("INSERT INTO scratch (text) VALUES (?)", (" ".join(terms),))
+            rows = self._scratch.execute(
+                "SELECT term FROM scratch_terms ORDER BY offset"
+            ).fetchall()
+        return [r[0] for r in rows] if len(rows) == len(terms) else None
+
+    def _counts(self, conn: sqlite3.Connection, stems: Sequence[str]) -> dict[str, int]:
+        missing = [s for s in dict.fromkeys(stems) if s not in self._chunks]
+        if missing:
+            if len(self._chunks) > CACHED_TERMS:
+                self._chunks.clear()
+            conn.execute(_VOCABULARY)
+            marks = ",".join("?" * len(missing))
+            found = conn.execute(
+                f"SELECT term, doc FROM temp.chunks_terms WHERE term IN ({marks})", missing
+            ).fetchall()
+            self._chunks.update({s: 0 for s in missing})
+            self._chunks.update({term: int(doc) for term, doc in found})
+        return {s: self._chunks[s] for s in stems}

@@ -1,0 +1,192 @@
+"""An approximate vector index for large stores: int8 codes in inverted lists (faiss IVF-SQ8).
+
+At a million 384-d chunks the exact float32 matrix (`VectorIndex`) takes 1.5 GB and a
+full scan reads all of it for every query. Here each vector is one byte per dimension
+(a quarter of the memory), grouped by its nearest of about sqrt(N) centroids; a query
+scans only the lists of its nearest centroids. The scores are approximate, so the
+caller rescores the shortlist with the exact float32 vectors it keeps (the SQLite
+store reads them back from its file) and returns exact cosines.
+
+Rows are keyed by the store's row id; a label code per row id (collection and source
+type) turns the common filters into a bitmap faiss skips rows by, and a filter that
+keeps a fraction f of the rows probes 1/f times more lists, so the rows it scans stay
+as many: a narrow filter scans every list, which is an exact search over its rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from knowledge_api.registry import import_extra
+
+DEFAULT_PROBES = 16
+TRAINING_ROWS_PER_LIST = 40
+"""faiss asks for 39 training vectors per list at least."""
+
+
+def faiss_module() -> Any:
+    """faiss, imported on first use (an optional extra)."""
+    faiss = import_extra("faiss", "ann")
+    faiss.omp_set_num_threads(1)  # one query is small work: threads would only contend
+    return faiss
+
+
+def list_count(rows: int) -> int:
+    """Inverted lists for `rows` vectors: about sqrt(rows), so a list holds as many."""
+    return max(16, int(math.sqrt(rows)))
+
+
+class QuantizedIndex:
+    exact = False
+
+    def __init__(self, index: Any, labels: np.ndarray, codes: dict[tuple[str, str], int]) -> None:
+        self._faiss = faiss_module()
+        self._index = index
+        self._label_of = labels
+        """Label code of each row id (-1: no such row)."""
+        self._label_codes = codes
+        self.probes = DEFAULT_PROBES
+
+    @classmethod
+    def trained(cls, sample: np.ndarray, rows: int) -> QuantizedIndex:
+        """An empty index whose lists and code ranges are learnt from `sample`, sized for
+        about `rows` vectors."""
+        faiss = faiss_module()
+        dimension = sample.shape[1]
+        lists = min(list_count(rows), max(1, len(sample) // TRAINING_ROWS_PER_LIST))
+        index = faiss.IndexIVFScalarQuantizer(
+            faiss.IndexFlatIP(dimension),
+            dimension,
+            lists,
+            faiss.ScalarQuantizer.QT_8bit,
+            faiss.METRIC_INNER_PRODUCT,
+        )
+        index.cp.niter = 10
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
+        return cls(index, np.full(0, -1, dtype=np.int32), {})
+
+    def __len__(self) -> int:
+        return int(self._index.ntotal)
+
+    @property
+    def dimension(self) -> int:
+        return int(self._index.d)
+
+    def memory_bytes(self) -> int:
+        """What the index holds in memory: codes, row ids, centroids and labels."""
+        per_row = int(self._index.code_size) + 8
+        centroids = int(self._index.nlist) * self.dimension * 4
+        return len(self) * per_row + centroids + int(self._label_of.nbytes)
+
+    def add(
+        self, keys: Sequence[int], vectors: np.ndarray, labels: Sequence[tuple[str, str]]
+    ) -> None:
+        if not len(keys):
+            return
+        self.remove(keys)
+        ids = np.asarray(keys, dtype=np.int64)
+        self._reserve(int(ids.max()) + 1)
+        self._label_of[ids] = [
+            self._label_codes.setdefault(label, len(self._label_codes)) for label in labels
+        ]
+        self._index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
+
+    def remove(self, keys: Iterable[int]) -> None:
+        ids = np.asarray(list(keys), dtype=np.int64)
+        ids = ids[(ids < len(self._label_of)) & (ids >= 0)]
+        ids = ids[self._label_of[ids] >= 0]
+        if ids.size:
+            self._index.remove_ids(self._faiss.IDSelectorBatch(ids))
+            self._label_of[ids] = -1
+
+    def candidates(
+        self,
+        query: np.ndarray,
+        n: int,
+        collection: str,
+        source_types: Sequence[str] | None,
+        keys: Iterable[int] | None,
+    ) -> list[tuple[int, float]]:
+        """(key, approximate cosine) of about the n best rows the filters allow."""
+        allowed = self._allowed(collection, source_types, keys)
+        if allowed is not None and not allowed.any():
+            return []
+        fraction = 1.0 if allowed is None else allowed.sum() / max(len(self), 1)
+        params = self._faiss.SearchParametersIVF(
+            nprobe=min(self._index.nlist, math.ceil(self.probes / fraction))
+        )
+        if allowed is not None:
+            bitmap = np.packbits(allowed, bitorder="little")
+            params.sel = self._faiss.IDSelectorBitmap(allowed.size, self._faiss.swig_ptr(bitmap))
+        scores, ids = self._index.search(
+            np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1), n, params=params
+        )
+        found = ids[0] >= 0
+        return list(zip(ids[0][found].tolist(), scores[0][found].tolist(), strict=True))
+
+    def _allowed(
+        self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
+    ) -> np.ndarray | None:
+        """Row ids (a mask over them) the filters allow; None when they allow every row."""
+        codes = [
+            code
+            for (coll, source_type), code in self._label_codes.items()
+            if coll == collection and (source_types is None or source_type in source_types)
+        ]
+        if keys is None and len(codes) == len(self._label_codes):
+            return None
+        allowed = np.isin(self._label_of, codes)
+        if keys is not None:
+            chosen = np.asarray(list(keys), dtype=np.int64)
+            chosen = chosen[(chosen >= 0) & (chosen < allowed.size)]
+            only = np.zeros_like(allowed)
+            only[chosen] = True
+            allowed &= only
+        return allowed
+
+    def _reserve(self, size: int) -> None:
+        if size > len(self._label_of):
+            grown = np.full(max(size, 2 * len(self._label_of)), -1, dtype=np.int32)
+            grown[: len(self._label_of)] = self._label_of
+            self._label_of = grown
+
+    # -- persistence ----------------------------------------------------------------
+
+    def save(self, path: Path, identity: dict[str, Any]) -> None:
+        """Write the index beside the store's file, each part atomically, the identity of
+        the data it holds last (a reader that finds an older identity rebuilds)."""
+        meta = {**identity, "labels": [list(label) for label in self._label_codes]}
+        _replace(path.with_suffix(".faiss"), lambda p: self._faiss.write_index(self._index, p))
+        _replace(path.with_suffix(".npy"), lambda p: _save_array(p, self._label_of))
+        _replace(path.with_suffix(".json"), lambda p: Path(p).write_text(json.dumps(meta)))
+
+    @classmethod
+    def load(cls, path: Path) -> tuple[QuantizedIndex, dict[str, Any]] | None:
+        """The index saved at `path` and the identity it was saved with; None if absent."""
+        faiss = faiss_module()
+        try:
+            meta = json.loads(path.with_suffix(".json").read_text())
+            index = faiss.read_index(str(path.with_suffix(".faiss")))
+            labels = np.load(path.with_suffix(".npy"))
+        except (OSError, ValueError, RuntimeError):
+            return None
+        codes = {(coll, source_type): i for i, (coll, source_type) in enumerate(meta["labels"])}
+        return cls(index, labels, codes), meta
+
+
+def _replace(path: Path, write: Any) -> None:
+    partial = path.with_name(path.name + ".partial")
+    write(str(partial))
+    os.replace(partial, path)
+
+
+def _save_array(path: str, array: np.ndarray) -> None:
+    with open(path, "wb") as file:  # a file object: np.save would append .npy to a name
+        np.save(file, array)
