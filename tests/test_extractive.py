@@ -37,7 +37,7 @@ def test_a_sentence_mentioning_one_word_of_the_question_is_not_an_answer() -> No
     """Below the bar: a weak quote is not passed off as an answer."""
     weak = extract(
         "When does the zebra migration season start in Kenya?",
-        HITS + [hit("Kenya is a country in East Africa with many national parks.")],
+        [*HITS, hit("Kenya is a country in East Africa with many national parks.")],
     )
     assert weak.text == NO_RESULTS
 
@@ -75,12 +75,15 @@ def test_a_sentence_repeating_the_question_loses_to_one_that_answers_it() -> Non
 
 def test_answers_keep_reading_order_and_their_numbers() -> None:
     """The best sentences are chosen by score, then quoted in the order they are read."""
-    first = hit("Audio ingestion accepts WAV files from any recorder. Nothing else here matters.")
-    second = hit("Uploads are checked first. Audio ingestion accepts FLAC files and WAV files too.")
+    first = hit("Audio ingestion accepts WAV files from any field recorder or studio desk.")
+    second = hit(
+        "Uploads are checked first. "
+        "Audio ingestion accepts FLAC files from mixers and field recorders."
+    )
     synthesis = extract("Which audio files does audio ingestion accept?", [first, second])
     assert synthesis.text == (
-        "Audio ingestion accepts WAV files from any recorder. [1] "
-        "Audio ingestion accepts FLAC files and WAV files too. [2]"
+        "Audio ingestion accepts WAV files from any field recorder or studio desk. [1] "
+        "Audio ingestion accepts FLAC files from mixers and field recorders. [2]"
     )
     assert synthesis.citations == [1, 2]
 
@@ -105,6 +108,6 @@ def test_the_top_ranked_passage_wins_a_near_tie() -> None:
 
 
 def test_long_sentences_are_shortened_at_a_word() -> None:
-    long = "Create " + "word " * 200 + "end."
-    text = extract("create word", [hit(long)]).text
+    long = "Create the report " + "from every table in the warehouse " * 20 + "at the end."
+    text = extract("create report", [hit(long)]).text
     assert text.endswith("… [1]") and len(text) < 340

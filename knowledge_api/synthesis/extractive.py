@@ -38,10 +38,13 @@ BAR_WORDS_ONLY = 0.5
 """The score a sentence needs to be quoted; chosen from data (docs/answers.md)."""
 KEEP_WITHIN = 0.1
 """Further sentences are kept when they score within this of the best one."""
-MIN_NEW_WORDS = 0.25
-"""Share of a sentence's content words that are not the question's: below it, the
-sentence repeats the question instead of answering it, and its score is scaled down."""
-CACHED_CHUNKS = 4096
+MIN_NEW_WORDS = 0.5
+"""Share of a sentence's content words (counted with repeats) that are not the
+question's: below it, the sentence repeats the question instead of answering it, and
+its score is scaled down in proportion."""
+MAX_EMBEDDED = 24
+"""Sentences embedded per answer at most; the model's cost grows with each."""
+CACHED_SENTENCES = 20_000
 
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
 
@@ -64,7 +67,7 @@ class ExtractiveSynthesizer:
 
     def __init__(self) -> None:
         self.embed: Embed | None = None
-        self._vectors: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @classmethod
     def from_settings(cls, settings: Any) -> ExtractiveSynthesizer:
@@ -101,33 +104,58 @@ class ExtractiveSynthesizer:
     async def cosines(
         self, query: str, hits: Sequence[SearchHit], sentences: list[list[str]]
     ) -> list[np.ndarray] | None:
-        """Per result, the cosine of each sentence with the query; None without an
-        embedder (or when it fails: the words still answer). Sentence vectors are kept
-        per chunk, so a passage that answers often is embedded once."""
+        """Per result, the cosine of each sentence with the query (0 for sentences past
+        the MAX_EMBEDDED that share most words with it); None without an embedder, or
+        when it fails: the words still answer. Vectors are kept per sentence, so a
+        passage that answers often is embedded once."""
         if self.embed is None or not any(sentences):
             return None
-        keys = [(hit.chunk.id, hash(hit.chunk.content)) for hit in hits]
-        missing = [i for i, key in enumerate(keys) if key not in self._vectors and sentences[i]]
-        texts = [query] + [s for i in missing for s in sentences[i]]
+        chosen = worth_embedding(query, sentences)
+        missing = list(dict.fromkeys(embedded(s) for s in chosen))
+        missing = [s for s in missing if s not in self._vectors]
         try:
-            vectors = await self.embed(texts)
+            vectors = await self.embed([query, *missing])
         except EmbeddingError:
             return None
-        start = 1
-        for i in missing:
-            self._remember(keys[i], vectors[start : start + len(sentences[i])])
-            start += len(sentences[i])
+        for sentence, vector in zip(missing, vectors[1:], strict=True):
+            self._remember(sentence, vector)
         query_vector = vectors[0]
         return [
-            self._vectors[key] @ query_vector if sentences[i] else np.zeros(0)
-            for i, key in enumerate(keys)
+            np.array(
+                [
+                    float(self._vectors[embedded(s)] @ query_vector) if s in chosen else 0.0
+                    for s in passage
+                ]
+            )
+            for passage in sentences
         ]
 
-    def _remember(self, key: tuple[str, int], vectors: np.ndarray) -> None:
-        self._vectors[key] = vectors
-        self._vectors.move_to_end(key)
-        while len(self._vectors) > CACHED_CHUNKS:
+    def _remember(self, sentence: str, vector: np.ndarray) -> None:
+        self._vectors[sentence] = vector
+        self._vectors.move_to_end(sentence)
+        while len(self._vectors) > CACHED_SENTENCES:
             self._vectors.popitem(last=False)
+
+
+def worth_embedding(query: str, sentences: list[list[str]]) -> set[str]:
+    """The MAX_EMBEDDED sentences sharing most words with the query (earlier results and
+    earlier sentences first on ties): the model's time goes where an answer can be."""
+    wanted = stems(query)
+    ranked = sorted(
+        (-len(wanted & stems(s)), n, position, s)
+        for n, passage in enumerate(sentences)
+        for position, s in enumerate(passage)
+    )
+    return {s for *_, s in ranked[:MAX_EMBEDDED]}
+
+
+def embedded(sentence: str) -> str:
+    """What is embedded of a sentence: as much as an answer quotes of it."""
+    return sentence[:MAX_SENTENCE_CHARS]
+
+
+def stems(passage: str) -> set[str]:
+    return {text.stem(t) for t in text.content_terms(passage)}
 
 
 def extract(query: str, hits: Sequence[SearchHit]) -> Synthesis:
@@ -140,28 +168,29 @@ def score(
     query: str, sentences: list[list[str]], meaning: list[np.ndarray] | None
 ) -> list[Candidate]:
     """Every candidate sentence with its score, best first."""
-    wanted = {text.stem(t) for t in text.content_terms(query)}
+    wanted = stems(query)
     scored = []
     for n, passage in enumerate(sentences, start=1):
         for position, sentence in enumerate(passage):
-            words = {text.stem(w) for w in text.content_terms(sentence)}
+            words = stems(sentence)
             coverage = len(wanted & words) / len(wanted) if wanted else 0.0
             value = coverage
             if meaning is not None:
                 cosine = max(0.0, float(meaning[n - 1][position]))
                 value = MEANING_WEIGHT * cosine + (1 - MEANING_WEIGHT) * coverage
-            value *= novelty(words, wanted)
+            value *= novelty(sentence, wanted)
             value -= RANK_PENALTY * (n - 1)
             scored.append(Candidate(value, n, position, sentence))
     return sorted(scored, key=lambda c: (-c.score, c.n, c.position))
 
 
-def novelty(words: set[str], wanted: set[str]) -> float:
+def novelty(sentence: str, wanted: set[str]) -> float:
     """1 for a sentence that says something beyond the question's words, less for one
     that mostly repeats them (a keyword-stuffed line, a heading)."""
-    if not words:
+    tokens = [text.stem(w) for w in text.words(sentence) if w not in text.STOPWORDS]
+    if not tokens:
         return 0.0
-    new = len(words - wanted) / len(words)
+    new = sum(token not in wanted for token in tokens) / len(tokens)
     return min(1.0, new / MIN_NEW_WORDS)
 
 

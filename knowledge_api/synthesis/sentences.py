@@ -26,13 +26,20 @@ _COPYRIGHT = re.compile(r"©|\(c\)\s*\d{4}|\bcopyright\b|all rights reserved", r
 _HEADING = re.compile(r"^(#{1,6}\s|[=\-~^*+#]{3,}\s*$)")
 _PROMPT = re.compile(r"^(\$|>>>|\.\.\.|%|#!)\s")
 _CODE_CHARS = set("{}[]()<>;=_$\\/|*&")
+_QUOTE = re.compile(r"^\s*(>\s)+")
+"""Blockquote markers (not a `>>>` prompt)."""
+_STATEMENT = re.compile(
+    r"^[\w.]+\(.*\)\s*;?$|^[\w.\[\]'\"]+\s*=\s*\S|^(import|from) [\w.]+"
+    r"|^(if|for|while|def|class|with|try|elif|else|async|await|return)\b.*:$"
+)
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 
 
 def candidate_sentences(passage: str) -> list[str]:
     """The passage's sentences, in order, that are prose."""
     prose = _FENCE.sub("\n\n", _COMMENT.sub(" ", passage))
-    lines = (line for line in prose.splitlines() if not boilerplate_line(line))
+    lines = (_QUOTE.sub("", line) for line in prose.splitlines())
+    lines = (line for line in lines if not boilerplate_line(line))
     return [s for s in text.sentences("\n".join(lines)) if not boilerplate_sentence(s)]
 
 
@@ -74,4 +81,4 @@ def code_like(line: str) -> bool:
     letters = sum(ch.isalpha() for ch in line)
     if letters == 0 or symbols / max(1, len(line)) > 0.2:
         return True
-    return bool(re.match(r"^[\w.]+\(.*\)\s*;?$|^[\w.\[\]'\"]+\s*=\s*\S", line))
+    return bool(_STATEMENT.match(line))
