@@ -30,6 +30,7 @@ SEAMS = {
     "cache",
     "grounding",
     "ir_metrics",
+    "calibration",
 }
 LAYERS = [
     ("core", CORE),
