@@ -35,7 +35,7 @@ WEIGHTS = {
     "entailment_score": 0.25,
     "lexical_overlap": 0.15,
 }
-CALIBRATION = (-2.492, 4.283)
+CALIBRATION = (-2.732, 4.546)
 """(a, b) of overall = sigmoid(a + b x raw): the weighted factors mapped to the chance
 that the passage an answer cites first answers the question (msmarco grade >= 2),
 fitted on the 43 answers of msmarco-dev with `knowledge-api eval --answers`

@@ -208,7 +208,7 @@ def plot(report: CalibrationReport, path: Path) -> None:
         xlim=(0, 1),
         ylim=(0, 1.05),
         xlabel="confidence.overall",
-        ylabel="answers whose first cited passage is relevant",
+        ylabel="share whose first cited passage answers (grade >= 2)",
         title=f"Reliability, ECE {report.ece():.3f} ({len(report.answered)} answers)",
     )
     axes.legend(loc="upper left")
