@@ -42,7 +42,7 @@ MIN_NEW_WORDS = 0.5
 """Share of a sentence's content words (counted with repeats) that are not the
 question's: below it, the sentence repeats the question instead of answering it, and
 its score is scaled down in proportion."""
-MAX_EMBEDDED = 24
+MAX_EMBEDDED = 12
 """Sentences embedded per answer at most; the model's cost grows with each."""
 CACHED_SENTENCES = 20_000
 
@@ -94,7 +94,7 @@ class ExtractiveSynthesizer:
         yield (await self.extract(prompt.query, prompt.hits)).text
 
     def health(self) -> dict[str, Any]:
-        return {"name": self.name, "status": "available", "by_meaning": self.embed is not None}
+        return {"name": self.name, "status": "available"}
 
     async def extract(self, query: str, hits: Sequence[SearchHit]) -> Synthesis:
         sentences = [candidate_sentences(hit.chunk.content) for hit in hits]
