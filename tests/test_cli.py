@@ -5,16 +5,20 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
 import pytest
 from starlette.testclient import TestClient
 
+import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.cli import main, ready_message
 from tests.conftest import make_settings
 from tests.test_faults import free_port
+
+PACKAGE_ROOT = Path(knowledge_api.__file__).parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -124,6 +128,8 @@ def test_serve_says_where_it_listens_and_its_example_request_answers(tmp_path: P
         "KNOWLEDGE_API_PORT": str(port),
         "KNOWLEDGE_SYNTHESIZER": "extractive",
         "KNOWLEDGE_LOG_LEVEL": "warning",
+        # this checkout's package, whatever the working directory
+        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     server = subprocess.Popen(
         [sys.executable, "-m", "knowledge_api", "serve"],
@@ -134,6 +140,8 @@ def test_serve_says_where_it_listens_and_its_example_request_answers(tmp_path: P
         text=True,
     )
     url = f"http://127.0.0.1:{port}"
+    watchdog = threading.Timer(60, server.kill)  # no ready line must not hang the suite
+    watchdog.start()
     try:
         assert server.stdout is not None
         ready = next(line for line in server.stdout if "is ready at" in line)
@@ -145,8 +153,11 @@ def test_serve_says_where_it_listens_and_its_example_request_answers(tmp_path: P
         header, _, value = curl[2].partition(": ")
         response = httpx.post(curl[1], headers={header: value}, content=curl[3], timeout=10)
     finally:
+        watchdog.cancel()
         server.terminate()
         server.wait(timeout=20)
+        if server.stdout is not None:
+            server.stdout.close()
     assert response.status_code == 200 and "results" in response.json()
 
 
