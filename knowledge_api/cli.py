@@ -23,6 +23,7 @@ from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.pipeline import changed_documents
 from knowledge_api.ingest.progress import progress
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
+from knowledge_api.registry import import_extra
 from knowledge_api.rerankers import rerankers
 from knowledge_api.routes.observe import configure_logging
 from knowledge_api.service import KnowledgeService
@@ -113,9 +114,23 @@ def parser() -> argparse.ArgumentParser:
     sync.add_argument("--full", action="store_true", help="fetch everything, remove what is gone")
     sync.set_defaults(run=run_sync)
 
-    evaluate = commands.add_parser("eval", help="retrieval quality of a BEIR directory")
+    evaluate = commands.add_parser(
+        "eval", help="retrieval quality, or answer calibration, on a BEIR directory"
+    )
     evaluate.add_argument("directory", type=Path, metavar="DIR")
     evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
+    evaluate.add_argument(
+        "--answers",
+        action="store_true",
+        help="answer every judged query and report how well confidence predicts a relevant "
+        "first citation (expected calibration error, precision per level)",
+    )
+    evaluate.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="with --answers: write a reliability diagram (needs the plot extra)",
+    )
     evaluate.add_argument(
         "--collection", default="", help="keep the corpus in this collection (default: temporary)"
     )
@@ -193,8 +208,24 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
         http="httptools",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
-    ReadyServer(config).run(sockets=[shared_socket(settings.host, settings.port)])
+    server = ReadyServer(config, ready_message(settings))
+    server.run(sockets=[shared_socket(settings.host, settings.port)])
     return 0
+
+
+def ready_message(settings: Settings) -> str:
+    """What `make run` shows once the service answers: where, and one request to try."""
+    host = settings.host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    url = f"http://[{host}]:{settings.port}" if ":" in host else f"http://{host}:{settings.port}"
+    key = " -H 'Authorization: Bearer <API key>'" if settings.auth_required else ""
+    body = '{"query": "How do I add documents?"}'
+    return (
+        f"knowledge-api {__version__} is ready at {url}\n"
+        f"try: curl -s {url}/v1/knowledge/query -H 'Content-Type: application/json'{key} "
+        f"-d '{body}'"
+    )
 
 
 def shared_socket(host: str, port: int) -> socket.socket:
@@ -211,12 +242,18 @@ def shared_socket(host: str, port: int) -> socket.socket:
 
 
 class ReadyServer(uvicorn.Server):
-    """Tells PM2 when it listens; on shutdown, lets requests already on their way in
-    start before connections without one are closed."""
+    """Says when it listens (to the terminal, and to PM2); on shutdown, lets requests
+    already on their way in start before connections without one are closed."""
+
+    def __init__(self, config: uvicorn.Config, ready: str = "") -> None:
+        super().__init__(config)
+        self.ready = ready
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
+            if self.ready:
+                print(self.ready, flush=True)
             tell_pm2_ready()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -365,29 +402,42 @@ def run_sync(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def run_eval(settings: Settings, args: argparse.Namespace) -> int:
-    from knowledge_api.usecases import evaluation
+    from knowledge_api.usecases import answer_eval, evaluation
 
     collection = args.collection and validation.collection_name(args.collection, "--collection")
+    if args.plot and not args.answers:
+        raise InvalidRequest("--plot", "needs --answers (it draws the answers' reliability)")
+    if args.plot:
+        import_extra("matplotlib", "plot")  # before the corpus is ingested, not after
     # the modes are measured without a reranker; only --reranker loads and runs one
     settings = settings.replace(reranker=args.reranker or "none")
 
     async def report(service: KnowledgeService) -> int:
         from tqdm import tqdm
 
+        result: evaluation.EvalReport | answer_eval.CalibrationReport
         with tqdm(unit="doc", file=sys.stderr, disable=None) as bar:
-            result = await evaluation.evaluate(
-                service,
-                args.directory,
-                collection=collection,
-                progress=bar.update,
-                rerank=bool(args.reranker),
-            )
+            if args.answers:
+                result = await answer_eval.evaluate_answers(
+                    service, args.directory, collection=collection, progress=bar.update
+                )
+            else:
+                result = await evaluation.evaluate(
+                    service,
+                    args.directory,
+                    collection=collection,
+                    progress=bar.update,
+                    rerank=bool(args.reranker),
+                )
         if args.json:
             sys.stdout.buffer.write(
                 orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n"
             )
         else:
             print(result.table())
+        if args.plot and isinstance(result, answer_eval.CalibrationReport):
+            answer_eval.plot(result, args.plot)
+            print(f"reliability diagram: {args.plot}", file=sys.stderr)
         return 0
 
     return with_service(settings, report)

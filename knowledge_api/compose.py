@@ -19,6 +19,7 @@ from knowledge_api.stores import stores
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.stores.existing import existing_tables
 from knowledge_api.synthesis.chain import SynthesisChain
+from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
 
 
 def build_embedder(settings: Settings) -> Embedder:
@@ -50,8 +51,13 @@ def embedder_identity(embedder: Embedder) -> EmbedderIdentity:
 def build_service(
     settings: Settings, service: type[KnowledgeService] = KnowledgeService
 ) -> KnowledgeService:
-    """The service (or a subclass of it) over the configured seams."""
+    """The service (or a subclass of it) over the configured seams; the offline answer
+    chooses its sentences with the service's embedder."""
     embedder = build_embedder(settings)
     store = build_store(settings, embedder_identity(embedder))
     chain = SynthesisChain.from_settings(settings)
-    return service(settings, store, embedder, chain, build_reranker(settings, chain))
+    built = service(settings, store, embedder, chain, build_reranker(settings, chain))
+    for link in chain.links:
+        if isinstance(link, ExtractiveSynthesizer):
+            link.use_embedder(built.embed_sentences)
+    return built

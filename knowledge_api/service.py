@@ -381,6 +381,13 @@ class KnowledgeService:
         self.observer.embedding("documents", time.perf_counter() - start)
         return vectors
 
+    async def embed_sentences(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of the sentences an offline answer is chosen from; EmbeddingError
+        when the model is not loaded, so the answer falls back to words."""
+        if not self.embedder_ready:
+            raise EmbeddingError("the embedder is not loaded")
+        return await self.embed_documents(texts)
+
     async def document(self, doc_id: str) -> Document | None:
         return await self.store.get_by_id(doc_id)
 

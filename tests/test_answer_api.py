@@ -17,6 +17,7 @@ from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.settings import Settings
+from knowledge_api.synthesis.extractive import NO_RESULTS
 from knowledge_api.usecases import answers
 from tests import providers
 from tests.conftest import corpus, make_settings
@@ -100,7 +101,7 @@ def test_no_passage_above_the_threshold_is_insufficient_context(client: TestClie
     best = body["confidence"]["retrieval_quality"]
     assert 0 < best < 0.7 and f"(best: {best:.2f})" in body["error_message"]
     assert body["confidence"]["level"] == "low"
-    assert body["confidence"]["overall"] == pytest.approx(0.35 * best, abs=1e-4)
+    assert body["confidence"]["overall"] == 0.0  # no answer: no chance of being right
     assert body["metadata"]["generation_time_ms"] == 0.0
 
 
@@ -273,3 +274,23 @@ def test_a_citation_beyond_64_bits_is_removed_and_the_answer_still_serves(
     query = llm_client.post("/v1/knowledge/query", json={"query": QUESTION})
     assert query.status_code == 200
     assert query.json()["synthesizer"]["citations_removed"] == [999_999]
+
+
+OFF_TOPIC = "When does the zebra migration season start in Kenya?"
+"""Passages come back at threshold 0, but no sentence of them answers it."""
+
+
+def test_passages_that_do_not_answer_are_insufficient_context_not_a_weak_quote(
+    client: TestClient,
+) -> None:
+    body = answer(client, query=OFF_TOPIC, threshold=0.0)
+    assert body["status"] == "insufficient_context"
+    assert body["answer"] is None and body["sources"] == []
+    assert body["confidence"]["overall"] == 0.0 and body["confidence"]["level"] == "low"
+    assert body["metadata"]["synthesizer"]["provider"] == "extractive"
+    query = client.post("/v1/knowledge/query", json={"query": OFF_TOPIC, "threshold": 0.0})
+    assert query.status_code == 200
+    reply = query.json()
+    assert reply["results"], "passages were found: the bar, not the threshold, refused them"
+    assert reply["synthesis"] == NO_RESULTS
+    assert reply["synthesizer"]["citations"] == []

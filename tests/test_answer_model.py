@@ -78,6 +78,6 @@ def test_an_llm_answer_graded_with_the_real_model(
     assert grounded["status"] == "success"
     assert grounded["sources"][0]["metadata"]["source_id"] == "SIAM-101"
     assert grounded["confidence"]["entailment_score"] > 0.6
-    assert grounded["confidence"]["level"] in ("high", "medium")
+    assert grounded["confidence"]["overall"] > 0.5  # calibrated: better than a coin toss
     assert other["confidence"]["entailment_score"] < grounded["confidence"]["entailment_score"]
     assert other["confidence"]["overall"] < grounded["confidence"]["overall"]

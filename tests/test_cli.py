@@ -1,14 +1,24 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
+import knowledge_api
 from knowledge_api.app import create_app
-from knowledge_api.cli import main
+from knowledge_api.cli import main, ready_message
 from tests.conftest import make_settings
+from tests.test_faults import free_port
+
+PACKAGE_ROOT = Path(knowledge_api.__file__).parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -106,3 +116,53 @@ def test_first_start_seeds_the_bundled_docs_once(tmp_path: Path) -> None:
     with TestClient(app) as client:
         assert client.get("/health").json()["store"]["documents"] == seeded
         assert app.state.service.embedder.texts_embedded == 0
+
+
+def test_serve_says_where_it_listens_and_its_example_request_answers(tmp_path: Path) -> None:
+    """The ready line comes once the server answers, and the curl it shows works."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "KNOWLEDGE_EMBEDDER": "fake",
+        "KNOWLEDGE_DB_PATH": str(tmp_path / "served.db"),
+        "KNOWLEDGE_API_PORT": str(port),
+        "KNOWLEDGE_SYNTHESIZER": "extractive",
+        "KNOWLEDGE_LOG_LEVEL": "warning",
+        # this checkout's package, whatever the working directory
+        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "knowledge_api", "serve"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    watchdog = threading.Timer(60, server.kill)  # no ready line must not hang the suite
+    watchdog.start()
+    try:
+        assert server.stdout is not None
+        ready = next(line for line in server.stdout if "is ready at" in line)
+        curl = re.fullmatch(
+            r"try: curl -s (\S+) -H '([^']+)' -d '(.+)'", server.stdout.readline().strip()
+        )
+        assert ready.strip().endswith(f"is ready at {url}")
+        assert curl is not None and curl[1] == f"{url}/v1/knowledge/query"
+        header, _, value = curl[2].partition(": ")
+        response = httpx.post(curl[1], headers={header: value}, content=curl[3], timeout=10)
+    finally:
+        watchdog.cancel()
+        server.terminate()
+        server.wait(timeout=20)
+        if server.stdout is not None:
+            server.stdout.close()
+    assert response.status_code == 200 and "results" in response.json()
+
+
+def test_the_ready_line_names_the_key_header_when_keys_are_required() -> None:
+    settings = make_settings(Path("unused")).replace(host="0.0.0.0", port=3006, auth="auto")
+    message = ready_message(settings)
+    assert "is ready at http://127.0.0.1:3006" in message
+    assert "-H 'Authorization: Bearer <API key>'" in message

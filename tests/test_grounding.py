@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -68,13 +69,18 @@ PASSAGES = [
 ]
 
 
-def test_confidence_weights_and_levels() -> None:
-    perfect = Confidence(1.0, 1.0, 1.0, 1.0)
-    assert perfect.overall == pytest.approx(1.0) and perfect.level == "high"
+def test_confidence_weights_calibration_and_levels() -> None:
+    """overall = sigmoid(a + b x the contract's weighted sum), (a, b) = CALIBRATION."""
+    a, b = grounding.CALIBRATION
     spec_example = Confidence(0.89, 0.85, 0.92, 0.78)
-    assert spec_example.overall == pytest.approx(0.871) and spec_example.level == "high"
-    assert Confidence(0.7, 0.6, 0.6, 0.5).level == "medium"  # 0.62
-    assert Confidence(0.45, 0.0, 0.0, 0.0).overall == pytest.approx(0.1575)
+    assert spec_example.raw == pytest.approx(0.871)
+    assert spec_example.overall == pytest.approx(1 / (1 + math.exp(-(a + b * 0.871))))
+    assert spec_example.overall == pytest.approx(0.7734, abs=1e-4)
+    assert spec_example.level == "medium"
+    perfect = Confidence(1.0, 1.0, 1.0, 1.0)
+    assert spec_example.overall < perfect.overall < 0.9  # no answer on msmarco earned high
+    assert Confidence(0.7, 0.6, 0.6, 0.5).level == "low"  # raw 0.62 -> 0.54
+    assert Confidence(0.45, 0.0, 0.0, 0.0).overall == 0.0  # nothing cited: no answer
     assert Confidence(0.45, 0.0, 0.0, 0.0).level == "low"
     view = spec_example.view()
     assert set(view) == {

@@ -33,6 +33,7 @@ SEAMS = {
     "ir_metrics",
     "routing",
     "prefetch",
+    "calibration",
 }
 LAYERS = [
     ("core", CORE),

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,33 +177,59 @@ async def evaluate(
     collection is kept, so a later run re-uses its vectors instead of re-embedding.
     """
     data = load_beir(folder)
-    name = collection or f"eval-{uuid.uuid4().hex[:12]}"
-    documents = list(load_jsonl(data.corpus, LoadOptions(collection=name)))
-    started = time.perf_counter()
-    try:
-        summary = await service.ingest(documents, progress=progress)
-        ingest_s = time.perf_counter() - started
+    async with ingested(service, data, collection, progress) as corpus:
         results: dict[str, Run] = {
-            mode: await run_queries(service, data, name, mode) for mode in modes
+            mode: await run_queries(service, data, corpus.name, mode) for mode in modes
         }
         if rerank and service.reranker.name != "none":
             row = f"hybrid+{service.reranker.name}"
-            results[row] = await run_queries(service, data, name, "hybrid", rerank=True)
-    finally:
-        if not collection:
-            for doc in documents:
-                await service.delete_document(document_id(name, doc.source_type, doc.source_id))
+            results[row] = await run_queries(service, data, corpus.name, "hybrid", rerank=True)
     return EvalReport(
-        documents=len(documents),
+        documents=corpus.documents,
         queries=len(data.judged),
-        collection=name,
+        collection=corpus.name,
         kept=bool(collection),
-        embedded=summary.embedded,
-        ingest_s=ingest_s,
+        embedded=corpus.embedded,
+        ingest_s=corpus.ingest_s,
         modes={mode: run.metrics for mode, run in results.items()},
         latency_ms={mode: percentiles(run.latencies) for mode, run in results.items()},
         degraded={mode: run.degraded for mode, run in results.items() if run.degraded},
     )
+
+
+@dataclass
+class Corpus:
+    name: str
+    """The collection it was ingested into."""
+    documents: int = 0
+    embedded: int = 0
+    ingest_s: float = 0.0
+
+
+@asynccontextmanager
+async def ingested(
+    service: KnowledgeService,
+    data: BeirSet,
+    collection: str = "",
+    progress: Callable[[int], object] | None = None,
+) -> AsyncIterator[Corpus]:
+    """The corpus of `data` ingested into `collection`; without one, into a temporary
+    collection removed afterwards (a named one is kept, so a later run re-uses its
+    vectors instead of re-embedding)."""
+    corpus = Corpus(collection or f"eval-{uuid.uuid4().hex[:12]}")
+    documents = list(load_jsonl(data.corpus, LoadOptions(collection=corpus.name)))
+    started = time.perf_counter()
+    try:
+        summary = await service.ingest(documents, progress=progress)
+        corpus.documents, corpus.embedded = len(documents), summary.embedded
+        corpus.ingest_s = time.perf_counter() - started
+        yield corpus
+    finally:
+        if not collection:
+            for doc in documents:
+                await service.delete_document(
+                    document_id(corpus.name, doc.source_type, doc.source_id)
+                )
 
 
 @dataclass(frozen=True)

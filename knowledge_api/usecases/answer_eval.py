@@ -1,0 +1,217 @@
+"""Calibration of grounded answers on a BEIR directory (`knowledge-api eval --answers`):
+every judged query is answered as POST /v1/knowledge/answer would answer it, and the
+answer's `confidence.overall` is compared with whether it is right.
+
+An answer is right when the first passage it cites (the lowest [n]) answers the question:
+grade >= 2 in the qrels (MS MARCO's graded judgements: 1 is "related", on topic without
+answering; 2 "highly relevant" and 3 "perfectly relevant" answer it). An unjudged passage
+counts as not relevant. Answers of status
+`insufficient_context` make no claim and are counted apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from knowledge_api import calibration, grounding
+from knowledge_api.registry import import_extra
+from knowledge_api.service import KnowledgeService
+from knowledge_api.usecases import answers
+from knowledge_api.usecases.evaluation import ingested, load_beir
+
+RELEVANT = 2
+"""The lowest grade of a passage that answers the question."""
+FOLDS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    query: str
+    status: str
+    raw: float
+    """The weighted factors before calibration."""
+    overall: float
+    level: str
+    grade: int
+    """Relevance of the first cited passage (0 when none is cited or it is unjudged)."""
+    top_grade: int
+    """Relevance of the best-ranked passage found, cited or not."""
+
+    @property
+    def right(self) -> bool:
+        return self.grade >= RELEVANT
+
+
+@dataclass(frozen=True)
+class CalibrationReport:
+    judged: list[Judged]
+    documents: int
+    collection: str
+
+    @property
+    def answered(self) -> list[Judged]:
+        return [j for j in self.judged if j.status == "success"]
+
+    def ece(self) -> float:
+        return calibration.ece([j.overall for j in self.answered], [j.right for j in self.answered])
+
+    def fold_ece(self) -> list[float]:
+        """ECE on each fold of a Platt mapping refit on the other folds."""
+        answered = self.answered
+        if len(answered) < 2 * FOLDS:
+            return []
+        return calibration.cross_validated_ece(
+            [j.raw for j in answered], [j.right for j in answered], FOLDS
+        )
+
+    def platt(self) -> tuple[float, float] | None:
+        """(a, b) refit on every answer: what grounding.CALIBRATION would become."""
+        answered = self.answered
+        if len(answered) < 2:
+            return None
+        return calibration.fit_platt([j.raw for j in answered], [j.right for j in answered])
+
+    def bins(self) -> list[calibration.Bin]:
+        return calibration.reliability(
+            [j.overall for j in self.answered], [j.right for j in self.answered]
+        )
+
+    def levels(self) -> dict[str, tuple[int, float]]:
+        return calibration.level_precision(
+            [j.level for j in self.answered], [j.right for j in self.answered]
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        refit = self.platt()
+        return {
+            "queries": len(self.judged),
+            "answered": len(self.answered),
+            "insufficient_context": len(self.judged) - len(self.answered),
+            "accuracy": accuracy(self.answered),
+            "ece": self.ece(),
+            "fold_ece": self.fold_ece(),
+            "platt_refit": list(refit) if refit else None,
+            "calibration": list(grounding.CALIBRATION),
+            "levels": {
+                level: {"answers": n, "precision": p} for level, (n, p) in self.levels().items()
+            },
+            "bins": [vars_of(b) for b in self.bins()],
+            "documents": self.documents,
+            "collection": self.collection,
+        }
+
+    def table(self) -> str:
+        answered, refused = self.answered, [j for j in self.judged if j.status != "success"]
+        missed = sum(j.top_grade >= RELEVANT for j in refused)
+        lines = [
+            f"{len(self.judged)} judged queries over {self.documents} documents: "
+            f"{len(answered)} answered ({accuracy(answered):.1%} right: first cited passage "
+            f"answers it), {len(refused)} insufficient_context ({missed} of them had an "
+            "answering best passage)",
+            f"{'confidence':<11} {'answers':>7} {'mean conf':>9} {'right':>6} {'gap':>6}",
+        ]
+        for b in self.bins():
+            if b.count:
+                lines.append(
+                    f"{b.low:.1f}-{b.high:.1f}    {b.count:>7} {b.confidence:>9.3f} "
+                    f"{b.accuracy:>6.3f} {abs(b.accuracy - b.confidence):>6.3f}"
+                )
+        lines.append(f"ECE (10 bins, shipped mapping, in sample): {self.ece():.3f}")
+        if folds := self.fold_ece():
+            shown = " ".join(f"{e:.3f}" for e in folds)
+            mean = sum(folds) / len(folds)
+            lines.append(
+                f"ECE of a mapping refit on the other folds, per fold: {shown} (mean {mean:.3f})"
+            )
+        if refit := self.platt():
+            lines.append(
+                f"Platt refit on all answers: a={refit[0]:.3f} b={refit[1]:.3f} "
+                f"(shipped: a={grounding.CALIBRATION[0]:.3f} b={grounding.CALIBRATION[1]:.3f})"
+            )
+        for level in ("high", "medium", "low"):
+            count, precision = self.levels().get(level, (0, 0.0))
+            lines.append(f"level {level:<6}: {count:>4} answers, {precision:.1%} right")
+        return "\n".join(lines)
+
+
+def accuracy(judged: list[Judged]) -> float:
+    return sum(j.right for j in judged) / len(judged) if judged else 0.0
+
+
+def vars_of(b: calibration.Bin) -> dict[str, float]:
+    return {
+        "low": b.low,
+        "high": b.high,
+        "count": b.count,
+        "confidence": b.confidence,
+        "accuracy": b.accuracy,
+    }
+
+
+async def evaluate_answers(
+    service: KnowledgeService,
+    folder: Path,
+    collection: str = "",
+    progress: Callable[[int], object] | None = None,
+    limit: int = 5,
+) -> CalibrationReport:
+    """Answer every judged query of `folder` at the service's default answer threshold."""
+    data = load_beir(folder)
+    judged = []
+    async with ingested(service, data, collection, progress) as corpus:
+        for qid, text in data.judged:
+            params = answers.AnswerParams(
+                query=text,
+                threshold=service.answer_threshold,
+                limit=limit,
+                collection=corpus.name,
+            )
+            grounded, _ = await answers.compute(service, params)
+            qrels = data.qrels[qid]
+            first = grounded.sources[0][1].source_id if grounded.sources else None
+            top = grounded.results[0].source_id if grounded.results else None
+            judged.append(
+                Judged(
+                    query=text,
+                    status=grounded.status,
+                    raw=grounded.confidence.raw,
+                    overall=grounded.confidence.overall,
+                    level=grounded.confidence.level,
+                    grade=qrels.get(first, 0) if first else 0,
+                    top_grade=qrels.get(top, 0) if top else 0,
+                )
+            )
+    return CalibrationReport(judged, corpus.documents, corpus.name)
+
+
+def plot(report: CalibrationReport, path: Path) -> None:
+    """A reliability diagram: share right per confidence bin against the diagonal."""
+    import_extra("matplotlib", "plot").use("Agg")
+    pyplot = import_extra("matplotlib.pyplot", "plot")
+    bins = [b for b in report.bins() if b.count]
+    figure, axes = pyplot.subplots(figsize=(5, 5))
+    axes.plot([0, 1], [0, 1], linestyle="--", color="grey", label="perfect calibration")
+    axes.bar(
+        [(b.low + b.high) / 2 for b in bins],
+        [b.accuracy for b in bins],
+        width=0.1,
+        edgecolor="black",
+        alpha=0.7,
+        label="share right",
+    )
+    for b in bins:
+        axes.annotate(str(b.count), ((b.low + b.high) / 2, b.accuracy), ha="center", va="bottom")
+    axes.set(
+        xlim=(0, 1),
+        ylim=(0, 1.05),
+        xlabel="confidence.overall",
+        ylabel="share whose first cited passage answers (grade >= 2)",
+        title=f"Reliability, ECE {report.ece():.3f} ({len(report.answered)} answers)",
+    )
+    axes.legend(loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)

@@ -1,0 +1,95 @@
+"""`knowledge-api eval --answers`: answers to judged queries against their confidence."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from knowledge_api.cli import main
+
+PASSAGES = {
+    "p1": "Paris is the capital of France and its largest city.",
+    "p2": "The Loire is the longest river in France, flowing to the Atlantic.",
+    "p3": "Berlin is the capital of Germany and a city of museums.",
+    "p4": "Bread in Germany comes in hundreds of kinds, rye above all.",
+}
+QUERIES = {
+    "q1": "capital of France",
+    "q2": "longest river in France",
+    "q3": "capital of Germany",
+    "q4": "kinds of bread in Germany",
+}
+QRELS = [("q1", "p1", 2), ("q2", "p2", 1), ("q3", "p4", 2), ("q4", "p4", 3)]
+"""q2's passage is only related (grade 1) and q3's judged passage is not the one its answer
+cites: both answers count as wrong."""
+
+
+@pytest.fixture
+def beir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
+    monkeypatch.setenv("KNOWLEDGE_SYNTHESIZER", "extractive")
+    monkeypatch.setenv("KNOWLEDGE_ANSWER_THRESHOLD", "0.1")
+    folder = tmp_path / "set"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in PASSAGES.items())
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in QUERIES.items())
+    )
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, d, g in QRELS)
+    )
+    return folder
+
+
+def test_the_table_reports_calibration_and_levels(
+    beir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", "--answers", str(beir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "4 judged queries over 4 documents: 4 answered (50.0% right: first cited passage "
+        "answers it), 0 insufficient_context (0 of them had an answering best passage)"
+    )
+    assert lines[1].split() == ["confidence", "answers", "mean", "conf", "right", "gap"]
+    assert any(line.startswith("ECE (10 bins, shipped mapping, in sample): ") for line in lines)
+    levels = [line for line in lines if line.startswith("level ")]
+    counts = [int(re.search(r"(\d+) answers", line)[1]) for line in levels]  # type: ignore[index]
+    assert len(levels) == 3 and sum(counts) == 4
+
+
+def test_json_report_agrees_with_itself(beir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "--answers", "--json", str(beir)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["queries"], report["answered"], report["accuracy"]) == (4, 4, 0.5)
+    assert sum(b["count"] for b in report["bins"]) == 4
+    weighted = sum(b["count"] / 4 * abs(b["accuracy"] - b["confidence"]) for b in report["bins"])
+    assert report["ece"] == pytest.approx(weighted)
+
+
+def test_plot_writes_a_reliability_diagram(beir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "reliability.png"
+    assert main(["eval", "--answers", str(beir), "--plot", str(target)]) == 0
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_which_extra_to_install(
+    beir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if absent
+    assert main(["eval", "--answers", str(beir), "--plot", "x.png"]) == 2
+    assert "pip install 'knowledge-api[plot]'" in capsys.readouterr().err
+
+
+def test_plot_needs_answers(beir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", str(beir), "--plot", "x.png"]) == 2
+    assert "--plot" in capsys.readouterr().err

@@ -1,0 +1,67 @@
+"""The offline answer chosen with the real all-MiniLM-L6-v2 model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from knowledge_api.embeddings.local import LocalEmbedder
+from knowledge_api.errors import EmbeddingError
+from knowledge_api.synthesis.extractive import NO_RESULTS, ExtractiveSynthesizer
+from tests.test_extractive import hit
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def synthesizer() -> ExtractiveSynthesizer:
+    model = LocalEmbedder(precision="auto")
+    model.load()
+
+    async def embed(texts: Sequence[str]) -> np.ndarray:
+        return model.embed_documents(texts)
+
+    link = ExtractiveSynthesizer()
+    link.use_embedder(embed)
+    return link
+
+
+async def test_the_answering_sentence_beats_a_keyword_stuffed_one(
+    synthesizer: ExtractiveSynthesizer,
+) -> None:
+    stuffed = hit(
+        "Login timeout: the login page timeout and the login session timeout. Edit this page",
+        0.7,
+        "stuffed",
+    )
+    answering = hit(
+        "Copyright 2025 Example Corp.\n\n"
+        "The login page times out after 30 seconds when the identity provider is slow.",
+        0.5,
+        "answering",
+    )
+    synthesis = await synthesizer.synthesize("How long is the login timeout?", [stuffed, answering])
+    assert synthesis.text == (
+        "The login page times out after 30 seconds when the identity provider is slow. [2]"
+    )
+    assert synthesis.citations == [2]
+
+
+async def test_an_unrelated_question_gets_no_quote(synthesizer: ExtractiveSynthesizer) -> None:
+    passages = [hit("Asset ingestion accepts WAV and FLAC audio files. MP3 becomes FLAC.")]
+    synthesis = await synthesizer.synthesize("Who won the football world cup in 1998?", passages)
+    assert synthesis.text == NO_RESULTS and synthesis.citations == []
+
+
+async def test_a_failing_embedder_falls_back_to_words() -> None:
+    async def broken(texts: Sequence[str]) -> np.ndarray:
+        raise EmbeddingError("model gone")
+
+    link = ExtractiveSynthesizer()
+    link.use_embedder(broken)
+    synthesis = await link.synthesize(
+        "which audio files are accepted", [hit("Asset ingestion accepts WAV and FLAC audio files.")]
+    )
+    assert synthesis.text == "Asset ingestion accepts WAV and FLAC audio files. [1]"
