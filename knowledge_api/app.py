@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -21,8 +20,6 @@ from knowledge_api.routes.redact import RedactSecrets, redacted_logs
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.kb_sync import periodic_sync
-
-log = logging.getLogger("knowledge_api")
 
 
 def create_app(
@@ -46,7 +43,6 @@ def create_app(
             try:
                 await require_a_key(settings, knowledge)
                 async with periodic_sync(knowledge), tools.session_manager.run():
-                    log.info(ready_message(settings))
                     yield
             finally:
                 await knowledge.stop()
@@ -69,14 +65,6 @@ def create_app(
     app.state.rate_limiter = access.rate_limiter(settings)
     app.state.metrics = metrics
     return app
-
-
-def ready_message(settings: Settings) -> str:
-    base = f"http://{settings.host}:{settings.port}"
-    return (
-        f"ready on {base} - try: curl -s {base}/v1/knowledge/query "
-        "-H 'content-type: application/json' -d '{\"query\": \"How is a query answered?\"}'"
-    )
 
 
 async def require_a_key(settings: Settings, knowledge: KnowledgeService) -> None:
