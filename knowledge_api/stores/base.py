@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Hashable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,6 +53,12 @@ class KnowledgeStore(Protocol):
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
         """Index many; each document is atomic on its own."""
+
+    async def index_batches(
+        self, batches: AsyncIterable[Sequence[Document]], expected: int = 0
+    ) -> None:
+        """Index a stream of document sets (a migration); `expected`: the passages at
+        least coming, for a backend that loads differently in bulk."""
 
     async def search(
         self,
@@ -192,6 +198,17 @@ class HybridSearch(FromSettings):
         )
         missing = [key for key, _ in refused if key not in similarity]
         return refused, {**similarity, **await self.similarities(missing, vector)}
+
+    async def index_documents(self, documents: Sequence[Document]) -> None:
+        raise NotImplementedError
+
+    async def index_batches(
+        self, batches: AsyncIterable[Sequence[Document]], expected: int = 0
+    ) -> None:
+        """Each set as `index_documents` writes it; a backend with a faster bulk path
+        overrides this."""
+        async for batch in batches:
+            await self.index_documents(batch)
 
     async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors by chunk content hash (every KnowledgeStore has it)."""

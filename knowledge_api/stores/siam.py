@@ -67,10 +67,15 @@ class SiamStore(HybridSearch):
     """How long a read generation is trusted: another process's write is noticed within
     this time (this store's own writes at once), and a cache hit costs no round trip."""
 
-    def __init__(self, tuning: SearchTuning = DEFAULT_TUNING) -> None:
+    def __init__(self, tuning: SearchTuning = DEFAULT_TUNING, ef_search: int = 100) -> None:
         self.tuning = tuning
+        self.ef_search = ef_search
         self._generation = 0
         self._generation_expires = 0.0
+
+    @classmethod
+    def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
+        return {**super().configured(settings), "ef_search": settings.postgres_ef_search}
 
     # -- transport, provided by the backends ---------------------------------------
 
@@ -158,7 +163,12 @@ class SiamStore(HybridSearch):
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        params = {"query_embedding": vector, "match_threshold": -1.0, "match_count": n}
+        params = {
+            "query_embedding": vector,
+            "match_threshold": -1.0,
+            "match_count": n,
+            "ef_search": self.ef_search,
+        }
         rows = await self.call(
             "match_siam_vectors_gemini", {**params, **filter_params(filters)}, SearchError
         )
@@ -305,10 +315,15 @@ def filter_params(filters: SearchFilters) -> dict[str, Any]:
     return params
 
 
-def document_payload(doc: Document) -> Row:
+def require_embeddings(doc: Document) -> None:
+    """A store never embeds: a chunk without its vector is refused before any write."""
     for chunk in doc.chunks:
         if chunk.embedding is None:
             raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
+
+
+def document_payload(doc: Document) -> Row:
+    require_embeddings(doc)
     return {
         "id": doc.id,
         "collection": doc.collection,
