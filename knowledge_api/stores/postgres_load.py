@@ -1,13 +1,14 @@
 """Bulk writes of the `postgres` store: COPY into staging tables, one statement into the
-tables, and the HNSW index built once when a load outgrows the table.
+tables, and the search indexes built once when a load outgrows the table.
 
 Each document set is copied (binary COPY, vectors in pgvector's binary form) into the
 transaction's staging tables and moved into the tables by `knowledge_index_staged()`,
 the function the JSON way in (`knowledge_index_documents`, the supabase store's) ends
-in too: both store the same rows. Linking passages one by one into the HNSW graph is
-what bounds a large load; when at least `rebuild_rows` passages come into a table
-holding no more, the index is dropped first and built once at the end, in the same
-transaction: a load that fails leaves the tables and the index as they were.
+in too: both store the same rows. Linking passages one by one into the HNSW graph (and
+entering their words in the GIN index) is what bounds a large load; when at least
+`rebuild_rows` passages come into a table holding no more, those indexes are dropped
+first and built once at the end, in the same transaction: a load that fails leaves the
+tables and the indexes as they were.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from knowledge_api.stores.siam import require_embeddings
 LOAD_TIMEOUT = 3600.0
 """Seconds a bulk statement (the move of a large set, an index build) may take: the
 pool's per-statement timeout is sized for searches."""
+VECTOR_INDEX = "siam_vectors_embedding"
 DOCUMENT_COLUMNS = (
     "id",
     "collection",
@@ -61,7 +63,7 @@ class IndexBuild:
 
     def create_sql(self) -> str:
         return (
-            "CREATE INDEX siam_vectors_embedding ON siam_vectors USING hnsw "
+            f"CREATE INDEX {VECTOR_INDEX} ON siam_vectors USING hnsw "
             f"(embedding vector_cosine_ops) WITH (m = {int(self.m)}, "
             f"ef_construction = {int(self.ef_construction)})"
         )
@@ -75,16 +77,36 @@ async def load(
 ) -> int:
     """Write every set of `batches` on `conn`, inside the caller's transaction; the
     passages written."""
-    rebuild = build.rebuilds(expected, await stored_passages(conn, expected, build))
-    if rebuild:
-        await conn.execute("DROP INDEX siam_vectors_embedding")
+    rebuilt = []
+    if build.rebuilds(expected, await stored_passages(conn, expected, build)):
+        rebuilt = await drop_search_indexes(conn, build)
     written = 0
     async for batch in batches:
         written += await write_set(conn, batch)
-    if rebuild:
+    if rebuilt:
         await conn.execute(f"SET LOCAL maintenance_work_mem = '{build.memory}'")
-        await conn.execute(build.create_sql(), timeout=LOAD_TIMEOUT)
+    for definition in rebuilt:
+        await conn.execute(definition, timeout=LOAD_TIMEOUT)
     return written
+
+
+async def drop_search_indexes(conn: Any, build: IndexBuild) -> list[str]:
+    """Drop the HNSW and GIN indexes of passages and wiki pages, which every row written
+    costs a graph insertion or dozens of entries; the statements that build them again
+    (the passages' HNSW index with the configured parameters, the others as they were)."""
+    rows = await conn.fetch(
+        """SELECT i.indexrelid::regclass::text AS name, am.amname AS method,
+                  pg_get_indexdef(i.indexrelid) AS definition
+           FROM pg_index i
+           JOIN pg_class c ON c.oid = i.indexrelid
+           JOIN pg_am am ON am.oid = c.relam
+           WHERE i.indrelid IN ('siam_vectors'::regclass, 'wiki_documents'::regclass)
+             AND am.amname IN ('hnsw', 'gin')
+           ORDER BY 1"""
+    )
+    for row in rows:
+        await conn.execute(f"DROP INDEX {row['name']}")
+    return [build.create_sql() if r["name"] == VECTOR_INDEX else r["definition"] for r in rows]
 
 
 async def stored_passages(conn: Any, expected: int, build: IndexBuild) -> int:

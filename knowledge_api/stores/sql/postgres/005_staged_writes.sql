@@ -66,10 +66,14 @@ BEGIN
 
     INSERT INTO wiki_documents AS w (id, title, markdown_content, url, app_name, embedding)
     SELECT d.id, d.title, d.content, d.source_id,
-           knowledge_text_field(d.metadata, 'app_under_test'),
-           (SELECT l2_normalize(avg(c.embedding)) FROM knowledge_staged_passages c
-            WHERE c.document_id = d.id)
+           knowledge_text_field(d.metadata, 'app_under_test'), page.embedding
     FROM knowledge_staged_documents d
+    LEFT JOIN (SELECT c.document_id, l2_normalize(avg(c.embedding)) AS embedding
+               FROM knowledge_staged_passages c
+               WHERE c.document_id IN (SELECT s.id FROM knowledge_staged_documents s
+                                       WHERE s.source_type = 'wiki')
+               GROUP BY c.document_id) page
+           ON page.document_id = d.id
     WHERE d.source_type = 'wiki'
     ON CONFLICT (id) DO UPDATE SET title = excluded.title,
         markdown_content = excluded.markdown_content, url = excluded.url,
