@@ -110,6 +110,9 @@ class HybridSearch(FromSettings):
     KNOWLEDGE_FUSION=rrf); similarity is the cosine."""
 
     tuning: SearchTuning = DEFAULT_TUNING
+    concurrent_candidates = False
+    """Whether both candidate lists may be asked for at once (a database server that
+    runs the two queries side by side); otherwise one after the other."""
 
     @classmethod
     def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
@@ -147,10 +150,16 @@ class HybridSearch(FromSettings):
         """Up to n candidates of each ranking fused best first, and the similarity of each."""
         by_vector: list[Candidate] = []
         by_keyword: list[Candidate] = []
-        if vector is not None and mode != "keyword":
-            by_vector = await self.vector_candidates(vector, n, filters)
-        if mode != "vector":
-            by_keyword = await self.keyword_candidates(query, n, filters)
+        if vector is not None and mode == "hybrid" and self.concurrent_candidates:
+            by_vector, by_keyword = await asyncio.gather(
+                self.vector_candidates(vector, n, filters),
+                self.keyword_candidates(query, n, filters),
+            )
+        else:
+            if vector is not None and mode != "keyword":
+                by_vector = await self.vector_candidates(vector, n, filters)
+            if mode != "vector":
+                by_keyword = await self.keyword_candidates(query, n, filters)
         if vector is None:
             similarity = relative_scores(by_keyword)
         else:

@@ -63,6 +63,7 @@ class Passage:
 
 class SiamStore(HybridSearch):
     name = "siam"
+    concurrent_candidates = True  # two pooled connections (or HTTP requests) at once
     generation_poll_seconds = 1.0
     """How long a read generation is trusted: another process's write is noticed within
     this time (this store's own writes at once), and a cache hit costs no round trip."""
