@@ -5,6 +5,7 @@ both go through the SQL functions in stores/sql/postgres/ and are fused by the s
 `HybridSearch`. With no KNOWLEDGE_DATABASE_URL the store starts the pip-installed
 embedded Postgres (with pgvector) in KNOWLEDGE_POSTGRES_DATA_DIR. Opening the store
 applies the migrations the database lacks; `knowledge-api migrate` does it ahead of time.
+Writes go by COPY, one transaction per call or migrated collection (postgres_load.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ functions (stores/sql/postgres/); they differ only in how a function is called a
 table is read. `SiamStore` implements every operation once on three primitives the
 backends provide: `call` (a set-returning SQL function), `select` and `delete_rows`.
 Documents are written by one SQL function, in one transaction per call, so a document
-and its passages change together whichever way the function is reached.
+and its passages change together whichever way the function is reached; the postgres
+store fills that function's staging tables by COPY instead (postgres_load.py).
 """
 
 from __future__ import annotations
