@@ -40,8 +40,13 @@ BEGIN
     END IF;
     IF numnode(terms) > 0 THEN
         RETURN QUERY
-        WITH matched AS (
-            (SELECT v.id FROM siam_vectors v
+        SELECT m.* FROM (
+            (
+            SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+                   ts_rank(v.fts, terms)::double precision AS rank, v.organization,
+                   v.division, v.app_under_test, v.title, v.section, v.chunk_index,
+                   v.chunk_count
+            FROM siam_vectors v
              WHERE v.fts @@ every
                AND v.collection = filter_collection
                AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
@@ -50,9 +55,14 @@ BEGIN
                AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
                AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
              LIMIT 2000)
-            UNION
-            (SELECT v.id FROM siam_vectors v
-             WHERE v.fts @@ terms
+            UNION ALL
+            (
+            SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+                   ts_rank(v.fts, terms)::double precision AS rank, v.organization,
+                   v.division, v.app_under_test, v.title, v.section, v.chunk_index,
+                   v.chunk_count
+            FROM siam_vectors v
+             WHERE v.fts @@ terms AND NOT v.fts @@ every
                AND v.collection = filter_collection
                AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
                AND (filter_organization IS NULL OR v.organization = filter_organization)
@@ -60,12 +70,8 @@ BEGIN
                AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
                AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
              LIMIT 2000)
-        )
-        SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
-               ts_rank(v.fts, terms)::double precision AS rank, v.organization, v.division,
-               v.app_under_test, v.title, v.section, v.chunk_index, v.chunk_count
-        FROM siam_vectors v JOIN matched m ON m.id = v.id
-        ORDER BY 7 DESC, v.id
+        ) m
+        ORDER BY 7 DESC, 1
         LIMIT match_count;
         IF FOUND THEN
             RETURN;
