@@ -47,6 +47,7 @@ bench: install-dev
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk) || echo "wrk could not be installed: throughput figures are skipped"
 	$(BIN)/python scripts/bench.py --store $(STORE) --corpus $(CORPUS)
 	$(BIN)/python scripts/bench_overhead.py
+	$(BIN)/python scripts/bench_replicas.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -6,6 +6,14 @@
 // replacement binds the same port and says `ready` once it listens (wait_ready), and
 // only then is the next one stopped; a stopped process finishes its in-flight requests
 // (SIGINT, within kill_timeout).
+//
+// Several replicas (here or on more hosts) share one store and, with
+// KNOWLEDGE_CACHE=redis, one cache: start PM2 from an environment such as
+//   KNOWLEDGE_API_INSTANCES=4 KNOWLEDGE_STORE=postgres KNOWLEDGE_DATABASE_URL=postgresql://...
+//   KNOWLEDGE_CACHE=redis KNOWLEDGE_REDIS_URL=redis://:password@cache:6379/0
+// (docs/operations.md, "Several replicas"). Every KNOWLEDGE_* variable of that
+// environment reaches each process; a write through any of them reaches the answers of
+// all of them within a second.
 const env = process.env;
 
 module.exports = {

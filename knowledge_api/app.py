@@ -13,9 +13,10 @@ from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.redaction import Redactor
 from knowledge_api.routes import ROUTES, access, mcp
+from knowledge_api.routes.hot import QueryHits
 from knowledge_api.routes.http import EXCEPTION_HANDLERS
 from knowledge_api.routes.metrics import Metrics
-from knowledge_api.routes.observe import RequestObserver
+from knowledge_api.routes.observe import LINES, RequestObserver
 from knowledge_api.routes.redact import RedactSecrets, redacted_logs
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
@@ -49,6 +50,7 @@ def create_app(
                     yield
             finally:
                 await knowledge.stop()
+                LINES.flush()
 
     # The request observer comes first: it ids and logs every request, refused ones too.
     app = Starlette(
@@ -59,6 +61,7 @@ def create_app(
             Middleware(RequestObserver, metrics=metrics, settings=settings),
             Middleware(RedactSecrets, redactor=redactor),
             *access.cors(settings),
+            Middleware(QueryHits, service=knowledge),
         ],
     )
     app.state.settings = settings

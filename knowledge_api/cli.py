@@ -155,6 +155,22 @@ def parser() -> argparse.ArgumentParser:
     schema = commands.add_parser(
         "migrate", help="apply the Postgres schema migrations to KNOWLEDGE_DATABASE_URL"
     )
+    schema.add_argument(
+        "--adopt",
+        action="store_true",
+        help="add to an existing siam_vectors/wiki_documents database only what the service "
+        "needs (indexes, knowledge_* functions), recorded for --undo",
+    )
+    schema.add_argument(
+        "--wiki-vectors",
+        action="store_true",
+        help="give wiki_documents a vector column filled from its TEXT embeddings (resumable)",
+    )
+    schema.add_argument("--undo", action="store_true", help="take back what --adopt added")
+    schema.add_argument("--dry-run", action="store_true", help="print the plan's SQL only")
+    schema.add_argument(
+        "--batch-size", type=int, default=200, help="wiki pages per transaction (200)"
+    )
     schema.set_defaults(run=run_migrate)
     return root
 
@@ -409,14 +425,81 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
 def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
     """The schema of the postgres and supabase stores: vector columns sized for the
     configured embedder, SQL functions, indexes. Applied migrations are skipped."""
+    if args.adopt or args.undo or args.wiki_vectors:
+        return run_adoption(settings, args)
+    if args.dry_run:
+        raise InvalidRequest("--dry-run", "goes with --adopt, --wiki-vectors or --undo")
     identity = compose.embedder_identity(compose.build_embedder(settings))
-    store = compose.build_store(settings, identity, "postgres")
+    store = stores.create("postgres", settings, identity)
     database, applied = asyncio.run(store.migrate_schema())  # type: ignore[attr-defined]
     if applied:
         print(f"{database}: applied {', '.join(applied)}")
     else:
         print(f"{database}: the schema is up to date")
     return 0
+
+
+def run_adoption(settings: Settings, args: argparse.Namespace) -> int:
+    """`migrate --adopt | --wiki-vectors | --undo` on a database other pipelines fill:
+    the plan first, then (without --dry-run) the steps, each printed as it starts."""
+    from knowledge_api.stores import adopt
+
+    if args.undo and (args.adopt or args.wiki_vectors):
+        raise InvalidRequest("--undo", "cannot be combined with --adopt or --wiki-vectors")
+    if not settings.database_url:
+        raise InvalidRequest(
+            "KNOWLEDGE_DATABASE_URL", "must name the existing database (a direct connection)"
+        )
+    embedder = compose.build_embedder(settings)
+    store = stores.create("postgres", settings, compose.embedder_identity(embedder))
+
+    def report(step: str) -> None:
+        print(f"applying {step}" if not args.undo else f"undoing {step}", flush=True)
+
+    async def run() -> int:
+        async with store.administered() as conn:  # type: ignore[attr-defined]
+            if args.undo:
+                steps = [adopt.Step(name, sql, "") for name, sql in await adopt.undo_plan(conn)]
+                print_plan("undo", steps)
+                if not args.dry_run:
+                    await adopt.undo(conn, report)
+                return 0
+            if args.adopt:
+                steps = await adopt.adoption_plan(conn)
+                print_plan("adopt", steps)
+                if not args.dry_run:
+                    await adopt.apply(conn, steps, report)
+            if args.wiki_vectors:
+                await wiki_vectors(conn)
+        return 0
+
+    async def wiki_vectors(conn: Any) -> None:
+        pages = await adopt.remaining_wiki_pages(conn)
+        print(
+            f"wiki vectors: {pages} pages to convert in batches of {args.batch_size} "
+            f"(TEXT embeddings parsed; empty or malformed ones embedded by {embedder.name})"
+        )
+        if args.dry_run:
+            return
+        await asyncio.to_thread(embedder.load)
+        done = await adopt.convert_wiki_vectors(
+            conn,
+            embedder.embed_documents,
+            embedder.dimension,
+            args.batch_size,
+            report,
+            lambda total: print(f"  {total.converted + total.embedded} pages", flush=True),
+        )
+        print(f"wiki vectors: {done.converted} converted, {done.embedded} embedded anew")
+
+    return asyncio.run(run())
+
+
+def print_plan(action: str, steps: list[Any]) -> None:
+    if not steps:
+        print(f"{action}: nothing to do")
+    for step in steps:
+        print(f"-- {action}: {step.name}\n{step.sql.strip()};")
 
 
 def run_keys_create(settings: Settings, args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
 from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.existing import existing_tables
 from knowledge_api.synthesis.chain import SynthesisChain
 
 
@@ -28,8 +29,12 @@ def build_embedder(settings: Settings) -> Embedder:
 def build_store(
     settings: Settings, embedder: EmbedderIdentity, backend: str | None = None
 ) -> KnowledgeStore:
-    """The store of `backend` (default KNOWLEDGE_STORE) for vectors of `embedder`."""
-    return stores.create(backend or settings.store, settings, embedder)
+    """The store of `backend` (default KNOWLEDGE_STORE) for vectors of `embedder`; on a
+    database other pipelines fill (KNOWLEDGE_SCHEMA_MODE), the store of its tables."""
+    store = stores.create(backend or settings.store, settings, embedder)
+    if settings.schema_mode == "own":
+        return store
+    return existing_tables(store, settings)
 
 
 def build_reranker(settings: Settings, chain: SynthesisChain) -> Reranker:

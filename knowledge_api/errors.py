@@ -83,6 +83,18 @@ class RateLimited(KnowledgeAPIError):
         self.headers = {"Retry-After": str(retry_after)}
 
 
+class Overloaded(KnowledgeAPIError):
+    """More work is waiting than the service takes on: the client should come back
+    after Retry-After seconds instead of queueing without bound."""
+
+    status = 503
+    type = "overloaded"
+
+    def __init__(self, message: str, retry_after: int, **details: Any) -> None:
+        super().__init__(message, retry_after_s=retry_after, **details)
+        self.headers = {"Retry-After": str(retry_after)}
+
+
 class MethodNotAllowed(KnowledgeAPIError):
     status = 405
     type = "method_not_allowed"
@@ -129,6 +141,13 @@ class EmbeddingError(KnowledgeStoreError):
 
 class BackendConnectionError(KnowledgeStoreError):
     type = "store_unavailable"
+
+
+class StoreReadOnly(KnowledgeStoreError):
+    """The store serves tables other pipelines own: documents are not written through it."""
+
+    status = 409
+    type = "store_read_only"
 
 
 class EmbedderMismatchError(ConfigurationError):

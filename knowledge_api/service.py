@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +24,7 @@ import numpy as np
 from knowledge_api import __version__
 from knowledge_api.cache import COMPUTED, Caches, Event, ResponseTier, Served
 from knowledge_api.embeddings.base import Embedder
+from knowledge_api.embeddings.batching import QueryBatcher
 from knowledge_api.errors import BackendConnectionError, EmbeddingError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
@@ -37,7 +38,9 @@ from knowledge_api.models import (
     normalize_query,
 )
 from knowledge_api.observer import UNOBSERVED, Observer
+from knowledge_api.prefetch import Prefetcher
 from knowledge_api.rerankers.base import NoReranker, Reranker
+from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.stores.keys import RememberedKeys
@@ -49,12 +52,30 @@ __all__ = [
     "COMPUTED",
     "Event",
     "KnowledgeService",
+    "Plan",
     "Retrieval",
     "Served",
 ]
 log = logging.getLogger("knowledge_api")
 Body = dict[str, Any]
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A query made ready to search: its vector, and where to look."""
+
+    vector: np.ndarray | None
+    filters: SearchFilters
+    embedding_ms: float
+    warnings: list[str]
+    routed: tuple[str, ...] | None = None
+    """The sources searched when routing decided (or the request named them); None
+    when routing was not asked for."""
+
+    def only(self, source: str) -> Plan:
+        """The same query, searched in one source."""
+        return replace(self, filters=replace(self.filters, source_types=(source,)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +87,8 @@ class Retrieval:
     warnings: list[str]
     rerank_ms: float | None = None
     """Time the reranker took; None when no reranker ran."""
+    routed: tuple[str, ...] | None = None
+    """The sources searched, when routing was asked for (see Plan.routed)."""
 
     def timings(self) -> dict[str, float]:
         """embedding_ms, search_ms and, when a reranker ran, rerank_ms."""
@@ -94,14 +117,28 @@ class KnowledgeService:
             else SynthesisChain([synthesizer])
         )
         self.caches = Caches.from_settings(settings)
+        # another embedder's vectors are no answer, whoever shares the tier
+        self.caches.embeddings.follow(f"{embedder.name}/{embedder.dimension}")
         self.tier1 = ResponseTier(self.caches, store.generation)
         self.started = time.monotonic()
         self.embedder_ready = False
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder")
+        self.query_batcher = QueryBatcher(
+            self._embed_queries,
+            settings.query_batch_window_ms,
+            settings.query_batch_size,
+            settings.query_queue_size,
+        )
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
         self.keys = RememberedKeys(store.key_store(settings.db_path))
         self.observer: Observer = UNOBSERVED
+        self.centroids: dict[str, Centroids] = {}
+        """Each collection's source centroids (routing), at the generation they were learned."""
+        self._learning: dict[str, asyncio.Task[Centroids]] = {}
+        self.prefetcher = Prefetcher.from_settings(settings)
+        if self.prefetcher.enabled:
+            self.health_reports["prefetch"] = self.prefetcher.report
 
     def observe(self, observer: Observer) -> None:
         """Report model calls, searches and syntheses to `observer` from now on."""
@@ -162,10 +199,15 @@ class KnowledgeService:
         )
 
     async def stop(self) -> None:
+        await self.query_batcher.close()
+        await self.prefetcher.close()
+        for task in self._learning.values():
+            task.cancel()
         await self.reranker.close()
         await self.synthesizer.close()
         await self.keys.close()
         await self.store.close()
+        await self.caches.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
 
     def seed_path(self) -> Path:
@@ -187,36 +229,94 @@ class KnowledgeService:
         threshold: float = 0.0,
         mode: SearchMode = "hybrid",
         rerank: bool = True,
+        route: bool = False,
     ) -> Retrieval:
         """Embed (through tier 2), search, rerank: the step every use case shares.
+        `route=True` lets semantic routing (KNOWLEDGE_ROUTING) skip sources the query
+        does not need, when the request names none."""
+        plan = await self.plan(query, filters, route)
+        return await self.search(plan, query, limit, threshold, mode, rerank)
+
+    async def plan(self, query: str, filters: SearchFilters, route: bool = False) -> Plan:
+        """The query's vector (through tier 2) and the sources to search."""
+        warnings: list[str] = []
+        start = time.perf_counter()
+        vector = await self._query_vector(normalize_query(query), warnings)
+        embedding_ms = elapsed_ms(start)
+        if not route or self.settings.routing != "on":
+            return Plan(vector, filters, embedding_ms, warnings)
+        if filters.source_types is not None:  # the request's own choice always wins
+            return Plan(vector, filters, embedding_ms, warnings, filters.source_types)
+        decided = await self.route(query, vector, filters.collection)
+        routed = replace(filters, source_types=decided.sources)
+        return Plan(vector, routed, embedding_ms, warnings, decided.searched)
+
+    async def search(
+        self,
+        plan: Plan,
+        query: str,
+        limit: int,
+        threshold: float = 0.0,
+        mode: SearchMode = "hybrid",
+        rerank: bool = True,
+    ) -> Retrieval:
+        """Search as planned, then rerank.
 
         The reranker (KNOWLEDGE_RERANKER) orders the first KNOWLEDGE_RERANK_TOP hits of
         a hybrid search, so the store is asked for at least that many and the reranked
         list is cut to `limit` afterwards. The single-retriever modes are not reranked:
         they are the baselines a hybrid ranking is measured against. `rerank=False`
         measures the fused order alone (evaluation)."""
-        warnings: list[str] = []
-        start = time.perf_counter()
-        vector = await self._query_vector(normalize_query(query), warnings)
-        embedded = time.perf_counter()
         reranking = rerank and mode == "hybrid" and self.reranker.name != "none"
         depth = max(limit, self.settings.rerank_top) if reranking else limit
-        hits = await self.store.search(query, vector, depth, filters, threshold, mode)
-        searched = time.perf_counter()
-        self.observer.search(searched - embedded)
-        found = Retrieval(hits, vector, ms(embedded - start), ms(searched - embedded), warnings)
+        started = time.perf_counter()
+        hits = await self.store.search(query, plan.vector, depth, plan.filters, threshold, mode)
+        searched = time.perf_counter() - started
+        self.observer.search(searched)
+        found = Retrieval(
+            hits,
+            plan.vector,
+            plan.embedding_ms,
+            ms(searched),
+            list(plan.warnings),
+            None,
+            plan.routed,
+        )
         return await self._reranked(query, found, limit) if reranking else found
+
+    # -- routing --------------------------------------------------------------------
+
+    async def route(self, query: str, vector: np.ndarray | None, collection: str) -> Route:
+        """The sources `query` needs in `collection`. The collection's centroids are
+        learned again in the background when the store changed; until they are, the
+        last ones are used (none at first: every source is searched)."""
+        known = self.centroids.get(collection)
+        if known is None or known.generation != await self.store.generation():
+            self._learn_in_background(collection)
+        return route(query, vector, known, self.settings.routing_margin)
+
+    def _learn_in_background(self, collection: str) -> None:
+        learning = self._learning.get(collection)
+        if learning is None or learning.done():
+            self._learning[collection] = asyncio.create_task(self.learn_routes(collection))
+
+    async def learn_routes(self, collection: str) -> Centroids:
+        """The collection's source centroids, learned again if the store changed since."""
+        generation = await self.store.generation()
+        known = self.centroids.get(collection)
+        if known is None or known.generation != generation:
+            known = await learn_centroids(generation, self.store.iter_documents(collection))
+            self.centroids[collection] = known
+        return known
 
     async def _reranked(self, query: str, found: Retrieval, limit: int) -> Retrieval:
         started = time.perf_counter()
         reranked = await self.reranker.rerank(query, found.hits, self.settings.rerank_top)
-        return Retrieval(
-            reranked.hits[:limit],
-            found.vector,
-            found.embedding_ms,
-            found.search_ms,
-            found.warnings + reranked.warnings,
-            elapsed_ms(started),
+        return replace(
+            found,
+            hits=reranked.hits[:limit],
+            warnings=found.warnings + reranked.warnings,
+            rerank_ms=elapsed_ms(started),
         )
 
     async def _query_vector(self, normalized: str, warnings: list[str]) -> np.ndarray | None:
@@ -226,7 +326,7 @@ class KnowledgeService:
 
         async def compute() -> tuple[np.ndarray, bool]:
             start = time.perf_counter()
-            vector = await self._in_model_thread(self.embedder.embed_query, normalized)
+            vector = await self.query_batcher.embed(normalized)
             self.observer.embedding("query", time.perf_counter() - start)
             return vector, True
 
@@ -237,6 +337,11 @@ class KnowledgeService:
             warnings.append(f"embedding failed ({e.message}): keyword relevance only")
             return None
         return vector
+
+    async def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """One micro-batch of concurrent queries (QueryBatcher), on the model thread."""
+        vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_queries, texts)
+        return vectors
 
     def forget_query_embeddings(self) -> None:
         """Empty tier 2, so the next queries are embedded again (latency measurements)."""
@@ -308,7 +413,7 @@ class KnowledgeService:
 
     async def health(self) -> Body:
         store = await self.store.health_check()
-        embedder = self.embedder.health()
+        embedder = {**self.embedder.health(), "query_batches": self.query_batcher.stats()}
         synthesizer = self.synthesizer.health()
         reranker = self.reranker.health()
         extra = {name: report() for name, report in self.health_reports.items()}
@@ -316,7 +421,8 @@ class KnowledgeService:
         if store.get("status") == "unavailable":
             status = "unhealthy"
         elif not extra_ok or any(
-            report.get("status") != "ok" for report in (store, embedder, synthesizer, reranker)
+            report.get("status") != "ok"
+            for report in (store, embedder, synthesizer, reranker, self.caches.health())
         ):
             status = "degraded"
         else:

@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +25,8 @@ from knowledge_api.validation import COLLECTION_RULE, valid_collection
 ENV_PREFIX = "KNOWLEDGE_"
 FUSIONS = ("convex", "rrf")
 """How hybrid search may merge its two lists (KNOWLEDGE_FUSION)."""
+SCHEMA_MODES = ("own", "adopted", "read_only")
+"""Whose tables the postgres and supabase stores serve (KNOWLEDGE_SCHEMA_MODE)."""
 
 
 class Secret:
@@ -97,6 +100,20 @@ class Settings:
         0,
         "ONNX Runtime threads for ingestion batches (0 = all cores); a query always uses one.",
     )
+    query_batch_window_ms: float = setting(
+        "KNOWLEDGE_QUERY_BATCH_WINDOW_MS",
+        0.0,
+        "Milliseconds a query embedding waits for others to join its batch when the model "
+        "is idle (0 = none: queries that arrive while the model is busy batch anyway).",
+    )
+    query_batch_size: int = setting(
+        "KNOWLEDGE_QUERY_BATCH_SIZE", 32, "Most concurrent queries embedded in one pass."
+    )
+    query_queue_size: int = setting(
+        "KNOWLEDGE_QUERY_QUEUE_SIZE",
+        512,
+        "Most queries waiting for the embedding model; past it, 503 overloaded with Retry-After.",
+    )
     model_cache_dir: str = setting(
         "KNOWLEDGE_MODEL_CACHE_DIR",
         "",
@@ -119,6 +136,22 @@ class Settings:
     )
     embedding_cache_size: int = setting(
         "KNOWLEDGE_EMBEDDING_CACHE_SIZE", 50000, "Most query embeddings kept in tier 2."
+    )
+    cache: str = setting(
+        "KNOWLEDGE_CACHE",
+        "memory",
+        "Where both cache tiers live: memory (each process its own) or redis (shared by "
+        "every replica, a small in-process tier in front).",
+    )
+    redis_url: Secret = setting(
+        "KNOWLEDGE_REDIS_URL",
+        Secret("redis://127.0.0.1:6379/0"),
+        "Redis of KNOWLEDGE_CACHE=redis (redis://[:password@]host:port/db).",
+    )
+    redis_prefix: str = setting(
+        "KNOWLEDGE_REDIS_PREFIX",
+        "knowledge:",
+        "Prefix of every Redis key: one per deployment (per store) sharing a Redis.",
     )
     fusion_k: int = setting(
         "KNOWLEDGE_FUSION_K",
@@ -180,6 +213,39 @@ class Settings:
         "KNOWLEDGE_RERANK_TIMEOUT",
         5.0,
         "Seconds a cohere or llm reranking may take before the fused order is kept.",
+    )
+    routing: str = setting(
+        "KNOWLEDGE_ROUTING",
+        "off",
+        "Semantic routing of /v1/knowledge/query: on searches only the sources a query "
+        "needs (cue words, closeness to each source's centroid); off searches every source.",
+    )
+    routing_margin: float = setting(
+        "KNOWLEDGE_ROUTING_MARGIN",
+        0.2,
+        "Routing keeps every source whose centroid cosine is within this of the best "
+        "one (0-1; larger keeps more).",
+    )
+    prefetch: str = setting(
+        "KNOWLEDGE_PREFETCH",
+        "off",
+        "on: after a query, answer its likely follow-ups (what users asked next, the "
+        "titles of its sources) in the background to warm the caches; off: never.",
+    )
+    prefetch_per_minute: int = setting(
+        "KNOWLEDGE_PREFETCH_PER_MINUTE",
+        30,
+        "Most follow-up queries prefetched per minute.",
+    )
+    prefetch_concurrent: int = setting(
+        "KNOWLEDGE_PREFETCH_CONCURRENT",
+        1,
+        "Most follow-up queries prefetched at once.",
+    )
+    prefetch_followups: int = setting(
+        "KNOWLEDGE_PREFETCH_FOLLOWUPS",
+        3,
+        "Most follow-ups predicted after one query.",
     )
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
@@ -273,6 +339,13 @@ class Settings:
         "1GB",
         "maintenance_work_mem of the postgres store's HNSW index builds (the graph of the "
         "whole table should fit: about 1 kB per 384-d passage).",
+    )
+    schema_mode: str = setting(
+        "KNOWLEDGE_SCHEMA_MODE",
+        "own",
+        "Tables of the postgres and supabase stores: own (the service's schema), adopted "
+        "(an existing database after `knowledge-api migrate --adopt`) or read_only (an "
+        "existing database as it is).",
     )
     supabase_url: str = setting("SUPABASE_URL", "", "Supabase project URL (supabase store).")
     supabase_service_role_key: Secret = setting(
@@ -510,12 +583,17 @@ class Settings:
         positive = (
             "port",
             "embedding_batch_size",
+            "query_batch_size",
+            "query_queue_size",
             "response_cache_size",
             "embedding_cache_size",
             "fusion_k",
             "candidates",
             "rerank_top",
             "rerank_timeout",
+            "prefetch_per_minute",
+            "prefetch_concurrent",
+            "prefetch_followups",
             "max_body_bytes",
             "body_timeout",
             "postgres_pool_size",
@@ -529,7 +607,12 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{env_name(name)} must be a positive number")
-        for name in ("feedback_docs", "feedback_weight", "feedback_rank_weight"):
+        for name in (
+            "query_batch_window_ms",
+            "feedback_docs",
+            "feedback_weight",
+            "feedback_rank_weight",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{env_name(name)} must not be negative")
         if self.auth not in ("auto", "keys", "off"):
@@ -538,14 +621,24 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_RATE_LIMIT must not be negative")
         if self.mcp_max_chars < 1000:
             raise ConfigurationError("KNOWLEDGE_MCP_MAX_CHARS must be at least 1000")
+        if self.schema_mode not in SCHEMA_MODES:
+            raise ConfigurationError("KNOWLEDGE_SCHEMA_MODE must be own, adopted or read_only")
         if self.fusion not in FUSIONS:
             raise ConfigurationError("KNOWLEDGE_FUSION must be convex or rrf")
+        if self.routing not in ("on", "off") or self.prefetch not in ("on", "off"):
+            raise ConfigurationError("KNOWLEDGE_ROUTING and KNOWLEDGE_PREFETCH must be on or off")
+        if not 0 <= self.routing_margin <= 1:
+            raise ConfigurationError("KNOWLEDGE_ROUTING_MARGIN must be between 0 and 1")
         if not 0 <= self.vector_weight <= 1:
             raise ConfigurationError("KNOWLEDGE_VECTOR_WEIGHT must be between 0 and 1")
         if self.embedding_precision not in ("auto", "fp32", "int8"):
             raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, fp32 or int8")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigurationError("KNOWLEDGE_LOG_LEVEL must be debug, info, warning or error")
+        if self.cache not in ("memory", "redis"):
+            raise ConfigurationError("KNOWLEDGE_CACHE must be memory or redis")
+        if self.cache == "redis" and not self.redis_url.get():
+            raise ConfigurationError("KNOWLEDGE_REDIS_URL must be set when KNOWLEDGE_CACHE=redis")
         if self.log_format not in ("text", "json"):
             raise ConfigurationError("KNOWLEDGE_LOG_FORMAT must be text or json")
         self.validate_support()
@@ -628,7 +721,7 @@ class Settings:
         password = urlsplit(self.database_url.get()).password
         return [value for value in [*values, password or ""] if value]
 
-    @property
+    @cached_property
     def auth_required(self) -> bool:
         """Whether requests need an API key: KNOWLEDGE_AUTH, where auto means keys unless
         the service binds a loopback address only."""

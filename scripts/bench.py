@@ -1,7 +1,10 @@
 """Benchmark of knowledge_api: ingestion, query latency, throughput, memory, concurrency.
 
     .venv/bin/python scripts/bench.py --store sqlite \
-        --corpus ../shared/datasets/msmarco-dev/corpus.jsonl [--json PATH]
+        --corpus ../shared/datasets/msmarco-dev/corpus.jsonl [--json PATH] \
+        [--no-env-size] [--fresh-clone]
+
+It ends with the table of the embedded default's targets (scripts/bench_targets.py).
 
 Everything runs in subprocesses against a fresh store in a temporary directory; the
 settings reach them only through their environment (Settings.from_env()). Only
@@ -28,6 +31,7 @@ from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 from typing import Any
 
+import bench_targets
 import httpx
 import numpy as np
 
@@ -119,6 +123,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=10,
         help="AsyncClients sharing the concurrent connections (httpx's pool scans "
         "all its connections per request: one pool of 500 is client-bound)",
+    )
+    p.add_argument(
+        "--no-env-size",
+        dest="env_size",
+        action="store_false",
+        help="skip building a `make install` virtualenv to measure its size",
+    )
+    p.add_argument(
+        "--fresh-clone",
+        action="store_true",
+        help="also time `make run` in a fresh clone to its first answer (slow)",
     )
     p.add_argument(
         "--timeout",
@@ -538,6 +553,8 @@ def bench(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
     report["throughput"] = throughput(base_url, bare_url, cached_body, workdir, args)
     print(f"{args.concurrency} concurrent requests ...", flush=True)
     report["concurrency"] = concurrency(base_url, bare_url, queries, args)
+    options = {"env_size": args.env_size, "fresh_clone": args.fresh_clone, "port": free_port()}
+    bench_targets.measure(report, base_url, queries, command, env, workdir, options)
     report["cache"] = httpx.get(base_url + "/health", timeout=10.0).json().get("cache", {})
     report["rss_mb"]["at_end"] = rss_mb(server.pid)
     report["load_average"]["end"] = load_average()
@@ -636,6 +653,7 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"  cache stats at the end: {json.dumps(report['cache'])}")
     if "server_exit" in report:
         print(f"  the service exited early with {report['server_exit']}")
+    bench_targets.print_table(report)
 
 
 def on_sigterm(signum: int, frame: Any) -> None:

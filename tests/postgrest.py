@@ -18,7 +18,15 @@ import httpx
 import orjson
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
-OPERATORS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<=", "neq": "<>"}
+OPERATORS = {
+    "eq": "=",
+    "gt": ">",
+    "gte": ">=",
+    "lt": "<",
+    "lte": "<=",
+    "neq": "<>",
+    "ilike": "ILIKE",
+}
 
 
 class PostgREST:

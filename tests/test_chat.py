@@ -124,3 +124,12 @@ def test_openai_streaming_chunks_end_with_done(tmp_path: Path) -> None:
     assert said.startswith("WAV and FLAC are accepted [1].\n\nSources:\n[1] ")
     assert len([d for d in deltas[1:] if d]) >= 3  # streamed as the provider wrote it
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_model_naming_no_collection_is_a_404_that_lists_them(client: TestClient) -> None:
+    body = {"model": "defualt", "messages": [{"role": "user", "content": QUESTION}]}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 404, response.text
+    error = response.json()["error"]
+    assert error["type"] == "collection_not_found" and "'defualt'" in error["message"]
+    assert error["details"]["available"] == ["default"]

@@ -27,7 +27,9 @@ def test_every_route_through_the_blocking_client(client: TestClient) -> None:
     found = knowledge.query("login timeout", limit=2, synthesize=False)
     assert found["results"][0]["source_id"] == "SIAM-101"
     events = [name for name, _ in knowledge.query_stream("login timeout")]
-    assert events[0] == "results" and events[-1] == "done"
+    fused = [name for name in events if name != "source_results"]  # each source's first
+    assert fused[0] == "results" and fused[-1] == "done"
+    assert events.index("source_results") < events.index("results")
     answered = knowledge.answer("Which audio formats are accepted?", threshold=0.0)
     assert answered["status"] == "success"
     streamed = list(knowledge.answer_stream("Which audio formats are accepted?", threshold=0.0))

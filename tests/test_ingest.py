@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from knowledge_api.compose import build_service
 from knowledge_api.errors import IndexingError
 from knowledge_api.ingest.chunker import chunk_document
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
+from knowledge_api.ingest.pipeline import BATCH_DOCUMENTS, Ingestor
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.service import KnowledgeService
 from tests.conftest import ask, fake_embedder, query_params
@@ -146,3 +150,36 @@ async def test_external_writes_are_seen_and_invalidate_the_cache(
     response = await ask(service, request)
     assert response["metrics"]["cache_hit"] is False
     assert [r["source_id"] for r in response["results"]] == ["roadmap"]
+
+
+async def test_a_batch_is_written_while_the_next_one_is_embedded(
+    service: KnowledgeService,
+) -> None:
+    """The first batch's write waits until the second batch's embedding has begun: run
+    one after the other, the write would time out."""
+    second_embedding = asyncio.Event()
+    write = service.store.index_documents
+    embedding_calls = 0
+
+    async def index_documents(documents: list[Document]) -> None:
+        await asyncio.wait_for(second_embedding.wait(), 10)
+        await write(documents)
+
+    async def embed(texts: Sequence[str]) -> np.ndarray:
+        nonlocal embedding_calls
+        embedding_calls += 1
+        if embedding_calls == 2:
+            second_embedding.set()
+        return await service.embed_documents(texts)
+
+    service.store.index_documents = index_documents  # type: ignore[method-assign]
+    count = BATCH_DOCUMENTS + 10
+    docs = [
+        Document("wiki", f"page-{i}", f"Passage number {i} about topic {i % 7}.")
+        for i in range(count)
+    ]
+    seen: list[int] = []
+    summary = await Ingestor(service.store, service.identity, embed).ingest(docs, seen.append)
+    assert (summary.documents, summary.embedded, summary.skipped) == (count, count, 0)
+    assert seen == [BATCH_DOCUMENTS, 10] and embedding_calls == 2
+    assert await service.store.count() == count

@@ -28,8 +28,11 @@ SEAMS = {
     "synthesis",
     "ingest",
     "cache",
+    "shared_cache",
     "grounding",
     "ir_metrics",
+    "routing",
+    "prefetch",
 }
 LAYERS = [
     ("core", CORE),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -9,6 +11,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from starlette.testclient import TestClient
@@ -16,8 +19,16 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.models import DEFAULT_COLLECTION
+from knowledge_api.redaction import Redactor
 from knowledge_api.routes.metrics import Metrics
-from knowledge_api.routes.observe import configure_logging, remove_split_handlers
+from knowledge_api.routes.observe import (
+    LINES,
+    SplitHandler,
+    access_log,
+    configure_logging,
+    remove_split_handlers,
+)
+from knowledge_api.routes.redact import redacted_logs
 from knowledge_api.settings import Secret, Settings
 from tests import providers
 from tests.conftest import ask, corpus, make_settings, query_params
@@ -299,3 +310,81 @@ async def test_a_client_gone_before_its_body_arrived_is_one_line(
         .getMessage()
         .endswith("client disconnected before the end of the response")
     )
+
+
+# -- request lines written without a record -------------------------------------------
+
+
+@contextmanager
+def only_the_apps_handlers() -> Iterator[None]:
+    """Root as `knowledge-api serve` has it: no log capture beside the app's handlers."""
+    root = logging.getLogger()
+    others = [h for h in root.handlers if not isinstance(h, SplitHandler)]
+    for handler in others:
+        root.removeHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in others:
+            root.addHandler(handler)
+
+
+def served_lines(settings: Settings, alone: bool) -> list[str]:
+    """Access lines of a miss, a hit and a 404, times and durations blanked."""
+    direct = only_the_apps_handlers() if alone else contextlib.nullcontext()
+    # written directly, the lines never reach `logging`
+    unused = mock.patch.object(access_log, "info", side_effect=AssertionError) if alone else direct
+    with app_logging(settings) as (stdout, _), TestClient(create_app(settings)) as client:
+        with direct, unused:
+            for _ in range(2):
+                client.post("/v1/knowledge/query", json=QUERY, headers={"X-Request-ID": "r-1"})
+            client.get("/v1/knowledge/documents/x", headers={"X-Request-ID": "r-2"})
+        assert LINES.handler is not None
+    access = [line for line in stdout.getvalue().splitlines() if "knowledge_api.access" in line]
+    blanked = [re.sub(r"\d+(\.\d+)?ms|\"ms\":[\d.]+", "MS", line) for line in access]
+    return [re.sub(r"^\S+ \S+ |\"time\":\"[^\"]+\"", "TIME ", line) for line in blanked]
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_request_lines_written_directly_read_as_logging_writes_them(
+    tmp_path: Path, log_format: str
+) -> None:
+    settings = make_settings(tmp_path, log_format=log_format)
+    direct, through_logging = served_lines(settings, True), served_lines(settings, False)
+    assert direct == through_logging and len(direct) == 3
+    assert "cache_hit" in direct[1] and "r-2" in direct[2]
+
+
+def test_request_lines_are_masked_and_left_to_logging_under_foreign_filters(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path)
+    fields = {"method": "GET", "route": "/x", "status": 200, "ms": 1.0, "cache_hit": "-"}
+    with app_logging(settings) as (stdout, _), only_the_apps_handlers():
+        handler = LINES.handler
+        assert handler is not None
+        with redacted_logs(Redactor([SECRET])):
+            assert LINES.wrote(f"GET /x key={SECRET}", "r-3", {**fields, "key": "k"})
+        foreign = logging.Filter("somewhere.else")
+        handler.addFilter(foreign)
+        try:
+            assert not LINES.wrote("GET /x", "r-4", {**fields, "key": "k"})
+        finally:
+            handler.removeFilter(foreign)
+    assert "key=" + "*" * len(SECRET) in stdout.getvalue() and SECRET not in stdout.getvalue()
+    assert "r-4" not in stdout.getvalue()
+
+
+async def test_direct_request_lines_wait_a_moment_and_come_before_other_lines(
+    tmp_path: Path,
+) -> None:
+    fields = {"method": "GET", "route": "/x", "status": 200, "ms": 1.0, "cache_hit": "-"}
+    with app_logging(make_settings(tmp_path)) as (stdout, _), only_the_apps_handlers():
+        assert LINES.wrote("GET /a", "r-1", {**fields, "key": "-"})
+        assert stdout.getvalue() == ""  # written with the lines that follow it closely
+        await asyncio.sleep(LINES.FLUSH_S * 4)
+        assert "GET /a" in stdout.getvalue()
+        assert LINES.wrote("GET /b", "r-2", {**fields, "key": "-"})
+        logging.getLogger("knowledge_api").info("then this")
+        first, second, third = stdout.getvalue().splitlines()
+        assert "[r-1] GET /a" in first and "[r-2] GET /b" in second and "then this" in third

@@ -153,7 +153,14 @@ def test_streaming_routes_offer_an_event_stream() -> None:
     }
     query = operation(route_at("/v1/knowledge/query", "POST"))["responses"]["200"]["content"]
     event = query["text/event-stream"]["schema"]["properties"]
-    assert event["event"]["enum"] == ["results", "synthesis", "reset", "done", "error"]
+    assert event["event"]["enum"] == [
+        "source_results",
+        "results",
+        "synthesis",
+        "reset",
+        "done",
+        "error",
+    ]
     assert event["data"]["contentMediaType"] == "application/json"
 
 

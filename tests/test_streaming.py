@@ -17,6 +17,7 @@ import respx
 import uvicorn
 
 from knowledge_api.app import create_app
+from knowledge_api.models import SOURCE_TYPES
 from tests import providers
 from tests.providers import GEMINI_GENERATE, GROQ_CHAT, Stream, gemini_chunk, llm_settings, streamed
 
@@ -128,8 +129,11 @@ def test_a_query_streams_results_synthesis_then_done(server: str, mock: respx.Mo
     body = {"query": QUESTION, "stream": True, "threshold": 0.2}
     with httpx.stream("POST", f"{server}/v1/knowledge/query", json=body) as response:
         events = list(server_sent_events(response.iter_lines()))
-    names = [name for name, _ in events]
+    names = [name for name, _ in events if name != "source_results"]
     assert names[0] == "results" and set(names[1:-1]) == {"synthesis"} and names[-1] == "done"
+    fused = [name for name, _ in events].index("results")
+    ahead = [data for name, data in events[:fused] if name == "source_results"]
+    assert {data["source"] for data in ahead} == set(SOURCE_TYPES)  # each source, first
     done = events[-1][1]
     assert done["synthesis"] == "WAV and FLAC [1]."
     assert done["synthesizer"]["citations"] == [1]

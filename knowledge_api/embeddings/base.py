@@ -26,6 +26,10 @@ class Embedder(Protocol):
 
     def embed_query(self, text: str) -> np.ndarray: ...
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Several queries at once (micro-batching): rows equal embed_query's."""
+        ...
+
     def health(self) -> dict[str, Any]: ...
 
 
@@ -60,6 +64,10 @@ class BatchEmbedder(FromSettings):
     def embed_query(self, text: str) -> np.ndarray:
         vector: np.ndarray = self.embed_batch([text])[0]
         return vector
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """One embed_query per text; embedders that can run queries together override it."""
+        return np.stack([self.embed_query(text) for text in texts])
 
     def health(self) -> dict[str, Any]:
         return {"name": self.name, "dimension": self.dimension, "status": "ok"}

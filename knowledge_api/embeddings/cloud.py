@@ -66,6 +66,9 @@ class CloudEmbedder(BatchEmbedder):
         vector: np.ndarray = self.embed([text], "query")[0]
         return vector
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts, "query")
+
     def embed(self, texts: Sequence[str], kind: Kind) -> np.ndarray:
         if self.client is None:
             raise EmbeddingError(f"{self.name} is not loaded: {self.error or 'no client'}")

@@ -27,6 +27,10 @@ class FakeEmbedder(BatchEmbedder):
     def from_settings(cls, settings: Any) -> FakeEmbedder:
         return cls()
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Queries and passages are embedded alike: one call for the whole batch."""
+        return self.embed_batch(texts)
+
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         self.calls += 1
         self.texts_embedded += len(texts)

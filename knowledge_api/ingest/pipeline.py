@@ -8,6 +8,7 @@ of a document behind.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import islice
 
@@ -31,16 +32,27 @@ class Ingestor:
     async def ingest(
         self, documents: Iterable[Document], progress: Callable[[int], object] | None = None
     ) -> IndexSummary:
+        """Batches of documents, each written while the next one is embedded: the model
+        and the store's writer run on threads of their own, so the write of a batch
+        costs no time of the embedding. Writes stay in order, one at a time."""
         await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
         total = IndexSummary()
         iterator = iter(documents)
-        while batch := list(islice(iterator, BATCH_DOCUMENTS)):
-            total += await self._ingest_batch(batch)
-            if progress is not None:
-                progress(len(batch))
+        writing: asyncio.Task[IndexSummary] | None = None
+        try:
+            while batch := list(islice(iterator, BATCH_DOCUMENTS)):
+                changed, summary = await self._embedded(batch)
+                if writing is not None:
+                    previous, writing = writing, None
+                    total += await self._written(previous, progress)
+                writing = asyncio.create_task(self._write(changed, summary))
+        finally:
+            if writing is not None:  # also when embedding failed: never leave a write behind
+                total += await self._written(writing, progress)
         return total
 
-    async def _ingest_batch(self, batch: list[Document]) -> IndexSummary:
+    async def _embedded(self, batch: list[Document]) -> tuple[list[Document], IndexSummary]:
+        """The batch's new or changed documents, every chunk with its vector."""
         changed = await changed_only(self.store, chunked(batch))
         chunks = [chunk for doc in changed for chunk in doc.chunks]
         vectors = await self.store.embeddings_by_hash(list({c.content_hash for c in chunks}))
@@ -50,13 +62,25 @@ class Ingestor:
             vectors.update(zip(missing, fresh, strict=True))
         for chunk in chunks:
             chunk.embedding = vectors[chunk.content_hash]
-        await self.store.index_documents(changed)
-        return IndexSummary(
+        return changed, IndexSummary(
             documents=len(changed),
             chunks=len(chunks),
             embedded=len(missing),
             skipped=len(batch) - len(changed),
         )
+
+    async def _write(self, changed: list[Document], summary: IndexSummary) -> IndexSummary:
+        await self.store.index_documents(changed)
+        return summary
+
+    @staticmethod
+    async def _written(
+        writing: asyncio.Task[IndexSummary], progress: Callable[[int], object] | None
+    ) -> IndexSummary:
+        summary = await writing
+        if progress is not None:
+            progress(summary.documents + summary.skipped)
+        return summary
 
 
 def chunked(documents: Iterable[Document]) -> list[Document]:

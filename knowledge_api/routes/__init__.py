@@ -21,6 +21,7 @@ from knowledge_api.routes import (
     health,
     metrics,
     openapi,
+    playground,
     query,
     retrieve,
     support,
@@ -89,13 +90,32 @@ def search_route(
 
 def chat_route(path: str, endpoint: Callable[..., Any], summary: str, **contract: Any) -> ApiRoute:
     """A chat client's route: read scope, a conversation in, a stream or a completion out."""
-    return ApiRoute(
-        path, endpoint, "POST", READ, summary, streams=True, errors=CHAT_ERRORS, **contract
-    )
+    contract.setdefault("errors", CHAT_ERRORS)
+    return ApiRoute(path, endpoint, "POST", READ, summary, streams=True, **contract)
 
 
 CHAT_ERRORS = (400, 403, 413, 415, 503)
 ROUTES = [
+    ApiRoute(
+        "/",
+        playground.page,
+        "GET",
+        PUBLIC,
+        "The playground: a page to ask a question, read the ranked results and the answer "
+        "as it streams (its API calls carry the key typed into it).",
+        media_type="text/html",
+        errors=(),
+    ),
+    ApiRoute(
+        "/playground/{asset}",
+        playground.asset,
+        "GET",
+        PUBLIC,
+        "A script, style sheet or icon of the playground.",
+        media_type="*/*",
+        parameters=(playground.ASSET,),
+        errors=(404,),
+    ),
     ApiRoute(
         "/health",
         health.health,
@@ -178,6 +198,7 @@ ROUTES = [
         "url_citation annotations and numbered sources; stream: true for chunks.",
         response=chat.COMPLETION,
         events=chat.COMPLETION_EVENTS,
+        errors=(*CHAT_ERRORS, 404),  # a model that names no collection
     ),
     ApiRoute(
         "/v1/knowledge/retrieve",

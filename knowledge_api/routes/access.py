@@ -8,11 +8,13 @@ routes ask `access(request).collection(name)` for every collection they touch.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from starlette.datastructures import State
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -21,6 +23,7 @@ from starlette.responses import Response
 from knowledge_api.errors import Forbidden, RateLimited, Unauthorized
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.stores.keys import ApiKey
 
 Handler = Callable[[Request], Awaitable[Response]]
 PUBLIC = "public"
@@ -81,12 +84,22 @@ def guarded(handler: Handler, scope: str) -> Handler:
 
 
 async def authorize(request: Request, scope: str) -> None:
-    settings: Settings = request.app.state.settings
     if getattr(request.state, "metrics_token_ok", False):
         # KNOWLEDGE_METRICS_TOKEN, checked by the request observer on GET /metrics only
         request.state.key_name = METRICS_SCRAPER
         return
-    caller = await identify(request) if settings.auth_required else EVERYONE
+    client = request.client.host if request.client else "-"
+    caller = await admit(request.app.state, request.headers, client, scope)
+    request.state.access = caller
+    request.state.key_name = caller.name
+
+
+async def admit(app: State, headers: Mapping[str, str], client: str, scope: str) -> Access:
+    """The caller of a request with these headers, once it may use a route that needs
+    `scope` and the rate limit lets it through; 401, 403 or 429 otherwise. The one
+    decision of who may call what, for routes and for the hit path (routes/hot.py)."""
+    settings: Settings = app.settings
+    caller = await identify(app.service, headers) if settings.auth_required else EVERYONE
     if caller is ANONYMOUS and scope != PUBLIC:
         raise Unauthorized(
             "an API key is required: send it as Authorization: Bearer kapi_... or X-API-Key"
@@ -97,32 +110,34 @@ async def authorize(request: Request, scope: str) -> None:
             scope=scope,
             key=caller.name,
         )
-    request.state.access = caller
-    request.state.key_name = caller.name
-    limiter: RateLimiter | None = request.app.state.rate_limiter
+    limiter: RateLimiter | None = app.rate_limiter
     if limiter is not None:
-        client = request.client.host if request.client else "-"
         limiter.take(caller.name if caller is not EVERYONE else f"client {client}")
+    return caller
 
 
-async def identify(request: Request) -> Access:
+async def identify(knowledge: KnowledgeService, headers: Mapping[str, str]) -> Access:
     """The caller of a request that may carry a key (ANONYMOUS without one)."""
-    token = presented_token(request)
+    token = presented_token(headers)
     if not token:
         return ANONYMOUS
-    knowledge: KnowledgeService = request.app.state.service
     key = await knowledge.keys.for_token(token)
     if key is None:
         raise Unauthorized("unknown or revoked API key")
+    return access_of(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def access_of(key: ApiKey) -> Access:
     collections = None if key.collections is None else frozenset(key.collections)
     return Access(key.name, frozenset(key.scopes), collections)
 
 
-def presented_token(request: Request) -> str:
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+def presented_token(headers: Mapping[str, str]) -> str:
+    scheme, _, value = headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return request.headers.get("x-api-key", "").strip()
+    return headers.get("x-api-key", "").strip()
 
 
 MAX_BUCKETS = 10_000

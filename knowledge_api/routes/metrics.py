@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -111,6 +112,18 @@ class ServiceState:
             misses.add_metric([tier], cache.misses)
         yield hits
         yield misses
+        if caches.shared is not None:
+            yield GaugeMetricFamily(
+                "knowledge_cache_redis_up",
+                "1 while the shared cache's Redis answers; 0 while each replica serves from "
+                "its own memory.",
+                value=float(caches.shared.up),
+            )
+            yield CounterMetricFamily(
+                "knowledge_cache_redis_errors",
+                "Redis calls of the shared cache that failed (each answered from memory).",
+                value=caches.shared.errors,
+            )
         circuits = GaugeMetricFamily(
             "knowledge_provider_circuit_open",
             "1 while a synthesis provider is skipped after failures in a row, else 0.",
@@ -140,11 +153,17 @@ class Metrics:
             ["route", "method", "status"],
             registry=self.registry,
         )
+        self._durations: dict[tuple[str, str, int], Any] = {}
+        """Each label set's child, looked up once: labels() costs more than observe()."""
         self.state = ServiceState(service)
         self.registry.register(self.state)
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.durations.labels(route, method, str(status)).observe(seconds)
+        child = self._durations.get((route, method, status))
+        if child is None:
+            child = self.durations.labels(route, method, str(status))
+            self._durations[(route, method, status)] = child
+        child.observe(seconds)
 
     async def exposition(self) -> bytes:
         await self.state.refresh()

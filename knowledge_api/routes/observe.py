@@ -8,11 +8,16 @@ and to every log line written while the request runs.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
+import itertools
 import logging
+import os
 import re
 import sys
 import time
-import uuid
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +27,7 @@ import orjson
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from knowledge_api.redaction import RedactingFilter, Redactor
 from knowledge_api.routes.metrics import METRICS_PATH, Metrics, metrics_token_ok
 from knowledge_api.settings import Settings
 
@@ -58,7 +64,21 @@ def note_cache_hit(hit: bool) -> None:
 def accepted_id(offered: str | None) -> str:
     if offered is not None and VALID_ID.fullmatch(offered):
         return offered
-    return uuid.uuid4().hex
+    return f"{ID_PREFIX}{next(ID_COUNTER):016x}"
+
+
+ID_PREFIX = os.urandom(8).hex()
+ID_COUNTER = itertools.count()
+"""New ids: 32 hex digits, random to the process, then counted: unique without drawing
+random bytes for every request."""
+
+
+def new_id_prefix() -> None:
+    global ID_PREFIX
+    ID_PREFIX = os.urandom(8).hex()
+
+
+os.register_at_fork(after_in_child=new_id_prefix)  # a forked worker counts on its own
 
 
 class RequestObserver:
@@ -128,6 +148,8 @@ class Exchanging:
         route = route_template(self.scope)
         method = self.scope["method"]
         self.observer.metrics.request(route, method, self.status, seconds)
+        if not access_log.isEnabledFor(logging.INFO):
+            return
         fields = {
             "method": method,
             "route": route,
@@ -138,7 +160,8 @@ class Exchanging:
         }
         if self.disconnected:
             fields["client"] = "disconnected"
-        access_log.info(request_line(fields), extra={"http": fields})
+        if not LINES.wrote(request_line(fields), self.exchange.request_id, fields):
+            access_log.info(request_line(fields), extra={"http": fields})
 
 
 def request_line(fields: dict[str, Any]) -> str:
@@ -186,22 +209,83 @@ class BelowWarning(logging.Filter):
         return record.levelno < logging.WARNING
 
 
+class Seconds:
+    """A timestamp's whole second as text, formatted once per second: a log line's time
+    would otherwise cost as much as the rest of the line."""
+
+    def __init__(self, render: Callable[[int], str]) -> None:
+        self.render = render
+        self.second = -1
+        self.text = ""
+
+    def of(self, created: float) -> str:
+        second = int(created)
+        if second != self.second:
+            self.second, self.text = second, self.render(second)
+        return self.text
+
+
+UTC_SECONDS = Seconds(lambda s: datetime.fromtimestamp(s, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+LOCAL_SECONDS = Seconds(
+    lambda s: time.strftime(logging.Formatter.default_time_format, time.localtime(s))
+)
+
+
 class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        exception = self.formatException(record.exc_info) if record.exc_info else None
+        return self.line(
+            record.created,
+            record.levelname,
+            record.name,
+            getattr(record, "request_id", NO_VALUE),
+            record.getMessage(),
+            getattr(record, "http", {}),
+            exception,
+        )
+
+    def line(
+        self,
+        created: float,
+        level: str,
+        name: str,
+        request_id: str,
+        message: str,
+        fields: dict[str, Any],
+        exception: str | None = None,
+    ) -> str:
         line: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-            "request_id": getattr(record, "request_id", NO_VALUE),
-            **getattr(record, "http", {}),
+            "time": f"{UTC_SECONDS.of(created)}.{int(created * 1000) % 1000:03d}+00:00",
+            "level": level.lower(),
+            "logger": name,
+            "message": message,
+            "request_id": request_id,
+            **fields,
         }
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+        if exception:
+            line["exception"] = exception
         return orjson.dumps(line, default=str).decode()
 
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def line(
+        self,
+        created: float,
+        level: str,
+        name: str,
+        request_id: str,
+        message: str,
+        fields: dict[str, Any],
+    ) -> str:
+        """What format() makes of a record without an exception (its `fields` aside)."""
+        stamp = f"{LOCAL_SECONDS.of(created)},{int(created * 1000) % 1000:03d}"
+        return f"{stamp} {level} {name} [{request_id}] {message}"
 
 
 class SplitHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -216,9 +300,16 @@ class SplitHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.system_stream = None if stream else name
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self is LINES.handler:
+            LINES.flush()  # the request lines waiting come first
+        self.stream_now()
+        super().emit(record)
+
+    def stream_now(self) -> TextIO:
         if self.system_stream:
             self.stream = getattr(sys, self.system_stream)
-        super().emit(record)
+        stream: TextIO = self.stream
+        return stream
 
 
 def configure_logging(
@@ -227,7 +318,7 @@ def configure_logging(
     """The one logging setup of `knowledge-api serve` and the other commands: info and
     below to stdout, warnings and errors to stderr, as text or JSON lines, each with
     the request id ("-" outside a request)."""
-    formatter = JSONFormatter() if settings.log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    formatter = JSONFormatter() if settings.log_format == "json" else TextFormatter()
     out = SplitHandler("stdout", stdout)
     out.addFilter(BelowWarning())
     err = SplitHandler("stderr", stderr)
@@ -238,6 +329,8 @@ def configure_logging(
         handler.addFilter(RequestIdFilter())
         handler.setFormatter(formatter)
         root.addHandler(handler)
+    LINES.flush()
+    LINES.handler = out
     root.setLevel(settings.log_level.upper())
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
@@ -247,6 +340,97 @@ def configure_logging(
 
 
 def remove_split_handlers() -> None:
+    LINES.flush()
+    LINES.handler = None
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, SplitHandler)]:
         root.removeHandler(handler)
+
+
+class RequestLines:
+    """The request lines, written straight to the info handler `configure_logging` set
+    up: the text its formatter would make of the record, without making the record,
+    which costs more than the rest of a cache hit. Only while that handler is the one
+    a record would reach (no other handler added, as a test's log capture adds, no
+    filter but ours and the secrets' mask); `wrote` says False otherwise, and the
+    line goes through `logging` as any other.
+
+    Lines are written in batches: at most FLUSH_S after the first one waiting, before
+    any other line of that handler, and when the app stops."""
+
+    FLUSH_S = 0.05
+    MAX_WAITING = 256
+
+    def __init__(self) -> None:
+        self.handler: SplitHandler | None = None
+        self.waiting: list[str] = []
+        self._checked: tuple[Any, ...] = ()
+        self._masks: list[Redactor] | None = None
+        """The secrets' masks of the handler, as of `_checked`; None: write through logging."""
+
+    def wrote(self, message: str, request_id: str, fields: dict[str, Any]) -> bool:
+        handler = self.handler
+        if handler is None:
+            return False
+        masks = self.masks(handler)
+        if masks is None:
+            return False
+        for redactor in masks:
+            message = redactor.text(message)
+        formatter: JSONFormatter | TextFormatter = handler.formatter  # type: ignore[assignment]
+        line = formatter.line(time.time(), "INFO", access_log.name, request_id, message, fields)
+        self.waiting.append(line)
+        if len(self.waiting) == 1:
+            self.flush_soon()
+        elif len(self.waiting) >= self.MAX_WAITING:
+            self.flush()
+        return True
+
+    def masks(self, handler: SplitHandler) -> list[Redactor] | None:
+        """Checked again only when what decides it changed (cheap to compare)."""
+        root = logging.getLogger()
+        between = access_log.parent
+        state = (
+            tuple(root.handlers),
+            tuple(handler.filters),
+            handler.formatter,
+            bool(access_log.handlers),
+            bool(between.handlers) if between is not None and between is not root else False,
+            access_log.disabled,
+        )
+        if state != self._checked:
+            self._checked, self._masks = state, self.masks_of(handler, state)
+        return self._masks
+
+    def masks_of(self, handler: SplitHandler, state: tuple[Any, ...]) -> list[Redactor] | None:
+        handlers, filters, formatter, *elsewhere = state
+        if len(handlers) != 2 or handler not in handlers or any(elsewhere):
+            return None
+        if not isinstance(formatter, JSONFormatter | TextFormatter):
+            return None
+        masks = []
+        for each in filters:
+            if isinstance(each, RedactingFilter):
+                masks.append(each.redactor)
+            elif not isinstance(each, RequestIdFilter | BelowWarning):
+                return None
+        return masks
+
+    def flush_soon(self) -> None:
+        try:
+            asyncio.get_running_loop().call_later(self.FLUSH_S, self.flush)
+        except RuntimeError:  # no loop: nothing would flush later
+            self.flush()
+
+    def flush(self) -> None:
+        handler, waiting = self.handler, self.waiting
+        if not waiting or handler is None:
+            return
+        self.waiting = []
+        with handler.lock or contextlib.nullcontext():
+            handler.stream_now().write("".join(line + handler.terminator for line in waiting))
+            handler.flush()
+
+
+LINES = RequestLines()
+atexit.register(LINES.flush)

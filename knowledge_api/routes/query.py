@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -30,7 +31,7 @@ from knowledge_api.routes.views import (
     search_body,
     zeroed_on_hit,
 )
-from knowledge_api.service import Served
+from knowledge_api.service import KnowledgeService, Served
 from knowledge_api.usecases import query as use
 from knowledge_api.usecases.query import QueryParams, QueryResult
 
@@ -52,10 +53,28 @@ def parse(payload: Any) -> tuple[QueryParams, bool]:
 
 async def query(request: Request) -> Response:
     params, stream = parse(await read_json(request))
-    access(request).collection(params.collection)
+    caller = access(request)
+    caller.collection(params.collection)
+    client = client_id(caller.name, request.client.host if request.client else "")
     if stream:
-        return await event_stream(use.events(service(request), params), sse_event)
-    return JSONResponse(render(await use.query(service(request), params)))
+        return await event_stream(use.events(service(request), params, client), sse_event)
+    served = await use.query(service(request), params, client)
+    note_cache_hit(served.cache_hit)
+    return JSONResponse(render(served))
+
+
+def client_id(key_name: str, host: str) -> str:
+    """Who asked, for the log of what each client asks next (prefetching)."""
+    return f"{key_name}@{host}"
+
+
+def followed_up(
+    request_body: bytes, client: str, service: KnowledgeService, value: QueryResult
+) -> None:
+    """A query answered without the use case (routes/hot.py) still goes into the log
+    of what each client asks next, and its follow-ups are prefetched."""
+    if service.prefetcher.enabled:
+        use.prefetch(service, parse(orjson.loads(request_body))[0], client, value.hits)
 
 
 def render(served: Served[QueryResult]) -> dict[str, Any]:
@@ -72,7 +91,7 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
 
 METRICS = obj(
     {"total_ms": NUMBER, "cache_hit": BOOLEAN, "embedding_ms": NUMBER, "search_ms": NUMBER},
-    {"synthesis_ms": NUMBER},
+    {"synthesis_ms": NUMBER, "routed": array(STRING)},
 )
 RESPONSE = obj(
     {"results": array(RESULT), "metrics": METRICS},
@@ -82,21 +101,25 @@ RESPONSE = obj(
 
 
 def metrics(served: Served[QueryResult]) -> dict[str, Any]:
-    note_cache_hit(served.cache_hit)
     timings = zeroed_on_hit(served.value.timings, served.cache_hit)
-    return {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
+    body: dict[str, Any] = {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
+    if served.value.routed is not None:
+        body["routed"] = list(served.value.routed)
+    return body
 
 
 def done_event(served: Served[QueryResult]) -> dict[str, Any]:
     """The last event: the whole synthesis, its citations, the metrics and warnings."""
+    note_cache_hit(served.cache_hit)
     body = render(served)
     final: dict[str, Any] = {k: body[k] for k in ("synthesis", "synthesizer") if k in body}
     return {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
 
 
 sse_event = translation("synthesis", done_event)
-"""`results`, `synthesis` deltas (and `reset`), then `done`."""
-EVENTS = events_schema("results", "synthesis", "reset", "done", "error")
+"""`source_results` as each source answers, `results` in the fused order, `synthesis`
+deltas (and `reset`), then `done`."""
+EVENTS = events_schema("source_results", "results", "synthesis", "reset", "done", "error")
 """A stream's events; `error` (the error shape) ends a stream that failed after it began."""
 
 

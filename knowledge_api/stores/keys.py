@@ -82,12 +82,13 @@ class RememberedKeys:
         await self.keys.add(key)
 
     async def for_token(self, token: str) -> ApiKey | None:
-        digest = token_hash(token)
-        known = self._known.get(digest)
+        # Remembered by the token itself, only in this process's memory (which holds
+        # it anyway while a request runs): a request with a known key hashes nothing.
+        known = self._known.get(token)
         if known is None:
-            known = await self.keys.find(digest)
+            known = await self.keys.find(token_hash(token))
             if known is not None:
-                self._known.put(digest, known)
+                self._known.put(token, known)
         return known
 
     async def all(self) -> list[ApiKey]:

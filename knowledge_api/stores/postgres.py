@@ -25,7 +25,12 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import orjson
 
-from knowledge_api.errors import BackendConnectionError, IndexingError, KnowledgeStoreError
+from knowledge_api.errors import (
+    BackendConnectionError,
+    ConfigurationError,
+    IndexingError,
+    KnowledgeStoreError,
+)
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
@@ -40,7 +45,7 @@ ANALYZE_AFTER = 1000
 """Passages written before the planner's statistics are refreshed (or a fifth of the
 table, when that is more): plans stay right after a bulk load, before autovacuum."""
 MIGRATION_LOCK = 7_304_251_911  # pg_advisory_xact_lock key: one migrator at a time
-OPERATORS = {"eq": "= {}", "in": "= ANY({})", "gt": "> {}"}
+OPERATORS = {"eq": "= {}", "in": "= ANY({})", "gt": "> {}", "ilike": "ILIKE {}"}
 
 
 class PostgresStore(SiamStore):
@@ -55,6 +60,7 @@ class PostgresStore(SiamStore):
         tuning: SearchTuning = DEFAULT_TUNING,
         ef_search: int = 100,
         index_build: IndexBuild = DEFAULT_BUILD,
+        manage_schema: bool = True,
     ) -> None:
         super().__init__(tuning, ef_search)
         self.url = url
@@ -62,6 +68,9 @@ class PostgresStore(SiamStore):
         self.dimension = dimension
         self.pool_size = pool_size
         self.index_build = index_build
+        self.manage_schema = manage_schema
+        """Apply the service's own migrations on open; off for a database whose tables
+        other pipelines own (KNOWLEDGE_SCHEMA_MODE adopted or read_only)."""
         self._pool: Any = None
         self.connection = Reconnect(self.name)
         self._analyzed_rows = 0
@@ -83,6 +92,7 @@ class PostgresStore(SiamStore):
                 memory=settings.postgres_build_memory,
                 rebuild_rows=settings.postgres_rebuild_rows,
             ),
+            "manage_schema": settings.schema_mode == "own",
         }
 
     def __repr__(self) -> str:
@@ -112,7 +122,7 @@ class PostgresStore(SiamStore):
         asyncpg = require_asyncpg()
         self.connection.attempting()
         try:
-            url, _ = await self._migrate()
+            url = (await self._migrate())[0] if self.manage_schema else await self._url()
             self._pool = await asyncpg.create_pool(
                 url,
                 min_size=1,
@@ -215,12 +225,35 @@ class PostgresStore(SiamStore):
 
     async def _migrate(self) -> tuple[str, list[str]]:
         """The database's URL (the embedded server started if need be), migrated."""
-        url = self.url.get() or await asyncio.to_thread(embedded_server_url, self.data_dir)
+        async with self.admin_connection() as (url, conn):
+            return url, await migrate(conn, self.dimension)
+
+    async def _url(self) -> str:
+        """The database's URL, the embedded server started if need be."""
+        return self.url.get() or await asyncio.to_thread(embedded_server_url, self.data_dir)
+
+    @asynccontextmanager
+    async def admin_connection(self) -> AsyncIterator[tuple[str, Any]]:
+        """The URL and a connection of its own (no pool), for schema changes."""
+        url = await self._url()
         conn = await require_asyncpg().connect(url)
         try:
-            return url, await migrate(conn, self.dimension)
+            yield url, conn
         finally:
             await conn.close()
+
+    @asynccontextmanager
+    async def administered(self) -> AsyncIterator[Any]:
+        """A connection for `knowledge-api migrate --adopt` and its kin; database errors
+        become store errors naming the database (never its password)."""
+        asyncpg = require_asyncpg()
+        try:
+            async with self.admin_connection() as (_, conn):
+                yield conn
+        except open_errors(asyncpg) as e:
+            raise BackendConnectionError(
+                f"{self.where()}: {type(e).__name__}: {self.redacted(e)}", backend=self.name
+            ) from e
 
     # -- the primitives SiamStore builds on ---------------------------------------------
 
@@ -297,8 +330,15 @@ async def migrate(conn: Any, dimension: int) -> list[str]:
     `{{dimension}}` in a migration is the embedder's dimension: the vector columns are
     made for the embedder configured when the schema is created. A database already up
     to date is only read, so a read-only one still serves."""
-    if await applied_versions(conn) >= {version for version, _, _ in migrations()}:
+    versions = await applied_versions(conn)
+    if versions >= {version for version, _, _ in migrations()}:
         return []
+    if not versions and await conn.fetchval("SELECT to_regclass('siam_vectors')") is not None:
+        raise ConfigurationError(
+            "the database already holds siam_vectors, not made by this service: other "
+            "pipelines fill it. Serve it as it is with KNOWLEDGE_SCHEMA_MODE=read_only, or "
+            "adopt it with `knowledge-api migrate --adopt` and KNOWLEDGE_SCHEMA_MODE=adopted"
+        )
     async with conn.transaction():
         await conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         await conn.execute(

@@ -173,24 +173,23 @@ def hit_from_record(
 
 # -- generation ------------------------------------------------------------------------
 
-POLL_SECONDS = 1.0
+POLL_SECONDS = 0.5
 
 
 class Generation:
     """Changes on every write: this client's writes at once, other clients' writes
     (another replica on the same server) within `poll_seconds`, through a token every
-    writer stores in the engine."""
+    writer stores in the engine. The generation is that token, so every replica that
+    read it names the same content alike (a shared cache keys answers on it)."""
 
     def __init__(self, poll_seconds: float = POLL_SECONDS) -> None:
         self.poll_seconds = poll_seconds
         self.token = ""
-        self._writes = 0
         self._next_poll = 0.0
         self._stale = False
 
     def wrote(self) -> str:
-        """Count a write of ours; returns the new token to store beside it."""
-        self._writes += 1
+        """A write of ours (stored or failed half way): the new token to store beside it."""
         self.token = uuid.uuid4().hex
         return self.token
 
@@ -206,11 +205,10 @@ class Generation:
             self._next_poll = time.monotonic() + self.poll_seconds
             if token != self.token or self._stale:
                 self.token = token
-                self._writes += 1
                 if changed is not None:
                     await changed()
                 self._stale = False
-        return self._writes
+        return self.token
 
     def forget(self) -> None:
         """What this client mirrors of the engine may be wrong (a write failed half

@@ -41,7 +41,7 @@ from knowledge_api.stores.keys import KeyStore, SiamKeys
 
 Row = dict[str, Any]
 Condition = tuple[str, str, Any]
-"""(column, operator, value); operator is "eq", "in" or "gt"."""
+"""(column, operator, value); operator is "eq", "in", "gt" or "ilike"."""
 
 TENANCY = ("organization", "division", "app_under_test")
 DOCUMENT_COLUMNS = (
@@ -65,9 +65,12 @@ class Passage:
 class SiamStore(HybridSearch):
     name = "siam"
     concurrent_candidates = True  # two pooled connections (or HTTP requests) at once
-    generation_poll_seconds = 1.0
+    generation_poll_seconds = 0.5
     """How long a read generation is trusted: another process's write is noticed within
-    this time (this store's own writes at once), and a cache hit costs no round trip."""
+    this time (this store's own writes at once), so every replica drops its cached
+    answers within a second of any write, and a cache hit mostly costs no round trip.
+    The counter (knowledge_store_state) is moved by triggers in the writing transaction,
+    whoever writes: a replica, `knowledge-api ingest` or `sync`, or plain SQL."""
 
     def __init__(self, tuning: SearchTuning = DEFAULT_TUNING, ef_search: int = 100) -> None:
         self.tuning = tuning
@@ -80,6 +83,12 @@ class SiamStore(HybridSearch):
         return {**super().configured(settings), "ef_search": settings.postgres_ef_search}
 
     # -- transport, provided by the backends ---------------------------------------
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
 
     async def call(
         self, function: str, params: Mapping[str, Any], error: type[KnowledgeStoreError]

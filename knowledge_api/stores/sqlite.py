@@ -51,6 +51,7 @@ class SQLiteStore(HybridSearch):
         self._index: VectorIndex | None = None
         self._reloads = 0
         self._data_version = 0
+        self._generation: tuple[tuple[int, int], int] = ((-1, -1), 0)
 
     settings_fields = "db_path"
 
@@ -91,11 +92,17 @@ class SQLiteStore(HybridSearch):
             self._reloads += 1
 
     async def generation(self) -> Hashable:
+        """The file's own counter (store_state), the same in every process: read again
+        only after a commit of ours or another process's, so a cache hit costs no query."""
         try:
             self._sync()
+            seen = (self.file.commits, self._reloads)
+            if seen != self._generation[0]:
+                row = self.file.db().execute("SELECT generation FROM store_state").fetchone()
+                self._generation = (seen, int(row[0]))
         except sqlite3.Error as e:
             raise BackendConnectionError(f"store unavailable: {e}", backend=self.name) from e
-        return self.file.commits + self._reloads
+        return self._generation[1]
 
     # -- embedder bookkeeping -----------------------------------------------------
 

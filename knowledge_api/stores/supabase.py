@@ -30,7 +30,7 @@ except ImportError as e:  # httpx comes with supabase-py
         "KNOWLEDGE_STORE=supabase needs supabase-py: pip install 'knowledge-api[supabase]'"
     ) from e
 
-FILTERS = {"eq": "eq", "in": "in_", "gt": "gt"}
+FILTERS = {"eq": "eq", "in": "in_", "gt": "gt", "ilike": "ilike"}
 
 
 class Unavailable(Exception):

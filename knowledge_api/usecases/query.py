@@ -3,17 +3,22 @@ synthesis chain, kept in tier 1 (POST /v1/knowledge/query)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from contextlib import aclosing
+from dataclasses import dataclass, replace
 from typing import Any
 
+from knowledge_api.models import SOURCE_TYPES as SOURCES
 from knowledge_api.models import SearchHit, SearchParams
-from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served
+from knowledge_api.service import COMPUTED, Event, KnowledgeService, Plan, Retrieval, Served
 from knowledge_api.synthesis.chain import Outcome
 from knowledge_api.timing import elapsed_ms
 
 Filters = tuple[tuple[str, Any], ...]
+log = logging.getLogger("knowledge_api")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +38,30 @@ class QueryResult:
     timings: dict[str, float]
     """embedding_ms, search_ms, rerank_ms when a reranker ran and, with a synthesis,
     synthesis_ms."""
+    routed: tuple[str, ...] | None = None
+    """The sources searched, with semantic routing on."""
 
 
-async def query(service: KnowledgeService, params: QueryParams) -> Served[QueryResult]:
-    return await service.tier1.served(params.cache_key(), lambda: compute(service, params))
+async def query(
+    service: KnowledgeService, params: QueryParams, client: str = ""
+) -> Served[QueryResult]:
+    """The answer (from tier 1 or computed), then its likely follow-ups prefetched
+    in the background when KNOWLEDGE_PREFETCH is on."""
+    with service.prefetcher.answering():
+        served = await service.tier1.served(params.cache_key(), lambda: compute(service, params))
+    prefetch(service, params, client, served.value.hits)
+    return served
+
+
+def prefetch(
+    service: KnowledgeService, params: QueryParams, client: str, hits: tuple[SearchHit, ...]
+) -> None:
+    async def warm(followup: str) -> None:
+        ahead = replace(params, query=followup)
+        if service.tier1.peek(ahead.cache_key()) is None:  # a lookup here is no hit or miss
+            await service.tier1.served(ahead.cache_key(), lambda: compute(service, ahead))
+
+    service.prefetcher.after(client, params.query, hits, warm)
 
 
 async def compute(service: KnowledgeService, params: QueryParams) -> tuple[QueryResult, bool]:
@@ -50,9 +75,13 @@ async def compute(service: KnowledgeService, params: QueryParams) -> tuple[Query
     return await finished(service, generation, found, outcome, synthesis_ms)
 
 
-def events(service: KnowledgeService, params: QueryParams) -> AsyncGenerator[Event, None]:
-    """("results", hits), the synthesis as the provider writes it (("delta", text);
-    ("reset", why) when a link fails mid-answer), then ("done", Served[QueryResult])."""
+def events(
+    service: KnowledgeService, params: QueryParams, client: str = ""
+) -> AsyncGenerator[Event, None]:
+    """("source_results", (source, hits)) as each source answers, ("results", hits) in
+    the fused order, the synthesis as the provider writes it (("delta", text); ("reset",
+    why) when a link fails mid-answer), then ("done", Served[QueryResult]). A cache hit
+    replays the fused results and the synthesis only."""
 
     def replay(value: QueryResult) -> list[Event]:
         replayed: list[Event] = [("results", value.hits)]
@@ -60,13 +89,43 @@ def events(service: KnowledgeService, params: QueryParams) -> AsyncGenerator[Eve
             replayed.append(("delta", value.outcome.text))
         return replayed
 
-    return service.tier1.served_events(params.cache_key(), streamed(service, params), replay)
+    return followed(
+        service,
+        params,
+        client,
+        service.tier1.served_events(params.cache_key(), streamed(service, params), replay),
+    )
+
+
+async def followed(
+    service: KnowledgeService,
+    params: QueryParams,
+    client: str,
+    events: AsyncGenerator[Event, None],
+) -> AsyncGenerator[Event, None]:
+    """The stream's events; its follow-ups prefetched once it is done."""
+    hits: tuple[SearchHit, ...] | None = None
+    async with aclosing(events):
+        with service.prefetcher.answering():
+            async for name, data in events:
+                yield name, data
+                if name == "done":
+                    hits = data.value.hits
+    if hits is not None:
+        prefetch(service, params, client, hits)
 
 
 async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGenerator[Event, None]:
     generation = await service.tier1.generation()
-    found = await search(service, params)
-    yield "results", tuple(found.hits)
+    plan = await service.plan(params.query, params.search_filters(), route=True)
+    found: Retrieval | None = None
+    async for name, data in progressive(service, params, plan):
+        if name == "fused":
+            found = data
+            yield "results", tuple(data.hits)
+        else:
+            yield name, data
+    assert found is not None
     outcome, synthesis_ms = None, 0.0
     if params.synthesize:
         started = time.perf_counter()
@@ -79,10 +138,53 @@ async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGener
     yield COMPUTED, await finished(service, generation, found, outcome, synthesis_ms)
 
 
+async def progressive(
+    service: KnowledgeService, params: QueryParams, plan: Plan
+) -> AsyncGenerator[Event, None]:
+    """Each source searched on its own beside the fused search: ("source_results",
+    (source, hits)) as each answers, then ("fused", Retrieval). A slow source delays
+    only its own event and the fused order; a source still searching when the fused
+    order is ready is not waited for, and a source whose own search fails is left out
+    (the fused search reports a failing store)."""
+    sources = plan.routed or plan.filters.source_types or SOURCES
+    alone = {
+        asyncio.create_task(search_alone(service, params, plan, source)): source
+        for source in sources
+    }
+    fused = asyncio.create_task(search_planned(service, params, plan))
+    try:
+        pending: set[asyncio.Task[Any]] = {*alone, fused}
+        while pending and not fused.done():
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in [t for t in alone if t.done()]:
+                source = alone.pop(task)
+                if task.exception() is None:
+                    yield "source_results", (source, tuple(task.result().hits))
+                else:
+                    log.warning("searching %s alone failed: %s", source, task.exception())
+        yield "fused", await fused
+    finally:
+        for task in (fused, *alone):
+            task.cancel()
+
+
 async def search(service: KnowledgeService, params: QueryParams) -> Retrieval:
     return await service.retrieve(
-        params.query, params.limit, params.search_filters(), params.threshold
+        params.query, params.limit, params.search_filters(), params.threshold, route=True
     )
+
+
+async def search_alone(
+    service: KnowledgeService, params: QueryParams, plan: Plan, source: str
+) -> Retrieval:
+    """One source's own best hits, in fused order (not reranked: the fused order is)."""
+    return await search_planned(service, params, plan.only(source), rerank=False)
+
+
+async def search_planned(
+    service: KnowledgeService, params: QueryParams, plan: Plan, rerank: bool = True
+) -> Retrieval:
+    return await service.search(plan, params.query, params.limit, params.threshold, rerank=rerank)
 
 
 async def finished(
@@ -99,5 +201,5 @@ async def finished(
     if outcome is not None:
         timings["synthesis_ms"] = synthesis_ms
         warnings += outcome.warnings()
-    result = QueryResult(tuple(found.hits), outcome, tuple(warnings), timings)
+    result = QueryResult(tuple(found.hits), outcome, tuple(warnings), timings, found.routed)
     return result, not warnings and await service.tier1.generation() == generation

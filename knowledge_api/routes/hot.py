@@ -1,0 +1,174 @@
+"""The hit path of POST /v1/knowledge/query: a repeated request answered from tier 1
+without routing, parsing or rendering it again.
+
+A query body that was answered once is remembered, byte for byte, with the tier-1 key
+it parsed to, the tier-1 value it was answered with and that value rendered as a hit.
+When the same bytes come again and tier 1 still holds that very value (same store
+generation, entry alive), the rendered bytes are sent with this request's `total_ms`,
+once the caller is admitted by the same decision the routes use (routes/access.py).
+Anything else (another body, a changed store, a caller refused, a body in several
+parts) goes the usual way, which answers exactly as before; so this is only a shortcut,
+never a second source of answers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.routes import ROUTES, query
+from knowledge_api.routes.access import READ, admit
+from knowledge_api.routes.observe import note_cache_hit
+from knowledge_api.service import KnowledgeService, Served
+
+PATH = "/v1/knowledge/query"
+ROUTE = next(route for route in ROUTES if route.path == PATH)
+"""The route this path shortens: its template names a hit in logs and metrics."""
+MAX_BODIES = 10_000
+"""Bodies remembered (their tier-1 values are bounded by tier 1 itself)."""
+MAX_BODY_BYTES = 4096
+"""Longer bodies are never remembered: a query is at most 1,000 characters."""
+JSON = b"application/json"
+PICKED = frozenset((b"authorization", b"x-api-key", b"content-type"))
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A tier-1 value as a hit renders it, around the one number that changes."""
+
+    key: Hashable
+    value: Any
+    collection: str
+    head: bytes
+    """The body up to `total_ms`'s value."""
+    tail: bytes
+
+    def body(self, started: float) -> bytes:
+        total_ms = round((time.perf_counter() - started) * 1000, 3)
+        return b"%b%r%b" % (self.head, total_ms, self.tail)
+
+
+class QueryHits:
+    """ASGI middleware: repeated queries served from their rendered tier-1 entries."""
+
+    def __init__(self, app: ASGIApp, service: KnowledgeService) -> None:
+        self.app = app
+        self.service = service
+        self.rendered: OrderedDict[bytes, Rendered] = OrderedDict()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        first = await receive()
+        body: bytes = first.get("body", b"")
+        whole = first["type"] == "http.request" and not first.get("more_body")
+        if whole and await self.answered(scope, body, started, send):
+            return
+        status = await self.forward(scope, first, receive, send)
+        if whole and status == 200:
+            self.remember(body)
+
+    async def answered(self, scope: Scope, body: bytes, started: float, send: Send) -> bool:
+        rendered = self.rendered.get(body)
+        if rendered is None:
+            return False
+        headers = picked(scope)
+        if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            return False
+        client = scope.get("client")
+        try:
+            caller = await admit(scope["app"].state, headers, client[0] if client else "-", READ)
+            if not caller.reaches(rendered.collection):
+                return False
+            if not await self.service.tier1.still(rendered.key, rendered.value):
+                self.rendered.pop(body, None)
+                return False
+        except KnowledgeAPIError:
+            return False  # the usual way answers with the error (a refusal counted once)
+        self.rendered.move_to_end(body)
+        scope["route"] = ROUTE
+        scope.setdefault("state", {})["key_name"] = caller.name
+        note_cache_hit(True)
+        content = rendered.body(started)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-length", b"%d" % len(content)),
+                    (b"content-type", JSON),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": content})
+        host = client[0] if client else ""
+        query.followed_up(body, query.client_id(caller.name, host), self.service, rendered.value)
+        return True
+
+    async def forward(self, scope: Scope, first: Message, receive: Receive, send: Send) -> int:
+        """The request the usual way, its first message given back; its status."""
+        replayed = False
+        status = 0
+
+        async def receiving() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return first
+            return await receive()
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.app(scope, receiving, sending)
+        return status
+
+    def remember(self, body: bytes) -> None:
+        """Render, as a hit, the tier-1 value this body was just answered from."""
+        if len(body) > MAX_BODY_BYTES or body in self.rendered:
+            return
+        try:
+            params, stream = query.parse(orjson.loads(body))
+        except (ValueError, KnowledgeAPIError):
+            return
+        key = params.cache_key()
+        value = self.service.tier1.peek(key)
+        if stream or value is None:
+            return  # a streamed answer, or one tier 1 did not keep (warnings)
+        self.rendered[body] = rendered(key, value, params.collection)
+        if len(self.rendered) > MAX_BODIES:
+            self.rendered.popitem(last=False)
+
+
+def picked(scope: Scope) -> dict[str, str]:
+    """The headers admission and the body's type are decided on, in one pass (the
+    first of repeated ones, as Starlette's Headers.get answers)."""
+    found: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        if name in PICKED:
+            found.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return found
+
+
+def rendered(key: Hashable, value: Any, collection: str) -> Rendered:
+    """The route's own rendering of a hit, cut where `total_ms` goes (the last field
+    of `metrics`' first one, which `query.render` always writes first)."""
+    body = query.render(Served(value, True, time.perf_counter()))
+    metrics = body.pop("metrics")
+    metrics.pop("total_ms")
+    head = orjson.dumps(body)[:-1] + b',"metrics":{"total_ms":'
+    rest = orjson.dumps(metrics)
+    tail = (b"," + rest[1:] if len(rest) > 2 else b"}") + b"}"
+    return Rendered(key, value, collection, head, tail)

@@ -1,0 +1,238 @@
+// The playground: one streamed query (POST /v1/knowledge/query, stream: true) per
+// question. Its events: `results`, `synthesis` deltas (`reset` drops the text so far),
+// then `done` with the whole synthesis and the metrics, or `error` in the error shape.
+// Text from the service only ever reaches the page as text nodes, never as HTML.
+
+const QUERY = "/v1/knowledge/query";
+const KEY = "knowledge-api-key";
+const $ = (id) => document.getElementById(id);
+const form = $("ask");
+const question = $("question");
+const apiKey = $("api-key");
+const answer = $("answer");
+let results = [];
+let running = null;
+
+apiKey.value = sessionStorage.getItem(KEY) ?? "";
+apiKey.addEventListener("input", () => {
+  const key = apiKey.value.trim();
+  if (key) sessionStorage.setItem(KEY, key);
+  else sessionStorage.removeItem(KEY);
+});
+
+question.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    form.requestSubmit();
+  }
+});
+
+form.addEventListener("submit", (event) => {
+  event.preventDefault();
+  ask(requestBody());
+});
+
+answer.addEventListener("click", (event) => {
+  const link = event.target.closest("a.cite");
+  if (!link) return;
+  event.preventDefault();
+  showSource(Number(link.dataset.n));
+});
+
+/** The query as the form sets it: no `sources` when no type is checked (all types). */
+function requestBody() {
+  const body = { query: question.value.trim(), stream: true };
+  const sources = [...form.querySelectorAll("input[name=sources]:checked")].map((c) => c.value);
+  if (sources.length) body.sources = sources;
+  const collection = $("collection").value.trim();
+  if (collection) body.collection = collection;
+  const limit = $("limit").valueAsNumber;
+  if (Number.isFinite(limit)) body.limit = limit;
+  return body;
+}
+
+function headers() {
+  const found = { "Content-Type": "application/json", Accept: "text/event-stream" };
+  const key = apiKey.value.trim();
+  if (key) found.Authorization = `Bearer ${key}`;
+  return found;
+}
+
+async function ask(body) {
+  running?.abort();
+  const controller = new AbortController();
+  running = controller;
+  clear();
+  busy(true);
+  try {
+    const response = await fetch(QUERY, {
+      method: "POST",
+      headers: headers(),
+      body: JSON.stringify(body),
+      signal: controller.signal,
+    });
+    if (!response.ok) {
+      showError(await failure(response));
+      return;
+    }
+    let text = "";
+    for await (const [name, data] of serverSentEvents(response)) {
+      if (name === "results") showResults(data.results);
+      else if (name === "synthesis") showAnswer((text += data.delta));
+      else if (name === "reset") showAnswer((text = ""));
+      else if (name === "done") finish(data);
+      else if (name === "error") showError(described(data, "the stream failed"));
+    }
+  } catch (error) {
+    if (error.name !== "AbortError") {
+      showError(`The service could not be reached (${error.message}). Is it running?`);
+    }
+  } finally {
+    if (running === controller) busy(false);
+  }
+}
+
+/** Events as the SSE format frames them: `event:` and `data:` lines up to a blank line. */
+async function* serverSentEvents(response) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffered = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffered += value.replaceAll("\r\n", "\n");
+    let end;
+    while ((end = buffered.indexOf("\n\n")) >= 0) {
+      const frame = buffered.slice(0, end);
+      buffered = buffered.slice(end + 2);
+      let name = "message";
+      const data = [];
+      for (const line of frame.split("\n")) {
+        if (line.startsWith("event:")) name = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
+      }
+      if (data.length) yield [name, JSON.parse(data.join("\n"))];
+    }
+  }
+}
+
+/** A readable line for a refused request, from the one error shape when it has it. */
+async function failure(response) {
+  let body = null;
+  try {
+    body = await response.json();
+  } catch {
+    // not the error shape (a proxy's page, say): the status line says enough
+  }
+  let text = described(body, `${response.status} ${response.statusText}`, response.status);
+  if (response.status === 401) text += "\nEnter an API key in the API key field and ask again.";
+  if (response.status === 403) text += "\nThis key may not do that: check its scopes and collections.";
+  return text;
+}
+
+function described(body, fallback, status) {
+  const error = body?.error;
+  if (!error) return fallback;
+  const head = status ? `${status} ${error.type}` : error.type;
+  const id = error.details?.request_id;
+  return `${head}: ${error.message}${id ? ` (request id ${id})` : ""}`;
+}
+
+function clear() {
+  results = [];
+  $("error").hidden = true;
+  $("error").textContent = "";
+  $("results").replaceChildren();
+  $("no-results").hidden = true;
+  $("badges").replaceChildren();
+  $("warnings").replaceChildren();
+  answer.replaceChildren();
+}
+
+/** While an answer streams; asking again meanwhile cancels it. */
+function busy(on) {
+  answer.setAttribute("aria-busy", String(on));
+}
+
+function showError(text) {
+  $("error").textContent = text;
+  $("error").hidden = false;
+}
+
+function showResults(found) {
+  results = found;
+  $("no-results").hidden = found.length > 0;
+  $("results").replaceChildren(...found.map(resultItem));
+}
+
+function resultItem(result, index) {
+  const n = index + 1;
+  const item = element("li", "", "");
+  item.id = `result-${n}`;
+  item.tabIndex = -1;
+  const head = element("div", "result-head", "");
+  head.append(
+    element("span", "number", `[${n}]`),
+    element("span", "badge source-type", result.source_type),
+    element("span", "title", result.metadata.title || result.source_id),
+  );
+  if (result.metadata.section) head.append(element("span", "section", result.metadata.section));
+  head.append(element("span", "similarity", `similarity ${result.similarity.toFixed(2)}`));
+  item.append(head, element("div", "source-id", result.source_id));
+  item.append(element("p", "content", result.content));
+  return item;
+}
+
+/** The answer with each `[n]` of an existing result as a link to it. */
+function showAnswer(text) {
+  const parts = text.split(/(\[\d+\])/);
+  answer.replaceChildren(
+    ...parts.map((part) => {
+      const n = Number(part.slice(1, -1));
+      if (!/^\[\d+\]$/.test(part) || n < 1 || n > results.length) return part;
+      const link = element("a", "cite", part);
+      link.href = `#result-${n}`;
+      link.dataset.n = String(n);
+      link.setAttribute("aria-label", `source ${n}: ${results[n - 1].metadata.title ?? ""}`);
+      return link;
+    }),
+  );
+}
+
+function showSource(n) {
+  const item = $(`result-${n}`);
+  if (!item) return;
+  for (const other of document.querySelectorAll(".results > li.highlighted")) {
+    other.classList.remove("highlighted");
+  }
+  item.classList.add("highlighted");
+  const still = matchMedia("(prefers-reduced-motion: reduce)").matches;
+  item.scrollIntoView({ behavior: still ? "auto" : "smooth", block: "center" });
+  item.focus({ preventScroll: true });
+}
+
+function finish(done) {
+  if (done.synthesis !== undefined) showAnswer(done.synthesis);
+  const metrics = done.metrics ?? {};
+  const badges = [
+    metrics.cache_hit ? ["cache hit", "hit"] : ["computed", ""],
+    [`total ${ms(metrics.total_ms)}`, ""],
+  ];
+  for (const stage of ["embedding", "search", "rerank", "synthesis"]) {
+    const took = metrics[`${stage}_ms`];
+    if (took !== undefined && !metrics.cache_hit) badges.push([`${stage} ${ms(took)}`, ""]);
+  }
+  if (done.synthesizer?.provider) badges.push([`by ${done.synthesizer.provider}`, ""]);
+  $("badges").replaceChildren(...badges.map(([text, kind]) => element("li", kind, text)));
+  $("warnings").replaceChildren(...(done.warnings ?? []).map((w) => element("li", "", w)));
+}
+
+function ms(value) {
+  return `${Number(value ?? 0).toFixed(1)} ms`;
+}
+
+function element(tag, className, text) {
+  const found = document.createElement(tag);
+  if (className) found.className = className;
+  if (text) found.textContent = text;
+  return found;
+}

@@ -1,0 +1,237 @@
+"""What the adopted and read-only stores share (stores/existing.py): the embedder check,
+the generation, refused writes, reads by source, health, and the cosine of keyword hits."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from knowledge_api.errors import (
+    ConfigurationError,
+    EmbedderMismatchError,
+    KnowledgeStoreError,
+    StoreReadOnly,
+)
+from knowledge_api.models import DEFAULT_COLLECTION, Document, SearchFilters, SearchHit
+from knowledge_api.stores.base import HybridSearch, is_uuid
+from knowledge_api.stores.existing_rows import (
+    SIAM,
+    SIAM_COLUMNS,
+    WIKI,
+    WIKI_COLUMNS,
+    Found,
+    cosine,
+    hit_from_found,
+    source_document,
+    wiki_document,
+)
+from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.siam import Row, SiamStore, as_vector
+
+GENERATION_POLL_SECONDS = 1.0
+"""How long a read generation is trusted: other pipelines' writes show within this
+time (plus the database's statistics delay, about a second)."""
+WRITES_REFUSED = (
+    "the store serves tables other pipelines own (KNOWLEDGE_SCHEMA_MODE={mode}): documents "
+    "are written by those pipelines, not through the service"
+)
+
+
+class ExistingTables(HybridSearch):
+    mode = ""
+
+    def __init__(self, tables: SiamStore, tuning: SearchTuning = DEFAULT_TUNING) -> None:
+        self.tables = tables
+        self.tuning = tuning
+        self.name = tables.name
+        self.wiki_vectors = False
+        """Wiki pages have vectors (`migrate --wiki-vectors` ran)."""
+        self._generation = 0
+        self._generation_expires = 0.0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.tables!r})"
+
+    async def open(self) -> None:
+        await self.tables.open()
+
+    async def close(self) -> None:
+        await self.tables.close()
+
+    # -- the embedder the rows were written with ----------------------------------------
+
+    async def check_embedder(self, name: str, dimension: int) -> None:
+        """No embedder is recorded beside rows other pipelines wrote: the one configured
+        is taken at its word, if its vectors have the stored dimension."""
+        rows = await self.tables.select(SIAM, "embedding", limit=5)
+        stored = {len(as_vector(r["embedding"])) for r in rows if r["embedding"] is not None}
+        if stored and stored != {dimension}:
+            raise EmbedderMismatchError(
+                f"siam_vectors.embedding holds {'/'.join(map(str, sorted(stored)))}-d vectors; "
+                f"KNOWLEDGE_EMBEDDER ({name!r}) makes {dimension}-d ones. Set "
+                "KNOWLEDGE_EMBEDDER to the embedder the rows were written with (gemini, "
+                "768-d, for the Gemini-embedded tables).",
+                configured=name,
+            )
+
+    async def generation(self) -> Hashable:
+        """Moves when other pipelines write the tables (read at most every
+        GENERATION_POLL_SECONDS); without a way to tell, answers live for the cache's TTL."""
+        if time.monotonic() >= self._generation_expires:
+            self._generation = await self.read_generation()
+            self._generation_expires = time.monotonic() + GENERATION_POLL_SECONDS
+        return self._generation
+
+    async def read_generation(self) -> int:
+        """The tables' write counter, from the statistics the database keeps."""
+        rows = await self.tables.select(
+            "pg_stat_user_tables", "n_tup_ins,n_tup_upd,n_tup_del", ("relname", "in", [SIAM, WIKI])
+        )
+        return sum(int(r["n_tup_ins"]) + int(r["n_tup_upd"]) + int(r["n_tup_del"]) for r in rows)
+
+    # -- writes: refused -----------------------------------------------------------------
+
+    def refused(self) -> StoreReadOnly:
+        return StoreReadOnly(WRITES_REFUSED.format(mode=self.mode), schema_mode=self.mode)
+
+    async def index_document(self, document: Document) -> None:
+        raise self.refused()
+
+    async def index_documents(self, documents: Sequence[Document]) -> None:
+        raise self.refused()
+
+    async def delete(self, doc_id: str) -> bool:
+        raise self.refused()
+
+    async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        """The first step of indexing: refused here, before anything is embedded."""
+        raise self.refused()
+
+    async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        return {}  # rows carry no chunk hashes: search runs without the feedback round
+
+    # -- search ---------------------------------------------------------------------
+
+    async def similarities(
+        self, keys: Sequence[Hashable], vector: np.ndarray
+    ) -> dict[Hashable, float]:
+        """The cosine of keyword-only hits, from their stored vectors."""
+        found = [key for key in keys if isinstance(key, Found)]
+        result: dict[Hashable, float] = {key: key.keyword for key in found}
+        tables = [(SIAM, "embedding")]
+        if self.wiki_vectors:
+            tables.append((WIKI, "knowledge_embedding"))
+        for table, column in tables:
+            by_id = {key.id: key for key in found if key.table == table}
+            if not by_id:
+                continue
+            rows = await self.tables.select(table, f"id,{column}", ("id", "in", list(by_id)))
+            for row in rows:
+                if row[column] is not None:
+                    result[by_id[str(row["id"])]] = cosine(as_vector(row[column]), vector)
+        return result
+
+    async def hydrate(
+        self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
+    ) -> list[SearchHit]:
+        return [
+            hit_from_found(key, score, similarity[key])
+            for key, score in ranked
+            if isinstance(key, Found)
+        ]
+
+    # -- reads ----------------------------------------------------------------------
+
+    async def get_by_id(self, doc_id: str) -> Document | None:
+        """Documents are named by source here (find_document); ids name passages."""
+        return None
+
+    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
+        if collection != DEFAULT_COLLECTION:
+            return None
+        if source_type == "wiki":
+            page = await self._first(WIKI, WIKI_COLUMNS, ("url", key), ("id", key))
+            if page:
+                return wiki_document(page)
+        rows = await self.tables.select(
+            SIAM, SIAM_COLUMNS, ("source_type", "eq", source_type), ("source_id", "eq", key)
+        )
+        if not rows and is_uuid(key):
+            passage = await self._first(SIAM, SIAM_COLUMNS, ("id", key))
+            if passage and passage["source_type"] == source_type:
+                rows = await self.tables.select(
+                    SIAM,
+                    SIAM_COLUMNS,
+                    ("source_type", "eq", source_type),
+                    ("source_id", "eq", passage["source_id"]),
+                )
+        return source_document(sorted(rows, key=lambda r: str(r["id"]))) if rows else None
+
+    async def _first(self, table: str, columns: str, *keys: tuple[str, str]) -> Row | None:
+        """The first row whose column equals its key, trying the keys in order (a
+        uuid column is only asked for a uuid)."""
+        for column, key in keys:
+            if column == "id" and not is_uuid(key):
+                continue
+            rows = await self.tables.select(table, columns, (column, "eq", key), limit=1)
+            if rows:
+                return rows[0]
+        return None
+
+    async def count(self) -> int:
+        """Whether the tables hold passages (0 or 1): enough for the one caller, the
+        seeding of an empty store, which never runs on tables other pipelines own."""
+        return len(await self.tables.select(SIAM, "id", limit=1))
+
+    async def collections(self) -> dict[str, int]:
+        return {DEFAULT_COLLECTION: await self.count()}
+
+    async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
+        raise KnowledgeStoreError(
+            f"KNOWLEDGE_SCHEMA_MODE={self.mode}: the tables are read by source, not walked "
+            "document by document; copy them with the pipelines that fill them"
+        )
+        yield  # an async generator, like every store's
+
+    async def health_check(self) -> dict[str, Any]:
+        try:
+            await self.tables.select(SIAM, "id", limit=1)
+            await self.tables.select(WIKI, "id", limit=1)
+            await self.refresh()
+        except (KnowledgeStoreError, ConfigurationError) as e:
+            return {"backend": self.name, "status": "unavailable", "error": e.message}
+        return {
+            "backend": self.name,
+            "status": "ok",
+            **self.tables.location(),
+            "schema_mode": self.mode,
+            "capabilities": self.capabilities(),
+            "left_out": self.left_out(),
+        }
+
+    async def refresh(self) -> None:
+        """Learn what the database offers (the steps of an adoption)."""
+
+    def capabilities(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def left_out(self) -> list[str]:
+        raise NotImplementedError
+
+    # -- candidates of both tables ---------------------------------------------------
+
+    def wiki_filter(self, filters: SearchFilters) -> dict[str, Any] | None:
+        """The wiki search's arguments, or None when the filters exclude wiki pages
+        (pages have no organization, division or metadata; app_name is their app)."""
+        if filters.collection != DEFAULT_COLLECTION:
+            return None
+        if filters.source_types is not None and "wiki" not in filters.source_types:
+            return None
+        metadata = dict(filters.metadata)
+        app = metadata.pop("app_under_test", None)
+        if metadata or (app is not None and not isinstance(app, str)):
+            return None
+        return {"filter_app_name": app}

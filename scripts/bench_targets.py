@@ -1,0 +1,257 @@
+"""The embedded default's targets, measured beside bench.py's figures, as one table.
+
+bench.py calls `measure` with the running service's URL and its own report, then
+`print_table`: every figure with its target, what was measured and whether it is met.
+The figures of its own here: the query embedding in-process, distinct cold queries
+from 64 and 500 concurrent clients, a CLI command that embeds nothing, the size of
+the environment `make install` makes and, with --fresh-clone, a fresh clone's
+`make run` to its first answer. Timing is reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+QUERY_PATH = "/v1/knowledge/query"
+Row = tuple[str, str, Any, bool | None]
+"""(figure, target, measured, met): met is None when the figure was not measured."""
+
+
+# -- figures of their own ----------------------------------------------------------------
+
+
+def query_embedding_ms(queries: list[str], cache_dir: str | None) -> dict[str, float]:
+    """p50/p95 of LocalEmbedder.embed_query, in a fresh process, after a warm-up."""
+    code = (
+        "import json, sys, time, numpy as np\n"
+        "from pathlib import Path\n"
+        "from knowledge_api.embeddings.local import LocalEmbedder\n"
+        "queries = json.loads(sys.stdin.read())\n"
+        "cache = sys.argv[1] or None\n"
+        "e = LocalEmbedder('auto', cache_dir=Path(cache) if cache else None); e.load()\n"
+        "for q in queries[:20]: e.embed_query(q)\n"
+        "t = []\n"
+        "for q in queries:\n"
+        "    s = time.perf_counter(); e.embed_query(q); t.append(time.perf_counter() - s)\n"
+        "t = np.array(t) * 1000\n"
+        "print(json.dumps({'p50': float(np.percentile(t, 50)), "
+        "'p95': float(np.percentile(t, 95)), 'precision': e.precision}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, cache_dir or ""],
+        input=json.dumps(queries),
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
+async def distinct_cold_queries(
+    base_url: str, queries: list[str], clients: int, per_client: int, tag: str
+) -> dict[str, Any]:
+    """`clients` connections, each sending `per_client` queries no one asked before
+    (so each one is embedded): requests/s over the whole run, latency p50/p99, and
+    the answers that were not 200 by status (503 overloaded is the graceful one)."""
+    latencies: list[float] = []
+    failures: dict[str, int] = {}
+
+    async def client(number: int) -> None:
+        async with httpx.AsyncClient(base_url=base_url, timeout=60.0) as http:
+            for i in range(per_client):
+                text = f"{queries[(number * per_client + i) % len(queries)]} {tag} {number}-{i}"
+                started = time.perf_counter()
+                try:
+                    response = await http.post(
+                        QUERY_PATH, json={"query": text, "synthesize": False}
+                    )
+                    status = str(response.status_code)
+                except httpx.HTTPError as e:
+                    status = type(e).__name__
+                if status == "200":
+                    latencies.append((time.perf_counter() - started) * 1000)
+                else:
+                    failures[status] = failures.get(status, 0) + 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(n) for n in range(clients)))
+    wall = time.perf_counter() - started
+    ok = np.asarray(latencies or [float("nan")])
+    return {
+        "clients": clients,
+        "requests": clients * per_client,
+        "ok_per_s": round(len(latencies) / wall, 1),
+        "p50_ms": round(float(np.percentile(ok, 50)), 1),
+        "p99_ms": round(float(np.percentile(ok, 99)), 1),
+        "failures": failures,
+    }
+
+
+def cli_seconds(command: list[str], env: dict[str, str], cwd: Path) -> float:
+    """Wall time of `knowledge-api keys list`: opens the store, embeds nothing."""
+    started = time.perf_counter()
+    subprocess.run([*command, "keys", "list"], env=env, cwd=cwd, capture_output=True, check=False)
+    return round(time.perf_counter() - started, 3)
+
+
+def install_env_mb(workdir: Path) -> float:
+    """Size of the virtualenv `make install` makes (what `make run` needs)."""
+    venv = workdir / "install-venv"
+    subprocess.run(
+        ["make", "-C", str(ROOT), "install", f"VENV={venv}"],
+        check=True,
+        capture_output=True,
+        timeout=1800,
+    )
+    du = subprocess.run(["du", "-sk", str(venv)], capture_output=True, text=True, check=True)
+    torch_present = any(venv.glob("lib/python*/site-packages/torch"))
+    if torch_present:
+        print("warning: torch is installed in the `make install` environment")
+    return round(int(du.stdout.split()[0]) / 1024, 1)
+
+
+def fresh_clone_seconds(workdir: Path, port: int, deadline_s: float = 600.0) -> float:
+    """Seconds from `make run` in a fresh clone to its first 200 on the query route."""
+    clone = workdir / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_")}
+    env |= {"KNOWLEDGE_API_PORT": str(port), "KNOWLEDGE_DB_PATH": str(workdir / "clone.db")}
+    log = (workdir / "clone-run.log").open("wb")
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        ["make", "run"],
+        cwd=clone,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        while time.perf_counter() - started < deadline_s and proc.poll() is None:
+            try:
+                response = httpx.post(
+                    f"http://127.0.0.1:{port}{QUERY_PATH}",
+                    json={"query": "what does the knowledge api do", "synthesize": False},
+                    timeout=5.0,
+                )
+                if response.status_code == 200:
+                    return round(time.perf_counter() - started, 1)
+            except httpx.TransportError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"fresh clone: no answer (see {workdir / 'clone-run.log'})")
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(30)
+        log.close()
+
+
+# -- the table ---------------------------------------------------------------------------
+
+
+def measure(
+    report: dict[str, Any],
+    base_url: str,
+    queries: list[str],
+    command: list[str],
+    env: dict[str, str],
+    workdir: Path,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """The figures bench.py does not take itself, into report["targets"]."""
+    figures: dict[str, Any] = {}
+    print("query embedding in-process ...", flush=True)
+    figures["query_embedding"] = query_embedding_ms(queries, env.get("KNOWLEDGE_MODEL_CACHE_DIR"))
+    for clients, per_client in ((64, 16), (500, 2)):
+        print(f"{clients} clients of distinct cold queries ...", flush=True)
+        figures[f"cold_{clients}"] = asyncio.run(
+            distinct_cold_queries(base_url, queries, clients, per_client, f"c{clients}")
+        )
+    figures["cli_s"] = cli_seconds(command, env, workdir)
+    if options.get("env_size"):
+        print("`make install` into a fresh virtualenv ...", flush=True)
+        figures["env_mb"] = install_env_mb(workdir)
+    if options.get("fresh_clone"):
+        print("fresh clone, `make run` ...", flush=True)
+        figures["fresh_clone_s"] = fresh_clone_seconds(workdir, options["port"])
+    report["targets"] = figures
+    return figures
+
+
+def rows(report: dict[str, Any]) -> list[Row]:
+    t = report.get("targets", {})
+    cold = report["queries"]["cold"].get("total_ms", {})
+    emb = t.get("query_embedding", {})
+    c64, c500 = t.get("cold_64", {}), t.get("cold_500", {})
+    rss = report["rss_mb"]["after_start"].get("VmRSS")
+    return [
+        row("query embedding p50 (ms)", "<= 3", emb.get("p50"), lambda v: v <= 3),
+        row("cold query p50 server-side (ms)", "<= 6", cold.get("p50"), lambda v: v <= 6),
+        row("64 clients, distinct cold (req/s)", ">= 300", c64.get("ok_per_s"), lambda v: v >= 300),
+        row(
+            "64 clients, distinct cold p99 (ms)", "<= 1000", c64.get("p99_ms"), lambda v: v <= 1000
+        ),
+        row(
+            "500 clients: non-200 other than 503",
+            "0",
+            sum(n for s, n in c500.get("failures", {}).items() if s != "503") if c500 else None,
+            lambda v: v == 0,
+        ),
+        row(
+            "ingestion (passages/s)", ">= 400", report["ingest"]["chunks_per_s"], lambda v: v >= 400
+        ),
+        row("serve ready (s)", "<= 1.5", report["startup_s"], lambda v: v <= 1.5),
+        row("CLI command, no embedding (s)", "< 1", t.get("cli_s"), lambda v: v < 1),
+        row("RSS after start (MB)", "<= 250", rss, lambda v: v <= 250),
+        row("`make install` env (MB)", "<= 500", t.get("env_mb"), lambda v: v <= 500),
+        row(
+            "fresh clone `make run` to answer (s)",
+            "<= 40",
+            t.get("fresh_clone_s"),
+            lambda v: v <= 40,
+        ),
+    ]
+
+
+def row(figure: str, target: str, measured: Any, met: Callable[[Any], bool]) -> Row:
+    return figure, target, measured, None if measured is None else met(measured)
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print("\n-- targets of the embedded default")
+    print(f"  {'figure':<40} {'target':>9} {'measured':>10}  met?")
+    for figure, target, measured, met in rows(report):
+        shown = (
+            "-"
+            if measured is None
+            else f"{measured:g}"
+            if isinstance(measured, float)
+            else str(measured)
+        )
+        verdict = {True: "yes", False: "NO", None: "not measured"}[met]
+        print(f"  {figure:<40} {target:>9} {shown:>10}  {verdict}")
+    c500 = report.get("targets", {}).get("cold_500")
+    if c500:
+        print(
+            f"  500 clients: {c500['ok_per_s']} ok/s, p99 {c500['p99_ms']} ms, {c500['failures']}"
+        )
+
+
+if __name__ == "__main__":  # the size of the `make install` environment alone
+    with tempfile.TemporaryDirectory() as scratch:
+        print(f"`make install` env: {install_env_mb(Path(scratch))} MB")
