@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from functools import cached_property
@@ -323,6 +324,34 @@ class Settings:
     postgres_pool_size: int = setting(
         "KNOWLEDGE_POSTGRES_POOL_SIZE", 10, "Most connections the postgres store opens."
     )
+    postgres_ef_search: int = setting(
+        "KNOWLEDGE_POSTGRES_EF_SEARCH",
+        100,
+        "HNSW candidates a vector search keeps (hnsw.ef_search, 1-1000): more finds more of "
+        "the true nearest passages, slower (postgres and supabase stores).",
+    )
+    postgres_hnsw_m: int = setting(
+        "KNOWLEDGE_POSTGRES_HNSW_M",
+        16,
+        "Links per vector of the HNSW index (2-100), used when the postgres store builds it.",
+    )
+    postgres_hnsw_ef_construction: int = setting(
+        "KNOWLEDGE_POSTGRES_HNSW_EF_CONSTRUCTION",
+        64,
+        "Candidates kept while the HNSW index is built (at least twice the links, at most 1000).",
+    )
+    postgres_rebuild_rows: int = setting(
+        "KNOWLEDGE_POSTGRES_REBUILD_ROWS",
+        10000,
+        "A write of at least this many passages, into a table holding no more, builds the HNSW "
+        "index once after the load instead of growing it passage by passage.",
+    )
+    postgres_build_memory: str = setting(
+        "KNOWLEDGE_POSTGRES_BUILD_MEMORY",
+        "1GB",
+        "maintenance_work_mem of the postgres store's HNSW index builds (the graph of the "
+        "whole table should fit: about 1 kB per 384-d passage).",
+    )
     schema_mode: str = setting(
         "KNOWLEDGE_SCHEMA_MODE",
         "own",
@@ -631,11 +660,31 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_CHROMA_PORT must be a port number (1-65535)")
         if self.qdrant_fusion not in ("auto", "shared"):
             raise ConfigurationError("KNOWLEDGE_QDRANT_FUSION must be auto or shared")
+        self.validate_postgres()
         if self.supabase_retries < 0 or self.supabase_backoff < 0:
             raise ConfigurationError(
                 "KNOWLEDGE_SUPABASE_RETRIES and KNOWLEDGE_SUPABASE_BACKOFF must not be negative"
             )
         self.validate_llm()
+
+    def validate_postgres(self) -> None:
+        """The HNSW limits pgvector enforces, refused at start-up rather than at the first
+        search or index build."""
+        if not 1 <= self.postgres_ef_search <= 1000:
+            raise ConfigurationError("KNOWLEDGE_POSTGRES_EF_SEARCH must be between 1 and 1000")
+        if not 2 <= self.postgres_hnsw_m <= 100:
+            raise ConfigurationError("KNOWLEDGE_POSTGRES_HNSW_M must be between 2 and 100")
+        if not 2 * self.postgres_hnsw_m <= self.postgres_hnsw_ef_construction <= 1000:
+            raise ConfigurationError(
+                "KNOWLEDGE_POSTGRES_HNSW_EF_CONSTRUCTION must be between twice "
+                "KNOWLEDGE_POSTGRES_HNSW_M and 1000"
+            )
+        if self.postgres_rebuild_rows < 0:
+            raise ConfigurationError("KNOWLEDGE_POSTGRES_REBUILD_ROWS must not be negative")
+        if not re.fullmatch(r"[1-9][0-9]*\s*(kB|MB|GB|TB)", self.postgres_build_memory):
+            raise ConfigurationError(
+                "KNOWLEDGE_POSTGRES_BUILD_MEMORY must be a size such as 512MB or 2GB"
+            )
 
     def validate_llm(self) -> None:
         limits = ("gemini_timeout", "groq_timeout", "gemini_max_tokens", "groq_max_tokens")

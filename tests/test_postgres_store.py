@@ -436,3 +436,16 @@ async def test_a_read_only_database_serves_reads_and_refuses_writes_with_503(
     finally:
         await db.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = off')
         await reader.close()
+
+
+async def test_keyword_search_of_a_common_word_ranks_a_bounded_set_that_keeps_every_word(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    """Past 2,000 matches of any word, the passages holding every query word are still
+    among the ranked ones, however late they were written."""
+    common = [Document("git", f"c{i}", f"Release build {i} shipped.", f"C{i}") for i in range(2500)]
+    await index(store, common)
+    await index(store, [Document("jira", "RARE-1", "Release of the zeppelin importer.", "Z")])
+    rows = await db.fetch("SELECT * FROM search_siam_vectors_text('release zeppelin', 3)")
+    assert rows[0]["source_id"] == "RARE-1"
+    assert len(await db.fetch("SELECT * FROM search_siam_vectors_text('release', 3000)")) == 2000

@@ -241,3 +241,19 @@ async def test_large_collections_page_through_the_table_api(
         r for r in postgrest.requests if r.method == "GET" and "knowledge_documents" in str(r.url)
     ]
     assert max(len(str(r.url)) for r in reads) < 8000
+
+
+async def test_the_hnsw_candidates_setting_reaches_the_search_function(
+    request: pytest.FixtureRequest, postgrest: PostgREST, tmp_path: Path
+) -> None:
+    store = make_store("supabase", supabase_settings(request, tmp_path, postgres_ef_search=321))
+    await store.open()
+    try:
+        await index(store, corpus())
+        query = "login page timeout with SSO"
+        hits = await store.search(query, vector(query), 3, SearchFilters())
+    finally:
+        await store.close()
+    searches = [r for r in postgrest.requests if r.url.path.endswith("match_siam_vectors_gemini")]
+    assert [json.loads(r.content)["ef_search"] for r in searches] == [321] * len(searches) != []
+    assert hits[0].source_id == "SIAM-101"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Hashable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,6 +53,12 @@ class KnowledgeStore(Protocol):
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
         """Index many; each document is atomic on its own."""
+
+    async def index_batches(
+        self, batches: AsyncIterable[Sequence[Document]], expected: int = 0
+    ) -> None:
+        """Index a stream of document sets (a migration); `expected`: the passages at
+        least coming, for a backend that loads differently in bulk."""
 
     async def search(
         self,
@@ -104,6 +110,9 @@ class HybridSearch(FromSettings):
     KNOWLEDGE_FUSION=rrf); similarity is the cosine."""
 
     tuning: SearchTuning = DEFAULT_TUNING
+    concurrent_candidates = False
+    """Whether both candidate lists may be asked for at once (a database server that
+    runs the two queries side by side); otherwise one after the other."""
 
     @classmethod
     def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
@@ -141,10 +150,16 @@ class HybridSearch(FromSettings):
         """Up to n candidates of each ranking fused best first, and the similarity of each."""
         by_vector: list[Candidate] = []
         by_keyword: list[Candidate] = []
-        if vector is not None and mode != "keyword":
-            by_vector = await self.vector_candidates(vector, n, filters)
-        if mode != "vector":
-            by_keyword = await self.keyword_candidates(query, n, filters)
+        if vector is not None and mode == "hybrid" and self.concurrent_candidates:
+            by_vector, by_keyword = await asyncio.gather(
+                self.vector_candidates(vector, n, filters),
+                self.keyword_candidates(query, n, filters),
+            )
+        else:
+            if vector is not None and mode != "keyword":
+                by_vector = await self.vector_candidates(vector, n, filters)
+            if mode != "vector":
+                by_keyword = await self.keyword_candidates(query, n, filters)
         if vector is None:
             similarity = relative_scores(by_keyword)
         else:
@@ -192,6 +207,17 @@ class HybridSearch(FromSettings):
         )
         missing = [key for key, _ in refused if key not in similarity]
         return refused, {**similarity, **await self.similarities(missing, vector)}
+
+    async def index_documents(self, documents: Sequence[Document]) -> None:
+        raise NotImplementedError
+
+    async def index_batches(
+        self, batches: AsyncIterable[Sequence[Document]], expected: int = 0
+    ) -> None:
+        """Each set as `index_documents` writes it; a backend with a faster bulk path
+        overrides this."""
+        async for batch in batches:
+            await self.index_documents(batch)
 
     async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors by chunk content hash (every KnowledgeStore has it)."""

@@ -6,7 +6,7 @@ migration again only copies what changed since.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from knowledge_api.models import Document, EmbedderIdentity, IndexSummary
 from knowledge_api.stores.base import KnowledgeStore
@@ -38,30 +38,41 @@ async def copy_collection(
     collection: str,
     progress: Callable[[int], object] | None = None,
 ) -> IndexSummary:
+    """The changed documents of `collection` go to the target as one stream, which a
+    backend may load in bulk (and in one transaction: postgres)."""
     total = IndexSummary()
-    batch: list[Document] = []
-    async for doc in source.iter_documents(collection):
-        batch.append(doc)
-        if len(batch) == BATCH_DOCUMENTS:
-            total += await copy_batch(target, batch, progress)
-            batch = []
-    if batch:
-        total += await copy_batch(target, batch, progress)
+
+    async def changed_sets() -> AsyncIterator[list[Document]]:
+        nonlocal total
+        async for batch in batched(source.iter_documents(collection)):
+            stored = await target.document_hashes([doc.id for doc in batch])
+            changed = [doc for doc in batch if stored.get(doc.id) != doc.content_hash]
+            yield changed
+            total += IndexSummary(
+                documents=len(changed),
+                chunks=sum(len(doc.chunks) for doc in changed),
+                skipped=len(batch) - len(changed),
+            )
+            if progress is not None:
+                progress(len(batch))
+
+    await target.index_batches(changed_sets(), await missing(source, target, collection))
     return total
 
 
-async def copy_batch(
-    target: KnowledgeStore,
-    batch: list[Document],
-    progress: Callable[[int], object] | None,
-) -> IndexSummary:
-    stored = await target.document_hashes([doc.id for doc in batch])
-    changed = [doc for doc in batch if stored.get(doc.id) != doc.content_hash]
-    await target.index_documents(changed)
-    if progress is not None:
-        progress(len(batch))
-    return IndexSummary(
-        documents=len(changed),
-        chunks=sum(len(doc.chunks) for doc in changed),
-        skipped=len(batch) - len(changed),
-    )
+async def missing(source: KnowledgeStore, target: KnowledgeStore, collection: str) -> int:
+    """How many more documents the source holds than the target: a lower bound of the
+    passages coming (none when a migration runs again)."""
+    held = (await target.collections()).get(collection, 0)
+    return max((await source.collections()).get(collection, 0) - held, 0)
+
+
+async def batched(documents: AsyncIterator[Document]) -> AsyncIterator[list[Document]]:
+    batch: list[Document] = []
+    async for doc in documents:
+        batch.append(doc)
+        if len(batch) == BATCH_DOCUMENTS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

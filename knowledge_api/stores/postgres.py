@@ -5,6 +5,7 @@ both go through the SQL functions in stores/sql/postgres/ and are fused by the s
 `HybridSearch`. With no KNOWLEDGE_DATABASE_URL the store starts the pip-installed
 embedded Postgres (with pgvector) in KNOWLEDGE_POSTGRES_DATA_DIR. Opening the store
 applies the migrations the database lacks; `knowledge-api migrate` does it ahead of time.
+Writes go by COPY, one transaction per call or migrated collection (postgres_load.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import struct
 import subprocess
 import warnings
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -24,12 +25,18 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import orjson
 
-from knowledge_api.errors import BackendConnectionError, ConfigurationError, KnowledgeStoreError
+from knowledge_api.errors import (
+    BackendConnectionError,
+    ConfigurationError,
+    IndexingError,
+    KnowledgeStoreError,
+)
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores.base import Reconnect
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.postgres_load import DEFAULT_BUILD, IndexBuild, load
 from knowledge_api.stores.siam import Condition, Row, SiamStore
 
 log = logging.getLogger("knowledge_api")
@@ -51,13 +58,16 @@ class PostgresStore(SiamStore):
         dimension: int = 384,
         pool_size: int = 10,
         tuning: SearchTuning = DEFAULT_TUNING,
+        ef_search: int = 100,
+        index_build: IndexBuild = DEFAULT_BUILD,
         manage_schema: bool = True,
     ) -> None:
-        super().__init__(tuning)
+        super().__init__(tuning, ef_search)
         self.url = url
         self.data_dir = data_dir
         self.dimension = dimension
         self.pool_size = pool_size
+        self.index_build = index_build
         self.manage_schema = manage_schema
         """Apply the service's own migrations on open; off for a database whose tables
         other pipelines own (KNOWLEDGE_SCHEMA_MODE adopted or read_only)."""
@@ -76,6 +86,12 @@ class PostgresStore(SiamStore):
             **super().configured(settings),
             "dimension": embedder.dimension,
             "pool_size": settings.postgres_pool_size,
+            "index_build": IndexBuild(
+                m=settings.postgres_hnsw_m,
+                ef_construction=settings.postgres_hnsw_ef_construction,
+                memory=settings.postgres_build_memory,
+                rebuild_rows=settings.postgres_rebuild_rows,
+            ),
             "manage_schema": settings.schema_mode == "own",
         }
 
@@ -166,8 +182,19 @@ class PostgresStore(SiamStore):
         return message
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
-        await super().index_documents(documents)
-        self._written_rows += sum(len(doc.chunks) for doc in documents)
+        """All of `documents` in one transaction, by COPY (see postgres_load.py)."""
+        await self.index_batches(one_set(documents), sum(len(doc.chunks) for doc in documents))
+
+    async def index_batches(
+        self, batches: AsyncIterable[Sequence[Document]], expected: int = 0
+    ) -> None:
+        """Every set in one transaction: a load that fails leaves the previous state."""
+        try:
+            async with self._connection(IndexingError) as conn, conn.transaction():
+                written = await load(conn, batches, expected, self.index_build)
+        finally:
+            self._wrote()
+        self._written_rows += written
         if self._written_rows >= max(ANALYZE_AFTER, self._analyzed_rows // 5):
             await self._analyze()
 
@@ -263,6 +290,10 @@ class PostgresStore(SiamStore):
         return int(status.split()[-1])
 
 
+async def one_set(documents: Sequence[Document]) -> AsyncIterator[Sequence[Document]]:
+    yield documents
+
+
 def where_sql(conditions: tuple[Condition, ...]) -> tuple[str, list[Any]]:
     clauses = [
         f"{column} {OPERATORS[op].format(f'${i}')}"
@@ -338,9 +369,10 @@ async def migrate(conn: Any, dimension: int) -> list[str]:
 
 
 async def register_codecs(conn: Any) -> None:
-    """jsonb as Python objects; pgvector's binary format as float32 arrays."""
+    """jsonb as Python objects, in the binary format (which COPY needs); pgvector's
+    binary format as float32 arrays."""
     await conn.set_type_codec(
-        "jsonb", schema="pg_catalog", encoder=json_text, decoder=orjson.loads, format="text"
+        "jsonb", schema="pg_catalog", encoder=encode_jsonb, decoder=decode_jsonb, format="binary"
     )
     schema = await conn.fetchval(
         "SELECT typnamespace::regnamespace::text FROM pg_type WHERE typname = 'vector'"
@@ -350,8 +382,13 @@ async def register_codecs(conn: Any) -> None:
     )
 
 
-def json_text(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+def encode_jsonb(value: Any) -> bytes:
+    """jsonb's binary form: a version byte (1), then the JSON text."""
+    return b"\x01" + orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def decode_jsonb(data: bytes) -> Any:
+    return orjson.loads(data[1:])
 
 
 def encode_vector(vector: Any) -> bytes:

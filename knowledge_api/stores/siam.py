@@ -5,7 +5,8 @@ functions (stores/sql/postgres/); they differ only in how a function is called a
 table is read. `SiamStore` implements every operation once on three primitives the
 backends provide: `call` (a set-returning SQL function), `select` and `delete_rows`.
 Documents are written by one SQL function, in one transaction per call, so a document
-and its passages change together whichever way the function is reached.
+and its passages change together whichever way the function is reached; the postgres
+store fills that function's staging tables by COPY instead (postgres_load.py).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class Passage:
 
 class SiamStore(HybridSearch):
     name = "siam"
+    concurrent_candidates = True  # two pooled connections (or HTTP requests) at once
     generation_poll_seconds = 0.5
     """How long a read generation is trusted: another process's write is noticed within
     this time (this store's own writes at once), so every replica drops its cached
@@ -70,10 +72,15 @@ class SiamStore(HybridSearch):
     The counter (knowledge_store_state) is moved by triggers in the writing transaction,
     whoever writes: a replica, `knowledge-api ingest` or `sync`, or plain SQL."""
 
-    def __init__(self, tuning: SearchTuning = DEFAULT_TUNING) -> None:
+    def __init__(self, tuning: SearchTuning = DEFAULT_TUNING, ef_search: int = 100) -> None:
         self.tuning = tuning
+        self.ef_search = ef_search
         self._generation = 0
         self._generation_expires = 0.0
+
+    @classmethod
+    def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
+        return {**super().configured(settings), "ef_search": settings.postgres_ef_search}
 
     # -- transport, provided by the backends ---------------------------------------
 
@@ -167,7 +174,12 @@ class SiamStore(HybridSearch):
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        params = {"query_embedding": vector, "match_threshold": -1.0, "match_count": n}
+        params = {
+            "query_embedding": vector,
+            "match_threshold": -1.0,
+            "match_count": n,
+            "ef_search": self.ef_search,
+        }
         rows = await self.call(
             "match_siam_vectors_gemini", {**params, **filter_params(filters)}, SearchError
         )
@@ -314,10 +326,15 @@ def filter_params(filters: SearchFilters) -> dict[str, Any]:
     return params
 
 
-def document_payload(doc: Document) -> Row:
+def require_embeddings(doc: Document) -> None:
+    """A store never embeds: a chunk without its vector is refused before any write."""
     for chunk in doc.chunks:
         if chunk.embedding is None:
             raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
+
+
+def document_payload(doc: Document) -> Row:
+    require_embeddings(doc)
     return {
         "id": doc.id,
         "collection": doc.collection,

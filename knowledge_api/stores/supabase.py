@@ -51,8 +51,9 @@ class SupabaseStore(SiamStore):
         retries: int = 3,
         backoff: float = 0.25,
         tuning: SearchTuning = DEFAULT_TUNING,
+        ef_search: int = 100,
     ) -> None:
-        super().__init__(tuning)
+        super().__init__(tuning, ef_search)
         self.url = url.rstrip("/")
         self.key = key
         self.timeout = timeout

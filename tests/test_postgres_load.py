@@ -1,0 +1,239 @@
+"""Bulk writes of the postgres store: COPY and staging tables, one transaction per load,
+the search indexes built once after a load that outgrows the table."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import numpy as np
+import pytest
+
+from knowledge_api.errors import ConfigurationError, IndexingError
+from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, chunk_id
+from knowledge_api.settings import Settings
+from knowledge_api.stores.migrate import migrate
+from knowledge_api.stores.postgres import PostgresStore, register_codecs
+from knowledge_api.stores.siam import SiamStore
+from tests.conftest import make_settings, make_store
+from tests.pg import postgres_settings
+from tests.test_store_conformance import EMBEDDER
+
+IDENTITY = EmbedderIdentity(EMBEDDER.name, EMBEDDER.dimension)
+PASSAGES = """SELECT id, document_id, collection, organization, division, app_under_test,
+                     source_type, source_id, title, section, chunk_index, chunk_count, content,
+                     content_hash, embedding::text, metadata, fts::text
+              FROM siam_vectors ORDER BY id"""
+DOCUMENTS = """SELECT id, collection, source_type, source_id, title, content, metadata,
+                      organization, division, app_under_test, content_hash
+               FROM knowledge_documents ORDER BY id"""
+PAGES = """SELECT id, title, markdown_content, url, app_name, embedding::text, fts::text
+           FROM wiki_documents ORDER BY id"""
+INDEXES = """SELECT indexname, indexdef FROM pg_indexes
+             WHERE tablename IN ('siam_vectors', 'wiki_documents') ORDER BY 1"""
+
+
+def documents(n: int = 12, seed: int = 5) -> list[Document]:
+    """Documents of every kind the write path treats apart: wiki pages (a page vector),
+    tenancy metadata (copied into columns), several passages, a non-string tenancy value
+    (left out of the columns)."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    for i in range(n):
+        kind = ("wiki", "jira", "git")[i % 3]
+        metadata: dict[str, Any] = {"organization": "sony", "app_under_test": f"app{i % 2}"}
+        metadata["division"] = 7 if i == 4 else "music"
+        doc = Document(kind, f"{kind}-{i}", f"Body {i} of the release notes.", f"T{i}", metadata)
+        vectors = rng.standard_normal((1 + i % 3, EMBEDDER.dimension)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        doc.chunks = [
+            Chunk(
+                chunk_id(doc.id, j),
+                doc.id,
+                j,
+                f"Passage {j} about tickets and builds number {i}.",
+                f"T{i}",
+                f"Section {j}",
+                embedding=vectors[j],
+            )
+            for j in range(len(vectors))
+        ]
+        docs.append(doc)
+    return docs
+
+
+@pytest.fixture
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    return postgres_settings(request, tmp_path)
+
+
+async def open_store(settings: Settings, **changes: Any) -> PostgresStore:
+    store = make_store("postgres", settings.replace(**changes))
+    assert isinstance(store, PostgresStore)
+    await store.open()
+    return store
+
+
+@pytest.fixture
+async def db(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
+    store = await open_store(settings)  # the schema
+    await store.close()
+    conn = await asyncpg.connect(settings.database_url.get())
+    await register_codecs(conn)
+    yield conn
+    await conn.close()
+
+
+async def snapshot(db: asyncpg.Connection) -> list[list[tuple[Any, ...]]]:
+    return [[tuple(r) for r in await db.fetch(sql)] for sql in (DOCUMENTS, PASSAGES, PAGES)]
+
+
+async def sets(*batches: Sequence[Document]) -> AsyncIterator[Sequence[Document]]:
+    for batch in batches:
+        yield batch
+
+
+@pytest.mark.parametrize("rebuild_rows", [0, 1_000_000], ids=["index-rebuilt", "index-kept"])
+async def test_the_bulk_path_stores_what_the_json_function_stores(
+    settings: Settings, db: asyncpg.Connection, rebuild_rows: int
+) -> None:
+    """Rows, vectors (exact), full-text vectors and page vectors are the same whether
+    written by COPY (with the indexes rebuilt or kept) or by the JSON function the
+    supabase store calls, which wrote every document before."""
+    indexes = await db.fetch(INDEXES)
+    by_json = await open_store(settings)
+    try:
+        await SiamStore.index_documents(by_json, documents())
+        expected = await snapshot(db)
+        await db.execute("DELETE FROM knowledge_documents")
+    finally:
+        await by_json.close()
+    store = await open_store(settings, postgres_rebuild_rows=rebuild_rows)
+    try:
+        await store.index_documents(documents())
+    finally:
+        await store.close()
+    assert await snapshot(db) == expected
+    assert len(expected[1]) == sum(len(d.chunks) for d in documents())
+    assert [r[8] for r in expected[0]].count(None) == 1  # division 7: a number is no tenant
+    assert await db.fetch(INDEXES) == indexes  # built again as they were
+
+
+async def test_the_index_is_rebuilt_with_the_configured_parameters(
+    settings: Settings, db: asyncpg.Connection
+) -> None:
+    store = await open_store(
+        settings, postgres_rebuild_rows=5, postgres_hnsw_m=8, postgres_hnsw_ef_construction=40
+    )
+    try:
+        await store.index_documents(documents())
+        hits = await store.search(
+            "tickets builds", documents()[3].chunks[0].embedding, 3, SearchFilters()
+        )
+    finally:
+        await store.close()
+    definition = await db.fetchval(
+        "SELECT indexdef FROM pg_indexes WHERE indexname = 'siam_vectors_embedding'"
+    )
+    assert "m='8'" in definition and "ef_construction='40'" in definition
+    assert hits[0].chunk.id == documents()[3].chunks[0].id
+
+
+async def test_a_small_write_into_a_large_table_keeps_the_index(
+    settings: Settings, db: asyncpg.Connection
+) -> None:
+    store = await open_store(settings, postgres_rebuild_rows=5)
+    try:
+        await store.index_documents(documents(12))  # 24 passages into none: rebuilt
+        oid = await db.fetchval("SELECT 'siam_vectors_embedding'::regclass::oid")
+        await store.index_documents(documents(12, seed=9)[:4])  # 7 passages into 24: kept
+    finally:
+        await store.close()
+    assert await db.fetchval("SELECT 'siam_vectors_embedding'::regclass::oid") == oid
+
+
+@pytest.mark.parametrize("rebuild_rows", [0, 1_000_000], ids=["index-rebuilt", "index-kept"])
+async def test_a_load_that_fails_midway_leaves_the_previous_state(
+    settings: Settings, db: asyncpg.Connection, rebuild_rows: int
+) -> None:
+    store = await open_store(settings, postgres_rebuild_rows=rebuild_rows)
+    try:
+        await store.index_documents(documents(3))
+        before, indexes = await snapshot(db), await db.fetch(INDEXES)
+        generation = await db.fetchval("SELECT generation FROM knowledge_store_state")
+        changed = documents(12, seed=8)  # the same documents, other vectors
+        broken = documents(2, seed=1)
+        broken[1].chunks[0].embedding = np.ones(EMBEDDER.dimension + 1, dtype=np.float32)
+        with pytest.raises(IndexingError, match="dimensions"):
+            await store.index_batches(sets(changed[:6], changed[6:], broken), expected=100)
+        missing = documents(2, seed=1)
+        missing[1].chunks[0].embedding = None
+        with pytest.raises(IndexingError, match="has no embedding"):
+            await store.index_batches(sets(changed, missing), expected=100)
+    finally:
+        await store.close()
+    assert await snapshot(db) == before
+    assert await db.fetch(INDEXES) == indexes
+    assert await db.fetchval("SELECT generation FROM knowledge_store_state") == generation
+
+
+async def test_a_migration_loads_in_bulk_and_running_it_again_skips_everything(
+    settings: Settings, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    source = make_store("sqlite", make_settings(tmp_path, db_path=tmp_path / "source.db"))
+    await source.open()
+    target = await open_store(settings, postgres_rebuild_rows=10)
+    try:
+        await source.check_embedder(IDENTITY.name, IDENTITY.dimension)
+        await source.index_documents(documents(600))
+        first = await migrate(source, target, IDENTITY)
+        oid = await db.fetchval("SELECT 'siam_vectors_embedding'::regclass::oid")
+        generation = await db.fetchval("SELECT generation FROM knowledge_store_state")
+        again = await migrate(source, target, IDENTITY)
+        hit = await target.search(
+            "tickets", documents(600)[77].chunks[1].embedding, 1, SearchFilters()
+        )
+    finally:
+        await target.close()
+        await source.close()
+    passages = sum(len(d.chunks) for d in documents(600))
+    assert (first["default"].documents, first["default"].chunks) == (600, passages)
+    assert (again["default"].documents, again["default"].skipped) == (0, 600)
+    assert await db.fetchval("SELECT count(*) FROM siam_vectors") == passages
+    assert await db.fetchval("SELECT 'siam_vectors_embedding'::regclass::oid") == oid
+    assert await db.fetchval("SELECT generation FROM knowledge_store_state") == generation
+    assert hit[0].chunk.id == documents(600)[77].chunks[1].id
+
+
+async def test_ef_search_is_the_callers_and_ends_with_the_call(db: asyncpg.Connection) -> None:
+    """The function sets hnsw.ef_search for its own query only."""
+    async with db.transaction():
+        await db.execute("SET LOCAL hnsw.ef_search = 7")
+        await db.fetch(
+            "SELECT * FROM match_siam_vectors_gemini($1, ef_search => 300)",
+            np.ones(EMBEDDER.dimension, dtype=np.float32),
+        )
+        assert await db.fetchval("SELECT current_setting('hnsw.ef_search')") == "7"
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"KNOWLEDGE_POSTGRES_EF_SEARCH": "0"}, "KNOWLEDGE_POSTGRES_EF_SEARCH must be between"),
+        ({"KNOWLEDGE_POSTGRES_EF_SEARCH": "1001"}, "KNOWLEDGE_POSTGRES_EF_SEARCH must be between"),
+        ({"KNOWLEDGE_POSTGRES_EF_SEARCH": "many"}, "KNOWLEDGE_POSTGRES_EF_SEARCH must be int"),
+        ({"KNOWLEDGE_POSTGRES_HNSW_M": "1"}, "KNOWLEDGE_POSTGRES_HNSW_M must be between 2 and"),
+        (
+            {"KNOWLEDGE_POSTGRES_HNSW_M": "40"},  # ef_construction 64 < 2 x 40
+            "KNOWLEDGE_POSTGRES_HNSW_EF_CONSTRUCTION must be between twice",
+        ),
+        ({"KNOWLEDGE_POSTGRES_REBUILD_ROWS": "-1"}, "KNOWLEDGE_POSTGRES_REBUILD_ROWS must not"),
+        ({"KNOWLEDGE_POSTGRES_BUILD_MEMORY": "lots"}, "KNOWLEDGE_POSTGRES_BUILD_MEMORY must be"),
+        ({"KNOWLEDGE_POSTGRES_BUILD_MEMORY": "1GB'; DROP"}, "KNOWLEDGE_POSTGRES_BUILD_MEMORY"),
+    ],
+)
+def test_index_settings_are_checked_at_startup(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Settings.from_env(environ=environ, env_file=None)
