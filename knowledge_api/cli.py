@@ -199,8 +199,9 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.app import create_app
 
     settings = settings.replace(host=args.host or settings.host, port=args.port or settings.port)
+    app = Draining(create_app(settings))
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         log_config=None,
         log_level=settings.log_level,
         access_log=False,  # the app logs every request itself, with its id
@@ -208,7 +209,7 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
         http="httptools",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
-    server = ReadyServer(config, ready_message(settings))
+    server = ReadyServer(config, ready_message(settings), app)
     server.run(sockets=[shared_socket(settings.host, settings.port)])
     return 0
 
@@ -241,13 +242,42 @@ def shared_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class Draining:
+    """ASGI wrapper: once the server drains, every response says `Connection: close`.
+
+    A client keeping its connection alive sends its next request on it at any moment;
+    closed under it, that request is lost with a reset. Told so in the response it
+    gets, the client opens a new connection instead, which only a listening replica
+    accepts."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.on = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self.on or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def closing(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"connection", b"close")]
+            await send(message)
+
+        await self.app(scope, receive, closing)
+
+
 class ReadyServer(uvicorn.Server):
     """Says when it listens (to the terminal, and to PM2); on shutdown, lets requests
-    already on their way in start before connections without one are closed."""
+    already on their way in start, answered as the last of their connection, before
+    connections without one are closed."""
 
-    def __init__(self, config: uvicorn.Config, ready: str = "") -> None:
+    def __init__(
+        self, config: uvicorn.Config, ready: str = "", draining: Draining | None = None
+    ) -> None:
         super().__init__(config)
         self.ready = ready
+        self.draining = draining
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -262,6 +292,8 @@ class ReadyServer(uvicorn.Server):
         # So stop accepting first, and give those requests a moment to start.
         for server in self.servers:
             server.close()
+        if self.draining is not None:
+            self.draining.on = True
         await asyncio.sleep(DRAIN_S)
         await super().shutdown(sockets)
 
