@@ -204,9 +204,13 @@ class ResponseTier:
 
     async def still(self, key: Hashable, value: Any) -> bool:
         """Whether tier 1 still serves `value` for `key` (the store unchanged since, the
-        entry alive): then counted as a hit, as `served` would have."""
+        entry alive); not counted: `hit` counts it once it is served."""
         await self.generation()
-        return self.caches.responses.hit_if(key, value)
+        return self.peek(key) is value
+
+    def hit(self, key: Hashable, value: Any) -> None:
+        """Count `value`, served from `key` by other means than `served`, as a hit."""
+        self.caches.responses.hit_if(key, value)
 
     def peek(self, key: Hashable) -> Any:
         """The value tier 1 holds for `key`, or None; not counted."""

@@ -171,3 +171,15 @@ def test_a_store_that_stops_answering_gets_the_usual_503_not_a_hit(
     monkeypatch.setattr(service.tier1, "store_generation", unavailable)
     error = error_of(post(loaded_client), 503)
     assert error["type"] == "store_unavailable" and "disk I/O error" in error["message"]
+
+
+def test_a_remembered_body_gone_stale_is_admitted_once(tmp_path: Path) -> None:
+    app = create_app(make_settings(tmp_path, rate_limit=3))
+    with TestClient(app) as client:
+        assert post(client).status_code == 200
+        document = Document("knowledge", "KB-new", "A new page: the store changed.")
+        client.portal.call(app.state.service.ingest, [document])
+        stale = post(client)  # remembered, but tier 1 no longer holds its answer
+        assert stale.status_code == 200 and stale.json()["metrics"]["cache_hit"] is False
+        assert post(client).status_code == 200
+        assert error_of(post(client), 429)["type"] == "rate_limited"

@@ -94,10 +94,13 @@ async def authorize(request: Request, scope: str) -> None:
     request.state.key_name = caller.name
 
 
-async def admit(app: State, headers: Mapping[str, str], client: str, scope: str) -> Access:
+async def admit(
+    app: State, headers: Mapping[str, str], client: str, scope: str, collection: str = ""
+) -> Access:
     """The caller of a request with these headers, once it may use a route that needs
-    `scope` and the rate limit lets it through; 401, 403 or 429 otherwise. The one
-    decision of who may call what, for routes and for the hit path (routes/hot.py)."""
+    `scope` (and reach `collection`, when named) and the rate limit lets it through;
+    401, 403 or 429 otherwise. The one decision of who may call what, for routes and
+    for the hit path (routes/hot.py); routes check their collections themselves."""
     settings: Settings = app.settings
     caller = await identify(app.service, headers) if settings.auth_required else EVERYONE
     if caller is ANONYMOUS and scope != PUBLIC:
@@ -110,6 +113,8 @@ async def admit(app: State, headers: Mapping[str, str], client: str, scope: str)
             scope=scope,
             key=caller.name,
         )
+    if collection:
+        caller.collection(collection)
     limiter: RateLimiter | None = app.rate_limiter
     if limiter is not None:
         limiter.take(caller.name if caller is not EVERYONE else f"client {client}")

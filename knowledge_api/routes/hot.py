@@ -85,15 +85,17 @@ class QueryHits:
         if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
             return False
         client = scope.get("client")
+        host = client[0] if client else "-"
         try:
-            caller = await admit(scope["app"].state, headers, client[0] if client else "-", READ)
-            if not caller.reaches(rendered.collection):
-                return False
             if not await self.service.tier1.still(rendered.key, rendered.value):
                 self.rendered.pop(body, None)
                 return False
+            # last, as the rate limit counts an admission: a request that goes the usual
+            # way after all must be admitted (and counted) once, there
+            caller = await admit(scope["app"].state, headers, host, READ, rendered.collection)
         except KnowledgeAPIError:
-            return False  # the usual way answers with the error (a refusal counted once)
+            return False  # the usual way answers with the error
+        self.service.tier1.hit(rendered.key, rendered.value)
         self.rendered.move_to_end(body)
         scope["route"] = ROUTE
         scope.setdefault("state", {})["key_name"] = caller.name
@@ -110,7 +112,6 @@ class QueryHits:
             }
         )
         await send({"type": "http.response.body", "body": content})
-        host = client[0] if client else ""
         query.followed_up(body, query.client_id(caller.name, host), self.service, rendered.value)
         return True
 
