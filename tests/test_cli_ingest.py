@@ -62,10 +62,9 @@ def test_only_skipped_files_do_not_start_the_service(
 ) -> None:
     (tmp_path / "logo.png").write_bytes(PNG)
     assert main(["ingest", "logo.png"]) == 1
-    assert capsys.readouterr().out.splitlines() == [
-        "0 documents indexed (0 chunks, 0 embedded), 0 unchanged skipped",
-        "1 file skipped: logo.png (binary)",
-    ]
+    summary, skipped = capsys.readouterr().out.splitlines()
+    assert summary.startswith("0 documents indexed (0 chunks, 0 embedded), 0 unchanged skipped")
+    assert skipped == "1 file skipped: logo.png (binary)"
 
 
 @pytest.mark.parametrize(
@@ -129,10 +128,11 @@ def test_a_rerun_with_nothing_new_leaves_the_model_unloaded(
     )
     assert main(["ingest-git", "billing"]) == 0
     assert main(["ingest", "a.md"]) == 0
-    assert capsys.readouterr().out.splitlines() == [
-        "0 documents indexed (0 chunks, 0 embedded), 1 unchanged skipped",
-        "0 documents indexed (0 chunks, 0 embedded), 1 unchanged skipped",
-    ]
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(
+        line.startswith("0 documents indexed (0 chunks, 0 embedded), 1 unchanged skipped, in ")
+        for line in lines
+    )
     assert started == []
     (tmp_path / "a.md").write_text("# Alpha\n\nNew text.")
     assert main(["ingest", "a.md"]) == 0
