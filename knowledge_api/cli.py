@@ -287,15 +287,50 @@ class ReadyServer(uvicorn.Server):
             tell_pm2_ready()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        # uvicorn closes every connection that has no request in progress. One accepted
-        # just now may have its request in flight: closed, its client would see a reset.
-        # So stop accepting first, and give those requests a moment to start.
+        # Closing a listening socket resets the connections still in its accept queue,
+        # and uvicorn closes every connection that has no request in progress: one
+        # accepted just now may have its request in flight. Either way its client would
+        # see a reset. So take in what is queued, stop listening, and give those requests
+        # a moment to start before the connections still idle are closed.
+        queued = self.take_queued(sockets or [])
         for server in self.servers:
             server.close()
+        for listener in sockets or []:  # the event loop may listen on a copy of its own
+            queued += self.take_queued([listener])
+            listener.close()
         if self.draining is not None:
             self.draining.on = True
+        loop = asyncio.get_running_loop()
+        for connection in queued:
+            await loop.connect_accepted_socket(self.new_protocol, connection)
         await asyncio.sleep(DRAIN_S)
         await super().shutdown(sockets)
+
+    def take_queued(self, listeners: list[socket.socket]) -> list[socket.socket]:
+        """The connections waiting in the listeners' accept queues, accepted at once (no
+        await until the listeners are closed, so none can join the queue meanwhile)."""
+        loop = asyncio.get_running_loop()
+        taken = []
+        for listener in listeners:
+            if listener.fileno() < 0:
+                continue
+            loop.remove_reader(listener.fileno())
+            listener.setblocking(False)
+            while True:
+                try:
+                    connection, _ = listener.accept()
+                except OSError:  # BlockingIOError: the queue is empty
+                    break
+                connection.setblocking(False)
+                taken.append(connection)
+        return taken
+
+    def new_protocol(self) -> asyncio.Protocol:
+        """The protocol uvicorn gives each connection it accepts."""
+        protocol: asyncio.Protocol = self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
+        return protocol
 
 
 def tell_pm2_ready() -> None:
