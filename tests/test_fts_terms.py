@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from knowledge_api.models import Chunk, Document, SearchFilters
+from knowledge_api.models import DEFAULT_COLLECTION, Chunk, Document, SearchFilters
 from knowledge_api.stores import fts_terms
 from knowledge_api.stores.fts_terms import TermFrequencies
 from knowledge_api.stores.sqlite import SQLiteStore
@@ -57,3 +57,63 @@ def test_terms_are_stemmed_as_the_index_stems_them(tmp_path: Path) -> None:
     assert terms._stems(["indexing", "deployments", "running"]) == ["index", "deploy", "run"]
     assert terms._stems(["deployed"]) == ["deploi"]  # Porter, not our own light stemmer
     assert terms._stems(["e-mail"]) is None  # two tokens: no count is trusted
+
+
+def scoped(name: str, text: str, collection: str) -> Document:
+    doc = document(name, text)
+    doc.collection = collection
+    doc.chunks = [
+        Chunk(f"{collection}-{name}-0", doc.id, 0, text, embedding=doc.chunks[0].embedding)
+    ]
+    return doc
+
+
+async def test_when_every_chunk_passes_the_filters_only_the_best_rows_are_checked(
+    tmp_path: Path,
+) -> None:
+    sqlite = SQLiteStore(tmp_path / "k.db")
+    await sqlite.open()
+    await sqlite.check_embedder("test", 4)
+    await sqlite.index_documents([document(f"d{i}", f"rollback plan {i}") for i in range(4)])
+    checked: list[int] = []
+    best_then_checked = sqlite._best_then_checked
+
+    def spy(*args: object) -> object:
+        rows = best_then_checked(*args)  # type: ignore[arg-type]
+        checked.append(-1 if rows is None else len(rows))
+        return rows
+
+    sqlite._best_then_checked = spy  # type: ignore[method-assign]
+    assert sorted(await keyword(sqlite, "rollback")) == ["d0", "d1", "d2", "d3"]
+    assert checked == [4]
+    filtered = await sqlite.search(
+        "rollback", None, 10, SearchFilters(source_types=("jira",)), mode="keyword"
+    )
+    assert filtered == [] and checked == [4]  # a filter some chunk fails: filtered first
+    await sqlite.close()
+
+
+async def test_a_chunk_of_another_collection_never_passes_for_one_of_this(
+    tmp_path: Path,
+) -> None:
+    """Written by another process after this one's index last followed the file, a
+    chunk of another collection is among the best matches: the checked rows say so,
+    and the search filters first instead."""
+    path = tmp_path / "k.db"
+    mine, theirs = SQLiteStore(path), SQLiteStore(path)
+    for store in (mine, theirs):
+        await store.open()
+        await store.check_embedder("test", 4)
+    await mine.index_documents([document("ours", "rollback plan")])
+    assert await keyword(mine, "rollback") == ["ours"]
+    where, params = "c.collection = ?", [DEFAULT_COLLECTION]
+    assert len(mine._best_then_checked('"rollback"', where, params, 10) or []) == 1
+    await theirs.index_documents([scoped("secret", "rollback rollback rollback", "tenant-b")])
+    assert mine._best_then_checked('"rollback"', where, params, 10) is None
+    assert await keyword(mine, "rollback") == ["ours"]
+    other = SearchFilters(collection="tenant-b")
+    assert [
+        h.source_id for h in await mine.search("rollback", None, 10, other, mode="keyword")
+    ] == ["secret"]
+    for store in (mine, theirs):
+        await store.close()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_api.registry import import_extra
+from knowledge_api.stores.vector_index import covers, label_codes
 
 DEFAULT_PROBES = 16
 TRAINING_ROWS_PER_LIST = 40
@@ -131,17 +132,17 @@ class QuantizedIndex:
         found = ids[0] >= 0
         return list(zip(ids[0][found].tolist(), scores[0][found].tolist(), strict=True))
 
+    def covers(self, collection: str, source_types: Sequence[str] | None) -> bool:
+        """Whether every row is in `collection` and of `source_types` (all when None)."""
+        return covers(self._label_codes, collection, source_types)
+
     def _allowed(
         self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
     ) -> np.ndarray | None:
         """Row ids (a mask over them) the filters allow; None when they allow every row."""
-        codes = [
-            code
-            for (coll, source_type), code in self._label_codes.items()
-            if coll == collection and (source_types is None or source_type in source_types)
-        ]
-        if keys is None and len(codes) == len(self._label_codes):
+        if keys is None and self.covers(collection, source_types):
             return None
+        codes = label_codes(self._label_codes, collection, source_types)
         allowed = np.isin(self._label_of, codes)
         if keys is not None:
             chosen = np.asarray(list(keys), dtype=np.int64)

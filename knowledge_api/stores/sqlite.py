@@ -284,15 +284,35 @@ class SQLiteStore(HybridSearch):
         if not match:
             return []
         where, params = filter_sql(filters)
-        documents = "JOIN documents d ON d.id = c.document_id" if filters.metadata else ""
-        sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
-                  JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
-                  WHERE chunks_fts MATCH ? AND {where} ORDER BY rank LIMIT ?"""
         try:
-            rows = self.file.db().execute(sql, (match, *params, n)).fetchall()
+            rows = None
+            if not filters.metadata and self.vectors.covers(
+                filters.collection, filters.source_types
+            ):
+                rows = self._best_then_checked(match, where, params, n)
+            if rows is None:
+                documents = "JOIN documents d ON d.id = c.document_id" if filters.metadata else ""
+                sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
+                          JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
+                          WHERE chunks_fts MATCH ? AND {where} ORDER BY rank LIMIT ?"""
+                rows = self.file.db().execute(sql, (match, *params, n)).fetchall()
         except sqlite3.Error as e:
             raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
         return [Candidate(r["key"], -float(r["rank"])) for r in rows]
+
+    def _best_then_checked(
+        self, match: str, where: str, params: list[Any], n: int
+    ) -> list[sqlite3.Row] | None:
+        """The n best matches of the whole index, then the filters checked on those n
+        rows only: when every chunk the store holds passes the filters, this skips
+        reading each matching chunk's row to filter it. None when a row fails them
+        (written since the index last followed the file): the caller filters first."""
+        sql = f"""SELECT f.key, f.rank, ({where}) AS allowed FROM (
+                      SELECT rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
+                      WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?) f
+                  LEFT JOIN chunks c ON c.rowid = f.key ORDER BY f.rank"""
+        rows = self.file.db().execute(sql, (*params, match, n)).fetchall()
+        return rows if all(r["allowed"] for r in rows) else None
 
     async def similarities(
         self, keys: Sequence[Hashable], vector: np.ndarray

@@ -178,6 +178,10 @@ class SQLiteVectors:
         exact = stored_cosines(conn, [key for key, _ in shortlist], query)
         return sorted(exact.items(), key=lambda item: -item[1])[:n]
 
+    def covers(self, collection: str, source_types: Sequence[str] | None) -> bool:
+        """Whether every chunk the index holds is in `collection` and of `source_types`."""
+        return self.index is not None and self.index.covers(collection, source_types)
+
     def similarities(
         self, conn: sqlite3.Connection, keys: Sequence[int], query: np.ndarray
     ) -> dict[int, float]:

@@ -53,16 +53,19 @@ class VectorIndex:
                 self._row[moved] = row
             self._size = last
 
+    def covers(self, collection: str, source_types: Sequence[str] | None) -> bool:
+        """Whether every row is in `collection` and of `source_types` (all when None)."""
+        return covers(self._label_codes, collection, source_types)
+
     def mask(
         self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
     ) -> np.ndarray:
         """Rows in `collection`, of `source_types` (all when None), among `keys` (all when None)."""
-        codes = [
-            code
-            for (coll, source_type), code in self._label_codes.items()
-            if coll == collection and (source_types is None or source_type in source_types)
-        ]
-        mask = np.isin(self._labels[: self._size], codes)
+        codes = label_codes(self._label_codes, collection, source_types)
+        if len(codes) == len(self._label_codes):
+            mask = np.ones(self._size, dtype=bool)
+        else:
+            mask = np.isin(self._labels[: self._size], codes)
         if keys is not None:
             allowed = np.zeros(self._size, dtype=bool)
             allowed[[self._row[k] for k in keys if k in self._row]] = True
@@ -114,6 +117,25 @@ class VectorIndex:
         self._vectors = _grow(self._vectors, capacity)
         self._keys = _grow(self._keys, capacity)
         self._labels = _grow(self._labels, capacity)
+
+
+def label_codes(
+    codes: dict[tuple[str, str], int], collection: str, source_types: Sequence[str] | None
+) -> list[int]:
+    """The codes of the (collection, source type) labels the filters allow."""
+    return [
+        code
+        for (coll, source_type), code in codes.items()
+        if coll == collection and (source_types is None or source_type in source_types)
+    ]
+
+
+def covers(
+    codes: dict[tuple[str, str], int], collection: str, source_types: Sequence[str] | None
+) -> bool:
+    """Whether the filters allow every label an index has given a code (codes outlive
+    their last row, so a False can be needless, never a True wrong for those rows)."""
+    return len(label_codes(codes, collection, source_types)) == len(codes)
 
 
 def _grow(array: np.ndarray, capacity: int) -> np.ndarray:
