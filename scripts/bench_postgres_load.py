@@ -2,8 +2,8 @@
 
     PYTHONPATH=. .venv/bin/python scripts/bench_postgres_load.py --size 200000
 
-Loads `size` synthetic passages (the documents of scripts/bench_stores.py: random unit
-vectors, Zipf words) into a fresh embedded Postgres, the way `knowledge-api
+Loads `size` synthetic passages (the documents of scripts/bench_stores.py: vectors
+clustered by topic, Zipf words) into a fresh embedded Postgres, the way `knowledge-api
 migrate-store --to postgres` does (`--path migrate`: from a SQLite store, one stream)
 or through `index_documents` calls of `--set` documents (`--path index`). Then it
 writes `--extra` more documents into the loaded table twice, through the COPY path and
@@ -22,10 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_stores import VOCABULARY, synthetic_documents, time_queries
+from bench_stores import Corpus, time_queries
 
 from knowledge_api.compose import build_embedder, build_store, embedder_identity
 from knowledge_api.models import Document, EmbedderIdentity
@@ -111,17 +109,14 @@ async def main() -> None:
     parser.add_argument("--searches-only", action="store_true", help="of the database in --data")
     args = parser.parse_args()
 
-    rng = np.random.default_rng(7)
-    docs = synthetic_documents(args.size + 2 * args.extra, rng)
+    corpus = Corpus(args.size + 2 * args.extra, "topics")
+    docs = [corpus.document(i) for i in range(corpus.size)]
     loaded, copied, json = (
         docs[: args.size],
         docs[args.size : args.size + args.extra],
         docs[args.size + args.extra :],
     )
-    queries = [
-        (" ".join(rng.choice(VOCABULARY[:2000], 3)), d.chunks[0].embedding)
-        for d in rng.choice(np.array(loaded, dtype=object), args.queries)
-    ]
+    queries = corpus.queries(args.queries)
     with tempfile.TemporaryDirectory() as name:
         folder = args.data or Path(name)
         url = await asyncio.to_thread(embedded_server_url, folder / "postgres")
