@@ -111,3 +111,46 @@ def test_long_sentences_are_shortened_at_a_word() -> None:
     long = "Create the report " + "from every table in the warehouse " * 20 + "at the end."
     text = extract("create report", [hit(long)]).text
     assert text.endswith("… [1]") and len(text) < 340
+
+
+def test_a_restructuredtext_section_is_read_under_its_title() -> None:
+    """A `~~~` underline is a heading's, not a code fence swallowing the section."""
+    page = (
+        "Work Factor\n~~~~~~~~~~~\n"
+        "One of the features is an adjustable logarithmic work factor.\n\n"
+        "Maximum Length\n~~~~~~~~~~~~~~\n"
+        "Passwords are cut at 72 characters before hashing.\n"
+    )
+    assert candidate_sentences(page) == [
+        "One of the features is an adjustable logarithmic work factor.",
+        "Passwords are cut at 72 characters before hashing.",
+    ]
+
+
+def test_a_sentence_introducing_code_is_quoted_with_its_first_call() -> None:
+    page = (
+        "Limit the threads of the BLAS libraries in one block of your program:\n\n"
+        "```python\n"
+        "from threadpoolctl import threadpool_limits\n"
+        "# one thread for BLAS\n"
+        "with threadpool_limits(limits=1, user_api='blas'):\n"
+        "    compute()\n"
+        "```\n"
+    )
+    synthesis = extract("How do I limit the threads of BLAS?", [hit(page)])
+    assert synthesis.text == (
+        "Limit the threads of the BLAS libraries in one block of your program: "
+        "`with threadpool_limits(limits=1, user_api='blas'):` [1]"
+    )
+
+
+def test_links_read_as_their_text_and_references_are_not_sentences() -> None:
+    page = (
+        "The tool was compared by [Bevendorff et al. 2023](https://example.org/paper.pdf) "
+        "and came first.\n\n"
+        "- Barbaresi, A. [Trafilatura: A Web Scraping Library and Command-Line Tool for Text "
+        "Discovery and Extraction](https://example.org/acl), Proceedings of ACL 2021, p. 122-131."
+    )
+    assert candidate_sentences(page) == [
+        "The tool was compared by Bevendorff et al. 2023 and came first."
+    ]
