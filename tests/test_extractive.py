@@ -154,3 +154,39 @@ def test_links_read_as_their_text_and_references_are_not_sentences() -> None:
     assert candidate_sentences(page) == [
         "The tool was compared by Bevendorff et al. 2023 and came first."
     ]
+
+
+def test_a_sentence_sending_the_reader_elsewhere_is_not_an_answer() -> None:
+    page = (
+        "The following textbooks and tutorials are great resources for learning hashing.\n\n"
+        "For more information, see the hashing guide.\n\n"
+        "Please refer to the documentation for the full list of hash functions.\n\n"
+        "The module implements MurmurHash3, a family of fast non-cryptographic hashes."
+    )
+    assert candidate_sentences(page) == [
+        "The module implements MurmurHash3, a family of fast non-cryptographic hashes."
+    ]
+
+
+def test_a_sentence_offering_more_of_something_can_still_answer() -> None:
+    page = "For more control over retries, pass a RetryOptions object to the client."
+    assert candidate_sentences(page) == [page]
+
+
+def test_prose_lines_starting_like_python_are_kept() -> None:
+    """'from the ...', 'For example, ...:' and 'If you ..., use:' are prose; the
+    statements they look like are dropped."""
+    page = (
+        "The module offers hasher objects with interfaces like those in hashlib\n"
+        "from the standard library, although they are still experimental.\n\n"
+        "For example, to hash a file in chunks, use the update method:\n\n"
+        "from mmh3 import mmh3_32\n"
+        "for chunk in chunks:\n"
+        "if total == 0:\n"
+        "with open(path, 'rb') as f:\n"
+    )
+    assert candidate_sentences(page) == [
+        "The module offers hasher objects with interfaces like those in hashlib\n"
+        "from the standard library, although they are still experimental.",
+        "For example, to hash a file in chunks, use the update method:",
+    ]

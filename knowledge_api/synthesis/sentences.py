@@ -41,12 +41,25 @@ _CODE_CHARS = set("{}[]()<>;=_$\\/|*&")
 _QUOTE = re.compile(r"^\s*(>\s)+")
 """Blockquote markers (not a `>>>` prompt)."""
 _STATEMENT = re.compile(
-    r"^[\w.]+\(.*\)\s*;?$|^[\w.\[\]'\"]+\s*=\s*\S|^(import|from) [\w.]+"
-    r"|^(if|for|while|def|class|with|try|elif|else|async|await|return)\b.*:$"
+    r"^[\w.]+\(.*\)\s*;?$|^[\w.\[\]'\"]+\s*=\s*\S"
+    r"|^import [\w.]+(\s+as\s+\w+)?(\s*,\s*[\w.]+)*$|^from [\w.]+ import "
+    r"|^(async )?(def|class) \w+\s*[(:]|^(try|else|finally):$|^(elif|while) .*:$"
+    r"|^(async )?(for \w+(\s*,\s*\w+)* in |with \S.*( as \w+|\)):$)"
+    r"|^if [^,]*(==|!=|\(|\bnot\b|\bis\b|\bin\b)[^,]*:$|^return\b|^await \w"
 )
+"""A line of Python; a prose line that starts with "from", "for" or "if" is not one."""
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _URL = re.compile(r"<?\bhttps?://\S+")
+_POINTER = re.compile(
+    r"^\W*(see|for details|for (more|further|additional|full|complete) (information|info|details"
+    r"|examples|documentation)|please (see|refer|read|check)"
+    r"|refer to|check out|read more|learn more|more (information|details) (is|are|can)"
+    r"|the following( \w+)*? (are|is) (a |some )?(great |good |useful )?"
+    r"(resources?|tutorials?|links?|articles?|references?))\b",
+    re.IGNORECASE,
+)
+"""A sentence that sends the reader elsewhere ("For details, see ...") answers nothing."""
 _ABBREVIATION = re.compile(r"(\bet al|\be\.g|\bi\.e|\bcf|\bvs|\bpp?|\bfig|\bapprox|\b[A-Z])\.$")
 """A sentence 'ending' in one of these was cut after an abbreviation or an initial."""
 _CODE_OPENER = re.compile(r"^\s*(```|~~~|\.\. (code|code-block|sourcecode)::)|^\s*(>>>|\$) ")
@@ -167,11 +180,12 @@ def boilerplate_line(line: str) -> bool:
 
 
 def boilerplate_sentence(sentence: str) -> bool:
-    """A fragment, a heading left alone, or a list of links and references."""
+    """A fragment, a heading left alone, a list of links and references, or a pointer
+    to somewhere else."""
     words = text.words(sentence)
     if len(words) < MIN_WORDS or not text.content_terms(sentence):
         return True
-    return heading_alone(sentence, words) or reference(sentence)
+    return heading_alone(sentence, words) or reference(sentence) or bool(_POINTER.match(sentence))
 
 
 def reference(sentence: str) -> bool:
