@@ -190,3 +190,26 @@ def test_prose_lines_starting_like_python_are_kept() -> None:
         "from the standard library, although they are still experimental.",
         "For example, to hash a file in chunks, use the update method:",
     ]
+
+
+def test_a_clearly_better_sentence_further_down_is_not_outranked_by_position() -> None:
+    """Rank only breaks near ties: the fifth result covers one more of the question's
+    ten words than the first (0.6 against 0.5), and four places must not undo that."""
+    query = "alpha bravo charlie delta echo foxtrot golf hotel india juliet"
+    first = hit(
+        "Alpha bravo charlie delta echo appear beside several unrelated nouns, verbs, adjectives."
+    )
+    filler = [
+        hit(f"Zulu yankee xray whiskey number {n} carries nothing relevant.") for n in range(3)
+    ]
+    fifth = hit(
+        "Alpha bravo charlie delta echo foxtrot appear beside several unrelated nouns, "
+        "verbs, adjectives."
+    )
+    synthesis = extract(query, [first, *filler, fifth])
+    assert 5 in synthesis.citations
+
+
+def test_code_the_sentence_already_names_is_not_repeated() -> None:
+    page = "For the zone name alone, use `get_localzone_name()`:\n\n    >>> get_localzone_name()\n"
+    assert candidate_sentences(page) == ["For the zone name alone, use `get_localzone_name()`:"]

@@ -104,13 +104,14 @@ def underlines(line: str, title: str) -> bool:
 
 def with_code_quoted(lines: list[str]) -> list[str]:
     """Each line ending in ':' that is followed by code gets the code's first statement
-    (not an import, comment or install line) appended in backticks."""
+    (not an import, comment or install line) appended in backticks, unless the line
+    already names what it calls."""
     result = list(lines)
     for i, line in enumerate(lines):
         if not line.rstrip().endswith(":") or code_like(line.strip()):
             continue
         statement = first_statement(lines[i + 1 :])
-        if statement:
+        if statement and statement.split("(")[0].strip() not in line:
             result[i] = f"{line.rstrip()} `{statement}`"
     return result
 
