@@ -83,22 +83,79 @@ def fit_platt(
     return float(weights[0]), float(weights[1])
 
 
-def folds_of(count: int, folds: int) -> list[np.ndarray]:
-    """Interleaved folds (item i goes to fold i mod k): deterministic, no shuffling."""
-    return [np.arange(start, count, folds) for start in range(folds)]
+def folds_of(count: int, folds: int, groups: Sequence[object] | None = None) -> list[np.ndarray]:
+    """Interleaved folds, deterministic, no shuffling: item i goes to fold i mod k, or,
+    with `groups`, the i-th distinct group (in order of first appearance) goes to fold
+    i mod k with all its items, so that what is learnt from one question is never
+    tested on the same question."""
+    if groups is None:
+        return [np.arange(start, count, folds) for start in range(folds)]
+    order = {group: i for i, group in enumerate(dict.fromkeys(groups))}
+    fold = np.array([order[group] % folds for group in groups])
+    return [np.flatnonzero(fold == start) for start in range(folds)]
 
 
-def cross_validated_ece(
-    scores: Sequence[float], right: Sequence[bool], folds: int = 5, bins: int = BINS
-) -> list[float]:
-    """The ECE on each fold of a Platt fit on the other folds."""
+def out_of_fold(
+    scores: Sequence[float],
+    right: Sequence[bool],
+    folds: int = 5,
+    groups: Sequence[object] | None = None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per fold: (its items, their probabilities by a Platt fit on the other folds)."""
     x, y = np.asarray(scores, dtype=float), np.asarray(right, dtype=bool)
-    errors = []
-    for held in folds_of(len(x), folds):
+    predicted = []
+    for held in folds_of(len(x), folds, groups):
         if len(held) == 0:
             continue
         train = np.setdiff1d(np.arange(len(x)), held)
         a, b = fit_platt(x[train], y[train])
-        predicted = [sigmoid(a + b * value) for value in x[held]]
-        errors.append(ece(predicted, y[held], bins))
+        predicted.append((held, 1 / (1 + np.exp(-(a + b * x[held])))))
+    return predicted
+
+
+def cross_validated_ece(
+    scores: Sequence[float],
+    right: Sequence[bool],
+    folds: int = 5,
+    bins: int = BINS,
+    groups: Sequence[object] | None = None,
+) -> list[float]:
+    """The ECE on each fold of a Platt fit on the other folds. With a few dozen items a
+    fold's error is mostly the chance of which items fell in it: see pooled_ece."""
+    y = np.asarray(right, dtype=bool)
+    return [
+        ece(p.tolist(), y[held].tolist(), bins)
+        for held, p in out_of_fold(scores, right, folds, groups)
+    ]
+
+
+def pooled_ece(
+    scores: Sequence[float],
+    right: Sequence[bool],
+    folds: int = 5,
+    bins: int = BINS,
+    groups: Sequence[object] | None = None,
+) -> float:
+    """The ECE of the out-of-fold probabilities of every item taken together: each one
+    comes from a fit that never saw it (nor, with groups, its group), and the bins hold
+    all the items instead of a fifth of them."""
+    y = np.asarray(right, dtype=bool)
+    predicted = np.zeros(len(y))
+    for held, p in out_of_fold(scores, right, folds, groups):
+        predicted[held] = p
+    return ece(predicted.tolist(), y.tolist(), bins)
+
+
+def base_rate_fold_ece(
+    right: Sequence[bool], folds: int = 5, groups: Sequence[object] | None = None
+) -> list[float]:
+    """The per-fold ECE of a confidence that knows nothing: every item of a fold gets the
+    share right of the other folds. What a fold's error owes to the luck of the split."""
+    y = np.asarray(right, dtype=bool)
+    errors = []
+    for held in folds_of(len(y), folds, groups):
+        if len(held) == 0:
+            continue
+        rate = float(np.delete(y, held).mean()) if len(held) < len(y) else 0.0
+        errors.append(ece([rate] * len(held), y[held].tolist()))
     return errors

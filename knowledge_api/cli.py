@@ -122,8 +122,9 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--answers",
         action="store_true",
-        help="answer every judged query and report how well confidence predicts a relevant "
-        "first citation (expected calibration error, precision per level)",
+        help="answer every judged query, and again from each passage it retrieved alone, and "
+        "report how well confidence predicts a relevant first citation (expected calibration "
+        "error, precision per level)",
     )
     evaluate.add_argument(
         "--plot",

@@ -93,3 +93,22 @@ def test_plot_without_matplotlib_says_which_extra_to_install(
 def test_plot_needs_answers(beir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", str(beir), "--plot", "x.png"]) == 2
     assert "--plot" in capsys.readouterr().err
+
+
+def test_each_retrieved_passage_is_answered_alone_too(
+    beir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Up to `limit` more samples per question, each right when its own passage answers:
+    q1 from p1, q3 and q4 from p4; q2's p2 is only related, and the other passages are
+    unjudged for the question they are found for."""
+    assert main(["eval", "--answers", "--json", str(beir)]) == 0
+    alone = json.loads(capsys.readouterr().out)["passages"]
+    assert alone["answered"] > 4
+    assert round(alone["accuracy"] * alone["answered"]) == 3
+    assert sum(b["count"] for b in alone["bins"]) == alone["answered"]
+    assert main(["eval", "--answers", str(beir)]) == 0
+    table = capsys.readouterr().out
+    total = alone["answered"] + alone["insufficient_context"]
+    assert (
+        f"every retrieved passage answered alone: {total} passages, {alone['answered']} " in table
+    )

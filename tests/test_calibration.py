@@ -3,10 +3,13 @@
 import pytest
 
 from knowledge_api.calibration import (
+    base_rate_fold_ece,
     cross_validated_ece,
     ece,
     fit_platt,
+    folds_of,
     level_precision,
+    pooled_ece,
     reliability,
     sigmoid,
 )
@@ -51,3 +54,27 @@ def test_platt_fit_follows_the_data() -> None:
     assert sigmoid(a + b * 0.1) < 0.2 < 0.8 < sigmoid(a + b * 0.9)
     folds = cross_validated_ece(scores, right, folds=5)
     assert len(folds) == 5 and all(0 <= e <= 1 for e in folds)
+
+
+def test_grouped_folds_keep_each_question_whole() -> None:
+    groups = ["q1", "q1", "q2", "q3", "q3", "q3", "q4"]
+    folds = folds_of(len(groups), 2, groups)
+    assert [f.tolist() for f in folds] == [[0, 1, 3, 4, 5], [2, 6]]
+    assert [f.tolist() for f in folds_of(5, 2)] == [[0, 2, 4], [1, 3]]
+
+
+def test_the_split_alone_has_an_error_a_pooled_fit_does_not() -> None:
+    """Two questions, one always right, one never: each fold's 'knows nothing' confidence
+    is the other fold's share right, wrong by 1 on every item."""
+    groups = ["a"] * 10 + ["b"] * 10
+    right = [True] * 10 + [False] * 10
+    assert base_rate_fold_ece(right, 2, groups) == [pytest.approx(1.0), pytest.approx(1.0)]
+
+
+def test_pooled_out_of_fold_error_of_a_calibrated_score_is_small() -> None:
+    """Scores 0.2 and 0.8, right 20 % and 80 % of the time, in 80 questions of 5: the
+    out-of-fold mapping recovers them, though no fit saw the question it predicts."""
+    scores = [0.2] * 200 + [0.8] * 200
+    right = ([True] + [False] * 4) * 40 + ([True] * 4 + [False]) * 40
+    groups = [i // 5 for i in range(400)]
+    assert pooled_ece(scores, right, 5, groups=groups) < 0.01

@@ -111,3 +111,105 @@ def test_long_sentences_are_shortened_at_a_word() -> None:
     long = "Create the report " + "from every table in the warehouse " * 20 + "at the end."
     text = extract("create report", [hit(long)]).text
     assert text.endswith("… [1]") and len(text) < 340
+
+
+def test_a_restructuredtext_section_is_read_under_its_title() -> None:
+    """A `~~~` underline is a heading's, not a code fence swallowing the section."""
+    page = (
+        "Work Factor\n~~~~~~~~~~~\n"
+        "One of the features is an adjustable logarithmic work factor.\n\n"
+        "Maximum Length\n~~~~~~~~~~~~~~\n"
+        "Passwords are cut at 72 characters before hashing.\n"
+    )
+    assert candidate_sentences(page) == [
+        "One of the features is an adjustable logarithmic work factor.",
+        "Passwords are cut at 72 characters before hashing.",
+    ]
+
+
+def test_a_sentence_introducing_code_is_quoted_with_its_first_call() -> None:
+    page = (
+        "Limit the threads of the BLAS libraries in one block of your program:\n\n"
+        "```python\n"
+        "from threadpoolctl import threadpool_limits\n"
+        "# one thread for BLAS\n"
+        "with threadpool_limits(limits=1, user_api='blas'):\n"
+        "    compute()\n"
+        "```\n"
+    )
+    synthesis = extract("How do I limit the threads of BLAS?", [hit(page)])
+    assert synthesis.text == (
+        "Limit the threads of the BLAS libraries in one block of your program: "
+        "`with threadpool_limits(limits=1, user_api='blas'):` [1]"
+    )
+
+
+def test_links_read_as_their_text_and_references_are_not_sentences() -> None:
+    page = (
+        "The tool was compared by [Bevendorff et al. 2023](https://example.org/paper.pdf) "
+        "and came first.\n\n"
+        "- Barbaresi, A. [Trafilatura: A Web Scraping Library and Command-Line Tool for Text "
+        "Discovery and Extraction](https://example.org/acl), Proceedings of ACL 2021, p. 122-131."
+    )
+    assert candidate_sentences(page) == [
+        "The tool was compared by Bevendorff et al. 2023 and came first."
+    ]
+
+
+def test_a_sentence_sending_the_reader_elsewhere_is_not_an_answer() -> None:
+    page = (
+        "The following textbooks and tutorials are great resources for learning hashing.\n\n"
+        "For more information, see the hashing guide.\n\n"
+        "Please refer to the documentation for the full list of hash functions.\n\n"
+        "The module implements MurmurHash3, a family of fast non-cryptographic hashes."
+    )
+    assert candidate_sentences(page) == [
+        "The module implements MurmurHash3, a family of fast non-cryptographic hashes."
+    ]
+
+
+def test_a_sentence_offering_more_of_something_can_still_answer() -> None:
+    page = "For more control over retries, pass a RetryOptions object to the client."
+    assert candidate_sentences(page) == [page]
+
+
+def test_prose_lines_starting_like_python_are_kept() -> None:
+    """'from the ...', 'For example, ...:' and 'If you ..., use:' are prose; the
+    statements they look like are dropped."""
+    page = (
+        "The module offers hasher objects with interfaces like those in hashlib\n"
+        "from the standard library, although they are still experimental.\n\n"
+        "For example, to hash a file in chunks, use the update method:\n\n"
+        "from mmh3 import mmh3_32\n"
+        "for chunk in chunks:\n"
+        "if total == 0:\n"
+        "with open(path, 'rb') as f:\n"
+    )
+    assert candidate_sentences(page) == [
+        "The module offers hasher objects with interfaces like those in hashlib\n"
+        "from the standard library, although they are still experimental.",
+        "For example, to hash a file in chunks, use the update method:",
+    ]
+
+
+def test_a_clearly_better_sentence_further_down_is_not_outranked_by_position() -> None:
+    """Rank only breaks near ties: the fifth result covers one more of the question's
+    ten words than the first (0.6 against 0.5), and four places must not undo that."""
+    query = "alpha bravo charlie delta echo foxtrot golf hotel india juliet"
+    first = hit(
+        "Alpha bravo charlie delta echo appear beside several unrelated nouns, verbs, adjectives."
+    )
+    filler = [
+        hit(f"Zulu yankee xray whiskey number {n} carries nothing relevant.") for n in range(3)
+    ]
+    fifth = hit(
+        "Alpha bravo charlie delta echo foxtrot appear beside several unrelated nouns, "
+        "verbs, adjectives."
+    )
+    synthesis = extract(query, [first, *filler, fifth])
+    assert 5 in synthesis.citations
+
+
+def test_code_the_sentence_already_names_is_not_repeated() -> None:
+    page = "For the zone name alone, use `get_localzone_name()`:\n\n    >>> get_localzone_name()\n"
+    assert candidate_sentences(page) == ["For the zone name alone, use `get_localzone_name()`:"]

@@ -75,11 +75,11 @@ def test_confidence_weights_calibration_and_levels() -> None:
     spec_example = Confidence(0.89, 0.85, 0.92, 0.78)
     assert spec_example.raw == pytest.approx(0.871)
     assert spec_example.overall == pytest.approx(1 / (1 + math.exp(-(a + b * 0.871))))
-    assert spec_example.overall == pytest.approx(0.7734, abs=1e-4)
+    assert spec_example.overall == pytest.approx(0.7766, abs=1e-4)
     assert spec_example.level == "medium"
     perfect = Confidence(1.0, 1.0, 1.0, 1.0)
     assert spec_example.overall < perfect.overall < 0.9  # no answer on msmarco earned high
-    assert Confidence(0.7, 0.6, 0.6, 0.5).level == "low"  # raw 0.62 -> 0.54
+    assert Confidence(0.6, 0.5, 0.5, 0.4).level == "low"  # raw 0.52 -> 0.59
     assert Confidence(0.45, 0.0, 0.0, 0.0).overall == 0.0  # nothing cited: no answer
     assert Confidence(0.45, 0.0, 0.0, 0.0).level == "low"
     view = spec_example.view()
