@@ -82,7 +82,9 @@ async def test_gemini_ranks_and_unlisted_passages_follow_in_fused_order(
 
 async def test_groq_ranks_when_gemini_has_no_key(tmp_path: Path, mock: respx.MockRouter) -> None:
     groq = mock.post(GROQ_CHAT).mock(return_value=groq_answer(['{"ranking": [4, 3, 2, 1]}']))
-    service = await started(settings_of(tmp_path, gemini_api_key=Secret("")))
+    # a first groq call builds its client: the stall tests' 0.5 s is too tight for that
+    quick = settings_of(tmp_path, gemini_api_key=Secret(""), groq_timeout=10.0)
+    service = await started(quick.replace(rerank_timeout=20.0))
     try:
         hits = await fused(service)
         found = await reranked(service)
