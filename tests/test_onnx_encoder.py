@@ -122,21 +122,34 @@ def test_a_built_model_is_cached_and_the_second_load_does_not_rebuild(
     built = count_builds(monkeypatch)
     first = tiny_embedder(tmp_path)
     assert len(built) == 1 and first.model_file is not None and first.model_file.exists()
-    assert list(tmp_path.iterdir()) == [first.model_file], "no scratch files left behind"
+    folder = first.model_file.parent
+    assert sorted(tmp_path.iterdir()) == [folder, tmp_path / "weights.json"], "no scratch left"
+    assert sorted(p.name for p in folder.iterdir()) == ["model.onnx", "model.onnx.data"]
     second = tiny_embedder(tmp_path)
     assert len(built) == 1 and second.model_file == first.model_file
     np.testing.assert_array_equal(second.embed_batch(TEXTS), first.embed_batch(TEXTS))
 
 
-def test_a_corrupt_cache_file_is_rebuilt(
-    tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_weights_are_mapped_from_the_cache_not_copied_into_the_process(
+    tiny_embedder: Any, tmp_path: Path
 ) -> None:
-    expected = tiny_embedder(tmp_path).embed_batch(TEXTS)
-    (cached,) = tmp_path.iterdir()
+    embedder = tiny_embedder(tmp_path)
+    data = embedder.model_file.with_name("model.onnx.data")
+    assert data.stat().st_size > embedder.model_file.stat().st_size
+    assert str(data) in Path("/proc/self/maps").read_text()
+
+
+@pytest.mark.parametrize("damaged", ["model.onnx", "model.onnx.data"])
+def test_a_corrupt_cache_file_is_rebuilt(
+    tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damaged: str
+) -> None:
+    first = tiny_embedder(tmp_path)
+    expected = first.embed_batch(TEXTS)
+    cached = first.model_file.with_name(damaged)
     cached.write_bytes(cached.read_bytes()[:1000])  # a write cut short
     built = count_builds(monkeypatch)
     embedder = tiny_embedder(tmp_path)
-    assert built == [cached]
+    assert built == [first.model_file]
     np.testing.assert_array_equal(embedder.embed_batch(TEXTS), expected)
 
 
@@ -145,7 +158,11 @@ def test_each_precision_has_its_own_file_and_int8_stays_close(
 ) -> None:
     fp32, int8 = tiny_embedder(tmp_path, "fp32"), tiny_embedder(tmp_path, "int8")
     assert fp32.model_file != int8.model_file and int8.precision == "int8"
-    assert int8.model_file.stat().st_size < fp32.model_file.stat().st_size
+    data = "model.onnx.data"
+    assert (
+        int8.model_file.with_name(data).stat().st_size
+        < fp32.model_file.with_name(data).stat().st_size
+    )
     cosines = np.sum(fp32.embed_batch(TEXTS) * int8.embed_batch(TEXTS), axis=1)
     assert cosines.min() > 0.9
 
@@ -158,6 +175,27 @@ def test_the_cache_key_follows_the_weights(tiny_model_dir: Path, tmp_path: Path)
     weights = (copy / "model.safetensors").read_bytes()
     (copy / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
     assert onnx_model.cache_path(copy, "fp32", tmp_path, "m") != key
+
+
+def test_the_weights_are_hashed_once_while_they_stay_unchanged(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hashed: list[Path] = []
+    real_hash = onnx_model.file_hash
+
+    def counting_hash(path: Path) -> str:
+        hashed.append(path)
+        return real_hash(path)
+
+    monkeypatch.setattr(onnx_model, "file_hash", counting_hash)
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_model_dir, copy)
+    key = onnx_model.cache_path(copy, "fp32", tmp_path / "cache", "m")
+    assert onnx_model.cache_path(copy, "fp32", tmp_path / "cache", "m") == key
+    assert len(hashed) == 1
+    (tmp_path / "cache" / "weights.json").write_text("{not json")  # a damaged memo
+    assert onnx_model.cache_path(copy, "fp32", tmp_path / "cache", "m") == key
+    assert len(hashed) == 2
 
 
 def test_an_unknown_precision_fails_to_load(tiny_embedder: Any, tmp_path: Path) -> None:
