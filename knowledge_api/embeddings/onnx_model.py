@@ -27,8 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from knowledge_api.embeddings.onnx_graph import BUILDER_VERSION
-
+BUILDER_VERSION = 1
+"""Raise when the graph (onnx_graph.py) changes: it is part of the cache key. It is
+kept here, not there, because loading a built model needs no `onnx` package, whose
+import costs a start more than the model's load does."""
 WEIGHTS = "model.safetensors"
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
