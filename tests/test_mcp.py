@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.models import Document
+from knowledge_api.routes import mcp_endpoint
 from knowledge_api.routes.mcp_endpoint import McpEndpoint
 from knowledge_api.settings import Settings
 from tests.conftest import corpus, make_settings
@@ -225,6 +226,30 @@ async def test_concurrent_first_calls_share_one_server_built_on_demand(
         server = await endpoint.server()
         assert await endpoint.server() is server
     assert not endpoint.built  # the lifespan stopped it; a new lifespan builds anew
+
+
+async def test_a_server_that_fails_to_build_fails_each_call_and_the_app_still_stops(
+    open_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[str] = []
+
+    def failing_build(*_: Any) -> Any:
+        built.append("once")
+        raise RuntimeError("the SDK is broken")
+
+    monkeypatch.setattr(mcp_endpoint, "build_server", failing_build)
+    async with serving(open_settings) as app:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            for _ in range(2):
+                response = await http.post(
+                    "/mcp",
+                    json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                    headers={"accept": "application/json, text/event-stream"},
+                )
+                assert response.status_code == 500
+            assert (await http.get("/readyz")).status_code == 200
+    assert built == ["once"]
 
 
 def mcp_endpoint_of(app: Starlette) -> McpEndpoint:

@@ -61,8 +61,11 @@ class McpEndpoint:
         task (it must be left in the task that entered it) until the app stops."""
         try:
             built = await asyncio.to_thread(build_server, self.service, self.settings)
-        except BaseException as e:
+        except Exception as e:  # every caller gets the error, now and later
             server.set_exception(e)
+            raise
+        except BaseException:
+            server.cancel()
             raise
         async with built.session_manager.run():
             server.set_result(built)
