@@ -177,6 +177,31 @@ def test_a_corrupt_cache_file_is_rebuilt(
     np.testing.assert_array_equal(embedder.embed_batch(TEXTS), expected)
 
 
+def test_a_model_another_process_built_meanwhile_is_kept(
+    tiny_embedder: Any, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Two replicas starting on a new machine both build: the second leaves the first's
+    folder (which the first may already have mapped) as it is."""
+    first = tiny_embedder(tmp_path)
+    folder = first.model_file.parent
+    inode = first.model_file.stat().st_ino
+    onnx_model.build(tiny_model_dir, "fp32", first.model_file)
+    assert first.model_file.stat().st_ino == inode
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder.name, "weights.json"]
+
+
+def test_a_folder_that_lost_its_model_is_built_again(
+    tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = tiny_embedder(tmp_path)
+    expected = first.embed_batch(TEXTS)
+    first.model_file.unlink()
+    built = count_builds(monkeypatch)
+    again = tiny_embedder(tmp_path)
+    assert built == [first.model_file]
+    np.testing.assert_array_equal(again.embed_batch(TEXTS), expected)
+
+
 def test_each_precision_has_its_own_file_and_int8_stays_close(
     tiny_embedder: Any, tmp_path: Path
 ) -> None:

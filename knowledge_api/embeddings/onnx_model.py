@@ -126,12 +126,13 @@ def build(model_dir: Path, precision: str, target: Path) -> None:
             all_tensors_to_one_file=True,
             location=DATA_FILE,
         )
-        remove(folder)
         try:
             os.replace(built, folder)
-        except OSError:  # another process built it meanwhile
-            if not target.exists():
-                raise
+        except OSError:  # the folder exists: another process built it meanwhile (keep
+            if target.exists():  # theirs, which it may have loaded), or it lost its model
+                return
+            remove(folder)
+            os.replace(built, folder)
 
 
 def remove(folder: Path) -> None:
