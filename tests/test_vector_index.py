@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from knowledge_api.stores.vector_index import VectorIndex
 
@@ -32,3 +33,10 @@ def test_remove_and_replace_keep_rows_consistent() -> None:
     index.add([3], np.stack([unit(-1, 0)]), [("c", "wiki")])
     assert len(index) == 2
     assert index.similarities([2, 3, 1], unit(1, 0)) == {2: 0.0, 3: -1.0}
+
+
+def test_keys_vectors_and_labels_of_different_lengths_are_refused() -> None:
+    index = VectorIndex(2)
+    with pytest.raises(ValueError, match="differ in length"):
+        index.add([4, 5], np.stack([unit(1, 0)]), [("c", "wiki")] * 2)
+    assert len(index) == 0

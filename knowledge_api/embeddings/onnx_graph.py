@@ -18,8 +18,6 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-BUILDER_VERSION = 1
-"""Raise when the graph changes: it is part of the cache key of built models."""
 OPSET = 17
 MS_DOMAIN = "com.microsoft"
 """onnxruntime's contrib operators (Attention)."""

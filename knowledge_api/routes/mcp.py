@@ -1,5 +1,6 @@
 """The MCP server: the knowledge base as tools for an LLM client, over streamable HTTP
-at /mcp (in the HTTP app, behind its API keys) and over stdio (`knowledge-api mcp`).
+at /mcp (in the HTTP app, behind its API keys: routes/mcp_endpoint.py) and over stdio
+(`knowledge-api mcp`).
 
 Each tool parses its arguments with the same request bodies the HTTP routes declare,
 calls the same use cases and renders the same views, so a tool answers what the route
@@ -21,22 +22,19 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ListToolsResult, ToolAnnotations
 from pydantic import Field
 from starlette.requests import Request
-from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.routes import answer as answer_route
 from knowledge_api.routes import detail, documents
 from knowledge_api.routes import query as query_route
-from knowledge_api.routes.access import EVERYONE, READ, WRITE, Access, access, authorize
+from knowledge_api.routes.access import EVERYONE, WRITE, Access, access
 from knowledge_api.routes.views import document_view
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import answers
 from knowledge_api.usecases import query as query_use
 
-PATH = "/mcp"
 WRITING_TOOLS = frozenset({"add_document"})
 INSTRUCTIONS = (
     "A knowledge base of indexed documents (docs, tickets, commits, KB articles) in "
@@ -283,22 +281,11 @@ def security(settings: Settings) -> TransportSecuritySettings:
     )
 
 
-class Guarded:
-    """/mcp behind the API keys: a caller needs the read scope to speak MCP at all
-    (401/403 as on every route); what its key allows further decides per tool."""
-
-    def __init__(self, server: MCPServer) -> None:
-        self.server = server
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await authorize(Request(scope, receive), READ)
-        await self.server.session_manager.asgi_app(scope, receive, send)
-
-
-def route(server: MCPServer, settings: Settings) -> Route:
-    """The streamable HTTP endpoint of `server`; its session manager runs in the app's
-    lifespan (`server.session_manager.run()`)."""
+def build_http(service: KnowledgeService, settings: Settings, path: str) -> MCPServer:
+    """The server for streamable HTTP at `path`, stateless (routes/mcp_endpoint.py runs
+    its session manager and puts it behind the API keys)."""
+    server = build(service, settings)
     server.streamable_http_app(
-        streamable_http_path=PATH, stateless_http=True, transport_security=security(settings)
+        streamable_http_path=path, stateless_http=True, transport_security=security(settings)
     )
-    return Route(PATH, Guarded(server), methods=["GET", "POST", "DELETE"])
+    return server

@@ -29,15 +29,18 @@ class VectorIndex:
     def add(
         self, keys: Sequence[int], vectors: np.ndarray, labels: Sequence[tuple[str, str]]
     ) -> None:
+        """Appended as one block (a store's start loads every row through here)."""
+        if not len(keys) == len(vectors) == len(labels):
+            raise ValueError("keys, vectors and labels differ in length")
         self.remove(keys)
-        self._reserve(self._size + len(keys))
-        for key, vector, label in zip(keys, vectors, labels, strict=True):
-            row = self._size
-            self._vectors[row] = vector
-            self._keys[row] = key
-            self._labels[row] = self._label_codes.setdefault(label, len(self._label_codes))
-            self._row[key] = row
-            self._size += 1
+        start, end = self._size, self._size + len(keys)
+        self._reserve(end)
+        codes = self._label_codes
+        self._vectors[start:end] = vectors
+        self._keys[start:end] = keys
+        self._labels[start:end] = [codes.setdefault(label, len(codes)) for label in labels]
+        self._row.update(zip(keys, range(start, end), strict=True))
+        self._size = end
 
     def remove(self, keys: Iterable[int]) -> None:
         for key in keys:
