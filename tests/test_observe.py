@@ -14,13 +14,14 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.redaction import Redactor
-from knowledge_api.routes.metrics import Metrics
+from knowledge_api.routes.metrics import Metrics, RequestDurations
 from knowledge_api.routes.observe import (
     LINES,
     SplitHandler,
@@ -198,6 +199,49 @@ def test_metrics_after_a_few_requests(client: TestClient) -> None:
     assert sample(text, "knowledge_provider_circuit_open", provider="extractive") == 0
     assert "secret-id-1" not in text and "/no/such/path" not in text
     assert "login timeout" not in text
+
+
+def test_request_durations_expose_what_a_prometheus_histogram_would() -> None:
+    """Same observations, same exposition: names, labels, buckets, counts and sums."""
+    observations = [
+        ("/v1/knowledge/query", "POST", 200, 0.0004),
+        ("/v1/knowledge/query", "POST", 200, 0.005),  # on a bound: counted in it
+        ("/v1/knowledge/query", "POST", 200, 0.3),
+        ("unmatched", "GET", 404, 12.0),  # beyond the last bound: +Inf only
+        ("/v1/knowledge/query", "POST", 401, 0.02),
+    ]
+    reference_registry, registry = CollectorRegistry(), CollectorRegistry()
+    reference = Histogram(
+        RequestDurations.NAME, RequestDurations.HELP, RequestDurations.LABELS,
+        registry=reference_registry,
+    )  # fmt: skip
+    durations = RequestDurations()
+    registry.register(durations)
+    for route, method, status, seconds in observations:
+        reference.labels(route, method, str(status)).observe(seconds)
+        durations.observe(route, method, status, seconds)
+
+    def samples(of: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+        return [
+            (s.name, s.labels, s.value)
+            for metric in of.collect()
+            for s in metric.samples
+            if not s.name.endswith("_created")
+        ]
+
+    assert samples(registry) == samples(reference_registry)
+    assert len(samples(registry)) == 3 * (len(RequestDurations.BOUNDS) + 2)
+    created = [s for m in registry.collect() for s in m.samples if s.name.endswith("_created")]
+    assert len(created) == 3 and all(s.value > 0 for s in created)
+    exposed, expected = generate_latest(registry), generate_latest(reference_registry)
+    assert exposed.split(b"_created")[0] == expected.split(b"_created")[0]
+    assert (
+        registry.get_sample_value(
+            "http_request_duration_seconds_bucket",
+            {"route": "/v1/knowledge/query", "method": "POST", "status": "200", "le": "0.005"},
+        )
+        == 2
+    )
 
 
 async def test_provider_failures_and_the_open_circuit_are_counted(tmp_path: Path) -> None:
