@@ -17,9 +17,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -32,17 +31,60 @@ from knowledge_api.routes.metrics import METRICS_PATH, Metrics, metrics_token_ok
 from knowledge_api.settings import Settings
 
 HEADER = "X-Request-ID"
-VALID_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+ID_HEADER = b"x-request-id"
+VALID_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 NO_VALUE = "-"
 access_log = logging.getLogger("knowledge_api.access")
+ACCESS = access_log.name
 
 
-@dataclass(slots=True)
 class Exchange:
-    """What the log line of one request says beyond its status."""
+    """One request on its way through the app: its id, what its log line says beyond
+    the route, and the receive and send the app is given in place of the server's
+    (bound methods, so a request costs no closures)."""
 
-    request_id: str
-    cache_hit: bool | None = None
+    __slots__ = (
+        "_receive",
+        "_send",
+        "cache_hit",
+        "disconnected",
+        "finished",
+        "id_header",
+        "request_id",
+        "started",
+        "status",
+    )
+
+    def __init__(self, offered: bytes | None, receive: Receive, send: Send) -> None:
+        self.started = time.perf_counter()
+        if offered is not None and VALID_ID.fullmatch(offered):
+            self.request_id = offered.decode("ascii")
+            self.id_header = (ID_HEADER, offered)
+        else:
+            self.request_id = new_id()
+            self.id_header = (ID_HEADER, self.request_id.encode("ascii"))
+        self.cache_hit: bool | None = None
+        self.status = 500
+        self.finished = False
+        self.disconnected = False
+        """The client left before the end of the response."""
+        self._receive = receive
+        self._send = send
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.disconnect" and not self.finished:
+            self.disconnected = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.status = message["status"]
+            message["headers"] = with_request_id(message.get("headers", ()), self.id_header)
+        elif kind == "http.response.body" and not message.get("more_body"):
+            self.finished = True
+        await self._send(message)
 
 
 current: ContextVar[Exchange | None] = ContextVar("knowledge_api_request", default=None)
@@ -62,8 +104,13 @@ def note_cache_hit(hit: bool) -> None:
 
 
 def accepted_id(offered: str | None) -> str:
-    if offered is not None and VALID_ID.fullmatch(offered):
+    """The caller's id when it is a plausible one, a new one otherwise."""
+    if offered is not None and VALID_ID.fullmatch(offered.encode("latin-1")):
         return offered
+    return new_id()
+
+
+def new_id() -> str:
     return f"{ID_PREFIX}{next(ID_COUNTER):016x}"
 
 
@@ -89,91 +136,57 @@ class RequestObserver:
 
     def __init__(self, app: ASGIApp, metrics: Metrics, settings: Settings) -> None:
         self.app = app
-        self.metrics = metrics
+        self.measure = metrics.request
         self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        exchange = Exchange(accepted_id(header(scope, b"x-request-id")))
+        offered = None
+        for name, value in scope["headers"]:
+            if name == ID_HEADER:
+                offered = value
+                break
+        exchange = Exchange(offered, receive, send)
         # Not reset afterwards: the 500 handler runs after this returns, in the same
         # task, and its log line needs the id. Each request is a task of its own.
         current.set(exchange)
-        state = scope.setdefault("state", {})
+        state = scope.get("state")
+        if state is None:
+            state = scope["state"] = {}
         state["request_id"] = exchange.request_id
         if scope["path"] == METRICS_PATH:
             authorization = header(scope, b"authorization")
             state["metrics_token_ok"] = metrics_token_ok(self.settings, authorization)
-        await Exchanging(self, scope, exchange).run(receive, send)
-
-
-class Exchanging:
-    """One request on its way through the app."""
-
-    def __init__(self, observer: RequestObserver, scope: Scope, exchange: Exchange) -> None:
-        self.observer = observer
-        self.scope = scope
-        self.exchange = exchange
-        self.started = time.perf_counter()
-        self.status = 500
-        self.finished = False
-        self.disconnected = False
-        """The client left before the end of the response."""
-
-    async def run(self, receive: Receive, send: Send) -> None:
-        async def receiving() -> Message:
-            message = await receive()
-            if message["type"] == "http.disconnect" and not self.finished:
-                self.disconnected = True
-            return message
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                self.status = message["status"]
-                message["headers"] = with_request_id(message, self.exchange.request_id)
-            elif message["type"] == "http.response.body" and not message.get("more_body"):
-                self.finished = True
-            await send(message)
-
         try:
-            await self.observer.app(self.scope, receiving, sending)
+            await self.app(scope, exchange.receive, exchange.send)
         except ClientDisconnect:
-            self.disconnected = True
+            exchange.disconnected = True
         finally:
-            self.record()
+            self.record(scope, exchange)
 
-    def record(self) -> None:
-        seconds = time.perf_counter() - self.started
-        route = route_template(self.scope)
-        method = self.scope["method"]
-        self.observer.metrics.request(route, method, self.status, seconds)
-        if not access_log.isEnabledFor(logging.INFO):
-            return
-        fields = {
-            "method": method,
-            "route": route,
-            "status": self.status,
-            "ms": round(seconds * 1000, 1),
-            "cache_hit": NO_VALUE if self.exchange.cache_hit is None else self.exchange.cache_hit,
-            "key": str(self.scope.get("state", {}).get("key_name") or NO_VALUE),
-        }
-        if self.disconnected:
-            fields["client"] = "disconnected"
-        if not LINES.wrote(request_line(fields), self.exchange.request_id, fields):
-            access_log.info(request_line(fields), extra={"http": fields})
+    def record(self, scope: Scope, exchange: Exchange) -> None:
+        seconds = time.perf_counter() - exchange.started
+        route = getattr(scope.get("route"), "path", None)
+        if not isinstance(route, str):
+            route = "unmatched"
+        method = scope["method"]
+        self.measure(route, method, exchange.status, seconds)
+        if access_log.isEnabledFor(logging.INFO):
+            LINES.request(
+                exchange.request_id,
+                method,
+                route,
+                exchange.status,
+                round(seconds * 1000, 1),
+                exchange.cache_hit,
+                str(scope["state"].get("key_name") or NO_VALUE),
+                exchange.disconnected,
+            )
 
 
-def request_line(fields: dict[str, Any]) -> str:
-    cache_hit = fields["cache_hit"]
-    cache = cache_hit if cache_hit == NO_VALUE else str(cache_hit).lower()
-    line = (
-        f"{fields['method']} {fields['route']} {fields['status']} {fields['ms']}ms "
-        f"cache_hit={cache} key={fields['key']}"
-    )
-    if "client" in fields:
-        line += " client disconnected before the end of the response"
-    return line
+DISCONNECTED = " client disconnected before the end of the response"
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -183,16 +196,17 @@ def header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def with_request_id(message: Message, request_id: str) -> list[tuple[bytes, bytes]]:
-    headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
-    return [*headers, (b"x-request-id", request_id.encode())]
-
-
-def route_template(scope: Scope) -> str:
-    """The matched route's path template; `unmatched` for paths no route has."""
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    return path if isinstance(path, str) else "unmatched"
+def with_request_id(
+    headers: Iterable[tuple[bytes, bytes]], id_header: tuple[bytes, bytes]
+) -> list[tuple[bytes, bytes]]:
+    """The response's headers and the request id, in place of any the app set."""
+    found = [*headers]
+    for name, _ in found:
+        if name.lower() == ID_HEADER:
+            found = [(k, v) for k, v in found if k.lower() != ID_HEADER]
+            break
+    found.append(id_header)
+    return found
 
 
 # -- logging -------------------------------------------------------------------------
@@ -266,6 +280,41 @@ class JSONFormatter(logging.Formatter):
             line["exception"] = exception
         return orjson.dumps(line, default=str).decode()
 
+    def request_line(
+        self, created: float, request_id: str, message: str, fields: dict[str, Any]
+    ) -> str:
+        """`line` of a request's line, from a template when no text in it needs
+        escaping (request ids, route templates, methods and key names never do)."""
+        method, route, key = fields["method"], fields["route"], fields["key"]
+        if "client" in fields or not plain_json(method, route, key):
+            return self.line(created, "INFO", ACCESS, request_id, message, fields)
+        cache_hit = fields["cache_hit"]
+        cache = '"-"' if cache_hit == NO_VALUE else "true" if cache_hit else "false"
+        return (
+            f'{{"time":"{UTC_SECONDS.of(created)}.{int(created * 1000) % 1000:03d}+00:00",'
+            f'"level":"info","logger":"{ACCESS}","message":"{message}",'
+            f'"request_id":"{request_id}","method":"{method}","route":"{route}",'
+            f'"status":{fields["status"]},"ms":{fields["ms"]},"cache_hit":{cache},'
+            f'"key":"{key}"}}'
+        )
+
+
+PLAIN_JSON = re.compile(r"[ !#-\[\]-~]*")
+"""Printable ASCII but `"` and a backslash: the same text as a JSON string."""
+plain_texts: dict[tuple[str, str, str], bool] = {}
+
+
+def plain_json(method: str, route: str, key: str) -> bool:
+    """Whether these texts are written in JSON as they are (remembered: they repeat)."""
+    found = plain_texts.get((method, route, key))
+    if found is None:
+        if len(plain_texts) >= 1024:
+            plain_texts.clear()
+        found = plain_texts[method, route, key] = all(
+            PLAIN_JSON.fullmatch(text) for text in (method, route, key)
+        )
+    return found
+
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 
@@ -286,6 +335,12 @@ class TextFormatter(logging.Formatter):
         """What format() makes of a record without an exception (its `fields` aside)."""
         stamp = f"{LOCAL_SECONDS.of(created)},{int(created * 1000) % 1000:03d}"
         return f"{stamp} {level} {name} [{request_id}] {message}"
+
+    def request_line(
+        self, created: float, request_id: str, message: str, fields: dict[str, Any]
+    ) -> str:
+        stamp = f"{LOCAL_SECONDS.of(created)},{int(created * 1000) % 1000:03d}"
+        return f"{stamp} INFO {ACCESS} [{request_id}] {message}"
 
 
 class SplitHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -368,6 +423,34 @@ class RequestLines:
         self._masks: list[Redactor] | None = None
         """The secrets' masks of the handler, as of `_checked`; None: write through logging."""
 
+    def request(
+        self,
+        request_id: str,
+        method: str,
+        route: str,
+        status: int,
+        ms: float,
+        cache_hit: bool | None,
+        key: str,
+        disconnected: bool,
+    ) -> None:
+        """One request's line, at info: written directly when it can be, else logged."""
+        cache = NO_VALUE if cache_hit is None else "true" if cache_hit else "false"
+        message = f"{method} {route} {status} {ms}ms cache_hit={cache} key={key}"
+        fields = {
+            "method": method,
+            "route": route,
+            "status": status,
+            "ms": ms,
+            "cache_hit": NO_VALUE if cache_hit is None else cache_hit,
+            "key": key,
+        }
+        if disconnected:
+            message += DISCONNECTED
+            fields["client"] = "disconnected"
+        if not self.wrote(message, request_id, fields):
+            access_log.info(message, extra={"http": fields})
+
     def wrote(self, message: str, request_id: str, fields: dict[str, Any]) -> bool:
         handler = self.handler
         if handler is None:
@@ -378,32 +461,43 @@ class RequestLines:
         for redactor in masks:
             message = redactor.text(message)
         formatter: JSONFormatter | TextFormatter = handler.formatter  # type: ignore[assignment]
-        line = formatter.line(time.time(), "INFO", access_log.name, request_id, message, fields)
-        self.waiting.append(line)
-        if len(self.waiting) == 1:
+        line = formatter.request_line(time.time(), request_id, message, fields)
+        waiting = self.waiting
+        waiting.append(line)
+        if len(waiting) == 1:
             self.flush_soon()
-        elif len(self.waiting) >= self.MAX_WAITING:
+        elif len(waiting) >= self.MAX_WAITING:
             self.flush()
         return True
 
     def masks(self, handler: SplitHandler) -> list[Redactor] | None:
-        """Checked again only when what decides it changed (cheap to compare)."""
-        root = logging.getLogger()
+        """Checked again only when what decides it changed: compared in place, as
+        building the state to compare would cost as much as the line."""
+        checked = self._checked
         between = access_log.parent
-        state = (
-            tuple(root.handlers),
-            tuple(handler.filters),
-            handler.formatter,
-            bool(access_log.handlers),
-            bool(between.handlers) if between is not None and between is not root else False,
-            access_log.disabled,
-        )
-        if state != self._checked:
-            self._checked, self._masks = state, self.masks_of(handler, state)
+        if (
+            checked
+            and checked[0] is handler
+            and checked[1] == logging.root.handlers
+            and checked[2] == handler.filters
+            and checked[3] is handler.formatter
+            and not access_log.handlers
+            and not access_log.disabled
+            and (between is None or between is logging.root or not between.handlers)
+        ):
+            return self._masks
+        state = (handler, [*logging.root.handlers], [*handler.filters], handler.formatter)
+        self._checked, self._masks = state, self.masks_of(handler, state)
         return self._masks
 
     def masks_of(self, handler: SplitHandler, state: tuple[Any, ...]) -> list[Redactor] | None:
-        handlers, filters, formatter, *elsewhere = state
+        _, handlers, filters, formatter = state
+        between = access_log.parent
+        elsewhere = (
+            access_log.handlers,
+            access_log.disabled,
+            between is not None and between is not logging.root and between.handlers,
+        )
         if len(handlers) != 2 or handler not in handlers or any(elsewhere):
             return None
         if not isinstance(formatter, JSONFormatter | TextFormatter):
