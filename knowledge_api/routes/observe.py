@@ -187,6 +187,42 @@ class RequestObserver:
 
 
 DISCONNECTED = " client disconnected before the end of the response"
+Waiting = tuple[float, str, str, str, int, float, bool | None, str, bool]
+"""A request line waiting to be written: time, request id, method, route, status, ms,
+cache hit, key name, whether the client left before the end."""
+
+
+def request_fields(
+    method: str,
+    route: str,
+    status: int,
+    ms: float,
+    cache_hit: bool | None,
+    key: str,
+    disconnected: bool = False,
+) -> dict[str, Any]:
+    """What a request's line says beyond its message (`http` of its record)."""
+    fields: dict[str, Any] = {
+        "method": method,
+        "route": route,
+        "status": status,
+        "ms": ms,
+        "cache_hit": NO_VALUE if cache_hit is None else cache_hit,
+        "key": key,
+    }
+    if disconnected:
+        fields["client"] = "disconnected"
+    return fields
+
+
+def request_message(fields: dict[str, Any]) -> str:
+    cache_hit = fields["cache_hit"]
+    cache = cache_hit if cache_hit == NO_VALUE else str(cache_hit).lower()
+    message = (
+        f"{fields['method']} {fields['route']} {fields['status']} {fields['ms']}ms "
+        f"cache_hit={cache} key={fields['key']}"
+    )
+    return message + DISCONNECTED if "client" in fields else message
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -280,23 +316,33 @@ class JSONFormatter(logging.Formatter):
             line["exception"] = exception
         return orjson.dumps(line, default=str).decode()
 
-    def request_line(
-        self, created: float, request_id: str, message: str, fields: dict[str, Any]
-    ) -> str:
-        """`line` of a request's line, from a template when no text in it needs
+    def request_lines(self, waiting: list[Waiting], masks: Iterable[Redactor]) -> list[str]:
+        """`line` of each request waiting, from a template when no text in it needs
         escaping (request ids, route templates, methods and key names never do)."""
-        method, route, key = fields["method"], fields["route"], fields["key"]
-        if "client" in fields or not plain_json(method, route, key):
-            return self.line(created, "INFO", ACCESS, request_id, message, fields)
-        cache_hit = fields["cache_hit"]
-        cache = '"-"' if cache_hit == NO_VALUE else "true" if cache_hit else "false"
-        return (
-            f'{{"time":"{UTC_SECONDS.of(created)}.{int(created * 1000) % 1000:03d}+00:00",'
-            f'"level":"info","logger":"{ACCESS}","message":"{message}",'
-            f'"request_id":"{request_id}","method":"{method}","route":"{route}",'
-            f'"status":{fields["status"]},"ms":{fields["ms"]},"cache_hit":{cache},'
-            f'"key":"{key}"}}'
-        )
+        lines = []
+        for created, request_id, method, route, status, ms, cache_hit, key, left in waiting:
+            if left or not plain_json(method, route, key):
+                fields = request_fields(method, route, status, ms, cache_hit, key, left)
+                message = request_message(fields)
+                for redactor in masks:
+                    message = redactor.text(message)
+                lines.append(self.line(created, "INFO", ACCESS, request_id, message, fields))
+                continue
+            ms_text = f"{ms}"
+            if cache_hit is None:
+                cache, cache_json = NO_VALUE, '"-"'
+            else:
+                cache = cache_json = "true" if cache_hit else "false"
+            message = f"{method} {route} {status} {ms_text}ms cache_hit={cache} key={key}"
+            for redactor in masks:
+                message = redactor.text(message)
+            lines.append(
+                f'{{"time":"{UTC_SECONDS.of(created)}.{int(created * 1000) % 1000:03d}+00:00",'
+                f'"level":"info","logger":"{ACCESS}","message":"{message}",'
+                f'"request_id":"{request_id}","method":"{method}","route":"{route}",'
+                f'"status":{status},"ms":{ms_text},"cache_hit":{cache_json},"key":"{key}"}}'
+            )
+        return lines
 
 
 PLAIN_JSON = re.compile(r"[ !#-\[\]-~]*")
@@ -336,11 +382,18 @@ class TextFormatter(logging.Formatter):
         stamp = f"{LOCAL_SECONDS.of(created)},{int(created * 1000) % 1000:03d}"
         return f"{stamp} {level} {name} [{request_id}] {message}"
 
-    def request_line(
-        self, created: float, request_id: str, message: str, fields: dict[str, Any]
-    ) -> str:
-        stamp = f"{LOCAL_SECONDS.of(created)},{int(created * 1000) % 1000:03d}"
-        return f"{stamp} INFO {ACCESS} [{request_id}] {message}"
+    def request_lines(self, waiting: list[Waiting], masks: Iterable[Redactor]) -> list[str]:
+        lines = []
+        for created, request_id, method, route, status, ms, cache_hit, key, left in waiting:
+            cache = NO_VALUE if cache_hit is None else "true" if cache_hit else "false"
+            message = f"{method} {route} {status} {ms}ms cache_hit={cache} key={key}"
+            if left:
+                message += DISCONNECTED
+            for redactor in masks:
+                message = redactor.text(message)
+            stamp = f"{LOCAL_SECONDS.of(created)},{int(created * 1000) % 1000:03d}"
+            lines.append(f"{stamp} INFO {ACCESS} [{request_id}] {message}")
+        return lines
 
 
 class SplitHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -407,21 +460,24 @@ class RequestLines:
     up: the text its formatter would make of the record, without making the record,
     which costs more than the rest of a cache hit. Only while that handler is the one
     a record would reach (no other handler added, as a test's log capture adds, no
-    filter but ours and the secrets' mask); `wrote` says False otherwise, and the
-    line goes through `logging` as any other.
+    filter but ours and the secrets' mask); otherwise the line goes through `logging`
+    as any other.
 
     Lines are written in batches: at most FLUSH_S after the first one waiting, before
-    any other line of that handler, and when the app stops."""
+    any other line of that handler, and when the app stops. A request only leaves its
+    values; they become text when the batch is written, in one loop."""
 
     FLUSH_S = 0.05
     MAX_WAITING = 256
 
     def __init__(self) -> None:
         self.handler: SplitHandler | None = None
-        self.waiting: list[str] = []
+        self.waiting: list[Waiting] = []
         self._checked: tuple[Any, ...] = ()
         self._masks: list[Redactor] | None = None
         """The secrets' masks of the handler, as of `_checked`; None: write through logging."""
+        self._direct: tuple[JSONFormatter | TextFormatter, list[Redactor]] | None = None
+        """The formatter and masks of the last lines taken in: theirs when written."""
 
     def request(
         self,
@@ -432,43 +488,23 @@ class RequestLines:
         ms: float,
         cache_hit: bool | None,
         key: str,
-        disconnected: bool,
+        disconnected: bool = False,
     ) -> None:
-        """One request's line, at info: written directly when it can be, else logged."""
-        cache = NO_VALUE if cache_hit is None else "true" if cache_hit else "false"
-        message = f"{method} {route} {status} {ms}ms cache_hit={cache} key={key}"
-        fields = {
-            "method": method,
-            "route": route,
-            "status": status,
-            "ms": ms,
-            "cache_hit": NO_VALUE if cache_hit is None else cache_hit,
-            "key": key,
-        }
-        if disconnected:
-            message += DISCONNECTED
-            fields["client"] = "disconnected"
-        if not self.wrote(message, request_id, fields):
-            access_log.info(message, extra={"http": fields})
-
-    def wrote(self, message: str, request_id: str, fields: dict[str, Any]) -> bool:
-        handler = self.handler
-        if handler is None:
-            return False
-        masks = self.masks(handler)
-        if masks is None:
-            return False
-        for redactor in masks:
-            message = redactor.text(message)
-        formatter: JSONFormatter | TextFormatter = handler.formatter  # type: ignore[assignment]
-        line = formatter.request_line(time.time(), request_id, message, fields)
+        """One request's line, at info: written directly when it can be (made into text
+        only when the lines waiting are written, in one go), else logged. Whether it
+        can be is checked as a batch begins: the lines joining it go the same way."""
+        entry = (time.time(), request_id, method, route, status, ms, cache_hit, key, disconnected)
         waiting = self.waiting
-        waiting.append(line)
-        if len(waiting) == 1:
+        if not waiting:
+            handler = self.handler
+            if handler is None or self.masks(handler) is None:
+                fields = request_fields(method, route, status, ms, cache_hit, key, disconnected)
+                access_log.info(request_message(fields), extra={"http": fields})
+                return
             self.flush_soon()
-        elif len(waiting) >= self.MAX_WAITING:
+        waiting.append(entry)
+        if len(waiting) >= self.MAX_WAITING:
             self.flush()
-        return True
 
     def masks(self, handler: SplitHandler) -> list[Redactor] | None:
         """Checked again only when what decides it changed: compared in place, as
@@ -488,6 +524,8 @@ class RequestLines:
             return self._masks
         state = (handler, [*logging.root.handlers], [*handler.filters], handler.formatter)
         self._checked, self._masks = state, self.masks_of(handler, state)
+        if self._masks is not None:
+            self._direct = (handler.formatter, self._masks)  # type: ignore[assignment]
         return self._masks
 
     def masks_of(self, handler: SplitHandler, state: tuple[Any, ...]) -> list[Redactor] | None:
@@ -517,12 +555,14 @@ class RequestLines:
             self.flush()
 
     def flush(self) -> None:
-        handler, waiting = self.handler, self.waiting
-        if not waiting or handler is None:
+        handler, waiting, direct = self.handler, self.waiting, self._direct
+        if not waiting or handler is None or direct is None:
             return
         self.waiting = []
+        formatter, masks = direct
+        lines = formatter.request_lines(waiting, masks)
         with handler.lock or contextlib.nullcontext():
-            handler.stream_now().write("".join(line + handler.terminator for line in waiting))
+            handler.stream_now().write("".join(line + handler.terminator for line in lines))
             handler.flush()
 
 
