@@ -8,7 +8,6 @@ routes ask `access(request).collection(name)` for every collection they touch.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -126,16 +125,28 @@ async def identify(knowledge: KnowledgeService, headers: Mapping[str, str]) -> A
     token = presented_token(headers)
     if not token:
         return ANONYMOUS
-    key = await knowledge.keys.for_token(token)
+    keys = knowledge.keys
+    key = keys.remembered(token) or await keys.for_token(token)
     if key is None:
         raise Unauthorized("unknown or revoked API key")
     return access_of(key)
 
 
-@functools.lru_cache(maxsize=1024)
+accesses: dict[str, tuple[ApiKey, Access]] = {}
+"""Each key's Access, by its hash (a string: hashed once, where an ApiKey is hashed
+field by field on every lookup)."""
+
+
 def access_of(key: ApiKey) -> Access:
+    found = accesses.get(key.key_hash)
+    if found is not None and (found[0] is key or found[0] == key):
+        return found[1]
+    if len(accesses) >= 1024:
+        accesses.clear()
     collections = None if key.collections is None else frozenset(key.collections)
-    return Access(key.name, frozenset(key.scopes), collections)
+    access = Access(key.name, frozenset(key.scopes), collections)
+    accesses[key.key_hash] = (key, access)
+    return access
 
 
 def presented_token(headers: Mapping[str, str]) -> str:
