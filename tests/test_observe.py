@@ -23,11 +23,16 @@ from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.redaction import Redactor
 from knowledge_api.routes.metrics import Metrics, RequestDurations
 from knowledge_api.routes.observe import (
+    ACCESS,
     LINES,
+    JSONFormatter,
     SplitHandler,
+    TextFormatter,
     access_log,
     configure_logging,
     remove_split_handlers,
+    request_fields,
+    request_message,
 )
 from knowledge_api.routes.redact import redacted_logs
 from knowledge_api.settings import Secret, Settings
@@ -397,6 +402,32 @@ def test_request_lines_written_directly_read_as_logging_writes_them(
     direct, through_logging = served_lines(settings, True), served_lines(settings, False)
     assert direct == through_logging and len(direct) == 3
     assert "cache_hit" in direct[1] and "r-2" in direct[2]
+
+
+@pytest.mark.parametrize("formatter", [JSONFormatter(), TextFormatter()])
+def test_request_lines_from_their_parts_read_as_the_formatter_makes_them(
+    formatter: JSONFormatter | TextFormatter,
+) -> None:
+    created = 1_795_000_000.0457
+    waiting = [
+        (created, "r-1", "POST", "/v1/knowledge/query", 200, 0.3, True, "reader", False),
+        (created, "r-2", "POST", "/v1/knowledge/query", 200, 12.0, False, "-", False),
+        (created, "r-3", "GET", "/v1/knowledge/documents/{id}", 404, 1234.5, None, "-", False),
+        (created, "r-4", "GET", 'odd"route\\', 500, 0.1, None, "k", False),
+        (created, "r-5", "POST", "/v1/knowledge/query", 200, 3.7, None, "reader", True),
+    ]
+    lines = formatter.request_lines(waiting, [])
+    for line, (_, request_id, method, route, status, ms, cache_hit, key, left) in zip(
+        lines, waiting, strict=True
+    ):
+        fields = request_fields(method, route, status, ms, cache_hit, key, left)
+        record = logging.LogRecord(ACCESS, logging.INFO, "", 0, request_message(fields), (), None)
+        record.created, record.msecs = created, 45.0
+        record.request_id, record.http = request_id, fields  # type: ignore[attr-defined]
+        assert line == formatter.format(record)
+    if isinstance(formatter, JSONFormatter):
+        assert json.loads(lines[3])["route"] == 'odd"route\\'
+        assert json.loads(lines[4])["client"] == "disconnected"
 
 
 def test_request_lines_are_masked_and_left_to_logging_under_foreign_filters(

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -321,45 +322,80 @@ class JSONFormatter(logging.Formatter):
         escaping (request ids, route templates, methods and key names never do)."""
         lines = []
         for created, request_id, method, route, status, ms, cache_hit, key, left in waiting:
-            if left or not plain_json(method, route, key):
+            parts = Parts.of(method, route, status, cache_hit, key)
+            if left or parts.json_head is None:
                 fields = request_fields(method, route, status, ms, cache_hit, key, left)
                 message = request_message(fields)
                 for redactor in masks:
                     message = redactor.text(message)
                 lines.append(self.line(created, "INFO", ACCESS, request_id, message, fields))
                 continue
-            ms_text = f"{ms}"
-            if cache_hit is None:
-                cache, cache_json = NO_VALUE, '"-"'
-            else:
-                cache = cache_json = "true" if cache_hit else "false"
-            message = f"{method} {route} {status} {ms_text}ms cache_hit={cache} key={key}"
+            ms_text = number(ms)
+            message = f"{parts.head}{ms_text}{parts.tail}"
             for redactor in masks:
                 message = redactor.text(message)
             lines.append(
-                f'{{"time":"{UTC_SECONDS.of(created)}.{int(created * 1000) % 1000:03d}+00:00",'
-                f'"level":"info","logger":"{ACCESS}","message":"{message}",'
-                f'"request_id":"{request_id}","method":"{method}","route":"{route}",'
-                f'"status":{status},"ms":{ms_text},"cache_hit":{cache_json},"key":"{key}"}}'
+                f'{{"time":"{UTC_SECONDS.of(created)}.{MILLIS[int(created * 1000) % 1000]}'
+                f'+00:00","level":"info","logger":"{ACCESS}","message":"{message}",'
+                f'"request_id":"{request_id}{parts.json_head}{ms_text}{parts.json_tail}'
             )
         return lines
 
 
+MILLIS = [f"{ms:03d}" for ms in range(1000)]
 PLAIN_JSON = re.compile(r"[ !#-\[\]-~]*")
 """Printable ASCII but `"` and a backslash: the same text as a JSON string."""
-plain_texts: dict[tuple[str, str, str], bool] = {}
 
 
-def plain_json(method: str, route: str, key: str) -> bool:
-    """Whether these texts are written in JSON as they are (remembered: they repeat)."""
-    found = plain_texts.get((method, route, key))
-    if found is None:
-        if len(plain_texts) >= 1024:
-            plain_texts.clear()
-        found = plain_texts[method, route, key] = all(
-            PLAIN_JSON.fullmatch(text) for text in (method, route, key)
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """The text around `ms` that the lines of requests alike share, made once: the
+    message before and after it and, when no text in it needs escaping (request ids,
+    route templates, methods and key names never do), the JSON line's fields."""
+
+    head: str
+    tail: str
+    json_head: str | None
+    json_tail: str
+
+    @classmethod
+    def of(cls, method: str, route: str, status: int, cache_hit: bool | None, key: str) -> Parts:
+        found = KNOWN_PARTS.get((method, route, status, cache_hit, key))
+        if found is None:
+            if len(KNOWN_PARTS) >= 1024:
+                KNOWN_PARTS.clear()
+            found = KNOWN_PARTS[method, route, status, cache_hit, key] = cls.made(
+                method, route, status, cache_hit, key
+            )
+        return found
+
+    @classmethod
+    def made(cls, method: str, route: str, status: int, cache_hit: bool | None, key: str) -> Parts:
+        cache = NO_VALUE if cache_hit is None else "true" if cache_hit else "false"
+        plain = all(PLAIN_JSON.fullmatch(text) for text in (method, route, key))
+        json_head = f'","method":"{method}","route":"{route}","status":{status},"ms":'
+        cache_json = f'"{NO_VALUE}"' if cache_hit is None else cache
+        return cls(
+            head=f"{method} {route} {status} ",
+            tail=f"ms cache_hit={cache} key={key}",
+            json_head=json_head if plain else None,
+            json_tail=f',"cache_hit":{cache_json},"key":"{key}"}}',
         )
-    return found
+
+
+KNOWN_PARTS: dict[tuple[str, str, int, bool | None, str], Parts] = {}
+KNOWN_NUMBERS: dict[float, str] = {}
+
+
+def number(ms: float) -> str:
+    """`ms` as text (as JSON writes it too), remembered: a float's repr is slow to make,
+    and durations repeat."""
+    text = KNOWN_NUMBERS.get(ms)
+    if text is None:
+        if len(KNOWN_NUMBERS) >= 4096:
+            KNOWN_NUMBERS.clear()
+        text = KNOWN_NUMBERS[ms] = repr(ms)
+    return text
 
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
@@ -385,13 +421,13 @@ class TextFormatter(logging.Formatter):
     def request_lines(self, waiting: list[Waiting], masks: Iterable[Redactor]) -> list[str]:
         lines = []
         for created, request_id, method, route, status, ms, cache_hit, key, left in waiting:
-            cache = NO_VALUE if cache_hit is None else "true" if cache_hit else "false"
-            message = f"{method} {route} {status} {ms}ms cache_hit={cache} key={key}"
+            parts = Parts.of(method, route, status, cache_hit, key)
+            message = f"{parts.head}{number(ms)}{parts.tail}"
             if left:
                 message += DISCONNECTED
             for redactor in masks:
                 message = redactor.text(message)
-            stamp = f"{LOCAL_SECONDS.of(created)},{int(created * 1000) % 1000:03d}"
+            stamp = f"{LOCAL_SECONDS.of(created)},{MILLIS[int(created * 1000) % 1000]}"
             lines.append(f"{stamp} INFO {ACCESS} [{request_id}] {message}")
         return lines
 
