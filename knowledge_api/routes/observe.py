@@ -104,13 +104,6 @@ def note_cache_hit(hit: bool) -> None:
         exchange.cache_hit = hit
 
 
-def accepted_id(offered: str | None) -> str:
-    """The caller's id when it is a plausible one, a new one otherwise."""
-    if offered is not None and VALID_ID.fullmatch(offered.encode("latin-1")):
-        return offered
-    return new_id()
-
-
 def new_id() -> str:
     return f"{ID_PREFIX}{next(ID_COUNTER):016x}"
 
