@@ -101,7 +101,10 @@ async def admit(
     401, 403 or 429 otherwise. The one decision of who may call what, for routes and
     for the hit path (routes/hot.py); routes check their collections themselves."""
     settings: Settings = app.settings
-    caller = await identify(app.service, headers) if settings.auth_required else EVERYONE
+    caller = EVERYONE
+    if settings.auth_required:
+        service = app.service
+        caller = remembered_caller(service, headers) or await identify(service, headers)
     if caller is ANONYMOUS and scope != PUBLIC:
         raise Unauthorized(
             "an API key is required: send it as Authorization: Bearer kapi_... or X-API-Key"
@@ -120,13 +123,22 @@ async def admit(
     return caller
 
 
+def remembered_caller(knowledge: KnowledgeService, headers: Mapping[str, str]) -> Access | None:
+    """The caller, when no lookup is needed (no key, or one found in the last few
+    seconds): most requests, answered without an await. None: ask `identify`."""
+    token = presented_token(headers)
+    if not token:
+        return ANONYMOUS
+    key = knowledge.keys.remembered(token)
+    return None if key is None else access_of(key)
+
+
 async def identify(knowledge: KnowledgeService, headers: Mapping[str, str]) -> Access:
     """The caller of a request that may carry a key (ANONYMOUS without one)."""
     token = presented_token(headers)
     if not token:
         return ANONYMOUS
-    keys = knowledge.keys
-    key = keys.remembered(token) or await keys.for_token(token)
+    key = await knowledge.keys.for_token(token)
     if key is None:
         raise Unauthorized("unknown or revoked API key")
     return access_of(key)
