@@ -450,6 +450,16 @@ def test_request_lines_are_masked_and_left_to_logging_under_foreign_filters(
     assert SECRET not in stdout.getvalue() and "r-4" not in stdout.getvalue()
 
 
+def test_direct_request_lines_are_written_at_once_without_an_event_loop(
+    tmp_path: Path,
+) -> None:
+    """Nothing would write them later (a command, or the process ending)."""
+    with app_logging(make_settings(tmp_path)) as (stdout, _), only_the_apps_handlers():
+        LINES.request("r-1", "GET", "/a", 200, 1.0, None, "-")
+        assert "[r-1] GET /a 200 1.0ms cache_hit=- key=-" in stdout.getvalue()
+        assert not LINES.waiting
+
+
 async def test_direct_request_lines_wait_a_moment_and_come_before_other_lines(
     tmp_path: Path,
 ) -> None:

@@ -524,16 +524,18 @@ class RequestLines:
         can be is checked as a batch begins: the lines joining it go the same way."""
         entry = (time.time(), request_id, method, route, status, ms, cache_hit, key, disconnected)
         waiting = self.waiting
-        if not waiting:
-            handler = self.handler
-            if handler is None or self.masks(handler) is None:
-                fields = request_fields(method, route, status, ms, cache_hit, key, disconnected)
-                access_log.info(request_message(fields), extra={"http": fields})
-                return
-            self.flush_soon()
+        if waiting:
+            waiting.append(entry)
+            if len(waiting) >= self.MAX_WAITING:
+                self.flush()
+            return
+        handler = self.handler
+        if handler is None or self.masks(handler) is None:
+            fields = request_fields(method, route, status, ms, cache_hit, key, disconnected)
+            access_log.info(request_message(fields), extra={"http": fields})
+            return
         waiting.append(entry)
-        if len(waiting) >= self.MAX_WAITING:
-            self.flush()
+        self.flush_soon()
 
     def masks(self, handler: SplitHandler) -> list[Redactor] | None:
         """Checked again only when what decides it changed: compared in place, as
