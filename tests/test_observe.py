@@ -415,12 +415,13 @@ def test_request_lines_from_their_parts_read_as_the_formatter_makes_them(
         (created, "r-3", "GET", "/v1/knowledge/documents/{id}", 404, 1234.5, None, "-", False),
         (created, "r-4", "GET", 'odd"route\\', 500, 0.1, None, "k", False),
         (created, "r-5", "POST", "/v1/knowledge/query", 200, 3.7, None, "reader", True),
+        (created, "r-6", "POST", "/v1/knowledge/query", 200, 2.3456, True, "reader", False),
     ]
     lines = formatter.request_lines(waiting, [])
     for line, (_, request_id, method, route, status, ms, cache_hit, key, left) in zip(
         lines, waiting, strict=True
     ):
-        fields = request_fields(method, route, status, ms, cache_hit, key, left)
+        fields = request_fields(method, route, status, round(ms, 1), cache_hit, key, left)
         record = logging.LogRecord(ACCESS, logging.INFO, "", 0, request_message(fields), (), None)
         record.created, record.msecs = created, 45.0
         record.request_id, record.http = request_id, fields  # type: ignore[attr-defined]
@@ -428,6 +429,7 @@ def test_request_lines_from_their_parts_read_as_the_formatter_makes_them(
     if isinstance(formatter, JSONFormatter):
         assert json.loads(lines[3])["route"] == 'odd"route\\'
         assert json.loads(lines[4])["client"] == "disconnected"
+        assert json.loads(lines[5])["ms"] == 2.3  # rounded as it is written
 
 
 def test_request_lines_are_masked_and_left_to_logging_under_foreign_filters(

@@ -173,7 +173,7 @@ class RequestObserver:
                 method,
                 route,
                 exchange.status,
-                round(seconds * 1000, 1),
+                seconds * 1000,
                 exchange.cache_hit,
                 str(scope["state"].get("key_name") or NO_VALUE),
                 exchange.disconnected,
@@ -182,8 +182,8 @@ class RequestObserver:
 
 DISCONNECTED = " client disconnected before the end of the response"
 Waiting = tuple[float, str, str, str, int, float, bool | None, str, bool]
-"""A request line waiting to be written: time, request id, method, route, status, ms,
-cache hit, key name, whether the client left before the end."""
+"""A request line waiting to be written: time, request id, method, route, status, ms
+(not rounded yet), cache hit, key name, whether the client left before the end."""
 
 
 def request_fields(
@@ -314,7 +314,8 @@ class JSONFormatter(logging.Formatter):
         """`line` of each request waiting, from a template when no text in it needs
         escaping (request ids, route templates, methods and key names never do)."""
         lines = []
-        for created, request_id, method, route, status, ms, cache_hit, key, left in waiting:
+        for created, request_id, method, route, status, exact_ms, cache_hit, key, left in waiting:
+            ms = round(exact_ms, 1)
             parts = Parts.of(method, route, status, cache_hit, key)
             if left or parts.json_head is None:
                 fields = request_fields(method, route, status, ms, cache_hit, key, left)
@@ -413,9 +414,9 @@ class TextFormatter(logging.Formatter):
 
     def request_lines(self, waiting: list[Waiting], masks: Iterable[Redactor]) -> list[str]:
         lines = []
-        for created, request_id, method, route, status, ms, cache_hit, key, left in waiting:
+        for created, request_id, method, route, status, exact_ms, cache_hit, key, left in waiting:
             parts = Parts.of(method, route, status, cache_hit, key)
-            message = f"{parts.head}{number(ms)}{parts.tail}"
+            message = f"{parts.head}{number(round(exact_ms, 1))}{parts.tail}"
             if left:
                 message += DISCONNECTED
             for redactor in masks:
@@ -521,7 +522,8 @@ class RequestLines:
     ) -> None:
         """One request's line, at info: written directly when it can be (made into text
         only when the lines waiting are written, in one go), else logged. Whether it
-        can be is checked as a batch begins: the lines joining it go the same way."""
+        can be is checked as a batch begins: the lines joining it go the same way.
+        `ms` is written rounded to a tenth, rounded only then."""
         entry = (time.time(), request_id, method, route, status, ms, cache_hit, key, disconnected)
         waiting = self.waiting
         if waiting:
@@ -531,6 +533,7 @@ class RequestLines:
             return
         handler = self.handler
         if handler is None or self.masks(handler) is None:
+            ms = round(ms, 1)
             fields = request_fields(method, route, status, ms, cache_hit, key, disconnected)
             access_log.info(request_message(fields), extra={"http": fields})
             return
@@ -593,7 +596,7 @@ class RequestLines:
         formatter, masks = direct
         lines = formatter.request_lines(waiting, masks)
         with handler.lock or contextlib.nullcontext():
-            handler.stream_now().write("".join(line + handler.terminator for line in lines))
+            handler.stream_now().write(handler.terminator.join(lines) + handler.terminator)
             handler.flush()
 
 
