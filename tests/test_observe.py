@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -26,6 +27,7 @@ from knowledge_api.routes.observe import (
     ACCESS,
     LINES,
     JSONFormatter,
+    RequestObserver,
     SplitHandler,
     TextFormatter,
     access_log,
@@ -80,6 +82,27 @@ def test_a_valid_request_id_is_echoed(client: TestClient) -> None:
 def test_an_invalid_request_id_is_replaced(client: TestClient, offered: str) -> None:
     response = client.get("/health", headers={"X-Request-ID": offered})
     assert re.fullmatch(r"[0-9a-f]{32}", response.headers["x-request-id"])
+
+
+async def test_the_request_id_replaces_one_the_app_set(settings: Settings) -> None:
+    async def app(scope: dict[str, object], receive: object, send: Any) -> None:
+        headers = [(b"X-Request-ID", b"theirs"), (b"content-length", b"0")]
+        await send({"type": "http.response.start", "status": 204, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request"}
+
+    observer = RequestObserver(app, Metrics(build_service(settings)), settings)
+    headers = [(b"x-request-id", b"mine-1")]
+    scope = {"type": "http", "method": "GET", "path": "/x", "headers": headers, "state": {}}
+    await observer(scope, receive, send)
+    assert sent[0]["headers"] == [(b"content-length", b"0"), (b"x-request-id", b"mine-1")]
 
 
 def test_every_request_gets_a_new_id(client: TestClient) -> None:

@@ -62,7 +62,7 @@ class Exchange:
             self.request_id = offered.decode("ascii")
             self.id_header = (ID_HEADER, offered)
         else:
-            self.request_id = new_id()
+            self.request_id = f"{ID_PREFIX}{next(ID_COUNTER):016x}"
             self.id_header = (ID_HEADER, self.request_id.encode("ascii"))
         self.cache_hit: bool | None = None
         self.status = 500
@@ -82,7 +82,13 @@ class Exchange:
         kind = message["type"]
         if kind == "http.response.start":
             self.status = message["status"]
-            message["headers"] = with_request_id(message.get("headers", ()), self.id_header)
+            headers = [*message.get("headers", ())]
+            for name, _ in headers:
+                if name.lower() == ID_HEADER:  # the app's own: ours replaces it
+                    headers = [(k, v) for k, v in headers if k.lower() != ID_HEADER]
+                    break
+            headers.append(self.id_header)
+            message["headers"] = headers
         elif kind == "http.response.body" and not message.get("more_body"):
             self.finished = True
         await self._send(message)
@@ -102,10 +108,6 @@ def note_cache_hit(hit: bool) -> None:
     exchange = current.get()
     if exchange is not None:
         exchange.cache_hit = hit
-
-
-def new_id() -> str:
-    return f"{ID_PREFIX}{next(ID_COUNTER):016x}"
 
 
 ID_PREFIX = os.urandom(8).hex()
@@ -224,19 +226,6 @@ def header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return str(value.decode("latin-1"))
     return None
-
-
-def with_request_id(
-    headers: Iterable[tuple[bytes, bytes]], id_header: tuple[bytes, bytes]
-) -> list[tuple[bytes, bytes]]:
-    """The response's headers and the request id, in place of any the app set."""
-    found = [*headers]
-    for name, _ in found:
-        if name.lower() == ID_HEADER:
-            found = [(k, v) for k, v in found if k.lower() != ID_HEADER]
-            break
-    found.append(id_header)
-    return found
 
 
 # -- logging -------------------------------------------------------------------------
