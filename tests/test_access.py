@@ -14,8 +14,9 @@ from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.routes import access as access_module
-from knowledge_api.routes.access import RateLimiter
+from knowledge_api.routes.access import RateLimiter, access_of
 from knowledge_api.settings import Secret, Settings
+from knowledge_api.stores.keys import ApiKey
 from knowledge_api.usecases import keys
 from tests.conftest import make_settings
 
@@ -137,6 +138,15 @@ def test_health_stays_open_and_shows_details_only_to_readers(
     assert anonymous.status_code == 200
     assert set(anonymous.json()) == {"status", "service", "version", "timestamp"}
     assert {"store", "embedder", "cache"} <= set(reader)
+
+
+def test_a_keys_access_is_made_once_and_follows_the_key() -> None:
+    key = ApiKey("reader", "a" * 64, ("read",), None)
+    assert access_of(key) is access_of(ApiKey("reader", "a" * 64, ("read",), None))
+    assert access_of(key).scopes == {"read"} and access_of(key).collections is None
+    changed = ApiKey("reader", "a" * 64, ("read", "write"), ("docs",))  # the same hash
+    assert access_of(changed).scopes == {"read", "write"}
+    assert access_of(changed).collections == {"docs"}
 
 
 def test_a_revoked_key_stops_working(secured: tuple[Settings, dict[str, str]]) -> None:

@@ -11,22 +11,30 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.redaction import Redactor
-from knowledge_api.routes.metrics import Metrics
+from knowledge_api.routes.metrics import Metrics, RequestDurations
 from knowledge_api.routes.observe import (
+    ACCESS,
     LINES,
+    JSONFormatter,
+    RequestObserver,
     SplitHandler,
+    TextFormatter,
     access_log,
     configure_logging,
     remove_split_handlers,
+    request_fields,
+    request_message,
 )
 from knowledge_api.routes.redact import redacted_logs
 from knowledge_api.settings import Secret, Settings
@@ -74,6 +82,27 @@ def test_a_valid_request_id_is_echoed(client: TestClient) -> None:
 def test_an_invalid_request_id_is_replaced(client: TestClient, offered: str) -> None:
     response = client.get("/health", headers={"X-Request-ID": offered})
     assert re.fullmatch(r"[0-9a-f]{32}", response.headers["x-request-id"])
+
+
+async def test_the_request_id_replaces_one_the_app_set(settings: Settings) -> None:
+    async def app(scope: dict[str, object], receive: object, send: Any) -> None:
+        headers = [(b"X-Request-ID", b"theirs"), (b"content-length", b"0")]
+        await send({"type": "http.response.start", "status": 204, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request"}
+
+    observer = RequestObserver(app, Metrics(build_service(settings)), settings)
+    headers = [(b"x-request-id", b"mine-1")]
+    scope = {"type": "http", "method": "GET", "path": "/x", "headers": headers, "state": {}}
+    await observer(scope, receive, send)
+    assert sent[0]["headers"] == [(b"content-length", b"0"), (b"x-request-id", b"mine-1")]
 
 
 def test_every_request_gets_a_new_id(client: TestClient) -> None:
@@ -198,6 +227,49 @@ def test_metrics_after_a_few_requests(client: TestClient) -> None:
     assert sample(text, "knowledge_provider_circuit_open", provider="extractive") == 0
     assert "secret-id-1" not in text and "/no/such/path" not in text
     assert "login timeout" not in text
+
+
+def test_request_durations_expose_what_a_prometheus_histogram_would() -> None:
+    """Same observations, same exposition: names, labels, buckets, counts and sums."""
+    observations = [
+        ("/v1/knowledge/query", "POST", 200, 0.0004),
+        ("/v1/knowledge/query", "POST", 200, 0.005),  # on a bound: counted in it
+        ("/v1/knowledge/query", "POST", 200, 0.3),
+        ("unmatched", "GET", 404, 12.0),  # beyond the last bound: +Inf only
+        ("/v1/knowledge/query", "POST", 401, 0.02),
+    ]
+    reference_registry, registry = CollectorRegistry(), CollectorRegistry()
+    reference = Histogram(
+        RequestDurations.NAME, RequestDurations.HELP, RequestDurations.LABELS,
+        registry=reference_registry,
+    )  # fmt: skip
+    durations = RequestDurations()
+    registry.register(durations)
+    for route, method, status, seconds in observations:
+        reference.labels(route, method, str(status)).observe(seconds)
+        durations.observe(route, method, status, seconds)
+
+    def samples(of: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+        return [
+            (s.name, s.labels, s.value)
+            for metric in of.collect()
+            for s in metric.samples
+            if not s.name.endswith("_created")
+        ]
+
+    assert samples(registry) == samples(reference_registry)
+    assert len(samples(registry)) == 3 * (len(RequestDurations.BOUNDS) + 2)
+    created = [s for m in registry.collect() for s in m.samples if s.name.endswith("_created")]
+    assert len(created) == 3 and all(s.value > 0 for s in created)
+    exposed, expected = generate_latest(registry), generate_latest(reference_registry)
+    assert exposed.split(b"_created")[0] == expected.split(b"_created")[0]
+    assert (
+        registry.get_sample_value(
+            "http_request_duration_seconds_bucket",
+            {"route": "/v1/knowledge/query", "method": "POST", "status": "200", "le": "0.005"},
+        )
+        == 2
+    )
 
 
 async def test_provider_failures_and_the_open_circuit_are_counted(tmp_path: Path) -> None:
@@ -355,36 +427,73 @@ def test_request_lines_written_directly_read_as_logging_writes_them(
     assert "cache_hit" in direct[1] and "r-2" in direct[2]
 
 
+@pytest.mark.parametrize("formatter", [JSONFormatter(), TextFormatter()])
+def test_request_lines_from_their_parts_read_as_the_formatter_makes_them(
+    formatter: JSONFormatter | TextFormatter,
+) -> None:
+    created = 1_795_000_000.0457
+    waiting = [
+        (created, "r-1", "POST", "/v1/knowledge/query", 200, 0.3, True, "reader", False),
+        (created, "r-2", "POST", "/v1/knowledge/query", 200, 12.0, False, "-", False),
+        (created, "r-3", "GET", "/v1/knowledge/documents/{id}", 404, 1234.5, None, "-", False),
+        (created, "r-4", "GET", 'odd"route\\', 500, 0.1, None, "k", False),
+        (created, "r-5", "POST", "/v1/knowledge/query", 200, 3.7, None, "reader", True),
+        (created, "r-6", "POST", "/v1/knowledge/query", 200, 2.3456, True, "reader", False),
+    ]
+    lines = formatter.request_lines(waiting, [])
+    for line, (_, request_id, method, route, status, ms, cache_hit, key, left) in zip(
+        lines, waiting, strict=True
+    ):
+        fields = request_fields(method, route, status, round(ms, 1), cache_hit, key, left)
+        record = logging.LogRecord(ACCESS, logging.INFO, "", 0, request_message(fields), (), None)
+        record.created, record.msecs = created, 45.0
+        record.request_id, record.http = request_id, fields  # type: ignore[attr-defined]
+        assert line == formatter.format(record)
+    if isinstance(formatter, JSONFormatter):
+        assert json.loads(lines[3])["route"] == 'odd"route\\'
+        assert json.loads(lines[4])["client"] == "disconnected"
+        assert json.loads(lines[5])["ms"] == 2.3  # rounded as it is written
+
+
 def test_request_lines_are_masked_and_left_to_logging_under_foreign_filters(
     tmp_path: Path,
 ) -> None:
     settings = make_settings(tmp_path)
-    fields = {"method": "GET", "route": "/x", "status": 200, "ms": 1.0, "cache_hit": "-"}
     with app_logging(settings) as (stdout, _), only_the_apps_handlers():
         handler = LINES.handler
         assert handler is not None
         with redacted_logs(Redactor([SECRET])):
-            assert LINES.wrote(f"GET /x key={SECRET}", "r-3", {**fields, "key": "k"})
-        foreign = logging.Filter("somewhere.else")
+            LINES.request("r-3", "GET", "/x", 200, 1.0, None, SECRET)
+        LINES.flush()  # a batch goes the way its first line went
+        foreign = logging.Filter("somewhere.else")  # lets no access line through
         handler.addFilter(foreign)
         try:
-            assert not LINES.wrote("GET /x", "r-4", {**fields, "key": "k"})
+            LINES.request("r-4", "GET", "/x", 200, 1.0, None, "k")
         finally:
             handler.removeFilter(foreign)
-    assert "key=" + "*" * len(SECRET) in stdout.getvalue() and SECRET not in stdout.getvalue()
-    assert "r-4" not in stdout.getvalue()
+    assert "[r-3] GET /x 200 1.0ms cache_hit=- key=" + "*" * len(SECRET) in stdout.getvalue()
+    assert SECRET not in stdout.getvalue() and "r-4" not in stdout.getvalue()
+
+
+def test_direct_request_lines_are_written_at_once_without_an_event_loop(
+    tmp_path: Path,
+) -> None:
+    """Nothing would write them later (a command, or the process ending)."""
+    with app_logging(make_settings(tmp_path)) as (stdout, _), only_the_apps_handlers():
+        LINES.request("r-1", "GET", "/a", 200, 1.0, None, "-")
+        assert "[r-1] GET /a 200 1.0ms cache_hit=- key=-" in stdout.getvalue()
+        assert not LINES.waiting
 
 
 async def test_direct_request_lines_wait_a_moment_and_come_before_other_lines(
     tmp_path: Path,
 ) -> None:
-    fields = {"method": "GET", "route": "/x", "status": 200, "ms": 1.0, "cache_hit": "-"}
     with app_logging(make_settings(tmp_path)) as (stdout, _), only_the_apps_handlers():
-        assert LINES.wrote("GET /a", "r-1", {**fields, "key": "-"})
+        LINES.request("r-1", "GET", "/a", 200, 1.0, None, "-")
         assert stdout.getvalue() == ""  # written with the lines that follow it closely
         await asyncio.sleep(LINES.FLUSH_S * 4)
         assert "GET /a" in stdout.getvalue()
-        assert LINES.wrote("GET /b", "r-2", {**fields, "key": "-"})
+        LINES.request("r-2", "GET", "/b", 200, 1.0, None, "-")
         logging.getLogger("knowledge_api").info("then this")
         first, second, third = stdout.getvalue().splitlines()
         assert "[r-1] GET /a" in first and "[r-2] GET /b" in second and "then this" in third

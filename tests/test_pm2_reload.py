@@ -10,10 +10,11 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from knowledge_api.cli import shared_socket, tell_pm2_ready
+from knowledge_api.cli import Draining, shared_socket, tell_pm2_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "pm2_reload_check.py"
@@ -67,3 +68,29 @@ def test_ready_is_sent_on_the_pm2_channel(monkeypatch: pytest.MonkeyPatch) -> No
         os.close(write)
     monkeypatch.delenv("NODE_CHANNEL_FD")
     tell_pm2_ready()  # without PM2: nothing to tell
+
+
+async def test_draining_answers_close_the_connection_and_others_are_the_apps_own() -> None:
+    sent: list[dict[str, object]] = []
+
+    async def app(scope: dict[str, object], receive: object, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"a", b"1")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request"}
+
+    draining = Draining(app)
+    http = {"type": "http"}
+    await draining(http, receive, send)
+    assert sent[0]["headers"] == [(b"a", b"1")] and sent[1]["body"] == b"ok"
+    draining.on = True
+    sent.clear()
+    await draining(http, receive, send)
+    assert sent[0]["headers"] == [(b"a", b"1"), (b"connection", b"close")]
+    sent.clear()
+    await draining({"type": "lifespan"}, receive, send)  # only HTTP answers say it
+    assert sent[0]["headers"] == [(b"a", b"1")]

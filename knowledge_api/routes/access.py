@@ -8,7 +8,6 @@ routes ask `access(request).collection(name)` for every collection they touch.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -102,7 +101,10 @@ async def admit(
     401, 403 or 429 otherwise. The one decision of who may call what, for routes and
     for the hit path (routes/hot.py); routes check their collections themselves."""
     settings: Settings = app.settings
-    caller = await identify(app.service, headers) if settings.auth_required else EVERYONE
+    caller = EVERYONE
+    if settings.auth_required:
+        service = app.service
+        caller = remembered_caller(service, headers) or await identify(service, headers)
     if caller is ANONYMOUS and scope != PUBLIC:
         raise Unauthorized(
             "an API key is required: send it as Authorization: Bearer kapi_... or X-API-Key"
@@ -121,6 +123,16 @@ async def admit(
     return caller
 
 
+def remembered_caller(knowledge: KnowledgeService, headers: Mapping[str, str]) -> Access | None:
+    """The caller, when no lookup is needed (no key, or one found in the last few
+    seconds): most requests, answered without an await. None: ask `identify`."""
+    token = presented_token(headers)
+    if not token:
+        return ANONYMOUS
+    key = knowledge.keys.remembered(token)
+    return None if key is None else access_of(key)
+
+
 async def identify(knowledge: KnowledgeService, headers: Mapping[str, str]) -> Access:
     """The caller of a request that may carry a key (ANONYMOUS without one)."""
     token = presented_token(headers)
@@ -132,10 +144,21 @@ async def identify(knowledge: KnowledgeService, headers: Mapping[str, str]) -> A
     return access_of(key)
 
 
-@functools.lru_cache(maxsize=1024)
+accesses: dict[str, tuple[ApiKey, Access]] = {}
+"""Each key's Access, by its hash (a string: hashed once, where an ApiKey is hashed
+field by field on every lookup)."""
+
+
 def access_of(key: ApiKey) -> Access:
+    found = accesses.get(key.key_hash)
+    if found is not None and (found[0] is key or found[0] == key):
+        return found[1]
+    if len(accesses) >= 1024:
+        accesses.clear()
     collections = None if key.collections is None else frozenset(key.collections)
-    return Access(key.name, frozenset(key.scopes), collections)
+    access = Access(key.name, frozenset(key.scopes), collections)
+    accesses[key.key_hash] = (key, access)
+    return access
 
 
 def presented_token(headers: Mapping[str, str]) -> str:

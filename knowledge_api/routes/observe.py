@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,17 +32,66 @@ from knowledge_api.routes.metrics import METRICS_PATH, Metrics, metrics_token_ok
 from knowledge_api.settings import Settings
 
 HEADER = "X-Request-ID"
-VALID_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+ID_HEADER = b"x-request-id"
+VALID_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 NO_VALUE = "-"
 access_log = logging.getLogger("knowledge_api.access")
+ACCESS = access_log.name
 
 
-@dataclass(slots=True)
 class Exchange:
-    """What the log line of one request says beyond its status."""
+    """One request on its way through the app: its id, what its log line says beyond
+    the route, and the receive and send the app is given in place of the server's
+    (bound methods, so a request costs no closures)."""
 
-    request_id: str
-    cache_hit: bool | None = None
+    __slots__ = (
+        "_receive",
+        "_send",
+        "cache_hit",
+        "disconnected",
+        "finished",
+        "id_header",
+        "request_id",
+        "started",
+        "status",
+    )
+
+    def __init__(self, offered: bytes | None, receive: Receive, send: Send) -> None:
+        self.started = time.perf_counter()
+        if offered is not None and VALID_ID.fullmatch(offered):
+            self.request_id = offered.decode("ascii")
+            self.id_header = (ID_HEADER, offered)
+        else:
+            self.request_id = f"{ID_PREFIX}{next(ID_COUNTER):016x}"
+            self.id_header = (ID_HEADER, self.request_id.encode("ascii"))
+        self.cache_hit: bool | None = None
+        self.status = 500
+        self.finished = False
+        self.disconnected = False
+        """The client left before the end of the response."""
+        self._receive = receive
+        self._send = send
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.disconnect" and not self.finished:
+            self.disconnected = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.status = message["status"]
+            headers = [*message.get("headers", ())]
+            for name, _ in headers:
+                if name.lower() == ID_HEADER:  # the app's own: ours replaces it
+                    headers = [(k, v) for k, v in headers if k.lower() != ID_HEADER]
+                    break
+            headers.append(self.id_header)
+            message["headers"] = headers
+        elif kind == "http.response.body" and not message.get("more_body"):
+            self.finished = True
+        await self._send(message)
 
 
 current: ContextVar[Exchange | None] = ContextVar("knowledge_api_request", default=None)
@@ -59,12 +108,6 @@ def note_cache_hit(hit: bool) -> None:
     exchange = current.get()
     if exchange is not None:
         exchange.cache_hit = hit
-
-
-def accepted_id(offered: str | None) -> str:
-    if offered is not None and VALID_ID.fullmatch(offered):
-        return offered
-    return f"{ID_PREFIX}{next(ID_COUNTER):016x}"
 
 
 ID_PREFIX = os.urandom(8).hex()
@@ -89,91 +132,93 @@ class RequestObserver:
 
     def __init__(self, app: ASGIApp, metrics: Metrics, settings: Settings) -> None:
         self.app = app
-        self.metrics = metrics
+        self.measure = metrics.request
         self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        exchange = Exchange(accepted_id(header(scope, b"x-request-id")))
+        offered = None
+        for name, value in scope["headers"]:
+            if name == ID_HEADER:
+                offered = value
+                break
+        exchange = Exchange(offered, receive, send)
         # Not reset afterwards: the 500 handler runs after this returns, in the same
         # task, and its log line needs the id. Each request is a task of its own.
         current.set(exchange)
-        state = scope.setdefault("state", {})
+        state = scope.get("state")
+        if state is None:
+            state = scope["state"] = {}
         state["request_id"] = exchange.request_id
         if scope["path"] == METRICS_PATH:
             authorization = header(scope, b"authorization")
             state["metrics_token_ok"] = metrics_token_ok(self.settings, authorization)
-        await Exchanging(self, scope, exchange).run(receive, send)
-
-
-class Exchanging:
-    """One request on its way through the app."""
-
-    def __init__(self, observer: RequestObserver, scope: Scope, exchange: Exchange) -> None:
-        self.observer = observer
-        self.scope = scope
-        self.exchange = exchange
-        self.started = time.perf_counter()
-        self.status = 500
-        self.finished = False
-        self.disconnected = False
-        """The client left before the end of the response."""
-
-    async def run(self, receive: Receive, send: Send) -> None:
-        async def receiving() -> Message:
-            message = await receive()
-            if message["type"] == "http.disconnect" and not self.finished:
-                self.disconnected = True
-            return message
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                self.status = message["status"]
-                message["headers"] = with_request_id(message, self.exchange.request_id)
-            elif message["type"] == "http.response.body" and not message.get("more_body"):
-                self.finished = True
-            await send(message)
-
         try:
-            await self.observer.app(self.scope, receiving, sending)
+            await self.app(scope, exchange.receive, exchange.send)
         except ClientDisconnect:
-            self.disconnected = True
+            exchange.disconnected = True
         finally:
-            self.record()
+            self.record(scope, exchange)
 
-    def record(self) -> None:
-        seconds = time.perf_counter() - self.started
-        route = route_template(self.scope)
-        method = self.scope["method"]
-        self.observer.metrics.request(route, method, self.status, seconds)
-        if not access_log.isEnabledFor(logging.INFO):
-            return
-        fields = {
-            "method": method,
-            "route": route,
-            "status": self.status,
-            "ms": round(seconds * 1000, 1),
-            "cache_hit": NO_VALUE if self.exchange.cache_hit is None else self.exchange.cache_hit,
-            "key": str(self.scope.get("state", {}).get("key_name") or NO_VALUE),
-        }
-        if self.disconnected:
-            fields["client"] = "disconnected"
-        if not LINES.wrote(request_line(fields), self.exchange.request_id, fields):
-            access_log.info(request_line(fields), extra={"http": fields})
+    def record(self, scope: Scope, exchange: Exchange) -> None:
+        seconds = time.perf_counter() - exchange.started
+        route = getattr(scope.get("route"), "path", None)
+        if not isinstance(route, str):
+            route = "unmatched"
+        method = scope["method"]
+        self.measure(route, method, exchange.status, seconds)
+        if access_log.isEnabledFor(logging.INFO):
+            LINES.request(
+                exchange.request_id,
+                method,
+                route,
+                exchange.status,
+                seconds * 1000,
+                exchange.cache_hit,
+                str(scope["state"].get("key_name") or NO_VALUE),
+                exchange.disconnected,
+            )
 
 
-def request_line(fields: dict[str, Any]) -> str:
+DISCONNECTED = " client disconnected before the end of the response"
+Waiting = tuple[float, str, str, str, int, float, bool | None, str, bool]
+"""A request line waiting to be written: time, request id, method, route, status, ms
+(not rounded yet), cache hit, key name, whether the client left before the end."""
+
+
+def request_fields(
+    method: str,
+    route: str,
+    status: int,
+    ms: float,
+    cache_hit: bool | None,
+    key: str,
+    disconnected: bool = False,
+) -> dict[str, Any]:
+    """What a request's line says beyond its message (`http` of its record)."""
+    fields: dict[str, Any] = {
+        "method": method,
+        "route": route,
+        "status": status,
+        "ms": ms,
+        "cache_hit": NO_VALUE if cache_hit is None else cache_hit,
+        "key": key,
+    }
+    if disconnected:
+        fields["client"] = "disconnected"
+    return fields
+
+
+def request_message(fields: dict[str, Any]) -> str:
     cache_hit = fields["cache_hit"]
     cache = cache_hit if cache_hit == NO_VALUE else str(cache_hit).lower()
-    line = (
+    message = (
         f"{fields['method']} {fields['route']} {fields['status']} {fields['ms']}ms "
         f"cache_hit={cache} key={fields['key']}"
     )
-    if "client" in fields:
-        line += " client disconnected before the end of the response"
-    return line
+    return message + DISCONNECTED if "client" in fields else message
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -181,18 +226,6 @@ def header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return str(value.decode("latin-1"))
     return None
-
-
-def with_request_id(message: Message, request_id: str) -> list[tuple[bytes, bytes]]:
-    headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
-    return [*headers, (b"x-request-id", request_id.encode())]
-
-
-def route_template(scope: Scope) -> str:
-    """The matched route's path template; `unmatched` for paths no route has."""
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    return path if isinstance(path, str) else "unmatched"
 
 
 # -- logging -------------------------------------------------------------------------
@@ -266,6 +299,87 @@ class JSONFormatter(logging.Formatter):
             line["exception"] = exception
         return orjson.dumps(line, default=str).decode()
 
+    def request_lines(self, waiting: list[Waiting], masks: Iterable[Redactor]) -> list[str]:
+        """`line` of each request waiting, from a template when no text in it needs
+        escaping (request ids, route templates, methods and key names never do)."""
+        lines = []
+        for created, request_id, method, route, status, exact_ms, cache_hit, key, left in waiting:
+            ms = round(exact_ms, 1)
+            parts = Parts.of(method, route, status, cache_hit, key)
+            if left or parts.json_head is None:
+                fields = request_fields(method, route, status, ms, cache_hit, key, left)
+                message = request_message(fields)
+                for redactor in masks:
+                    message = redactor.text(message)
+                lines.append(self.line(created, "INFO", ACCESS, request_id, message, fields))
+                continue
+            ms_text = number(ms)
+            message = f"{parts.head}{ms_text}{parts.tail}"
+            for redactor in masks:
+                message = redactor.text(message)
+            lines.append(
+                f'{{"time":"{UTC_SECONDS.of(created)}.{MILLIS[int(created * 1000) % 1000]}'
+                f'+00:00","level":"info","logger":"{ACCESS}","message":"{message}",'
+                f'"request_id":"{request_id}{parts.json_head}{ms_text}{parts.json_tail}'
+            )
+        return lines
+
+
+MILLIS = [f"{ms:03d}" for ms in range(1000)]
+PLAIN_JSON = re.compile(r"[ !#-\[\]-~]*")
+"""Printable ASCII but `"` and a backslash: the same text as a JSON string."""
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """The text around `ms` that the lines of requests alike share, made once: the
+    message before and after it and, when no text in it needs escaping (request ids,
+    route templates, methods and key names never do), the JSON line's fields."""
+
+    head: str
+    tail: str
+    json_head: str | None
+    json_tail: str
+
+    @classmethod
+    def of(cls, method: str, route: str, status: int, cache_hit: bool | None, key: str) -> Parts:
+        found = KNOWN_PARTS.get((method, route, status, cache_hit, key))
+        if found is None:
+            if len(KNOWN_PARTS) >= 1024:
+                KNOWN_PARTS.clear()
+            found = KNOWN_PARTS[method, route, status, cache_hit, key] = cls.made(
+                method, route, status, cache_hit, key
+            )
+        return found
+
+    @classmethod
+    def made(cls, method: str, route: str, status: int, cache_hit: bool | None, key: str) -> Parts:
+        cache = NO_VALUE if cache_hit is None else "true" if cache_hit else "false"
+        plain = all(PLAIN_JSON.fullmatch(text) for text in (method, route, key))
+        json_head = f'","method":"{method}","route":"{route}","status":{status},"ms":'
+        cache_json = f'"{NO_VALUE}"' if cache_hit is None else cache
+        return cls(
+            head=f"{method} {route} {status} ",
+            tail=f"ms cache_hit={cache} key={key}",
+            json_head=json_head if plain else None,
+            json_tail=f',"cache_hit":{cache_json},"key":"{key}"}}',
+        )
+
+
+KNOWN_PARTS: dict[tuple[str, str, int, bool | None, str], Parts] = {}
+KNOWN_NUMBERS: dict[float, str] = {}
+
+
+def number(ms: float) -> str:
+    """`ms` as text (as JSON writes it too), remembered: a float's repr is slow to make,
+    and durations repeat."""
+    text = KNOWN_NUMBERS.get(ms)
+    if text is None:
+        if len(KNOWN_NUMBERS) >= 4096:
+            KNOWN_NUMBERS.clear()
+        text = KNOWN_NUMBERS[ms] = repr(ms)
+    return text
+
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 
@@ -286,6 +400,19 @@ class TextFormatter(logging.Formatter):
         """What format() makes of a record without an exception (its `fields` aside)."""
         stamp = f"{LOCAL_SECONDS.of(created)},{int(created * 1000) % 1000:03d}"
         return f"{stamp} {level} {name} [{request_id}] {message}"
+
+    def request_lines(self, waiting: list[Waiting], masks: Iterable[Redactor]) -> list[str]:
+        lines = []
+        for created, request_id, method, route, status, exact_ms, cache_hit, key, left in waiting:
+            parts = Parts.of(method, route, status, cache_hit, key)
+            message = f"{parts.head}{number(round(exact_ms, 1))}{parts.tail}"
+            if left:
+                message += DISCONNECTED
+            for redactor in masks:
+                message = redactor.text(message)
+            stamp = f"{LOCAL_SECONDS.of(created)},{MILLIS[int(created * 1000) % 1000]}"
+            lines.append(f"{stamp} INFO {ACCESS} [{request_id}] {message}")
+        return lines
 
 
 class SplitHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -352,58 +479,86 @@ class RequestLines:
     up: the text its formatter would make of the record, without making the record,
     which costs more than the rest of a cache hit. Only while that handler is the one
     a record would reach (no other handler added, as a test's log capture adds, no
-    filter but ours and the secrets' mask); `wrote` says False otherwise, and the
-    line goes through `logging` as any other.
+    filter but ours and the secrets' mask); otherwise the line goes through `logging`
+    as any other.
 
     Lines are written in batches: at most FLUSH_S after the first one waiting, before
-    any other line of that handler, and when the app stops."""
+    any other line of that handler, and when the app stops. A request only leaves its
+    values; they become text when the batch is written, in one loop."""
 
     FLUSH_S = 0.05
     MAX_WAITING = 256
 
     def __init__(self) -> None:
         self.handler: SplitHandler | None = None
-        self.waiting: list[str] = []
+        self.waiting: list[Waiting] = []
         self._checked: tuple[Any, ...] = ()
         self._masks: list[Redactor] | None = None
         """The secrets' masks of the handler, as of `_checked`; None: write through logging."""
+        self._direct: tuple[JSONFormatter | TextFormatter, list[Redactor]] | None = None
+        """The formatter and masks of the last lines taken in: theirs when written."""
 
-    def wrote(self, message: str, request_id: str, fields: dict[str, Any]) -> bool:
+    def request(
+        self,
+        request_id: str,
+        method: str,
+        route: str,
+        status: int,
+        ms: float,
+        cache_hit: bool | None,
+        key: str,
+        disconnected: bool = False,
+    ) -> None:
+        """One request's line, at info: written directly when it can be (made into text
+        only when the lines waiting are written, in one go), else logged. Whether it
+        can be is checked as a batch begins: the lines joining it go the same way.
+        `ms` is written rounded to a tenth, rounded only then."""
+        entry = (time.time(), request_id, method, route, status, ms, cache_hit, key, disconnected)
+        waiting = self.waiting
+        if waiting:
+            waiting.append(entry)
+            if len(waiting) >= self.MAX_WAITING:
+                self.flush()
+            return
         handler = self.handler
-        if handler is None:
-            return False
-        masks = self.masks(handler)
-        if masks is None:
-            return False
-        for redactor in masks:
-            message = redactor.text(message)
-        formatter: JSONFormatter | TextFormatter = handler.formatter  # type: ignore[assignment]
-        line = formatter.line(time.time(), "INFO", access_log.name, request_id, message, fields)
-        self.waiting.append(line)
-        if len(self.waiting) == 1:
-            self.flush_soon()
-        elif len(self.waiting) >= self.MAX_WAITING:
-            self.flush()
-        return True
+        if handler is None or self.masks(handler) is None:
+            ms = round(ms, 1)
+            fields = request_fields(method, route, status, ms, cache_hit, key, disconnected)
+            access_log.info(request_message(fields), extra={"http": fields})
+            return
+        waiting.append(entry)
+        self.flush_soon()
 
     def masks(self, handler: SplitHandler) -> list[Redactor] | None:
-        """Checked again only when what decides it changed (cheap to compare)."""
-        root = logging.getLogger()
+        """Checked again only when what decides it changed: compared in place, as
+        building the state to compare would cost as much as the line."""
+        checked = self._checked
         between = access_log.parent
-        state = (
-            tuple(root.handlers),
-            tuple(handler.filters),
-            handler.formatter,
-            bool(access_log.handlers),
-            bool(between.handlers) if between is not None and between is not root else False,
-            access_log.disabled,
-        )
-        if state != self._checked:
-            self._checked, self._masks = state, self.masks_of(handler, state)
+        if (
+            checked
+            and checked[0] is handler
+            and checked[1] == logging.root.handlers
+            and checked[2] == handler.filters
+            and checked[3] is handler.formatter
+            and not access_log.handlers
+            and not access_log.disabled
+            and (between is None or between is logging.root or not between.handlers)
+        ):
+            return self._masks
+        state = (handler, [*logging.root.handlers], [*handler.filters], handler.formatter)
+        self._checked, self._masks = state, self.masks_of(handler, state)
+        if self._masks is not None:
+            self._direct = (handler.formatter, self._masks)  # type: ignore[assignment]
         return self._masks
 
     def masks_of(self, handler: SplitHandler, state: tuple[Any, ...]) -> list[Redactor] | None:
-        handlers, filters, formatter, *elsewhere = state
+        _, handlers, filters, formatter = state
+        between = access_log.parent
+        elsewhere = (
+            access_log.handlers,
+            access_log.disabled,
+            between is not None and between is not logging.root and between.handlers,
+        )
         if len(handlers) != 2 or handler not in handlers or any(elsewhere):
             return None
         if not isinstance(formatter, JSONFormatter | TextFormatter):
@@ -423,12 +578,14 @@ class RequestLines:
             self.flush()
 
     def flush(self) -> None:
-        handler, waiting = self.handler, self.waiting
-        if not waiting or handler is None:
+        handler, waiting, direct = self.handler, self.waiting, self._direct
+        if not waiting or handler is None or direct is None:
             return
         self.waiting = []
+        formatter, masks = direct
+        lines = formatter.request_lines(waiting, masks)
         with handler.lock or contextlib.nullcontext():
-            handler.stream_now().write("".join(line + handler.terminator for line in waiting))
+            handler.stream_now().write(handler.terminator.join(lines) + handler.terminator)
             handler.flush()
 
 
