@@ -730,8 +730,14 @@ class Settings:
             raise ConfigurationError(f"KNOWLEDGE_SUPPORT_COLLECTION {COLLECTION_RULE}")
 
     def secrets(self) -> list[str]:
-        """Every configured secret value (and the password inside the database URL)."""
-        values = [getattr(self, f.name).get() for f in fields(self) if f.type == "Secret"]
+        """Every configured secret value (and the password inside the database URL). A
+        value left at its documented default (the local Redis address) is no secret:
+        masking it would only cost every response a search for it."""
+        values = [
+            getattr(self, f.name).get()
+            for f in fields(self)
+            if f.type == "Secret" and getattr(self, f.name) != f.default
+        ]
         password = urlsplit(self.database_url.get()).password
         return [value for value in [*values, password or ""] if value]
 

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.redaction import Redactor
-from knowledge_api.settings import Secret
+from knowledge_api.settings import Secret, Settings
 from tests.conftest import corpus
 from tests.kb_host import Host, serve
 from tests.providers import GEMINI_GENERATE, GEMINI_KEY, gemini_error, llm_settings, mocked
@@ -24,6 +24,16 @@ def test_every_value_is_masked_with_as_many_stars() -> None:
     assert redactor.text("key=s3cret-value and s3cret") == "key=************ and ******"
     assert redactor.bytes(b"abc s3cret") == b"abc ******"  # "abc" is too short to be one
     assert not Redactor([""])
+
+
+def test_only_configured_values_are_secrets() -> None:
+    """Defaults are public (the local Redis address), so nothing configured means
+    nothing to mask; a Redis URL with a password is one."""
+    assert Settings.from_env(environ={}, env_file=None).secrets() == []
+    url = "redis://:hunter2-pass@cache.internal:6379/0"
+    configured = Settings.from_env(environ={"KNOWLEDGE_REDIS_URL": url}, env_file=None)
+    assert configured.secrets() == [url]
+    assert not Redactor(Settings.from_env(environ={}, env_file=None).secrets())
 
 
 def test_a_provider_echoing_the_key_does_not_leak_it(
