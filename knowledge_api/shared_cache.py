@@ -166,11 +166,15 @@ class SharedTier(TTLCache[V]):
             return value
         value = await self._fetch_shared(key)
         if value is not None:
-            self.misses -= 1
-            self.hits += 1
-            self.shared_hits += 1
-            self.put(key, value)
+            self._shared_hit(key, value)
         return value
+
+    def _shared_hit(self, key: Hashable, value: V) -> None:
+        """A value found in Redis: a hit (not the miss `get` counted), kept in front."""
+        self.misses -= 1
+        self.hits += 1
+        self.shared_hits += 1
+        self.put(key, value)
 
     async def _fetch_shared(self, key: Hashable) -> V | None:
         keys, now = [self.redis_key(key), self.index_key], time.time() * 1000
@@ -213,10 +217,7 @@ class SharedTier(TTLCache[V]):
             await asyncio.sleep(POLL_SECONDS)
             value = await self._fetch_shared(key)
             if value is not None:
-                self.misses -= 1
-                self.hits += 1
-                self.shared_hits += 1
-                self.put(key, value)
+                self._shared_hit(key, value)
                 return value
             if not await self.link.call(lambda c: c.exists(lock)):
                 return await self._fetch_shared(key)  # kept just before the unlock
