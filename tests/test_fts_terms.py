@@ -1,5 +1,5 @@
-"""Bounded keyword search: terms too common to rank by are left out when a rarer one is
-in the query, judged by their chunk counts in the SQLite store's FTS5 index."""
+"""Bounded keyword search: a query ranks at most MATCHED_CHUNKS chunks' worth of terms,
+rarest first, judged by their chunk counts in the SQLite store's FTS5 index."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def document(name: str, text: str) -> Document:
 
 @pytest.fixture
 async def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SQLiteStore:
-    monkeypatch.setattr(fts_terms, "COMMON_TERM_CHUNKS", 3)
+    monkeypatch.setattr(fts_terms, "MATCHED_CHUNKS", 3)
     sqlite = SQLiteStore(tmp_path / "k.db")
     await sqlite.open()
     await sqlite.check_embedder("test", 4)
@@ -50,6 +50,27 @@ async def test_counts_are_forgotten_when_the_store_changes(store: SQLiteStore) -
     found = await keyword(store, "rollback deployments")  # both common now: rollback is rarer
     assert sorted(found) == ["r0", "r1", "r2", "rare"]
     await store.close()
+
+
+async def test_the_chunk_counts_of_the_terms_kept_add_up_to_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each term alone is under the bound; together they are not, so the commonest
+    go (ties by their place in the query), and in a store no larger than the bound
+    nothing does."""
+    monkeypatch.setattr(fts_terms, "MATCHED_CHUNKS", 3)
+    sqlite = SQLiteStore(tmp_path / "k.db")
+    await sqlite.open()
+    await sqlite.check_embedder("test", 4)
+    texts = {"a": "rollback plan", "b": "plan review", "c": "review notes"}
+    await sqlite.index_documents([document(name, text) for name, text in texts.items()])
+    assert sorted(await keyword(sqlite, "rollback plan review")) == ["a", "b", "c"]  # 3 chunks
+    await sqlite.index_documents([document("d", "notes")])
+    assert sorted(await keyword(sqlite, "rollback plan")) == ["a", "b"]  # 1 + 2 chunks
+    assert sorted(await keyword(sqlite, "rollback plan review")) == ["a", "b"]  # + 2: review goes
+    terms = sqlite._terms.rare_terms(sqlite.file.db(), ["rollback", "review", "plan"], 4)
+    assert terms == ["rollback", "review"]  # plan as common as review, but later
+    await sqlite.close()
 
 
 def test_terms_are_stemmed_as_the_index_stems_them(tmp_path: Path) -> None:

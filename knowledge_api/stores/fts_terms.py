@@ -1,12 +1,14 @@
-"""Which query terms are too common for a bounded keyword search over an FTS5 index.
+"""Which query terms a bounded keyword search over an FTS5 index leaves out.
 
-FTS5 computes BM25 for every chunk a query matches before it keeps the best few, so a
-query with a term found in a quarter of a million chunks scores a quarter of a million
-rows (seconds on two cores) although that term, by its low inverse document frequency,
-hardly moves the ranking. When a query has a rarer term, the terms found in more than
-`COMMON_TERM_CHUNKS` chunks are left out of the match: the work per query is then
-bounded by that number per term, whatever the size of the store. In a store smaller
-than that nothing is ever left out. A query made only of such terms keeps its rarest.
+FTS5 computes BM25 for every chunk a query matches before it keeps the best few (about
+2 µs a chunk: the positions of each term and the chunk's length are read), so a query
+whose terms are found in a quarter of a million chunks scores a quarter of a million
+rows (seconds on two cores) although the commonest terms, by their low inverse document
+frequency, hardly move the ranking. So a query ranks at most `MATCHED_CHUNKS` chunks'
+worth of terms: its terms are taken rarest first while their chunk counts add up to no
+more than that, and the rest (the commonest) are left out of the match; the rarest is
+always kept. The work per query is then bounded whatever the size of the store, and in
+a store of no more chunks than that nothing is ever left out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-COMMON_TERM_CHUNKS = 5000
+MATCHED_CHUNKS = 5000
+"""The chunk counts of the terms a keyword query keeps add up to no more than this."""
 CACHED_TERMS = 100_000
 
 _SCRATCH = """
@@ -37,19 +40,24 @@ class TermFrequencies:
     def forget(self) -> None:
         self._chunks.clear()
 
-    def rare_terms(self, conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
-        """`terms` without those found in more than COMMON_TERM_CHUNKS chunks, or the
-        rarest alone when every one is."""
-        if len(terms) < 2:
+    def rare_terms(self, conn: sqlite3.Connection, terms: Sequence[str], chunks: int) -> list[str]:
+        """`terms` (in their order) without the commonest, so that the chunk counts of
+        those kept add up to no more than MATCHED_CHUNKS; the rarest is always kept.
+        All of them in a store of no more than MATCHED_CHUNKS `chunks`."""
+        if len(terms) < 2 or chunks <= MATCHED_CHUNKS:
             return list(terms)
         stems = self._stems(terms)
         if stems is None:
             return list(terms)
         counts = self._counts(conn, stems)
-        kept = [t for t, s in zip(terms, stems, strict=True) if counts[s] <= COMMON_TERM_CHUNKS]
-        if kept:
-            return kept
-        return [min(zip(terms, stems, strict=True), key=lambda pair: counts[pair[1]])[0]]
+        kept: set[str] = set()
+        total = 0
+        for stem in sorted(dict.fromkeys(stems), key=counts.__getitem__):  # ties: query order
+            total += counts[stem]
+            if kept and total > MATCHED_CHUNKS:
+                break
+            kept.add(stem)
+        return [t for t, s in zip(terms, stems, strict=True) if s in kept]
 
     def _stems(self, terms: Sequence[str]) -> list[str] | None:
         """Each term as the index holds it (SQLite's own Porter stemmer), in order; None

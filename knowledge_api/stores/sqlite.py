@@ -278,7 +278,8 @@ class SQLiteStore(HybridSearch):
     ) -> list[Candidate]:
         self._sync()
         try:
-            match = fts_expression(self._terms.rare_terms(self.file.db(), query_terms(query)))
+            terms = self._terms.rare_terms(self.file.db(), query_terms(query), len(self.vectors))
+            match = fts_expression(terms)
         except sqlite3.Error as e:
             raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
         if not match:

@@ -19,6 +19,12 @@ from knowledge_api.stores.base import Reconnect
 
 T = TypeVar("T")
 
+READER_CACHE_KIB = 131072
+"""Page cache of the reader connection (SQLite's default is 2 MiB): in a large store a
+keyword query reads hundreds of FTS5 index pages, and with the default each of them is
+read again from the operating system by every query. Only pages read take memory, so a
+small store never fills it."""
+
 
 class SQLiteFile:
     def __init__(self, path: Path, backend: str, on_open: Callable[[], None]) -> None:
@@ -41,6 +47,7 @@ class SQLiteFile:
             if str(self.path) != ":memory:":
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = connect(self.path)
+            conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
             migrate(conn)
             self._identity = file_identity(self.path)
         except (sqlite3.Error, OSError) as e:

@@ -178,6 +178,10 @@ class SQLiteVectors:
         exact = stored_cosines(conn, [key for key, _ in shortlist], query)
         return sorted(exact.items(), key=lambda item: -item[1])[:n]
 
+    def __len__(self) -> int:
+        """The chunks the index holds: every chunk of the store, once it follows the file."""
+        return len(self.index) if self.index is not None else 0
+
     def covers(self, collection: str, source_types: Sequence[str] | None) -> bool:
         """Whether every chunk the index holds is in `collection` and of `source_types`."""
         return self.index is not None and self.index.covers(collection, source_types)
@@ -194,7 +198,7 @@ class SQLiteVectors:
     def health(self) -> dict[str, Any]:
         index = self.index
         described: dict[str, Any] = {
-            "vectors_in_memory": len(index) if index else 0,
+            "vectors_in_memory": len(self),
             "vector_index": "none" if index is None else "exact" if index.exact else "quantised",
             "vector_memory_mb": round(index.memory_bytes() / 2**20, 1) if index else 0.0,
         }
