@@ -10,7 +10,7 @@ import pytest
 
 from knowledge_api.models import DEFAULT_COLLECTION, Chunk, Document, SearchFilters
 from knowledge_api.stores import fts_terms
-from knowledge_api.stores.fts_terms import TermFrequencies
+from knowledge_api.stores.fts_terms import Bounded, TermFrequencies
 from knowledge_api.stores.sqlite import SQLiteStore
 
 
@@ -39,8 +39,24 @@ async def keyword(store: SQLiteStore, query: str) -> list[str]:
 
 async def test_a_common_term_is_left_out_beside_a_rarer_one(store: SQLiteStore) -> None:
     assert await keyword(store, "rollback deployments") == ["rare"]
-    assert len(await keyword(store, "deployment")) == 7  # alone, it is still searched
-    assert len(await keyword(store, "indexes deployments")) == 6  # all common: the rarest stays
+    # alone, and in 7 chunks: its 3 newest matches are ranked
+    assert sorted(await keyword(store, "deployment")) == ["d4", "d5", "rare"]
+    # both in more than 3: the rarest stays (6 chunks), and its 3 newest matches are ranked
+    assert sorted(await keyword(store, "indexes deployments")) == ["d3", "d4", "d5"]
+    await store.close()
+
+
+async def test_a_filtered_search_ranks_the_newest_matches_of_the_whole_store(
+    store: SQLiteStore,
+) -> None:
+    """A filter some chunk fails is applied to the newest matches of the store, not to
+    every match: the work stays bounded, and chunks outside the filter take places."""
+    ticket = Document("jira", "ticket", "deployments", "ticket")
+    ticket.chunks = [Chunk("ticket-0", ticket.id, 0, "deployments", embedding=np.ones(4) / 2)]
+    await store.index_documents([ticket])
+    wiki = SearchFilters(source_types=("wiki",))
+    hits = await store.search("deployment", None, 10, wiki, mode="keyword")
+    assert sorted(hit.source_id for hit in hits) == ["d5", "rare"]  # ticket took the third
     await store.close()
 
 
@@ -48,7 +64,7 @@ async def test_counts_are_forgotten_when_the_store_changes(store: SQLiteStore) -
     assert await keyword(store, "rollback deployments") == ["rare"]
     await store.index_documents([document(f"r{i}", "rollback rollback") for i in range(3)])
     found = await keyword(store, "rollback deployments")  # both common now: rollback is rarer
-    assert sorted(found) == ["r0", "r1", "r2", "rare"]
+    assert sorted(found) == ["r0", "r1", "r2"]  # and in 4 chunks: its 3 newest
     await store.close()
 
 
@@ -68,9 +84,23 @@ async def test_the_chunk_counts_of_the_terms_kept_add_up_to_the_bound(
     await sqlite.index_documents([document("d", "notes")])
     assert sorted(await keyword(sqlite, "rollback plan")) == ["a", "b"]  # 1 + 2 chunks
     assert sorted(await keyword(sqlite, "rollback plan review")) == ["a", "b"]  # + 2: review goes
-    terms = sqlite._terms.rare_terms(sqlite.file.db(), ["rollback", "review", "plan"], 4)
-    assert terms == ["rollback", "review"]  # plan as common as review, but later
+    terms = sqlite._terms.bounded(sqlite.file.db(), ["rollback", "review", "plan"], 4)
+    assert terms == Bounded(["rollback", "review"])  # plan as common as review, but later
     await sqlite.close()
+
+
+async def test_counts_outlive_writes_that_move_the_store_by_an_eighth_or_less(
+    store: SQLiteStore,
+) -> None:
+    await store.index_documents([document(f"f{i}", "filler") for i in range(20)])  # 27 chunks
+    assert await keyword(store, "rollback deployments") == ["rare"]  # rollback counted: 1
+    await store.index_documents([document(f"r{i}", "rollback rollback") for i in range(3)])
+    found = await keyword(store, "rollback deployments")  # 30 chunks: the count of 1 stays,
+    assert sorted(found) == ["r0", "r1", "r2", "rare"]  # so every match is ranked
+    await store.index_documents([document(f"g{i}", "filler") for i in range(10)])  # 40
+    found = await keyword(store, "rollback deployments")  # counted again: 4, over 3
+    assert sorted(found) == ["r0", "r1", "r2"]
+    await store.close()
 
 
 def test_terms_are_stemmed_as_the_index_stems_them(tmp_path: Path) -> None:
@@ -128,9 +158,9 @@ async def test_a_chunk_of_another_collection_never_passes_for_one_of_this(
     await mine.index_documents([document("ours", "rollback plan")])
     assert await keyword(mine, "rollback") == ["ours"]
     where, params = "c.collection = ?", [DEFAULT_COLLECTION]
-    assert len(mine._best_then_checked('"rollback"', where, params, 10) or []) == 1
+    assert len(mine._best_then_checked('"rollback"', 0, where, params, 10) or []) == 1
     await theirs.index_documents([scoped("secret", "rollback rollback rollback", "tenant-b")])
-    assert mine._best_then_checked('"rollback"', where, params, 10) is None
+    assert mine._best_then_checked('"rollback"', 0, where, params, 10) is None
     assert await keyword(mine, "rollback") == ["ours"]
     other = SearchFilters(collection="tenant-b")
     assert [

@@ -7,14 +7,17 @@ rows (seconds on two cores) although the commonest terms, by their low inverse d
 frequency, hardly move the ranking. So a query ranks at most `MATCHED_CHUNKS` chunks'
 worth of terms: its terms are taken rarest first while their chunk counts add up to no
 more than that, and the rest (the commonest) are left out of the match; the rarest is
-always kept. The work per query is then bounded whatever the size of the store, and in
-a store of no more chunks than that nothing is ever left out.
+always kept, and when it alone matches more chunks than that (a query of one common
+word), only its newest `MATCHED_CHUNKS` matches are ranked. The work per query is then
+bounded whatever the size of the store, and in a store of no more chunks than that
+nothing is ever left out.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 MATCHED_CHUNKS = 5000
 """The chunk counts of the terms a keyword query keeps add up to no more than this."""
@@ -28,36 +31,65 @@ _VOCABULARY = """CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_terms
     USING fts5vocab (main, chunks_fts, 'row')"""
 
 
+@dataclass(frozen=True, slots=True)
+class Bounded:
+    """The terms a keyword query ranks by, and whether their matches are too many to
+    rank every one (the query's rarest term alone matches more than MATCHED_CHUNKS)."""
+
+    terms: list[str]
+    newest_only: bool = False
+
+    def first_rowid(self, conn: sqlite3.Connection, match: str) -> int:
+        """The rowid from which the query ranks: that of its MATCHED_CHUNKS-th newest
+        match when `newest_only` (found by walking the index backwards, without
+        ranking), 0 otherwise."""
+        if not self.newest_only:
+            return 0
+        row = conn.execute(
+            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC "
+            "LIMIT 1 OFFSET ?",
+            (match, MATCHED_CHUNKS - 1),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+
 class TermFrequencies:
     """Chunk counts of query terms in the store's FTS5 index, remembered until the
-    store's content changes (`forget`)."""
+    store's size moves by more than an eighth (`store_changed`): they only bound the
+    work of a query, so a few writes since they were counted change nothing that
+    matters, while counting a term found in most of a large store again after every
+    write would cost each next query a walk over that term's whole index entry."""
 
     def __init__(self) -> None:
         self._scratch = sqlite3.connect(":memory:", check_same_thread=False)
         self._scratch.executescript(_SCRATCH)
         self._chunks: dict[str, int] = {}
+        self._counted_at = 0
+        """The store's chunks when the counts remembered were taken."""
 
-    def forget(self) -> None:
-        self._chunks.clear()
+    def store_changed(self, chunks: int) -> None:
+        if abs(chunks - self._counted_at) * 8 > self._counted_at:
+            self._chunks.clear()
+            self._counted_at = chunks
 
-    def rare_terms(self, conn: sqlite3.Connection, terms: Sequence[str], chunks: int) -> list[str]:
+    def bounded(self, conn: sqlite3.Connection, terms: Sequence[str], chunks: int) -> Bounded:
         """`terms` (in their order) without the commonest, so that the chunk counts of
-        those kept add up to no more than MATCHED_CHUNKS; the rarest is always kept.
-        All of them in a store of no more than MATCHED_CHUNKS `chunks`."""
-        if len(terms) < 2 or chunks <= MATCHED_CHUNKS:
-            return list(terms)
-        stems = self._stems(terms)
+        those kept add up to no more than MATCHED_CHUNKS; the rarest is always kept,
+        and when it alone matches more, only the newest of its matches are ranked.
+        All of them, every match, in a store of no more than MATCHED_CHUNKS `chunks`."""
+        stems = None if chunks <= MATCHED_CHUNKS else self._stems(terms)
         if stems is None:
-            return list(terms)
+            return Bounded(list(terms))
         counts = self._counts(conn, stems)
         kept: set[str] = set()
         total = 0
         for stem in sorted(dict.fromkeys(stems), key=counts.__getitem__):  # ties: query order
-            total += counts[stem]
-            if kept and total > MATCHED_CHUNKS:
+            if kept and total + counts[stem] > MATCHED_CHUNKS:
                 break
             kept.add(stem)
-        return [t for t, s in zip(terms, stems, strict=True) if s in kept]
+            total += counts[stem]
+        kept_terms = [t for t, s in zip(terms, stems, strict=True) if s in kept]
+        return Bounded(kept_terms, newest_only=total > MATCHED_CHUNKS)
 
     def _stems(self, terms: Sequence[str]) -> list[str] | None:
         """Each term as the index holds it (SQLite's own Porter stemmer), in order; None

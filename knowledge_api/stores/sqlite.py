@@ -98,8 +98,8 @@ class SQLiteStore(HybridSearch):
         version = self.file.db().execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
             self._data_version = version
-            self._terms.forget()
             self.vectors.follow(self.file.db())
+            self._terms.store_changed(len(self.vectors))
             self._reloads += 1
 
     async def generation(self) -> Hashable:
@@ -166,8 +166,8 @@ class SQLiteStore(HybridSearch):
         change log now, so that it is not taken for another process's commit later."""
         conn = self.file.db()
         self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
-        self._terms.forget()
         self.vectors.follow(conn)
+        self._terms.store_changed(len(self.vectors))
 
     def _write_documents(self, docs: Sequence[Document]) -> None:
         """On the writer thread: replace each document under a savepoint of its own in
@@ -277,9 +277,11 @@ class SQLiteStore(HybridSearch):
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         self._sync()
+        conn = self.file.db()
         try:
-            terms = self._terms.rare_terms(self.file.db(), query_terms(query), len(self.vectors))
-            match = fts_expression(terms)
+            bounded = self._terms.bounded(conn, query_terms(query), len(self.vectors))
+            match = fts_expression(bounded.terms)
+            first = bounded.first_rowid(conn, match) if match else 0
         except sqlite3.Error as e:
             raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
         if not match:
@@ -290,29 +292,31 @@ class SQLiteStore(HybridSearch):
             if not filters.metadata and self.vectors.covers(
                 filters.collection, filters.source_types
             ):
-                rows = self._best_then_checked(match, where, params, n)
+                rows = self._best_then_checked(match, first, where, params, n)
             if rows is None:
                 documents = "JOIN documents d ON d.id = c.document_id" if filters.metadata else ""
                 sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
                           JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
-                          WHERE chunks_fts MATCH ? AND {where} ORDER BY rank LIMIT ?"""
-                rows = self.file.db().execute(sql, (match, *params, n)).fetchall()
+                          WHERE chunks_fts MATCH ? AND chunks_fts.rowid >= ? AND {where}
+                          ORDER BY rank LIMIT ?"""
+                rows = conn.execute(sql, (match, first, *params, n)).fetchall()
         except sqlite3.Error as e:
             raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
         return [Candidate(r["key"], -float(r["rank"])) for r in rows]
 
     def _best_then_checked(
-        self, match: str, where: str, params: list[Any], n: int
+        self, match: str, first: int, where: str, params: list[Any], n: int
     ) -> list[sqlite3.Row] | None:
-        """The n best matches of the whole index, then the filters checked on those n
-        rows only: when every chunk the store holds passes the filters, this skips
-        reading each matching chunk's row to filter it. None when a row fails them
-        (written since the index last followed the file): the caller filters first."""
+        """The n best matches of the whole index (from rowid `first`), then the filters
+        checked on those n rows only: when every chunk the store holds passes the
+        filters, this skips reading each matching chunk's row to filter it. None when a
+        row fails them (written since the index last followed the file): the caller
+        filters first."""
         sql = f"""SELECT f.key, f.rank, ({where}) AS allowed FROM (
                       SELECT rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
-                      WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?) f
+                      WHERE chunks_fts MATCH ? AND rowid >= ? ORDER BY rank LIMIT ?) f
                   LEFT JOIN chunks c ON c.rowid = f.key ORDER BY f.rank"""
-        rows = self.file.db().execute(sql, (*params, match, n)).fetchall()
+        rows = self.file.db().execute(sql, (*params, match, first, n)).fetchall()
         return rows if all(r["allowed"] for r in rows) else None
 
     async def similarities(
