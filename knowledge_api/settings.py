@@ -97,6 +97,12 @@ class Settings:
         "Inverted lists a quantised vector search scans (of about sqrt(chunks)); more is "
         "slower and closer to exact.",
     )
+    keyword_matched_chunks: int = setting(
+        "KNOWLEDGE_KEYWORD_MATCHED_CHUNKS",
+        5000,
+        "Chunks a keyword query of the sqlite store ranks at most: its commonest terms are "
+        "left out past it; more is slower on large stores and ranks better by keywords.",
+    )
     embedder: str = setting("KNOWLEDGE_EMBEDDER", "local", "Embedder: local (MiniLM) or fake.")
     embedding_precision: str = setting(
         "KNOWLEDGE_EMBEDDING_PRECISION",
@@ -603,6 +609,7 @@ class Settings:
             "candidates",
             "ann_min_chunks",
             "ann_probes",
+            "keyword_matched_chunks",
             "rerank_top",
             "rerank_timeout",
             "prefetch_per_minute",

@@ -3,8 +3,8 @@
     KNOWLEDGE_DB_PATH=/tmp/msm.db .venv/bin/python scripts/keyword_bound_quality.py \
         ../shared/datasets/msmarco-dev --collection msm
 
-A keyword query ranks at most `MATCHED_CHUNKS` (5,000) chunks' worth of terms (see
-knowledge_api/stores/fts_terms.py), so in a store of 5,000 chunks or fewer nothing
+A keyword query ranks at most KNOWLEDGE_KEYWORD_MATCHED_CHUNKS (5,000) chunks' worth of
+terms (see knowledge_api/stores/fts_terms.py), so in a store of 5,000 chunks or fewer nothing
 changes and every figure of `knowledge-api eval` is the exact one. In a larger store the
 bound is a smaller share of it: 2.5 % at 200,000 chunks, 0.5 % at a million. This script
 puts the same share of the set's own corpus as the bound (the set's terms are then
@@ -21,10 +21,9 @@ from pathlib import Path
 
 from knowledge_api import compose
 from knowledge_api.settings import Settings
-from knowledge_api.stores import fts_terms
+from knowledge_api.stores.fts_terms import MATCHED_CHUNKS
 from knowledge_api.usecases.evaluation import evaluate, load_beir
 
-BOUND = fts_terms.MATCHED_CHUNKS
 SHARES = (1.0, 0.5, 0.2, 0.1, 0.05, 0.025, 0.005)
 """Bound as a share of the corpus: no bound, then the store sizes 10k, 25k, 50k, 100k,
 200k and a million chunks would give."""
@@ -35,23 +34,24 @@ async def main() -> None:
     parser.add_argument("directory", type=Path)
     parser.add_argument("--collection", default="bound")
     args = parser.parse_args()
-    service = compose.build_service(Settings.from_env().replace(reranker="none"))
-    await service.start()
-    try:
-        with load_beir(args.directory).corpus.open() as lines:
-            corpus = sum(1 for _ in lines)
-        print("bound / corpus | as a store of | keyword nDCG@10 | hybrid nDCG@10")
-        for share in SHARES:
-            bounded = share < 1
-            fts_terms.MATCHED_CHUNKS = max(1, int(corpus * share)) if bounded else 10**12
+    with load_beir(args.directory).corpus.open() as lines:
+        corpus = sum(1 for _ in lines)
+    print("bound / corpus | as a store of | keyword nDCG@10 | hybrid nDCG@10")
+    for share in SHARES:
+        bounded = share < 1
+        bound = max(1, int(corpus * share)) if bounded else 10**12
+        settings = Settings.from_env().replace(reranker="none", keyword_matched_chunks=bound)
+        service = compose.build_service(settings)
+        await service.start()
+        try:
             report = await evaluate(
                 service, args.directory, ("keyword", "hybrid"), collection=args.collection
             )
-            size = f"{BOUND / share:,.0f}" if bounded else "-"
-            keyword, hybrid = (report.modes[mode]["ndcg@10"] for mode in ("keyword", "hybrid"))
-            print(f"{share:14.3f} | {size:>13} | {keyword:15.3f} | {hybrid:14.3f}", flush=True)
-    finally:
-        await service.stop()
+        finally:
+            await service.stop()
+        size = f"{MATCHED_CHUNKS / share:,.0f}" if bounded else "-"
+        keyword, hybrid = (report.modes[mode]["ndcg@10"] for mode in ("keyword", "hybrid"))
+        print(f"{share:14.3f} | {size:>13} | {keyword:15.3f} | {hybrid:14.3f}", flush=True)
 
 
 if __name__ == "__main__":

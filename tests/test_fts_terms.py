@@ -1,5 +1,6 @@
-"""Bounded keyword search: a query ranks at most MATCHED_CHUNKS chunks' worth of terms,
-rarest first, judged by their chunk counts in the SQLite store's FTS5 index."""
+"""Bounded keyword search: a query ranks at most KNOWLEDGE_KEYWORD_MATCHED_CHUNKS chunks'
+worth of terms, rarest first, judged by their chunk counts in the SQLite store's FTS5
+index (3 here)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import numpy as np
 import pytest
 
 from knowledge_api.models import DEFAULT_COLLECTION, Chunk, Document, SearchFilters
-from knowledge_api.stores import fts_terms
 from knowledge_api.stores.fts_terms import Bounded, TermFrequencies
 from knowledge_api.stores.sqlite import SQLiteStore
 
@@ -22,9 +22,8 @@ def document(name: str, text: str) -> Document:
 
 
 @pytest.fixture
-async def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SQLiteStore:
-    monkeypatch.setattr(fts_terms, "MATCHED_CHUNKS", 3)
-    sqlite = SQLiteStore(tmp_path / "k.db")
+async def store(tmp_path: Path) -> SQLiteStore:
+    sqlite = SQLiteStore(tmp_path / "k.db", keyword_matched_chunks=3)
     await sqlite.open()
     await sqlite.check_embedder("test", 4)
     docs = [document(f"d{i}", "deployments indexing " * (i + 1)) for i in range(6)]
@@ -69,13 +68,12 @@ async def test_counts_are_forgotten_when_the_store_changes(store: SQLiteStore) -
 
 
 async def test_the_chunk_counts_of_the_terms_kept_add_up_to_the_bound(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """Each term alone is under the bound; together they are not, so the commonest
     go (ties by their place in the query), and in a store no larger than the bound
     nothing does."""
-    monkeypatch.setattr(fts_terms, "MATCHED_CHUNKS", 3)
-    sqlite = SQLiteStore(tmp_path / "k.db")
+    sqlite = SQLiteStore(tmp_path / "k.db", keyword_matched_chunks=3)
     await sqlite.open()
     await sqlite.check_embedder("test", 4)
     texts = {"a": "rollback plan", "b": "plan review", "c": "review notes"}
@@ -85,7 +83,7 @@ async def test_the_chunk_counts_of_the_terms_kept_add_up_to_the_bound(
     assert sorted(await keyword(sqlite, "rollback plan")) == ["a", "b"]  # 1 + 2 chunks
     assert sorted(await keyword(sqlite, "rollback plan review")) == ["a", "b"]  # + 2: review goes
     terms = sqlite._terms.bounded(sqlite.file.db(), ["rollback", "review", "plan"], 4)
-    assert terms == Bounded(["rollback", "review"])  # plan as common as review, but later
+    assert terms == Bounded(["rollback", "review"], newest=0)  # plan as common as review, but later
     await sqlite.close()
 
 
@@ -168,3 +166,13 @@ async def test_a_chunk_of_another_collection_never_passes_for_one_of_this(
     ] == ["secret"]
     for store in (mine, theirs):
         await store.close()
+
+
+def test_the_bound_is_a_setting_of_the_sqlite_store(tmp_path: Path) -> None:
+    from knowledge_api.compose import build_embedder, build_store, embedder_identity
+    from knowledge_api.settings import Settings
+
+    environ = {"KNOWLEDGE_KEYWORD_MATCHED_CHUNKS": "42", "KNOWLEDGE_EMBEDDER": "fake"}
+    settings = Settings.from_env(environ=environ, env_file=None).replace(db_path=tmp_path / "k.db")
+    store = build_store(settings, embedder_identity(build_embedder(settings)))
+    assert isinstance(store, SQLiteStore) and store._terms.matched_chunks == 42

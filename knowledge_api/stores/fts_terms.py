@@ -4,14 +4,13 @@ FTS5 computes BM25 for every chunk a query matches before it keeps the best few 
 2 µs a chunk: the positions of each term and the chunk's length are read), so a query
 whose terms are found in a quarter of a million chunks scores a quarter of a million
 rows (seconds on two cores) although the commonest terms, by their low inverse document
-frequency, hardly move the ranking. So a query ranks at most `MATCHED_CHUNKS` chunks'
-worth of terms: its terms are taken rarest first while their chunk counts add up to no
-more than that, and the rest (the commonest) are left out of the match; the rarest is
-always kept, and when it alone matches more chunks than that (a query of one common
-word), only its newest `MATCHED_CHUNKS` matches are ranked. The work per query is then
-bounded whatever the size of the store, and in a store of no more chunks than that
-nothing is ever left out.
-"""
+frequency, hardly move the ranking. So a query ranks a bounded number of chunks
+(KNOWLEDGE_KEYWORD_MATCHED_CHUNKS, 5,000 by default): its terms are taken rarest first
+while their chunk counts add up to no more than that, and the rest (the commonest) are
+left out of the match; the rarest is always kept, and when it alone matches more chunks
+than that (a query of one common word), only as many of its newest matches are ranked.
+The work per query is then bounded whatever the size of the store, and in a store of no
+more chunks than that nothing is ever left out."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 MATCHED_CHUNKS = 5000
-"""The chunk counts of the terms a keyword query keeps add up to no more than this."""
 CACHED_TERMS = 100_000
 
 _SCRATCH = """
@@ -33,22 +31,21 @@ _VOCABULARY = """CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_terms
 
 @dataclass(frozen=True, slots=True)
 class Bounded:
-    """The terms a keyword query ranks by, and whether their matches are too many to
-    rank every one (the query's rarest term alone matches more than MATCHED_CHUNKS)."""
+    """The terms a keyword query ranks by, and how many of their newest matches it
+    ranks when they are too many to rank every one (0: every one)."""
 
     terms: list[str]
-    newest_only: bool = False
+    newest: int = 0
 
     def first_rowid(self, conn: sqlite3.Connection, match: str) -> int:
-        """The rowid from which the query ranks: that of its MATCHED_CHUNKS-th newest
-        match when `newest_only` (found by walking the index backwards, without
-        ranking), 0 otherwise."""
-        if not self.newest_only:
+        """The rowid from which the query ranks: that of its `newest`-th newest match
+        (found by walking the index backwards, without ranking), or 0."""
+        if not self.newest:
             return 0
         row = conn.execute(
             "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC "
             "LIMIT 1 OFFSET ?",
-            (match, MATCHED_CHUNKS - 1),
+            (match, self.newest - 1),
         ).fetchone()
         return int(row[0]) if row else 0
 
@@ -60,7 +57,8 @@ class TermFrequencies:
     matters, while counting a term found in most of a large store again after every
     write would cost each next query a walk over that term's whole index entry."""
 
-    def __init__(self) -> None:
+    def __init__(self, matched_chunks: int = MATCHED_CHUNKS) -> None:
+        self.matched_chunks = matched_chunks
         self._scratch = sqlite3.connect(":memory:", check_same_thread=False)
         self._scratch.executescript(_SCRATCH)
         self._chunks: dict[str, int] = {}
@@ -74,22 +72,23 @@ class TermFrequencies:
 
     def bounded(self, conn: sqlite3.Connection, terms: Sequence[str], chunks: int) -> Bounded:
         """`terms` (in their order) without the commonest, so that the chunk counts of
-        those kept add up to no more than MATCHED_CHUNKS; the rarest is always kept,
+        those kept add up to no more than `matched_chunks`; the rarest is always kept,
         and when it alone matches more, only the newest of its matches are ranked.
-        All of them, every match, in a store of no more than MATCHED_CHUNKS `chunks`."""
-        stems = None if chunks <= MATCHED_CHUNKS else self._stems(terms)
+        All of them, every match, in a store of no more than that many `chunks`."""
+        limit = self.matched_chunks
+        stems = None if chunks <= limit else self._stems(terms)
         if stems is None:
             return Bounded(list(terms))
         counts = self._counts(conn, stems)
         kept: set[str] = set()
         total = 0
         for stem in sorted(dict.fromkeys(stems), key=counts.__getitem__):  # ties: query order
-            if kept and total + counts[stem] > MATCHED_CHUNKS:
+            if kept and total + counts[stem] > limit:
                 break
             kept.add(stem)
             total += counts[stem]
         kept_terms = [t for t, s in zip(terms, stems, strict=True) if s in kept]
-        return Bounded(kept_terms, newest_only=total > MATCHED_CHUNKS)
+        return Bounded(kept_terms, newest=limit if total > limit else 0)
 
     def _stems(self, terms: Sequence[str]) -> list[str] | None:
         """Each term as the index holds it (SQLite's own Porter stemmer), in order; None

@@ -33,7 +33,7 @@ from knowledge_api.stores.base import (
     cosine_to_similarity,
     embedder_mismatch,
 )
-from knowledge_api.stores.fts_terms import TermFrequencies
+from knowledge_api.stores.fts_terms import MATCHED_CHUNKS, TermFrequencies
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import filter_sql, fts_expression, query_terms
 from knowledge_api.stores.quantized_index import DEFAULT_PROBES
@@ -56,18 +56,19 @@ class SQLiteStore(HybridSearch):
         path: Path | str,
         ann_min_chunks: int = 100_000,
         ann_probes: int = DEFAULT_PROBES,
+        keyword_matched_chunks: int = MATCHED_CHUNKS,
         tuning: SearchTuning = DEFAULT_TUNING,
     ) -> None:
         self.path = Path(path)
         self.tuning = tuning
         self.file = SQLiteFile(self.path, self.name, on_open=self._load_index)
         self.vectors = SQLiteVectors(self.path, ann_min_chunks, ann_probes)
-        self._terms = TermFrequencies()
+        self._terms = TermFrequencies(keyword_matched_chunks)
         self._reloads = 0
         self._data_version = 0
         self._generation: tuple[tuple[int, int], int] = ((-1, -1), 0)
 
-    settings_fields = "db_path ann_min_chunks ann_probes"
+    settings_fields = "db_path ann_min_chunks ann_probes keyword_matched_chunks"
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
