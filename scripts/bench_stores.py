@@ -220,9 +220,12 @@ async def fill(store: Any, corpus: Corpus) -> float:
     done = await store.count() // BATCH * BATCH
     if done == corpus.size:
         return float("nan")
+    async def sets() -> AsyncIterator[list[Document]]:
+        for batch in corpus.batches(done):
+            yield batch
+
     start = time.perf_counter()
-    for batch in corpus.batches(done):
-        await store.index_documents(batch)
+    await store.index_batches(sets(), corpus.size - done)  # each store's bulk path
     return (corpus.size - done) / (time.perf_counter() - start)
 
 
