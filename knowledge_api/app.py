@@ -48,16 +48,18 @@ def create_app(
                 await knowledge.stop()
                 LINES.flush()
 
-    # The request observer comes first: it ids and logs every request, refused ones too.
+    # The request observer ids and logs every request, refused ones too. Only the hit
+    # path goes ahead of it, doing its part for a hit itself (routes/hot.py); secrets are
+    # masked in whatever either of them sends.
     app = Starlette(
         routes=[*ROUTES, mcp_route],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
         middleware=[
-            Middleware(RequestObserver, metrics=metrics, settings=settings),
             Middleware(RedactSecrets, redactor=redactor),
-            *access.cors(settings),
             Middleware(QueryHits, service=knowledge),
+            Middleware(RequestObserver, metrics=metrics, settings=settings),
+            *access.cors(settings),
         ],
     )
     app.state.settings = settings

@@ -56,8 +56,8 @@ class Exchange:
         "status",
     )
 
-    def __init__(self, offered: bytes | None, receive: Receive, send: Send) -> None:
-        self.started = time.perf_counter()
+    def __init__(self, offered: bytes | None, started: float) -> None:
+        self.started = started
         if offered is not None and VALID_ID.fullmatch(offered):
             self.request_id = offered.decode("ascii")
             self.id_header = (ID_HEADER, offered)
@@ -69,6 +69,11 @@ class Exchange:
         self.finished = False
         self.disconnected = False
         """The client left before the end of the response."""
+        self._receive: Receive
+        self._send: Send
+
+    def upstream(self, receive: Receive, send: Send) -> None:
+        """The receive and send that `receive` and `send` stand in for."""
         self._receive = receive
         self._send = send
 
@@ -128,7 +133,9 @@ class RequestObserver:
     """ASGI middleware: the request id, the log line and the duration histogram.
 
     It sits outside routing, so it sees 404s and 405s too, and reads the matched
-    route's template (never the raw path) after the route ran."""
+    route's template (never the raw path) after the route ran. Only the hit path of
+    POST /v1/knowledge/query sits ahead of it, and does its part for a hit itself
+    (`begin` and `record`, routes/hot.py)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, settings: Settings) -> None:
         self.app = app
@@ -144,9 +151,15 @@ class RequestObserver:
             if name == ID_HEADER:
                 offered = value
                 break
-        exchange = Exchange(offered, receive, send)
-        # Not reset afterwards: the 500 handler runs after this returns, in the same
-        # task, and its log line needs the id. Each request is a task of its own.
+        await self.observed(scope, self.begin(scope, offered), receive, send)
+
+    def begin(self, scope: Scope, offered: bytes | None, started: float | None = None) -> Exchange:
+        """The request's exchange: its id, set where error bodies and log lines find it.
+        `offered`: the caller's X-Request-ID; `started`: when the request came in, if
+        already known (routes/hot.py begins a hit's exchange itself)."""
+        exchange = Exchange(offered, time.perf_counter() if started is None else started)
+        # Not reset afterwards: the 500 handler runs after the request's layers returned,
+        # in the same task, and its log line needs the id. Each request is a task of its own.
         current.set(exchange)
         state = scope.get("state")
         if state is None:
@@ -155,6 +168,14 @@ class RequestObserver:
         if scope["path"] == METRICS_PATH:
             authorization = header(scope, b"authorization")
             state["metrics_token_ok"] = metrics_token_ok(self.settings, authorization)
+        return exchange
+
+    async def observed(
+        self, scope: Scope, exchange: Exchange, receive: Receive, send: Send
+    ) -> None:
+        """The app run with `exchange` standing between it and the server; the request
+        recorded once it returned or raised."""
+        exchange.upstream(receive, send)
         try:
             await self.app(scope, exchange.receive, exchange.send)
         except ClientDisconnect:
