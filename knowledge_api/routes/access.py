@@ -151,8 +151,12 @@ field by field on every lookup)."""
 
 def access_of(key: ApiKey) -> Access:
     found = accesses.get(key.key_hash)
-    if found is not None and (found[0] is key or found[0] == key):
-        return found[1]
+    if found is not None:
+        if found[0] is key:
+            return found[1]
+        if found[0] == key:  # the same key, read again from the store: kept from now on,
+            accesses[key.key_hash] = (key, found[1])  # as comparing costs a request more
+            return found[1]
     if len(accesses) >= 1024:
         accesses.clear()
     collections = None if key.collections is None else frozenset(key.collections)

@@ -324,9 +324,12 @@ class JSONFormatter(logging.Formatter):
         """`line` of each request waiting, from a template when no text in it needs
         escaping (request ids, route templates, methods and key names never do)."""
         lines = []
+        known, numbers = KNOWN_PARTS, KNOWN_NUMBERS
         for created, request_id, method, route, status, exact_ms, cache_hit, key, left in waiting:
             ms = round(exact_ms, 1)
-            parts = Parts.of(method, route, status, cache_hit, key)
+            parts = known.get((method, route, status, cache_hit, key)) or Parts.of(
+                method, route, status, cache_hit, key
+            )
             if left or parts.json_head is None:
                 fields = request_fields(method, route, status, ms, cache_hit, key, left)
                 message = request_message(fields)
@@ -334,14 +337,22 @@ class JSONFormatter(logging.Formatter):
                     message = redactor.text(message)
                 lines.append(self.line(created, "INFO", ACCESS, request_id, message, fields))
                 continue
-            ms_text = number(ms)
+            ms_text = numbers.get(ms) or number(ms)
+            stamp = f"{UTC_SECONDS.of(created)}.{MILLIS[int(created * 1000) % 1000]}"
+            if not masks:  # the message's text around `ms` is the line's too, made once
+                lines.append(
+                    f'{{"time":"{stamp}{parts.json_message_head}{ms_text}'
+                    f"{parts.json_message_tail}{request_id}{parts.json_head}{ms_text}"
+                    f"{parts.json_tail}"
+                )
+                continue
             message = f"{parts.head}{ms_text}{parts.tail}"
             for redactor in masks:
                 message = redactor.text(message)
             lines.append(
-                f'{{"time":"{UTC_SECONDS.of(created)}.{MILLIS[int(created * 1000) % 1000]}'
-                f'+00:00","level":"info","logger":"{ACCESS}","message":"{message}",'
-                f'"request_id":"{request_id}{parts.json_head}{ms_text}{parts.json_tail}'
+                f'{{"time":"{stamp}+00:00","level":"info","logger":"{ACCESS}",'
+                f'"message":"{message}","request_id":"{request_id}{parts.json_head}{ms_text}'
+                f"{parts.json_tail}"
             )
         return lines
 
@@ -361,6 +372,10 @@ class Parts:
     tail: str
     json_head: str | None
     json_tail: str
+    json_message_head: str
+    """A JSON line from its time's end to `ms` in its message (when no secret is masked)."""
+    json_message_tail: str
+    """From `ms` in the message to the request id's value."""
 
     @classmethod
     def of(cls, method: str, route: str, status: int, cache_hit: bool | None, key: str) -> Parts:
@@ -379,11 +394,15 @@ class Parts:
         plain = all(PLAIN_JSON.fullmatch(text) for text in (method, route, key))
         json_head = f'","method":"{method}","route":"{route}","status":{status},"ms":'
         cache_json = f'"{NO_VALUE}"' if cache_hit is None else cache
+        head = f"{method} {route} {status} "
+        tail = f"ms cache_hit={cache} key={key}"
         return cls(
-            head=f"{method} {route} {status} ",
-            tail=f"ms cache_hit={cache} key={key}",
+            head=head,
+            tail=tail,
             json_head=json_head if plain else None,
             json_tail=f',"cache_hit":{cache_json},"key":"{key}"}}',
+            json_message_head=f'+00:00","level":"info","logger":"{ACCESS}","message":"{head}',
+            json_message_tail=f'{tail}","request_id":"',
         )
 
 
