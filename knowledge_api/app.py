@@ -30,6 +30,7 @@ def create_app(
     metrics = Metrics(knowledge)
     knowledge.observe(metrics.observer)
 
+    gate = access.Gate(settings, knowledge, access.rate_limiter(settings))
     redactor = Redactor(settings.secrets())
     mcp = mcp_endpoint.McpEndpoint(knowledge, settings)
     # /mcp speaks MCP (JSON-RPC), not the REST contract: it is no ApiRoute, so the
@@ -57,14 +58,14 @@ def create_app(
         lifespan=lifespan,
         middleware=[
             Middleware(RedactSecrets, redactor=redactor),
-            Middleware(QueryHits, service=knowledge),
+            Middleware(QueryHits, gate=gate),
             Middleware(RequestObserver, metrics=metrics, settings=settings),
             *access.cors(settings),
         ],
     )
     app.state.settings = settings
     app.state.service = knowledge
-    app.state.rate_limiter = access.rate_limiter(settings)
+    app.state.gate = gate
     app.state.metrics = metrics
     return app
 

@@ -25,9 +25,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes import ROUTES, query
-from knowledge_api.routes.access import READ, admit
+from knowledge_api.routes.access import READ, Gate, admit
 from knowledge_api.routes.observe import Exchange, RequestObserver
-from knowledge_api.service import KnowledgeService, Served
+from knowledge_api.service import Served
 
 PATH = "/v1/knowledge/query"
 ROUTE = next(route for route in ROUTES if route.path == PATH)
@@ -67,9 +67,10 @@ class QueryHits:
     without ids, lines or metrics. Browsers' requests (an Origin header) go the usual
     way, through the CORS layer beneath."""
 
-    def __init__(self, app: ASGIApp, service: KnowledgeService) -> None:
+    def __init__(self, app: ASGIApp, gate: Gate) -> None:
         self.app = app
-        self.service = service
+        self.gate = gate
+        self.service = gate.service
         self.rendered: OrderedDict[bytes, Rendered] = OrderedDict()
         self.observer = app if isinstance(app, RequestObserver) else None
 
@@ -118,7 +119,7 @@ class QueryHits:
                 return False
             # last, as the rate limit counts an admission: a request that goes the usual
             # way after all must be admitted (and counted) once, there
-            caller = await admit(scope["app"].state, headers, host, READ, rendered.collection)
+            caller = await admit(self.gate, headers, host, READ, rendered.collection)
         except KnowledgeAPIError:
             return False  # the usual way answers with the error
         except BaseException:
