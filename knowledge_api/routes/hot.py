@@ -128,7 +128,6 @@ class QueryHits:
         try:
             self.service.tier1.hit(rendered.key, rendered.value)
             self.rendered.move_to_end(body)
-            scope["state"]["key_name"] = caller.name
             content = rendered.body(started)
             response_headers = [(b"content-length", b"%d" % len(content)), (b"content-type", JSON)]
             if exchange is not None:
@@ -143,7 +142,8 @@ class QueryHits:
                 body, query.client_id(caller.name, host), self.service, rendered.value
             )
         finally:
-            self.record(scope, exchange)
+            if exchange is not None and self.observer is not None:
+                self.observer.recorded(exchange, ROUTE.path, "POST", caller.name)
         return True
 
     def record(self, scope: Scope, exchange: Exchange | None) -> None:

@@ -184,11 +184,17 @@ class RequestObserver:
             self.record(scope, exchange)
 
     def record(self, scope: Scope, exchange: Exchange) -> None:
-        seconds = time.perf_counter() - exchange.started
+        """The request's line and metrics, from what its scope says once answered."""
         route = getattr(scope.get("route"), "path", None)
         if not isinstance(route, str):
             route = "unmatched"
-        method = scope["method"]
+        key = str(scope["state"].get("key_name") or NO_VALUE)
+        self.recorded(exchange, route, scope["method"], key)
+
+    def recorded(self, exchange: Exchange, route: str, method: str, key: str) -> None:
+        """The request's line and metrics: `route` is its route's template, `key` the
+        name of the key it came with (the hit path, which knows them, says them)."""
+        seconds = time.perf_counter() - exchange.started
         self.measure(route, method, exchange.status, seconds)
         if access_log.isEnabledFor(logging.INFO):
             LINES.request(
@@ -198,7 +204,7 @@ class RequestObserver:
                 exchange.status,
                 seconds * 1000,
                 exchange.cache_hit,
-                str(scope["state"].get("key_name") or NO_VALUE),
+                key,
                 exchange.disconnected,
             )
 
