@@ -30,6 +30,7 @@ def create_app(
     metrics = Metrics(knowledge)
     knowledge.observe(metrics.observer)
 
+    gate = access.Gate(settings, knowledge, access.rate_limiter(settings))
     redactor = Redactor(settings.secrets())
     mcp = mcp_endpoint.McpEndpoint(knowledge, settings)
     # /mcp speaks MCP (JSON-RPC), not the REST contract: it is no ApiRoute, so the
@@ -48,21 +49,23 @@ def create_app(
                 await knowledge.stop()
                 LINES.flush()
 
-    # The request observer comes first: it ids and logs every request, refused ones too.
+    # The request observer ids and logs every request, refused ones too. Only the hit
+    # path goes ahead of it, doing its part for a hit itself (routes/hot.py); secrets are
+    # masked in whatever either of them sends.
     app = Starlette(
         routes=[*ROUTES, mcp_route],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
         middleware=[
-            Middleware(RequestObserver, metrics=metrics, settings=settings),
             Middleware(RedactSecrets, redactor=redactor),
+            Middleware(QueryHits, gate=gate),
+            Middleware(RequestObserver, metrics=metrics, settings=settings),
             *access.cors(settings),
-            Middleware(QueryHits, service=knowledge),
         ],
     )
     app.state.settings = settings
     app.state.service = knowledge
-    app.state.rate_limiter = access.rate_limiter(settings)
+    app.state.gate = gate
     app.state.metrics = metrics
     return app
 

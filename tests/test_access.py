@@ -14,7 +14,7 @@ from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.routes import access as access_module
-from knowledge_api.routes.access import RateLimiter, access_of
+from knowledge_api.routes.access import RateLimiter, access_of, accesses
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.keys import ApiKey
 from knowledge_api.usecases import keys
@@ -144,6 +144,9 @@ def test_a_keys_access_is_made_once_and_follows_the_key() -> None:
     key = ApiKey("reader", "a" * 64, ("read",), None)
     assert access_of(key) is access_of(ApiKey("reader", "a" * 64, ("read",), None))
     assert access_of(key).scopes == {"read"} and access_of(key).collections is None
+    again = ApiKey("reader", "a" * 64, ("read",), None)  # read again from the store
+    made = access_of(key)
+    assert access_of(again) is made and accesses["a" * 64][0] is again
     changed = ApiKey("reader", "a" * 64, ("read", "write"), ("docs",))  # the same hash
     assert access_of(changed).scopes == {"read", "write"}
     assert access_of(changed).collections == {"docs"}

@@ -5,7 +5,8 @@ route would admit, and never after the store changed."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,12 @@ from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Document
 from knowledge_api.routes import hot, query
 from knowledge_api.routes.hot import QueryHits
+from knowledge_api.routes.observe import LINES, RequestObserver
 from knowledge_api.service import Served
 from knowledge_api.settings import Settings
 from tests.conftest import corpus, make_settings
 from tests.test_access import bearer, error_of, make_key
+from tests.test_observe import app_logging
 
 QUERY = "/v1/knowledge/query"
 ASK = {"query": "login timeout", "synthesize": False}
@@ -183,3 +186,151 @@ def test_a_remembered_body_gone_stale_is_admitted_once(tmp_path: Path) -> None:
         assert stale.status_code == 200 and stale.json()["metrics"]["cache_hit"] is False
         assert post(client).status_code == 200
         assert error_of(post(client), 429)["type"] == "rate_limited"
+
+
+# -- the hit path does the request observer's part itself ------------------------------
+
+
+def served_by_the_hit_path(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The bodies of the requests the hit path answered itself (the others went on)."""
+    served: list[bytes] = []
+    answered = QueryHits.answered
+
+    async def spied(self: QueryHits, scope: Any, body: bytes, *rest: Any) -> bool:
+        done = await answered(self, scope, body, *rest)
+        if done:
+            served.append(body)
+        return done
+
+    monkeypatch.setattr(QueryHits, "answered", spied)
+    return served
+
+
+@pytest.fixture
+def json_lines(settings: Settings) -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """The lines the app's own logging setup writes, as JSON; read by calling it."""
+    with app_logging(settings.replace(log_format="json")) as (stdout, stderr):
+
+        def read() -> list[dict[str, Any]]:
+            LINES.flush()
+            text = stdout.getvalue() + stderr.getvalue()
+            return [orjson.loads(line) for line in text.splitlines()]
+
+        yield read
+
+
+def access_lines(read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [line for line in read() if line["logger"] == "knowledge_api.access"]
+
+
+def test_a_hit_leaves_the_headers_line_and_metrics_the_route_leaves_for_one(
+    keyed: tuple[Settings, str, str, str],
+    json_lines: Callable[[], list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same tier-1 hit answered twice: by the hit path (a body seen before) and by
+    the route (the same query written differently, never seen)."""
+    settings, reader, _, _ = keyed
+    served = served_by_the_hit_path(monkeypatch)
+    with TestClient(create_app(settings)) as client:
+        post(client, **bearer(reader))  # the miss that fills tier 1
+        fast = post(client, **bearer(reader), **{"X-Request-ID": "trace-fast"})
+        spaced = orjson.dumps({"synthesize": False, "query": "Login   timeout"})
+        usual = post(client, spaced, **bearer(reader), **{"X-Request-ID": "trace-usual"})
+        admin = bearer(make_admin(client))
+        metrics = client.get("/metrics", headers=admin).text
+    assert served == [RAW]
+    assert fast.json()["metrics"]["cache_hit"] is usual.json()["metrics"]["cache_hit"] is True
+    assert sorted(fast.headers) == sorted(usual.headers)
+    assert fast.headers["content-type"] == usual.headers["content-type"]
+    assert fast.headers["x-request-id"] == "trace-fast"
+    assert usual.headers["x-request-id"] == "trace-usual"
+    _, fast_line, usual_line, _ = access_lines(json_lines)
+    assert fast_line["request_id"] == "trace-fast"
+    assert usual_line["request_id"] == "trace-usual"
+    for line in (fast_line, usual_line):
+        assert line.pop("ms") >= 0
+        line.pop("time")
+        line.pop("request_id")
+        line["message"] = re.sub(r" [\d.]+ms ", " _ms ", line["message"])
+    expected = {
+        "level": "info",
+        "logger": "knowledge_api.access",
+        "message": "POST /v1/knowledge/query 200 _ms cache_hit=true key=reader",
+        "method": "POST",
+        "route": QUERY,
+        "status": 200,
+        "cache_hit": True,
+        "key": "reader",
+    }
+    assert fast_line == expected and usual_line == expected
+    labels = 'method="POST",route="/v1/knowledge/query",status="200"'
+    assert f"http_request_duration_seconds_count{{{labels}}} 3.0" in metrics
+
+
+def make_admin(client: TestClient) -> str:
+    settings = client.app.state.settings  # type: ignore[attr-defined]
+    return str(client.portal.call(make_key, settings, "admin", ["admin"]))
+
+
+def test_a_hit_refused_after_its_id_was_made_is_one_request_with_one_id(
+    keyed: tuple[Settings, str, str, str], json_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    settings, reader, _, writer = keyed
+    with TestClient(create_app(settings)) as client:
+        post(client, **bearer(reader))
+        refused = post(client, **bearer(writer))
+    error = error_of(refused, 403)
+    lines = access_lines(json_lines)
+    assert len(lines) == 2
+    assert lines[1]["request_id"] == refused.headers["x-request-id"]
+    assert error["details"]["request_id"] == refused.headers["x-request-id"]
+    assert lines[1]["message"].startswith("POST /v1/knowledge/query 403 ")
+
+
+def test_an_error_on_the_hit_path_is_a_500_with_its_id_and_line(
+    settings: Settings,
+    json_lines: Callable[[], list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = create_app(settings)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        post(client)
+
+        def broken(key: Any, value: Any) -> None:
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(app.state.service.tier1, "hit", broken)
+        response = post(client, **{"X-Request-ID": "trace-500"})
+    assert error_of(response, 500)["details"]["request_id"] == "trace-500"
+    assert response.headers["x-request-id"] == "trace-500"
+    lines = [line for line in json_lines() if line["request_id"] == "trace-500"]
+    assert [line["logger"] for line in lines] == ["knowledge_api.access", "knowledge_api.errors"]
+    assert lines[0]["message"].startswith("POST /v1/knowledge/query 500 ")
+    assert "boom" in lines[1]["exception"]
+
+
+def test_a_browsers_hit_goes_through_the_cors_layer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served = served_by_the_hit_path(monkeypatch)
+    origin = {"Origin": "https://app.example"}
+    with TestClient(create_app(make_settings(tmp_path, cors_origins="*"))) as client:
+        post(client, **origin)
+        hit = post(client, **origin)
+        assert post(client).json()["metrics"]["cache_hit"] is True
+    assert hit.json()["metrics"]["cache_hit"] is True
+    assert hit.headers["access-control-allow-origin"] == "*"
+    assert served == [RAW]  # only the request without an Origin
+
+
+def test_without_the_observer_beneath_hits_carry_no_id(settings: Settings) -> None:
+    """The benchmark's plain app (scripts/bench_overhead.py): the observer taken out."""
+    app = create_app(settings)
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not RequestObserver]
+    with TestClient(app) as client:
+        post(client)
+        hit = post(client)
+        assert hits_of(client).observer is None
+    assert hit.json()["metrics"]["cache_hit"] is True
+    assert "x-request-id" not in hit.headers

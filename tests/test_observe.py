@@ -427,10 +427,12 @@ def test_request_lines_written_directly_read_as_logging_writes_them(
     assert "cache_hit" in direct[1] and "r-2" in direct[2]
 
 
+@pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("formatter", [JSONFormatter(), TextFormatter()])
 def test_request_lines_from_their_parts_read_as_the_formatter_makes_them(
-    formatter: JSONFormatter | TextFormatter,
+    formatter: JSONFormatter | TextFormatter, masked: bool
 ) -> None:
+    """With a secret to mask (found in no line) and without: each way of making them."""
     created = 1_795_000_000.0457
     waiting = [
         (created, "r-1", "POST", "/v1/knowledge/query", 200, 0.3, True, "reader", False),
@@ -440,7 +442,7 @@ def test_request_lines_from_their_parts_read_as_the_formatter_makes_them(
         (created, "r-5", "POST", "/v1/knowledge/query", 200, 3.7, None, "reader", True),
         (created, "r-6", "POST", "/v1/knowledge/query", 200, 2.3456, True, "reader", False),
     ]
-    lines = formatter.request_lines(waiting, [])
+    lines = formatter.request_lines(waiting, [Redactor([SECRET])] if masked else [])
     for line, (_, request_id, method, route, status, ms, cache_hit, key, left) in zip(
         lines, waiting, strict=True
     ):

@@ -13,7 +13,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from starlette.datastructures import State
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -88,22 +87,34 @@ async def authorize(request: Request, scope: str) -> None:
         request.state.key_name = METRICS_SCRAPER
         return
     client = request.client.host if request.client else "-"
-    caller = await admit(request.app.state, request.headers, client, scope)
+    caller = await admit(request.app.state.gate, request.headers, client, scope)
     request.state.access = caller
     request.state.key_name = caller.name
 
 
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """What admission reads of an app, made with it: the hit path (routes/hot.py) holds
+    it, routes read it from the app's state once. (Each attribute of a Starlette State
+    is found only after a failed lookup: three of them cost a hit more than the rest of
+    its admission.)"""
+
+    settings: Settings
+    service: KnowledgeService
+    """Its key store."""
+    limiter: RateLimiter | None
+
+
 async def admit(
-    app: State, headers: Mapping[str, str], client: str, scope: str, collection: str = ""
+    gate: Gate, headers: Mapping[str, str], client: str, scope: str, collection: str = ""
 ) -> Access:
     """The caller of a request with these headers, once it may use a route that needs
     `scope` (and reach `collection`, when named) and the rate limit lets it through;
     401, 403 or 429 otherwise. The one decision of who may call what, for routes and
     for the hit path (routes/hot.py); routes check their collections themselves."""
-    settings: Settings = app.settings
     caller = EVERYONE
-    if settings.auth_required:
-        service = app.service
+    if gate.settings.auth_required:
+        service = gate.service
         caller = remembered_caller(service, headers) or await identify(service, headers)
     if caller is ANONYMOUS and scope != PUBLIC:
         raise Unauthorized(
@@ -117,7 +128,7 @@ async def admit(
         )
     if collection:
         caller.collection(collection)
-    limiter: RateLimiter | None = app.rate_limiter
+    limiter = gate.limiter
     if limiter is not None:
         limiter.take(caller.name if caller is not EVERYONE else f"client {client}")
     return caller
@@ -151,8 +162,12 @@ field by field on every lookup)."""
 
 def access_of(key: ApiKey) -> Access:
     found = accesses.get(key.key_hash)
-    if found is not None and (found[0] is key or found[0] == key):
-        return found[1]
+    if found is not None:
+        if found[0] is key:
+            return found[1]
+        if found[0] == key:  # the same key, read again from the store: kept from now on,
+            accesses[key.key_hash] = (key, found[1])  # as comparing costs a request more
+            return found[1]
     if len(accesses) >= 1024:
         accesses.clear()
     collections = None if key.collections is None else frozenset(key.collections)

@@ -7,8 +7,9 @@ When the same bytes come again and tier 1 still holds that very value (same stor
 generation, entry alive), the rendered bytes are sent with this request's `total_ms`,
 once the caller is admitted by the same decision the routes use (routes/access.py).
 Anything else (another body, a changed store, a caller refused, a body in several
-parts) goes the usual way, which answers exactly as before; so this is only a shortcut,
-never a second source of answers.
+parts, a browser's request) goes the usual way, which answers exactly as before; so
+this is only a shortcut, never a second source of answers. A hit gets the same request
+id, log line and metrics as any request (routes/observe.py).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes import ROUTES, query
-from knowledge_api.routes.access import READ, admit
-from knowledge_api.routes.observe import note_cache_hit
-from knowledge_api.service import KnowledgeService, Served
+from knowledge_api.routes.access import READ, Gate, admit
+from knowledge_api.routes.observe import Exchange, RequestObserver
+from knowledge_api.service import Served
 
 PATH = "/v1/knowledge/query"
 ROUTE = next(route for route in ROUTES if route.path == PATH)
@@ -36,7 +37,7 @@ MAX_BODIES = 10_000
 MAX_BODY_BYTES = 4096
 """Longer bodies are never remembered: a query is at most 1,000 characters."""
 JSON = b"application/json"
-PICKED = frozenset((b"authorization", b"x-api-key", b"content-type"))
+PICKED = frozenset((b"authorization", b"x-api-key", b"content-type", b"origin", b"x-request-id"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +57,22 @@ class Rendered:
 
 
 class QueryHits:
-    """ASGI middleware: repeated queries served from their rendered tier-1 entries."""
+    """ASGI middleware: repeated queries served from their rendered tier-1 entries.
 
-    def __init__(self, app: ASGIApp, service: KnowledgeService) -> None:
+    It sits ahead of the request observer (routes/observe.py) and, when the observer is
+    the layer right beneath it, does the observer's part for a hit itself: the same
+    exchange (id, log line, metrics), without the observer's stand-ins for the
+    server's receive and send, which cost a hit as much as the rest of its
+    bookkeeping. Without an observer beneath (a benchmark's plain app), hits are served
+    without ids, lines or metrics. Browsers' requests (an Origin header) go the usual
+    way, through the CORS layer beneath."""
+
+    def __init__(self, app: ASGIApp, gate: Gate) -> None:
         self.app = app
-        self.service = service
+        self.gate = gate
+        self.service = gate.service
         self.rendered: OrderedDict[bytes, Rendered] = OrderedDict()
+        self.observer = app if isinstance(app, RequestObserver) else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
@@ -71,19 +82,35 @@ class QueryHits:
         first = await receive()
         body: bytes = first.get("body", b"")
         whole = first["type"] == "http.request" and not first.get("more_body")
-        if whole and await self.answered(scope, body, started, send):
-            return
-        status = await self.forward(scope, first, receive, send)
+        rendered = self.rendered.get(body) if whole else None
+        headers = picked(scope) if rendered is not None else {}
+        exchange = None
+        if rendered is not None and servable(headers):
+            observer = self.observer
+            if observer is not None:
+                offered = headers.get("x-request-id")
+                offered_id = None if offered is None else offered.encode("latin-1")
+                exchange = observer.begin(scope, offered_id, started)
+            if await self.answered(scope, body, rendered, headers, started, send, exchange):
+                return
+        status = await self.forward(scope, first, receive, send, exchange)
         if whole and status == 200:
             self.remember(body)
 
-    async def answered(self, scope: Scope, body: bytes, started: float, send: Send) -> bool:
-        rendered = self.rendered.get(body)
-        if rendered is None:
-            return False
-        headers = picked(scope)
-        if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
-            return False
+    async def answered(
+        self,
+        scope: Scope,
+        body: bytes,
+        rendered: Rendered,
+        headers: dict[str, str],
+        started: float,
+        send: Send,
+        exchange: Exchange | None,
+    ) -> bool:
+        """Whether the hit was served: tier 1 still holds the value and the caller is
+        admitted. With an exchange, the hit is recorded as the observer records a
+        request (an error raised here too, as a 500, before it goes on up)."""
+        scope["route"] = ROUTE  # the usual way's router would match it: errors name it too
         client = scope.get("client")
         host = client[0] if client else "-"
         try:
@@ -92,31 +119,48 @@ class QueryHits:
                 return False
             # last, as the rate limit counts an admission: a request that goes the usual
             # way after all must be admitted (and counted) once, there
-            caller = await admit(scope["app"].state, headers, host, READ, rendered.collection)
+            caller = await admit(self.gate, headers, host, READ, rendered.collection)
         except KnowledgeAPIError:
             return False  # the usual way answers with the error
-        self.service.tier1.hit(rendered.key, rendered.value)
-        self.rendered.move_to_end(body)
-        scope["route"] = ROUTE
-        scope.setdefault("state", {})["key_name"] = caller.name
-        note_cache_hit(True)
-        content = rendered.body(started)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-length", b"%d" % len(content)),
-                    (b"content-type", JSON),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": content})
-        query.followed_up(body, query.client_id(caller.name, host), self.service, rendered.value)
+        except BaseException:
+            self.record(scope, exchange)
+            raise
+        try:
+            self.service.tier1.hit(rendered.key, rendered.value)
+            self.rendered.move_to_end(body)
+            content = rendered.body(started)
+            response_headers = [(b"content-length", b"%d" % len(content)), (b"content-type", JSON)]
+            if exchange is not None:
+                exchange.cache_hit = True
+                exchange.status = 200
+                response_headers.append(exchange.id_header)
+            await send({"type": "http.response.start", "status": 200, "headers": response_headers})
+            await send({"type": "http.response.body", "body": content})
+            if exchange is not None:
+                exchange.finished = True
+            query.followed_up(
+                body, query.client_id(caller.name, host), self.service, rendered.value
+            )
+        finally:
+            if exchange is not None and self.observer is not None:
+                self.observer.recorded(exchange, ROUTE.path, "POST", caller.name)
         return True
 
-    async def forward(self, scope: Scope, first: Message, receive: Receive, send: Send) -> int:
-        """The request the usual way, its first message given back; its status."""
+    def record(self, scope: Scope, exchange: Exchange | None) -> None:
+        """A request the hit path began an exchange for, as the observer records one."""
+        if exchange is not None and self.observer is not None:
+            self.observer.record(scope, exchange)
+
+    async def forward(
+        self,
+        scope: Scope,
+        first: Message,
+        receive: Receive,
+        send: Send,
+        exchange: Exchange | None,
+    ) -> int:
+        """The request the usual way, its first message given back; its status. Its
+        exchange, when the hit path began one, goes on to the observer."""
         replayed = False
         status = 0
 
@@ -133,7 +177,10 @@ class QueryHits:
                 status = message["status"]
             await send(message)
 
-        await self.app(scope, receiving, sending)
+        if exchange is not None and self.observer is not None:
+            await self.observer.observed(scope, exchange, receiving, sending)
+        else:
+            await self.app(scope, receiving, sending)
         return status
 
     def remember(self, body: bytes) -> None:
@@ -154,13 +201,21 @@ class QueryHits:
 
 
 def picked(scope: Scope) -> dict[str, str]:
-    """The headers admission and the body's type are decided on, in one pass (the
-    first of repeated ones, as Starlette's Headers.get answers)."""
+    """The headers a hit is decided on (admission, the body's type, a browser's
+    origin) and its request id, in one pass (the first of repeated ones, as
+    Starlette's Headers.get answers)."""
     found: dict[str, str] = {}
     for name, value in scope["headers"]:
         if name in PICKED:
             found.setdefault(name.decode("latin-1"), value.decode("latin-1"))
     return found
+
+
+def servable(headers: dict[str, str]) -> bool:
+    """Whether the hit path may answer: a body declared JSON (else the route's 415), and
+    no browser's Origin (the CORS layer, beneath the hit path, answers those)."""
+    media_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    return media_type == "application/json" and "origin" not in headers
 
 
 def rendered(key: Hashable, value: Any, collection: str) -> Rendered:

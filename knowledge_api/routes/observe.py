@@ -56,8 +56,8 @@ class Exchange:
         "status",
     )
 
-    def __init__(self, offered: bytes | None, receive: Receive, send: Send) -> None:
-        self.started = time.perf_counter()
+    def __init__(self, offered: bytes | None, started: float) -> None:
+        self.started = started
         if offered is not None and VALID_ID.fullmatch(offered):
             self.request_id = offered.decode("ascii")
             self.id_header = (ID_HEADER, offered)
@@ -69,6 +69,11 @@ class Exchange:
         self.finished = False
         self.disconnected = False
         """The client left before the end of the response."""
+        self._receive: Receive
+        self._send: Send
+
+    def upstream(self, receive: Receive, send: Send) -> None:
+        """The receive and send that `receive` and `send` stand in for."""
         self._receive = receive
         self._send = send
 
@@ -128,7 +133,9 @@ class RequestObserver:
     """ASGI middleware: the request id, the log line and the duration histogram.
 
     It sits outside routing, so it sees 404s and 405s too, and reads the matched
-    route's template (never the raw path) after the route ran."""
+    route's template (never the raw path) after the route ran. Only the hit path of
+    POST /v1/knowledge/query sits ahead of it, and does its part for a hit itself
+    (`begin` and `record`, routes/hot.py)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, settings: Settings) -> None:
         self.app = app
@@ -144,9 +151,15 @@ class RequestObserver:
             if name == ID_HEADER:
                 offered = value
                 break
-        exchange = Exchange(offered, receive, send)
-        # Not reset afterwards: the 500 handler runs after this returns, in the same
-        # task, and its log line needs the id. Each request is a task of its own.
+        await self.observed(scope, self.begin(scope, offered), receive, send)
+
+    def begin(self, scope: Scope, offered: bytes | None, started: float | None = None) -> Exchange:
+        """The request's exchange: its id, set where error bodies and log lines find it.
+        `offered`: the caller's X-Request-ID; `started`: when the request came in, if
+        already known (routes/hot.py begins a hit's exchange itself)."""
+        exchange = Exchange(offered, time.perf_counter() if started is None else started)
+        # Not reset afterwards: the 500 handler runs after the request's layers returned,
+        # in the same task, and its log line needs the id. Each request is a task of its own.
         current.set(exchange)
         state = scope.get("state")
         if state is None:
@@ -155,6 +168,14 @@ class RequestObserver:
         if scope["path"] == METRICS_PATH:
             authorization = header(scope, b"authorization")
             state["metrics_token_ok"] = metrics_token_ok(self.settings, authorization)
+        return exchange
+
+    async def observed(
+        self, scope: Scope, exchange: Exchange, receive: Receive, send: Send
+    ) -> None:
+        """The app run with `exchange` standing between it and the server; the request
+        recorded once it returned or raised."""
+        exchange.upstream(receive, send)
         try:
             await self.app(scope, exchange.receive, exchange.send)
         except ClientDisconnect:
@@ -163,11 +184,17 @@ class RequestObserver:
             self.record(scope, exchange)
 
     def record(self, scope: Scope, exchange: Exchange) -> None:
-        seconds = time.perf_counter() - exchange.started
+        """The request's line and metrics, from what its scope says once answered."""
         route = getattr(scope.get("route"), "path", None)
         if not isinstance(route, str):
             route = "unmatched"
-        method = scope["method"]
+        key = str(scope["state"].get("key_name") or NO_VALUE)
+        self.recorded(exchange, route, scope["method"], key)
+
+    def recorded(self, exchange: Exchange, route: str, method: str, key: str) -> None:
+        """The request's line and metrics: `route` is its route's template, `key` the
+        name of the key it came with (the hit path, which knows them, says them)."""
+        seconds = time.perf_counter() - exchange.started
         self.measure(route, method, exchange.status, seconds)
         if access_log.isEnabledFor(logging.INFO):
             LINES.request(
@@ -177,7 +204,7 @@ class RequestObserver:
                 exchange.status,
                 seconds * 1000,
                 exchange.cache_hit,
-                str(scope["state"].get("key_name") or NO_VALUE),
+                key,
                 exchange.disconnected,
             )
 
@@ -303,9 +330,12 @@ class JSONFormatter(logging.Formatter):
         """`line` of each request waiting, from a template when no text in it needs
         escaping (request ids, route templates, methods and key names never do)."""
         lines = []
+        known, numbers = KNOWN_PARTS, KNOWN_NUMBERS
         for created, request_id, method, route, status, exact_ms, cache_hit, key, left in waiting:
             ms = round(exact_ms, 1)
-            parts = Parts.of(method, route, status, cache_hit, key)
+            parts = known.get((method, route, status, cache_hit, key)) or Parts.of(
+                method, route, status, cache_hit, key
+            )
             if left or parts.json_head is None:
                 fields = request_fields(method, route, status, ms, cache_hit, key, left)
                 message = request_message(fields)
@@ -313,14 +343,22 @@ class JSONFormatter(logging.Formatter):
                     message = redactor.text(message)
                 lines.append(self.line(created, "INFO", ACCESS, request_id, message, fields))
                 continue
-            ms_text = number(ms)
+            ms_text = numbers.get(ms) or number(ms)
+            stamp = f"{UTC_SECONDS.of(created)}.{MILLIS[int(created * 1000) % 1000]}"
+            if not masks:  # the message's text around `ms` is the line's too, made once
+                lines.append(
+                    f'{{"time":"{stamp}{parts.json_message_head}{ms_text}'
+                    f"{parts.json_message_tail}{request_id}{parts.json_head}{ms_text}"
+                    f"{parts.json_tail}"
+                )
+                continue
             message = f"{parts.head}{ms_text}{parts.tail}"
             for redactor in masks:
                 message = redactor.text(message)
             lines.append(
-                f'{{"time":"{UTC_SECONDS.of(created)}.{MILLIS[int(created * 1000) % 1000]}'
-                f'+00:00","level":"info","logger":"{ACCESS}","message":"{message}",'
-                f'"request_id":"{request_id}{parts.json_head}{ms_text}{parts.json_tail}'
+                f'{{"time":"{stamp}+00:00","level":"info","logger":"{ACCESS}",'
+                f'"message":"{message}","request_id":"{request_id}{parts.json_head}{ms_text}'
+                f"{parts.json_tail}"
             )
         return lines
 
@@ -340,6 +378,10 @@ class Parts:
     tail: str
     json_head: str | None
     json_tail: str
+    json_message_head: str
+    """A JSON line from its time's end to `ms` in its message (when no secret is masked)."""
+    json_message_tail: str
+    """From `ms` in the message to the request id's value."""
 
     @classmethod
     def of(cls, method: str, route: str, status: int, cache_hit: bool | None, key: str) -> Parts:
@@ -358,11 +400,15 @@ class Parts:
         plain = all(PLAIN_JSON.fullmatch(text) for text in (method, route, key))
         json_head = f'","method":"{method}","route":"{route}","status":{status},"ms":'
         cache_json = f'"{NO_VALUE}"' if cache_hit is None else cache
+        head = f"{method} {route} {status} "
+        tail = f"ms cache_hit={cache} key={key}"
         return cls(
-            head=f"{method} {route} {status} ",
-            tail=f"ms cache_hit={cache} key={key}",
+            head=head,
+            tail=tail,
             json_head=json_head if plain else None,
             json_tail=f',"cache_hit":{cache_json},"key":"{key}"}}',
+            json_message_head=f'+00:00","level":"info","logger":"{ACCESS}","message":"{head}',
+            json_message_tail=f'{tail}","request_id":"',
         )
 
 
