@@ -3,6 +3,7 @@ the search indexes built once after a load that outgrows the table."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilter
 from knowledge_api.settings import Settings
 from knowledge_api.stores.migrate import migrate
 from knowledge_api.stores.postgres import PostgresStore, register_codecs
+from knowledge_api.stores.postgres_load import read_ahead
 from knowledge_api.stores.siam import SiamStore
 from tests.conftest import make_settings, make_store
 from tests.pg import postgres_settings
@@ -205,6 +207,27 @@ async def test_a_migration_loads_in_bulk_and_running_it_again_skips_everything(
     assert await db.fetchval("SELECT 'siam_vectors_embedding'::regclass::oid") == oid
     assert await db.fetchval("SELECT generation FROM knowledge_store_state") == generation
     assert hit[0].chunk.id == documents(600)[77].chunks[1].id
+
+
+async def test_the_next_set_is_read_while_this_one_is_written() -> None:
+    """A source's next set is asked for before the writer is done with the current one,
+    every set arrives once and in order, and a source that fails fails the load."""
+    events: list[str] = []
+
+    async def source(fail_after: int) -> AsyncIterator[int]:
+        for n in range(3):
+            events.append(f"read {n}")
+            yield n
+        if fail_after:
+            raise OSError("source gone")
+
+    async for n in read_ahead(source(0)):
+        await asyncio.sleep(0)  # the writer awaits the database
+        events.append(f"wrote {n}")
+    assert events == ["read 0", "read 1", "wrote 0", "read 2", "wrote 1", "wrote 2"]
+    with pytest.raises(OSError, match="source gone"):
+        async for _ in read_ahead(source(3)):
+            pass
 
 
 async def test_ef_search_is_the_callers_and_ends_with_the_call(db: asyncpg.Connection) -> None:
