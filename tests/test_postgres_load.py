@@ -17,7 +17,6 @@ from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilter
 from knowledge_api.settings import Settings
 from knowledge_api.stores.migrate import migrate
 from knowledge_api.stores.postgres import PostgresStore, register_codecs
-from knowledge_api.stores.postgres_load import read_ahead
 from knowledge_api.stores.siam import SiamStore
 from tests.conftest import make_settings, make_store
 from tests.pg import postgres_settings
@@ -209,25 +208,40 @@ async def test_a_migration_loads_in_bulk_and_running_it_again_skips_everything(
     assert hit[0].chunk.id == documents(600)[77].chunks[1].id
 
 
-async def test_the_next_set_is_read_while_this_one_is_written() -> None:
-    """A source's next set is asked for before the writer is done with the current one,
-    every set arrives once and in order, and a source that fails fails the load."""
-    events: list[str] = []
+async def test_the_next_set_is_read_while_the_database_moves_this_one(
+    settings: Settings, db: asyncpg.Connection
+) -> None:
+    """The move of a set waits here on a lock the test holds; the source, asked for the
+    next set, finds that move running, and only then lets it go. Read after the move, the
+    load would never get past its first set."""
+    seen: list[asyncpg.Record] = []
 
-    async def source(fail_after: int) -> AsyncIterator[int]:
-        for n in range(3):
-            events.append(f"read {n}")
-            yield n
-        if fail_after:
-            raise OSError("source gone")
+    async def source() -> AsyncIterator[Sequence[Document]]:
+        yield documents(6)[:3]
+        for _ in range(100):  # the move was sent; the server may not be at the lock yet
+            seen[:] = await db.fetch(
+                """SELECT wait_event_type FROM pg_stat_activity
+                   WHERE query LIKE '%knowledge_index_staged()%' AND state = 'active'
+                     AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"""
+            )
+            if seen:
+                break
+            await asyncio.sleep(0.05)
+        await lock.commit()
+        yield documents(6)[3:]
 
-    async for n in read_ahead(source(0)):
-        await asyncio.sleep(0)  # the writer awaits the database
-        events.append(f"wrote {n}")
-    assert events == ["read 0", "read 1", "wrote 0", "read 2", "wrote 1", "wrote 2"]
-    with pytest.raises(OSError, match="source gone"):
-        async for _ in read_ahead(source(3)):
-            pass
+    store = await open_store(settings)
+    lock = db.transaction()
+    await lock.start()
+    try:
+        await db.execute("SELECT 1 FROM knowledge_store_state FOR UPDATE")
+        await asyncio.wait_for(store.index_batches(source(), expected=6), timeout=20)
+    finally:
+        if db.is_in_transaction():  # the source was never asked for the next set
+            await db.execute("ROLLBACK")
+        await store.close()
+    assert len(seen) == 1
+    assert await db.fetchval("SELECT count(*) FROM knowledge_documents") == 6
 
 
 async def test_ef_search_is_the_callers_and_ends_with_the_call(db: asyncpg.Connection) -> None:

@@ -8,16 +8,16 @@ in too: both store the same rows. Linking passages one by one into the HNSW grap
 entering their words in the GIN index) is what bounds a large load; when at least
 `rebuild_rows` passages come into a table holding no more, those indexes are dropped
 first and built once at the end, in the same transaction: a load that fails leaves the
-tables and the indexes as they were. The next set is read while the database writes
-this one, so a load from another store takes the longer of the two, not their sum.
+tables and the indexes as they were. The next set is read while the database moves
+this one, so a load from another store waits less on the sum of the two.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from knowledge_api.models import Document
 from knowledge_api.stores.siam import require_embeddings
@@ -72,7 +72,6 @@ class IndexBuild:
 
 
 DEFAULT_BUILD = IndexBuild()
-T = TypeVar("T")
 
 
 async def load(
@@ -83,27 +82,12 @@ async def load(
     rebuilt = []
     if build.rebuilds(expected, await stored_passages(conn, expected, build)):
         rebuilt = await drop_search_indexes(conn, build)
-    written = 0
-    async for batch in read_ahead(batches):
-        written += await write_set(conn, batch)
+    written = await write_sets(conn, batches)
     if rebuilt:
         await conn.execute(f"SET LOCAL maintenance_work_mem = '{build.memory}'")
     for definition in rebuilt:
         await conn.execute(definition, timeout=LOAD_TIMEOUT)
     return written
-
-
-async def read_ahead(items: AsyncIterable[T]) -> AsyncIterator[T]:
-    """The items of `items`, the next one asked for while the caller works on this one:
-    reading a source (a SQLite store, another database) overlaps the database's work."""
-    source = aiter(items)
-    pending = asyncio.ensure_future(anext(source, None))
-    try:
-        while (item := await pending) is not None:
-            pending = asyncio.ensure_future(anext(source, None))
-            yield item
-    finally:
-        pending.cancel()
 
 
 async def drop_search_indexes(conn: Any, build: IndexBuild) -> list[str]:
@@ -133,11 +117,29 @@ async def stored_passages(conn: Any, expected: int, build: IndexBuild) -> int:
     return count
 
 
-async def write_set(conn: Any, documents: Sequence[Document]) -> int:
-    """Stage one set and move it into the tables (the last version of a document wins)."""
+async def write_sets(conn: Any, batches: AsyncIterable[Sequence[Document]]) -> int:
+    """Stage and move every set; the passages written. The next set is read while the
+    database moves this one (its longest statement): a source that reads in Python, such
+    as a SQLite store, then works beside the database instead of in turn with it."""
+    written = 0
+    source = aiter(batches)
+    batch = await anext(source, None)
+    while batch is not None:
+        move = await stage_set(conn, batch)
+        try:
+            batch = await anext(source, None)
+        finally:
+            if move is not None:
+                written += int((await move)["passages"])
+    return written
+
+
+async def stage_set(conn: Any, documents: Sequence[Document]) -> asyncio.Future[Any] | None:
+    """Stage one set (the last version of a document wins) and start its move into the
+    tables: the move's row to come, None for an empty set."""
     unique = list({doc.id: doc for doc in documents}.values())
     if not unique:
-        return 0
+        return None
     for doc in unique:
         require_embeddings(doc)
     await conn.execute("SELECT knowledge_stage_documents()")
@@ -153,8 +155,11 @@ async def write_set(conn: Any, documents: Sequence[Document]) -> int:
         columns=PASSAGE_COLUMNS,
         timeout=LOAD_TIMEOUT,
     )
-    row = await conn.fetchrow("SELECT * FROM knowledge_index_staged()", timeout=LOAD_TIMEOUT)
-    return int(row["passages"])
+    move: asyncio.Future[Any] = asyncio.ensure_future(
+        conn.fetchrow("SELECT * FROM knowledge_index_staged()", timeout=LOAD_TIMEOUT)
+    )
+    await asyncio.sleep(0)  # the move is sent: a source may read a whole set without a pause
+    return move
 
 
 def document_records(documents: Sequence[Document]) -> Iterator[tuple[Any, ...]]:
