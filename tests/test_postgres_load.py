@@ -17,6 +17,7 @@ from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilter
 from knowledge_api.settings import Settings
 from knowledge_api.stores.migrate import migrate
 from knowledge_api.stores.postgres import PostgresStore, register_codecs
+from knowledge_api.stores.postgres_load import IndexBuild, drop_search_indexes
 from knowledge_api.stores.siam import SiamStore
 from tests.conftest import make_settings, make_store
 from tests.pg import postgres_settings
@@ -140,6 +141,25 @@ async def test_the_index_is_rebuilt_with_the_configured_parameters(
     )
     assert "m='8'" in definition and "ef_construction='40'" in definition
     assert hits[0].chunk.id == documents()[3].chunks[0].id
+
+
+async def test_a_rebuilding_load_keeps_only_the_indexes_of_keys_and_of_the_move(
+    db: asyncpg.Connection,
+) -> None:
+    """Every other index of passages and pages costs each row written an insertion and
+    is built again at the end; replacing a document finds its passages by document id."""
+    before = [r["indexname"] for r in await db.fetch(INDEXES)]
+    load = db.transaction()
+    await load.start()
+    try:
+        rebuilt = await drop_search_indexes(db, IndexBuild())
+        kept = [r["indexname"] for r in await db.fetch(INDEXES)]
+    finally:
+        await load.rollback()
+    assert kept == ["siam_vectors_document", "siam_vectors_pkey", "wiki_documents_pkey"]
+    assert sorted(statement.split()[2] for statement in rebuilt) == [
+        name for name in before if name not in kept
+    ]
 
 
 async def test_a_small_write_into_a_large_table_keeps_the_index(

@@ -26,6 +26,8 @@ LOAD_TIMEOUT = 3600.0
 """Seconds a bulk statement (the move of a large set, an index build) may take: the
 pool's per-statement timeout is sized for searches."""
 VECTOR_INDEX = "siam_vectors_embedding"
+MOVE_LOOKUP_INDEX = "siam_vectors_document"
+"""Kept through a load: replacing a document deletes its passages by this index."""
 DOCUMENT_COLUMNS = (
     "id",
     "collection",
@@ -91,18 +93,19 @@ async def load(
 
 
 async def drop_search_indexes(conn: Any, build: IndexBuild) -> list[str]:
-    """Drop the HNSW and GIN indexes of passages and wiki pages, which every row written
-    costs a graph insertion or dozens of entries; the statements that build them again
-    (the passages' HNSW index with the configured parameters, the others as they were)."""
+    """Drop the indexes of passages and wiki pages that every row written costs a graph
+    insertion, dozens of entries or a random btree insertion, and that building once from
+    the full table does faster: all but those of keys and constraints and the one the
+    move finds a document's passages by. The statements that build them again (the
+    passages' HNSW index with the configured parameters, the others as they were)."""
     rows = await conn.fetch(
-        """SELECT i.indexrelid::regclass::text AS name, am.amname AS method,
-                  pg_get_indexdef(i.indexrelid) AS definition
+        """SELECT i.indexrelid::regclass::text AS name, pg_get_indexdef(i.indexrelid) AS definition
            FROM pg_index i
-           JOIN pg_class c ON c.oid = i.indexrelid
-           JOIN pg_am am ON am.oid = c.relam
            WHERE i.indrelid IN ('siam_vectors'::regclass, 'wiki_documents'::regclass)
-             AND am.amname IN ('hnsw', 'gin')
-           ORDER BY 1"""
+             AND NOT i.indisunique
+             AND i.indexrelid <> $1::regclass
+           ORDER BY 1""",
+        MOVE_LOOKUP_INDEX,
     )
     for row in rows:
         await conn.execute(f"DROP INDEX {row['name']}")
