@@ -5,11 +5,12 @@ Each document set is copied (binary COPY, vectors in pgvector's binary form) int
 transaction's staging tables and moved into the tables by `knowledge_index_staged()`,
 the function the JSON way in (`knowledge_index_documents`, the supabase store's) ends
 in too: both store the same rows. Linking passages one by one into the HNSW graph (and
-entering their words in the GIN index) is what bounds a large load; when at least
-`rebuild_rows` passages come into a table holding no more, those indexes are dropped
-first and built once at the end, in the same transaction: a load that fails leaves the
-tables and the indexes as they were. The next set is read while the database moves
-this one, so a load from another store waits less on the sum of the two.
+entering their words in the GIN index, their keys in the secondary btrees) is what
+bounds a large load; when at least `rebuild_rows` passages come into a table holding no
+more, those indexes are dropped first and built once at the end, in the same
+transaction: a load that fails leaves the tables and the indexes as they were. The next
+set is read while the database moves this one, so a load from another store waits less
+on the sum of the two.
 """
 
 from __future__ import annotations
