@@ -3,6 +3,7 @@ the search indexes built once after a load that outgrows the table."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilter
 from knowledge_api.settings import Settings
 from knowledge_api.stores.migrate import migrate
 from knowledge_api.stores.postgres import PostgresStore, register_codecs
+from knowledge_api.stores.postgres_load import IndexBuild, drop_search_indexes
 from knowledge_api.stores.siam import SiamStore
 from tests.conftest import make_settings, make_store
 from tests.pg import postgres_settings
@@ -141,6 +143,25 @@ async def test_the_index_is_rebuilt_with_the_configured_parameters(
     assert hits[0].chunk.id == documents()[3].chunks[0].id
 
 
+async def test_a_rebuilding_load_keeps_only_the_indexes_of_keys_and_of_the_move(
+    db: asyncpg.Connection,
+) -> None:
+    """Every other index of passages and pages costs each row written an insertion and
+    is built again at the end; replacing a document finds its passages by document id."""
+    before = [r["indexname"] for r in await db.fetch(INDEXES)]
+    load = db.transaction()
+    await load.start()
+    try:
+        rebuilt = await drop_search_indexes(db, IndexBuild())
+        kept = [r["indexname"] for r in await db.fetch(INDEXES)]
+    finally:
+        await load.rollback()
+    assert kept == ["siam_vectors_document", "siam_vectors_pkey", "wiki_documents_pkey"]
+    assert sorted(statement.split()[2] for statement in rebuilt) == [
+        name for name in before if name not in kept
+    ]
+
+
 async def test_a_small_write_into_a_large_table_keeps_the_index(
     settings: Settings, db: asyncpg.Connection
 ) -> None:
@@ -205,6 +226,42 @@ async def test_a_migration_loads_in_bulk_and_running_it_again_skips_everything(
     assert await db.fetchval("SELECT 'siam_vectors_embedding'::regclass::oid") == oid
     assert await db.fetchval("SELECT generation FROM knowledge_store_state") == generation
     assert hit[0].chunk.id == documents(600)[77].chunks[1].id
+
+
+async def test_the_next_set_is_read_while_the_database_moves_this_one(
+    settings: Settings, db: asyncpg.Connection
+) -> None:
+    """The move of a set waits here on a lock the test holds; the source, asked for the
+    next set, finds that move running, and only then lets it go. Read after the move, the
+    load would never get past its first set."""
+    seen: list[asyncpg.Record] = []
+
+    async def source() -> AsyncIterator[Sequence[Document]]:
+        yield documents(6)[:3]
+        for _ in range(100):  # the move was sent; the server may not be at the lock yet
+            seen[:] = await db.fetch(
+                """SELECT wait_event_type FROM pg_stat_activity
+                   WHERE query LIKE '%knowledge_index_staged()%' AND state = 'active'
+                     AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"""
+            )
+            if seen:
+                break
+            await asyncio.sleep(0.05)
+        await lock.commit()
+        yield documents(6)[3:]
+
+    store = await open_store(settings)
+    lock = db.transaction()
+    await lock.start()
+    try:
+        await db.execute("SELECT 1 FROM knowledge_store_state FOR UPDATE")
+        await asyncio.wait_for(store.index_batches(source(), expected=6), timeout=20)
+    finally:
+        if db.is_in_transaction():  # the source was never asked for the next set
+            await db.execute("ROLLBACK")
+        await store.close()
+    assert len(seen) == 1
+    assert await db.fetchval("SELECT count(*) FROM knowledge_documents") == 6
 
 
 async def test_ef_search_is_the_callers_and_ends_with_the_call(db: asyncpg.Connection) -> None:

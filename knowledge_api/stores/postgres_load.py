@@ -5,14 +5,17 @@ Each document set is copied (binary COPY, vectors in pgvector's binary form) int
 transaction's staging tables and moved into the tables by `knowledge_index_staged()`,
 the function the JSON way in (`knowledge_index_documents`, the supabase store's) ends
 in too: both store the same rows. Linking passages one by one into the HNSW graph (and
-entering their words in the GIN index) is what bounds a large load; when at least
-`rebuild_rows` passages come into a table holding no more, those indexes are dropped
-first and built once at the end, in the same transaction: a load that fails leaves the
-tables and the indexes as they were.
+entering their words in the GIN index, their keys in the secondary btrees) is what
+bounds a large load; when at least `rebuild_rows` passages come into a table holding no
+more, those indexes are dropped first and built once at the end, in the same
+transaction: a load that fails leaves the tables and the indexes as they were. The next
+set is read while the database moves this one, so a load from another store waits less
+on the sum of the two.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +27,8 @@ LOAD_TIMEOUT = 3600.0
 """Seconds a bulk statement (the move of a large set, an index build) may take: the
 pool's per-statement timeout is sized for searches."""
 VECTOR_INDEX = "siam_vectors_embedding"
+MOVE_LOOKUP_INDEX = "siam_vectors_document"
+"""Kept through a load: replacing a document deletes its passages by this index."""
 DOCUMENT_COLUMNS = (
     "id",
     "collection",
@@ -80,9 +85,7 @@ async def load(
     rebuilt = []
     if build.rebuilds(expected, await stored_passages(conn, expected, build)):
         rebuilt = await drop_search_indexes(conn, build)
-    written = 0
-    async for batch in batches:
-        written += await write_set(conn, batch)
+    written = await write_sets(conn, batches)
     if rebuilt:
         await conn.execute(f"SET LOCAL maintenance_work_mem = '{build.memory}'")
     for definition in rebuilt:
@@ -91,18 +94,19 @@ async def load(
 
 
 async def drop_search_indexes(conn: Any, build: IndexBuild) -> list[str]:
-    """Drop the HNSW and GIN indexes of passages and wiki pages, which every row written
-    costs a graph insertion or dozens of entries; the statements that build them again
-    (the passages' HNSW index with the configured parameters, the others as they were)."""
+    """Drop the indexes of passages and wiki pages that every row written costs a graph
+    insertion, dozens of entries or a random btree insertion, and that building once from
+    the full table does faster: all but those of keys and constraints and the one the
+    move finds a document's passages by. The statements that build them again (the
+    passages' HNSW index with the configured parameters, the others as they were)."""
     rows = await conn.fetch(
-        """SELECT i.indexrelid::regclass::text AS name, am.amname AS method,
-                  pg_get_indexdef(i.indexrelid) AS definition
+        """SELECT i.indexrelid::regclass::text AS name, pg_get_indexdef(i.indexrelid) AS definition
            FROM pg_index i
-           JOIN pg_class c ON c.oid = i.indexrelid
-           JOIN pg_am am ON am.oid = c.relam
            WHERE i.indrelid IN ('siam_vectors'::regclass, 'wiki_documents'::regclass)
-             AND am.amname IN ('hnsw', 'gin')
-           ORDER BY 1"""
+             AND NOT i.indisunique
+             AND i.indexrelid <> $1::regclass
+           ORDER BY 1""",
+        MOVE_LOOKUP_INDEX,
     )
     for row in rows:
         await conn.execute(f"DROP INDEX {row['name']}")
@@ -117,11 +121,29 @@ async def stored_passages(conn: Any, expected: int, build: IndexBuild) -> int:
     return count
 
 
-async def write_set(conn: Any, documents: Sequence[Document]) -> int:
-    """Stage one set and move it into the tables (the last version of a document wins)."""
+async def write_sets(conn: Any, batches: AsyncIterable[Sequence[Document]]) -> int:
+    """Stage and move every set; the passages written. The next set is read while the
+    database moves this one (its longest statement): a source that reads in Python, such
+    as a SQLite store, then works beside the database instead of in turn with it."""
+    written = 0
+    source = aiter(batches)
+    batch = await anext(source, None)
+    while batch is not None:
+        move = await stage_set(conn, batch)
+        try:
+            batch = await anext(source, None)
+        finally:
+            if move is not None:
+                written += int((await move)["passages"])
+    return written
+
+
+async def stage_set(conn: Any, documents: Sequence[Document]) -> asyncio.Future[Any] | None:
+    """Stage one set (the last version of a document wins) and start its move into the
+    tables: the move's row to come, None for an empty set."""
     unique = list({doc.id: doc for doc in documents}.values())
     if not unique:
-        return 0
+        return None
     for doc in unique:
         require_embeddings(doc)
     await conn.execute("SELECT knowledge_stage_documents()")
@@ -137,8 +159,11 @@ async def write_set(conn: Any, documents: Sequence[Document]) -> int:
         columns=PASSAGE_COLUMNS,
         timeout=LOAD_TIMEOUT,
     )
-    row = await conn.fetchrow("SELECT * FROM knowledge_index_staged()", timeout=LOAD_TIMEOUT)
-    return int(row["passages"])
+    move: asyncio.Future[Any] = asyncio.ensure_future(
+        conn.fetchrow("SELECT * FROM knowledge_index_staged()", timeout=LOAD_TIMEOUT)
+    )
+    await asyncio.sleep(0)  # the move is sent: a source may read a whole set without a pause
+    return move
 
 
 def document_records(documents: Sequence[Document]) -> Iterator[tuple[Any, ...]]:
