@@ -314,7 +314,10 @@ class ReadyServer(uvicorn.Server):
 
     def take_queued(self, listeners: list[socket.socket]) -> list[socket.socket]:
         """The connections waiting in the listeners' accept queues, accepted at once (no
-        await until the listeners are closed, so none can join the queue meanwhile)."""
+        await until the listeners are closed, so the loop serves none of them meanwhile).
+        The kernel can still queue one in the microseconds between the last accept and
+        the close, and resets it on close, unless `net.ipv4.tcp_migrate_req` is 1: then
+        it hands it to another listener of the port (operations.md, "PM2")."""
         loop = asyncio.get_running_loop()
         taken = []
         for listener in listeners:

@@ -40,7 +40,9 @@ def test_a_reload_refuses_no_connection_and_answers_no_5xx() -> None:
         output, _ = check.communicate(timeout=20)
         pytest.fail(f"the reload check took over 50 s:\n{output}")
     assert check.returncode == 0, output
-    assert " 0 refused, 0 other connection errors, 0 5xx " in output
+    assert " 0 refused, " in output and ", 0 other connection errors, 0 5xx " in output
+    # a reset only where the kernel does not migrate a closing listener's queue, and
+    # at most one per listener closed (the script's exit status says so)
 
 
 def test_replicas_bind_one_port_and_listen_only_when_started() -> None:
