@@ -4,7 +4,9 @@ index (3 here)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -156,9 +158,11 @@ async def test_a_chunk_of_another_collection_never_passes_for_one_of_this(
     await mine.index_documents([document("ours", "rollback plan")])
     assert await keyword(mine, "rollback") == ["ours"]
     where, params = "c.collection = ?", [DEFAULT_COLLECTION]
-    assert len(mine._best_then_checked('"rollback"', 0, where, params, 10) or []) == 1
+    assert (
+        len(mine._best_then_checked(mine.file.db(), '"rollback"', 0, where, params, 10) or []) == 1
+    )
     await theirs.index_documents([scoped("secret", "rollback rollback rollback", "tenant-b")])
-    assert mine._best_then_checked('"rollback"', 0, where, params, 10) is None
+    assert mine._best_then_checked(mine.file.db(), '"rollback"', 0, where, params, 10) is None
     assert await keyword(mine, "rollback") == ["ours"]
     other = SearchFilters(collection="tenant-b")
     assert [
@@ -176,3 +180,41 @@ def test_the_bound_is_a_setting_of_the_sqlite_store(tmp_path: Path) -> None:
     settings = Settings.from_env(environ=environ, env_file=None).replace(db_path=tmp_path / "k.db")
     store = build_store(settings, embedder_identity(build_embedder(settings)))
     assert isinstance(store, SQLiteStore) and store._terms.matched_chunks == 42
+
+
+async def test_the_vector_search_runs_while_the_keyword_query_is_on_its_thread(
+    tmp_path: Path,
+) -> None:
+    """A hybrid query's keyword query runs on the reader thread with its own connection,
+    so its vector search runs meanwhile: here the keyword query waits for the vector
+    search to have run, which would wait until it gave up (5 s) if they ran one after
+    the other."""
+    thread, beside = await keyword_query_beside_vector_search(tmp_path / "k.db")
+    assert thread.startswith("sqlite-reader") and beside
+
+
+async def keyword_query_beside_vector_search(path: Path) -> tuple[str, bool]:
+    """The thread a hybrid search ran its keyword query on, and whether its vector
+    search had run by the time the keyword query started (waiting up to 5 s for it)."""
+    sqlite = SQLiteStore(path)
+    await sqlite.open()
+    await sqlite.check_embedder("test", 4)
+    await sqlite.index_documents([document(f"d{i}", f"rollback plan {i}") for i in range(3)])
+    searched = threading.Event()
+    ran: list[tuple[str, bool]] = []
+    keyword_query, vector_search = sqlite._keyword, sqlite.vector_candidates
+
+    def held(*args: Any) -> Any:
+        ran.append((threading.current_thread().name, searched.wait(5)))
+        return keyword_query(*args)
+
+    async def vector(*args: Any) -> Any:
+        searched.set()
+        return await vector_search(*args)
+
+    sqlite._keyword = held  # type: ignore[method-assign]
+    sqlite.vector_candidates = vector  # type: ignore[method-assign]
+    hits = await sqlite.search("rollback", np.ones(4, dtype=np.float32) / 2, 3, SearchFilters())
+    assert len(hits) == 3
+    await sqlite.close()
+    return ran[0]

@@ -112,7 +112,8 @@ class HybridSearch(FromSettings):
     tuning: SearchTuning = DEFAULT_TUNING
     concurrent_candidates = False
     """Whether both candidate lists may be asked for at once (a database server that
-    runs the two queries side by side); otherwise one after the other."""
+    runs the two queries side by side, or a query sent off to a thread); otherwise one
+    after the other."""
 
     @classmethod
     def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
@@ -151,9 +152,11 @@ class HybridSearch(FromSettings):
         by_vector: list[Candidate] = []
         by_keyword: list[Candidate] = []
         if vector is not None and mode == "hybrid" and self.concurrent_candidates:
-            by_vector, by_keyword = await asyncio.gather(
-                self.vector_candidates(vector, n, filters),
+            # keyword first: a store whose vector search holds the event loop (sqlite's
+            # runs in process) has sent its keyword query off to its thread by then
+            by_keyword, by_vector = await asyncio.gather(
                 self.keyword_candidates(query, n, filters),
+                self.vector_candidates(vector, n, filters),
             )
         else:
             if vector is not None and mode != "keyword":

@@ -50,6 +50,7 @@ _HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.
 
 class SQLiteStore(HybridSearch):
     name = "sqlite"
+    concurrent_candidates = True  # the keyword query runs on the reader thread
 
     def __init__(
         self,
@@ -278,35 +279,47 @@ class SQLiteStore(HybridSearch):
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         self._sync()
-        conn = self.file.db()
+        terms, chunks = query_terms(query), len(self.vectors)
+        unfiltered = not filters.metadata and self.vectors.covers(
+            filters.collection, filters.source_types
+        )
         try:
-            bounded = self._terms.bounded(conn, query_terms(query), len(self.vectors))
-            match = fts_expression(bounded.terms)
-            first = bounded.first_rowid(conn, match) if match else 0
+            return await self.file.read_aside(
+                lambda conn: self._keyword(conn, terms, chunks, unfiltered, n, filters)
+            )
         except sqlite3.Error as e:
             raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
+
+    def _keyword(
+        self,
+        conn: sqlite3.Connection,
+        terms: list[str],
+        chunks: int,
+        unfiltered: bool,
+        n: int,
+        filters: SearchFilters,
+    ) -> list[Candidate]:
+        """The keyword query on the reader thread (see `SQLiteFile.read_aside`):
+        `unfiltered` says every chunk the store holds passes `filters`."""
+        bounded = self._terms.bounded(conn, terms, chunks)
+        match = fts_expression(bounded.terms)
         if not match:
             return []
+        first = bounded.first_rowid(conn, match)
         where, params = filter_sql(filters)
-        try:
-            rows = None
-            if not filters.metadata and self.vectors.covers(
-                filters.collection, filters.source_types
-            ):
-                rows = self._best_then_checked(match, first, where, params, n)
-            if rows is None:
-                documents = "JOIN documents d ON d.id = c.document_id" if filters.metadata else ""
-                sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
-                          JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
-                          WHERE chunks_fts MATCH ? AND chunks_fts.rowid >= ? AND {where}
-                          ORDER BY rank LIMIT ?"""
-                rows = conn.execute(sql, (match, first, *params, n)).fetchall()
-        except sqlite3.Error as e:
-            raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
+        rows = self._best_then_checked(conn, match, first, where, params, n) if unfiltered else None
+        if rows is None:
+            documents = "JOIN documents d ON d.id = c.document_id" if filters.metadata else ""
+            sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
+                      JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
+                      WHERE chunks_fts MATCH ? AND chunks_fts.rowid >= ? AND {where}
+                      ORDER BY rank LIMIT ?"""
+            rows = conn.execute(sql, (match, first, *params, n)).fetchall()
         return [Candidate(r["key"], -float(r["rank"])) for r in rows]
 
+    @staticmethod
     def _best_then_checked(
-        self, match: str, first: int, where: str, params: list[Any], n: int
+        conn: sqlite3.Connection, match: str, first: int, where: str, params: list[Any], n: int
     ) -> list[sqlite3.Row] | None:
         """The n best matches of the whole index (from rowid `first`), then the filters
         checked on those n rows only: when every chunk the store holds passes the
@@ -317,7 +330,7 @@ class SQLiteStore(HybridSearch):
                       SELECT rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
                       WHERE chunks_fts MATCH ? AND rowid >= ? ORDER BY rank LIMIT ?) f
                   LEFT JOIN chunks c ON c.rowid = f.key ORDER BY f.rank"""
-        rows = self.file.db().execute(sql, (*params, match, first, n)).fetchall()
+        rows = conn.execute(sql, (*params, match, first, n)).fetchall()
         return rows if all(r["allowed"] for r in rows) else None
 
     async def similarities(

@@ -1,6 +1,6 @@
 """One SQLite database file as the SQLite store uses it: a reader connection on the
-event loop, a writer thread with a connection of its own, the numbered migrations, and
-a check that the file is still the one that was opened."""
+event loop, a reader thread and a writer thread with a connection each, the numbered
+migrations, and a check that the file is still the one that was opened."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ class SQLiteFile:
         self._conn: sqlite3.Connection | None = None
         self._writer_conn: sqlite3.Connection | None = None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._aside_conn: sqlite3.Connection | None = None
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="sqlite-reader")
         self._identity: tuple[int, int] | None = None
 
     def open(self) -> sqlite3.Connection:
@@ -46,13 +48,14 @@ class SQLiteFile:
         try:
             if str(self.path) != ":memory:":
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = connect(self.path)
-            conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
+            conn = reader(self.path)
             migrate(conn)
             self._identity = file_identity(self.path)
+            aside = reader(self.path)  # with the first: both read the one file opened
         except (sqlite3.Error, OSError) as e:
             raise self.connection.failed(f"cannot open {self.path}: {e}") from e
         self._conn = conn
+        self._aside_conn = aside
         self.connection.succeeded()
         self.on_open()
         return conn
@@ -60,6 +63,9 @@ class SQLiteFile:
     async def close(self) -> None:
         if self._writer_conn is not None:
             await self.write(self._close_writer)
+        if self._aside_conn is not None:
+            await self.read_aside(sqlite3.Connection.close)
+            self._aside_conn = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -79,6 +85,16 @@ class SQLiteFile:
             return self._conn
         self.connection.check()
         return self.open()
+
+    async def read_aside(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a read on the reader thread's own connection, so that the event loop goes
+        on meanwhile (a vector search beside a keyword query, other requests beside
+        either)."""
+        self.db()  # (re)opens both
+        assert self._aside_conn is not None
+        return await asyncio.get_running_loop().run_in_executor(
+            self._reader, work, self._aside_conn
+        )
 
     def _writer_db(self) -> sqlite3.Connection:
         """The writer thread's own connection: a write waiting for a lock held by another
@@ -134,6 +150,12 @@ def connect(path: Path) -> sqlite3.Connection:
         "busy_timeout=5000",
     ):
         conn.execute(f"PRAGMA {pragma}")
+    return conn
+
+
+def reader(path: Path) -> sqlite3.Connection:
+    conn = connect(path)
+    conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
     return conn
 
 
