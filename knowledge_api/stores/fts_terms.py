@@ -52,10 +52,11 @@ class Bounded:
 
 class TermFrequencies:
     """Chunk counts of query terms in the store's FTS5 index, remembered until the
-    store's size moves by more than an eighth (`store_changed`): they only bound the
-    work of a query, so a few writes since they were counted change nothing that
-    matters, while counting a term found in most of a large store again after every
-    write would cost each next query a walk over that term's whole index entry."""
+    store's size moves by more than an eighth: they only bound the work of a query, so
+    a few writes since they were counted change nothing that matters, while counting a
+    term found in most of a large store again after every write would cost each next
+    query a walk over that term's whole index entry. Used by one thread at a time (the
+    store's reader thread)."""
 
     def __init__(self, matched_chunks: int = MATCHED_CHUNKS) -> None:
         self.matched_chunks = matched_chunks
@@ -65,7 +66,8 @@ class TermFrequencies:
         self._counted_at = 0
         """The store's chunks when the counts remembered were taken."""
 
-    def store_changed(self, chunks: int) -> None:
+    def _store_is(self, chunks: int) -> None:
+        """Forget the counts once the store's size moved by more than an eighth."""
         if abs(chunks - self._counted_at) * 8 > self._counted_at:
             self._chunks.clear()
             self._counted_at = chunks
@@ -75,6 +77,7 @@ class TermFrequencies:
         those kept add up to no more than `matched_chunks`; the rarest is always kept,
         and when it alone matches more, only the newest of its matches are ranked.
         All of them, every match, in a store of no more than that many `chunks`."""
+        self._store_is(chunks)
         limit = self.matched_chunks
         stems = None if chunks <= limit else self._stems(terms)
         if stems is None:

@@ -101,7 +101,6 @@ class SQLiteStore(HybridSearch):
         if version != self._data_version:
             self._data_version = version
             self.vectors.follow(self.file.db())
-            self._terms.store_changed(len(self.vectors))
             self._reloads += 1
 
     async def generation(self) -> Hashable:
@@ -169,7 +168,6 @@ class SQLiteStore(HybridSearch):
         conn = self.file.db()
         self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
         self.vectors.follow(conn)
-        self._terms.store_changed(len(self.vectors))
 
     def _write_documents(self, docs: Sequence[Document]) -> None:
         """On the writer thread: replace each document under a savepoint of its own in
