@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from pytest import approx
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import Candidate
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning, feedback_vector
 from knowledge_api.stores.sqlite import SQLiteStore
 from tests.conftest import make_store
@@ -134,3 +136,19 @@ def test_negative_feedback_settings_are_refused() -> None:
 def test_fusion_settings_are_checked(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Settings.from_env(environ={name: value}, env_file=None)
+
+
+async def test_a_feedback_hit_deleted_before_its_similarity_is_read_is_left_out(
+    store: SQLiteStore,
+) -> None:
+    """A row the feedback search found and another process deleted right after has no
+    similarity to give: the search leaves it out instead of failing."""
+    found = store.feedback_candidates
+
+    async def with_a_deleted_row(*args: Any) -> list[Candidate]:
+        return [Candidate(10_000, 1.0), *await found(*args)]
+
+    store.feedback_candidates = with_a_deleted_row  # type: ignore[method-assign]
+    store.tuning = replace(DEFAULT_TUNING, feedback_docs=1)
+    hits = await store.search("alpha", np.array([1.0, 0.0], dtype=np.float32), 5, SearchFilters())
+    assert sorted(h.source_id for h in hits) == ["a", "b", "c"]

@@ -4,11 +4,13 @@ persistence beside the file, and catching up with other processes' writes."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from knowledge_api.models import Chunk, Document, SearchFilters
+from knowledge_api.stores import sqlite_vectors
 from knowledge_api.stores.quantized_index import QuantizedIndex
 from knowledge_api.stores.sqlite import SQLiteStore
 
@@ -200,4 +202,35 @@ async def test_small_stores_keep_the_exact_index(tmp_path: Path) -> None:
     store = await opened(tmp_path / "k.db")
     assert (await store.health_check())["vector_index"] == "exact"
     assert not (tmp_path / "k.db.vectors.faiss").exists()
+    await store.close()
+
+
+async def test_the_feedback_search_ranks_by_the_index_own_scores(
+    tmp_path: Path, vectors: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The feedback ranking counts by rank alone: on the quantised index its shortlist
+    is not read back from the file to be rescored, and it still finds the rows the
+    exact rescoring finds; the hits of a hybrid search keep their exact cosines."""
+    await filled(tmp_path / "k.db", vectors)
+    store = await opened(tmp_path / "k.db")
+    reads: list[int] = []
+    stored_cosines = sqlite_vectors.stored_cosines
+
+    def counted(*args: Any) -> Any:
+        reads.append(1)
+        return stored_cosines(*args)
+
+    monkeypatch.setattr(sqlite_vectors, "stored_cosines", counted)
+    for query in near(vectors, 5):
+        by_index = await store.feedback_candidates(query, 10, SearchFilters())
+        assert reads == []
+        rescored = await store.vector_candidates(query, 10, SearchFilters())
+        assert reads == [1]
+        reads.clear()
+        assert len({c.key for c in by_index} & {c.key for c in rescored}) >= 9
+    query = near(vectors, 1)[0]
+    hits = await store.search("text", query, 3, SearchFilters())
+    for hit in hits:
+        exact = float(vectors[int(hit.source_id[4:])] @ query)
+        assert hit.similarity == pytest.approx(max(exact, 0.0), abs=1e-6)
     await store.close()

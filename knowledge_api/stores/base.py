@@ -202,14 +202,23 @@ class HybridSearch(FromSettings):
         if not stored:
             return fused, similarity
         moved = feedback_vector(vector, list(stored.values()), self.tuning.feedback_weight)
-        by_feedback = await self.vector_candidates(moved, n, filters)
+        by_feedback = await self.feedback_candidates(moved, n, filters)
         refused = reciprocal_rank_fusion(
             [[c.key for c in by_feedback], [key for key, _ in fused]],
             k=self.tuning.fusion_k,
             weights=[self.tuning.feedback_rank_weight, 1.0],
         )
         missing = [key for key, _ in refused if key not in similarity]
-        return refused, {**similarity, **await self.similarities(missing, vector)}
+        similarity = {**similarity, **await self.similarities(missing, vector)}
+        # a hit deleted since the feedback search found it has no similarity: left out
+        return [(key, score) for key, score in refused if key in similarity], similarity
+
+    async def feedback_candidates(
+        self, vector: np.ndarray, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        """The feedback search's best n, best first. Its ranking counts by rank alone,
+        so a store may rank them by approximate scores."""
+        return await self.vector_candidates(vector, n, filters)
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
         raise NotImplementedError

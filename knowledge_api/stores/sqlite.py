@@ -266,10 +266,26 @@ class SQLiteStore(HybridSearch):
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
+        return self._vector_candidates(vector, n, filters, rescored=True)
+
+    async def feedback_candidates(
+        self, vector: np.ndarray, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        # by the quantised index's own scores: its shortlist is not read back to rescore
+        return self._vector_candidates(vector, n, filters, rescored=False)
+
+    def _vector_candidates(
+        self, vector: np.ndarray, n: int, filters: SearchFilters, rescored: bool
+    ) -> list[Candidate]:
         self._sync()
-        conn = self.file.db()
         found = self.vectors.candidates(
-            conn, vector, n, filters.collection, filters.source_types, self._metadata_keys(filters)
+            self.file.db(),
+            vector,
+            n,
+            filters.collection,
+            filters.source_types,
+            self._metadata_keys(filters),
+            rescored,
         )
         return [Candidate(key, cosine_to_similarity(score)) for key, score in found]
 

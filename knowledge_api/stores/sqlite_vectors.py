@@ -166,11 +166,14 @@ class SQLiteVectors:
         collection: str,
         source_types: Sequence[str] | None,
         keys: Sequence[int] | None,
+        rescored: bool = True,
     ) -> list[tuple[int, float]]:
-        """(key, exact cosine) of the n best rows the filters allow, best first."""
+        """(key, exact cosine) of the n best rows the filters allow, best first; without
+        `rescored`, a quantised index's own (approximate) cosines, and rows deleted since
+        it last followed the file may be among them."""
         if self.index is None:
             return []
-        if self.index.exact:
+        if self.index.exact or not rescored:
             return self.index.candidates(query, n, collection, source_types, keys)
         shortlist = self.index.candidates(
             query, n * RESCORED_PER_HIT, collection, source_types, keys
