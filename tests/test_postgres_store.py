@@ -95,6 +95,18 @@ async def test_migrations_create_the_production_schema(
         assert f"USING btree ({column})" in indexes[f"siam_vectors_{column}"]
 
 
+async def test_passage_vectors_are_kept_out_of_line(db: asyncpg.Connection) -> None:
+    """Rows over 1 kB move their vector (stored as is, floats do not compress) to the
+    TOAST relation, so the pages scans read hold words, not vectors."""
+    table = await db.fetchrow(
+        """SELECT c.reloptions, a.attstorage FROM pg_class c
+           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'embedding'
+           WHERE c.oid = 'siam_vectors'::regclass"""
+    )
+    assert table["attstorage"] == b"e"  # "char", as asyncpg reads it
+    assert "toast_tuple_target=1024" in table["reloptions"]
+
+
 async def test_migrating_again_applies_nothing(store: PostgresStore, settings: Settings) -> None:
     database, applied = await store.migrate_schema()
     assert applied == [] and "***" not in database
