@@ -27,6 +27,8 @@ FUSIONS = ("convex", "rrf")
 """How hybrid search may merge its two lists (KNOWLEDGE_FUSION)."""
 SCHEMA_MODES = ("own", "adopted", "read_only")
 """Whose tables the postgres and supabase stores serve (KNOWLEDGE_SCHEMA_MODE)."""
+SIZE = r"[1-9][0-9]*\s*(kB|MB|GB|TB)"
+"""A memory size as Postgres reads one."""
 
 
 class Secret:
@@ -358,6 +360,13 @@ class Settings:
         "maintenance_work_mem of the postgres store's HNSW index builds (the graph of the "
         "whole table should fit: about 1 kB per 384-d passage).",
     )
+    postgres_shared_buffers: str = setting(
+        "KNOWLEDGE_POSTGRES_SHARED_BUFFERS",
+        "auto",
+        "shared_buffers (page cache) of the embedded Postgres: auto = a quarter of the "
+        "machine's memory, from 128MB to 2GB, or a size such as 512MB. A server given by "
+        "KNOWLEDGE_DATABASE_URL keeps its own.",
+    )
     schema_mode: str = setting(
         "KNOWLEDGE_SCHEMA_MODE",
         "own",
@@ -688,9 +697,15 @@ class Settings:
             )
         if self.postgres_rebuild_rows < 0:
             raise ConfigurationError("KNOWLEDGE_POSTGRES_REBUILD_ROWS must not be negative")
-        if not re.fullmatch(r"[1-9][0-9]*\s*(kB|MB|GB|TB)", self.postgres_build_memory):
+        if not re.fullmatch(SIZE, self.postgres_build_memory):
             raise ConfigurationError(
                 "KNOWLEDGE_POSTGRES_BUILD_MEMORY must be a size such as 512MB or 2GB"
+            )
+        if self.postgres_shared_buffers != "auto" and not re.fullmatch(
+            SIZE, self.postgres_shared_buffers
+        ):
+            raise ConfigurationError(
+                "KNOWLEDGE_POSTGRES_SHARED_BUFFERS must be auto or a size such as 512MB or 2GB"
             )
 
     def validate_llm(self) -> None:

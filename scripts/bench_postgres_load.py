@@ -105,6 +105,9 @@ async def main() -> None:
     parser.add_argument("--extra", type=int, default=1000, help="documents written after")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--ef-search", type=int, default=100)
+    parser.add_argument(
+        "--shared-buffers", default="auto", help="of the embedded server, as the setting"
+    )
     parser.add_argument("--data", type=Path, help="keep the database in this folder")
     parser.add_argument("--searches-only", action="store_true", help="of the database in --data")
     args = parser.parse_args()
@@ -119,7 +122,7 @@ async def main() -> None:
     queries = corpus.queries(args.queries)
     with tempfile.TemporaryDirectory() as name:
         folder = args.data or Path(name)
-        url = await asyncio.to_thread(embedded_server_url, folder / "postgres")
+        url = await asyncio.to_thread(embedded_server_url, folder / "postgres", args.shared_buffers)
         try:
             target: PostgresStore = await opened(
                 store_of("postgres", database_url=Secret(url), postgres_ef_search=args.ef_search)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import asyncpg
@@ -16,7 +17,7 @@ from knowledge_api.errors import ConfigurationError, IndexingError
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, chunk_id
 from knowledge_api.settings import Settings
 from knowledge_api.stores.migrate import migrate
-from knowledge_api.stores.postgres import PostgresStore, register_codecs
+from knowledge_api.stores.postgres import PostgresStore, buffers_size, register_codecs
 from knowledge_api.stores.postgres_load import IndexBuild, drop_search_indexes
 from knowledge_api.stores.siam import SiamStore
 from tests.conftest import make_settings, make_store
@@ -289,8 +290,24 @@ async def test_ef_search_is_the_callers_and_ends_with_the_call(db: asyncpg.Conne
         ({"KNOWLEDGE_POSTGRES_REBUILD_ROWS": "-1"}, "KNOWLEDGE_POSTGRES_REBUILD_ROWS must not"),
         ({"KNOWLEDGE_POSTGRES_BUILD_MEMORY": "lots"}, "KNOWLEDGE_POSTGRES_BUILD_MEMORY must be"),
         ({"KNOWLEDGE_POSTGRES_BUILD_MEMORY": "1GB'; DROP"}, "KNOWLEDGE_POSTGRES_BUILD_MEMORY"),
+        ({"KNOWLEDGE_POSTGRES_SHARED_BUFFERS": "half"}, "KNOWLEDGE_POSTGRES_SHARED_BUFFERS must"),
+        ({"KNOWLEDGE_POSTGRES_SHARED_BUFFERS": "1GB'\nfsync = 'off"}, "SHARED_BUFFERS must be"),
     ],
 )
 def test_index_settings_are_checked_at_startup(environ: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Settings.from_env(environ=environ, env_file=None)
+
+
+@pytest.mark.parametrize(
+    ("memory", "expected"), [(2**28, "128MB"), (2**32, "1024MB"), (2**36, "2048MB")]
+)
+def test_the_embedded_page_cache_is_a_quarter_of_memory_within_bounds(
+    monkeypatch: pytest.MonkeyPatch, memory: int, expected: str
+) -> None:
+    import psutil
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=memory))
+    assert buffers_size("auto") == expected
+    assert buffers_size("512MB") == "512MB"
+    assert Settings.from_env(environ={}, env_file=None).postgres_shared_buffers == "auto"

