@@ -364,8 +364,8 @@ class Settings:
         "KNOWLEDGE_POSTGRES_SHARED_BUFFERS",
         "auto",
         "shared_buffers (page cache) of the embedded Postgres: auto = a quarter of the "
-        "machine's memory, from 128MB to 2GB, or a size such as 512MB. A server given by "
-        "KNOWLEDGE_DATABASE_URL keeps its own.",
+        "machine's memory (or its container's limit), from 128MB to 2GB, or a size such "
+        "as 512MB. A server given by KNOWLEDGE_DATABASE_URL keeps its own.",
     )
     schema_mode: str = setting(
         "KNOWLEDGE_SCHEMA_MODE",

@@ -300,14 +300,25 @@ def test_index_settings_are_checked_at_startup(environ: dict[str, str], message:
 
 
 @pytest.mark.parametrize(
-    ("memory", "expected"), [(2**28, "128MB"), (2**32, "1024MB"), (2**36, "2048MB")]
+    ("memory", "limit", "expected"),
+    [
+        (2**28, "max", "128MB"),
+        (2**32, "max", "1024MB"),
+        (2**36, "max", "2048MB"),
+        (2**36, str(2**31), "512MB"),  # a container of 2 GiB on a larger host
+        (2**32, str(2**63 - 4096), "1024MB"),  # cgroup v1's "no limit"
+    ],
 )
-def test_the_embedded_page_cache_is_a_quarter_of_memory_within_bounds(
-    monkeypatch: pytest.MonkeyPatch, memory: int, expected: str
+def test_the_embedded_page_cache_is_a_quarter_of_usable_memory_within_bounds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, memory: int, limit: str, expected: str
 ) -> None:
     import psutil
 
+    from knowledge_api.stores import postgres
+
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=memory))
+    (tmp_path / "memory.max").write_text(limit + "\n")
+    monkeypatch.setattr(postgres, "CGROUP_LIMITS", (tmp_path / "none", tmp_path / "memory.max"))
     assert buffers_size("auto") == expected
     assert buffers_size("512MB") == "512MB"
     assert Settings.from_env(environ={}, env_file=None).postgres_shared_buffers == "auto"

@@ -440,16 +440,36 @@ EMBEDDED_SETTINGS = "knowledge_api.conf"
 its postgresql.conf includes (settings made with ALTER SYSTEM come after, and win)."""
 
 
+CGROUP_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),  # cgroup v2 ("max" when unlimited)
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),  # cgroup v1
+)
+
+
 def buffers_size(value: str) -> str:
     """KNOWLEDGE_POSTGRES_SHARED_BUFFERS as Postgres reads it: `auto` is a quarter of
-    the machine's memory, from Postgres's own default (128MB) to 2GB. Postgres maps it
-    at start but only uses the pages it fills."""
+    the memory the service may use, from Postgres's own default (128MB) to 2GB.
+    Postgres maps it at start but only uses the pages it fills."""
     if value != "auto":
         return value
+    quarter = usable_memory() // 4 // 2**20
+    return f"{min(max(quarter, 128), 2048)}MB"
+
+
+def usable_memory() -> int:
+    """The machine's memory, or its container's limit when lower (the embedded server
+    runs in the service's container, and a cache sized for the host would fill it)."""
     import psutil
 
-    quarter = psutil.virtual_memory().total // 4 // 2**20
-    return f"{min(max(quarter, 128), 2048)}MB"
+    memory: int = psutil.virtual_memory().total
+    for limit in CGROUP_LIMITS:
+        try:
+            text = limit.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            memory = min(memory, int(text))
+    return memory
 
 
 def write_embedded_settings(data_dir: Path, settings: Mapping[str, str]) -> None:
