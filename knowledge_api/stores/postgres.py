@@ -421,6 +421,7 @@ def embedded_server_url(data_dir: Path, shared_buffers: str = "auto") -> str:
     data_dir = data_dir.expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     settings = {"shared_buffers": buffers_size(shared_buffers)}
+    started = False
     try:
         if (data_dir / "PG_VERSION").exists():  # a server starting now starts with them
             write_embedded_settings(data_dir, settings)
@@ -428,10 +429,12 @@ def embedded_server_url(data_dir: Path, shared_buffers: str = "auto") -> str:
         with server._lock:
             clear_dead_postmaster(data_dir)
             server.ensure_postgres_running()
+            started = True
             configure_embedded(server, settings)
         url: str = server.get_uri()
     except (subprocess.SubprocessError, AssertionError) as e:
-        raise OSError(f"the embedded Postgres did not start (its log: {data_dir / 'log'})") from e
+        done = "could not be configured" if started else "did not start"
+        raise OSError(f"the embedded Postgres {done} (its log: {data_dir / 'log'})") from e
     return url
 
 
