@@ -82,7 +82,14 @@ async def test_replicas_on_one_server_see_each_others_writes(server: int) -> Non
         await reader.close()
 
 
-async def test_a_lost_server_is_a_visible_store_error(tmp_path: Path) -> None:
+async def test_a_lost_server_is_a_visible_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from knowledge_api.stores import chroma
+
+    closed: list[object] = []
+    close_client = chroma.close_client
+    monkeypatch.setattr(chroma, "close_client", lambda c: (closed.append(c), close_client(c)))
     process, port = start_server(tmp_path / "server")
     store = ChromaStore(host="127.0.0.1", port=port)
     await store.open()
@@ -91,6 +98,8 @@ async def test_a_lost_server_is_a_visible_store_error(tmp_path: Path) -> None:
         stop(process)
         with pytest.raises(BackendConnectionError, match="Chroma"):
             await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
+        # the lost client is closed, not left with its pooled sockets open
+        assert len(closed) == 1 and not store.connected()
         health = await store.health_check()
         assert health["status"] == "unavailable"
     finally:

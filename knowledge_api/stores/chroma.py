@@ -13,6 +13,7 @@ Search keys are (collection, chunk id) pairs, so a hit is read from one collecti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -90,6 +91,11 @@ class ChromaStore(PointStore):
         self._collections = {}
 
     async def close(self) -> None:
+        await self._drop_client()
+
+    async def _drop_client(self) -> None:
+        """Close the client (a lost server's too: its pooled sockets would stay open
+        until the process exits) and forget it: the next call connects again."""
         if self._client is not None:
             client, self._client = self._client, None
             await asyncio.to_thread(close_client, client)
@@ -142,7 +148,8 @@ class ChromaStore(PointStore):
             raise
         except Exception as e:
             if unreachable(e):
-                self._client = None
+                with contextlib.suppress(Exception):  # the lost server is what to report
+                    await self._drop_client()
                 raise self.lost(e) from e
             raise error(f"{what} failed: {e}", backend=self.name) from e
 
