@@ -30,7 +30,9 @@ def create_app(
     metrics = Metrics(knowledge)
     knowledge.observe(metrics.observer)
 
-    gate = access.Gate(settings, knowledge, access.rate_limiter(settings))
+    gate = access.Gate(
+        settings, knowledge, access.rate_limiter(settings), access.TrustedHosts.of(settings)
+    )
     redactor = Redactor(settings.secrets())
     mcp = mcp_endpoint.McpEndpoint(knowledge, settings)
     # /mcp speaks MCP (JSON-RPC), not the REST contract: it is no ApiRoute, so the
