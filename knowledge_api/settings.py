@@ -282,9 +282,9 @@ class Settings:
         "Seconds a connection may take to send a request's complete headers (the first "
         "request's or the next one's after a response); past it the connection is closed.",
     )
-    keep_alive_timeout: float = setting(
+    keep_alive_timeout: int = setting(
         "KNOWLEDGE_KEEP_ALIVE_TIMEOUT",
-        5.0,
+        5,
         "Seconds an idle keep-alive connection stays open waiting for its next request.",
     )
     max_streams: int = setting(
