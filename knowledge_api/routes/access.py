@@ -1,4 +1,5 @@
-"""Who may call what: API keys, scopes, collections, rate limits, and browsers (CORS).
+"""Who may call what: the hosts served, API keys, scopes, collections, rate limits, and
+browsers (CORS).
 
 Each route names the scope it needs (routes/__init__.py); `guarded` wraps its handler
 so the caller is known before the handler runs. With KNOWLEDGE_AUTH off every caller
