@@ -13,7 +13,7 @@ import ipaddress
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -238,6 +238,7 @@ class RateLimiter:
 
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+MAX_ANSWERED = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +255,9 @@ class TrustedHosts:
 
     names: frozenset[str]
     any: bool = False
+    answered: set[str] = field(default_factory=set)
+    """Host headers checked and answered already (at most MAX_ANSWERED): a cache hit's
+    check is one lookup."""
 
     @classmethod
     def of(cls, settings: Settings) -> TrustedHosts:
@@ -263,10 +267,12 @@ class TrustedHosts:
 
     def check(self, host: str | None) -> None:
         """Nothing when the service answers to `host` (a Host header); 421 otherwise."""
-        if not host or self.any:
+        if not host or self.any or host in self.answered:
             return
         name = host_name(host)
         if name in self.names or is_ip_address(name):
+            if len(self.answered) < MAX_ANSWERED:
+                self.answered.add(host)
             return
         raise MisdirectedRequest(
             f"this service does not answer to the host {name[:100]!r} (DNS-rebinding "
