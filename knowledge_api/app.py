@@ -17,6 +17,7 @@ from knowledge_api.routes.http import EXCEPTION_HANDLERS
 from knowledge_api.routes.metrics import Metrics
 from knowledge_api.routes.observe import LINES, RequestObserver
 from knowledge_api.routes.redact import RedactSecrets, redacted_logs
+from knowledge_api.routes.streams import StreamLimits
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.kb_sync import periodic_sync
@@ -30,7 +31,9 @@ def create_app(
     metrics = Metrics(knowledge)
     knowledge.observe(metrics.observer)
 
-    gate = access.Gate(settings, knowledge, access.rate_limiter(settings))
+    gate = access.Gate(
+        settings, knowledge, access.rate_limiter(settings), access.TrustedHosts.of(settings)
+    )
     redactor = Redactor(settings.secrets())
     mcp = mcp_endpoint.McpEndpoint(knowledge, settings)
     # /mcp speaks MCP (JSON-RPC), not the REST contract: it is no ApiRoute, so the
@@ -51,7 +54,8 @@ def create_app(
 
     # The request observer ids and logs every request, refused ones too. Only the hit
     # path goes ahead of it, doing its part for a hit itself (routes/hot.py); secrets are
-    # masked in whatever either of them sends.
+    # masked in whatever either of them sends. Streams are capped beneath the observer,
+    # so a refused one is logged like any request.
     app = Starlette(
         routes=[*ROUTES, mcp_route],
         exception_handlers=EXCEPTION_HANDLERS,
@@ -60,6 +64,7 @@ def create_app(
             Middleware(RedactSecrets, redactor=redactor),
             Middleware(QueryHits, gate=gate),
             Middleware(RequestObserver, metrics=metrics, settings=settings),
+            Middleware(StreamLimits, settings=settings),
             *access.cors(settings),
         ],
     )

@@ -15,9 +15,15 @@ from typing import Any
 
 import orjson
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from knowledge_api import __version__, compose, validation
-from knowledge_api.errors import ConfigurationError, InvalidRequest, KnowledgeAPIError
+from knowledge_api.errors import (
+    ConfigurationError,
+    InvalidRequest,
+    KnowledgeAPIError,
+    RequestTimeout,
+)
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.pipeline import changed_documents
@@ -208,8 +214,9 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
         access_log=False,  # the app logs every request itself, with its id
         interface="asgi3",
         loop="uvloop",
-        http="httptools",
+        http=timed_http(settings.header_timeout),
         ws="none",  # no route speaks WebSocket; loading a library for it cost ~50 ms a start
+        timeout_keep_alive=settings.keep_alive_timeout,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     server = ReadyServer(config, ready_message(settings), app)
@@ -271,6 +278,75 @@ class Draining:
             await send(message)
 
         await self.app(scope, receive, closing)
+
+
+class TimedHttp(HttpToolsProtocol):
+    """uvicorn's httptools protocol, with a deadline for a request's headers.
+
+    uvicorn closes a connection idle after a response (`timeout_keep_alive`), but it
+    has no deadline for headers: a connection that sends nothing, or sends its header
+    lines a few bytes at a time, stayed open for as long as its client liked (200 such
+    connections were all open after 75 s). Here a connection must complete a request's
+    headers within `header_timeout` seconds of its opening, or of the response before;
+    past it, it is answered 408 (when the request had begun) and closed. A request's
+    body has its own deadline (KNOWLEDGE_BODY_TIMEOUT, routes/http.py)."""
+
+    header_timeout = 10.0
+    headers_due: asyncio.TimerHandle | None = None
+    begun = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.headers_arrived()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.begun = True
+
+    def on_headers_complete(self) -> None:
+        self.headers_arrived()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.timeout_keep_alive_task is not None:  # idle: the next request's turn
+            self.await_headers()
+
+    def await_headers(self) -> None:
+        self.headers_arrived()
+        self.begun = False
+        self.headers_due = self.loop.call_later(self.header_timeout, self.headers_late)
+
+    def headers_arrived(self) -> None:
+        if self.headers_due is not None:
+            self.headers_due.cancel()
+            self.headers_due = None
+
+    def headers_late(self) -> None:
+        self.headers_due = None
+        if self.transport.is_closing():
+            return
+        if self.begun:
+            message = (
+                f"the request's headers did not arrive within {self.header_timeout:g} s "
+                "(KNOWLEDGE_HEADER_TIMEOUT)"
+            )
+            error = RequestTimeout(message, timeout_s=self.header_timeout)
+            body = orjson.dumps(error.body())
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                b"connection: close\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
+            )
+        self.transport.close()
+
+
+def timed_http(header_timeout: float) -> type[TimedHttp]:
+    """The protocol class uvicorn makes each connection's protocol from."""
+    return type("TimedHttp", (TimedHttp,), {"header_timeout": header_timeout})
 
 
 class ReadyServer(uvicorn.Server):

@@ -74,6 +74,14 @@ class Forbidden(KnowledgeAPIError):
     type = "forbidden"
 
 
+class MisdirectedRequest(KnowledgeAPIError):
+    """A Host header the service does not answer to: a page on a rebinding domain
+    reaching a service bound to this machine (settings.allowed_hosts)."""
+
+    status = 421
+    type = "misdirected_request"
+
+
 class RateLimited(KnowledgeAPIError):
     status = 429
     type = "rate_limited"

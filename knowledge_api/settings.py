@@ -57,8 +57,9 @@ class Secret:
         return hash(self._value)
 
 
-def setting(env: str, default: Any, help: str) -> Any:
-    return field(default=default, metadata={"env": env, "help": help})
+def setting(env: str, default: Any, help: str, aliases: tuple[str, ...] = ()) -> Any:
+    """A declared setting; `aliases` are older names read when `env` is not set."""
+    return field(default=default, metadata={"env": env, "help": help, "aliases": aliases})
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,29 @@ class Settings:
         10.0,
         "Seconds a client may take to send a request body (408 past it).",
     )
+    header_timeout: float = setting(
+        "KNOWLEDGE_HEADER_TIMEOUT",
+        10.0,
+        "Seconds a connection may take to send a request's complete headers (the first "
+        "request's or the next one's after a response); past it the connection is closed.",
+    )
+    keep_alive_timeout: int = setting(
+        "KNOWLEDGE_KEEP_ALIVE_TIMEOUT",
+        5,
+        "Seconds an idle keep-alive connection stays open waiting for its next request.",
+    )
+    max_streams: int = setting(
+        "KNOWLEDGE_MAX_STREAMS",
+        64,
+        "Most streamed answers (Server-Sent Events, /mcp streams) one process serves at "
+        "once; past it: 503 with Retry-After.",
+    )
+    stream_lifetime: float = setting(
+        "KNOWLEDGE_STREAM_LIFETIME",
+        300.0,
+        "Seconds one streamed answer (Server-Sent Events, an /mcp stream) may stay open; "
+        "past it the stream ends.",
+    )
     auth: str = setting(
         "KNOWLEDGE_AUTH",
         "auto",
@@ -298,11 +322,13 @@ class Settings:
         "Most characters one MCP tool result returns; a longer one says which offset "
         "gets the rest.",
     )
-    mcp_allowed_hosts: str = setting(
-        "KNOWLEDGE_MCP_ALLOWED_HOSTS",
+    allowed_hosts: str = setting(
+        "KNOWLEDGE_ALLOWED_HOSTS",
         "",
-        "Comma-separated Host headers /mcp accepts besides localhost and the bound host "
-        "(DNS-rebinding protection), e.g. kb.example.com:*.",
+        "Comma-separated host names every route answers to besides localhost, IP addresses "
+        "and the bound host (DNS-rebinding protection: 421 for any other Host), e.g. "
+        "kb.example.com; * = any. KNOWLEDGE_MCP_ALLOWED_HOSTS is read when it is unset.",
+        aliases=("KNOWLEDGE_MCP_ALLOWED_HOSTS",),
     )
     mcp_allowed_origins: str = setting(
         "KNOWLEDGE_MCP_ALLOWED_ORIGINS",
@@ -599,9 +625,10 @@ class Settings:
         reject_unknown(values)
         kwargs = {}
         for f in fields(cls):
-            env = f.metadata["env"]
-            if env in values:
-                kwargs[f.name] = cast(env, values[env], f.default)
+            for env in (f.metadata["env"], *f.metadata["aliases"]):
+                if env in values:
+                    kwargs[f.name] = cast(env, values[env], f.default)
+                    break
         settings = cls(**kwargs)
         settings.validate()
         return settings
@@ -626,6 +653,10 @@ class Settings:
             "prefetch_followups",
             "max_body_bytes",
             "body_timeout",
+            "header_timeout",
+            "keep_alive_timeout",
+            "max_streams",
+            "stream_lifetime",
             "postgres_pool_size",
             "supabase_timeout",
             "support_timeout_ms",
@@ -795,7 +826,7 @@ def env_name(attribute: str) -> str:
 
 
 def reject_unknown(values: Mapping[str, str]) -> None:
-    known = {env for env, _, _ in declared()}
+    known = {env for f in fields(Settings) for env in (f.metadata["env"], *f.metadata["aliases"])}
     for name in values:
         if name.startswith(ENV_PREFIX) and name not in known:
             close = difflib.get_close_matches(name, known, n=1)

@@ -94,7 +94,12 @@ def corpus() -> list[Document]:
 
 def make_settings(tmp_path: Path, **changes: object) -> Settings:
     base = Settings.from_env(environ={}, env_file=None)
-    defaults = {"db_path": tmp_path / "knowledge.db", "embedder": "fake", "seed_on_empty": False}
+    defaults = {
+        "db_path": tmp_path / "knowledge.db",
+        "embedder": "fake",
+        "seed_on_empty": False,
+        "allowed_hosts": "testserver",  # the Host Starlette's TestClient sends
+    }
     return base.replace(**{**defaults, **changes})
 
 

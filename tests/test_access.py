@@ -274,3 +274,39 @@ def test_the_probes_need_no_key(secured: tuple[Settings, dict[str, str]]) -> Non
     with TestClient(create_app(settings)) as client:
         assert client.get("/livez").status_code == 200
         assert client.get("/readyz").status_code == 200
+
+
+def test_missing_and_unknown_keys_spend_the_client_addresss_budget(
+    secured: tuple[Settings, dict[str, str]],
+) -> None:
+    """Keys cannot be guessed faster than the rate limit: refusals count, per address."""
+    settings, tokens = secured
+    with TestClient(create_app(settings.replace(rate_limit=20))) as client:
+        statuses = []
+        for i in range(40):
+            guess = bearer(f"kapi_guess{i}") if i % 2 else {"X-API-Key": f"kapi_guess{i}"}
+            response = client.post(QUERY, json=ASK, headers=guess if i % 3 else {})
+            statuses.append(response.status_code)
+        limited = client.post(QUERY, json=ASK, headers=bearer("kapi_another"))
+        # a valid key has a budget of its own
+        allowed = client.post(QUERY, json=ASK, headers=bearer(tokens["reader"]))
+    assert statuses == [401] * 20 + [429] * 20
+    error = error_of(limited, 429)
+    assert error["type"] == "rate_limited" and int(limited.headers["retry-after"]) >= 1
+    assert allowed.status_code == 200
+
+
+def test_a_refusal_on_the_hit_path_is_counted_once(
+    secured: tuple[Settings, dict[str, str]],
+) -> None:
+    settings, tokens = secured
+    with TestClient(create_app(settings.replace(rate_limit=4))) as client:
+        reader = bearer(tokens["reader"])
+        assert [client.post(QUERY, json=ASK, headers=reader).status_code for _ in range(2)] == [
+            200,
+            200,
+        ]  # the second one a hit
+        guesses = [
+            client.post(QUERY, json=ASK, headers=bearer("kapi_x")).status_code for _ in range(5)
+        ]
+    assert guesses == [401] * 4 + [429]

@@ -63,14 +63,14 @@ async def test_the_async_client(settings: Settings) -> None:
     async with app.router.lifespan_context(app):
         await app.state.service.ingest(corpus())
         transport = httpx.ASGITransport(app=app)
-        http = httpx.AsyncClient(transport=transport, base_url="http://knowledge")
+        http = httpx.AsyncClient(transport=transport, base_url="http://testserver")
         async with AsyncKnowledgeClient(api_key=token, http=http) as knowledge:
             found = await knowledge.query("login timeout", synthesize=False)
             assert found["results"][0]["source_id"] == "SIAM-101"
             events = [name async for name, _ in knowledge.answer_stream("audio formats")]
             assert events[0] == "results" and events[-1] == "done"
         async with AsyncKnowledgeClient(
-            http=httpx.AsyncClient(transport=transport, base_url="http://knowledge")
+            http=httpx.AsyncClient(transport=transport, base_url="http://testserver")
         ) as anonymous:
             with pytest.raises(Unauthorized):
                 await anonymous.query("login timeout")

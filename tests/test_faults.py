@@ -176,7 +176,7 @@ def test_a_body_that_stops_arriving_is_a_408_and_frees_the_connection(tmp_path: 
     try:
         with socket.create_connection(("127.0.0.1", port)) as slow:
             slow.sendall(
-                b"POST /v1/knowledge/query HTTP/1.1\r\nHost: x\r\n"
+                b"POST /v1/knowledge/query HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                 b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
                 b'{"query": "half'
             )

@@ -109,14 +109,15 @@ def test_errors_follow_the_route() -> None:
         "403",
         "413",
         "415",
+        "421",
         "429",
         "503",
     }
     assert statuses("/v1/knowledge/documents", "POST") >= {"201", "400", "413"}
     assert "200" not in statuses("/v1/knowledge/documents", "POST")
     assert {"404", "503"} <= statuses("/v1/knowledge/documents/{id}", "DELETE")
-    assert statuses("/health") == {"200", "503", "429"}
-    assert statuses("/v1/knowledge/support", "POST") == {"200", "401", "403", "429"}
+    assert statuses("/health") == {"200", "503", "421", "429"}
+    assert statuses("/v1/knowledge/support", "POST") == {"200", "401", "403", "421", "429"}
 
 
 def test_security_follows_each_route_scope() -> None:

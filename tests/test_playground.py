@@ -71,7 +71,7 @@ async def test_the_page_stays_open_when_keys_are_required_but_the_api_does_not(
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://kb") as browser:
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as browser:
             assert (await browser.get("/")).status_code == 200
             assert (await browser.get("/playground/playground.js")).status_code == 200
             body = {"query": "login", "synthesize": False}

@@ -26,6 +26,43 @@ def test_every_value_is_masked_with_as_many_stars() -> None:
     assert not Redactor([""])
 
 
+def variants(secret: str) -> list[str]:
+    """Copies of `secret` as an upstream may echo it: in every case, and with spaces,
+    dashes, dots, underscores, colons, commas, slashes, quotes or line breaks between
+    its characters (mixed, too)."""
+    cases = [secret, secret.lower(), secret.upper(), secret.swapcase(), secret.title()]
+    separators = [" ", "-", ".", "_", ":", ", ", "/", "'", "\n", "\t", " - ", "\u00a0"]
+    spelled = [sep.join(form) for form in cases for sep in separators]
+    mixed = "".join(c + " -._"[i % 4] for i, c in enumerate(secret.upper()))[:-1]
+    bare = secret.replace("-", "")  # its own separators left out
+    return [*cases, *spelled, mixed, bare, bare.upper(), " ".join(bare.lower())]
+
+
+@pytest.mark.parametrize("secret", ["gm-Secret-Key-1111", "AIzaSyD9tSrke72PouQ", "kb.tok_9F"])
+def test_every_case_and_separator_variant_is_masked_keeping_the_length(secret: str) -> None:
+    redactor = Redactor([secret])
+    for copy in variants(secret):
+        for text in (f"error: key {copy} is invalid", f"{copy}", f'{{"k":"{copy}"}}'):
+            masked = redactor.text(text)
+            assert len(masked) == len(text) and copy not in masked, (copy, masked)
+            assert masked.replace("*", "") == text.replace(copy, "").replace("*", "")
+            data = text.encode()  # the same, byte for byte (a non-ASCII space is two)
+            expected = data.replace(copy.encode(), b"*" * len(copy.encode()))
+            assert redactor.bytes(data) == expected, copy
+
+
+def test_words_that_only_share_some_characters_are_left_alone() -> None:
+    redactor = Redactor(["gm-secret-key-1111"])
+    kept = "gm secret key 111 and gm-secret-key: 1112, GMSECRET KEY"
+    assert redactor.text(kept) == kept and redactor.bytes(kept.encode()) == kept.encode()
+
+
+def test_a_secret_of_mostly_other_characters_is_masked_as_written() -> None:
+    redactor = Redactor(["пароль-12"])
+    assert redactor.text("password пароль-12!") == "password *********!"
+    assert redactor.bytes("пароль-12".encode()) == b"*" * len("пароль-12".encode())
+
+
 def test_only_configured_values_are_secrets() -> None:
     """Defaults are public (the local Redis address), so nothing configured means
     nothing to mask; a Redis URL with a password is one."""
@@ -36,10 +73,15 @@ def test_only_configured_values_are_secrets() -> None:
     assert not Redactor(Settings.from_env(environ={}, env_file=None).secrets())
 
 
+@pytest.mark.parametrize(
+    "copy",
+    [GEMINI_KEY, GEMINI_KEY.upper(), " ".join(GEMINI_KEY), ".".join(GEMINI_KEY.swapcase())],
+    ids=["as-is", "upper", "spaced", "dotted-swapcase"],
+)
 def test_a_provider_echoing_the_key_does_not_leak_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, copy: str
 ) -> None:
-    echoed = f"API key not valid. Request headers: x-goog-api-key: {GEMINI_KEY}"
+    echoed = f"API key not valid. Request headers: x-goog-api-key: {copy}"
     caplog.set_level(logging.INFO)
     with contextmanager(mocked)() as mock:
         mock.post(url__regex=GEMINI_GENERATE).mock(
@@ -54,9 +96,10 @@ def test_a_provider_echoing_the_key_does_not_leak_it(
             ) as response:
                 stream = "".join(response.iter_text())
             health = client.get("/health").text
-    assert "API key not valid" in body and "*" * len(GEMINI_KEY) in body
+    assert "API key not valid" in body and "*" * len(copy) in body
     for shown in (body, stream, health, caplog.text):
-        assert GEMINI_KEY not in shown
+        assert GEMINI_KEY not in shown and copy not in shown
+        assert not any(form in shown for form in variants(GEMINI_KEY))
 
 
 def test_a_kb_host_echoing_the_token_does_not_leak_it(

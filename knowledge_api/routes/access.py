@@ -1,4 +1,5 @@
-"""Who may call what: API keys, scopes, collections, rate limits, and browsers (CORS).
+"""Who may call what: the hosts served, API keys, scopes, collections, rate limits, and
+browsers (CORS).
 
 Each route names the scope it needs (routes/__init__.py); `guarded` wraps its handler
 so the caller is known before the handler runs. With KNOWLEDGE_AUTH off every caller
@@ -8,17 +9,18 @@ routes ask `access(request).collection(name)` for every collection they touch.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from knowledge_api.errors import Forbidden, RateLimited, Unauthorized
+from knowledge_api.errors import Forbidden, MisdirectedRequest, RateLimited, Unauthorized
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores.keys import ApiKey
@@ -82,12 +84,14 @@ def guarded(handler: Handler, scope: str) -> Handler:
 
 
 async def authorize(request: Request, scope: str) -> None:
+    gate: Gate = request.app.state.gate
     if getattr(request.state, "metrics_token_ok", False):
         # KNOWLEDGE_METRICS_TOKEN, checked by the request observer on GET /metrics only
+        gate.hosts.check(request.headers.get("host"))
         request.state.key_name = METRICS_SCRAPER
         return
     client = request.client.host if request.client else "-"
-    caller = await admit(request.app.state.gate, request.headers, client, scope)
+    caller = await admit(gate, request.headers, client, scope)
     request.state.access = caller
     request.state.key_name = caller.name
 
@@ -103,23 +107,40 @@ class Gate:
     service: KnowledgeService
     """Its key store."""
     limiter: RateLimiter | None
+    hosts: TrustedHosts
 
 
 async def admit(
-    gate: Gate, headers: Mapping[str, str], client: str, scope: str, collection: str = ""
+    gate: Gate,
+    headers: Mapping[str, str],
+    client: str,
+    scope: str,
+    collection: str = "",
+    *,
+    count_refusals: bool = True,
 ) -> Access:
-    """The caller of a request with these headers, once it may use a route that needs
-    `scope` (and reach `collection`, when named) and the rate limit lets it through;
-    401, 403 or 429 otherwise. The one decision of who may call what, for routes and
-    for the hit path (routes/hot.py); routes check their collections themselves."""
+    """The caller of a request with these headers, once it names a host the service
+    answers to, may use a route that needs `scope` (and reach `collection`, when named)
+    and the rate limit lets it through; 421, 401, 403 or 429 otherwise. The one
+    decision of who may call what, for routes and for the hit path (routes/hot.py);
+    routes check their collections themselves. A missing or failed key counts against
+    the client address's budget (`count_refusals`), so keys cannot be guessed faster
+    than the rate limit: 429 once it is spent."""
+    gate.hosts.check(headers.get("host"))
     caller = EVERYONE
-    if gate.settings.auth_required:
-        service = gate.service
-        caller = remembered_caller(service, headers) or await identify(service, headers)
-    if caller is ANONYMOUS and scope != PUBLIC:
-        raise Unauthorized(
-            "an API key is required: send it as Authorization: Bearer kapi_... or X-API-Key"
-        )
+    limiter = gate.limiter
+    try:
+        if gate.settings.auth_required:
+            service = gate.service
+            caller = remembered_caller(service, headers) or await identify(service, headers)
+        if caller is ANONYMOUS and scope != PUBLIC:
+            raise Unauthorized(
+                "an API key is required: send it as Authorization: Bearer kapi_... or X-API-Key"
+            )
+    except Unauthorized:
+        if limiter is not None and count_refusals:
+            limiter.take(f"client {client}")
+        raise
     if not caller.allows(scope):
         raise Forbidden(
             f"the key {caller.name!r} lacks the {scope!r} scope this route needs",
@@ -128,9 +149,9 @@ async def admit(
         )
     if collection:
         caller.collection(collection)
-    limiter = gate.limiter
     if limiter is not None:
-        limiter.take(caller.name if caller is not EVERYONE else f"client {client}")
+        keyless = caller is EVERYONE or caller is ANONYMOUS
+        limiter.take(f"client {client}" if keyless else caller.name)
     return caller
 
 
@@ -214,6 +235,70 @@ class RateLimiter:
         """Drop the buckets idle for a minute: they are full again, as a new one is, so
         many callers (client addresses without keys) cannot grow the table forever."""
         self._buckets = {c: b for c, b in self._buckets.items() if now - b[1] < 60.0}
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+MAX_ANSWERED = 256
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedHosts:
+    """The hosts the service answers to, whatever the route (DNS-rebinding protection).
+
+    A page on a domain its owner re-points at 127.0.0.1 (or at any address of a private
+    network) reaches the service from the victim's browser as a page of its own origin,
+    and the browser sends that domain as the Host. So a Host that is a name must be one
+    the service knows: localhost, the bound host, or one of KNOWLEDGE_ALLOWED_HOSTS.
+    A Host that is an IP address cannot be rebound (no lookup happens), so it is always
+    answered: a probe or a replica addressed by IP, a service bound to 0.0.0.0 reached
+    at any of its addresses. A request without Host (HTTP/1.0, no browser) is answered."""
+
+    names: frozenset[str]
+    any: bool = False
+    answered: set[str] = field(default_factory=set)
+    """Host headers checked and answered already (at most MAX_ANSWERED): a cache hit's
+    check is one lookup."""
+
+    @classmethod
+    def of(cls, settings: Settings) -> TrustedHosts:
+        listed = [name.strip() for name in settings.allowed_hosts.split(",") if name.strip()]
+        names = {host_name(name) for name in (*LOOPBACK_NAMES, settings.host, *listed)}
+        return cls(frozenset(names), "*" in listed)
+
+    def check(self, host: str | None) -> None:
+        """Nothing when the service answers to `host` (a Host header); 421 otherwise."""
+        if not host or self.any or host in self.answered:
+            return
+        name = host_name(host)
+        if name in self.names or is_ip_address(name):
+            if len(self.answered) < MAX_ANSWERED:
+                self.answered.add(host)
+            return
+        raise MisdirectedRequest(
+            f"this service does not answer to the host {name[:100]!r} (DNS-rebinding "
+            "protection): call it by an address or a listed name, or add the name to "
+            "KNOWLEDGE_ALLOWED_HOSTS",
+            host=name[:100],
+        )
+
+
+def host_name(host: str) -> str:
+    """The name of a Host header or an allowed-hosts entry, without port (`:*`
+    included), brackets or final dot, lowercased."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:  # name:port (an IPv6 address has more)
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def is_ip_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def rate_limiter(settings: Settings) -> RateLimiter | None:

@@ -37,7 +37,9 @@ MAX_BODIES = 10_000
 MAX_BODY_BYTES = 4096
 """Longer bodies are never remembered: a query is at most 1,000 characters."""
 JSON = b"application/json"
-PICKED = frozenset((b"authorization", b"x-api-key", b"content-type", b"origin", b"x-request-id"))
+PICKED = frozenset(
+    (b"authorization", b"x-api-key", b"content-type", b"host", b"origin", b"x-request-id")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +120,10 @@ class QueryHits:
                 self.rendered.pop(body, None)
                 return False
             # last, as the rate limit counts an admission: a request that goes the usual
-            # way after all must be admitted (and counted) once, there
-            caller = await admit(self.gate, headers, host, READ, rendered.collection)
+            # way after all must be admitted (and counted) once, there; so must a refusal
+            caller = await admit(
+                self.gate, headers, host, READ, rendered.collection, count_refusals=False
+            )
         except KnowledgeAPIError:
             return False  # the usual way answers with the error
         except BaseException:

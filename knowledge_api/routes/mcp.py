@@ -269,16 +269,10 @@ def without_writing_tools(result: HandlerResult) -> HandlerResult:
     return result
 
 
-def security(settings: Settings) -> TransportSecuritySettings:
-    """DNS-rebinding protection: the Host and Origin headers /mcp accepts."""
-    names = ["127.0.0.1", "localhost", "[::1]", settings.host]
-    hosts = [pattern for name in names for pattern in (name, f"{name}:*")]
-    origins = [f"http://{name}{port}" for name in names for port in ("", ":*")]
-    hosts += [h.strip() for h in settings.mcp_allowed_hosts.split(",") if h.strip()]
-    origins += [o.strip() for o in settings.mcp_allowed_origins.split(",") if o.strip()]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
-    )
+def security() -> TransportSecuritySettings:
+    """The SDK's own Host and Origin checks off: /mcp checks both before the SDK sees
+    a request (routes/mcp_endpoint.py), Host by the rule every route follows."""
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def build_http(service: KnowledgeService, settings: Settings, path: str) -> MCPServer:
@@ -286,6 +280,6 @@ def build_http(service: KnowledgeService, settings: Settings, path: str) -> MCPS
     its session manager and puts it behind the API keys)."""
     server = build(service, settings)
     server.streamable_http_app(
-        streamable_http_path=path, stateless_http=True, transport_security=security(settings)
+        streamable_http_path=path, stateless_http=True, transport_security=security()
     )
     return server

@@ -47,12 +47,13 @@ ERROR_STATUSES = {
     405: "The path does not take this method.",
     413: "The body exceeds the size limit.",
     415: "The body is not application/json.",
+    421: "The Host header names no host this service answers to (KNOWLEDGE_ALLOWED_HOSTS).",
     429: "Too many requests: retry later.",
     503: "A part the route needs (the store, the embedder) is unavailable.",
 }
 ACCESS_ERRORS = (401, 403)
 """Answered by access control before a route that needs a scope runs."""
-EVERY_ROUTE_ERRORS = (429,)
+EVERY_ROUTE_ERRORS = (421, 429)
 
 SECURITY_SCHEMES = {
     "bearer": {
