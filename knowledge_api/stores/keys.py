@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from knowledge_api.cache import TTLCache
+from cachetools import TTLCache
+
 from knowledge_api.errors import BackendConnectionError, InvalidRequest
 
 TOKEN_PREFIX = "kapi_"
@@ -70,7 +71,7 @@ class RememberedKeys:
 
     def __init__(self, keys: KeyStore) -> None:
         self.keys = keys
-        self._known: TTLCache[ApiKey] = TTLCache(10_000, KEY_CACHE_SECONDS)
+        self._known: TTLCache[str, ApiKey] = TTLCache(10_000, KEY_CACHE_SECONDS)
 
     async def open(self) -> None:
         await self.keys.open()
@@ -86,7 +87,7 @@ class RememberedKeys:
         if known is None:
             known = await self.keys.find(token_hash(token))
             if known is not None:
-                self._known.put(token, known)
+                self._known[token] = known
         return known
 
     def remembered(self, token: str) -> ApiKey | None:
