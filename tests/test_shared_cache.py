@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from starlette.testclient import TestClient
 
+from knowledge_api.app import create_app
 from knowledge_api.cache import caches as backends
 from knowledge_api.cache.base import Caches
 from knowledge_api.cache.redis import HEALTH_SECONDS, RETRY_SECONDS, RedisLink, SharedTier
@@ -245,3 +247,20 @@ async def test_health_of_a_redis_never_there_is_unavailable_at_once(tmp_path: Pa
         assert caches.shared.errors == 1  # asked again within HEALTH_SECONDS: not retried
     finally:
         await caches.close()
+
+
+def test_health_follows_redis_with_no_request_using_the_cache(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    app = create_app(redis_settings(tmp_path, redis_server))
+    with TestClient(app) as client:
+        assert client.get("/health").json()["status"] == "healthy"
+        redis_server.stop()
+        time.sleep(HEALTH_SECONDS)
+        health = client.get("/health").json()
+        assert health["status"] == "degraded"
+        assert health["cache"]["redis"]["status"] == "unavailable"
+        redis_server.start()
+        time.sleep(HEALTH_SECONDS)
+        health = client.get("/health").json()
+        assert health["status"] == "healthy" and health["cache"]["redis"]["status"] == "ok"
