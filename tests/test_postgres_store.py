@@ -514,6 +514,14 @@ async def test_writes_of_other_processes_move_only_their_collections_generation(
     assert await store.collection_generation("b") == b
     await db.execute("UPDATE knowledge_documents SET title = 'edited' WHERE collection = 'b'")
     assert await store.collection_generation("b") != b
+    a, b = await store.collection_generation("a"), await store.collection_generation("b")
+    # a passage edited alone may be any collection's: every collection's counter moves
+    await db.execute(
+        "UPDATE siam_vectors SET content = 'edited' WHERE document_id = $1", UUID(docs[0].id)
+    )
+    assert a != await store.collection_generation("a") and b != await store.collection_generation(
+        "b"
+    )
 
 
 @pytest.mark.fault

@@ -60,11 +60,14 @@ class Tier(Generic[V]):
 
     def entry(self, key: Hashable) -> tuple[Scope, V] | None:
         """The live (scope, value) of `key`, whatever its scope; not counted."""
-        return self.entries.get(key)
+        try:  # not TTLCache.get: it looks the key up twice, the hit path's main cost
+            return self.entries[key]
+        except KeyError:
+            return None
 
     def get(self, key: Hashable, scope: Scope = None) -> V | None:
         """The live value of `key` in `scope`, counted as a hit, or None (a miss)."""
-        found = self.entries.get(key)
+        found = self.entry(key)
         if found is not None and found[0] == (self.scope if scope is None else scope):
             self.hits += 1
             return found[1]
@@ -73,18 +76,10 @@ class Tier(Generic[V]):
 
     def peek(self, key: Hashable, scope: Scope = None) -> V | None:
         """The live value of `key` in `scope`, not counted."""
-        found = self.entries.get(key)
+        found = self.entry(key)
         if found is not None and found[0] == (self.scope if scope is None else scope):
             return found[1]
         return None
-
-    def hit_if(self, key: Hashable, value: V) -> bool:
-        """Whether `key` still holds this very value (alive): then counted as a hit."""
-        found = self.entries.get(key)
-        if found is None or found[1] is not value:
-            return False
-        self.hits += 1
-        return True
 
     def put(self, key: Hashable, value: V, scope: Scope = None) -> None:
         self.entries[key] = (self.scope if scope is None else scope, value)
@@ -238,8 +233,9 @@ class ResponseTier:
         return bool(entry[0] == await self.scope(entry[0][0]))
 
     def hit(self, key: Hashable, value: Any) -> None:
-        """Count `value`, served from `key` by other means than `served`, as a hit."""
-        self.caches.responses.hit_if(key, value)
+        """Count `value`, which `still` found at `key` and which was then served by other
+        means than `served`, as a hit (`still`'s lookup made it the most recent)."""
+        self.caches.responses.hits += 1
 
     def peek(self, key: Hashable) -> Any:
         """The value tier 1 holds for `key` in its collection's generation as last

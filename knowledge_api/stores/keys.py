@@ -95,7 +95,10 @@ class RememberedKeys:
         requests need, without a round trip or even an await."""
         # Remembered by the token itself, only in this process's memory (which holds
         # it anyway while a request runs): a request with a known key hashes nothing.
-        return self._known.get(token)
+        try:  # not TTLCache.get, which looks the token up twice
+            return self._known[token]
+        except KeyError:
+            return None
 
     async def all(self) -> list[ApiKey]:
         return await self.keys.all()
