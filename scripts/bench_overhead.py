@@ -199,6 +199,8 @@ def report(rates: dict[str, list[float]], size: int) -> None:
         for name in ("full", "baseline"):
             paired = [own / bare for own, bare in zip(rates[name], rates["bare"], strict=True)]
             print(f"  median of the rounds' {name} / bare: {statistics.median(paired):.3f}")
+        paired = [own / base for own, base in zip(rates["full"], rates["baseline"], strict=True)]
+        print(f"  median of the rounds' full / baseline: {statistics.median(paired):.3f}")
 
 
 if __name__ == "__main__":
