@@ -216,6 +216,7 @@ async def test_chroma_and_qdrant_replicas_name_the_same_content_alike() -> None:
     assert await reader.current(read_token) == await writer.current(read_token) != ""
 
 
+@pytest.mark.fault
 async def test_health_asks_redis_itself_when_it_goes_and_comes_back(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
@@ -234,6 +235,7 @@ async def test_health_asks_redis_itself_when_it_goes_and_comes_back(
         await caches.close()
 
 
+@pytest.mark.fault
 async def test_health_of_a_redis_never_there_is_unavailable_at_once(tmp_path: Path) -> None:
     closed = f"redis://127.0.0.1:{free_port()}/0"
     settings = make_settings(tmp_path, cache="redis", redis_url=Secret(closed))
@@ -249,6 +251,7 @@ async def test_health_of_a_redis_never_there_is_unavailable_at_once(tmp_path: Pa
         await caches.close()
 
 
+@pytest.mark.fault
 def test_health_follows_redis_with_no_request_using_the_cache(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
