@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from knowledge_api import __version__
-from knowledge_api.cache import COMPUTED, Caches, Event, ResponseTier, Served
+from knowledge_api.cache import caches
+from knowledge_api.cache.base import COMPUTED, Event, ResponseTier, Served
 from knowledge_api.embeddings.base import Embedder
 from knowledge_api.embeddings.batching import QueryBatcher
 from knowledge_api.errors import BackendConnectionError, EmbeddingError
@@ -116,10 +117,10 @@ class KnowledgeService:
             if isinstance(synthesizer, SynthesisChain)
             else SynthesisChain([synthesizer])
         )
-        self.caches = Caches.from_settings(settings)
+        self.caches = caches.create(settings.cache, settings)
         # another embedder's vectors are no answer, whoever shares the tier
         self.caches.embeddings.follow(f"{embedder.name}/{embedder.dimension}")
-        self.tier1 = ResponseTier(self.caches, store.generation)
+        self.tier1 = ResponseTier(self.caches, store.collection_generation)
         self.started = time.monotonic()
         self.embedder_ready = False
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder")
@@ -420,6 +421,7 @@ class KnowledgeService:
 
     async def health(self) -> Body:
         store = await self.store.health_check()
+        cache = await self.caches.health()
         embedder = {**self.embedder.health(), "query_batches": self.query_batcher.stats()}
         synthesizer = self.synthesizer.health()
         reranker = self.reranker.health()
@@ -429,7 +431,7 @@ class KnowledgeService:
             status = "unhealthy"
         elif not extra_ok or any(
             report.get("status") != "ok"
-            for report in (store, embedder, synthesizer, reranker, self.caches.health())
+            for report in (store, embedder, synthesizer, reranker, cache)
         ):
             status = "degraded"
         else:

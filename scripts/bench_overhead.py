@@ -7,9 +7,11 @@ metrics; `plain` with keys off and the request observer (ids, logs, metrics) tak
 out. wrk sends the same cached query to each, alternating, and the report gives
 requests/s and the ratio full/plain (the budget: full >= 0.9 of plain), best against
 best and round by round (the median), beside a bare Starlette app returning the same
-bytes.
+bytes. `--baseline CHECKOUT` also serves the full app from another checkout of the
+package (the code before a change, say), alternated with this one in the same run, so
+both hit/bare ratios come from the same minutes of the same host.
 
-    .venv/bin/python scripts/bench_overhead.py [--duration 8] [--rounds 2]
+    .venv/bin/python scripts/bench_overhead.py [--duration 8] [--rounds 2] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -113,6 +115,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=int, default=8, help="seconds of each wrk run")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each server, alternated")
+    parser.add_argument(
+        "--baseline", type=Path, help="another checkout whose full server runs alternated too"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install wrk")
@@ -125,17 +130,26 @@ def main() -> None:
             "KNOWLEDGE_DB_PATH": str(cwd / "k.db"),
             "KNOWLEDGE_LOG_LEVEL": "info",
         }
-        created = subprocess.run(
-            [sys.executable, "-m", "knowledge_api", "keys", "create", "--name", "bench",
-             "--scopes", "read"],
-            env=base, cwd=cwd, capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        token = created.stdout.splitlines()[-1]
-        ports = {name: free_port() for name in ("full", "plain", "bare")}
+        names = (
+            ("full", "baseline", "plain", "bare") if args.baseline else ("full", "plain", "bare")
+        )
+        ports = {name: free_port() for name in names}
         urls = {name: f"http://{HOST}:{port}" for name, port in ports.items()}
         full_env = {**base, "KNOWLEDGE_AUTH": "keys", "KNOWLEDGE_LOG_FORMAT": "json"}
-        full = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(ports["full"])]
-        start(stack, full, full_env, cwd, urls["full"])
+        tokens = {"full": serve_full(stack, full_env, cwd, ports["full"])}
+        if args.baseline:
+            (cwd / "baseline").mkdir()
+            baseline_env = {
+                **full_env,
+                "PYTHONPATH": str(args.baseline.resolve()),
+                "KNOWLEDGE_DB_PATH": str(cwd / "baseline" / "k.db"),
+            }
+            tokens["baseline"] = serve_full(
+                stack, baseline_env, cwd / "baseline", ports["baseline"]
+            )
+            auth = {"Authorization": f"Bearer {tokens['baseline']}"}
+            httpx.post(urls["baseline"] + QUERY, json=BODY, headers=auth)
+        token = tokens["full"]
         (cwd / "plain_app.py").write_text(PLAIN_APP, encoding="utf-8")
         plain_env = {**base, "KNOWLEDGE_AUTH": "off", "KNOWLEDGE_SEED_ON_EMPTY": "false"}
         start(stack, uvicorn("plain_app:app", ports["plain"]), plain_env, cwd, urls["plain"])
@@ -145,13 +159,23 @@ def main() -> None:
         (cwd / "cached.json").write_bytes(cached)
         (cwd / "bare_app.py").write_text(BARE_APP, encoding="utf-8")
         start(stack, uvicorn("bare_app:app", ports["bare"]), base, cwd, urls["bare"])
-        rates: dict[str, list[float]] = {"full": [], "plain": [], "bare": []}
+        rates: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(args.rounds):
             for name in rates:
-                rates[name].append(
-                    wrk(urls[name], token if name == "full" else "", cwd, args.duration)
-                )
+                rates[name].append(wrk(urls[name], tokens.get(name, ""), cwd, args.duration))
         report(rates, len(cached))
+
+
+def serve_full(stack: ExitStack, env: dict[str, str], cwd: Path, port: int) -> str:
+    """Start the full server (keys required) of the package on env's path; a read key."""
+    created = subprocess.run(
+        [sys.executable, "-m", "knowledge_api", "keys", "create", "--name", "bench",
+         "--scopes", "read"],
+        env=env, cwd=cwd, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    command = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(port)]
+    start(stack, command, env, cwd, f"http://{HOST}:{port}")
+    return created.stdout.splitlines()[-1]
 
 
 def report(rates: dict[str, list[float]], size: int) -> None:
@@ -170,6 +194,13 @@ def report(rates: dict[str, list[float]], size: int) -> None:
     paired = [full / plain for full, plain in zip(rates["full"], rates["plain"], strict=True)]
     print(f"  median of the rounds' full / plain: {statistics.median(paired):.3f}")
     print(f"  full / bare Starlette: {best['full'] / best['bare']:.3f}")
+    if "baseline" in rates:
+        print(f"  baseline / bare Starlette: {best['baseline'] / best['bare']:.3f}")
+        for name in ("full", "baseline"):
+            paired = [own / bare for own, bare in zip(rates[name], rates["bare"], strict=True)]
+            print(f"  median of the rounds' {name} / bare: {statistics.median(paired):.3f}")
+        paired = [own / base for own, base in zip(rates["full"], rates["baseline"], strict=True)]
+        print(f"  median of the rounds' full / baseline: {statistics.median(paired):.3f}")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,7 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from knowledge_api.cache import Caches, TTLCache
+from knowledge_api.cache.base import Tier
 
 
 class Clock:
@@ -17,7 +15,7 @@ class Clock:
 
 def test_entries_expire_after_their_ttl() -> None:
     clock = Clock()
-    cache: TTLCache[str] = TTLCache(10, ttl=5, clock=clock)
+    cache: Tier[str] = Tier(10, ttl=5, clock=clock)
     cache.put("k", "v")
     clock.now = 4.9
     assert cache.get("k") == "v"
@@ -27,7 +25,7 @@ def test_entries_expire_after_their_ttl() -> None:
 
 
 def test_size_is_bounded_least_recently_used_first() -> None:
-    cache: TTLCache[int] = TTLCache(2, ttl=60)
+    cache: Tier[int] = Tier(2, ttl=60)
     cache.put("a", 1)
     cache.put("b", 2)
     cache.get("a")
@@ -36,7 +34,7 @@ def test_size_is_bounded_least_recently_used_first() -> None:
 
 
 async def test_identical_concurrent_misses_compute_once() -> None:
-    cache: TTLCache[str] = TTLCache(10, ttl=60)
+    cache: Tier[str] = Tier(10, ttl=60)
     calls = 0
 
     async def compute() -> tuple[str, bool]:
@@ -53,7 +51,7 @@ async def test_identical_concurrent_misses_compute_once() -> None:
 
 
 async def test_a_failed_computation_reaches_every_waiter_and_is_not_cached() -> None:
-    cache: TTLCache[str] = TTLCache(10, ttl=60)
+    cache: Tier[str] = Tier(10, ttl=60)
 
     async def fail() -> tuple[str, bool]:
         await asyncio.sleep(0.01)
@@ -67,7 +65,7 @@ async def test_a_failed_computation_reaches_every_waiter_and_is_not_cached() -> 
 
 
 async def test_uncacheable_values_are_returned_but_not_kept() -> None:
-    cache: TTLCache[str] = TTLCache(10, ttl=60)
+    cache: Tier[str] = Tier(10, ttl=60)
 
     async def degraded() -> tuple[str, bool]:
         return "partial", False
@@ -76,12 +74,27 @@ async def test_uncacheable_values_are_returned_but_not_kept() -> None:
     assert len(cache) == 0
 
 
-@pytest.mark.parametrize("generations, cleared", [((1, 1), False), ((1, 2), True)])
-def test_responses_follow_the_store_generation(generations: tuple[int, int], cleared: bool) -> None:
-    caches = Caches(TTLCache(10, 60), TTLCache(10, 60))
-    caches.follow_store(generations[0])
-    caches.responses.put("q", {"results": []})
-    caches.embeddings.put("q", [0.1])
-    caches.follow_store(generations[1])
-    assert (len(caches.responses) == 0) is cleared
-    assert len(caches.embeddings) == 1
+def test_a_lookup_in_another_scope_misses_and_follow_sets_the_scope() -> None:
+    tier: Tier[str] = Tier(10, ttl=60)
+    tier.put("q", "answer", ("a", 1))
+    assert tier.get("q", ("a", 2)) is None and tier.peek("q", ("a", 1)) == "answer"
+    assert tier.get("q", ("a", 1)) == "answer" and (tier.hits, tier.misses) == (1, 1)
+    tier.follow("embedder/384")
+    tier.put("q", "vector")
+    assert tier.entry("q") == ("embedder/384", "vector") and tier.get("q") == "vector"
+
+
+async def test_identical_misses_in_different_scopes_are_computed_apart() -> None:
+    """A request that began after a write does not share the answer of one that began
+    before it."""
+    tier: Tier[str] = Tier(10, ttl=60)
+
+    async def compute(value: str) -> tuple[str, bool]:
+        await asyncio.sleep(0.01)
+        return value, True
+
+    before, after = await asyncio.gather(
+        tier.get_or_compute("q", lambda: compute("old"), ("a", 1)),
+        tier.get_or_compute("q", lambda: compute("new"), ("a", 2)),
+    )
+    assert (before, after) == (("old", True), ("new", True))

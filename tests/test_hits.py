@@ -168,7 +168,7 @@ def test_a_store_that_stops_answering_gets_the_usual_503_not_a_hit(
     post(loaded_client)
     service = loaded_client.app.state.service  # type: ignore[attr-defined]
 
-    async def unavailable() -> None:
+    async def unavailable(collection: str) -> None:
         raise BackendConnectionError("store unavailable: disk I/O error", backend="sqlite")
 
     monkeypatch.setattr(service.tier1, "store_generation", unavailable)

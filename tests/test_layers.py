@@ -4,6 +4,7 @@ service -> the seams -> the core. No module imports from a layer above its own."
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import knowledge_api
@@ -28,7 +29,6 @@ SEAMS = {
     "synthesis",
     "ingest",
     "cache",
-    "shared_cache",
     "grounding",
     "ir_metrics",
     "routing",
@@ -99,3 +99,94 @@ def test_the_check_sees_an_upward_import() -> None:
 
 def test_settings_import_nothing_from_the_seams() -> None:
     assert {t for t in imports(PACKAGE / "settings.py") if layer_of(t) > 0} == set()
+
+
+REGISTERED = re.compile(r"^(knowledge_api(?:\.\w+)+):\w+$")
+"""A registry's target ("module:Class"): the module is imported when its name is chosen."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(("knowledge_api", *parts[: -1 if parts[-1] == "__init__" else None]))
+
+
+def arrows(path: Path, known: set[str]) -> set[str]:
+    """Every module of the package that `path` imports, wherever the import stands (in
+    a function, under TYPE_CHECKING), a submodule imported by name from its package,
+    and every registry target it names: an import made by import_module is an arrow too."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] == "knowledge_api":
+                for alias in node.names:
+                    submodule = f"{node.module}.{alias.name}"
+                    found.add(submodule if submodule in known else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("knowledge_api."))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            target = REGISTERED.match(node.value)
+            if target is not None and target.group(1) in known:
+                found.add(target.group(1))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {module: arrows(path, set(paths)) - {module} for module, path in paths.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph.get(module, ()):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle_and_the_hidden_arrows(tmp_path: Path) -> None:
+    """The rule bites: modules importing each other in a ring are a cycle, and a
+    registry's target, an import inside a function or under TYPE_CHECKING, and a
+    submodule imported from its package each count as an arrow."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    module = tmp_path / "module.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from knowledge_api.stores import records\n"
+        "if TYPE_CHECKING:\n"
+        "    from knowledge_api.service import KnowledgeService\n"
+        "def late():\n"
+        "    from knowledge_api.compose import build_service\n"
+        "REGISTERED = 'knowledge_api.cache.redis:RedisCaches'\n"
+    )
+    known = set(import_graph())
+    assert arrows(module, known) == {
+        "knowledge_api.stores.records",
+        "knowledge_api.service",
+        "knowledge_api.compose",
+        "knowledge_api.cache.redis",
+    }

@@ -11,8 +11,10 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 import numpy as np
@@ -498,6 +500,28 @@ async def test_writes_of_other_processes_move_the_generation(
     after_delete = await store.generation()
     await db.execute("UPDATE siam_vectors SET content = 'edited' WHERE source_id = 'msg-42'")
     assert before != after_delete != await store.generation()
+
+
+async def test_writes_of_other_processes_move_only_their_collections_generation(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    docs = [replace(doc, collection="a" if i % 2 else "b") for i, doc in enumerate(corpus())]
+    await index(store, docs)
+    store.generation_poll_seconds = 0.0  # read the counters every time
+    a, b = await store.collection_generation("a"), await store.collection_generation("b")
+    await db.execute("DELETE FROM knowledge_documents WHERE id = $1", UUID(docs[1].id))
+    assert await store.collection_generation("a") != a
+    assert await store.collection_generation("b") == b
+    await db.execute("UPDATE knowledge_documents SET title = 'edited' WHERE collection = 'b'")
+    assert await store.collection_generation("b") != b
+    a, b = await store.collection_generation("a"), await store.collection_generation("b")
+    # a passage edited alone may be any collection's: every collection's counter moves
+    await db.execute(
+        "UPDATE siam_vectors SET content = 'edited' WHERE document_id = $1", UUID(docs[0].id)
+    )
+    assert a != await store.collection_generation("a") and b != await store.collection_generation(
+        "b"
+    )
 
 
 @pytest.mark.fault

@@ -14,10 +14,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.cache.redis import RETRY_SECONDS
 from knowledge_api.compose import build_service
 from knowledge_api.models import Document
 from knowledge_api.settings import Secret
-from knowledge_api.shared_cache import RETRY_SECONDS
 from tests.conftest import ask as ask_service
 from tests.conftest import corpus, make_settings, query_params
 from tests.pg import postgres_settings, run_sync

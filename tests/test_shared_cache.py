@@ -14,13 +14,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from starlette.testclient import TestClient
 
-from knowledge_api.cache import Caches
+from knowledge_api.app import create_app
+from knowledge_api.cache import caches as backends
+from knowledge_api.cache.base import Caches
+from knowledge_api.cache.redis import HEALTH_SECONDS, RETRY_SECONDS, RedisLink, SharedTier
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.shared_cache import RETRY_SECONDS, SharedTier, shared_caches
 from knowledge_api.stores.records import Generation
 from tests.conftest import make_settings
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, free_port
 
 
 def redis_settings(tmp_path: Path, server: RedisServer, **changes: Any) -> Settings:
@@ -33,9 +36,9 @@ def redis_settings(tmp_path: Path, server: RedisServer, **changes: Any) -> Setti
 async def replicas(tmp_path: Path, redis_server: RedisServer) -> AsyncIterator[list[Caches]]:
     """The caches of two replicas of one deployment."""
     settings = redis_settings(tmp_path, redis_server, response_cache_size=3)
-    both = [Caches.from_settings(settings) for _ in range(2)]
+    both = [backends.create("redis", settings) for _ in range(2)]
     for caches in both:
-        caches.follow_store(7)
+        caches.responses.follow(("default", 7))
     yield both
     for caches in both:
         await caches.close()
@@ -52,15 +55,15 @@ async def test_a_response_kept_by_one_replica_is_a_hit_on_the_other(
     assert await second.fetch(("query", "other")) is None and second.misses == 1
 
 
-async def test_entries_of_another_store_generation_are_never_found(
+async def test_entries_of_another_generation_of_their_collection_are_never_found(
     replicas: list[Caches],
 ) -> None:
-    first, second = replicas
-    await first.responses.keep("q", "before the write")
-    second.follow_store(8)  # the store moved on
-    assert await second.responses.fetch("q") is None
-    first.follow_store(8)
-    assert await first.responses.fetch("q") is None  # its own memory tier was emptied too
+    first, second = (caches.responses for caches in replicas)
+    await first.keep("qa", "before the write", ("a", 7))
+    await first.keep("qb", "b's answer", ("b", 3))
+    assert await second.fetch("qa", ("a", 8)) is None  # collection a moved on
+    assert await first.fetch("qa", ("a", 8)) is None  # in its own memory tier too
+    assert await second.fetch("qb", ("b", 3)) == "b's answer"  # b did not move
 
 
 async def test_embeddings_are_shared_with_their_ttl(
@@ -116,7 +119,7 @@ async def test_a_waiter_computes_itself_when_the_lock_holder_dies(
     tier = replicas[0].responses
     assert isinstance(tier, SharedTier)
     # a replica took the lock and died: no value will come, the lock expires
-    await tier.link.client.set(tier.redis_key("q", "lock"), "dead", px=300)
+    await tier.link.client.set(tier.redis_key("q", kind="lock"), "dead", px=300)
 
     async def compute() -> tuple[str, bool]:
         return "computed here", True
@@ -173,14 +176,14 @@ async def test_redis_going_away_degrades_to_memory_and_recovers(
     computed = await tier.get_or_compute("new", lambda: answer("fresh"))
     assert computed == ("fresh", True)
     assert await tier.fetch("new") == "fresh"
-    health = caches.health()
+    health = await caches.health()
     assert health["status"] == "unavailable" and "error" in health
     assert caches.stats()["redis"]["status"] == "unavailable"
     assert tier.link.errors >= 1
     redis_server.start()
     await asyncio.sleep(RETRY_SECONDS + 0.1)
     await tier.keep("after", 2)
-    assert caches.health()["status"] == "ok"
+    assert (await caches.health())["status"] == "ok"
     assert await replicas[1].responses.fetch("after") == 2
 
 
@@ -192,7 +195,8 @@ def test_health_never_shows_the_redis_password(tmp_path: Path) -> None:
     settings = make_settings(
         tmp_path, cache="redis", redis_url=Secret("redis://:s3cret-pass@10.1.2.3:6380/2")
     )
-    _, _, link = shared_caches(settings)
+    link = backends.create("redis", settings).shared
+    assert isinstance(link, RedisLink)
     assert link.health()["location"] == "10.1.2.3:6380/2"
     assert "s3cret-pass" not in repr(link.health()) + repr(settings)
 
@@ -210,3 +214,56 @@ async def test_chroma_and_qdrant_replicas_name_the_same_content_alike() -> None:
     stored["token"] = writer.wrote()
     stored["token"] = writer.wrote()  # two writes here, none seen by the reader yet
     assert await reader.current(read_token) == await writer.current(read_token) != ""
+
+
+@pytest.mark.fault
+async def test_health_asks_redis_itself_when_it_goes_and_comes_back(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """No request needs to touch the cache for /health to see Redis gone or back."""
+    caches = backends.create("redis", redis_settings(tmp_path, redis_server))
+    try:
+        assert (await caches.health())["status"] == "ok"
+        redis_server.stop()
+        await asyncio.sleep(HEALTH_SECONDS)
+        assert (await caches.health())["status"] == "unavailable"
+        redis_server.start()
+        await asyncio.sleep(HEALTH_SECONDS)
+        assert (await caches.health())["status"] == "ok"
+        assert caches.stats()["redis"]["status"] == "ok"
+    finally:
+        await caches.close()
+
+
+@pytest.mark.fault
+async def test_health_of_a_redis_never_there_is_unavailable_at_once(tmp_path: Path) -> None:
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    settings = make_settings(tmp_path, cache="redis", redis_url=Secret(closed))
+    caches = backends.create("redis", settings)
+    try:
+        started = time.monotonic()
+        health = await caches.health()
+        assert health["status"] == "unavailable" and "error" in health
+        assert time.monotonic() - started < 1.0  # bounded by the call's timeout
+        assert await caches.health() is not None and caches.shared is not None
+        assert caches.shared.errors == 1  # asked again within HEALTH_SECONDS: not retried
+    finally:
+        await caches.close()
+
+
+@pytest.mark.fault
+def test_health_follows_redis_with_no_request_using_the_cache(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    app = create_app(redis_settings(tmp_path, redis_server))
+    with TestClient(app) as client:
+        assert client.get("/health").json()["status"] == "healthy"
+        redis_server.stop()
+        time.sleep(HEALTH_SECONDS)
+        health = client.get("/health").json()
+        assert health["status"] == "degraded"
+        assert health["cache"]["redis"]["status"] == "unavailable"
+        redis_server.start()
+        time.sleep(HEALTH_SECONDS)
+        health = client.get("/health").json()
+        assert health["status"] == "healthy" and health["cache"]["redis"]["status"] == "ok"

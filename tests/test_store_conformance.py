@@ -6,6 +6,7 @@ import asyncio
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,31 @@ async def test_generation_changes_on_every_write(store: KnowledgeStore) -> None:
     assert await store.generation() == after_write
     await store.delete(corpus()[0].id)
     assert await store.generation() != after_write
+
+
+COUNTS_COLLECTIONS = {"sqlite", "postgres", "supabase"}
+"""Backends that count writes per collection; the others' collection generation is the
+store's (any write moves every collection's)."""
+
+
+async def test_a_collection_generation_moves_with_its_writes_only(
+    store: KnowledgeStore, request: pytest.FixtureRequest
+) -> None:
+    first, second = (replace(doc, collection="a") for doc in corpus()[:2])
+    other = replace(corpus()[2], collection="b")
+    await index(store, [first, other])
+    a, b = await store.collection_generation("a"), await store.collection_generation("b")
+    await index(store, [second])
+    assert await store.collection_generation("a") != a
+    assert await store.collection_generation("b") == b or (
+        request.node.callspec.params["store"] not in COUNTS_COLLECTIONS
+    )
+    a, b = await store.collection_generation("a"), await store.collection_generation("b")
+    await store.delete(other.id)
+    assert await store.collection_generation("b") != b
+    assert await store.collection_generation("a") == a or (
+        request.node.callspec.params["store"] not in COUNTS_COLLECTIONS
+    )
 
 
 async def test_hashes_and_vectors_are_reusable(store: KnowledgeStore) -> None:

@@ -90,6 +90,10 @@ class KnowledgeStore(Protocol):
     async def generation(self) -> Hashable:
         """A token that changes whenever the stored content changes."""
 
+    async def collection_generation(self, collection: str) -> Hashable:
+        """A token that changes whenever a document of `collection` changes, by a write
+        of any process; a write to another collection may leave it be."""
+
     async def check_embedder(self, name: str, dimension: int) -> None:
         """Record the embedder on first use; refuse a different one later."""
 
@@ -123,6 +127,14 @@ class HybridSearch(FromSettings):
         """Where this store's deployment keeps its API keys: by default a table of the
         SQLite file at `sqlite_path` (the sqlite store's own file)."""
         return SQLiteKeys(sqlite_path)
+
+    async def generation(self) -> Hashable:
+        raise NotImplementedError
+
+    async def collection_generation(self, collection: str) -> Hashable:
+        """The store's generation, where a backend counts no writes per collection:
+        then any write empties every collection's cached answers."""
+        return await self.generation()
 
     async def search(
         self,

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from knowledge_api.cache import TTLCache
+from cachetools import TTLCache
+
 from knowledge_api.errors import BackendConnectionError, InvalidRequest
 
 TOKEN_PREFIX = "kapi_"
@@ -70,7 +71,7 @@ class RememberedKeys:
 
     def __init__(self, keys: KeyStore) -> None:
         self.keys = keys
-        self._known: TTLCache[ApiKey] = TTLCache(10_000, KEY_CACHE_SECONDS)
+        self._known: TTLCache[str, ApiKey] = TTLCache(10_000, KEY_CACHE_SECONDS)
 
     async def open(self) -> None:
         await self.keys.open()
@@ -86,7 +87,7 @@ class RememberedKeys:
         if known is None:
             known = await self.keys.find(token_hash(token))
             if known is not None:
-                self._known.put(token, known)
+                self._known[token] = known
         return known
 
     def remembered(self, token: str) -> ApiKey | None:
@@ -94,7 +95,10 @@ class RememberedKeys:
         requests need, without a round trip or even an await."""
         # Remembered by the token itself, only in this process's memory (which holds
         # it anyway while a request runs): a request with a known key hashes nothing.
-        return self._known.get(token)
+        try:  # not TTLCache.get, which looks the token up twice
+            return self._known[token]
+        except KeyError:
+            return None
 
     async def all(self) -> list[ApiKey]:
         return await self.keys.all()

@@ -75,7 +75,7 @@ class SiamStore(HybridSearch):
     def __init__(self, tuning: SearchTuning = DEFAULT_TUNING, ef_search: int = 100) -> None:
         self.tuning = tuning
         self.ef_search = ef_search
-        self._generation = 0
+        self._generation: tuple[int, dict[str, int]] = (-1, {})
         self._generation_expires = 0.0
 
     @classmethod
@@ -138,9 +138,21 @@ class SiamStore(HybridSearch):
             )
 
     async def generation(self) -> Hashable:
+        return (await self._generations())[0]
+
+    async def collection_generation(self, collection: str) -> Hashable:
+        """The collection's own counter (knowledge_collection_state), polled with the
+        store's and read again only when the store's moved."""
+        return (await self._generations())[1].get(collection, 0)
+
+    async def _generations(self) -> tuple[int, dict[str, int]]:
         if time.monotonic() >= self._generation_expires:
             rows = await self.select("knowledge_store_state", "generation")
-            self._generation = int(rows[0]["generation"])
+            generation = int(rows[0]["generation"])
+            if generation != self._generation[0]:
+                rows = await self.select("knowledge_collection_state", "collection,generation")
+                collections = {r["collection"]: int(r["generation"]) for r in rows}
+                self._generation = (generation, collections)
             self._generation_expires = time.monotonic() + self.generation_poll_seconds
         return self._generation
 

@@ -67,7 +67,7 @@ class SQLiteStore(HybridSearch):
         self._terms = TermFrequencies(keyword_matched_chunks)
         self._reloads = 0
         self._data_version = 0
-        self._generation: tuple[tuple[int, int], int] = ((-1, -1), 0)
+        self._generation: tuple[tuple[int, int], tuple[int, dict[str, int]]] = ((-1, -1), (0, {}))
 
     settings_fields = "db_path ann_min_chunks ann_probes keyword_matched_chunks"
 
@@ -106,12 +106,22 @@ class SQLiteStore(HybridSearch):
     async def generation(self) -> Hashable:
         """The file's own counter (store_state), the same in every process: read again
         only after a commit of ours or another process's, so a cache hit costs no query."""
+        return self._generations()[0]
+
+    async def collection_generation(self, collection: str) -> Hashable:
+        """The collection's own counter (collection_state), read with the file's."""
+        return self._generations()[1].get(collection, 0)
+
+    def _generations(self) -> tuple[int, dict[str, int]]:
+        """The file's counter and each collection's, as of the last commit seen."""
         try:
             self._sync()
             seen = (self.file.commits, self._reloads)
             if seen != self._generation[0]:
-                row = self.file.db().execute("SELECT generation FROM store_state").fetchone()
-                self._generation = (seen, int(row[0]))
+                conn = self.file.db()
+                row = conn.execute("SELECT generation FROM store_state").fetchone()
+                rows = conn.execute("SELECT collection, generation FROM collection_state")
+                self._generation = (seen, (int(row[0]), {r[0]: int(r[1]) for r in rows}))
         except sqlite3.Error as e:
             raise BackendConnectionError(f"store unavailable: {e}", backend=self.name) from e
         return self._generation[1]

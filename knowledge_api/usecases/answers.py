@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from knowledge_api import grounding
 from knowledge_api.errors import EmbeddingError
@@ -62,19 +61,20 @@ def failed(message: str) -> GroundedAnswer:
 
 
 async def answer(service: KnowledgeService, params: AnswerParams) -> Served[GroundedAnswer]:
-    return await service.tier1.served(params.cache_key(), lambda: compute(service, params))
+    return await service.tier1.served(
+        params.cache_key(), lambda: compute(service, params), params.collection
+    )
 
 
 async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[GroundedAnswer, bool]:
-    generation = await service.tier1.generation()
     found = await search(service, params, params.threshold)
     if not found.hits:
         grounded = await insufficient(service, params, found.warnings)
-        return await finished(service, generation, found, grounded)
+        return finished(found, grounded)
     started = time.perf_counter()
     outcome = await service.synthesize(params.query, found.hits)
     grounded = await ground(service, params, outcome, elapsed_ms(started), found.warnings)
-    return await finished(service, generation, found, grounded)
+    return finished(found, grounded)
 
 
 def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
@@ -87,11 +87,12 @@ def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Ev
             replayed.append(("delta", value.answer))
         return replayed
 
-    return service.tier1.served_events(params.cache_key(), streamed(service, params), replay)
+    return service.tier1.served_events(
+        params.cache_key(), streamed(service, params), replay, params.collection
+    )
 
 
 async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
-    generation = await service.tier1.generation()
     found = await search(service, params, params.threshold)
     yield "results", tuple(found.hits)
     if not found.hits:
@@ -106,7 +107,7 @@ async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGene
                 yield name, data
         assert outcome is not None, "the synthesis chain always ends with an outcome"
         grounded = await ground(service, params, outcome, elapsed_ms(started), found.warnings)
-    yield COMPUTED, await finished(service, generation, found, grounded)
+    yield COMPUTED, finished(found, grounded)
 
 
 async def search(
@@ -117,12 +118,11 @@ async def search(
     )
 
 
-async def finished(
-    service: KnowledgeService, generation: Any, found: Retrieval, grounded: GroundedAnswer
-) -> tuple[GroundedAnswer, bool]:
+def finished(found: Retrieval, grounded: GroundedAnswer) -> tuple[GroundedAnswer, bool]:
+    """The answer and whether it may be cached: not when something degraded it."""
     retrieval_ms = round(sum(found.timings().values()), 3)
     grounded = replace(grounded, results=tuple(found.hits), retrieval_ms=retrieval_ms)
-    return grounded, not grounded.warnings and await service.tier1.generation() == generation
+    return grounded, not grounded.warnings
 
 
 async def insufficient(

@@ -48,7 +48,9 @@ async def query(
     """The answer (from tier 1 or computed), then its likely follow-ups prefetched
     in the background when KNOWLEDGE_PREFETCH is on."""
     with service.prefetcher.answering():
-        served = await service.tier1.served(params.cache_key(), lambda: compute(service, params))
+        served = await service.tier1.served(
+            params.cache_key(), lambda: compute(service, params), params.collection
+        )
     prefetch(service, params, client, served.value.hits)
     return served
 
@@ -58,21 +60,21 @@ def prefetch(
 ) -> None:
     async def warm(followup: str) -> None:
         ahead = replace(params, query=followup)
-        if service.tier1.peek(ahead.cache_key()) is None:  # a lookup here is no hit or miss
-            await service.tier1.served(ahead.cache_key(), lambda: compute(service, ahead))
+        key = ahead.cache_key()
+        if service.tier1.peek(key) is None:  # a lookup here is no hit or miss
+            await service.tier1.served(key, lambda: compute(service, ahead), ahead.collection)
 
     service.prefetcher.after(client, params.query, hits, warm)
 
 
 async def compute(service: KnowledgeService, params: QueryParams) -> tuple[QueryResult, bool]:
-    generation = await service.tier1.generation()
     found = await search(service, params)
     outcome, synthesis_ms = None, 0.0
     if params.synthesize:
         started = time.perf_counter()
         outcome = await service.synthesize(params.query, found.hits)
         synthesis_ms = elapsed_ms(started)
-    return await finished(service, generation, found, outcome, synthesis_ms)
+    return finished(found, outcome, synthesis_ms)
 
 
 def events(
@@ -93,7 +95,9 @@ def events(
         service,
         params,
         client,
-        service.tier1.served_events(params.cache_key(), streamed(service, params), replay),
+        service.tier1.served_events(
+            params.cache_key(), streamed(service, params), replay, params.collection
+        ),
     )
 
 
@@ -116,7 +120,6 @@ async def followed(
 
 
 async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGenerator[Event, None]:
-    generation = await service.tier1.generation()
     plan = await service.plan(params.query, params.search_filters(), route=True)
     found: Retrieval | None = None
     async for name, data in progressive(service, params, plan):
@@ -135,7 +138,7 @@ async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGener
             else:
                 yield name, data
         synthesis_ms = elapsed_ms(started)
-    yield COMPUTED, await finished(service, generation, found, outcome, synthesis_ms)
+    yield COMPUTED, finished(found, outcome, synthesis_ms)
 
 
 async def progressive(
@@ -187,19 +190,15 @@ async def search_planned(
     return await service.search(plan, params.query, params.limit, params.threshold, rerank=rerank)
 
 
-async def finished(
-    service: KnowledgeService,
-    generation: Any,
-    found: Retrieval,
-    outcome: Outcome | None,
-    synthesis_ms: float,
+def finished(
+    found: Retrieval, outcome: Outcome | None, synthesis_ms: float
 ) -> tuple[QueryResult, bool]:
-    """The result and whether it may be cached: not when something degraded it, nor
-    when the store changed while it was computed."""
+    """The result and whether it may be cached: not when something degraded it (tier 1
+    keeps it under the generation its collection had before it was computed)."""
     timings = found.timings()
     warnings = list(found.warnings)
     if outcome is not None:
         timings["synthesis_ms"] = synthesis_ms
         warnings += outcome.warnings()
     result = QueryResult(tuple(found.hits), outcome, tuple(warnings), timings, found.routed)
-    return result, not warnings and await service.tier1.generation() == generation
+    return result, not warnings

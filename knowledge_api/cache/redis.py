@@ -1,16 +1,20 @@
 """Both cache tiers in Redis, shared by every replica (KNOWLEDGE_CACHE=redis).
 
-Each tier keeps a small in-process TTLCache in front (a hit there costs no round
-trip) and Redis behind it. Redis entries live under KNOWLEDGE_REDIS_PREFIX, each with
-the tier's TTL, and a sorted set per tier bounds their number the way the memory tier
-does: least recently used first, at the tier's KNOWLEDGE_*_CACHE_SIZE. Tier 1 keys
-carry the store generation, so an entry made before a write is never found after it,
-by any replica. A miss is computed once across the replicas: the first takes a short
-lock (SET NX PX) and the others wait for its value, computing it themselves if the
-lock goes away without one (the holder died, or its answer was not cacheable).
+Each tier keeps a small in-process tier in front (a hit there costs no round trip)
+and Redis behind it. Redis entries live under KNOWLEDGE_REDIS_PREFIX, each with the
+tier's TTL, and a sorted set per tier bounds their number the way the memory tier
+does: least recently used first, at the tier's KNOWLEDGE_*_CACHE_SIZE. An entry's
+Redis key carries its scope (for tier 1, its collection's generation in the store),
+so an answer made before a write of its collection is never found after it, by any
+replica, while the other collections' answers stay. A miss is computed once across
+the replicas: the first takes a short lock (SET NX PX) and the others wait for its
+value, computing it themselves if the lock goes away without one (the holder died,
+or its answer was not cacheable).
 
 Redis is never needed to answer: when a call fails, the tiers go on from memory alone,
-/health and /metrics say so, and Redis is tried again a second later.
+/health and /metrics say so, and Redis is tried again a second later; /health asks
+Redis itself (at most once a second), so it reports a Redis that went away or came
+back before any request notices.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
-from knowledge_api.cache import TTLCache
+from knowledge_api.cache.base import Caches, Compute, Scope, Tier
 from knowledge_api.registry import import_extra
 
 V = TypeVar("V")
@@ -37,6 +41,8 @@ LOCAL_ENTRIES = 1000
 """Entries each tier keeps in process, in front of Redis: the hottest queries."""
 RETRY_SECONDS = 1.0
 """After a failed call, Redis is left alone this long (calls go to memory only)."""
+HEALTH_SECONDS = 1.0
+"""How long /health trusts its last PING of Redis."""
 TIMEOUT_SECONDS = 0.25
 """Connect and read timeout of one call: a hung Redis costs a query at most this."""
 LOCK_MS = 10_000
@@ -94,6 +100,7 @@ class RedisLink:
         """Why the last call failed; empty while Redis answers."""
         self.errors = 0
         self._retry_at = 0.0
+        self._checked_at = -HEALTH_SECONDS
         self._failures = (TimeoutError, RedisError, OSError)
 
     @property
@@ -105,6 +112,9 @@ class RedisLink:
         failure is remembered, logged once, and calls skip Redis for RETRY_SECONDS)."""
         if self.error and time.monotonic() < self._retry_at:
             return None
+        return await self._called(work)
+
+    async def _called(self, work: Callable[[Any], Awaitable[T]]) -> T | None:
         try:
             result = await work(self.client)
         except self._failures as e:
@@ -118,6 +128,15 @@ class RedisLink:
             log.info("redis cache answers again")
             self.error = ""
         return result
+
+    async def checked(self) -> dict[str, Any]:
+        """`health` after asking Redis (a PING, at most once every HEALTH_SECONDS and
+        within TIMEOUT_SECONDS): a Redis that went away or came back shows at once,
+        not when a request next uses the cache."""
+        if time.monotonic() - self._checked_at >= HEALTH_SECONDS:
+            self._checked_at = time.monotonic()
+            await self._called(lambda client: client.ping())
+        return self.health()
 
     def health(self) -> dict[str, Any]:
         report: dict[str, Any] = {
@@ -136,7 +155,7 @@ class RedisLink:
         await self.client.aclose()
 
 
-class SharedTier(TTLCache[V]):
+class SharedTier(Tier[V]):
     """A tier in Redis behind an in-process one. `hits` count both; `shared_hits`
     the ones Redis answered."""
 
@@ -146,94 +165,94 @@ class SharedTier(TTLCache[V]):
         self.name = name
         self.shared_max_entries = max_entries
         self.shared_hits = 0
-        self.scope = ""
 
-    def follow(self, scope: Hashable) -> None:
-        self.clear()
-        self.scope = str(scope)
-
-    def redis_key(self, key: Hashable, kind: str = "v") -> str:
-        digest = hashlib.blake2b(repr(key).encode(), digest_size=16).hexdigest()
-        return f"{self.link.prefix}{self.name}:{kind}:{self.scope}:{digest}"
+    def redis_key(self, key: Hashable, scope: Scope = None, kind: str = "v") -> str:
+        scoped = (self.scope if scope is None else scope, key)
+        digest = hashlib.blake2b(repr(scoped).encode(), digest_size=16).hexdigest()
+        return f"{self.link.prefix}{self.name}:{kind}:{digest}"
 
     @property
     def index_key(self) -> str:
         return f"{self.link.prefix}{self.name}:lru"
 
-    async def fetch(self, key: Hashable) -> V | None:
-        value = self.get(key)
+    async def fetch(self, key: Hashable, scope: Scope = None) -> V | None:
+        value = self.get(key, scope)
         if value is not None:
             return value
-        value = await self._fetch_shared(key)
+        value = await self._fetch_shared(key, scope)
         if value is not None:
-            self._shared_hit(key, value)
+            self._shared_hit(key, value, scope)
         return value
 
-    def _shared_hit(self, key: Hashable, value: V) -> None:
+    def _shared_hit(self, key: Hashable, value: V, scope: Scope) -> None:
         """A value found in Redis: a hit (not the miss `get` counted), kept in front."""
         self.misses -= 1
         self.hits += 1
         self.shared_hits += 1
-        self.put(key, value)
+        self.put(key, value, scope)
 
-    async def _fetch_shared(self, key: Hashable) -> V | None:
-        keys, now = [self.redis_key(key), self.index_key], time.time() * 1000
+    async def _fetch_shared(self, key: Hashable, scope: Scope) -> V | None:
+        keys, now = [self.redis_key(key, scope), self.index_key], time.time() * 1000
         raw = await self.link.call(lambda _: self.link.get_script(keys=keys, args=[now]))
         return None if raw is None else decoded(raw)
 
-    async def keep(self, key: Hashable, value: V) -> None:
-        self.put(key, value)
-        name = self.redis_key(key)
+    async def keep(self, key: Hashable, value: V, scope: Scope = None) -> None:
+        self.put(key, value, scope)
+        name = self.redis_key(key, scope)
         ttl_ms = max(1, int(self.ttl * 1000))
         args = [encoded(value), ttl_ms, time.time() * 1000, self.shared_max_entries]
         await self.link.call(lambda _: self.link.put_script(keys=[name, self.index_key], args=args))
 
     async def computed_once(
-        self, key: Hashable, compute: Callable[[], Awaitable[tuple[V, bool]]]
+        self, key: Hashable, compute: Compute[V], scope: Scope
     ) -> tuple[V, bool]:
         """Compute under the replicas' lock of `key`, or wait for the replica that holds
         it; compute here when Redis is down or the holder leaves no value."""
-        lock, token = self.redis_key(key, "lock"), secrets.token_hex(8)
+        lock, token = self.redis_key(key, scope, "lock"), secrets.token_hex(8)
 
         async def take(client: Any) -> bool:
             return bool(await client.set(lock, token, nx=True, px=LOCK_MS))
 
         taken = await self.link.call(take)  # None: Redis is down, compute here
         if taken is False:
-            value = await self._awaited(key, lock)
+            value = await self._awaited(key, scope, lock)
             if value is not None:
                 return value, False
         try:
-            return await super().computed_once(key, compute)
+            return await super().computed_once(key, compute, scope)
         finally:
             if taken:
                 await self.link.call(lambda _: self.link.unlock_script(keys=[lock], args=[token]))
 
-    async def _awaited(self, key: Hashable, lock: str) -> V | None:
+    async def _awaited(self, key: Hashable, scope: Scope, lock: str) -> V | None:
         """The value another replica computes under `lock`, or None once the lock is
         gone without one (or Redis stopped answering)."""
         deadline = time.monotonic() + LOCK_MS / 1000
         while time.monotonic() < deadline:
             await asyncio.sleep(POLL_SECONDS)
-            value = await self._fetch_shared(key)
+            value = await self._fetch_shared(key, scope)
             if value is not None:
-                self._shared_hit(key, value)
+                self._shared_hit(key, value, scope)
                 return value
             if not await self.link.call(lambda c: c.exists(lock)):
-                return await self._fetch_shared(key)  # kept just before the unlock
+                return await self._fetch_shared(key, scope)  # kept just before the unlock
         return None
 
 
-def shared_caches(settings: Any) -> tuple[SharedTier[Any], SharedTier[Any], RedisLink]:
-    """(responses, embeddings, link): both tiers over one Redis connection."""
-    link = RedisLink(settings.redis_url.get(), settings.redis_prefix)
-    responses: SharedTier[Any] = SharedTier(
-        link, "responses", settings.response_cache_size, settings.response_cache_ttl
-    )
-    embeddings: SharedTier[Any] = SharedTier(
-        link, "embeddings", settings.embedding_cache_size, settings.embedding_cache_ttl
-    )
-    return responses, embeddings, link
+class RedisCaches(Caches):
+    backend = "redis"
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> RedisCaches:
+        """Both tiers over one Redis connection."""
+        link = RedisLink(settings.redis_url.get(), settings.redis_prefix)
+        responses: SharedTier[Any] = SharedTier(
+            link, "responses", settings.response_cache_size, settings.response_cache_ttl
+        )
+        embeddings: SharedTier[Any] = SharedTier(
+            link, "embeddings", settings.embedding_cache_size, settings.embedding_cache_ttl
+        )
+        return cls(responses, embeddings, link)
 
 
 def encoded(value: Any) -> bytes:

@@ -1,0 +1,176 @@
+"""The response cache's hit rate while writes go on: concurrent clients on loopback,
+a share of them writing documents, the others asking a fixed set of questions in
+several collections.
+
+A server (this checkout; with `--baseline DIR` also the package of another checkout,
+run the same way right after it) starts on an empty SQLite file with the fake
+embedder and every collection filled alike. Then `--clients` clients send
+`--requests` requests in all: each a write (a new document in a collection writes
+go to) with probability `--writes`, else a query drawn from `--questions` per
+collection, in a random collection. The hit rate is the share of queries answered
+with `metrics.cache_hit: true`. Writes go either to every collection alike
+(`spread`) or to the first one only (`one`: one collection being ingested while the
+others are read); both are run unless `--into` names one.
+
+    .venv/bin/python scripts/bench_write_mix.py [--clients 200] [--requests 6000]
+        [--writes 0.2] [--baseline DIR] [--into spread|one]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+HOST = "127.0.0.1"
+TOPICS = [
+    "login timeout with single sign-on",
+    "duplicate assets when paging search results",
+    "accepted audio formats for ingestion",
+    "release date of version 4.2",
+    "median search latency last week",
+    "gateway timeout configuration",
+    "password reset e-mail never arrives",
+    "export of reports as spreadsheets",
+    "rate limit of the public API",
+    "backup schedule of the database",
+    "dark mode in the settings page",
+    "retention of deleted documents",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def document(collection: str, n: int) -> dict[str, object]:
+    topic = TOPICS[n % len(TOPICS)]
+    return {
+        "source_type": "knowledge",
+        "source_id": f"{collection}-{n}",
+        "title": topic.capitalize(),
+        "content": f"Note {n} of {collection}: about the {topic}, what to check and who owns it.",
+        "collection": collection,
+    }
+
+
+def serve(checkout: Path | None, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_")},
+        "KNOWLEDGE_EMBEDDER": "fake",
+        "KNOWLEDGE_SYNTHESIZER": "extractive",
+        "KNOWLEDGE_DB_PATH": str(folder / "k.db"),
+        "KNOWLEDGE_SEED_ON_EMPTY": "false",
+        "KNOWLEDGE_LOG_LEVEL": "warning",
+        "KNOWLEDGE_RATE_LIMIT": "0",
+    }
+    if checkout is not None:
+        env["PYTHONPATH"] = str(checkout.resolve())
+    log = (folder / "server.log").open("w")
+    command = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(port)]
+    process = subprocess.Popen(command, env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://{HOST}:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/livez", timeout=1).status_code in (200, 404):
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    process.terminate()
+    raise SystemExit(f"the server did not start: see {folder / 'server.log'}")
+
+
+async def load(url: str, args: argparse.Namespace, into: str) -> dict[str, int]:
+    """Hits, queries, writes and failed requests (a dropped connection) of one run."""
+    collections = [f"c{i}" for i in range(args.collections)]
+    writable = collections if into == "spread" else collections[:1]
+    limits = httpx.Limits(max_connections=args.clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+        for collection in collections:
+            batch = [document(collection, n) for n in range(2 * len(TOPICS))]
+            response = await client.post("/v1/knowledge/documents", json={"documents": batch})
+            response.raise_for_status()
+        randomness = random.Random(7)
+        plan = [randomness.random() < args.writes for _ in range(args.requests)]
+        counts = {"hits": 0, "queries": 0, "writes": 0, "failed": 0}
+        written = iter(range(10_000, 10_000 + args.requests))
+
+        async def one(write: bool) -> None:
+            collection = randomness.choice(writable if write else collections)
+            if write:
+                doc = document(collection, next(written))
+                (await client.post("/v1/knowledge/documents", json=doc)).raise_for_status()
+                counts["writes"] += 1
+                return
+            question = TOPICS[randomness.randrange(args.questions)]
+            body = {"query": question, "collection": collection, "synthesize": False}
+            response = await client.post("/v1/knowledge/query", json=body)
+            response.raise_for_status()
+            counts["queries"] += 1
+            counts["hits"] += bool(response.json()["metrics"]["cache_hit"])
+
+        queue = iter(plan)
+
+        async def worker() -> None:
+            for write in queue:
+                try:
+                    await one(write)
+                except httpx.TransportError:
+                    counts["failed"] += 1
+
+        await asyncio.gather(*(worker() for _ in range(args.clients)))
+    return counts
+
+
+def run(checkout: Path | None, args: argparse.Namespace, into: str) -> dict[str, int]:
+    with tempfile.TemporaryDirectory() as folder:
+        process, url = serve(checkout, Path(folder))
+        try:
+            return asyncio.run(load(url, args, into))
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=200, help="concurrent clients")
+    parser.add_argument("--requests", type=int, default=6000, help="requests in all")
+    parser.add_argument("--writes", type=float, default=0.2, help="share of writes")
+    parser.add_argument("--collections", type=int, default=4)
+    parser.add_argument("--questions", type=int, default=6, help="distinct questions asked")
+    parser.add_argument("--into", choices=["spread", "one"], help="where writes go (both)")
+    parser.add_argument("--baseline", type=Path, help="another checkout, run the same way")
+    args = parser.parse_args()
+    args.questions = min(args.questions, len(TOPICS))
+    print(
+        f"{args.clients} clients, {args.requests} requests, {args.writes:.0%} writes, "
+        f"{args.collections} collections, {args.questions} questions each"
+    )
+    servers: list[tuple[str, Path | None]] = [("this checkout", None)]
+    if args.baseline:
+        servers.insert(0, (f"baseline {args.baseline}", args.baseline))
+    for into in [args.into] if args.into else ["spread", "one"]:
+        for name, checkout in servers:
+            counts = run(checkout, args, into)
+            rate = counts["hits"] / max(1, counts["queries"])
+            print(
+                f"  writes into {into:<6} {name:<40} hit rate {rate:6.1%}  ({counts['queries']} "
+                f"queries, {counts['writes']} writes, {counts['failed']} connections dropped)"
+            )
+
+
+if __name__ == "__main__":
+    main()
