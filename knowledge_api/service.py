@@ -11,7 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Hashable,
+    Iterable,
+    Sequence,
+)
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, replace
@@ -21,7 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from knowledge_api import __version__
+from knowledge_api import __version__, tracing
 from knowledge_api.cache import COMPUTED, Caches, Event, ResponseTier, Served
 from knowledge_api.embeddings.base import Embedder
 from knowledge_api.embeddings.batching import QueryBatcher
@@ -129,6 +137,8 @@ class KnowledgeService:
             settings.query_batch_size,
             settings.query_queue_size,
         )
+        self._batch_sizes: dict[str, int] = {}
+        """Traced: the size of the batch each query was embedded in, till its span reads it."""
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
         self.keys = RememberedKeys(store.key_store(settings.db_path))
@@ -270,7 +280,9 @@ class KnowledgeService:
         reranking = rerank and mode == "hybrid" and self.reranker.name != "none"
         depth = max(limit, self.settings.rerank_top) if reranking else limit
         started = time.perf_counter()
-        hits = await self.store.search(query, plan.vector, depth, plan.filters, threshold, mode)
+        with tracing.span("knowledge.search", self._search_attributes(plan, query, mode)) as span:
+            hits = await self.store.search(query, plan.vector, depth, plan.filters, threshold, mode)
+            span.set_attribute("knowledge.search.hits", len(hits))
         searched = time.perf_counter() - started
         self.observer.search(searched)
         found = Retrieval(
@@ -283,6 +295,26 @@ class KnowledgeService:
             plan.routed,
         )
         return await self._reranked(query, found, limit) if reranking else found
+
+    def _search_attributes(self, plan: Plan, query: str, mode: SearchMode) -> dict[str, Any]:
+        if not tracing.recording():
+            return {}
+        return {
+            "knowledge.search.mode": mode,
+            "db.collection.name": plan.filters.collection,
+            "knowledge.search.sources": list(plan.filters.source_types or ("all",)),
+            **tracing.query_attributes(query),
+        }
+
+    async def served(
+        self, key: Hashable, compute: Callable[[], Awaitable[tuple[T, bool]]]
+    ) -> Served[T]:
+        """`key`'s value from tier 1, or computed (once for identical concurrent
+        requests), in the tier-1 span."""
+        with tracing.span("knowledge.cache", {"knowledge.cache.tier": 1}) as span:
+            served = await self.tier1.served(key, compute)
+            span.set_attribute("knowledge.cache.hit", served.cache_hit)
+        return served
 
     # -- routing --------------------------------------------------------------------
 
@@ -311,7 +343,14 @@ class KnowledgeService:
 
     async def _reranked(self, query: str, found: Retrieval, limit: int) -> Retrieval:
         started = time.perf_counter()
-        reranked = await self.reranker.rerank(query, found.hits, self.settings.rerank_top)
+        attributes = {
+            "knowledge.rerank.provider": self.reranker.name,
+            "knowledge.rerank.hits": len(found.hits),
+        }
+        with tracing.span("knowledge.rerank", attributes) as span:
+            reranked = await self.reranker.rerank(query, found.hits, self.settings.rerank_top)
+            if reranked.warnings:
+                span.set_attribute("knowledge.rerank.warnings", list(reranked.warnings))
         return replace(
             found,
             hits=reranked.hits[:limit],
@@ -326,7 +365,10 @@ class KnowledgeService:
 
         async def compute() -> tuple[np.ndarray, bool]:
             start = time.perf_counter()
-            vector = await self.query_batcher.embed(normalized)
+            with tracing.span("knowledge.embed", self._embed_attributes("query")) as span:
+                vector = await self.query_batcher.embed(normalized)
+                if (size := self._batch_sizes.pop(normalized, None)) is not None:
+                    span.set_attribute("knowledge.embed.batch_size", size)
             self.observer.embedding("query", time.perf_counter() - start)
             return vector, True
 
@@ -339,9 +381,29 @@ class KnowledgeService:
         return vector
 
     async def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """One micro-batch of concurrent queries (QueryBatcher), on the model thread."""
+        """One micro-batch of concurrent queries (QueryBatcher), on the model thread.
+        Traced, each query's embed span says the size of the batch it was in (the
+        batch runs in the batcher's task, outside any request's trace)."""
         vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_queries, texts)
+        if tracing.recording():
+            if len(self._batch_sizes) > 4 * self.settings.query_queue_size:
+                self._batch_sizes.clear()  # queries whose callers left never take theirs
+            self._batch_sizes.update(dict.fromkeys(texts, len(texts)))
         return vectors
+
+    def _embed_attributes(self, kind: str, batch_size: int | None = None) -> dict[str, Any]:
+        """An embed span's attributes (the GenAI semantic conventions' embeddings)."""
+        if not tracing.recording():
+            return {}
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "embeddings",
+            "gen_ai.request.model": self.embedder.name,
+            "gen_ai.embeddings.dimension.count": self.embedder.dimension,
+            "knowledge.embed.kind": kind,
+        }
+        if batch_size is not None:
+            attributes["knowledge.embed.batch_size"] = batch_size
+        return attributes
 
     def forget_query_embeddings(self) -> None:
         """Empty tier 2, so the next queries are embedded again (latency measurements)."""
@@ -377,7 +439,8 @@ class KnowledgeService:
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         start = time.perf_counter()
-        vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_documents, texts)
+        with tracing.span("knowledge.embed", self._embed_attributes("documents", len(texts))):
+            vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_documents, texts)
         self.observer.embedding("documents", time.perf_counter() - start)
         return vectors
 

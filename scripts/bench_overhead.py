@@ -7,9 +7,11 @@ metrics; `plain` with keys off and the request observer (ids, logs, metrics) tak
 out. wrk sends the same cached query to each, alternating, and the report gives
 requests/s and the ratio full/plain (the budget: full >= 0.9 of plain), best against
 best and round by round (the median), beside a bare Starlette app returning the same
-bytes.
+bytes. With --traced a fourth server, `traced`, is `full` exporting a span per request
+to an OTLP/HTTP sink this script runs (OTEL_EXPORTER_OTLP_ENDPOINT set): what tracing
+costs a hit, beside what it costs when off (`full`, no endpoint).
 
-    .venv/bin/python scripts/bench_overhead.py [--duration 8] [--rounds 2]
+    .venv/bin/python scripts/bench_overhead.py [--duration 8] [--rounds 2] [--traced]
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -91,6 +95,26 @@ def start(stack: ExitStack, command: list[str], env: dict[str, str], cwd: Path, 
     raise SystemExit(f"{command} did not start: see {log.name}")
 
 
+class Sink(BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector that takes every export and keeps nothing."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def sink(stack: ExitStack) -> str:
+    server = ThreadingHTTPServer((HOST, 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stack.callback(server.shutdown)
+    return f"http://{HOST}:{server.server_address[1]}"
+
+
 def wrk(url: str, token: str, cwd: Path, duration: int) -> float:
     auth = f'wrk.headers["Authorization"] = "Bearer {token}"\n' if token else ""
     script = cwd / "post.lua"
@@ -113,6 +137,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=int, default=8, help="seconds of each wrk run")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each server, alternated")
+    parser.add_argument(
+        "--traced", action="store_true", help="also `full` with tracing on, to a local sink"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install wrk")
@@ -131,26 +158,32 @@ def main() -> None:
             env=base, cwd=cwd, capture_output=True, text=True, check=True,
         )  # fmt: skip
         token = created.stdout.splitlines()[-1]
-        ports = {name: free_port() for name in ("full", "plain", "bare")}
+        names = ("full", "plain", "bare", "traced") if args.traced else ("full", "plain", "bare")
+        ports = {name: free_port() for name in names}
         urls = {name: f"http://{HOST}:{port}" for name, port in ports.items()}
         full_env = {**base, "KNOWLEDGE_AUTH": "keys", "KNOWLEDGE_LOG_FORMAT": "json"}
         full = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(ports["full"])]
         start(stack, full, full_env, cwd, urls["full"])
+        if args.traced:
+            traced_env = {**full_env, "OTEL_EXPORTER_OTLP_ENDPOINT": sink(stack)}
+            traced = [*full[:-1], str(ports["traced"])]
+            start(stack, traced, traced_env, cwd, urls["traced"])
         (cwd / "plain_app.py").write_text(PLAIN_APP, encoding="utf-8")
         plain_env = {**base, "KNOWLEDGE_AUTH": "off", "KNOWLEDGE_SEED_ON_EMPTY": "false"}
         start(stack, uvicorn("plain_app:app", ports["plain"]), plain_env, cwd, urls["plain"])
         headers = {"Authorization": f"Bearer {token}"}
         cached = httpx.post(urls["full"] + QUERY, json=BODY, headers=headers).content
+        if args.traced:
+            httpx.post(urls["traced"] + QUERY, json=BODY, headers=headers)
         httpx.post(urls["plain"] + QUERY, json=BODY)
         (cwd / "cached.json").write_bytes(cached)
         (cwd / "bare_app.py").write_text(BARE_APP, encoding="utf-8")
         start(stack, uvicorn("bare_app:app", ports["bare"]), base, cwd, urls["bare"])
-        rates: dict[str, list[float]] = {"full": [], "plain": [], "bare": []}
+        rates: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(args.rounds):
             for name in rates:
-                rates[name].append(
-                    wrk(urls[name], token if name == "full" else "", cwd, args.duration)
-                )
+                keyed = name in ("full", "traced")
+                rates[name].append(wrk(urls[name], token if keyed else "", cwd, args.duration))
         report(rates, len(cached))
 
 
@@ -170,6 +203,13 @@ def report(rates: dict[str, list[float]], size: int) -> None:
     paired = [full / plain for full, plain in zip(rates["full"], rates["plain"], strict=True)]
     print(f"  median of the rounds' full / plain: {statistics.median(paired):.3f}")
     print(f"  full / bare Starlette: {best['full'] / best['bare']:.3f}")
+    if "traced" in rates:
+        print(f"  traced / bare Starlette: {best['traced'] / best['bare']:.3f}")
+        paired = [t / f for t, f in zip(rates["traced"], rates["full"], strict=True)]
+        print(
+            f"  tracing on / off (traced / full): {best['traced'] / best['full']:.3f} best, "
+            f"{statistics.median(paired):.3f} median of the rounds"
+        )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ CORE = {
     "text",
     "timing",
     "registry",
+    "tracing",
     "__init__",
 }
 SEAMS = {

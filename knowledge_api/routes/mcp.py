@@ -23,12 +23,14 @@ from mcp_types import ListToolsResult, ToolAnnotations
 from pydantic import Field
 from starlette.requests import Request
 
+from knowledge_api import tracing
 from knowledge_api.errors import KnowledgeAPIError, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.routes import answer as answer_route
 from knowledge_api.routes import detail, documents
 from knowledge_api.routes import query as query_route
 from knowledge_api.routes.access import EVERYONE, WRITE, Access, access
+from knowledge_api.routes.traces import CONTEXT
 from knowledge_api.routes.views import document_view
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
@@ -110,7 +112,7 @@ def payload(**values: Any) -> dict[str, Any]:
 
 def build(service: KnowledgeService, settings: Settings) -> MCPServer:
     server: MCPServer = MCPServer(
-        "knowledge-api", instructions=INSTRUCTIONS, middleware=[ScopedTools()]
+        "knowledge-api", instructions=INSTRUCTIONS, middleware=[TracedTools(), ScopedTools()]
     )
     max_chars = settings.mcp_max_chars
 
@@ -235,6 +237,37 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         )
 
     return server
+
+
+class TracedTools:
+    """A tool call's span (the MCP semantic conventions): the child of the HTTP
+    request that carried it, though the MCP server runs it in a task of its own; the
+    root of its trace over stdio."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.method != "tools/call" or not tracing.recording():
+            return await call_next(ctx)
+        request = ctx.request
+        parent = (
+            request.scope.get("state", {}).get(CONTEXT) if isinstance(request, Request) else None
+        )
+        tool = str((ctx.params or {}).get("name", ""))
+        attributes = {
+            "mcp.method.name": ctx.method,
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "mcp.protocol.version": ctx.protocol_version,
+        }
+        if ctx.request_id is not None:
+            attributes["jsonrpc.request.id"] = str(ctx.request_id)
+        with tracing.within(parent), tracing.span(f"tools/call {tool}", attributes) as span:
+            result = await call_next(ctx)
+            if getattr(result, "isError", False) or getattr(result, "is_error", False):
+                span.set_attribute("error.type", "tool_error")
+                tracing.failed(span, "the tool answered with an error")
+            return result
 
 
 class ScopedTools:

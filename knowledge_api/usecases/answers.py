@@ -62,7 +62,7 @@ def failed(message: str) -> GroundedAnswer:
 
 
 async def answer(service: KnowledgeService, params: AnswerParams) -> Served[GroundedAnswer]:
-    return await service.tier1.served(params.cache_key(), lambda: compute(service, params))
+    return await service.served(params.cache_key(), lambda: compute(service, params))
 
 
 async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[GroundedAnswer, bool]:

@@ -48,7 +48,7 @@ async def query(
     """The answer (from tier 1 or computed), then its likely follow-ups prefetched
     in the background when KNOWLEDGE_PREFETCH is on."""
     with service.prefetcher.answering():
-        served = await service.tier1.served(params.cache_key(), lambda: compute(service, params))
+        served = await service.served(params.cache_key(), lambda: compute(service, params))
     prefetch(service, params, client, served.value.hits)
     return served
 
@@ -59,7 +59,7 @@ def prefetch(
     async def warm(followup: str) -> None:
         ahead = replace(params, query=followup)
         if service.tier1.peek(ahead.cache_key()) is None:  # a lookup here is no hit or miss
-            await service.tier1.served(ahead.cache_key(), lambda: compute(service, ahead))
+            await service.served(ahead.cache_key(), lambda: compute(service, ahead))
 
     service.prefetcher.after(client, params.query, hits, warm)
 
