@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import uvicorn
 
-from knowledge_api import __version__, compose, validation
+from knowledge_api import __version__, compose, tracing, validation
 from knowledge_api.errors import ConfigurationError, InvalidRequest, KnowledgeAPIError
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
@@ -707,7 +707,13 @@ def with_service(
         finally:
             await service.stop()
 
-    return asyncio.run(run())
+    # traced (an ingest: a trace per batch) when OTEL_EXPORTER_OTLP_ENDPOINT says so
+    traces = tracing.configure(settings) if tracing.traces_endpoint(settings) else None
+    try:
+        return asyncio.run(run())
+    finally:
+        if traces is not None:
+            tracing.disable()  # what is queued is sent first, for a few seconds at most
 
 
 async def changed_in_store(settings: Settings, documents: list[Document]) -> list[Document]:

@@ -484,3 +484,25 @@ def test_outgoing_calls_keep_the_clients_own_transport(
     tracing.configure(make_settings(tmp_path), exporter)
     traced = tracing.traced_client(httpx.AsyncClient())
     assert type(traced._transport).__name__ == "Traced" and own is not traced._transport
+
+
+def test_knowledge_api_ingest_sends_a_trace_per_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from knowledge_api.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pipeline, "BATCH_DOCUMENTS", 2)
+    for n in range(3):
+        (tmp_path / f"{n}.md").write_text(f"# Note {n}\n\nThe gateway timeout is {n} minutes.")
+    with OtlpReceiver() as collector:
+        monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+        monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+        assert main(["ingest", "0.md", "1.md", "2.md"]) == 0
+        assert tracing.active() is None  # the command's tracing ended with it
+        spans = collector.wait_for({"knowledge.ingest.batch", "knowledge.index"})
+    batches = [s for s in spans if s.name == "knowledge.ingest.batch"]
+    assert sorted(b.attributes["knowledge.documents"] for b in batches) == [1, 2]
+    assert all(b.parent_id == "" for b in batches) and len({b.trace_id for b in batches}) == 2
+    assert "3 documents indexed" in capsys.readouterr().out
