@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -23,6 +24,7 @@ from collections.abc import (
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,7 +35,7 @@ from knowledge_api import __version__, tracing
 from knowledge_api.cache import COMPUTED, Caches, Event, ResponseTier, Served
 from knowledge_api.embeddings.base import Embedder
 from knowledge_api.embeddings.batching import QueryBatcher
-from knowledge_api.errors import BackendConnectionError, EmbeddingError
+from knowledge_api.errors import BackendConnectionError, EmbeddingError, KnowledgeAPIError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.models import (
@@ -43,6 +45,7 @@ from knowledge_api.models import (
     SearchFilters,
     SearchHit,
     SearchMode,
+    SearchParams,
     normalize_query,
 )
 from knowledge_api.observer import UNOBSERVED, Observer
@@ -50,7 +53,9 @@ from knowledge_api.prefetch import Prefetcher
 from knowledge_api.rerankers.base import NoReranker, Reranker
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.settings import Settings
+from knowledge_api.stores.audit import Actor, AuditEntry, AuditQuery, stamp
 from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.feedback import Answered
 from knowledge_api.stores.keys import RememberedKeys
 from knowledge_api.synthesis.base import Synthesizer
 from knowledge_api.synthesis.chain import Outcome, SynthesisChain
@@ -142,6 +147,9 @@ class KnowledgeService:
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
         self.keys = RememberedKeys(store.key_store(settings.db_path))
+        self.audit_log = store.audit_log(settings.db_path)
+        self.feedback_log = store.feedback_log(settings.db_path)
+        self._next_prune = 0.0
         self.observer: Observer = UNOBSERVED
         self.centroids: dict[str, Centroids] = {}
         """Each collection's source centroids (routing), at the generation they were learned."""
@@ -195,12 +203,21 @@ class KnowledgeService:
         await self.store.open()
         await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
         await self.keys.open()
+        await self.audit_log.open()
+        await self.feedback_log.open()
 
     async def _seed(self) -> None:
         if not self.embedder_ready:
             log.warning("not seeding the empty store: the embedder is unavailable")
             return
-        summary = await self.ingest(load_paths([self.seed_path()], LoadOptions()))
+        loaded = load_paths([self.seed_path()], LoadOptions())
+        summary = await self.ingest(loaded)
+        await self.audit(
+            Actor("service"),
+            "seed",
+            loaded.documents[0].collection if loaded.documents else None,
+            changes(loaded.documents, summary),
+        )
         log.info(
             "seeded the empty store from %s: %d documents, %d passages",
             self.seed_path(),
@@ -216,6 +233,8 @@ class KnowledgeService:
         await self.reranker.close()
         await self.synthesizer.close()
         await self.keys.close()
+        await self.audit_log.close()
+        await self.feedback_log.close()
         await self.store.close()
         await self.caches.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
@@ -468,6 +487,85 @@ class KnowledgeService:
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         return self.store.iter_documents(collection)
 
+    # -- audit trail ----------------------------------------------------------------
+
+    async def audit(
+        self, actor: Actor, action: str, collection: str | None, changed: dict[str, Any]
+    ) -> None:
+        """Append one record of a write to the audit trail: what every door (a route, an
+        MCP tool, a command, the KB sync) calls once it wrote, with what changed (ids
+        and counts, see `changes`). A trail that cannot be written is logged as an
+        error; the write it records stands. Records older than KNOWLEDGE_AUDIT_DAYS are
+        forgotten, checked at most hourly."""
+        entry = AuditEntry(actor.name, action, collection, changed, actor.request_id, stamp())
+        try:
+            await self.audit_log.append(entry)
+            if self.settings.audit_days and time.monotonic() >= self._next_prune:
+                self._next_prune = time.monotonic() + 3600
+                cutoff = time.time() - self.settings.audit_days * 86400
+                await self.audit_log.prune(stamp(datetime.fromtimestamp(cutoff, UTC)))
+        except KnowledgeAPIError as e:
+            log.error("audit record lost: %s %s by %s: %s", action, changed, actor.name, e.message)
+
+    async def audit_page(self, query: AuditQuery) -> list[AuditEntry]:
+        """A page of the trail, newest first."""
+        return await self.audit_log.page(query)
+
+    # -- answers and their ratings -----------------------------------------------------
+
+    async def answered(
+        self,
+        kind: str,
+        params: SearchParams,
+        hits: Sequence[SearchHit],
+        cited: Sequence[int] = (),
+    ) -> str:
+        """A new query_id for a query or answer just computed, recorded with the query,
+        the ranking that ran and its results, so a rating of it can be judged later
+        (`knowledge-api eval --feedback`). A record that cannot be written is logged;
+        the answer is served all the same."""
+        query_id = str(uuid.uuid4())
+        answered = Answered(
+            query_id,
+            kind,
+            params.collection,
+            params.query,
+            self.ranking(params),
+            [
+                {
+                    "id": hit.chunk.id,
+                    "document_id": hit.document_id,
+                    "source_type": hit.source_type,
+                    "source_id": hit.source_id,
+                }
+                for hit in hits
+            ],
+            list(cited),
+        )
+        try:
+            await self.feedback_log.answered(answered)
+        except KnowledgeAPIError as e:
+            log.error(
+                "answer %s not recorded, its ratings will not resolve: %s", query_id, e.message
+            )
+        return query_id
+
+    def ranking(self, params: SearchParams) -> dict[str, Any]:
+        """What ranked a query: the request's own choices and the settings that order
+        results, so a rating says which ranking it judged."""
+        s = self.settings
+        return {
+            "embedder": self.embedder.name,
+            "fusion": s.fusion,
+            "vector_weight": s.vector_weight,
+            "feedback_docs": s.feedback_docs,
+            "reranker": self.reranker.name,
+            "limit": params.limit,
+            "threshold": params.threshold,
+            "sources": list(params.sources) if params.sources else None,
+            "filters": dict(params.filters),
+        }
+
     # -- health ---------------------------------------------------------------------
 
     async def readiness(self) -> dict[str, str]:
@@ -510,6 +608,32 @@ class KnowledgeService:
             "reranker": reranker,
             **extra,
         }
+
+
+MAX_AUDITED_IDS = 1000
+"""Ids one audit record lists at most (a bigger write lists these and counts them all)."""
+
+
+def changes(
+    documents: Sequence[Document] | None = None,
+    summary: IndexSummary | None = None,
+    **more: Any,
+) -> dict[str, Any]:
+    """What a write changed, as its audit record says it: the documents' ids (at most
+    MAX_AUDITED_IDS), the index summary's counts, and any other counts or ids."""
+    changed: dict[str, Any] = {}
+    if documents is not None:
+        ids = list(dict.fromkeys(doc.id for doc in documents))
+        changed["ids"] = ids[:MAX_AUDITED_IDS]
+        changed["documents"] = len(ids)
+    if summary is not None:
+        changed.update(
+            indexed=summary.documents,
+            chunks=summary.chunks,
+            embedded=summary.embedded,
+            unchanged=summary.skipped,
+        )
+    return {**changed, **more}
 
 
 def single_threaded_blas() -> None:

@@ -320,6 +320,11 @@ class Settings:
         3,
         "Most follow-ups predicted after one query.",
     )
+    audit_days: int = setting(
+        "KNOWLEDGE_AUDIT_DAYS",
+        90,
+        "Days the audit trail of writes is kept (0 = for ever).",
+    )
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
     )
@@ -700,6 +705,8 @@ class Settings:
                 raise ConfigurationError(f"{env_name(name)} must not be negative")
         if self.auth not in ("auto", "keys", "off"):
             raise ConfigurationError("KNOWLEDGE_AUTH must be auto, keys or off")
+        if self.audit_days < 0:
+            raise ConfigurationError("KNOWLEDGE_AUDIT_DAYS must not be negative")
         if self.rate_limit < 0:
             raise ConfigurationError("KNOWLEDGE_RATE_LIMIT must not be negative")
         if self.mcp_max_chars < 1000:

@@ -32,8 +32,9 @@ from knowledge_api.routes import query as query_route
 from knowledge_api.routes.access import EVERYONE, WRITE, Access, access
 from knowledge_api.routes.traces import CONTEXT
 from knowledge_api.routes.views import document_view
-from knowledge_api.service import KnowledgeService
+from knowledge_api.service import KnowledgeService, changes
 from knowledge_api.settings import Settings
+from knowledge_api.stores.audit import Actor, local_user
 from knowledge_api.usecases import answers
 from knowledge_api.usecases import query as query_use
 
@@ -73,6 +74,15 @@ def caller(ctx: Context[Any, Any]) -> Access:
     user, who may do everything the command line may."""
     request = ctx.request_context.request
     return access(request) if isinstance(request, Request) else EVERYONE
+
+
+def tool_actor(ctx: Context[Any, Any], who: Access) -> Actor:
+    """Who writes through a tool: the key and request id of an HTTP call, the local user
+    over stdio."""
+    request = ctx.request_context.request
+    if isinstance(request, Request):
+        return Actor(who.name, getattr(request.state, "request_id", None))
+    return local_user()
 
 
 def clipped(body: Any, offset: int, max_chars: int) -> str:
@@ -156,7 +166,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             )
             caller(ctx).collection(params.collection)
             served = await answers.answer(service, params)
-        body = steady(answer_route.render(served), "query_id", "metadata")
+        body = steady(answer_route.render(served), "metadata")
         return clipped(body, offset, max_chars)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -232,6 +242,9 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             doc = documents.parse_document({**body, **optional}, "arguments")
             who.collection(doc.collection)
             summary = await service.ingest([doc])
+            await service.audit(
+                tool_actor(ctx, who), "mcp add_document", doc.collection, changes([doc], summary)
+            )
         return json.dumps(
             {"id": doc.id, "indexed": summary.documents, "chunks": summary.chunks}, indent=1
         )

@@ -22,6 +22,8 @@ from knowledge_api import tracing
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError
 from knowledge_api.models import Document, EmbedderIdentity, SearchFilters, SearchHit, SearchMode
 from knowledge_api.registry import FromSettings
+from knowledge_api.stores.audit import AuditLog, SQLiteAudit
+from knowledge_api.stores.feedback import FeedbackLog, SQLiteFeedback
 from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
     Candidate,
@@ -105,6 +107,14 @@ class KnowledgeStore(Protocol):
         """Where the deployment keeps its API keys (see stores/keys.py)."""
         ...
 
+    def audit_log(self, sqlite_path: Path) -> AuditLog:
+        """Where the deployment keeps its audit trail (see stores/audit.py)."""
+        ...
+
+    def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
+        """Where the deployment keeps answered queries and their ratings (stores/feedback.py)."""
+        ...
+
 
 DB_SYSTEMS = {"postgres": "postgresql", "supabase": "postgresql", "chroma": "chromadb"}
 """db.system.name of the backends whose name is not the semantic conventions' one."""
@@ -129,6 +139,14 @@ class HybridSearch(FromSettings):
         """Where this store's deployment keeps its API keys: by default a table of the
         SQLite file at `sqlite_path` (the sqlite store's own file)."""
         return SQLiteKeys(sqlite_path)
+
+    def audit_log(self, sqlite_path: Path) -> AuditLog:
+        """Where this store's deployment keeps its audit trail: beside its API keys."""
+        return SQLiteAudit(sqlite_path)
+
+    def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
+        """Answered queries and their ratings: beside the API keys too."""
+        return SQLiteFeedback(sqlite_path)
 
     async def search(
         self,

@@ -55,6 +55,8 @@ class GroundedAnswer:
     """Every passage the answer could cite: [n] is results[n - 1]."""
     retrieval_ms: float = 0.0
     generation_ms: float = 0.0
+    query_id: str = ""
+    """The id a rating of this answer refers to (POST /v1/knowledge/feedback)."""
 
 
 def failed(message: str) -> GroundedAnswer:
@@ -70,11 +72,11 @@ async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[Grou
     found = await search(service, params, params.threshold)
     if not found.hits:
         grounded = await insufficient(service, params, found.warnings)
-        return await finished(service, generation, found, grounded)
+        return await finished(service, params, generation, found, grounded)
     started = time.perf_counter()
     outcome = await service.synthesize(params.query, found.hits)
     grounded = await ground(service, params, outcome, elapsed_ms(started), found.warnings)
-    return await finished(service, generation, found, grounded)
+    return await finished(service, params, generation, found, grounded)
 
 
 def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
@@ -106,7 +108,7 @@ async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGene
                 yield name, data
         assert outcome is not None, "the synthesis chain always ends with an outcome"
         grounded = await ground(service, params, outcome, elapsed_ms(started), found.warnings)
-    yield COMPUTED, await finished(service, generation, found, grounded)
+    yield COMPUTED, await finished(service, params, generation, found, grounded)
 
 
 async def search(
@@ -118,10 +120,19 @@ async def search(
 
 
 async def finished(
-    service: KnowledgeService, generation: Any, found: Retrieval, grounded: GroundedAnswer
+    service: KnowledgeService,
+    params: AnswerParams,
+    generation: Any,
+    found: Retrieval,
+    grounded: GroundedAnswer,
 ) -> tuple[GroundedAnswer, bool]:
+    """The answer, recorded under a new query_id, and whether it may be cached."""
     retrieval_ms = round(sum(found.timings().values()), 3)
-    grounded = replace(grounded, results=tuple(found.hits), retrieval_ms=retrieval_ms)
+    cited = [n for n, _ in grounded.sources]
+    query_id = await service.answered("answer", params, found.hits, cited)
+    grounded = replace(
+        grounded, results=tuple(found.hits), retrieval_ms=retrieval_ms, query_id=query_id
+    )
     return grounded, not grounded.warnings and await service.tier1.generation() == generation
 
 

@@ -40,6 +40,8 @@ class QueryResult:
     synthesis_ms."""
     routed: tuple[str, ...] | None = None
     """The sources searched, with semantic routing on."""
+    query_id: str = ""
+    """The id a rating of this result refers to (POST /v1/knowledge/feedback)."""
 
 
 async def query(
@@ -72,7 +74,7 @@ async def compute(service: KnowledgeService, params: QueryParams) -> tuple[Query
         started = time.perf_counter()
         outcome = await service.synthesize(params.query, found.hits)
         synthesis_ms = elapsed_ms(started)
-    return await finished(service, generation, found, outcome, synthesis_ms)
+    return await finished(service, params, generation, found, outcome, synthesis_ms)
 
 
 def events(
@@ -135,7 +137,7 @@ async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGener
             else:
                 yield name, data
         synthesis_ms = elapsed_ms(started)
-    yield COMPUTED, await finished(service, generation, found, outcome, synthesis_ms)
+    yield COMPUTED, await finished(service, params, generation, found, outcome, synthesis_ms)
 
 
 async def progressive(
@@ -189,17 +191,22 @@ async def search_planned(
 
 async def finished(
     service: KnowledgeService,
+    params: QueryParams,
     generation: Any,
     found: Retrieval,
     outcome: Outcome | None,
     synthesis_ms: float,
 ) -> tuple[QueryResult, bool]:
-    """The result and whether it may be cached: not when something degraded it, nor
-    when the store changed while it was computed."""
+    """The result, recorded under a new query_id, and whether it may be cached: not
+    when something degraded it, nor when the store changed while it was computed."""
     timings = found.timings()
     warnings = list(found.warnings)
     if outcome is not None:
         timings["synthesis_ms"] = synthesis_ms
         warnings += outcome.warnings()
-    result = QueryResult(tuple(found.hits), outcome, tuple(warnings), timings, found.routed)
+    cited = outcome.citations if outcome is not None else ()
+    query_id = await service.answered("query", params, found.hits, cited)
+    result = QueryResult(
+        tuple(found.hits), outcome, tuple(warnings), timings, found.routed, query_id
+    )
     return result, not warnings and await service.tier1.generation() == generation
