@@ -506,3 +506,23 @@ def test_knowledge_api_ingest_sends_a_trace_per_batch(
     assert sorted(b.attributes["knowledge.documents"] for b in batches) == [1, 2]
     assert all(b.parent_id == "" for b in batches) and len({b.trace_id for b in batches}) == 2
     assert "3 documents indexed" in capsys.readouterr().out
+
+
+def test_a_streamed_query_traces_each_sources_own_search(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    app = traced_app(make_settings(tmp_path), exporter)
+    client = loaded_client(app)
+    try:
+        exporter.clear()
+        body = {**ASK, "stream": True, "sources": ["jira", "git"]}
+        with client.stream("POST", "/v1/knowledge/query", json=body) as response:
+            assert "event: done" in "".join(response.iter_text())
+    finally:
+        client.__exit__(None, None, None)
+    spans = list(exporter.get_finished_spans())
+    keyword = [s for s in spans if s.name == "knowledge.search.keyword"]
+    searched = sorted(tuple(s.attributes["knowledge.search.sources"]) for s in keyword)  # type: ignore[arg-type, index]
+    assert searched == [("git",), ("git", "jira"), ("jira",)]  # each source alone, and fused
+    server = next(s for s in spans if s.kind is SpanKind.SERVER)
+    assert all(s.context.trace_id == server.context.trace_id for s in spans)
