@@ -29,7 +29,7 @@ from knowledge_api.routes.observe import configure_logging
 from knowledge_api.service import KnowledgeService, changes
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
-from knowledge_api.stores.audit import local_user
+from knowledge_api.stores.audit import AuditEntry, local_user
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -597,6 +597,14 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
                 stack.push_async_callback(store.close)
             with tqdm(unit="doc", file=sys.stderr, disable=None) as bar:
                 copied = await migrate(source, target, identity, collections, bar.update)
+            trail = target.audit_log(settings.db_path)  # the target's trail: it was written
+            await trail.open()
+            stack.push_async_callback(trail.close)
+            for name, summary in copied.items():
+                if summary.documents:
+                    action = f"cli migrate-store --from {args.source}"
+                    counts = changes(None, summary)
+                    await trail.append(AuditEntry(local_user().name, action, name, counts))
         for name, summary in copied.items():
             print(
                 f"{name}: {summary.documents} documents copied ({summary.chunks} chunks), "

@@ -286,3 +286,24 @@ def test_seeding_the_empty_store_is_recorded(tmp_path: Path) -> None:
         service: KnowledgeService = client.app.state.service  # type: ignore[attr-defined]
         [entry] = client.portal.call(service.audit_page, AuditQuery())
     assert (entry.actor, entry.action, entry.changes["indexed"]) == ("service", "seed", 1)
+
+
+def test_a_store_migration_is_recorded_in_the_targets_trail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name, value in {
+        "KNOWLEDGE_EMBEDDER": "fake",
+        "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
+        "KNOWLEDGE_QDRANT_PATH": str(tmp_path / "qdrant"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "notes.md").write_text("# Notes\n\nThe gateway timeout is 30 s.")
+    assert main(["ingest", "notes.md"]) == 0
+    assert main(["migrate-store", "--from", "sqlite", "--to", "qdrant"]) == 0
+    assert main(["migrate-store", "--from", "sqlite", "--to", "qdrant"]) == 0  # nothing new
+    capsys.readouterr()
+    assert main(["audit", "--limit", "5"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [e["action"] for e in lines] == ["cli migrate-store --from sqlite", "cli ingest"]
+    assert lines[0]["key"] == USER and lines[0]["changes"]["indexed"] == 1
