@@ -149,6 +149,8 @@ class KnowledgeService:
         self.keys = RememberedKeys(store.key_store(settings.db_path))
         self.audit_log = store.audit_log(settings.db_path)
         self.feedback_log = store.feedback_log(settings.db_path)
+        self._recording: dict[str, asyncio.Task[None]] = {}
+        """Answers whose record is being written, by query_id."""
         self._next_prune = 0.0
         self.observer: Observer = UNOBSERVED
         self.centroids: dict[str, Centroids] = {}
@@ -234,6 +236,7 @@ class KnowledgeService:
         await self.synthesizer.close()
         await self.keys.close()
         await self.audit_log.close()
+        await self.recorded()
         await self.feedback_log.close()
         await self.store.close()
         await self.caches.close()
@@ -542,13 +545,31 @@ class KnowledgeService:
             ],
             list(cited),
         )
+        # written beside the answer, not before it: a miss does not wait for the write
+        recording = asyncio.create_task(self._record(answered))
+        self._recording[query_id] = recording
+        recording.add_done_callback(lambda _: self._recording.pop(query_id, None))
+        return query_id
+
+    async def _record(self, answered: Answered) -> None:
         try:
             await self.feedback_log.answered(answered)
         except KnowledgeAPIError as e:
             log.error(
-                "answer %s not recorded, its ratings will not resolve: %s", query_id, e.message
+                "answer %s not recorded, its ratings will not resolve: %s",
+                answered.query_id,
+                e.message,
             )
-        return query_id
+
+    async def find_answered(self, query_id: str) -> Answered | None:
+        """A computed query or answer by its query_id (once its record is written)."""
+        if (recording := self._recording.get(query_id)) is not None:
+            await asyncio.shield(recording)
+        return await self.feedback_log.find(query_id)
+
+    async def recorded(self) -> None:
+        """Wait until every answer computed so far is recorded."""
+        await asyncio.gather(*self._recording.values())
 
     def ranking(self, params: SearchParams) -> dict[str, Any]:
         """What ranked a query: the request's own choices and the settings that order

@@ -33,7 +33,9 @@ ASK = {"query": "login timeout", "synthesize": False}
 ANSWER = {"query": "Why does the login page time out?", "threshold": 0.3}
 
 
-def answered_rows(db: Path) -> int:
+def answered_rows(client: TestClient, db: Path) -> int:
+    """Answers recorded (the records written beside the answers: waited for first)."""
+    client.portal.call(client.app.state.service.recorded)  # type: ignore[attr-defined]
     with sqlite3.connect(db) as conn:
         return int(conn.execute("SELECT count(*) FROM answered_queries").fetchone()[0])
 
@@ -60,14 +62,14 @@ def test_a_rated_answer_is_listed_with_its_query_and_a_hit_writes_nothing(
     client, tokens, settings = keyed
     reader = bearer(tokens["reader"])
     first = client.post("/v1/knowledge/answer", json=ANSWER, headers=reader).json()
-    recorded = answered_rows(settings.db_path)
+    recorded = answered_rows(client, settings.db_path)
     again = client.post("/v1/knowledge/answer", json=ANSWER, headers=reader).json()
     assert again["metadata"]["cache_hit"] and again["query_id"] == first["query_id"]
-    assert answered_rows(settings.db_path) == recorded  # the hit wrote nothing
+    assert answered_rows(client, settings.db_path) == recorded  # the hit wrote nothing
     queried = [client.post("/v1/knowledge/query", json=ASK, headers=reader).json() for _ in "abc"]
     assert queried[2]["metrics"]["cache_hit"]  # the hit path
     assert len({q["query_id"] for q in queried}) == 1
-    assert answered_rows(settings.db_path) == recorded + 1
+    assert answered_rows(client, settings.db_path) == recorded + 1
     body = {"query_id": first["query_id"], "rating": "up", "comment": "right", "cited": [1]}
     rated = client.post(
         "/v1/knowledge/feedback", json=body, headers={**reader, "X-Request-ID": "r-1"}
@@ -173,7 +175,7 @@ async def test_the_mcp_answer_carries_its_query_id(tmp_path: Path) -> None:
     async with serving(settings) as app, connected(app) as client:
         answered = json.loads(text_of(await client.call_tool("answer", {"query": ANSWER["query"]})))
         service = app.state.service
-        found = await service.feedback_log.find(answered["query_id"])
+        found = await service.find_answered(answered["query_id"])
     assert found is not None and found.kind == "answer" and found.query == ANSWER["query"]
     assert found.results and found.cited == [n["citation_index"] for n in answered["sources"]]
 
@@ -191,6 +193,7 @@ async def test_answers_and_ratings_are_kept_on_every_backend(
             await service.retrieve("login timeout", 3, QueryParams("x").search_filters())
         ).hits
         query_id = await service.answered("answer", QueryParams("login timeout"), hits, [1])
+        await service.recorded()
         await service.feedback_log.rate(Rating(query_id, "up", "reader", "ok", [1], None, "r-1"))
     finally:
         await service.stop()

@@ -129,7 +129,7 @@ async def ratings(request: Request) -> Response:
     )
     views = []
     for each in page:
-        answered = await service(request).feedback_log.find(each.query_id)
+        answered = await service(request).find_answered(each.query_id)
         views.append(
             {
                 **each.view(),

@@ -126,7 +126,9 @@ class SQLiteAudit:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA busy_timeout=5000")
+                # as the sqlite store's own connections: a commit waits for no fsync
+                for pragma in ("busy_timeout=5000", "journal_mode=WAL", "synchronous=NORMAL"):
+                    conn.execute(f"PRAGMA {pragma}")
                 for statement in self.SCHEMA:
                     conn.execute(statement)
             except (sqlite3.Error, OSError) as e:

@@ -35,7 +35,7 @@ def query_id_of(value: str) -> str:
 async def rate(service: KnowledgeService, rating: Rating, may_reach: Any) -> tuple[int, Answered]:
     """Store `rating` of an answer the caller may reach (`may_reach(collection)` raises
     when it may not); its id. 404 for a query_id the service never returned."""
-    answered = await service.feedback_log.find(rating.query_id)
+    answered = await service.find_answered(rating.query_id)
     if answered is None:
         raise NotFound(
             f"no query or answer with query_id {rating.query_id!r}: rate the query_id of a "
@@ -86,7 +86,7 @@ async def judged_set(service: KnowledgeService, since: str | None = None) -> lis
         for rating in page:
             if rating.query_id in found:
                 continue
-            answered = await service.feedback_log.find(rating.query_id)
+            answered = await service.find_answered(rating.query_id)
             if answered is not None and (judgement := judged(answered, rating)):
                 found[rating.query_id] = judgement
         before = page[-1].id
