@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from knowledge_api import tracing
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.redaction import Redactor
@@ -18,6 +20,7 @@ from knowledge_api.routes.metrics import Metrics
 from knowledge_api.routes.observe import LINES, RequestObserver
 from knowledge_api.routes.redact import RedactSecrets, redacted_logs
 from knowledge_api.routes.streams import StreamLimits
+from knowledge_api.routes.traces import TraceRequests
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.kb_sync import periodic_sync
@@ -27,6 +30,8 @@ def create_app(
     settings: Settings | None = None, service: KnowledgeService | None = None
 ) -> Starlette:
     settings = settings or Settings.from_env()
+    if tracing.traces_endpoint(settings):  # before the service: its HTTP clients trace
+        tracing.configure(settings)
     knowledge = service or build_service(settings)
     metrics = Metrics(knowledge)
     knowledge.observe(metrics.observer)
@@ -51,7 +56,11 @@ def create_app(
             finally:
                 await knowledge.stop()
                 LINES.flush()
+                if traces := tracing.active():
+                    await asyncio.to_thread(traces.flush)
 
+    # With tracing on, each request's span encloses everything else (the hit path too).
+    traced = [Middleware(TraceRequests)] if tracing.active() else []
     # The request observer ids and logs every request, refused ones too. Only the hit
     # path goes ahead of it, doing its part for a hit itself (routes/hot.py); secrets are
     # masked in whatever either of them sends. Streams are capped beneath the observer,
@@ -61,6 +70,7 @@ def create_app(
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
         middleware=[
+            *traced,
             Middleware(RedactSecrets, redactor=redactor),
             Middleware(QueryHits, gate=gate),
             Middleware(RequestObserver, metrics=metrics, settings=settings),

@@ -17,7 +17,7 @@ import orjson
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from knowledge_api import __version__, compose, validation
+from knowledge_api import __version__, compose, tracing, validation
 from knowledge_api.errors import (
     ConfigurationError,
     InvalidRequest,
@@ -32,9 +32,10 @@ from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, Ind
 from knowledge_api.registry import import_extra
 from knowledge_api.rerankers import rerankers
 from knowledge_api.routes.observe import configure_logging
-from knowledge_api.service import KnowledgeService
+from knowledge_api.service import KnowledgeService, changes
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
+from knowledge_api.stores.audit import AuditEntry, local_user
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +124,14 @@ def parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser(
         "eval", help="retrieval quality, or answer calibration, on a BEIR directory"
     )
-    evaluate.add_argument("directory", type=Path, metavar="DIR")
+    evaluate.add_argument("directory", type=Path, metavar="DIR", nargs="?")
+    evaluate.add_argument(
+        "--feedback",
+        action="store_true",
+        help="no DIR: judge by readers' ratings (POST /v1/knowledge/feedback) and score "
+        "today's ranking on the rated queries",
+    )
+    evaluate.add_argument("--since", help="with --feedback: ratings at or after this date")
     evaluate.add_argument("--json", action="store_true", help="print the report as JSON")
     evaluate.add_argument(
         "--answers",
@@ -173,6 +181,17 @@ def parser() -> argparse.ArgumentParser:
     revoke = actions.add_parser("revoke", help="revoke a key by name")
     revoke.add_argument("name")
     revoke.set_defaults(run=run_keys_revoke)
+
+    trail = commands.add_parser(
+        "audit", help="the audit trail of writes, newest first, one JSON object a line"
+    )
+    trail.add_argument("--limit", default="50", help="entries (1-200, default 50)")
+    trail.add_argument("--cursor", help="next_cursor printed after a full page")
+    trail.add_argument("--key", help="only this key's writes (or cli:<user>, kb-sync)")
+    trail.add_argument("--collection", help="only writes to this collection")
+    trail.add_argument("--since", help="at or after this ISO 8601 date or time (UTC)")
+    trail.add_argument("--until", help="before this ISO 8601 date or time (UTC)")
+    trail.set_defaults(run=run_audit)
 
     schema = commands.add_parser(
         "migrate", help="apply the Postgres schema migrations to KNOWLEDGE_DATABASE_URL"
@@ -456,10 +475,12 @@ def run_ingest_git(settings: Settings, args: argparse.Namespace) -> int:
         base_url=args.base_url,
         collection=validation.collection_name(args.collection, "--collection"),
     )
-    return index_documents(settings, load_git(args.repo, options))
+    return index_documents(settings, load_git(args.repo, options), "cli ingest-git")
 
 
-def index_documents(settings: Settings, documents: list[Document]) -> int:
+def index_documents(
+    settings: Settings, documents: list[Document], command: str = "cli ingest"
+) -> int:
     """Index through the service and print the summary line on stdout. Documents stored
     unchanged are set aside first, so a run with nothing new never loads the model."""
     started = time.perf_counter()
@@ -473,6 +494,10 @@ def index_documents(settings: Settings, documents: list[Document]) -> int:
         indexing = time.perf_counter()  # the model loaded: chunks/s is the indexing rate
         with progress(total=len(changed), unit="document", desc="indexing") as update:
             summary = await service.ingest(changed, progress=update)
+        collections = sorted({doc.collection for doc in changed})
+        extra = {} if len(collections) == 1 else {"collections": collections}
+        one = collections[0] if len(collections) == 1 else None
+        await service.audit(local_user(), command, one, changes(changed, summary, **extra))
         print(ingest_summary(summary, unchanged, indexing))
         return 0
 
@@ -561,6 +586,9 @@ def run_sync(settings: Settings, args: argparse.Namespace) -> int:
 def run_eval(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import answer_eval, evaluation
 
+    if args.feedback or args.directory is None:
+        return run_feedback_eval(settings, args)
+
     collection = args.collection and validation.collection_name(args.collection, "--collection")
     if args.plot and not args.answers:
         raise InvalidRequest("--plot", "needs --answers (it draws the answers' reliability)")
@@ -600,6 +628,32 @@ def run_eval(settings: Settings, args: argparse.Namespace) -> int:
     return with_service(settings, report)
 
 
+def run_feedback_eval(settings: Settings, args: argparse.Namespace) -> int:
+    """`eval --feedback`: the rated answers as a judged set, scored with today's ranking
+    (KNOWLEDGE_RERANKER included: it is part of today's ranking)."""
+    from knowledge_api.routes.audit import moment
+    from knowledge_api.usecases import feedback
+
+    if not args.feedback:
+        raise InvalidRequest("DIR", "is required (a BEIR directory), or pass --feedback")
+    if args.directory is not None or args.answers:
+        raise InvalidRequest("--feedback", "takes no DIR and no --answers")
+    since = moment("--since")(args.since)
+
+    async def report(service: KnowledgeService) -> int:
+        judged = await feedback.judged_set(service, since)
+        result = await feedback.evaluate(service, judged)
+        if args.json:
+            sys.stdout.buffer.write(
+                orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n"
+            )
+        else:
+            print(result.table())
+        return 0
+
+    return with_service(settings, report)
+
+
 def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -619,6 +673,14 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
                 stack.push_async_callback(store.close)
             with tqdm(unit="doc", file=sys.stderr, disable=None) as bar:
                 copied = await migrate(source, target, identity, collections, bar.update)
+            trail = target.audit_log(settings.db_path)  # the target's trail: it was written
+            await trail.open()
+            stack.push_async_callback(trail.close)
+            for name, summary in copied.items():
+                if summary.documents:
+                    action = f"cli migrate-store --from {args.source}"
+                    counts = changes(None, summary)
+                    await trail.append(AuditEntry(local_user().name, action, name, counts))
         for name, summary in copied.items():
             print(
                 f"{name}: {summary.documents} documents copied ({summary.chunks} chunks), "
@@ -725,6 +787,29 @@ def run_keys_create(settings: Settings, args: argparse.Namespace) -> int:
     return with_storage(settings, create)
 
 
+def run_audit(settings: Settings, args: argparse.Namespace) -> int:
+    """The trail as GET /v1/knowledge/audit pages it: an entry per line, then the
+    cursor of the next page (`next_cursor: ...`) when the page was full."""
+    from knowledge_api.routes import audit
+
+    asked = {
+        name: getattr(args, name)
+        for name in ("limit", "cursor", "key", "collection", "since", "until")
+        if getattr(args, name) is not None
+    }
+    query = audit.query_of(asked)
+
+    async def show(service: KnowledgeService) -> int:
+        entries = await service.audit_page(query)
+        for entry in entries:
+            print(orjson.dumps(entry.view()).decode())
+        if entries and len(entries) == query.limit:
+            print(f"next_cursor: {audit.cursor_of(entries[-1].id)}")
+        return 0
+
+    return with_storage(settings, show)
+
+
 def run_keys_list(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import keys
 
@@ -783,7 +868,13 @@ def with_service(
         finally:
             await service.stop()
 
-    return asyncio.run(run())
+    # traced (an ingest: a trace per batch) when OTEL_EXPORTER_OTLP_ENDPOINT says so
+    traces = tracing.configure(settings) if tracing.traces_endpoint(settings) else None
+    try:
+        return asyncio.run(run())
+    finally:
+        if traces is not None:
+            tracing.disable()  # what is queued is sent first, for a few seconds at most
 
 
 async def changed_in_store(settings: Settings, documents: list[Document]) -> list[Document]:

@@ -11,22 +11,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
+import uuid
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Hashable,
+    Iterable,
+    Sequence,
+)
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from knowledge_api import __version__
+from knowledge_api import __version__, tracing
 from knowledge_api.cache import caches
 from knowledge_api.cache.base import COMPUTED, Event, ResponseTier, Served
 from knowledge_api.embeddings.base import Embedder
 from knowledge_api.embeddings.batching import QueryBatcher
-from knowledge_api.errors import BackendConnectionError, EmbeddingError
+from knowledge_api.errors import BackendConnectionError, EmbeddingError, KnowledgeAPIError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.models import (
@@ -36,6 +46,7 @@ from knowledge_api.models import (
     SearchFilters,
     SearchHit,
     SearchMode,
+    SearchParams,
     normalize_query,
 )
 from knowledge_api.observer import UNOBSERVED, Observer
@@ -43,7 +54,9 @@ from knowledge_api.prefetch import Prefetcher
 from knowledge_api.rerankers.base import NoReranker, Reranker
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.settings import Settings
+from knowledge_api.stores.audit import Actor, AuditEntry, AuditQuery, stamp
 from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.feedback import Answered
 from knowledge_api.stores.keys import RememberedKeys
 from knowledge_api.synthesis.base import Synthesizer
 from knowledge_api.synthesis.chain import Outcome, SynthesisChain
@@ -130,9 +143,16 @@ class KnowledgeService:
             settings.query_batch_size,
             settings.query_queue_size,
         )
+        self._batch_sizes: dict[str, int] = {}
+        """Traced: the size of the batch each query was embedded in, till its span reads it."""
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
         self.keys = RememberedKeys(store.key_store(settings.db_path))
+        self.audit_log = store.audit_log(settings.db_path)
+        self.feedback_log = store.feedback_log(settings.db_path)
+        self._recording: dict[str, asyncio.Task[None]] = {}
+        """Answers whose record is being written, by query_id."""
+        self._next_prune = 0.0
         self.observer: Observer = UNOBSERVED
         self.centroids: dict[str, Centroids] = {}
         """Each collection's source centroids (routing), at the generation they were learned."""
@@ -186,12 +206,21 @@ class KnowledgeService:
         await self.store.open()
         await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
         await self.keys.open()
+        await self.audit_log.open()
+        await self.feedback_log.open()
 
     async def _seed(self) -> None:
         if not self.embedder_ready:
             log.warning("not seeding the empty store: the embedder is unavailable")
             return
-        summary = await self.ingest(load_paths([self.seed_path()], LoadOptions()))
+        loaded = load_paths([self.seed_path()], LoadOptions())
+        summary = await self.ingest(loaded)
+        await self.audit(
+            Actor("service"),
+            "seed",
+            loaded.documents[0].collection if loaded.documents else None,
+            changes(loaded.documents, summary),
+        )
         log.info(
             "seeded the empty store from %s: %d documents, %d passages",
             self.seed_path(),
@@ -207,6 +236,9 @@ class KnowledgeService:
         await self.reranker.close()
         await self.synthesizer.close()
         await self.keys.close()
+        await self.audit_log.close()
+        await self.recorded()
+        await self.feedback_log.close()
         await self.store.close()
         await self.caches.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
@@ -271,7 +303,9 @@ class KnowledgeService:
         reranking = rerank and mode == "hybrid" and self.reranker.name != "none"
         depth = max(limit, self.settings.rerank_top) if reranking else limit
         started = time.perf_counter()
-        hits = await self.store.search(query, plan.vector, depth, plan.filters, threshold, mode)
+        with tracing.span("knowledge.search", self._search_attributes(plan, query, mode)) as span:
+            hits = await self.store.search(query, plan.vector, depth, plan.filters, threshold, mode)
+            span.set_attribute("knowledge.search.hits", len(hits))
         searched = time.perf_counter() - started
         self.observer.search(searched)
         found = Retrieval(
@@ -284,6 +318,26 @@ class KnowledgeService:
             plan.routed,
         )
         return await self._reranked(query, found, limit) if reranking else found
+
+    def _search_attributes(self, plan: Plan, query: str, mode: SearchMode) -> dict[str, Any]:
+        if not tracing.recording():
+            return {}
+        return {
+            "knowledge.search.mode": mode,
+            "db.collection.name": plan.filters.collection,
+            "knowledge.search.sources": list(plan.filters.source_types or ("all",)),
+            **tracing.query_attributes(query),
+        }
+
+    async def served(
+        self, key: Hashable, compute: Callable[[], Awaitable[tuple[T, bool]]], collection: str
+    ) -> Served[T]:
+        """`key`'s value from tier 1 (kept under `collection`'s generation), or computed
+        (once for identical concurrent requests), in the tier-1 span."""
+        with tracing.span("knowledge.cache", {"knowledge.cache.tier": 1}) as span:
+            served = await self.tier1.served(key, compute, collection)
+            span.set_attribute("knowledge.cache.hit", served.cache_hit)
+        return served
 
     # -- routing --------------------------------------------------------------------
 
@@ -312,7 +366,14 @@ class KnowledgeService:
 
     async def _reranked(self, query: str, found: Retrieval, limit: int) -> Retrieval:
         started = time.perf_counter()
-        reranked = await self.reranker.rerank(query, found.hits, self.settings.rerank_top)
+        attributes = {
+            "knowledge.rerank.provider": self.reranker.name,
+            "knowledge.rerank.hits": len(found.hits),
+        }
+        with tracing.span("knowledge.rerank", attributes) as span:
+            reranked = await self.reranker.rerank(query, found.hits, self.settings.rerank_top)
+            if reranked.warnings:
+                span.set_attribute("knowledge.rerank.warnings", list(reranked.warnings))
         return replace(
             found,
             hits=reranked.hits[:limit],
@@ -327,7 +388,10 @@ class KnowledgeService:
 
         async def compute() -> tuple[np.ndarray, bool]:
             start = time.perf_counter()
-            vector = await self.query_batcher.embed(normalized)
+            with tracing.span("knowledge.embed", self._embed_attributes("query")) as span:
+                vector = await self.query_batcher.embed(normalized)
+                if (size := self._batch_sizes.pop(normalized, None)) is not None:
+                    span.set_attribute("knowledge.embed.batch_size", size)
             self.observer.embedding("query", time.perf_counter() - start)
             return vector, True
 
@@ -340,9 +404,29 @@ class KnowledgeService:
         return vector
 
     async def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """One micro-batch of concurrent queries (QueryBatcher), on the model thread."""
+        """One micro-batch of concurrent queries (QueryBatcher), on the model thread.
+        Traced, each query's embed span says the size of the batch it was in (the
+        batch runs in the batcher's task, outside any request's trace)."""
         vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_queries, texts)
+        if tracing.recording():
+            if len(self._batch_sizes) > 4 * self.settings.query_queue_size:
+                self._batch_sizes.clear()  # queries whose callers left never take theirs
+            self._batch_sizes.update(dict.fromkeys(texts, len(texts)))
         return vectors
+
+    def _embed_attributes(self, kind: str, batch_size: int | None = None) -> dict[str, Any]:
+        """An embed span's attributes (the GenAI semantic conventions' embeddings)."""
+        if not tracing.recording():
+            return {}
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "embeddings",
+            "gen_ai.request.model": self.embedder.name,
+            "gen_ai.embeddings.dimension.count": self.embedder.dimension,
+            "knowledge.embed.kind": kind,
+        }
+        if batch_size is not None:
+            attributes["knowledge.embed.batch_size"] = batch_size
+        return attributes
 
     def forget_query_embeddings(self) -> None:
         """Empty tier 2, so the next queries are embedded again (latency measurements)."""
@@ -378,7 +462,8 @@ class KnowledgeService:
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         start = time.perf_counter()
-        vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_documents, texts)
+        with tracing.span("knowledge.embed", self._embed_attributes("documents", len(texts))):
+            vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_documents, texts)
         self.observer.embedding("documents", time.perf_counter() - start)
         return vectors
 
@@ -405,6 +490,103 @@ class KnowledgeService:
 
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         return self.store.iter_documents(collection)
+
+    # -- audit trail ----------------------------------------------------------------
+
+    async def audit(
+        self, actor: Actor, action: str, collection: str | None, changed: dict[str, Any]
+    ) -> None:
+        """Append one record of a write to the audit trail: what every door (a route, an
+        MCP tool, a command, the KB sync) calls once it wrote, with what changed (ids
+        and counts, see `changes`). A trail that cannot be written is logged as an
+        error; the write it records stands. Records older than KNOWLEDGE_AUDIT_DAYS are
+        forgotten, checked at most hourly."""
+        entry = AuditEntry(actor.name, action, collection, changed, actor.request_id, stamp())
+        try:
+            await self.audit_log.append(entry)
+            if self.settings.audit_days and time.monotonic() >= self._next_prune:
+                self._next_prune = time.monotonic() + 3600
+                cutoff = time.time() - self.settings.audit_days * 86400
+                await self.audit_log.prune(stamp(datetime.fromtimestamp(cutoff, UTC)))
+        except KnowledgeAPIError as e:
+            log.error("audit record lost: %s %s by %s: %s", action, changed, actor.name, e.message)
+
+    async def audit_page(self, query: AuditQuery) -> list[AuditEntry]:
+        """A page of the trail, newest first."""
+        return await self.audit_log.page(query)
+
+    # -- answers and their ratings -----------------------------------------------------
+
+    async def answered(
+        self,
+        kind: str,
+        params: SearchParams,
+        hits: Sequence[SearchHit],
+        cited: Sequence[int] = (),
+    ) -> str:
+        """A new query_id for a query or answer just computed, recorded with the query,
+        the ranking that ran and its results, so a rating of it can be judged later
+        (`knowledge-api eval --feedback`). A record that cannot be written is logged;
+        the answer is served all the same."""
+        query_id = str(uuid.uuid4())
+        answered = Answered(
+            query_id,
+            kind,
+            params.collection,
+            params.query,
+            self.ranking(params),
+            [
+                {
+                    "id": hit.chunk.id,
+                    "document_id": hit.document_id,
+                    "source_type": hit.source_type,
+                    "source_id": hit.source_id,
+                }
+                for hit in hits
+            ],
+            list(cited),
+        )
+        # written beside the answer, not before it: a miss does not wait for the write
+        recording = asyncio.create_task(self._record(answered))
+        self._recording[query_id] = recording
+        recording.add_done_callback(lambda _: self._recording.pop(query_id, None))
+        return query_id
+
+    async def _record(self, answered: Answered) -> None:
+        try:
+            await self.feedback_log.answered(answered)
+        except KnowledgeAPIError as e:
+            log.error(
+                "answer %s not recorded, its ratings will not resolve: %s",
+                answered.query_id,
+                e.message,
+            )
+
+    async def find_answered(self, query_id: str) -> Answered | None:
+        """A computed query or answer by its query_id (once its record is written)."""
+        if (recording := self._recording.get(query_id)) is not None:
+            await asyncio.shield(recording)
+        return await self.feedback_log.find(query_id)
+
+    async def recorded(self) -> None:
+        """Wait until every answer computed so far is recorded."""
+        await asyncio.gather(*self._recording.values())
+
+    def ranking(self, params: SearchParams) -> dict[str, Any]:
+        """What ranked a query: the request's own choices and the settings that order
+        results, so a rating says which ranking it judged."""
+        s = self.settings
+        return {
+            "embedder": self.embedder.name,
+            "fusion": s.fusion,
+            "vector_weight": s.vector_weight,
+            "feedback_docs": s.feedback_docs,
+            "reranker": self.reranker.name,
+            "limit": params.limit,
+            "threshold": params.threshold,
+            "sources": list(params.sources) if params.sources else None,
+            "filters": dict(params.filters),
+        }
 
     # -- health ---------------------------------------------------------------------
 
@@ -449,6 +631,32 @@ class KnowledgeService:
             "reranker": reranker,
             **extra,
         }
+
+
+MAX_AUDITED_IDS = 1000
+"""Ids one audit record lists at most (a bigger write lists these and counts them all)."""
+
+
+def changes(
+    documents: Sequence[Document] | None = None,
+    summary: IndexSummary | None = None,
+    **more: Any,
+) -> dict[str, Any]:
+    """What a write changed, as its audit record says it: the documents' ids (at most
+    MAX_AUDITED_IDS), the index summary's counts, and any other counts or ids."""
+    changed: dict[str, Any] = {}
+    if documents is not None:
+        ids = list(dict.fromkeys(doc.id for doc in documents))
+        changed["ids"] = ids[:MAX_AUDITED_IDS]
+        changed["documents"] = len(ids)
+    if summary is not None:
+        changed.update(
+            indexed=summary.documents,
+            chunks=summary.chunks,
+            embedded=summary.embedded,
+            unchanged=summary.skipped,
+        )
+    return {**changed, **more}
 
 
 def single_threaded_blas() -> None:

@@ -82,6 +82,59 @@ class Settings:
         Secret(""),
         "Bearer token that opens GET /metrics to a scraper (empty = the admin scope only).",
     )
+    # -- traces (OpenTelemetry's own variables, read here like every other)
+    otel_endpoint: str = setting(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "",
+        "OTLP/HTTP collector base URL (spans to <url>/v1/traces as protobuf); empty = no "
+        "tracing, at no cost.",
+    )
+    otel_traces_endpoint: str = setting(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "",
+        "Full URL spans are posted to, in place of OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces.",
+    )
+    otel_headers: Secret = setting(
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        Secret(""),
+        "Headers of every export, key=value,key=value (a vendor's API key, say).",
+    )
+    otel_timeout: float = setting(
+        "OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, "Seconds one export may take, retries included."
+    )
+    otel_service_name: str = setting(
+        "OTEL_SERVICE_NAME",
+        "",
+        "service.name of the spans (empty = service.name of OTEL_RESOURCE_ATTRIBUTES, else "
+        "knowledge-api).",
+    )
+    otel_resource_attributes: str = setting(
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "",
+        "Resource attributes of the spans, key=value,key=value (deployment.environment.name=prod).",
+    )
+    otel_traces_sampler: str = setting(
+        "OTEL_TRACES_SAMPLER",
+        "parentbased_always_on",
+        "Which traces are kept: always_on, always_off, traceidratio or parentbased_ each "
+        "(the caller's decision first).",
+    )
+    otel_traces_sampler_arg: str = setting(
+        "OTEL_TRACES_SAMPLER_ARG", "", "Ratio 0-1 of the traceidratio samplers (empty = 1)."
+    )
+    otel_bsp_max_queue_size: int = setting(
+        "OTEL_BSP_MAX_QUEUE_SIZE",
+        2048,
+        "Spans waiting for export at most; past it they are dropped and counted in /metrics.",
+    )
+    otel_sdk_disabled: bool = setting(
+        "OTEL_SDK_DISABLED", False, "true turns tracing off whatever the endpoint."
+    )
+    trace_query_text: bool = setting(
+        "KNOWLEDGE_TRACE_QUERY_TEXT",
+        False,
+        "Put the query's text on its spans (knowledge.query.text); off, spans never carry it.",
+    )
     store: str = setting(
         "KNOWLEDGE_STORE", "sqlite", "Store backend: sqlite, postgres, supabase, chroma or qdrant."
     )
@@ -267,6 +320,11 @@ class Settings:
         "KNOWLEDGE_PREFETCH_FOLLOWUPS",
         3,
         "Most follow-ups predicted after one query.",
+    )
+    audit_days: int = setting(
+        "KNOWLEDGE_AUDIT_DAYS",
+        90,
+        "Days the audit trail of writes is kept (0 = for ever).",
     )
     max_body_bytes: int = setting(
         "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
@@ -678,6 +736,8 @@ class Settings:
                 raise ConfigurationError(f"{env_name(name)} must not be negative")
         if self.auth not in ("auto", "keys", "off"):
             raise ConfigurationError("KNOWLEDGE_AUTH must be auto, keys or off")
+        if self.audit_days < 0:
+            raise ConfigurationError("KNOWLEDGE_AUDIT_DAYS must not be negative")
         if self.rate_limit < 0:
             raise ConfigurationError("KNOWLEDGE_RATE_LIMIT must not be negative")
         if self.mcp_max_chars < 1000:
@@ -713,6 +773,7 @@ class Settings:
                 "KNOWLEDGE_SUPABASE_RETRIES and KNOWLEDGE_SUPABASE_BACKOFF must not be negative"
             )
         self.validate_llm()
+        self.validate_tracing()
 
     def validate_postgres(self) -> None:
         """The HNSW limits pgvector enforces, refused at start-up rather than at the first
@@ -763,6 +824,24 @@ class Settings:
                 raise ConfigurationError(
                     "KNOWLEDGE_ANSWER_THRESHOLD must be auto or a number between 0 and 1"
                 )
+
+    def validate_tracing(self) -> None:
+        samplers = ("always_on", "always_off", "traceidratio")
+        if self.otel_traces_sampler.removeprefix("parentbased_") not in samplers:
+            raise ConfigurationError(
+                "OTEL_TRACES_SAMPLER must be always_on, always_off, traceidratio, "
+                "parentbased_always_on, parentbased_always_off or parentbased_traceidratio"
+            )
+        try:
+            ratio = float(self.otel_traces_sampler_arg or 1.0)
+        except ValueError:
+            ratio = -1.0
+        if not 0 <= ratio <= 1:
+            raise ConfigurationError("OTEL_TRACES_SAMPLER_ARG must be a number between 0 and 1")
+        if self.otel_bsp_max_queue_size <= 0 or self.otel_timeout <= 0:
+            raise ConfigurationError(
+                "OTEL_BSP_MAX_QUEUE_SIZE and OTEL_EXPORTER_OTLP_TIMEOUT must be positive numbers"
+            )
 
     def validate_support(self) -> None:
         scores = (

@@ -9,9 +9,13 @@ requests/s and the ratio full/plain (the budget: full >= 0.9 of plain), best aga
 best and round by round (the median), beside a bare Starlette app returning the same
 bytes. `--baseline CHECKOUT` also serves the full app from another checkout of the
 package (the code before a change, say), alternated with this one in the same run, so
-both hit/bare ratios come from the same minutes of the same host.
+both hit/bare ratios come from the same minutes of the same host. With --traced another
+server, `traced`, is `full` exporting a span per request to an OTLP/HTTP sink this
+script runs (OTEL_EXPORTER_OTLP_ENDPOINT set): what tracing costs a hit, beside what it
+costs when off (`full`, no endpoint).
 
-    .venv/bin/python scripts/bench_overhead.py [--duration 8] [--rounds 2] [--baseline DIR]
+    .venv/bin/python scripts/bench_overhead.py [--duration 8] [--rounds 2]
+        [--baseline DIR] [--traced]
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -93,6 +99,26 @@ def start(stack: ExitStack, command: list[str], env: dict[str, str], cwd: Path, 
     raise SystemExit(f"{command} did not start: see {log.name}")
 
 
+class Sink(BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector that takes every export and keeps nothing."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def sink(stack: ExitStack) -> str:
+    server = ThreadingHTTPServer((HOST, 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stack.callback(server.shutdown)
+    return f"http://{HOST}:{server.server_address[1]}"
+
+
 def wrk(url: str, token: str, cwd: Path, duration: int) -> float:
     auth = f'wrk.headers["Authorization"] = "Bearer {token}"\n' if token else ""
     script = cwd / "post.lua"
@@ -118,6 +144,9 @@ def main() -> None:
     parser.add_argument(
         "--baseline", type=Path, help="another checkout whose full server runs alternated too"
     )
+    parser.add_argument(
+        "--traced", action="store_true", help="also `full` with tracing on, to a local sink"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install wrk")
@@ -130,9 +159,9 @@ def main() -> None:
             "KNOWLEDGE_DB_PATH": str(cwd / "k.db"),
             "KNOWLEDGE_LOG_LEVEL": "info",
         }
-        names = (
-            ("full", "baseline", "plain", "bare") if args.baseline else ("full", "plain", "bare")
-        )
+        names = ("full", "plain", "bare")
+        names += ("baseline",) if args.baseline else ()
+        names += ("traced",) if args.traced else ()
         ports = {name: free_port() for name in names}
         urls = {name: f"http://{HOST}:{port}" for name, port in ports.items()}
         full_env = {**base, "KNOWLEDGE_AUTH": "keys", "KNOWLEDGE_LOG_FORMAT": "json"}
@@ -150,11 +179,18 @@ def main() -> None:
             auth = {"Authorization": f"Bearer {tokens['baseline']}"}
             httpx.post(urls["baseline"] + QUERY, json=BODY, headers=auth)
         token = tokens["full"]
+        if args.traced:
+            traced_env = {**full_env, "OTEL_EXPORTER_OTLP_ENDPOINT": sink(stack)}
+            traced = [sys.executable, "-m", "knowledge_api", "serve", "--port"]
+            start(stack, [*traced, str(ports["traced"])], traced_env, cwd, urls["traced"])
+            tokens["traced"] = token
         (cwd / "plain_app.py").write_text(PLAIN_APP, encoding="utf-8")
         plain_env = {**base, "KNOWLEDGE_AUTH": "off", "KNOWLEDGE_SEED_ON_EMPTY": "false"}
         start(stack, uvicorn("plain_app:app", ports["plain"]), plain_env, cwd, urls["plain"])
         headers = {"Authorization": f"Bearer {token}"}
         cached = httpx.post(urls["full"] + QUERY, json=BODY, headers=headers).content
+        if args.traced:
+            httpx.post(urls["traced"] + QUERY, json=BODY, headers=headers)
         httpx.post(urls["plain"] + QUERY, json=BODY)
         (cwd / "cached.json").write_bytes(cached)
         (cwd / "bare_app.py").write_text(BARE_APP, encoding="utf-8")
@@ -201,6 +237,13 @@ def report(rates: dict[str, list[float]], size: int) -> None:
             print(f"  median of the rounds' {name} / bare: {statistics.median(paired):.3f}")
         paired = [own / base for own, base in zip(rates["full"], rates["baseline"], strict=True)]
         print(f"  median of the rounds' full / baseline: {statistics.median(paired):.3f}")
+    if "traced" in rates:
+        print(f"  traced / bare Starlette: {best['traced'] / best['bare']:.3f}")
+        paired = [t / f for t, f in zip(rates["traced"], rates["full"], strict=True)]
+        print(
+            f"  tracing on / off (traced / full): {best['traced'] / best['full']:.3f} best, "
+            f"{statistics.median(paired):.3f} median of the rounds"
+        )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ CORE = {
     "text",
     "timing",
     "registry",
+    "tracing",
     "__init__",
 }
 SEAMS = {

@@ -308,3 +308,19 @@ def test_a_provider_failing_midway_leaves_only_the_next_ones_answer_and_a_warnin
     assert "by groq" in tab.texts("#badges li")
     [warning] = tab.texts("#warnings li")
     assert "gemini" in warning
+
+
+def test_thumbs_rate_the_answer_by_its_query_id(tab: Playground, server: Any) -> None:
+    tab.enter_key(server[1])
+    assert tab.page.locator("#rate").is_hidden()
+    tab.ask("What does the response cache keep?")
+    tab.answered()
+    tab.page.click("#rate-down")
+    tab.page.wait_for_function("document.querySelector('#rated').textContent !== ''")
+    assert tab.page.inner_text("#rated") == "Thanks: rating sent."
+    assert tab.page.get_attribute("#rate-down", "aria-pressed") == "true"
+    assert tab.page.get_attribute("#rate-up", "aria-pressed") == "false"
+    tab.ask("How is a query answered?")
+    tab.answered()
+    assert tab.page.inner_text("#rated") == ""  # a new answer, not rated yet
+    assert not tab.crashes and not tab.policy_violations()

@@ -14,6 +14,7 @@ from itertools import islice
 
 import numpy as np
 
+from knowledge_api import tracing
 from knowledge_api.ingest.chunker import chunk_document
 from knowledge_api.models import Document, EmbedderIdentity, IndexSummary
 from knowledge_api.stores.base import KnowledgeStore
@@ -41,11 +42,22 @@ class Ingestor:
         writing: asyncio.Task[IndexSummary] | None = None
         try:
             while batch := list(islice(iterator, BATCH_DOCUMENTS)):
-                changed, summary = await self._embedded(batch)
+                # a batch's span: the root of its own trace outside a request (the CLI,
+                # a KB sync), ended once its write is done
+                size = {"knowledge.documents": len(batch)}
+                traced = tracing.start("knowledge.ingest.batch", size)
+                with tracing.current(traced):
+                    try:
+                        changed, summary = await self._embedded(batch)
+                    except BaseException as e:
+                        tracing.failed(traced, f"{type(e).__name__}: {e}")
+                        traced.end()  # type: ignore[attr-defined]
+                        raise
                 if writing is not None:
                     previous, writing = writing, None
                     total += await self._written(previous, progress)
-                writing = asyncio.create_task(self._write(changed, summary))
+                with tracing.current(traced):
+                    writing = asyncio.create_task(self._write(changed, summary, traced))
         finally:
             if writing is not None:  # also when embedding failed: never leave a write behind
                 total += await self._written(writing, progress)
@@ -69,8 +81,25 @@ class Ingestor:
             skipped=len(batch) - len(changed),
         )
 
-    async def _write(self, changed: list[Document], summary: IndexSummary) -> IndexSummary:
-        await self.store.index_documents(changed)
+    async def _write(
+        self, changed: list[Document], summary: IndexSummary, traced: tracing.SpanLike
+    ) -> IndexSummary:
+        traced.set_attributes(
+            {
+                "knowledge.documents.changed": summary.documents,
+                "knowledge.documents.skipped": summary.skipped,
+                "knowledge.chunks": summary.chunks,
+                "knowledge.chunks.embedded": summary.embedded,
+            }
+        )
+        try:
+            with tracing.span("knowledge.index", {"db.operation.name": "index"}):
+                await self.store.index_documents(changed)
+        except BaseException as e:
+            tracing.failed(traced, f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            traced.end()  # type: ignore[attr-defined]
         return summary
 
     @staticmethod

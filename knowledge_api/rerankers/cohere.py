@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from knowledge_api import tracing
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import SearchHit
 from knowledge_api.registry import import_extra
@@ -41,7 +42,8 @@ class CohereReranker(OrderingReranker):
             return
         try:
             cohere = import_extra("cohere", EXTRA)
-            self.http = import_extra("httpx", EXTRA).AsyncClient(timeout=self.timeout)
+            http = import_extra("httpx", EXTRA).AsyncClient(timeout=self.timeout)
+            self.http = tracing.traced_client(http)
             self.client = cohere.AsyncClientV2(
                 api_key=self.api_key.get(),
                 base_url=self.base_url,

@@ -4,7 +4,6 @@ retrieval agent's AgentResponse); with `stream: true` as Server-Sent Events."""
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from starlette.requests import Request
@@ -155,7 +154,7 @@ def render(served: Served[use.GroundedAnswer]) -> dict[str, Any]:
         "synthesizer": outcome.view() if outcome else None,
     }
     response: dict[str, Any] = {
-        "query_id": str(uuid.uuid4()),
+        "query_id": grounded.query_id,
         "status": grounded.status,
         "answer": grounded.answer,
         "confidence": grounded.confidence.view(),

@@ -193,6 +193,7 @@ def ui_done(grounded: GroundedAnswer, text_id: str, streamed: bool) -> list[dict
         else:
             chunks.append({"type": "source-document", "mediaType": "text/plain", **source})
     metadata = {
+        "query_id": grounded.query_id,
         "status": grounded.status,
         "confidence": grounded.confidence.view(),
         "provider": grounded.outcome.provider if grounded.outcome else None,
@@ -233,11 +234,17 @@ async def completions(request: Request) -> Response:
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not stream:
         served = await answers.answer(knowledge, params)
-        return JSONResponse(completion(completion_id, model, served))
+        return JSONResponse(completion(completion_id_of(served.value), model, served))
     events = answers.events(knowledge, params)
     first = await anext(events)
     chunks = completion_chunks(completion_id, model, first, events)
     return StreamingResponse(chunks, media_type="text/event-stream", headers=UI_STREAM_HEADERS)
+
+
+def completion_id_of(grounded: GroundedAnswer) -> str:
+    """`chatcmpl-<query_id>`: the id a client rates the answer by
+    (POST /v1/knowledge/feedback takes the query_id after the prefix, or all of it)."""
+    return f"chatcmpl-{grounded.query_id}"
 
 
 def completion(completion_id: str, model: str, served: Served[GroundedAnswer]) -> dict[str, Any]:
@@ -290,7 +297,7 @@ async def completion_chunks(
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         body = {
             "id": completion_id,
@@ -298,6 +305,7 @@ async def completion_chunks(
             "created": created,
             "model": model,
             "choices": [choice],
+            **extra,
         }
         return data(body)
 
@@ -313,7 +321,9 @@ async def completion_chunks(
                 rest = footer(grounded) if said else said_text(grounded) + footer(grounded)
                 said += rest
                 yield chunk({"content": rest, "annotations": url_citations(said, grounded)})
-                yield chunk({}, "stop")
+                # streamed, the id is sent before the answer exists: the last chunk
+                # names the query_id (the one a rating refers to)
+                yield chunk({}, "stop", query_id=grounded.query_id)
     except Exception as e:
         yield data({"error": {"message": failure_text(e), "type": "server_error"}})
     yield b"data: [DONE]\n\n"

@@ -11,6 +11,7 @@ from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
 from knowledge_api.routes.access import access
+from knowledge_api.routes.audit import actor
 from knowledge_api.routes.fields import (
     INTEGER,
     STRING,
@@ -26,6 +27,7 @@ from knowledge_api.routes.fields import (
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.views import DOCUMENT as DOCUMENT_VIEW
 from knowledge_api.routes.views import document_view
+from knowledge_api.service import changes
 
 MAX_BATCH = 100
 DOCUMENT = Body(
@@ -101,6 +103,14 @@ async def create(request: Request) -> Response:
     for doc in docs:
         caller.collection(doc.collection)
     summary = await service(request).ingest(docs)
+    collections = sorted({doc.collection for doc in docs})
+    extra = {} if len(collections) == 1 else {"collections": collections}
+    await service(request).audit(
+        actor(request),
+        "POST /v1/knowledge/documents",
+        collections[0] if len(collections) == 1 else None,
+        changes(docs, summary, **extra),
+    )
     return JSONResponse(
         {
             "success": True,
@@ -122,6 +132,12 @@ async def delete(request: Request) -> Response:
     doc = await reachable(request)
     if not await service(request).delete_document(doc.id):
         raise NotFound(f"no document with id {doc.id!r}", id=doc.id)
+    await service(request).audit(
+        actor(request),
+        "DELETE /v1/knowledge/documents/{id}",
+        doc.collection,
+        changes([doc], deleted=1),
+    )
     return JSONResponse({"success": True, "deleted": doc.id})
 
 

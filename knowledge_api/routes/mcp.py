@@ -23,15 +23,18 @@ from mcp_types import ListToolsResult, ToolAnnotations
 from pydantic import Field
 from starlette.requests import Request
 
+from knowledge_api import tracing
 from knowledge_api.errors import KnowledgeAPIError, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.routes import answer as answer_route
 from knowledge_api.routes import detail, documents
 from knowledge_api.routes import query as query_route
 from knowledge_api.routes.access import EVERYONE, WRITE, Access, access
+from knowledge_api.routes.traces import CONTEXT
 from knowledge_api.routes.views import document_view
-from knowledge_api.service import KnowledgeService
+from knowledge_api.service import KnowledgeService, changes
 from knowledge_api.settings import Settings
+from knowledge_api.stores.audit import Actor, local_user
 from knowledge_api.usecases import answers
 from knowledge_api.usecases import query as query_use
 
@@ -73,6 +76,15 @@ def caller(ctx: Context[Any, Any]) -> Access:
     return access(request) if isinstance(request, Request) else EVERYONE
 
 
+def tool_actor(ctx: Context[Any, Any], who: Access) -> Actor:
+    """Who writes through a tool: the key and request id of an HTTP call, the local user
+    over stdio."""
+    request = ctx.request_context.request
+    if isinstance(request, Request):
+        return Actor(who.name, getattr(request.state, "request_id", None))
+    return local_user()
+
+
 def clipped(body: Any, offset: int, max_chars: int) -> str:
     """`body` as JSON, at most `max_chars` of it from `offset`, saying how to get the rest."""
     text = json.dumps(body, ensure_ascii=False, indent=1)
@@ -110,7 +122,7 @@ def payload(**values: Any) -> dict[str, Any]:
 
 def build(service: KnowledgeService, settings: Settings) -> MCPServer:
     server: MCPServer = MCPServer(
-        "knowledge-api", instructions=INSTRUCTIONS, middleware=[ScopedTools()]
+        "knowledge-api", instructions=INSTRUCTIONS, middleware=[TracedTools(), ScopedTools()]
     )
     max_chars = settings.mcp_max_chars
 
@@ -154,7 +166,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             )
             caller(ctx).collection(params.collection)
             served = await answers.answer(service, params)
-        body = steady(answer_route.render(served), "query_id", "metadata")
+        body = steady(answer_route.render(served), "metadata")
         return clipped(body, offset, max_chars)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -230,11 +242,45 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             doc = documents.parse_document({**body, **optional}, "arguments")
             who.collection(doc.collection)
             summary = await service.ingest([doc])
+            await service.audit(
+                tool_actor(ctx, who), "mcp add_document", doc.collection, changes([doc], summary)
+            )
         return json.dumps(
             {"id": doc.id, "indexed": summary.documents, "chunks": summary.chunks}, indent=1
         )
 
     return server
+
+
+class TracedTools:
+    """A tool call's span (the MCP semantic conventions): the child of the HTTP
+    request that carried it, though the MCP server runs it in a task of its own; the
+    root of its trace over stdio."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.method != "tools/call" or not tracing.recording():
+            return await call_next(ctx)
+        request = ctx.request
+        parent = (
+            request.scope.get("state", {}).get(CONTEXT) if isinstance(request, Request) else None
+        )
+        tool = str((ctx.params or {}).get("name", ""))
+        attributes = {
+            "mcp.method.name": ctx.method,
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "mcp.protocol.version": ctx.protocol_version,
+        }
+        if ctx.request_id is not None:
+            attributes["jsonrpc.request.id"] = str(ctx.request_id)
+        with tracing.within(parent), tracing.span(f"tools/call {tool}", attributes) as span:
+            result = await call_next(ctx)
+            if getattr(result, "isError", False) or getattr(result, "is_error", False):
+                span.set_attribute("error.type", "tool_error")
+                tracing.failed(span, "the tool answered with an error")
+            return result
 
 
 class ScopedTools:

@@ -26,6 +26,7 @@ from prometheus_client.utils import floatToGoString
 from starlette.requests import Request
 from starlette.responses import Response
 
+from knowledge_api import tracing
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
@@ -136,12 +137,29 @@ class ServiceState:
         for link in chain.links:
             circuits.add_metric([link.name], float(chain.circuit_open(link.name)))
         yield circuits
+        if tracing.recording():
+            yield dropped_spans()
         documents = GaugeMetricFamily(
             "knowledge_documents", "Documents by collection.", labels=["collection"]
         )
         for collection, count in sorted(self.documents.items()):
             documents.add_metric([collection], count)
         yield documents
+
+
+def dropped_spans() -> Metric:
+    dropped = CounterMetricFamily(
+        "knowledge_trace_spans_dropped",
+        "Spans never delivered to the collector: queue_full (the export queue was full, "
+        "the collector slow or down) or export_failed (the collector refused or was "
+        "unreachable).",
+        labels=["reason"],
+    )
+    with tracing.DROPPED.lock:
+        counts = dict(tracing.DROPPED.counts)
+    for reason, count in sorted(counts.items()):
+        dropped.add_metric([reason], count)
+    return dropped
 
 
 class Series:

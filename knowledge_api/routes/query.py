@@ -79,7 +79,10 @@ def followed_up(
 
 def render(served: Served[QueryResult]) -> dict[str, Any]:
     result = served.value
-    body: dict[str, Any] = {"results": [result_view(hit) for hit in result.hits]}
+    body: dict[str, Any] = {
+        "query_id": result.query_id,
+        "results": [result_view(hit) for hit in result.hits],
+    }
     if result.outcome is not None:
         body["synthesis"] = result.outcome.text
         body["synthesizer"] = result.outcome.view()
@@ -94,7 +97,7 @@ METRICS = obj(
     {"synthesis_ms": NUMBER, "routed": array(STRING)},
 )
 RESPONSE = obj(
-    {"results": array(RESULT), "metrics": METRICS},
+    {"query_id": {**STRING, "format": "uuid"}, "results": array(RESULT), "metrics": METRICS},
     {"synthesis": STRING, "synthesizer": SYNTHESIZER, "warnings": array(STRING)},
 )
 """The body `render` returns (without `stream`)."""
@@ -112,7 +115,9 @@ def done_event(served: Served[QueryResult]) -> dict[str, Any]:
     """The last event: the whole synthesis, its citations, the metrics and warnings."""
     note_cache_hit(served.cache_hit)
     body = render(served)
-    final: dict[str, Any] = {k: body[k] for k in ("synthesis", "synthesizer") if k in body}
+    final: dict[str, Any] = {
+        k: body[k] for k in ("query_id", "synthesis", "synthesizer") if k in body
+    }
     return {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
 
 

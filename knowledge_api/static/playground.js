@@ -4,6 +4,7 @@
 // Text from the service only ever reaches the page as text nodes, never as HTML.
 
 const QUERY = "/v1/knowledge/query";
+const FEEDBACK = "/v1/knowledge/feedback";
 const KEY = "knowledge-api-key";
 const $ = (id) => document.getElementById(id);
 const form = $("ask");
@@ -12,6 +13,7 @@ const apiKey = $("api-key");
 const answer = $("answer");
 let results = [];
 let running = null;
+let queryId = null;
 
 apiKey.value = sessionStorage.getItem(KEY) ?? "";
 apiKey.addEventListener("input", () => {
@@ -30,6 +32,16 @@ question.addEventListener("keydown", (event) => {
 form.addEventListener("submit", (event) => {
   event.preventDefault();
   ask(requestBody());
+});
+
+// Thumbs: the answer's rating, sent with its query_id (POST /v1/knowledge/feedback).
+$("rate").addEventListener("click", async (event) => {
+  const button = event.target.closest("button[data-rating]");
+  if (!button || !queryId) return;
+  const body = { query_id: queryId, rating: button.dataset.rating };
+  const response = await fetch(FEEDBACK, { method: "POST", headers: headers(), body: JSON.stringify(body) });
+  for (const each of $("rate").querySelectorAll("button")) each.setAttribute("aria-pressed", String(each === button && response.ok));
+  $("rated").textContent = response.ok ? "Thanks: rating sent." : await failure(response);
 });
 
 answer.addEventListener("click", (event) => {
@@ -146,6 +158,10 @@ function clear() {
   $("badges").replaceChildren();
   $("warnings").replaceChildren();
   answer.replaceChildren();
+  queryId = null;
+  $("rate").hidden = true;
+  $("rated").textContent = "";
+  for (const each of $("rate").querySelectorAll("button")) each.setAttribute("aria-pressed", "false");
 }
 
 /** While an answer streams; asking again meanwhile cancels it. */
@@ -212,6 +228,8 @@ function showSource(n) {
 
 function finish(done) {
   if (done.synthesis !== undefined) showAnswer(done.synthesis);
+  queryId = done.query_id ?? null;
+  $("rate").hidden = !queryId;
   const metrics = done.metrics ?? {};
   const badges = [
     metrics.cache_hit ? ["cache hit", "hit"] : ["computed", ""],

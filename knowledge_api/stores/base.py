@@ -18,9 +18,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from knowledge_api import tracing
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError
 from knowledge_api.models import Document, EmbedderIdentity, SearchFilters, SearchHit, SearchMode
 from knowledge_api.registry import FromSettings
+from knowledge_api.stores.audit import AuditLog, SQLiteAudit
+from knowledge_api.stores.feedback import FeedbackLog, SQLiteFeedback
 from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
     Candidate,
@@ -108,11 +111,24 @@ class KnowledgeStore(Protocol):
         """Where the deployment keeps its API keys (see stores/keys.py)."""
         ...
 
+    def audit_log(self, sqlite_path: Path) -> AuditLog:
+        """Where the deployment keeps its audit trail (see stores/audit.py)."""
+        ...
+
+    def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
+        """Where the deployment keeps answered queries and their ratings (stores/feedback.py)."""
+        ...
+
+
+DB_SYSTEMS = {"postgres": "postgresql", "supabase": "postgresql", "chroma": "chromadb"}
+"""db.system.name of the backends whose name is not the semantic conventions' one."""
+
 
 class HybridSearch(FromSettings):
     """Vector and keyword candidates fused (by score, or by rank with
     KNOWLEDGE_FUSION=rrf); similarity is the cosine."""
 
+    name = "store"
     tuning: SearchTuning = DEFAULT_TUNING
     concurrent_candidates = False
     """Whether both candidate lists may be asked for at once (a database server that
@@ -136,6 +152,14 @@ class HybridSearch(FromSettings):
         then any write empties every collection's cached answers."""
         return await self.generation()
 
+    def audit_log(self, sqlite_path: Path) -> AuditLog:
+        """Where this store's deployment keeps its audit trail: beside its API keys."""
+        return SQLiteAudit(sqlite_path)
+
+    def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
+        """Answered queries and their ratings: beside the API keys too."""
+        return SQLiteFeedback(sqlite_path)
+
     async def search(
         self,
         query: str,
@@ -148,7 +172,10 @@ class HybridSearch(FromSettings):
         n = max(self.tuning.candidates, top_k)
         fused, similarity = await self.fused_candidates(query, vector, n, filters, mode)
         if mode == "hybrid" and vector is not None and self.tuning.feedback_docs > 0:
-            fused, similarity = await self.with_feedback(vector, n, filters, fused, similarity)
+            feedback = {"knowledge.feedback.docs": self.tuning.feedback_docs}
+            with tracing.span("knowledge.search.feedback", feedback) as round_:
+                fused, similarity = await self.with_feedback(vector, n, filters, fused, similarity)
+                round_.set_attribute("knowledge.search.hits", len(fused))
         kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
         return await self.hydrate(kept, similarity)
 
@@ -167,21 +194,57 @@ class HybridSearch(FromSettings):
             # keyword first: a store whose vector search holds the event loop (sqlite's
             # runs in process) has sent its keyword query off to its thread by then
             by_keyword, by_vector = await asyncio.gather(
-                self.keyword_candidates(query, n, filters),
-                self.vector_candidates(vector, n, filters),
+                self.traced_keyword(query, n, filters),
+                self.traced_vector(vector, n, filters),
             )
         else:
             if vector is not None and mode != "keyword":
-                by_vector = await self.vector_candidates(vector, n, filters)
+                by_vector = await self.traced_vector(vector, n, filters)
             if mode != "vector":
-                by_keyword = await self.keyword_candidates(query, n, filters)
-        if vector is None:
-            similarity = relative_scores(by_keyword)
-        else:
-            similarity = {c.key: c.score for c in by_vector}
-            missing = [c.key for c in by_keyword if c.key not in similarity]
-            similarity.update(await self.similarities(missing, vector))
-        return self.fuse(by_vector, by_keyword, similarity), similarity
+                by_keyword = await self.traced_keyword(query, n, filters)
+        method = {"knowledge.fusion.method": self.tuning.fusion}
+        with tracing.span("knowledge.search.fusion", method) as fusing:
+            if vector is None:
+                similarity = relative_scores(by_keyword)
+            else:
+                similarity = {c.key: c.score for c in by_vector}
+                missing = [c.key for c in by_keyword if c.key not in similarity]
+                similarity.update(await self.similarities(missing, vector))
+            fused = self.fuse(by_vector, by_keyword, similarity)
+            fusing.set_attribute("knowledge.search.hits", len(fused))
+        return fused, similarity
+
+    def db_attributes(self, operation: str, filters: SearchFilters, n: int) -> dict[str, Any]:
+        """A store search's span attributes (database semantic conventions)."""
+        return {
+            "db.system.name": DB_SYSTEMS.get(self.name, self.name),
+            "db.operation.name": operation,
+            "db.collection.name": filters.collection,
+            "knowledge.search.sources": list(filters.source_types or ("all",)),
+            "knowledge.search.candidates": n,
+        }
+
+    async def traced_vector(
+        self, vector: np.ndarray, n: int, filters: SearchFilters
+    ) -> list[Candidate]:
+        """`vector_candidates` in its span."""
+        if not tracing.recording():
+            return await self.vector_candidates(vector, n, filters)
+        attributes = self.db_attributes("vector_search", filters, n)
+        with tracing.span("knowledge.search.vector", attributes) as searching:
+            found = await self.vector_candidates(vector, n, filters)
+            searching.set_attribute("knowledge.search.hits", len(found))
+        return found
+
+    async def traced_keyword(self, query: str, n: int, filters: SearchFilters) -> list[Candidate]:
+        """`keyword_candidates` in its span."""
+        if not tracing.recording():
+            return await self.keyword_candidates(query, n, filters)
+        attributes = self.db_attributes("keyword_search", filters, n)
+        with tracing.span("knowledge.search.keyword", attributes) as searching:
+            found = await self.keyword_candidates(query, n, filters)
+            searching.set_attribute("knowledge.search.hits", len(found))
+        return found
 
     def fuse(
         self,

@@ -29,6 +29,7 @@ from knowledge_api.errors import (
 )
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, SearchHit
 from knowledge_api.stores import records
+from knowledge_api.stores.audit import AuditLog, SiamAudit
 from knowledge_api.stores.base import (
     Candidate,
     HybridSearch,
@@ -36,6 +37,7 @@ from knowledge_api.stores.base import (
     embedder_mismatch,
     is_uuid,
 )
+from knowledge_api.stores.feedback import FeedbackLog, SiamFeedback
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keys import KeyStore, SiamKeys
 
@@ -112,6 +114,14 @@ class SiamStore(HybridSearch):
     def key_store(self, sqlite_path: Path) -> KeyStore:
         """API keys live in the schema's own table, seen by every replica."""
         return SiamKeys(self)
+
+    def audit_log(self, sqlite_path: Path) -> AuditLog:
+        """The audit trail too: one for every replica."""
+        return SiamAudit(self)
+
+    def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
+        """And the answered queries with their ratings."""
+        return SiamFeedback(self)
 
     # -- embedder and generation -----------------------------------------------------
 

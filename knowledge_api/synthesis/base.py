@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from knowledge_api import tracing
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import SearchHit
 from knowledge_api.registry import FromSettings, import_extra
@@ -102,7 +103,8 @@ class RemoteLink(FromSettings):
         if not self.api_key or self.client is not None:
             return
         try:
-            self.http = import_extra("httpx", self.extra).AsyncClient(timeout=self.timeout)
+            http = import_extra("httpx", self.extra).AsyncClient(timeout=self.timeout)
+            self.http = tracing.traced_client(http)
             self.client = self.connect()
         except ConfigurationError as e:
             self.error = e.message

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from knowledge_api import tracing
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.grounding import CitationFilter
 from knowledge_api.models import SearchHit
@@ -143,24 +144,32 @@ class SynthesisChain:
                 reason = "no passage to answer from"
             if reason:
                 skipped.append({"provider": link.name, "reason": reason})
+                traced_skip(link, reason)
                 continue
             if ends is not None and link is not self.links[-1] and loop.time() >= ends:
                 why = f"skipped: the synthesis deadline of {self.deadline:g} s has passed"
                 skipped.append({"provider": link.name, "reason": why})
                 failed.append(f"{link.name} {why}")
+                traced_skip(link, why)
                 continue
             if circuit := self._circuit_open(link):
                 skipped.append({"provider": link.name, "reason": circuit})
                 failed.append(f"{link.name} {circuit}")
+                traced_skip(link, circuit)
                 continue
             citations = CitationFilter(len(prompt.hits))
             usage = Usage()
             parts: list[str] = []
             started = time.perf_counter()
+            # the link's span is current only while the link works: the stream yields
+            # to its reader in between
+            attempt = tracing.start("knowledge.synthesis.link", link_attributes(link))
             try:
                 last = link is self.links[-1]  # the offline link always gets to answer
                 generated = within(
-                    link.generate(prompt, usage), link.timeout, None if last else ends
+                    tracing.pulled(attempt, link.generate(prompt, usage)),
+                    link.timeout,
+                    None if last else ends,
                 )
                 async with aclosing(generated) as pieces:
                     async for piece in pieces:
@@ -174,14 +183,29 @@ class SynthesisChain:
                 why = self._failed(link, e)
                 skipped.append({"provider": link.name, "reason": why})
                 failed.append(f"{link.name} {why}")
+                attempt.set_attributes(
+                    {"error.type": type(e).__name__, "knowledge.synthesis.fallback_reason": why}
+                )
+                tracing.failed(attempt, why)
+                attempt.end()
                 if parts:
                     yield "reset", {"provider": link.name, "reason": why}
                 continue
+            except BaseException:
+                attempt.end()  # the reader left (GeneratorExit) or was cancelled
+                raise
             if rest := citations.finish():
                 parts.append(rest)
                 yield "delta", rest
             self.observer.synthesis(link.name, time.perf_counter() - started)
             self.states[link.name] = LinkState()
+            if usage.tokens is not None:
+                attempt.set_attribute("knowledge.synthesis.tokens_used", usage.tokens)
+            if skipped:
+                fallback = "; ".join(f"{s['provider']} {s['reason']}" for s in skipped)
+                attempt.set_attribute("knowledge.synthesis.fallback_reason", fallback)
+            attempt.set_attribute("knowledge.synthesis.citations", len(citations.cited))
+            attempt.end()
             yield (
                 "done",
                 Outcome(
@@ -276,6 +300,29 @@ class SynthesisChain:
                 retry_in = max(0.0, state.open_until - self.clock())
                 report.update(circuit="open", retry_in_s=round(retry_in, 1))
         return report
+
+
+def link_attributes(link: Synthesizer) -> dict[str, Any]:
+    """A link's span attributes (the GenAI semantic conventions' chat)."""
+    if not tracing.recording():
+        return {}
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": link.name,
+        "gen_ai.request.model": link.model,
+        "gen_ai.request.temperature": link.temperature,
+    }
+    if max_tokens := getattr(link, "max_tokens", None):
+        attributes["gen_ai.request.max_tokens"] = max_tokens
+    return attributes
+
+
+def traced_skip(link: Synthesizer, reason: str) -> None:
+    """A link the chain did not call, as a short span saying why."""
+    if tracing.recording():
+        attributes = {**link_attributes(link), "knowledge.synthesis.skipped": reason}
+        with tracing.span("knowledge.synthesis.link", attributes):
+            pass
 
 
 class DeadlineReached(TimeoutError):

@@ -54,6 +54,8 @@ class GroundedAnswer:
     """Every passage the answer could cite: [n] is results[n - 1]."""
     retrieval_ms: float = 0.0
     generation_ms: float = 0.0
+    query_id: str = ""
+    """The id a rating of this answer refers to (POST /v1/knowledge/feedback)."""
 
 
 def failed(message: str) -> GroundedAnswer:
@@ -61,7 +63,7 @@ def failed(message: str) -> GroundedAnswer:
 
 
 async def answer(service: KnowledgeService, params: AnswerParams) -> Served[GroundedAnswer]:
-    return await service.tier1.served(
+    return await service.served(
         params.cache_key(), lambda: compute(service, params), params.collection
     )
 
@@ -70,11 +72,11 @@ async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[Grou
     found = await search(service, params, params.threshold)
     if not found.hits:
         grounded = await insufficient(service, params, found.warnings)
-        return finished(found, grounded)
+        return await finished(service, params, found, grounded)
     started = time.perf_counter()
     outcome = await service.synthesize(params.query, found.hits)
     grounded = await ground(service, params, outcome, elapsed_ms(started), found.warnings)
-    return finished(found, grounded)
+    return await finished(service, params, found, grounded)
 
 
 def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
@@ -107,7 +109,7 @@ async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGene
                 yield name, data
         assert outcome is not None, "the synthesis chain always ends with an outcome"
         grounded = await ground(service, params, outcome, elapsed_ms(started), found.warnings)
-    yield COMPUTED, finished(found, grounded)
+    yield COMPUTED, await finished(service, params, found, grounded)
 
 
 async def search(
@@ -118,10 +120,21 @@ async def search(
     )
 
 
-def finished(found: Retrieval, grounded: GroundedAnswer) -> tuple[GroundedAnswer, bool]:
-    """The answer and whether it may be cached: not when something degraded it."""
+async def finished(
+    service: KnowledgeService,
+    params: AnswerParams,
+    found: Retrieval,
+    grounded: GroundedAnswer,
+) -> tuple[GroundedAnswer, bool]:
+    """The answer, recorded under a new query_id, and whether it may be cached: not when
+    something degraded it (tier 1 keeps it under the generation its collection had
+    before it was computed)."""
     retrieval_ms = round(sum(found.timings().values()), 3)
-    grounded = replace(grounded, results=tuple(found.hits), retrieval_ms=retrieval_ms)
+    cited = [n for n, _ in grounded.sources]
+    query_id = await service.answered("answer", params, found.hits, cited)
+    grounded = replace(
+        grounded, results=tuple(found.hits), retrieval_ms=retrieval_ms, query_id=query_id
+    )
     return grounded, not grounded.warnings
 
 

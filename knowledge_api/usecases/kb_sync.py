@@ -27,8 +27,9 @@ from typing import Any
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.models import Document
-from knowledge_api.service import KnowledgeService
+from knowledge_api.service import KnowledgeService, changes
 from knowledge_api.settings import Secret
+from knowledge_api.stores.audit import Actor, local_user
 
 log = logging.getLogger("knowledge_api.kb_sync")
 ARTICLES_PATH = "/api/kb/articles"
@@ -288,18 +289,30 @@ class SyncState:
         return report
 
 
+PERIODIC = Actor("kb-sync")
+"""The periodic sync, as the audit trail names it."""
+
+
 class KBSync:
-    def __init__(self, service: KnowledgeService, client: KBClient, collection: str) -> None:
+    def __init__(
+        self,
+        service: KnowledgeService,
+        client: KBClient,
+        collection: str,
+        actor: Actor = PERIODIC,
+    ) -> None:
         self.service = service
         self.client = client
         self.collection = collection
         self.state = SyncState(client.base_url)
+        self.actor = actor
+        """Who the audit trail says wrote: the periodic sync, or who ran `sync`."""
 
     @classmethod
-    def from_service(cls, service: KnowledgeService) -> KBSync:
+    def from_service(cls, service: KnowledgeService, actor: Actor = PERIODIC) -> KBSync:
         s = service.settings
         client = KBClient(s.kb_sync_url, s.kb_sync_token, s.kb_sync_timeout, s.kb_sync_page_size)
-        return cls(service, client, s.support_collection)
+        return cls(service, client, s.support_collection, actor)
 
     async def run(self, full: bool = False) -> SyncReport:
         """One sync; on failure nothing stored changes and the error is re-raised."""
@@ -318,13 +331,21 @@ class KBSync:
         raw = await asyncio.to_thread(self.client.fetch, since)
         articles, invalid = parse_articles(raw)
         host = self.client.base_url
-        summary = await self.service.ingest(a.document(self.collection, host) for a in articles)
-        removed = 0
+        documents = [a.document(self.collection, host) for a in articles]
+        summary = await self.service.ingest(documents)
+        removed: list[str] = []
         if full:
             present = {article_key(item) for item in raw}  # malformed ones are kept too
             for doc_id, source_id in await self.stored_ids():
-                if source_id not in present:
-                    removed += await self.service.delete_document(doc_id)
+                if source_id not in present and await self.service.delete_document(doc_id):
+                    removed.append(doc_id)
+        if summary.documents or removed:
+            await self.service.audit(
+                self.actor,
+                "kb sync full" if full else "kb sync",
+                self.collection,
+                changes(documents, summary, removed=len(removed), removed_ids=removed[:1000]),
+            )
         return SyncReport(
             full=full,
             updated_since=since,
@@ -332,7 +353,7 @@ class KBSync:
             indexed=summary.documents,
             embedded=summary.embedded,
             unchanged=summary.skipped,
-            removed=removed,
+            removed=len(removed),
             invalid=tuple(invalid),
             seconds=time.perf_counter() - started,
         )
@@ -372,7 +393,7 @@ def now_iso() -> str:
 
 async def sync_command(service: KnowledgeService, full: bool) -> int:
     """`knowledge-api sync --from URL`: one sync, a summary line, exit status 1 on failure."""
-    sync = KBSync.from_service(service)
+    sync = KBSync.from_service(service, local_user())
     try:
         report = await sync.run(full)
     except HostUnavailable as e:

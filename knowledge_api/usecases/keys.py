@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.service import KnowledgeService
+from knowledge_api.stores.audit import Actor, local_user
 from knowledge_api.stores.keys import ApiKey, new_token, token_hash
 
 SCOPES = ("read", "write", "admin")
@@ -15,9 +16,14 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 
 
 async def create(
-    service: KnowledgeService, name: str, scopes: Sequence[str], collections: Sequence[str]
+    service: KnowledgeService,
+    name: str,
+    scopes: Sequence[str],
+    collections: Sequence[str],
+    actor: Actor | None = None,
 ) -> tuple[ApiKey, str]:
-    """A new key and its token; only the token's hash is stored."""
+    """A new key and its token; only the token's hash is stored. The audit trail says
+    `actor` (default: the local user) created it."""
     if not _NAME.fullmatch(name):
         raise InvalidRequest(
             "--name", "must be 1-64 letters, digits, '_', '.', '@' or '-', starting with one"
@@ -29,6 +35,8 @@ async def create(
     token = new_token()
     key = ApiKey(name, token_hash(token), tuple(dict.fromkeys(scopes)), listed or None)
     await service.keys.add(key)
+    made = {"key": name, "scopes": list(key.scopes), "collections": list(listed)}
+    await service.audit(actor or local_user(), "keys create", None, made)
     return key, token
 
 
@@ -37,6 +45,8 @@ async def listed(service: KnowledgeService) -> list[ApiKey]:
     return keys
 
 
-async def revoke(service: KnowledgeService, name: str) -> bool:
+async def revoke(service: KnowledgeService, name: str, actor: Actor | None = None) -> bool:
     revoked: bool = await service.keys.revoke(name)
+    if revoked:
+        await service.audit(actor or local_user(), "keys revoke", None, {"key": name})
     return revoked

@@ -40,6 +40,8 @@ class QueryResult:
     synthesis_ms."""
     routed: tuple[str, ...] | None = None
     """The sources searched, with semantic routing on."""
+    query_id: str = ""
+    """The id a rating of this result refers to (POST /v1/knowledge/feedback)."""
 
 
 async def query(
@@ -48,7 +50,7 @@ async def query(
     """The answer (from tier 1 or computed), then its likely follow-ups prefetched
     in the background when KNOWLEDGE_PREFETCH is on."""
     with service.prefetcher.answering():
-        served = await service.tier1.served(
+        served = await service.served(
             params.cache_key(), lambda: compute(service, params), params.collection
         )
     prefetch(service, params, client, served.value.hits)
@@ -62,7 +64,7 @@ def prefetch(
         ahead = replace(params, query=followup)
         key = ahead.cache_key()
         if service.tier1.peek(key) is None:  # a lookup here is no hit or miss
-            await service.tier1.served(key, lambda: compute(service, ahead), ahead.collection)
+            await service.served(key, lambda: compute(service, ahead), ahead.collection)
 
     service.prefetcher.after(client, params.query, hits, warm)
 
@@ -74,7 +76,7 @@ async def compute(service: KnowledgeService, params: QueryParams) -> tuple[Query
         started = time.perf_counter()
         outcome = await service.synthesize(params.query, found.hits)
         synthesis_ms = elapsed_ms(started)
-    return finished(found, outcome, synthesis_ms)
+    return await finished(service, params, found, outcome, synthesis_ms)
 
 
 def events(
@@ -138,7 +140,7 @@ async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGener
             else:
                 yield name, data
         synthesis_ms = elapsed_ms(started)
-    yield COMPUTED, finished(found, outcome, synthesis_ms)
+    yield COMPUTED, await finished(service, params, found, outcome, synthesis_ms)
 
 
 async def progressive(
@@ -190,15 +192,24 @@ async def search_planned(
     return await service.search(plan, params.query, params.limit, params.threshold, rerank=rerank)
 
 
-def finished(
-    found: Retrieval, outcome: Outcome | None, synthesis_ms: float
+async def finished(
+    service: KnowledgeService,
+    params: QueryParams,
+    found: Retrieval,
+    outcome: Outcome | None,
+    synthesis_ms: float,
 ) -> tuple[QueryResult, bool]:
-    """The result and whether it may be cached: not when something degraded it (tier 1
-    keeps it under the generation its collection had before it was computed)."""
+    """The result, recorded under a new query_id, and whether it may be cached: not
+    when something degraded it (tier 1 keeps it under the generation its collection had
+    before it was computed)."""
     timings = found.timings()
     warnings = list(found.warnings)
     if outcome is not None:
         timings["synthesis_ms"] = synthesis_ms
         warnings += outcome.warnings()
-    result = QueryResult(tuple(found.hits), outcome, tuple(warnings), timings, found.routed)
+    cited = outcome.citations if outcome is not None else ()
+    query_id = await service.answered("query", params, found.hits, cited)
+    result = QueryResult(
+        tuple(found.hits), outcome, tuple(warnings), timings, found.routed, query_id
+    )
     return result, not warnings

@@ -1,0 +1,262 @@
+"""The audit trail as the stores keep it: one record per write, through any door.
+
+A record says when, who (an API key's name, `cli:<user>` on the command line, `kb-sync`
+for the periodic sync), what (the route's method and template, the MCP tool or the
+command), the collection, what changed (ids and counts) and the request id. Records
+live beside the API keys (stores/keys.py): a table of the SQLite file (the sqlite store's
+own, and beside Chroma and Qdrant, or a database other pipelines fill), or of the
+Postgres schema (postgres and supabase stores), so every replica appends to one trail
+and it survives restarts. Pages are read newest first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from knowledge_api.errors import BackendConnectionError
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who writes: an API key's name (or `cli:<user>`, `kb-sync`), and the id of the
+    request it came with, when it came over HTTP."""
+
+    name: str
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    actor: str
+    action: str
+    """The route's method and template, `mcp <tool>`, or the command (`cli ingest`)."""
+    collection: str | None
+    changes: dict[str, Any]
+    """What changed: ids and counts."""
+    request_id: str | None = None
+    at: str = ""
+    """UTC, to the microsecond (`2026-01-31T12:00:00.000000Z`); set when appended."""
+    id: int = 0
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "at": self.at,
+            "key": self.actor,
+            "action": self.action,
+            "collection": self.collection,
+            "changes": self.changes,
+            "request_id": self.request_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    """A page of the trail: newest first, older than `before` (an entry's id)."""
+
+    limit: int = 50
+    before: int | None = None
+    actor: str | None = None
+    collection: str | None = None
+    since: str | None = None
+    """Entries at or after (a stamp as `stamp` writes it)."""
+    until: str | None = None
+    """Entries before."""
+
+
+class AuditLog(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def append(self, entry: AuditEntry) -> None: ...
+
+    async def page(self, query: AuditQuery) -> list[AuditEntry]: ...
+
+    async def prune(self, older_than: str) -> int:
+        """Forget the entries before `older_than`; how many."""
+
+
+def local_user() -> Actor:
+    """Who writes from the command line (or MCP over stdio): `cli:<login name>`."""
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = "unknown"
+    return Actor(f"cli:{name}")
+
+
+def stamp(moment: datetime | None = None) -> str:
+    """A moment as the trail writes it: UTC, fixed width, so text compares as time."""
+    return (moment or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class SQLiteAudit:
+    """The trail in a table of a SQLite file."""
+
+    SCHEMA = (
+        """CREATE TABLE IF NOT EXISTS audit_log (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            collection TEXT,
+            changes TEXT NOT NULL,
+            request_id TEXT)""",
+        "CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log (at)",
+    )
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._connect)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                # as the sqlite store's own connections: a commit waits for no fsync
+                for pragma in ("busy_timeout=5000", "journal_mode=WAL", "synchronous=NORMAL"):
+                    conn.execute(f"PRAGMA {pragma}")
+                for statement in self.SCHEMA:
+                    conn.execute(statement)
+            except (sqlite3.Error, OSError) as e:
+                raise BackendConnectionError(
+                    f"cannot open the audit trail in {self.path}: {e}"
+                ) from e
+            self._conn = conn
+        return self._conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        def run() -> list[tuple[Any, ...]]:
+            return self._connect().execute(sql, params).fetchall()
+
+        try:
+            return await asyncio.to_thread(run)
+        except sqlite3.Error as e:
+            raise BackendConnectionError(f"audit trail unavailable: {e}") from e
+
+    async def append(self, entry: AuditEntry) -> None:
+        await self._run(
+            "INSERT INTO audit_log (at, actor, action, collection, changes, request_id) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                entry.at or stamp(),
+                entry.actor,
+                entry.action,
+                entry.collection,
+                json.dumps(entry.changes),
+                entry.request_id,
+            ),
+        )
+
+    async def page(self, query: AuditQuery) -> list[AuditEntry]:
+        conditions = []
+        params: list[Any] = []
+        for sql, value in (
+            ("id < ?", query.before),
+            ("actor = ?", query.actor),
+            ("collection = ?", query.collection),
+            ("at >= ?", query.since),
+            ("at < ?", query.until),
+        ):
+            if value is not None:
+                conditions.append(sql)
+                params.append(value)
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+        rows = await self._run(
+            "SELECT id, at, actor, action, collection, changes, request_id FROM audit_log"
+            f"{where} ORDER BY id DESC LIMIT ?",
+            (*params, query.limit),
+        )
+        return [
+            AuditEntry(actor, action, collection, json.loads(changes), request_id, at, id_)
+            for id_, at, actor, action, collection, changes, request_id in rows
+        ]
+
+    async def prune(self, older_than: str) -> int:
+        return len(await self._run("DELETE FROM audit_log WHERE at < ? RETURNING 1", (older_than,)))
+
+
+class SiamAudit:
+    """The trail in the Postgres schema, through the store's own primitives (a direct
+    connection for postgres, PostgREST for supabase)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def open(self) -> None:
+        return None  # the store's migrations made the table
+
+    async def close(self) -> None:
+        return None
+
+    async def append(self, entry: AuditEntry) -> None:
+        await self.store.call(
+            "knowledge_audit_append",
+            {
+                "entry_actor": entry.actor,
+                "entry_action": entry.action,
+                "entry_collection": entry.collection,
+                "entry_changes": entry.changes,
+                "entry_request_id": entry.request_id,
+            },
+            BackendConnectionError,
+        )
+
+    async def page(self, query: AuditQuery) -> list[AuditEntry]:
+        rows = await self.store.call(
+            "knowledge_audit_page",
+            {
+                "page_size": query.limit,
+                "before_id": query.before,
+                "by_actor": query.actor,
+                "in_collection": query.collection,
+                "since": query.since,
+                "until": query.until,
+            },
+            BackendConnectionError,
+        )
+        return [
+            AuditEntry(
+                row["actor"],
+                row["action"],
+                row["collection"],
+                row["changes"] if isinstance(row["changes"], dict) else json.loads(row["changes"]),
+                row["request_id"],
+                stamp(moment(row["at"]) if isinstance(row["at"], str) else row["at"]),
+                int(row["id"]),
+            )
+            for row in rows
+        ]
+
+    async def prune(self, older_than: str) -> int:
+        rows = await self.store.call(
+            "knowledge_audit_prune", {"older_than": older_than}, BackendConnectionError
+        )
+        first = rows[0] if rows else 0
+        return int(first["pruned"] if isinstance(first, dict) else first)
+
+
+def moment(text: str | None) -> datetime | None:
+    """A stamp (or any ISO 8601 time) as a datetime, UTC when it names no zone."""
+    if text is None:
+        return None
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

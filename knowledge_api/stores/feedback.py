@@ -1,0 +1,323 @@
+"""Answers as their readers rated them: what the store keeps so a rating can be judged.
+
+When a query or an answer is computed (a tier-1 miss), its `query_id` is recorded with
+the query, the ranking that ran and the ids of its results in order (`Answered`); a hit
+serves the same value, with the same id, and writes nothing. A reader's rating of it
+(`Rating`: up or down, a comment, the citations it found right, the source it expected)
+refers to that id. Like the API keys and the audit trail, both live in the Postgres
+schema with the postgres and supabase stores (any replica resolves an id) and in the
+SQLite file otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from knowledge_api.errors import BackendConnectionError
+from knowledge_api.stores.audit import moment, stamp
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A computed query or answer: what it asked, how it ranked, what it returned."""
+
+    query_id: str
+    kind: str
+    """query or answer."""
+    collection: str
+    query: str
+    ranking: dict[str, Any]
+    """The settings that ranked it (fusion, reranker, embedder, limit, threshold...)."""
+    results: list[dict[str, Any]]
+    """Each result in order: id, document_id, source_type, source_id."""
+    cited: list[int] = field(default_factory=list)
+    """The citation numbers of the answer (1-based positions in `results`)."""
+    at: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Rating:
+    query_id: str
+    rating: str
+    """up or down."""
+    key: str
+    comment: str | None = None
+    cited: list[int] | None = None
+    """The citations the reader found right (1-based), when said."""
+    expected_source: str | None = None
+    """The source (a source_id or document id) the reader expected, when said."""
+    request_id: str | None = None
+    at: str = ""
+    id: int = 0
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "at": self.at,
+            "query_id": self.query_id,
+            "rating": self.rating,
+            "comment": self.comment,
+            "cited": self.cited,
+            "expected_source": self.expected_source,
+            "key": self.key,
+            "request_id": self.request_id,
+        }
+
+
+class FeedbackLog(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def answered(self, answered: Answered) -> None: ...
+
+    async def find(self, query_id: str) -> Answered | None: ...
+
+    async def rate(self, rating: Rating) -> int:
+        """Store a rating; its id."""
+
+    async def ratings(
+        self, limit: int, before: int | None = None, since: str | None = None
+    ) -> list[Rating]:
+        """Ratings newest first, older than `before` (an id), at or after `since`."""
+
+
+class SQLiteFeedback:
+    SCHEMA = (
+        """CREATE TABLE IF NOT EXISTS answered_queries (
+            query_id TEXT PRIMARY KEY,
+            at TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            collection TEXT NOT NULL,
+            query TEXT NOT NULL,
+            ranking TEXT NOT NULL,
+            results TEXT NOT NULL,
+            cited TEXT NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS answer_ratings (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at TEXT NOT NULL,
+            query_id TEXT NOT NULL,
+            rating TEXT NOT NULL,
+            key TEXT NOT NULL,
+            comment TEXT,
+            cited TEXT,
+            expected_source TEXT,
+            request_id TEXT)""",
+    )
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._connect)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                # as the sqlite store's own connections: a commit waits for no fsync
+                for pragma in ("busy_timeout=5000", "journal_mode=WAL", "synchronous=NORMAL"):
+                    conn.execute(f"PRAGMA {pragma}")
+                for statement in self.SCHEMA:
+                    conn.execute(statement)
+            except (sqlite3.Error, OSError) as e:
+                raise BackendConnectionError(f"cannot open the ratings in {self.path}: {e}") from e
+            self._conn = conn
+        return self._conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        def run() -> list[tuple[Any, ...]]:
+            return self._connect().execute(sql, params).fetchall()
+
+        try:
+            return await asyncio.to_thread(run)
+        except sqlite3.Error as e:
+            raise BackendConnectionError(f"ratings unavailable: {e}") from e
+
+    async def answered(self, answered: Answered) -> None:
+        a = answered
+        await self._run(
+            "INSERT OR IGNORE INTO answered_queries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                a.query_id,
+                a.at or stamp(),
+                a.kind,
+                a.collection,
+                a.query,
+                json.dumps(a.ranking),
+                json.dumps(a.results),
+                json.dumps(a.cited),
+            ),
+        )
+
+    async def find(self, query_id: str) -> Answered | None:
+        rows = await self._run(
+            "SELECT query_id, kind, collection, query, ranking, results, cited, at "
+            "FROM answered_queries WHERE query_id = ?",
+            (query_id,),
+        )
+        if not rows:
+            return None
+        qid, kind, collection, query, ranking, results, cited, at = rows[0]
+        return Answered(
+            qid,
+            kind,
+            collection,
+            query,
+            json.loads(ranking),
+            json.loads(results),
+            json.loads(cited),
+            at,
+        )
+
+    async def rate(self, rating: Rating) -> int:
+        r = rating
+        rows = await self._run(
+            "INSERT INTO answer_ratings (at, query_id, rating, key, comment, cited, "
+            "expected_source, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (
+                r.at or stamp(),
+                r.query_id,
+                r.rating,
+                r.key,
+                r.comment,
+                None if r.cited is None else json.dumps(r.cited),
+                r.expected_source,
+                r.request_id,
+            ),
+        )
+        return int(rows[0][0])
+
+    async def ratings(
+        self, limit: int, before: int | None = None, since: str | None = None
+    ) -> list[Rating]:
+        conditions: list[str] = []
+        params: list[Any] = []
+        if before is not None:
+            conditions.append("id < ?")
+            params.append(before)
+        if since is not None:
+            conditions.append("at >= ?")
+            params.append(since)
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+        rows = await self._run(
+            "SELECT id, at, query_id, rating, key, comment, cited, expected_source, request_id "
+            f"FROM answer_ratings{where} ORDER BY id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [
+            Rating(
+                query_id,
+                rating,
+                key,
+                comment,
+                None if cited is None else json.loads(cited),
+                expected,
+                request_id,
+                at,
+                id_,
+            )
+            for id_, at, query_id, rating, key, comment, cited, expected, request_id in rows
+        ]
+
+
+class SiamFeedback:
+    """Answers and ratings in the Postgres schema (postgres and supabase stores)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def answered(self, answered: Answered) -> None:
+        values = asdict(answered)
+        values.pop("at")
+        await self.store.call(
+            "knowledge_answered_record",
+            {f"answer_{name}": value for name, value in values.items()},
+            BackendConnectionError,
+        )
+
+    async def find(self, query_id: str) -> Answered | None:
+        rows = await self.store.call(
+            "knowledge_answered_find", {"answer_query_id": query_id}, BackendConnectionError
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        return Answered(
+            str(row["query_id"]),
+            row["kind"],
+            row["collection"],
+            row["query"],
+            loaded(row["ranking"]),
+            loaded(row["results"]),
+            loaded(row["cited"]),
+            at_of(row["at"]),
+        )
+
+    async def rate(self, rating: Rating) -> int:
+        rows = await self.store.call(
+            "knowledge_rating_add",
+            {
+                "rating_query_id": rating.query_id,
+                "rating_value": rating.rating,
+                "rating_key": rating.key,
+                "rating_comment": rating.comment,
+                "rating_cited": rating.cited,
+                "rating_expected_source": rating.expected_source,
+                "rating_request_id": rating.request_id,
+            },
+            BackendConnectionError,
+        )
+        first = rows[0]
+        return int(first["id"] if isinstance(first, dict) else first)
+
+    async def ratings(
+        self, limit: int, before: int | None = None, since: str | None = None
+    ) -> list[Rating]:
+        rows = await self.store.call(
+            "knowledge_ratings_page",
+            {"page_size": limit, "before_id": before, "since": since},
+            BackendConnectionError,
+        )
+        return [
+            Rating(
+                str(row["query_id"]),
+                row["rating"],
+                row["key"],
+                row["comment"],
+                None if row["cited"] is None else list(loaded(row["cited"])),
+                row["expected_source"],
+                row["request_id"],
+                at_of(row["at"]),
+                int(row["id"]),
+            )
+            for row in rows
+        ]
+
+
+def loaded(value: Any) -> Any:
+    """A jsonb value as asyncpg (decoded) or PostgREST (decoded, or text) gives it."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def at_of(value: Any) -> str:
+    return stamp(moment(value) if isinstance(value, str) else value)
