@@ -223,7 +223,8 @@ def test_eval_feedback_judges_todays_ranking_by_the_ratings(
     monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
     monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
     settings = Settings.from_env(env_file=None)
-    with TestClient(create_app(settings.replace(seed_on_empty=False))) as client:
+    served = settings.replace(seed_on_empty=False, allowed_hosts="testserver")
+    with TestClient(create_app(served)) as client:
         client.portal.call(client.app.state.service.ingest, corpus())  # type: ignore[attr-defined]
         asked = {}
         for query in (
