@@ -20,7 +20,6 @@ from knowledge_api import __version__, compose, validation
 from knowledge_api.errors import ConfigurationError, InvalidRequest, KnowledgeAPIError
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
-from knowledge_api.ingest.pipeline import changed_documents
 from knowledge_api.ingest.progress import progress
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, IndexSummary
 from knowledge_api.registry import import_extra
@@ -75,6 +74,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ingest.add_argument("--base-url", default="", help="URL prefix of the files' paths")
     ingest.add_argument("--collection", default=DEFAULT_COLLECTION, help="collection to index into")
+    source_options(ingest)
     ingest.set_defaults(run=run_ingest)
 
     history = commands.add_parser("ingest-git", help="index the commits of a git repository")
@@ -90,7 +90,12 @@ def parser() -> argparse.ArgumentParser:
     history.add_argument(
         "--collection", default=DEFAULT_COLLECTION, help="collection to index into"
     )
+    source_options(history)
     history.set_defaults(run=run_ingest_git)
+
+    listed = commands.add_parser("sources", help="the sources: documents and last run of each")
+    listed.add_argument("--collection", help="only this collection's")
+    listed.set_defaults(run=run_sources)
 
     query = commands.add_parser("query", help="ask a question: the answer and its sources")
     query.add_argument("text")
@@ -112,6 +117,7 @@ def parser() -> argparse.ArgumentParser:
     sync = commands.add_parser("sync", help="pull the host's KB articles into the support index")
     sync.add_argument("--from", dest="source", required=True, metavar="URL", help="host base URL")
     sync.add_argument("--full", action="store_true", help="fetch everything, remove what is gone")
+    sync.add_argument("--allow-mass-delete", action="store_true", help=MASS_DELETE_HELP)
     sync.set_defaults(run=run_sync)
 
     evaluate = commands.add_parser(
@@ -189,6 +195,20 @@ def parser() -> argparse.ArgumentParser:
     )
     schema.set_defaults(run=run_migrate)
     return root
+
+
+MASS_DELETE_HELP = "delete even more than KNOWLEDGE_PRUNE_MAX_FRACTION of the source"
+
+
+def source_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--name", help="the source's name (default: the absolute path)")
+    command.add_argument(
+        "--prune", action="store_true", help="mirror: delete the documents of files now gone"
+    )
+    command.add_argument(
+        "--dry-run", action="store_true", help="print what would be added, updated, deleted"
+    )
+    command.add_argument("--allow-mass-delete", action="store_true", help=MASS_DELETE_HELP)
 
 
 GRACEFUL_SHUTDOWN_S = 8
@@ -352,55 +372,104 @@ def tell_pm2_ready() -> None:
 
 
 def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
-    """Files are read and parsed before the service (and its model) starts, so a wrong
-    path costs nothing. Exit 1 when some files were skipped, after indexing the rest."""
+    """Files are read and parsed before the model loads, so a wrong path costs nothing.
+    Each PATH is a source, mirrored on its own. Exit 1 when some files were skipped,
+    after indexing the rest (a skipped file keeps its stored document, even with --prune)."""
     options = LoadOptions(
         source_type=args.source_type,
         collection=validation.collection_name(args.collection, "--collection"),
         metadata=parse_meta(args.meta),
         base_url=args.base_url,
     )
-    loaded = load_paths(args.paths, options)
-    for skipped in loaded.skipped:
-        detail = f" ({skipped.detail})" if skipped.detail else ""
-        print(f"skipped {skipped.path}: {skipped.reason}{detail}", file=sys.stderr)
-    status = index_documents(settings, loaded.documents)
-    if loaded.skipped:
-        print(skipped_summary(loaded.skipped))
+    if args.name and len(args.paths) > 1:
+        raise InvalidRequest("--name", "names one source: give a single PATH with it")
+    loaded = [(path, load_paths([path], options)) for path in args.paths]
+    status, skipped = 0, []
+    for path, found in loaded:
+        for file in found.skipped:
+            detail = f" ({file.detail})" if file.detail else ""
+            print(f"skipped {file.path}: {file.reason}{detail}", file=sys.stderr)
+        root = path if path.is_dir() else path.parent
+        unread = [Path(file.path).relative_to(root).as_posix() for file in found.skipped]
+        status |= index_documents(
+            settings,
+            found.documents,
+            args.name or str(path.resolve()),
+            options.collection,
+            args,
+            kept=lambda source_id, unread=unread: any(source_id.endswith(u) for u in unread),  # type: ignore[misc]
+        )
+        skipped += found.skipped
+    if skipped:
+        print(skipped_summary(skipped))
         return 1
     return status
 
 
 def run_ingest_git(settings: Settings, args: argparse.Namespace) -> int:
-    """The commits are listed before the service starts: a bad repository, branch or
-    option is an error without loading the model."""
+    """The commits are listed before the model loads: a bad repository, branch or option
+    is an error without loading the model."""
+    if args.prune and args.since:
+        raise InvalidRequest("--prune", "reads the whole history: it cannot go with --since")
     options = GitOptions(
         since=args.since,
         branch=args.branch,
         base_url=args.base_url,
         collection=validation.collection_name(args.collection, "--collection"),
     )
-    return index_documents(settings, load_git(args.repo, options))
+    source = args.name or str(args.repo.resolve())
+    return index_documents(settings, load_git(args.repo, options), source, options.collection, args)
 
 
-def index_documents(settings: Settings, documents: list[Document]) -> int:
-    """Index through the service and print the summary line on stdout. Documents stored
-    unchanged are set aside first, so a run with nothing new never loads the model."""
+def index_documents(
+    settings: Settings,
+    documents: list[Document],
+    source: str,
+    collection: str,
+    args: argparse.Namespace,
+    kept: Callable[[str], bool] = lambda source_id: False,
+) -> int:
+    """Mirror `documents` as `source` and print the summary line on stdout. What to do is
+    asked of the store alone, so a run with nothing new never loads the model."""
+    from knowledge_api.usecases import sources
+
     started = time.perf_counter()
-    changed = asyncio.run(changed_in_store(settings, documents)) if documents else []
-    unchanged = len(documents) - len(changed)
-    if not changed:
-        print(ingest_summary(IndexSummary(), unchanged, started))
+    name = validation.source_name(source, "--name")
+
+    async def run(service: KnowledgeService) -> int:
+        plan = await sources.plan_mirror(service, documents, name, collection, args.prune, kept)
+        if args.dry_run:
+            print("\n".join(plan.lines() or ["nothing to change"]))
+            return 0
+        plan.check_deletions(settings.prune_max_fraction, args.allow_mass_delete)
+        indexing = started
+        if plan.changed:
+            await service.load_embedder()
+            indexing = time.perf_counter()  # the model loaded: chunks/s is the indexing rate
+        with progress(total=len(plan.changed), unit="document", desc="indexing") as update:
+            report = await sources.mirror(service, plan, update)
+        deleted = f", {report.deleted} deleted" if args.prune else ""
+        print(ingest_summary(report.indexed, report.unchanged, indexing) + deleted)
         return 0
 
-    async def ingest(service: KnowledgeService) -> int:
-        indexing = time.perf_counter()  # the model loaded: chunks/s is the indexing rate
-        with progress(total=len(changed), unit="document", desc="indexing") as update:
-            summary = await service.ingest(changed, progress=update)
-        print(ingest_summary(summary, unchanged, indexing))
+    return with_storage(settings, run)
+
+
+def run_sources(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import sources
+
+    collection = args.collection and validation.collection_name(args.collection, "--collection")
+
+    async def show(service: KnowledgeService) -> int:
+        found = await sources.sources(service, collection or None)
+        for info in found:
+            counted = f"{info.documents} documents\tlast run {info.last_run}"
+            print(f"{info.collection}\t{info.name}\t{counted}")
+        if not found:
+            print("no sources")
         return 0
 
-    return with_service(settings, ingest)
+    return with_storage(settings, show)
 
 
 def ingest_summary(summary: IndexSummary, unchanged: int, started: float) -> str:
@@ -479,7 +548,10 @@ def run_sync(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import kb_sync
 
     settings = settings.replace(kb_sync_url=args.source)
-    return with_service(settings, lambda service: kb_sync.sync_command(service, full=args.full))
+    return with_service(
+        settings,
+        lambda service: kb_sync.sync_command(service, args.full, args.allow_mass_delete),
+    )
 
 
 def run_eval(settings: Settings, args: argparse.Namespace) -> int:
@@ -708,18 +780,6 @@ def with_service(
             await service.stop()
 
     return asyncio.run(run())
-
-
-async def changed_in_store(settings: Settings, documents: list[Document]) -> list[Document]:
-    """The documents the configured store does not hold as they are, asked of the store
-    alone (no model is loaded for that)."""
-    identity = compose.embedder_identity(compose.build_embedder(settings))
-    store = compose.build_store(settings, identity)
-    await store.open()
-    try:
-        return await changed_documents(store, documents)
-    finally:
-        await store.close()
 
 
 def parse_meta(pairs: list[str]) -> dict[str, str]:

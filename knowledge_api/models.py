@@ -75,6 +75,9 @@ class Document:
     chunks: list[Chunk] = field(default_factory=list)
     created_at: str = ""
     updated_at: str = ""
+    source: str = ""
+    """The name of the source (an ingested path, a KB host, an upload) that produced it;
+    empty for a document indexed on its own."""
 
     @property
     def id(self) -> str:
@@ -82,10 +85,12 @@ class Document:
 
     @property
     def content_hash(self) -> str:
-        """Hash of everything that reaches the store: unchanged hash, nothing to do."""
+        """Hash of everything that reaches the store: unchanged hash, nothing to do. The
+        source counts only when named, so documents stored before sources keep theirs."""
         meta = repr(sorted(self.metadata.items()))
         chunks = "\x1e".join(c.content_hash for c in self.chunks)
-        return content_hash(f"{self.title}\x1f{meta}\x1f{chunks}")
+        owner = f"\x1f{self.source}" if self.source else ""
+        return content_hash(f"{self.title}\x1f{meta}\x1f{chunks}{owner}")
 
 
 @dataclass(slots=True)
@@ -106,6 +111,53 @@ class SearchFilters:
     source_types: tuple[str, ...] | None = None
     metadata: tuple[tuple[str, Any], ...] = ()
     collection: str = DEFAULT_COLLECTION
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentSummary:
+    """A stored document as a listing shows it: without its text and chunks."""
+
+    id: str
+    collection: str
+    source_type: str
+    source_id: str
+    source: str
+    title: str
+    metadata: Metadata
+    chunks: int
+    updated_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentPage:
+    """Which documents a listing asks for: those of `collection` (and of `source_type`,
+    `source` when set) whose id comes after `after`, in id order, `limit` of them."""
+
+    collection: str
+    limit: int = 100
+    after: str = ""
+    source_type: str = ""
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """A source of a collection: its documents stored and when it last ran."""
+
+    collection: str
+    name: str
+    documents: int
+    last_run: str
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionInfo:
+    name: str
+    documents: int | None
+    """None: not counted (tables other pipelines fill)."""
+    chunks: int | None
+    sources: int
+    updated_at: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from knowledge_api.models import (
     SEARCH_MODES,
     Chunk,
     Document,
+    DocumentPage,
     IndexSummary,
     SearchFilters,
     chunk_id,
@@ -449,3 +450,101 @@ def test_a_key_reaches_only_its_collections_on_every_route(
             ]
             == "b"
         )
+
+
+# -- sources, listings, bulk deletes ----------------------------------------------------
+
+
+async def index_source(store: KnowledgeStore, docs: Sequence[Document], source: str) -> None:
+    async def embed(texts: Sequence[str]) -> np.ndarray:
+        return EMBEDDER.embed_documents(texts)
+
+    await Ingestor(store, EMBEDDER, embed).ingest(docs, source=source)
+
+
+def pages(count: int, collection: str = "default", prefix: str = "page") -> list[Document]:
+    return [
+        Document(
+            "wiki",
+            f"{prefix}-{n:03}.md",
+            f"Page {n} about topic {n}.",
+            f"Page {n}",
+            {"n": n},
+            collection=collection,
+        )
+        for n in range(count)
+    ]
+
+
+async def test_a_source_records_its_documents_and_its_runs(store: KnowledgeStore) -> None:
+    await index_source(store, pages(3), "/srv/docs")
+    await index_source(store, pages(2, prefix="other"), "/srv/other")
+    await index(store, corpus())  # documents of no source
+    owned = await store.source_documents("default", "/srv/docs")
+    assert sorted(owned.values()) == ["page-000.md", "page-001.md", "page-002.md"]
+    stored = [await store.get_by_id(doc_id) for doc_id in owned]
+    assert [doc.source for doc in stored if doc] == ["/srv/docs"] * 3
+    listed = await store.sources()
+    assert [(s.collection, s.name, s.documents) for s in listed] == [
+        ("default", "/srv/docs", 3),
+        ("default", "/srv/other", 2),
+    ]
+    assert all(s.last_run for s in listed)
+    assert await store.sources("elsewhere") == []
+    # a document another source produces now is that source's
+    await index_source(store, pages(1), "/srv/other")
+    assert len(await store.source_documents("default", "/srv/docs")) == 2
+    assert len(await store.source_documents("default", "/srv/other")) == 3
+
+
+async def test_listing_pages_by_cursor_in_a_stable_order(store: KnowledgeStore) -> None:
+    await index_source(store, pages(7), "/srv/docs")
+    await index(store, corpus())
+    await index_source(store, pages(2, collection="other"), "/srv/docs")
+    seen, after = [], ""
+    while True:
+        page = await store.list_documents(DocumentPage("default", limit=3, after=after))
+        if not page:
+            break
+        seen += page
+        after = page[-1].id
+    assert len(seen) == 7 + len(corpus())
+    assert [d.id for d in seen] == sorted(d.id for d in seen)
+    first = next(d for d in seen if d.source_id == "page-001.md")
+    assert (first.title, first.source, first.metadata, first.chunks) == (
+        "Page 1",
+        "/srv/docs",
+        {"n": 1},
+        1,
+    )
+    assert first.updated_at and first.collection == "default"
+    only = await store.list_documents(DocumentPage("default", 100, "", "wiki", "/srv/docs"))
+    assert sorted(d.source_id for d in only) == [f"page-{n:03}.md" for n in range(7)]
+    jira = await store.list_documents(DocumentPage("default", 100, source_type="jira"))
+    assert {d.source_type for d in jira} == {"jira"} and jira
+    unowned = await store.list_documents(DocumentPage("default", 100, source=""))
+    assert len(unowned) == len(corpus())
+    stats = {c.name: c for c in await store.collection_stats()}
+    assert (stats["default"].documents, stats["default"].sources) == (7 + len(corpus()), 1)
+    assert stats["default"].chunks >= stats["default"].documents
+    assert (stats["other"].documents, stats["other"].chunks, stats["other"].sources) == (2, 2, 1)
+    assert stats["other"].updated_at
+
+
+async def test_bulk_deletes_by_id_and_by_source(store: KnowledgeStore) -> None:
+    await index_source(store, pages(5), "/srv/docs")
+    await index_source(store, pages(3, prefix="kept"), "/srv/kept")
+    before = await store.generation()
+    owned = sorted(await store.source_documents("default", "/srv/docs"))
+    assert await store.delete_documents([*owned[:2], "not-an-id"]) == 2
+    assert await store.get_by_id(owned[0]) is None
+    assert await store.generation() != before
+    hits = await search(store, "Page 0 about topic 0")
+    assert owned[0] not in {h.document_id for h in hits} and owned[1] not in {
+        h.document_id for h in hits
+    }
+    assert await store.delete_source("default", "/srv/docs") == 3
+    assert await store.source_documents("default", "/srv/docs") == {}
+    assert [s.name for s in await store.sources()] == ["/srv/kept"]
+    assert len(await store.source_documents("default", "/srv/kept")) == 3
+    assert await store.delete_source("default", "/srv/none") == 0
