@@ -548,3 +548,101 @@ async def test_bulk_deletes_by_id_and_by_source(store: KnowledgeStore) -> None:
     assert [s.name for s in await store.sources()] == ["/srv/kept"]
     assert len(await store.source_documents("default", "/srv/kept")) == 3
     assert await store.delete_source("default", "/srv/none") == 0
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_listing_routes_on_every_backend(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Collections, documents paged by cursor, sources and their bulk delete over HTTP,
+    with the keys' scopes and collections."""
+    settings = BACKENDS[name](request, tmp_path).replace(auth="keys")
+    reader = asyncio.run(make_key(settings, "reader", ["read"], ("a", "c")))
+    writer = asyncio.run(make_key(settings, "writer", ["read", "write"]))
+    app = create_app(settings)
+    with TestClient(app) as client:
+        ingest = app.state.service.ingest
+        client.portal.call(lambda: ingest(pages(5, collection="a"), source="/srv/a docs"))
+        client.portal.call(lambda: ingest(pages(2, collection="a", prefix="x"), source="team/x"))
+        client.portal.call(lambda: ingest(pages(1, collection="b"), source="/srv/b"))
+        read, write = bearer(reader), bearer(writer)
+
+        listed = client.get("/v1/knowledge/collections", headers=read).json()["collections"]
+        assert [(c["name"], c["documents"], c["sources"]) for c in listed] == [("a", 7, 2)]
+        assert listed[0]["chunks"] == 7 and listed[0]["updated_at"]
+        everything = client.get("/v1/knowledge/collections", headers=write).json()
+        assert [c["name"] for c in everything["collections"]] == ["a", "b"]
+
+        seen, cursor = [], ""
+        while True:
+            url = "/v1/knowledge/documents?collection=a&limit=3" + (
+                f"&cursor={cursor}" if cursor else ""
+            )
+            page = client.get(url, headers=read).json()
+            seen += page["documents"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+            assert len(page["documents"]) == 3
+        assert len(seen) == 7 and [d["id"] for d in seen] == sorted(d["id"] for d in seen)
+        assert set(seen[0]) == {
+            "id",
+            "title",
+            "source_type",
+            "source_id",
+            "source",
+            "collection",
+            "metadata",
+            "chunks",
+            "updated_at",
+        }
+        only = client.get(
+            "/v1/knowledge/documents", params={"collection": "a", "source": "team/x"}, headers=read
+        ).json()
+        assert sorted(d["source_id"] for d in only["documents"]) == ["x-000.md", "x-001.md"]
+        assert only["next_cursor"] is None
+
+        def error(
+            path: str, status: int, headers: dict[str, str] = read, method: str = "GET"
+        ) -> str:
+            response = client.request(method, path, headers=headers)
+            assert response.status_code == status, response.text
+            return str(response.json()["error"]["message"])
+
+        first = client.get("/v1/knowledge/documents?collection=a&limit=3", headers=read).json()
+        assert "cursor" in error("/v1/knowledge/documents?collection=a&cursor=garbage", 400)
+        other = f"/v1/knowledge/documents?collection=a&source=team/x&cursor={first['next_cursor']}"
+        assert "cursor" in error(other, 400)  # a cursor of another listing
+        assert "limit" in error("/v1/knowledge/documents?collection=a&limit=501", 400)
+        assert "limit" in error("/v1/knowledge/documents?collection=a&limit=ten", 400)
+        assert "source_type" in error("/v1/knowledge/documents?collection=a&source_type=x", 400)
+        assert "colour" in error("/v1/knowledge/documents?colour=red", 400)
+        error("/v1/knowledge/documents?collection=b", 403)
+        missing = client.get("/v1/knowledge/documents?collection=c", headers=read)
+        assert missing.status_code == 404
+        assert missing.json()["error"]["type"] == "collection_not_found"
+        assert missing.json()["error"]["details"]["available"] == ["a"]
+
+        names = client.get("/v1/knowledge/sources", headers=read).json()["sources"]
+        assert [(s["collection"], s["name"], s["documents"]) for s in names] == [
+            ("a", "/srv/a docs", 5),
+            ("a", "team/x", 2),
+        ]
+        assert len(client.get("/v1/knowledge/sources", headers=write).json()["sources"]) == 3
+        error("/v1/knowledge/sources?collection=b", 403)
+
+        error("/v1/knowledge/sources/team/x?collection=a", 403, method="DELETE")  # read only
+        gone = client.delete("/v1/knowledge/sources/team/x?collection=a", headers=write)
+        assert gone.status_code == 200, gone.text
+        assert gone.json() == {"success": True, "collection": "a", "source": "team/x", "deleted": 2}
+        error("/v1/knowledge/sources/team/x?collection=a", 404, write, "DELETE")
+        spaced = client.delete("/v1/knowledge/sources//srv/a%20docs?collection=a", headers=write)
+        assert spaced.json()["deleted"] == 5
+        emptied = client.get("/v1/knowledge/documents?collection=a", headers=read)
+        assert emptied.json()["error"]["type"] == "collection_not_found"  # nothing left in a
+        hits = client.post(
+            "/v1/knowledge/query",
+            json={"query": "Page 1 about topic 1", "collection": "a", "threshold": 0.0},
+            headers=read,
+        ).json()["results"]
+        assert hits == []

@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from knowledge_api.routes import (
     answer,
+    catalog,
     chat,
     detail,
     documents,
@@ -249,6 +250,45 @@ ROUTES = [
         documents.DOCUMENTS,
         response=documents.CREATED,
         statuses=(201,),
+    ),
+    ApiRoute(
+        "/v1/knowledge/documents",
+        catalog.documents,
+        "GET",
+        READ,
+        "A page of a collection's documents (without their text), in a stable order; "
+        "`next_cursor` asks for the next page.",
+        response=catalog.DOCUMENTS,
+        parameters=catalog.LISTING.fields,
+        errors=(400, 404, 503),
+    ),
+    ApiRoute(
+        "/v1/knowledge/collections",
+        catalog.collections,
+        "GET",
+        READ,
+        "Every collection the key may read: documents, chunks, sources, last update.",
+        response=catalog.COLLECTIONS,
+    ),
+    ApiRoute(
+        "/v1/knowledge/sources",
+        catalog.sources,
+        "GET",
+        READ,
+        "The sources (ingested paths, KB hosts, uploads): documents and last run of each.",
+        response=catalog.SOURCES,
+        parameters=(catalog.SOURCE_COLLECTION,),
+        errors=(400, 404, 503),
+    ),
+    ApiRoute(
+        "/v1/knowledge/sources/{name:path}",
+        catalog.delete_source,
+        "DELETE",
+        WRITE,
+        "Delete every document of a source, and the source: how many documents went.",
+        response=catalog.DELETED,
+        parameters=(catalog.NAME, catalog.COLLECTION),
+        errors=(400, 404, 409, 503),
     ),
     ApiRoute(
         "/v1/knowledge/documents/{id}",

@@ -154,8 +154,11 @@ async def sources(service: KnowledgeService, collection: str | None) -> list[Sou
     return await service.store.sources(collection)
 
 
-async def delete_source(service: KnowledgeService, collection: str, name: str) -> int:
-    return await service.store.delete_source(collection, name)
+async def delete_source(service: KnowledgeService, collection: str, name: str) -> int | None:
+    """How many documents of the source went; None when there is no such source."""
+    known = {info.name for info in await service.store.sources(collection)}
+    deleted = await service.store.delete_source(collection, name)
+    return deleted if deleted or name in known else None
 
 
 async def documents(
