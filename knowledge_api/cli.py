@@ -93,6 +93,19 @@ def parser() -> argparse.ArgumentParser:
     source_options(history)
     history.set_defaults(run=run_ingest_git)
 
+    export = commands.add_parser(
+        "export", help="write a collection (documents, chunks, vectors) to a JSON lines file"
+    )
+    export.add_argument("--collection", default=DEFAULT_COLLECTION)
+    export.add_argument(
+        "--output", required=True, type=Path, metavar="FILE", help="compressed if .gz or .zst"
+    )
+    export.set_defaults(run=run_export)
+    load = commands.add_parser("import", help="read a file `export` wrote into the store")
+    load.add_argument("file", type=Path, metavar="FILE")
+    load.add_argument("--collection", help="import into this collection (default: the file's)")
+    load.set_defaults(run=run_import)
+
     listed = commands.add_parser("sources", help="the sources: documents and last run of each")
     listed.add_argument("--collection", help="only this collection's")
     listed.set_defaults(run=run_sources)
@@ -156,6 +169,13 @@ def parser() -> argparse.ArgumentParser:
     migrate.add_argument("--to", dest="target", required=True, choices=stores.names())
     migrate.add_argument(
         "--collection", action="append", default=[], help="copy only this one (repeatable)"
+    )
+    migrate.add_argument(
+        "--to-path",
+        type=Path,
+        metavar="PATH",
+        help="the target's file or folder (sqlite, chroma, qdrant): a backup into a store of "
+        "the same backend",
     )
     migrate.set_defaults(run=run_migrate_store)
 
@@ -455,6 +475,64 @@ def index_documents(
     return with_storage(settings, run)
 
 
+def run_export(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.stores import transfer
+
+    collection = validation.collection_name(args.collection, "--collection")
+    transfer.check_writable(args.output)
+
+    async def write(service: KnowledgeService) -> int:
+        if collection not in await service.collections():
+            raise InvalidRequest("--collection", f"no collection {collection!r} in the store")
+        with progress(total=None, unit="document", desc="exporting") as update:
+            done = await transfer.export_collection(
+                service.store, service.identity, collection, args.output, update
+            )
+        print(
+            f"{done.documents} documents ({done.chunks} chunks) of {collection} written to "
+            f"{args.output}"
+        )
+        return 0
+
+    return with_storage(settings, write)
+
+
+def run_import(settings: Settings, args: argparse.Namespace) -> int:
+    """Vectors of the configured embedder are stored as they are; others are embedded
+    again, which loads the model (and says so)."""
+    from knowledge_api.stores import transfer
+
+    collection = args.collection and validation.collection_name(args.collection, "--collection")
+    if not args.file.is_file():
+        raise InvalidRequest(str(args.file), "no such file")
+    with transfer.opened(args.file, "rb") as lines:
+        vectors = transfer.read_header(next(iter(lines), b""), args.file)
+
+    async def read(service: KnowledgeService) -> int:
+        embed = None
+        if vectors != service.identity:
+            print(
+                f"the file's vectors are of {vectors.name} ({vectors.dimension}-d), the "
+                f"store's embedder is {service.identity.name} ({service.identity.dimension}-d): "
+                "embedding the documents again",
+                file=sys.stderr,
+            )
+            await service.load_embedder()
+            embed = service.embed_documents
+        with progress(total=None, unit="document", desc="importing") as update:
+            done = await transfer.import_file(
+                service.store, service.identity, args.file, collection or None, embed, update
+            )
+        again = f", {done.embedded} passages embedded again" if embed else ", nothing embedded"
+        print(
+            f"{done.documents} documents imported ({done.chunks} chunks{again}), "
+            f"{done.skipped} unchanged skipped"
+        )
+        return 0
+
+    return with_storage(settings, read)
+
+
 def run_sources(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import sources
 
@@ -601,15 +679,26 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
 
     from knowledge_api.stores.migrate import migrate
 
-    if args.source == args.target:
-        raise InvalidRequest("--to", "must name another store than --from")
+    target_settings = settings
+    if args.to_path is not None:
+        if args.target not in PATH_SETTINGS:
+            raise InvalidRequest("--to-path", "names a file or folder: sqlite, chroma or qdrant")
+        place = PATH_SETTINGS[args.target]
+        own = getattr(settings, place)
+        target_settings = settings.replace(**{place: type(own)(args.to_path)})
+        if args.source == args.target and Path(own).resolve() == args.to_path.resolve():
+            raise InvalidRequest("--to-path", "must name another place than the store's own")
+    elif args.source == args.target:
+        raise InvalidRequest(
+            "--to", "must name another store than --from (or give --to-path for a backup)"
+        )
     collections = [validation.collection_name(name, "--collection") for name in args.collection]
     identity = compose.embedder_identity(compose.build_embedder(settings))
 
     async def run() -> int:
         async with contextlib.AsyncExitStack() as stack:
             source = compose.build_store(settings, identity, args.source)
-            target = compose.build_store(settings, identity, args.target)
+            target = compose.build_store(target_settings, identity, args.target)
             for store in (source, target):
                 await store.open()
                 stack.push_async_callback(store.close)
@@ -623,6 +712,10 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(run())
+
+
+PATH_SETTINGS = {"sqlite": "db_path", "chroma": "chroma_path", "qdrant": "qdrant_path"}
+"""The setting naming each file-backed store's place, for `migrate-store --to-path`."""
 
 
 def run_migrate(settings: Settings, args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ from knowledge_api.models import (
     chunk_id,
 )
 from knowledge_api.settings import Secret, Settings
+from knowledge_api.stores import transfer
 from knowledge_api.stores.base import KnowledgeStore
 from tests.conftest import corpus, make_settings, make_store
 from tests.pg import postgres_settings, supabase_settings
@@ -90,8 +91,10 @@ def vector(text: str) -> np.ndarray:
     return EMBEDDER.embed_query(text)
 
 
-async def search(store: KnowledgeStore, query: str, k: int = 5, **filters: object):  # type: ignore[no-untyped-def]
-    return await store.search(query, vector(query), k, SearchFilters(**filters))  # type: ignore[arg-type]
+async def search(
+    store: KnowledgeStore, query: str, k: int = 5, threshold: float = 0.0, **filters: object
+):  # type: ignore[no-untyped-def]
+    return await store.search(query, vector(query), k, SearchFilters(**filters), threshold)  # type: ignore[arg-type]
 
 
 async def test_known_answers_rank_first(store: KnowledgeStore) -> None:
@@ -646,3 +649,41 @@ def test_listing_routes_on_every_backend(
             headers=read,
         ).json()["results"]
         assert hits == []
+
+
+async def test_export_then_import_gives_the_same_search_results(
+    store: KnowledgeStore, tmp_path: Path
+) -> None:
+    """A round trip through a file: everything deleted, then read back without
+    embedding, answers every query as before."""
+    await index_source(store, corpus(), "/srv/corpus")
+    # passages of no similarity at all (cosine <= 0) tie, in no defined order: left out
+    before = {query: await search(store, query, threshold=0.01) for query in KNOWN_ANSWERS}
+    assert all(before.values())
+    stored = [doc async for doc in store.iter_documents("default")]
+    path = tmp_path / "default.jsonl.gz"
+    exported = await transfer.export_collection(store, EMBEDDER, "default", path)
+    assert (exported.documents, exported.chunks) == (
+        len(stored),
+        sum(len(doc.chunks) for doc in stored),
+    )
+    assert await store.delete_documents([doc.id for doc in stored]) == len(stored)
+    assert await search(store, "login page timeout with SSO") == []
+
+    imported = await transfer.import_file(store, EMBEDDER, path)
+    assert (imported.documents, imported.skipped, imported.embedded) == (len(stored), 0, 0)
+    for query, hits in before.items():
+        again = await search(store, query, threshold=0.01)
+        assert [(h.source_id, h.chunk.id) for h in again] == [
+            (h.source_id, h.chunk.id) for h in hits
+        ]
+        assert [h.similarity for h in again] == pytest.approx([h.similarity for h in hits])
+    assert [s.name for s in await store.sources("default")] == ["/srv/corpus"]
+    assert len(await store.source_documents("default", "/srv/corpus")) == len(stored)
+    again = await transfer.import_file(store, EMBEDDER, path)
+    assert (again.documents, again.skipped) == (0, len(stored))  # nothing changed
+
+    copied = await transfer.import_file(store, EMBEDDER, path, collection="copy")
+    assert copied.documents == len(stored)
+    hits = await search(store, "which audio formats are accepted, WAV FLAC MP3", collection="copy")
+    assert hits[0].source_id == "kb-7"
