@@ -62,7 +62,8 @@ def test_export_and_import_round_trip(
     status, out, _ = run(capsys, "export", "--collection", "default", "--output", name)
     assert status == 0 and out.startswith(f"{len(corpus())} documents (")
     if name.endswith(".gz"):
-        assert gzip.open(tmp_path / name).readline().startswith(b'{"format":"knowledge-api-export"')
+        with gzip.open(tmp_path / name) as compressed:
+            assert compressed.readline().startswith(b'{"format":"knowledge-api-export"')
     with transfer.opened(tmp_path / name, "rb") as file:
         lines = file.read().splitlines()
     header = json.loads(lines[0])
@@ -70,7 +71,7 @@ def test_export_and_import_round_trip(
     assert len(lines) == 1 + len(corpus())
 
     monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "restored.db"))
-    status, out, err = run(capsys, "import", name)
+    status, out, _ = run(capsys, "import", name)
     assert status == 0
     assert out.startswith(f"{len(corpus())} documents imported (") and "nothing embedded" in out
     assert answers(capsys) == found
