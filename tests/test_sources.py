@@ -157,3 +157,15 @@ def within(seconds: float, condition: Callable[[], bool]) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def test_ids_are_the_uuid5_they_always_were() -> None:
+    """Ids are computed without uuid objects now: every stored row keeps its id."""
+    import uuid
+
+    from knowledge_api.models import _NAMESPACE, chunk_id, document_id
+
+    for source_id in ("a.md", "dir/é β.md", "", "x" * 600):
+        doc_id = document_id("default", "wiki", source_id)
+        assert doc_id == str(uuid.uuid5(_NAMESPACE, f"default\x1fwiki\x1f{source_id}"))
+        assert chunk_id(doc_id, 7) == str(uuid.uuid5(uuid.UUID(doc_id), "7"))
