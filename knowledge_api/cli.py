@@ -409,21 +409,27 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
         for file in found.skipped:
             detail = f" ({file.detail})" if file.detail else ""
             print(f"skipped {file.path}: {file.reason}{detail}", file=sys.stderr)
-        root = path if path.is_dir() else path.parent
-        unread = [Path(file.path).relative_to(root).as_posix() for file in found.skipped]
         status |= index_documents(
             settings,
             found.documents,
             args.name or str(path.resolve()),
             options.collection,
             args,
-            kept=lambda source_id, unread=unread: any(source_id.endswith(u) for u in unread),  # type: ignore[misc]
+            kept=unread_files(path, found.skipped),
         )
         skipped += found.skipped
     if skipped:
         print(skipped_summary(skipped))
         return 1
     return status
+
+
+def unread_files(path: Path, skipped: list[Skipped]) -> Callable[[str], bool]:
+    """Whether a stored document's source id is that of a file this run could not read
+    (its source id ends with the file's path, relative or under --base-url)."""
+    root = path if path.is_dir() else path.parent
+    unread = tuple(Path(file.path).relative_to(root).as_posix() for file in skipped)
+    return lambda source_id: bool(unread) and source_id.endswith(unread)
 
 
 def run_ingest_git(settings: Settings, args: argparse.Namespace) -> int:

@@ -96,7 +96,7 @@ def bench_prune(documents: int, runs: int, store: str) -> None:
         )
 
 
-def bench_listing(passages: int, store: str, pages: int) -> None:
+def bench_listing(passages: int, store: str, pages: int, folder: Path | None) -> None:
     from starlette.testclient import TestClient
 
     from knowledge_api.app import create_app
@@ -105,7 +105,9 @@ def bench_listing(passages: int, store: str, pages: int) -> None:
     from knowledge_api.models import Chunk, Document, chunk_id
     from knowledge_api.settings import Settings
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = folder or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
         settings = Settings.from_env(env_file=None).replace(
             store=store,
             embedder="fake",
@@ -132,6 +134,9 @@ def bench_listing(passages: int, store: str, pages: int) -> None:
             target = build_store(settings, embedder_identity(embedder))
             await target.open()
             await target.check_embedder(embedder.name, embedder.dimension)
+            if await target.count() >= passages:  # kept from a run before (--path)
+                await target.close()
+                return
 
             async def stream():  # type: ignore[no-untyped-def]
                 for batch in batches():
@@ -167,9 +172,12 @@ def main() -> None:
     parser.add_argument("--listing", action="store_true", help="the listing instead")
     parser.add_argument("--passages", type=int, default=200000)
     parser.add_argument("--pages", type=int, default=200)
+    parser.add_argument(
+        "--path", type=Path, help="keep the listing's store here (filled once, reused)"
+    )
     args = parser.parse_args()
     if args.listing:
-        bench_listing(args.passages, args.store, args.pages)
+        bench_listing(args.passages, args.store, args.pages, args.path)
     else:
         bench_prune(args.documents, args.runs, args.store)
 

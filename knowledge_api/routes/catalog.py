@@ -147,9 +147,10 @@ async def documents(request: Request) -> Response:
     values = LISTING.parse(query(request), "query")
     caller = access(request)
     collection = caller.collection(values["collection"])
-    await use.require_collection(service(request), collection, caller.reaches)
     page = DocumentPage(collection, values["limit"], "", values["source_type"], values["source"])
-    found, next_cursor = await use.documents(service(request), page, values["cursor"])
+    found, next_cursor = await use.documents(
+        service(request), page, values["cursor"], caller.reaches
+    )
     return JSONResponse(
         {
             "documents": [
@@ -178,8 +179,9 @@ async def sources(request: Request) -> Response:
     caller = access(request)
     if collection is not None:
         caller.collection(collection)
-        await use.require_collection(service(request), collection, caller.reaches)
     found = await use.sources(service(request), collection)
+    if collection is not None and not found:
+        await use.require_collection(service(request), collection, caller.reaches)
     return JSONResponse(
         {
             "sources": [

@@ -139,15 +139,18 @@ async def collections(
 async def require_collection(
     service: KnowledgeService, collection: str, visible: Callable[[str], bool]
 ) -> None:
-    """404 `collection_not_found` for a collection that holds nothing, listing those the
-    caller may read."""
-    known = [info.name for info in await service.store.collection_stats()]
-    if collection not in known:
-        raise CollectionNotFound(
-            f"no collection {collection!r}",
-            collection=collection,
-            available=sorted(name for name in known if visible(name)),
-        )
+    """404 `collection_not_found` for a collection that holds nothing (no document, no
+    source), listing those the caller may read. Asked only when a listing found nothing:
+    counting every collection's documents costs more than a page."""
+    known = set(await service.collections())
+    if collection in known or await service.store.sources(collection):
+        return
+    known |= {info.collection for info in await service.store.sources()}
+    raise CollectionNotFound(
+        f"no collection {collection!r}",
+        collection=collection,
+        available=sorted(name for name in known if visible(name)),
+    )
 
 
 async def sources(service: KnowledgeService, collection: str | None) -> list[SourceInfo]:
@@ -162,9 +165,10 @@ async def delete_source(service: KnowledgeService, collection: str, name: str) -
 
 
 async def documents(
-    service: KnowledgeService, page: DocumentPage, cursor: str
+    service: KnowledgeService, page: DocumentPage, cursor: str, visible: Callable[[str], bool]
 ) -> tuple[list[DocumentSummary], str | None]:
-    """One page of the listing and the cursor of the next (None after the last)."""
+    """One page of the listing and the cursor of the next (None after the last); 404
+    for a collection that holds nothing."""
     if cursor:
         page = DocumentPage(
             page.collection, page.limit, resumed_after(cursor, page), page.source_type, page.source
@@ -172,6 +176,8 @@ async def documents(
     found = await service.store.list_documents(
         DocumentPage(page.collection, page.limit + 1, page.after, page.source_type, page.source)
     )
+    if not found and not cursor:
+        await require_collection(service, page.collection, visible)
     if len(found) <= page.limit:
         return found, None
     shown = found[: page.limit]
