@@ -102,7 +102,7 @@ def bench_listing(passages: int, store: str, pages: int, folder: Path | None) ->
     from knowledge_api.app import create_app
     from knowledge_api.compose import build_store, embedder_identity
     from knowledge_api.embeddings.fake import FakeEmbedder
-    from knowledge_api.models import Chunk, Document, chunk_id
+    from knowledge_api.models import Chunk, Document, DocumentPage, chunk_id
     from knowledge_api.settings import Settings
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -156,12 +156,31 @@ def bench_listing(passages: int, store: str, pages: int, folder: Path | None) ->
                 body = client.get("/v1/knowledge/documents", params=params).json()
                 times.append((time.perf_counter() - started) * 1000)
                 cursor = body["next_cursor"] or None
-        times.sort()
-        p50, p95 = times[len(times) // 2], times[int(len(times) * 0.95)]
         print(
-            f"listing page of 100 ({pages} pages, through the app in process): "
-            f"p50 {p50:.1f} ms, p95 {p95:.1f} ms (target p50 <= 20 ms)"
+            f"listing page of 100 ({pages} pages), through the app in process (the test "
+            f"client's thread hops included): {quantiles(times)} (target p50 <= 20 ms)"
         )
+
+        async def store_pages() -> list[float]:
+            """The store's own call, as the route makes it, page after page."""
+            source = build_store(settings, embedder_identity(embedder))
+            await source.open()
+            spent, after = [], ""
+            for _ in range(pages):
+                started = time.perf_counter()
+                found = await source.list_documents(DocumentPage("default", 101, after))
+                spent.append((time.perf_counter() - started) * 1000)
+                after = found[99].id if len(found) > 100 else ""
+            await source.close()
+            return spent
+
+        print(f"the store's own listing call: {quantiles(asyncio.run(store_pages()))}")
+
+
+def quantiles(times: list[float]) -> str:
+    ordered = sorted(times)
+    p50, p95 = ordered[len(ordered) // 2], ordered[int(len(ordered) * 0.95)]
+    return f"p50 {p50:.1f} ms, p95 {p95:.1f} ms, load average {os.getloadavg()[0]:.1f}"
 
 
 def main() -> None:

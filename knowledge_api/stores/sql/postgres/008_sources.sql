@@ -167,7 +167,9 @@ LANGUAGE sql STABLE AS $$
            (SELECT count(*) FROM siam_vectors v WHERE v.document_id = d.id)
     FROM knowledge_documents d
     WHERE d.collection = list_collection
-      AND (after_id IS NULL OR d.id > after_id)
+      -- a range of the listing index whatever the plan: an `IS NULL OR` here would make
+      -- a generic plan scan the collection from its first id for every page
+      AND d.id > coalesce(after_id, '00000000-0000-0000-0000-000000000000')
       AND (list_source_type IS NULL OR d.source_type = list_source_type)
       AND (list_source IS NULL OR d.source = list_source)
     ORDER BY d.id
