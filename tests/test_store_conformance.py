@@ -687,3 +687,36 @@ async def test_export_then_import_gives_the_same_search_results(
     assert copied.documents == len(stored)
     hits = await search(store, "which audio formats are accepted, WAV FLAC MP3", collection="copy")
     assert hits[0].source_id == "kb-7"
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+async def test_a_mirror_adds_updates_and_prunes_on_every_backend(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from knowledge_api.compose import build_service
+    from knowledge_api.usecases import sources as use
+
+    service = build_service(BACKENDS[name](request, tmp_path))
+    await service.open_storage()
+    await service.load_embedder()
+    try:
+        plan = await use.plan_mirror(service, pages(4), "/srv/docs", "default", prune=True)
+        assert (len(plan.added), len(plan.updated), plan.deleted) == (4, 0, {})
+        await use.mirror(service, plan)
+        changed = pages(4)[1:]  # page-000 gone
+        changed[0].content = "Page 1 now says something else."
+        plan = await use.plan_mirror(service, changed, "/srv/docs", "default", prune=True)
+        assert plan.lines() == ["update page-001.md", "delete page-000.md"]
+        plan.check_deletions(0.5, allowed=False)  # 1 of 4: allowed
+        report = await use.mirror(service, plan)
+        assert (report.indexed.documents, report.unchanged, report.deleted) == (1, 2, 1)
+        assert sorted((await service.store.source_documents("default", "/srv/docs")).values()) == [
+            "page-001.md",
+            "page-002.md",
+            "page-003.md",
+        ]
+        emptied = await use.plan_mirror(service, [], "/srv/docs", "default", prune=True)
+        with pytest.raises(use.MassDeleteRefused):
+            emptied.check_deletions(0.5, allowed=False)
+    finally:
+        await service.stop()
