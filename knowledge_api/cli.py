@@ -26,13 +26,12 @@ from knowledge_api.errors import (
 )
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
-from knowledge_api.ingest.pipeline import changed_documents
 from knowledge_api.ingest.progress import progress
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, IndexSummary
 from knowledge_api.registry import import_extra
 from knowledge_api.rerankers import rerankers
 from knowledge_api.routes.observe import configure_logging
-from knowledge_api.service import KnowledgeService, changes
+from knowledge_api.service import MAX_AUDITED_IDS, KnowledgeService, changes
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
 from knowledge_api.stores.audit import AuditEntry, local_user
@@ -82,6 +81,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ingest.add_argument("--base-url", default="", help="URL prefix of the files' paths")
     ingest.add_argument("--collection", default=DEFAULT_COLLECTION, help="collection to index into")
+    source_options(ingest)
     ingest.set_defaults(run=run_ingest)
 
     history = commands.add_parser("ingest-git", help="index the commits of a git repository")
@@ -97,7 +97,25 @@ def parser() -> argparse.ArgumentParser:
     history.add_argument(
         "--collection", default=DEFAULT_COLLECTION, help="collection to index into"
     )
+    source_options(history)
     history.set_defaults(run=run_ingest_git)
+
+    export = commands.add_parser(
+        "export", help="write a collection (documents, chunks, vectors) to a JSON lines file"
+    )
+    export.add_argument("--collection", default=DEFAULT_COLLECTION)
+    export.add_argument(
+        "--output", required=True, type=Path, metavar="FILE", help="compressed if .gz or .zst"
+    )
+    export.set_defaults(run=run_export)
+    load = commands.add_parser("import", help="read a file `export` wrote into the store")
+    load.add_argument("file", type=Path, metavar="FILE")
+    load.add_argument("--collection", help="import into this collection (default: the file's)")
+    load.set_defaults(run=run_import)
+
+    listed = commands.add_parser("sources", help="the sources: documents and last run of each")
+    listed.add_argument("--collection", help="only this collection's")
+    listed.set_defaults(run=run_sources)
 
     query = commands.add_parser("query", help="ask a question: the answer and its sources")
     query.add_argument("text")
@@ -119,6 +137,7 @@ def parser() -> argparse.ArgumentParser:
     sync = commands.add_parser("sync", help="pull the host's KB articles into the support index")
     sync.add_argument("--from", dest="source", required=True, metavar="URL", help="host base URL")
     sync.add_argument("--full", action="store_true", help="fetch everything, remove what is gone")
+    sync.add_argument("--allow-mass-delete", action="store_true", help=MASS_DELETE_HELP)
     sync.set_defaults(run=run_sync)
 
     evaluate = commands.add_parser(
@@ -164,6 +183,13 @@ def parser() -> argparse.ArgumentParser:
     migrate.add_argument("--to", dest="target", required=True, choices=stores.names())
     migrate.add_argument(
         "--collection", action="append", default=[], help="copy only this one (repeatable)"
+    )
+    migrate.add_argument(
+        "--to-path",
+        type=Path,
+        metavar="PATH",
+        help="the target's file or folder (sqlite, chroma, qdrant): a backup into a store of "
+        "the same backend",
     )
     migrate.set_defaults(run=run_migrate_store)
 
@@ -214,6 +240,20 @@ def parser() -> argparse.ArgumentParser:
     )
     schema.set_defaults(run=run_migrate)
     return root
+
+
+MASS_DELETE_HELP = "delete even more than KNOWLEDGE_PRUNE_MAX_FRACTION of the source"
+
+
+def source_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--name", help="the source's name (default: the absolute path)")
+    command.add_argument(
+        "--prune", action="store_true", help="mirror: delete the documents of files now gone"
+    )
+    command.add_argument(
+        "--dry-run", action="store_true", help="print what would be added, updated, deleted"
+    )
+    command.add_argument("--allow-mass-delete", action="store_true", help=MASS_DELETE_HELP)
 
 
 GRACEFUL_SHUTDOWN_S = 8
@@ -447,61 +487,184 @@ def tell_pm2_ready() -> None:
 
 
 def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
-    """Files are read and parsed before the service (and its model) starts, so a wrong
-    path costs nothing. Exit 1 when some files were skipped, after indexing the rest."""
+    """Files are read and parsed before the model loads, so a wrong path costs nothing.
+    Each PATH is a source, mirrored on its own. Exit 1 when some files were skipped,
+    after indexing the rest (a skipped file keeps its stored document, even with --prune)."""
     options = LoadOptions(
         source_type=args.source_type,
         collection=validation.collection_name(args.collection, "--collection"),
         metadata=parse_meta(args.meta),
         base_url=args.base_url,
     )
-    loaded = load_paths(args.paths, options)
-    for skipped in loaded.skipped:
-        detail = f" ({skipped.detail})" if skipped.detail else ""
-        print(f"skipped {skipped.path}: {skipped.reason}{detail}", file=sys.stderr)
-    status = index_documents(settings, loaded.documents)
-    if loaded.skipped:
-        print(skipped_summary(loaded.skipped))
+    if args.name and len(args.paths) > 1:
+        raise InvalidRequest("--name", "names one source: give a single PATH with it")
+    loaded = [(path, load_paths([path], options)) for path in args.paths]
+    status, skipped = 0, []
+    for path, found in loaded:
+        for file in found.skipped:
+            detail = f" ({file.detail})" if file.detail else ""
+            print(f"skipped {file.path}: {file.reason}{detail}", file=sys.stderr)
+        status |= index_documents(
+            settings,
+            found.documents,
+            args.name or str(path.resolve()),
+            options.collection,
+            args,
+            kept=unread_files(path, found.skipped),
+        )
+        skipped += found.skipped
+    if skipped:
+        print(skipped_summary(skipped))
         return 1
     return status
 
 
+def unread_files(path: Path, skipped: list[Skipped]) -> Callable[[str], bool]:
+    """Whether a stored document's source id is that of a file this run could not read
+    (its source id ends with the file's path, relative or under --base-url)."""
+    root = path if path.is_dir() else path.parent
+    unread = tuple(Path(file.path).relative_to(root).as_posix() for file in skipped)
+    return lambda source_id: bool(unread) and source_id.endswith(unread)
+
+
 def run_ingest_git(settings: Settings, args: argparse.Namespace) -> int:
-    """The commits are listed before the service starts: a bad repository, branch or
-    option is an error without loading the model."""
+    """The commits are listed before the model loads: a bad repository, branch or option
+    is an error without loading the model."""
+    if args.prune and args.since:
+        raise InvalidRequest("--prune", "reads the whole history: it cannot go with --since")
     options = GitOptions(
         since=args.since,
         branch=args.branch,
         base_url=args.base_url,
         collection=validation.collection_name(args.collection, "--collection"),
     )
-    return index_documents(settings, load_git(args.repo, options), "cli ingest-git")
+    source = args.name or str(args.repo.resolve())
+    return index_documents(
+        settings,
+        load_git(args.repo, options),
+        source,
+        options.collection,
+        args,
+        command="cli ingest-git",
+    )
 
 
 def index_documents(
-    settings: Settings, documents: list[Document], command: str = "cli ingest"
+    settings: Settings,
+    documents: list[Document],
+    source: str,
+    collection: str,
+    args: argparse.Namespace,
+    kept: Callable[[str], bool] = lambda source_id: False,
+    command: str = "cli ingest",
 ) -> int:
-    """Index through the service and print the summary line on stdout. Documents stored
-    unchanged are set aside first, so a run with nothing new never loads the model."""
+    """Mirror `documents` as `source` and print the summary line on stdout. What to do is
+    asked of the store alone, so a run with nothing new never loads the model."""
+    from knowledge_api.usecases import sources
+
     started = time.perf_counter()
-    changed = asyncio.run(changed_in_store(settings, documents)) if documents else []
-    unchanged = len(documents) - len(changed)
-    if not changed:
-        print(ingest_summary(IndexSummary(), unchanged, started))
+    name = validation.source_name(source, "--name")
+
+    async def run(service: KnowledgeService) -> int:
+        plan = await sources.plan_mirror(service, documents, name, collection, args.prune, kept)
+        if args.dry_run:
+            print("\n".join(plan.lines() or ["nothing to change"]))
+            return 0
+        plan.check_deletions(settings.prune_max_fraction, args.allow_mass_delete)
+        indexing = started
+        if plan.changed:
+            await service.load_embedder()
+            indexing = time.perf_counter()  # the model loaded: chunks/s is the indexing rate
+        with progress(total=len(plan.changed), unit="document", desc="indexing") as update:
+            report = await sources.mirror(service, plan, update)
+        if plan.changed or report.deleted:
+            removed = list(plan.deleted)[:MAX_AUDITED_IDS]
+            written = changes(plan.changed, report.indexed, removed=report.deleted)
+            await service.audit(
+                local_user(), command, collection, {**written, "removed_ids": removed}
+            )
+        deleted = f", {report.deleted} deleted" if args.prune else ""
+        print(ingest_summary(report.indexed, report.unchanged, indexing) + deleted)
         return 0
 
-    async def ingest(service: KnowledgeService) -> int:
-        indexing = time.perf_counter()  # the model loaded: chunks/s is the indexing rate
-        with progress(total=len(changed), unit="document", desc="indexing") as update:
-            summary = await service.ingest(changed, progress=update)
-        collections = sorted({doc.collection for doc in changed})
-        extra = {} if len(collections) == 1 else {"collections": collections}
-        one = collections[0] if len(collections) == 1 else None
-        await service.audit(local_user(), command, one, changes(changed, summary, **extra))
-        print(ingest_summary(summary, unchanged, indexing))
+    return with_storage(settings, run)
+
+
+def run_export(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.stores import transfer
+
+    collection = validation.collection_name(args.collection, "--collection")
+    transfer.check_writable(args.output)
+
+    async def write(service: KnowledgeService) -> int:
+        if collection not in await service.collections():
+            raise InvalidRequest("--collection", f"no collection {collection!r} in the store")
+        with progress(total=None, unit="document", desc="exporting") as update:
+            done = await transfer.export_collection(
+                service.store, service.identity, collection, args.output, update
+            )
+        print(
+            f"{done.documents} documents ({done.chunks} chunks) of {collection} written to "
+            f"{args.output}"
+        )
         return 0
 
-    return with_service(settings, ingest)
+    return with_storage(settings, write)
+
+
+def run_import(settings: Settings, args: argparse.Namespace) -> int:
+    """Vectors of the configured embedder are stored as they are; others are embedded
+    again, which loads the model (and says so)."""
+    from knowledge_api.stores import transfer
+
+    collection = args.collection and validation.collection_name(args.collection, "--collection")
+    if not args.file.is_file():
+        raise InvalidRequest(str(args.file), "no such file")
+    with transfer.opened(args.file, "rb") as lines:
+        vectors = transfer.read_header(next(iter(lines), b""), args.file)
+
+    async def read(service: KnowledgeService) -> int:
+        embed = None
+        if vectors != service.identity:
+            print(
+                f"the file's vectors are of {vectors.name} ({vectors.dimension}-d), the "
+                f"store's embedder is {service.identity.name} ({service.identity.dimension}-d): "
+                "embedding the documents again",
+                file=sys.stderr,
+            )
+            await service.load_embedder()
+            embed = service.embed_documents
+        with progress(total=None, unit="document", desc="importing") as update:
+            done = await transfer.import_file(
+                service.store, service.identity, args.file, collection or None, embed, update
+            )
+        imported = {"documents": done.documents, "chunks": done.chunks, "embedded": done.embedded}
+        await service.audit(local_user(), "cli import", collection or None, imported)
+        again = f", {done.embedded} passages embedded again" if embed else ", nothing embedded"
+        print(
+            f"{done.documents} documents imported ({done.chunks} chunks{again}), "
+            f"{done.skipped} unchanged skipped"
+        )
+        return 0
+
+    return with_storage(settings, read)
+
+
+def run_sources(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import sources
+
+    collection = args.collection and validation.collection_name(args.collection, "--collection")
+
+    async def show(service: KnowledgeService) -> int:
+        found = await sources.sources(service, collection or None)
+        for info in found:
+            counted = f"{info.documents} documents\tlast run {info.last_run}"
+            print(f"{info.collection}\t{info.name}\t{counted}")
+        if not found:
+            print("no sources")
+        return 0
+
+    return with_storage(settings, show)
 
 
 def ingest_summary(summary: IndexSummary, unchanged: int, started: float) -> str:
@@ -580,7 +743,10 @@ def run_sync(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import kb_sync
 
     settings = settings.replace(kb_sync_url=args.source)
-    return with_service(settings, lambda service: kb_sync.sync_command(service, full=args.full))
+    return with_service(
+        settings,
+        lambda service: kb_sync.sync_command(service, args.full, args.allow_mass_delete),
+    )
 
 
 def run_eval(settings: Settings, args: argparse.Namespace) -> int:
@@ -659,15 +825,26 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
 
     from knowledge_api.stores.migrate import migrate
 
-    if args.source == args.target:
-        raise InvalidRequest("--to", "must name another store than --from")
+    target_settings = settings
+    if args.to_path is not None:
+        if args.target not in PATH_SETTINGS:
+            raise InvalidRequest("--to-path", "names a file or folder: sqlite, chroma or qdrant")
+        place = PATH_SETTINGS[args.target]
+        own = getattr(settings, place)
+        target_settings = settings.replace(**{place: type(own)(args.to_path)})
+        if args.source == args.target and Path(own).resolve() == args.to_path.resolve():
+            raise InvalidRequest("--to-path", "must name another place than the store's own")
+    elif args.source == args.target:
+        raise InvalidRequest(
+            "--to", "must name another store than --from (or give --to-path for a backup)"
+        )
     collections = [validation.collection_name(name, "--collection") for name in args.collection]
     identity = compose.embedder_identity(compose.build_embedder(settings))
 
     async def run() -> int:
         async with contextlib.AsyncExitStack() as stack:
             source = compose.build_store(settings, identity, args.source)
-            target = compose.build_store(settings, identity, args.target)
+            target = compose.build_store(target_settings, identity, args.target)
             for store in (source, target):
                 await store.open()
                 stack.push_async_callback(store.close)
@@ -689,6 +866,10 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(run())
+
+
+PATH_SETTINGS = {"sqlite": "db_path", "chroma": "chroma_path", "qdrant": "qdrant_path"}
+"""The setting naming each file-backed store's place, for `migrate-store --to-path`."""
 
 
 def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
@@ -875,18 +1056,6 @@ def with_service(
     finally:
         if traces is not None:
             tracing.disable()  # what is queued is sent first, for a few seconds at most
-
-
-async def changed_in_store(settings: Settings, documents: list[Document]) -> list[Document]:
-    """The documents the configured store does not hold as they are, asked of the store
-    alone (no model is loaded for that)."""
-    identity = compose.embedder_identity(compose.build_embedder(settings))
-    store = compose.build_store(settings, identity)
-    await store.open()
-    try:
-        return await changed_documents(store, documents)
-    finally:
-        await store.close()
 
 
 def parse_meta(pairs: list[str]) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
 from dataclasses import dataclass, field, fields
@@ -22,13 +23,25 @@ def content_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
+@functools.lru_cache(maxsize=65536)
 def document_id(collection: str, source_type: str, source_id: str) -> str:
-    """Stable uuid of a document: re-ingesting the same source finds the same row."""
-    return str(uuid.uuid5(_NAMESPACE, f"{collection}\x1f{source_type}\x1f{source_id}"))
+    """Stable uuid of a document: re-ingesting the same source finds the same row.
+    Remembered: a document's id is asked for many times while it is chunked and
+    compared (a mirror of 10,000 unchanged files asked 80,000 times)."""
+    return uuid5(_NAMESPACE.bytes, f"{collection}\x1f{source_type}\x1f{source_id}")
 
 
 def chunk_id(doc_id: str, index: int) -> str:
-    return str(uuid.uuid5(uuid.UUID(doc_id), str(index)))
+    return uuid5(uuid.UUID(doc_id).bytes, str(index))
+
+
+def uuid5(namespace: bytes, name: str) -> str:
+    """`str(uuid.uuid5(...))`, without building UUID objects (a third of the cost)."""
+    digest = bytearray(hashlib.sha1(namespace + name.encode("utf-8")).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +88,9 @@ class Document:
     chunks: list[Chunk] = field(default_factory=list)
     created_at: str = ""
     updated_at: str = ""
+    source: str = ""
+    """The name of the source (an ingested path, a KB host, an upload) that produced it;
+    empty for a document indexed on its own."""
 
     @property
     def id(self) -> str:
@@ -82,10 +98,12 @@ class Document:
 
     @property
     def content_hash(self) -> str:
-        """Hash of everything that reaches the store: unchanged hash, nothing to do."""
+        """Hash of everything that reaches the store: unchanged hash, nothing to do. The
+        source counts only when named, so documents stored before sources keep theirs."""
         meta = repr(sorted(self.metadata.items()))
         chunks = "\x1e".join(c.content_hash for c in self.chunks)
-        return content_hash(f"{self.title}\x1f{meta}\x1f{chunks}")
+        owner = f"\x1f{self.source}" if self.source else ""
+        return content_hash(f"{self.title}\x1f{meta}\x1f{chunks}{owner}")
 
 
 @dataclass(slots=True)
@@ -106,6 +124,53 @@ class SearchFilters:
     source_types: tuple[str, ...] | None = None
     metadata: tuple[tuple[str, Any], ...] = ()
     collection: str = DEFAULT_COLLECTION
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentSummary:
+    """A stored document as a listing shows it: without its text and chunks."""
+
+    id: str
+    collection: str
+    source_type: str
+    source_id: str
+    source: str
+    title: str
+    metadata: Metadata
+    chunks: int
+    updated_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentPage:
+    """Which documents a listing asks for: those of `collection` (and of `source_type`,
+    `source` when set) whose id comes after `after`, in id order, `limit` of them."""
+
+    collection: str
+    limit: int = 100
+    after: str = ""
+    source_type: str = ""
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """A source of a collection: its documents stored and when it last ran."""
+
+    collection: str
+    name: str
+    documents: int
+    last_run: str
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionInfo:
+    name: str
+    documents: int | None
+    """None: not counted (tables other pipelines fill)."""
+    chunks: int | None
+    sources: int
+    updated_at: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,6 +200,12 @@ class KnowledgeService:
         if seed and self.settings.seed_on_empty and await self.store.count() == 0:
             await self._seed()
 
+    async def load_embedder(self) -> None:
+        """Load the model after `open_storage`, for a command that found work for it."""
+        single_threaded_blas()
+        await self._in_model_thread(self.embedder.load)
+        self.embedder_ready = True
+
     async def open_storage(self) -> None:
         """Open the store and the API keys, no model: what commands that embed nothing
         need (key management, say)."""
@@ -453,12 +459,16 @@ class KnowledgeService:
     # -- documents ------------------------------------------------------------------
 
     async def ingest(
-        self, documents: Iterable[Document], progress: Callable[[int], object] | None = None
+        self,
+        documents: Iterable[Document],
+        progress: Callable[[int], object] | None = None,
+        source: str | None = None,
     ) -> IndexSummary:
+        """Index `documents`; with a `source`, as that source's (see Ingestor.ingest)."""
         if not self.embedder_ready:
             raise EmbeddingError("the embedder is not loaded: documents cannot be indexed")
         ingestor = Ingestor(self.store, self.identity, self.embed_documents)
-        return await ingestor.ingest(documents, progress)
+        return await ingestor.ingest(documents, progress, source)
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         start = time.perf_counter()

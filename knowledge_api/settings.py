@@ -658,6 +658,12 @@ class Settings:
         24,
         "Every Nth periodic sync is full (also removes articles gone from the host).",
     )
+    prune_max_fraction: float = setting(
+        "KNOWLEDGE_PRUNE_MAX_FRACTION",
+        0.5,
+        "A mirror (ingest --prune, a full KB sync) deleting more than this share of a "
+        "source's documents stops unless told to (--allow-mass-delete).",
+    )
     kb_sync_page_size: int = setting(
         "KNOWLEDGE_KB_SYNC_PAGE_SIZE", 100, "Articles asked for per page (the `limit` parameter)."
     )
@@ -740,6 +746,8 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_AUDIT_DAYS must not be negative")
         if self.rate_limit < 0:
             raise ConfigurationError("KNOWLEDGE_RATE_LIMIT must not be negative")
+        if not 0 <= self.prune_max_fraction <= 1:
+            raise ConfigurationError("KNOWLEDGE_PRUNE_MAX_FRACTION must be between 0 and 1")
         if self.mcp_max_chars < 1000:
             raise ConfigurationError("KNOWLEDGE_MCP_MAX_CHARS must be at least 1000")
         if self.schema_mode not in SCHEMA_MODES:

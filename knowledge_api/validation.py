@@ -129,3 +129,17 @@ def collection_name(value: Any, field: str = "collection") -> str:
     if not valid_collection(value):
         raise InvalidRequest(field, COLLECTION_RULE, value=value)
     return str(value)
+
+
+SOURCE_RULE = "must be 1-1000 characters without control characters"
+
+
+def source_name(value: Any, field: str = "source") -> str:
+    """A source's name: a path, a URL or a word; any text a store keeps as it is."""
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= 1000
+        or any(ord(c) < 32 or ord(c) == 127 for c in value)
+    ):
+        raise InvalidRequest(field, SOURCE_RULE, value=value)
+    return value

@@ -644,6 +644,32 @@ def test_read_only_mode_searches_the_tables_as_they_are(
     assert run_sync(snapshot(database)) == before
 
 
+def test_read_only_listings_read_the_tables_and_deletes_are_refused(
+    reader_client: TestClient, database: str
+) -> None:
+    before = run_sync(snapshot(database))
+    collections = reader_client.get("/v1/knowledge/collections").json()["collections"]
+    assert [(c["name"], c["documents"]) for c in collections] == [("default", None)]
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = reader_client.get("/v1/knowledge/documents", params=params).json()
+        seen += page["documents"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [d["id"] for d in seen] == sorted(d["id"] for d in seen)
+    found = {(d["source_type"], d["source_id"]) for d in seen}
+    assert ("jira", "AOMA-101") in found
+    assert ("wiki", "https://wiki.example.com/aoma/rollback") in found
+    wiki = reader_client.get("/v1/knowledge/documents", params={"source_type": "wiki"}).json()
+    assert {d["source_type"] for d in wiki["documents"]} == {"wiki"}
+    assert reader_client.get("/v1/knowledge/sources").json() == {"sources": []}
+    refused = reader_client.delete("/v1/knowledge/sources/anything")
+    assert refused.status_code == 409 and "read_only" in refused.json()["error"]["message"]
+    assert run_sync(snapshot(database)) == before
+
+
 def test_read_only_health_says_what_is_left_out(reader_client: TestClient) -> None:
     health = reader_client.get("/health").json()
     store = health["store"]

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from knowledge_api import cli, compose
+from knowledge_api import cli
 from knowledge_api.cli import main
 from knowledge_api.ingest.progress import progress
+from knowledge_api.service import KnowledgeService
 from tests.documents import PNG, commit, git_repo, pdf_bytes
 
 
@@ -25,12 +26,13 @@ def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def no_service(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail the test if the service (and so the model) would start."""
+    """Fail the test if the model would load (the store alone may open)."""
 
     def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the service was started")
+        raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(compose, "build_service", refuse)
+    monkeypatch.setattr(KnowledgeService, "start", refuse)
+    monkeypatch.setattr(KnowledgeService, "load_embedder", refuse)
 
 
 def test_skipped_files_are_named_and_exit_1(
@@ -122,10 +124,13 @@ def test_a_rerun_with_nothing_new_leaves_the_model_unloaded(
     assert main(["ingest", "a.md"]) == 0
     capsys.readouterr()
     started: list[object] = []
-    real = compose.build_service
-    monkeypatch.setattr(
-        compose, "build_service", lambda settings: started.append(1) or real(settings)
-    )
+    real = KnowledgeService.load_embedder
+
+    async def load(service: KnowledgeService) -> None:
+        started.append(1)
+        await real(service)
+
+    monkeypatch.setattr(KnowledgeService, "load_embedder", load)
     assert main(["ingest-git", "billing"]) == 0
     assert main(["ingest", "a.md"]) == 0
     lines = capsys.readouterr().out.splitlines()

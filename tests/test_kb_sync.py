@@ -17,6 +17,7 @@ from knowledge_api.models import Document, SearchFilters
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret
 from knowledge_api.usecases.kb_sync import Article, HostUnavailable, KBClient, KBSync
+from knowledge_api.usecases.sources import MassDeleteRefused
 from tests.conftest import fake_embedder, make_settings
 from tests.kb_host import Host, article, closed_port_url, serve
 
@@ -154,6 +155,23 @@ async def test_only_a_full_sync_removes_articles_gone_from_the_host(
     assert report.removed == 1
     remaining = await synced_ids(service)
     assert "kb-002" not in remaining and "handbook" in remaining  # not synced: not removed
+
+
+async def test_a_full_sync_removing_most_articles_stops_unless_allowed(
+    service: KnowledgeService, host: Host
+) -> None:
+    sync = syncer(service, host.url)
+    await sync.run(full=True)
+    assert [(s.name, s.documents) for s in await service.store.sources("support")] == [
+        (host.url, 5)
+    ]
+    del host.articles[:3]  # 3 of 5 gone: more than KNOWLEDGE_PRUNE_MAX_FRACTION (0.5)
+    with pytest.raises(MassDeleteRefused, match="would lose 3 of its 5 documents"):
+        await sync.run(full=True)
+    assert len(await synced_ids(service)) == 5
+    assert sync.state.health()["status"] == "stale"  # the periodic sync says so in /health
+    report = await sync.run(full=True, allow_mass_delete=True)
+    assert report.removed == 3 and len(await synced_ids(service)) == 2
 
 
 @pytest.mark.parametrize("status", [500, 503])

@@ -27,11 +27,13 @@ from knowledge_api.models import (
     SEARCH_MODES,
     Chunk,
     Document,
+    DocumentPage,
     IndexSummary,
     SearchFilters,
     chunk_id,
 )
 from knowledge_api.settings import Secret, Settings
+from knowledge_api.stores import transfer
 from knowledge_api.stores.base import KnowledgeStore
 from tests.conftest import corpus, make_settings, make_store
 from tests.pg import postgres_settings, supabase_settings
@@ -90,8 +92,10 @@ def vector(text: str) -> np.ndarray:
     return EMBEDDER.embed_query(text)
 
 
-async def search(store: KnowledgeStore, query: str, k: int = 5, **filters: object):  # type: ignore[no-untyped-def]
-    return await store.search(query, vector(query), k, SearchFilters(**filters))  # type: ignore[arg-type]
+async def search(
+    store: KnowledgeStore, query: str, k: int = 5, threshold: float = 0.0, **filters: object
+):  # type: ignore[no-untyped-def]
+    return await store.search(query, vector(query), k, SearchFilters(**filters), threshold)  # type: ignore[arg-type]
 
 
 async def test_known_answers_rank_first(store: KnowledgeStore) -> None:
@@ -475,3 +479,270 @@ def test_a_key_reaches_only_its_collections_on_every_route(
             ]
             == "b"
         )
+
+
+# -- sources, listings, bulk deletes ----------------------------------------------------
+
+
+async def index_source(store: KnowledgeStore, docs: Sequence[Document], source: str) -> None:
+    async def embed(texts: Sequence[str]) -> np.ndarray:
+        return EMBEDDER.embed_documents(texts)
+
+    await Ingestor(store, EMBEDDER, embed).ingest(docs, source=source)
+
+
+def pages(count: int, collection: str = "default", prefix: str = "page") -> list[Document]:
+    return [
+        Document(
+            "wiki",
+            f"{prefix}-{n:03}.md",
+            f"Page {n} about topic {n}.",
+            f"Page {n}",
+            {"n": n},
+            collection=collection,
+        )
+        for n in range(count)
+    ]
+
+
+async def test_a_source_records_its_documents_and_its_runs(store: KnowledgeStore) -> None:
+    await index_source(store, pages(3), "/srv/docs")
+    await index_source(store, pages(2, prefix="other"), "/srv/other")
+    await index(store, corpus())  # documents of no source
+    owned = await store.source_documents("default", "/srv/docs")
+    assert sorted(owned.values()) == ["page-000.md", "page-001.md", "page-002.md"]
+    stored = [await store.get_by_id(doc_id) for doc_id in owned]
+    assert [doc.source for doc in stored if doc] == ["/srv/docs"] * 3
+    listed = await store.sources()
+    assert [(s.collection, s.name, s.documents) for s in listed] == [
+        ("default", "/srv/docs", 3),
+        ("default", "/srv/other", 2),
+    ]
+    assert all(s.last_run for s in listed)
+    assert await store.sources("elsewhere") == []
+    # a document another source produces now is that source's
+    await index_source(store, pages(1), "/srv/other")
+    assert len(await store.source_documents("default", "/srv/docs")) == 2
+    assert len(await store.source_documents("default", "/srv/other")) == 3
+
+
+async def test_listing_pages_by_cursor_in_a_stable_order(store: KnowledgeStore) -> None:
+    await index_source(store, pages(7), "/srv/docs")
+    await index(store, corpus())
+    await index_source(store, pages(2, collection="other"), "/srv/docs")
+    seen, after = [], ""
+    while True:
+        page = await store.list_documents(DocumentPage("default", limit=3, after=after))
+        if not page:
+            break
+        seen += page
+        after = page[-1].id
+    assert len(seen) == 7 + len(corpus())
+    assert [d.id for d in seen] == sorted(d.id for d in seen)
+    first = next(d for d in seen if d.source_id == "page-001.md")
+    assert (first.title, first.source, first.metadata, first.chunks) == (
+        "Page 1",
+        "/srv/docs",
+        {"n": 1},
+        1,
+    )
+    assert first.updated_at and first.collection == "default"
+    only = await store.list_documents(DocumentPage("default", 100, "", "wiki", "/srv/docs"))
+    assert sorted(d.source_id for d in only) == [f"page-{n:03}.md" for n in range(7)]
+    jira = await store.list_documents(DocumentPage("default", 100, source_type="jira"))
+    assert {d.source_type for d in jira} == {"jira"} and jira
+    unowned = await store.list_documents(DocumentPage("default", 100, source=""))
+    assert len(unowned) == len(corpus())
+    stats = {c.name: c for c in await store.collection_stats()}
+    assert (stats["default"].documents, stats["default"].sources) == (7 + len(corpus()), 1)
+    assert stats["default"].chunks >= stats["default"].documents
+    assert (stats["other"].documents, stats["other"].chunks, stats["other"].sources) == (2, 2, 1)
+    assert stats["other"].updated_at
+
+
+async def test_bulk_deletes_by_id_and_by_source(store: KnowledgeStore) -> None:
+    await index_source(store, pages(5), "/srv/docs")
+    await index_source(store, pages(3, prefix="kept"), "/srv/kept")
+    before = await store.generation()
+    owned = sorted(await store.source_documents("default", "/srv/docs"))
+    assert await store.delete_documents([*owned[:2], "not-an-id"]) == 2
+    assert await store.get_by_id(owned[0]) is None
+    assert await store.generation() != before
+    hits = await search(store, "Page 0 about topic 0")
+    assert owned[0] not in {h.document_id for h in hits} and owned[1] not in {
+        h.document_id for h in hits
+    }
+    assert await store.delete_source("default", "/srv/docs") == 3
+    assert await store.source_documents("default", "/srv/docs") == {}
+    assert [s.name for s in await store.sources()] == ["/srv/kept"]
+    assert len(await store.source_documents("default", "/srv/kept")) == 3
+    assert await store.delete_source("default", "/srv/none") == 0
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_listing_routes_on_every_backend(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Collections, documents paged by cursor, sources and their bulk delete over HTTP,
+    with the keys' scopes and collections."""
+    settings = BACKENDS[name](request, tmp_path).replace(auth="keys")
+    reader = asyncio.run(make_key(settings, "reader", ["read"], ("a", "c")))
+    writer = asyncio.run(make_key(settings, "writer", ["read", "write"]))
+    app = create_app(settings)
+    with TestClient(app) as client:
+        ingest = app.state.service.ingest
+        client.portal.call(lambda: ingest(pages(5, collection="a"), source="/srv/a docs"))
+        client.portal.call(lambda: ingest(pages(2, collection="a", prefix="x"), source="team/x"))
+        client.portal.call(lambda: ingest(pages(1, collection="b"), source="/srv/b"))
+        read, write = bearer(reader), bearer(writer)
+
+        listed = client.get("/v1/knowledge/collections", headers=read).json()["collections"]
+        assert [(c["name"], c["documents"], c["sources"]) for c in listed] == [("a", 7, 2)]
+        assert listed[0]["chunks"] == 7 and listed[0]["updated_at"]
+        everything = client.get("/v1/knowledge/collections", headers=write).json()
+        assert [c["name"] for c in everything["collections"]] == ["a", "b"]
+
+        seen, cursor = [], ""
+        while True:
+            url = "/v1/knowledge/documents?collection=a&limit=3" + (
+                f"&cursor={cursor}" if cursor else ""
+            )
+            page = client.get(url, headers=read).json()
+            seen += page["documents"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+            assert len(page["documents"]) == 3
+        assert len(seen) == 7 and [d["id"] for d in seen] == sorted(d["id"] for d in seen)
+        assert set(seen[0]) == {
+            "id",
+            "title",
+            "source_type",
+            "source_id",
+            "source",
+            "collection",
+            "metadata",
+            "chunks",
+            "updated_at",
+        }
+        only = client.get(
+            "/v1/knowledge/documents", params={"collection": "a", "source": "team/x"}, headers=read
+        ).json()
+        assert sorted(d["source_id"] for d in only["documents"]) == ["x-000.md", "x-001.md"]
+        assert only["next_cursor"] is None
+
+        def error(
+            path: str, status: int, headers: dict[str, str] = read, method: str = "GET"
+        ) -> str:
+            response = client.request(method, path, headers=headers)
+            assert response.status_code == status, response.text
+            return str(response.json()["error"]["message"])
+
+        first = client.get("/v1/knowledge/documents?collection=a&limit=3", headers=read).json()
+        assert "cursor" in error("/v1/knowledge/documents?collection=a&cursor=garbage", 400)
+        other = f"/v1/knowledge/documents?collection=a&source=team/x&cursor={first['next_cursor']}"
+        assert "cursor" in error(other, 400)  # a cursor of another listing
+        assert "limit" in error("/v1/knowledge/documents?collection=a&limit=501", 400)
+        assert "limit" in error("/v1/knowledge/documents?collection=a&limit=ten", 400)
+        assert "source_type" in error("/v1/knowledge/documents?collection=a&source_type=x", 400)
+        assert "colour" in error("/v1/knowledge/documents?colour=red", 400)
+        error("/v1/knowledge/documents?collection=b", 403)
+        missing = client.get("/v1/knowledge/documents?collection=c", headers=read)
+        assert missing.status_code == 404
+        assert missing.json()["error"]["type"] == "collection_not_found"
+        assert missing.json()["error"]["details"]["available"] == ["a"]
+
+        names = client.get("/v1/knowledge/sources", headers=read).json()["sources"]
+        assert [(s["collection"], s["name"], s["documents"]) for s in names] == [
+            ("a", "/srv/a docs", 5),
+            ("a", "team/x", 2),
+        ]
+        assert len(client.get("/v1/knowledge/sources", headers=write).json()["sources"]) == 3
+        error("/v1/knowledge/sources?collection=b", 403)
+
+        error("/v1/knowledge/sources/team/x?collection=a", 403, method="DELETE")  # read only
+        gone = client.delete("/v1/knowledge/sources/team/x?collection=a", headers=write)
+        assert gone.status_code == 200, gone.text
+        assert gone.json() == {"success": True, "collection": "a", "source": "team/x", "deleted": 2}
+        error("/v1/knowledge/sources/team/x?collection=a", 404, write, "DELETE")
+        spaced = client.delete("/v1/knowledge/sources//srv/a%20docs?collection=a", headers=write)
+        assert spaced.json()["deleted"] == 5
+        emptied = client.get("/v1/knowledge/documents?collection=a", headers=read)
+        assert emptied.json()["error"]["type"] == "collection_not_found"  # nothing left in a
+        hits = client.post(
+            "/v1/knowledge/query",
+            json={"query": "Page 1 about topic 1", "collection": "a", "threshold": 0.0},
+            headers=read,
+        ).json()["results"]
+        assert hits == []
+
+
+async def test_export_then_import_gives_the_same_search_results(
+    store: KnowledgeStore, tmp_path: Path
+) -> None:
+    """A round trip through a file: everything deleted, then read back without
+    embedding, answers every query as before."""
+    await index_source(store, corpus(), "/srv/corpus")
+    # passages of no similarity at all (cosine <= 0) tie, in no defined order: left out
+    before = {query: await search(store, query, threshold=0.01) for query in KNOWN_ANSWERS}
+    assert all(before.values())
+    stored = [doc async for doc in store.iter_documents("default")]
+    path = tmp_path / "default.jsonl.gz"
+    exported = await transfer.export_collection(store, EMBEDDER, "default", path)
+    assert (exported.documents, exported.chunks) == (
+        len(stored),
+        sum(len(doc.chunks) for doc in stored),
+    )
+    assert await store.delete_documents([doc.id for doc in stored]) == len(stored)
+    assert await search(store, "login page timeout with SSO") == []
+
+    imported = await transfer.import_file(store, EMBEDDER, path)
+    assert (imported.documents, imported.skipped, imported.embedded) == (len(stored), 0, 0)
+    for query, hits in before.items():
+        again = await search(store, query, threshold=0.01)
+        assert [(h.source_id, h.chunk.id) for h in again] == [
+            (h.source_id, h.chunk.id) for h in hits
+        ]
+        assert [h.similarity for h in again] == pytest.approx([h.similarity for h in hits])
+    assert [s.name for s in await store.sources("default")] == ["/srv/corpus"]
+    assert len(await store.source_documents("default", "/srv/corpus")) == len(stored)
+    again = await transfer.import_file(store, EMBEDDER, path)
+    assert (again.documents, again.skipped) == (0, len(stored))  # nothing changed
+
+    copied = await transfer.import_file(store, EMBEDDER, path, collection="copy")
+    assert copied.documents == len(stored)
+    hits = await search(store, "which audio formats are accepted, WAV FLAC MP3", collection="copy")
+    assert hits[0].source_id == "kb-7"
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+async def test_a_mirror_adds_updates_and_prunes_on_every_backend(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from knowledge_api.compose import build_service
+    from knowledge_api.usecases import sources as use
+
+    service = build_service(BACKENDS[name](request, tmp_path))
+    await service.open_storage()
+    await service.load_embedder()
+    try:
+        plan = await use.plan_mirror(service, pages(4), "/srv/docs", "default", prune=True)
+        assert (len(plan.added), len(plan.updated), plan.deleted) == (4, 0, {})
+        await use.mirror(service, plan)
+        changed = pages(4)[1:]  # page-000 gone
+        changed[0].content = "Page 1 now says something else."
+        plan = await use.plan_mirror(service, changed, "/srv/docs", "default", prune=True)
+        assert plan.lines() == ["update page-001.md", "delete page-000.md"]
+        plan.check_deletions(0.5, allowed=False)  # 1 of 4: allowed
+        report = await use.mirror(service, plan)
+        assert (report.indexed.documents, report.unchanged, report.deleted) == (1, 2, 1)
+        assert sorted((await service.store.source_documents("default", "/srv/docs")).values()) == [
+            "page-001.md",
+            "page-002.md",
+            "page-003.md",
+        ]
+        emptied = await use.plan_mirror(service, [], "/srv/docs", "default", prune=True)
+        with pytest.raises(use.MassDeleteRefused):
+            emptied.check_deletions(0.5, allowed=False)
+    finally:
+        await service.stop()

@@ -9,7 +9,7 @@ of a document behind.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from itertools import islice
 
 import numpy as np
@@ -31,14 +31,19 @@ class Ingestor:
         self.embed = embed
 
     async def ingest(
-        self, documents: Iterable[Document], progress: Callable[[int], object] | None = None
+        self,
+        documents: Iterable[Document],
+        progress: Callable[[int], object] | None = None,
+        source: str | None = None,
     ) -> IndexSummary:
         """Batches of documents, each written while the next one is embedded: the model
         and the store's writer run on threads of their own, so the write of a batch
-        costs no time of the embedding. Writes stay in order, one at a time."""
+        costs no time of the embedding. Writes stay in order, one at a time. With a
+        `source`, every document is recorded as that source's, and its run noted."""
         await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
         total = IndexSummary()
-        iterator = iter(documents)
+        collections: set[str] = set()
+        iterator = iter(documents) if source is None else owned(documents, source, collections)
         writing: asyncio.Task[IndexSummary] | None = None
         try:
             while batch := list(islice(iterator, BATCH_DOCUMENTS)):
@@ -61,6 +66,8 @@ class Ingestor:
         finally:
             if writing is not None:  # also when embedding failed: never leave a write behind
                 total += await self._written(writing, progress)
+        for collection in sorted(collections):
+            await self.store.record_source(collection, source or "")
         return total
 
     async def _embedded(self, batch: list[Document]) -> tuple[list[Document], IndexSummary]:
@@ -110,6 +117,14 @@ class Ingestor:
         if progress is not None:
             progress(summary.documents + summary.skipped)
         return summary
+
+
+def owned(documents: Iterable[Document], source: str, collections: set[str]) -> Iterator[Document]:
+    """The documents, each named as `source`'s; the collections they go to noted."""
+    for doc in documents:
+        doc.source = source
+        collections.add(doc.collection)
+        yield doc
 
 
 def chunked(documents: Iterable[Document]) -> list[Document]:

@@ -45,6 +45,7 @@ ERROR_STATUSES = {
     403: "The credentials lack the route's scope.",
     404: "Nothing found at this path or with this id.",
     405: "The path does not take this method.",
+    409: "The store serves tables other pipelines own: writes are refused.",
     413: "The body exceeds the size limit.",
     415: "The body is not application/json.",
     421: "The Host header names no host this service answers to (KNOWLEDGE_ALLOWED_HOSTS).",

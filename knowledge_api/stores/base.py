@@ -20,7 +20,17 @@ import numpy as np
 
 from knowledge_api import tracing
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError
-from knowledge_api.models import Document, EmbedderIdentity, SearchFilters, SearchHit, SearchMode
+from knowledge_api.models import (
+    CollectionInfo,
+    Document,
+    DocumentPage,
+    DocumentSummary,
+    EmbedderIdentity,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+    SourceInfo,
+)
 from knowledge_api.registry import FromSettings
 from knowledge_api.stores.audit import AuditLog, SQLiteAudit
 from knowledge_api.stores.feedback import FeedbackLog, SQLiteFeedback
@@ -118,6 +128,30 @@ class KnowledgeStore(Protocol):
     def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
         """Where the deployment keeps answered queries and their ratings (stores/feedback.py)."""
         ...
+
+    # -- sources and listings ------------------------------------------------------
+
+    async def source_documents(self, collection: str, source: str) -> dict[str, str]:
+        """Document id -> source id of every document `source` produced in `collection`."""
+
+    async def delete_documents(self, doc_ids: Sequence[str]) -> int:
+        """Delete these documents with their chunks; how many existed."""
+
+    async def record_source(self, collection: str, source: str) -> None:
+        """Note that `source` ran now (its documents are those indexed with its name)."""
+
+    async def delete_source(self, collection: str, source: str) -> int:
+        """Delete every document of the source, and the source; how many documents went."""
+
+    async def sources(self, collection: str | None = None) -> list[SourceInfo]:
+        """The sources (of one collection, or all), by collection and name."""
+
+    async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
+        """One page of a collection's documents, in id order (a keyset: ids after
+        `page.after`), without their text."""
+
+    async def collection_stats(self) -> list[CollectionInfo]:
+        """Every collection holding documents or sources, by name."""
 
 
 DB_SYSTEMS = {"postgres": "postgresql", "supabase": "postgresql", "chroma": "chromadb"}

@@ -15,7 +15,16 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     StoreReadOnly,
 )
-from knowledge_api.models import DEFAULT_COLLECTION, Document, SearchFilters, SearchHit
+from knowledge_api.models import (
+    DEFAULT_COLLECTION,
+    CollectionInfo,
+    Document,
+    DocumentPage,
+    DocumentSummary,
+    SearchFilters,
+    SearchHit,
+    SourceInfo,
+)
 from knowledge_api.stores.base import HybridSearch, is_uuid
 from knowledge_api.stores.existing_rows import (
     SIAM,
@@ -26,10 +35,12 @@ from knowledge_api.stores.existing_rows import (
     cosine,
     hit_from_found,
     source_document,
+    source_metadata,
     wiki_document,
+    wiki_metadata,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.siam import Row, SiamStore, as_vector
+from knowledge_api.stores.siam import Condition, Row, SiamStore, as_vector
 
 GENERATION_POLL_SECONDS = 1.0
 """How long a read generation is trusted: other pipelines' writes show within this
@@ -109,6 +120,56 @@ class ExistingTables(HybridSearch):
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         """The first step of indexing: refused here, before anything is embedded."""
         raise self.refused()
+
+    async def delete_documents(self, doc_ids: Sequence[str]) -> int:
+        raise self.refused()
+
+    async def record_source(self, collection: str, source: str) -> None:
+        raise self.refused()
+
+    async def delete_source(self, collection: str, source: str) -> int:
+        raise self.refused()
+
+    # -- listings: the rows as they are ---------------------------------------------------
+
+    async def source_documents(self, collection: str, source: str) -> dict[str, str]:
+        return {}  # other pipelines' rows name no source of this service
+
+    async def sources(self, collection: str | None = None) -> list[SourceInfo]:
+        return []
+
+    async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
+        """Wiki pages and passages, one entry per row, in id order across both tables
+        (every row was written by another pipeline, so of no source: `source` is '')."""
+        if page.collection != DEFAULT_COLLECTION or page.source:
+            return []
+        after: list[Condition] = [("id", "gt", page.after)] if is_uuid(page.after) else []
+        found: list[DocumentSummary] = []
+        if page.source_type in ("", "wiki"):
+            rows = await self.tables.select(
+                WIKI, "id,title,url,app_name", *after, order="id", limit=page.limit
+            )
+            found += [
+                listed_row(r, "wiki", str(r["url"] or r["id"]), wiki_metadata(r)) for r in rows
+            ]
+        kind: list[Condition] = (
+            [("source_type", "eq", page.source_type)] if page.source_type else []
+        )
+        rows = await self.tables.select(
+            SIAM, SIAM_SUMMARY_COLUMNS, *after, *kind, order="id", limit=page.limit
+        )
+        found += [
+            listed_row(r, str(r["source_type"]), str(r["source_id"] or r["id"]), source_metadata(r))
+            for r in rows
+        ]
+        return sorted(found, key=lambda doc: doc.id)[: page.limit]
+
+    async def collection_stats(self) -> list[CollectionInfo]:
+        """The one collection, when it holds rows; counting tables other pipelines fill
+        (perhaps millions of rows) is left to them: its counts are unknown (None)."""
+        if not await self.count():
+            return []
+        return [CollectionInfo(DEFAULT_COLLECTION, None, None, 0, "")]
 
     async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         return {}  # rows carry no chunk hashes: search runs without the feedback round
@@ -235,3 +296,16 @@ class ExistingTables(HybridSearch):
         if metadata or (app is not None and not isinstance(app, str)):
             return None
         return {"filter_app_name": app}
+
+
+SIAM_SUMMARY_COLUMNS = "id,source_type,source_id,metadata,organization,division,app_under_test"
+
+
+def listed_row(
+    row: Row, source_type: str, source_id: str, metadata: dict[str, Any]
+) -> DocumentSummary:
+    """A row of another pipeline's table as a listing shows it (one passage or page)."""
+    title = row.get("title") or metadata.get("title") or ""
+    return DocumentSummary(
+        str(row["id"]), DEFAULT_COLLECTION, source_type, source_id, "", str(title), metadata, 1, ""
+    )

@@ -10,7 +10,8 @@ delete protocol, looking a document up) over a few primitives each backend provi
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+import json
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -18,13 +19,24 @@ from typing import Any, cast
 import numpy as np
 
 from knowledge_api.errors import BackendConnectionError, ConfigurationError, KnowledgeStoreError
-from knowledge_api.models import Chunk, Document, EmbedderIdentity, Metadata, SearchHit
+from knowledge_api.models import (
+    Chunk,
+    CollectionInfo,
+    Document,
+    DocumentPage,
+    DocumentSummary,
+    EmbedderIdentity,
+    Metadata,
+    SearchHit,
+    SourceInfo,
+)
 from knowledge_api.stores import records
 from knowledge_api.stores.base import (
     HybridSearch,
     Reconnect,
     cosine_to_similarity,
     embedder_mismatch,
+    is_uuid,
 )
 from knowledge_api.stores.fusion import SearchTuning
 
@@ -152,6 +164,9 @@ class PointStore(HybridSearch):
     async def _document_ids(self, collection: str) -> list[str]:
         raise NotImplementedError
 
+    async def collections(self) -> dict[str, int]:
+        raise NotImplementedError
+
     async def _opened(self, record: Record) -> None:
         """After a successful open (e.g. rebuild what mirrors the engine)."""
 
@@ -215,11 +230,20 @@ class PointStore(HybridSearch):
         if stored is None:
             await self._wrote()
 
-    async def _wrote(self) -> None:
-        """Store a new generation token beside the embedder record."""
+    async def _wrote(self, sources: Record | None = None) -> None:
+        """Store a new generation token beside the embedder record (and the sources',
+        kept as they are unless given)."""
         assert self._embedder is not None
+        current = await self._read_record()
+        if sources is None:
+            sources = sources_of(current)
         await self._write_record(
-            {**records.embedder_record(self._embedder), "generation": self.writes.wrote()}
+            {
+                **current,
+                **records.embedder_record(self._embedder),
+                "generation": self.writes.wrote(),
+                SOURCES: json.dumps(sources, sort_keys=True),
+            }
         )
 
     # -- writes ---------------------------------------------------------------------------
@@ -278,6 +302,101 @@ class PointStore(HybridSearch):
                 self._deleted(doc_id)
                 await self._wrote()
         return deleted
+
+    # -- sources and listings: the catalog read through; the sources' runs in the record ---
+
+    async def _catalog_of(self, collection: str) -> list[CatalogEntry]:
+        ids = sorted(await self._document_ids(collection))
+        entries: list[CatalogEntry] = []
+        for start in range(0, len(ids), DOCUMENT_PAGE):
+            entries += await self._catalog_entries(ids[start : start + DOCUMENT_PAGE])
+        return entries
+
+    async def source_documents(self, collection: str, source: str) -> dict[str, str]:
+        await self._ready()
+        return {
+            entry.id: entry.record["source_id"]
+            for entry in await self._catalog_of(collection)
+            if records.source_of(entry.record) == source
+        }
+
+    async def delete_documents(self, doc_ids: Sequence[str]) -> int:
+        deleted = 0
+        async with self._write_lock:
+            await self._ready()
+            try:
+                for doc_id in dict.fromkeys(doc_ids):
+                    if is_uuid(doc_id) and await self._remove(doc_id):
+                        self._deleted(doc_id)
+                        deleted += 1
+            finally:
+                if deleted:
+                    await self._wrote()
+        return deleted
+
+    async def record_source(self, collection: str, source: str) -> None:
+        async with self._write_lock:
+            await self._ready()
+            runs = sources_of(await self._read_record())
+            runs.setdefault(collection, {})[source] = records.now()
+            await self._wrote(runs)
+
+    async def delete_source(self, collection: str, source: str) -> int:
+        deleted = await self.delete_documents(list(await self.source_documents(collection, source)))
+        async with self._write_lock:
+            runs = sources_of(await self._read_record())
+            if runs.get(collection, {}).pop(source, None) is not None:
+                await self._wrote({name: named for name, named in runs.items() if named})
+        return deleted
+
+    async def sources(self, collection: str | None = None) -> list[SourceInfo]:
+        await self._ready()
+        runs = sources_of(await self._read_record())
+        found = []
+        for name in sorted(runs if collection is None else [collection]):
+            owned = Counter(records.source_of(e.record) for e in await self._catalog_of(name))
+            found += [
+                SourceInfo(name, source, owned[source], last_run)
+                for source, last_run in sorted(runs.get(name, {}).items())
+            ]
+        return found
+
+    async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
+        """Ids in order from the catalog, then their records read a page at a time."""
+        await self._ready()
+        ids = [i for i in sorted(await self._document_ids(page.collection)) if i > page.after]
+        found: list[DocumentSummary] = []
+        for start in range(0, len(ids), page.limit):
+            for entry in sorted(
+                await self._catalog_entries(ids[start : start + page.limit]), key=lambda e: e.id
+            ):
+                record = entry.record
+                if (page.source_type and record["source_type"] != page.source_type) or (
+                    page.source is not None and records.source_of(record) != page.source
+                ):
+                    continue
+                found.append(summary(entry))
+                if len(found) == page.limit:
+                    return found
+        return found
+
+    async def collection_stats(self) -> list[CollectionInfo]:
+        await self._ready()
+        runs = sources_of(await self._read_record())
+        found = []
+        for name in sorted(set(await self.collections()) | set(runs)):
+            entries = await self._catalog_of(name)
+            updated = [e.record["updated_at"] for e in entries] + list(runs.get(name, {}).values())
+            found.append(
+                CollectionInfo(
+                    name,
+                    len(entries),
+                    sum(int(e.record["chunk_count"]) for e in entries),
+                    len(runs.get(name, {})),
+                    max(updated, default=""),
+                )
+            )
+        return found
 
     # -- search and reads -------------------------------------------------------------------
 
@@ -354,3 +473,28 @@ def by_collection(keys: Iterable[Hashable]) -> dict[str, list[str]]:
 def unavailable(name: str, error: KnowledgeStoreError) -> dict[str, Any]:
     """The /health line of a store that cannot answer."""
     return {"backend": name, "status": "unavailable", "error": str(error)}
+
+
+SOURCES = "sources"
+"""The key of the store record holding each source's last run, as JSON:
+{collection: {source: timestamp}}."""
+
+
+def sources_of(record: Record) -> dict[str, dict[str, str]]:
+    found = json.loads(record.get(SOURCES) or "{}")
+    return cast(dict[str, dict[str, str]], found)
+
+
+def summary(entry: CatalogEntry) -> DocumentSummary:
+    record = entry.record
+    return DocumentSummary(
+        entry.id,
+        record["collection"],
+        record["source_type"],
+        record["source_id"],
+        records.source_of(record),
+        record["title"],
+        records.decoded(record["metadata"]),
+        int(record["chunk_count"]),
+        records.as_timestamp(record["updated_at"]),
+    )

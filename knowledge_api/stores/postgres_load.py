@@ -38,6 +38,7 @@ DOCUMENT_COLUMNS = (
     "content",
     "metadata",
     "content_hash",
+    "source",
 )
 PASSAGE_COLUMNS = (
     "id",
@@ -177,6 +178,7 @@ def document_records(documents: Sequence[Document]) -> Iterator[tuple[Any, ...]]
             doc.content,
             doc.metadata,
             doc.content_hash,
+            doc.source,
         )
 
 

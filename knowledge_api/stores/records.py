@@ -96,6 +96,7 @@ def document_record(doc: Document, created_at: str, updated_at: str) -> Record:
         "created_at": created_at,
         "updated_at": updated_at,
         "metadata": json.dumps(doc.metadata),
+        "source": doc.source,
     }
 
 
@@ -110,7 +111,14 @@ def document_from_record(record: Row, content: str, chunks: list[Chunk]) -> Docu
         chunks=sorted(chunks, key=lambda c: c.chunk_index),
         created_at=as_timestamp(record["created_at"]),
         updated_at=as_timestamp(record["updated_at"]),
+        source=source_of(record),
     )
+
+
+def source_of(record: Row) -> str:
+    """The source a record names ('' when written before sources were kept)."""
+    # a sqlite3.Row's `in` looks among its values: its keys are asked for by name
+    return str(record["source"]) if "source" in record.keys() else ""  # noqa: SIM118
 
 
 def decoded(metadata: Any) -> Metadata:

@@ -27,7 +27,17 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, SearchHit
+from knowledge_api.models import (
+    Chunk,
+    CollectionInfo,
+    Document,
+    DocumentPage,
+    DocumentSummary,
+    EmbedderIdentity,
+    SearchFilters,
+    SearchHit,
+    SourceInfo,
+)
 from knowledge_api.stores import records
 from knowledge_api.stores.audit import AuditLog, SiamAudit
 from knowledge_api.stores.base import (
@@ -47,7 +57,8 @@ Condition = tuple[str, str, Any]
 
 TENANCY = ("organization", "division", "app_under_test")
 DOCUMENT_COLUMNS = (
-    "id,collection,source_type,source_id,title,content,metadata,content_hash,created_at,updated_at"
+    "id,collection,source_type,source_id,title,content,metadata,content_hash,created_at,updated_at,"
+    "source"
 )
 CHUNK_COLUMNS = "id,document_id,chunk_index,chunk_count,title,section,content,content_hash"
 WRITE_BATCH_CHUNKS = 200
@@ -190,6 +201,97 @@ class SiamStore(HybridSearch):
             return await self.delete_rows("knowledge_documents", ("id", "eq", doc_id)) > 0
         finally:
             self._wrote()
+
+    # -- sources and listings ---------------------------------------------------------
+
+    async def source_documents(self, collection: str, source: str) -> dict[str, str]:
+        found: dict[str, str] = {}
+        while True:
+            conditions: list[Condition] = [
+                ("collection", "eq", collection),
+                ("source", "eq", source),
+            ]
+            if found:
+                conditions.append(("id", "gt", max(found)))
+            page = await self.select(
+                "knowledge_documents", "id,source_id", *conditions, order="id", limit=1000
+            )
+            found.update((str(r["id"]), r["source_id"]) for r in page)
+            if len(page) < 1000:
+                return found
+
+    async def delete_documents(self, doc_ids: Sequence[str]) -> int:
+        ids = list(dict.fromkeys(doc_id for doc_id in doc_ids if is_uuid(doc_id)))
+        deleted = 0
+        try:
+            for start in range(0, len(ids), LOOKUP_BATCH):
+                part = ids[start : start + LOOKUP_BATCH]
+                deleted += await self.delete_rows("knowledge_documents", ("id", "in", part))
+        finally:
+            self._wrote()
+        return deleted
+
+    async def record_source(self, collection: str, source: str) -> None:
+        params = {"source_collection": collection, "source_name": source}
+        await self.call("knowledge_record_source", params, IndexingError)
+
+    async def delete_source(self, collection: str, source: str) -> int:
+        params = {"source_collection": collection, "source_name": source}
+        try:
+            rows = await self.call("knowledge_delete_source", params, IndexingError)
+        finally:
+            self._wrote()
+        return int(rows[0]["deleted"])
+
+    async def sources(self, collection: str | None = None) -> list[SourceInfo]:
+        rows = await self.call(
+            "knowledge_list_sources", {"source_collection": collection}, SearchError
+        )
+        return [
+            SourceInfo(
+                r["collection"], r["name"], int(r["documents"]), records.as_timestamp(r["last_run"])
+            )
+            for r in rows
+        ]
+
+    async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
+        if page.after and not is_uuid(page.after):
+            return []  # no document id comes after one that is not an id
+        params = {
+            "list_collection": page.collection,
+            "after_id": page.after or None,
+            "list_source_type": page.source_type or None,
+            "list_source": page.source,
+            "list_limit": page.limit,
+        }
+        rows = await self.call("knowledge_list_documents", params, SearchError)
+        return [
+            DocumentSummary(
+                str(r["id"]),
+                r["collection"],
+                r["source_type"],
+                r["source_id"],
+                r["source"],
+                r["title"],
+                records.decoded(r["metadata"]),
+                int(r["chunks"]),
+                records.as_timestamp(r["updated_at"]),
+            )
+            for r in rows
+        ]
+
+    async def collection_stats(self) -> list[CollectionInfo]:
+        rows = await self.call("knowledge_collection_stats", {}, SearchError)
+        return [
+            CollectionInfo(
+                r["name"],
+                int(r["documents"]),
+                int(r["chunks"]),
+                int(r["sources"]),
+                records.as_timestamp(r["updated_at"]) if r["updated_at"] else "",
+            )
+            for r in rows
+        ]
 
     # -- search ---------------------------------------------------------------------
 
@@ -366,6 +468,7 @@ def document_payload(doc: Document) -> Row:
         "content": doc.content,
         "metadata": doc.metadata,
         "content_hash": doc.content_hash,
+        "source": doc.source,
         "chunks": [
             {
                 "id": chunk.id,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +25,17 @@ from knowledge_api.errors import (
     IndexingError,
     SearchError,
 )
-from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, SearchHit
+from knowledge_api.models import (
+    Chunk,
+    CollectionInfo,
+    Document,
+    DocumentPage,
+    DocumentSummary,
+    EmbedderIdentity,
+    SearchFilters,
+    SearchHit,
+    SourceInfo,
+)
 from knowledge_api.stores import records
 from knowledge_api.stores.base import (
     Candidate,
@@ -207,12 +217,12 @@ class SQLiteStore(HybridSearch):
             conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
             conn.execute(
                 """INSERT INTO documents (id, collection, source_type, source_id, title,
-                       content, metadata, content_hash, created_at, updated_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                       content, metadata, content_hash, created_at, updated_at, source)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (id) DO UPDATE SET title = excluded.title,
                        content = excluded.content, metadata = excluded.metadata,
                        content_hash = excluded.content_hash,
-                       updated_at = excluded.updated_at""",
+                       updated_at = excluded.updated_at, source = excluded.source""",
                 (
                     doc.id,
                     doc.collection,
@@ -224,6 +234,7 @@ class SQLiteStore(HybridSearch):
                     doc.content_hash,
                     now,
                     now,
+                    doc.source,
                 ),
             )
             for chunk in doc.chunks:
@@ -270,6 +281,119 @@ class SQLiteStore(HybridSearch):
         deleted = await self.file.write(remove)
         self._seen_own_write()
         return deleted > 0
+
+    async def delete_documents(self, doc_ids: Sequence[str]) -> int:
+        ids = list(dict.fromkeys(doc_ids))
+
+        def remove() -> int:
+            with self.file.transaction() as conn:
+                return sum(
+                    conn.execute(
+                        f"DELETE FROM documents WHERE id IN ({marks(part)})", part
+                    ).rowcount
+                    for part in batches(ids)
+                )
+
+        deleted = await self._write_sql(remove, "delete documents")
+        return deleted
+
+    async def record_source(self, collection: str, source: str) -> None:
+        def record() -> int:
+            with self.file.transaction() as conn:
+                conn.execute(
+                    """INSERT INTO sources (collection, name, last_run) VALUES (?, ?, ?)
+                       ON CONFLICT (collection, name) DO UPDATE SET last_run = excluded.last_run""",
+                    (collection, source, records.now()),
+                )
+            return 0
+
+        await self._write_sql(record, f"record the source {source!r}")
+
+    async def delete_source(self, collection: str, source: str) -> int:
+        def remove() -> int:
+            with self.file.transaction() as conn:
+                where = "WHERE collection = ? AND {} = ?"
+                deleted = conn.execute(
+                    f"DELETE FROM documents {where.format('source')}", (collection, source)
+                ).rowcount
+                conn.execute(f"DELETE FROM sources {where.format('name')}", (collection, source))
+            return int(deleted)
+
+        return await self._write_sql(remove, f"delete the source {source!r}")
+
+    async def _write_sql(self, work: Callable[[], int], what: str) -> int:
+        """A write of rows by SQL on the writer thread, seen by the index at once."""
+
+        def run() -> int:
+            try:
+                return work()
+            except sqlite3.OperationalError:
+                raise  # a lock or a lost file: SQLiteFile.write says so
+            except sqlite3.Error as e:
+                raise IndexingError(f"could not {what}: {e}", backend=self.name) from e
+
+        done = await self.file.write(run)
+        self._seen_own_write()
+        return done
+
+    async def source_documents(self, collection: str, source: str) -> dict[str, str]:
+        rows = self.file.db().execute(
+            "SELECT id, source_id FROM documents WHERE collection = ? AND source = ?",
+            (collection, source),
+        )
+        return {r[0]: r[1] for r in rows}
+
+    async def sources(self, collection: str | None = None) -> list[SourceInfo]:
+        rows = self.file.db().execute(
+            """SELECT s.collection, s.name, s.last_run, (SELECT count(*) FROM documents d
+                   WHERE d.collection = s.collection AND d.source = s.name) AS documents
+               FROM sources s WHERE ? IS NULL OR s.collection = ?
+               ORDER BY s.collection, s.name""",
+            (collection, collection),
+        )
+        return [SourceInfo(r[0], r[1], r[3], r[2]) for r in rows]
+
+    async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
+        conditions, params = ["collection = ?", "id > ?"], [page.collection, page.after]
+        if page.source_type:
+            conditions.append("source_type = ?")
+            params.append(page.source_type)
+        if page.source is not None:
+            conditions.append("source = ?")
+            params.append(page.source)
+        rows = self.file.db().execute(
+            f"""SELECT id, collection, source_type, source_id, source, title, metadata,
+                   updated_at, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id)
+               FROM documents d WHERE {" AND ".join(conditions)} ORDER BY id LIMIT ?""",
+            (*params, page.limit),
+        )
+        return [
+            DocumentSummary(
+                r["id"],
+                r["collection"],
+                r["source_type"],
+                r["source_id"],
+                r["source"],
+                r["title"],
+                json.loads(r["metadata"]),
+                r[8],
+                records.as_timestamp(r["updated_at"]),
+            )
+            for r in rows
+        ]
+
+    async def collection_stats(self) -> list[CollectionInfo]:
+        rows = self.file.db().execute(
+            """SELECT name, sum(documents), sum(chunks), sum(sources), max(updated_at) FROM (
+                   SELECT collection AS name, count(*) AS documents, 0 AS chunks,
+                          0 AS sources, max(updated_at) AS updated_at
+                   FROM documents GROUP BY collection
+                   UNION ALL SELECT collection, 0, count(*), 0, NULL FROM chunks GROUP BY collection
+                   UNION ALL SELECT collection, 0, 0, count(*), max(last_run) FROM sources
+                   GROUP BY collection)
+               GROUP BY name ORDER BY name"""
+        )
+        return [CollectionInfo(r[0], r[1], r[2], r[3], r[4] or "") for r in rows]
 
     # -- search -------------------------------------------------------------------
 
@@ -485,6 +609,14 @@ class SQLiteStore(HybridSearch):
             "chunks": chunks,
             **self.vectors.health(),
         }
+
+
+def batches(values: list[str], size: int = 500) -> list[list[str]]:
+    return [values[start : start + size] for start in range(0, len(values), size)]
+
+
+def marks(values: Sequence[Any]) -> str:
+    return ",".join("?" * len(values))
 
 
 def hit_from_row(row: sqlite3.Row, score: float, similarity: float) -> SearchHit:

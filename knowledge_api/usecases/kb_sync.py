@@ -27,9 +27,10 @@ from typing import Any
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.models import Document
-from knowledge_api.service import KnowledgeService, changes
+from knowledge_api.service import MAX_AUDITED_IDS, KnowledgeService, changes
 from knowledge_api.settings import Secret
 from knowledge_api.stores.audit import Actor, local_user
+from knowledge_api.usecases.sources import MassDeleteRefused, MirrorPlan
 
 log = logging.getLogger("knowledge_api.kb_sync")
 ARTICLES_PATH = "/api/kb/articles"
@@ -314,37 +315,52 @@ class KBSync:
         client = KBClient(s.kb_sync_url, s.kb_sync_token, s.kb_sync_timeout, s.kb_sync_page_size)
         return cls(service, client, s.support_collection, actor)
 
-    async def run(self, full: bool = False) -> SyncReport:
-        """One sync; on failure nothing stored changes and the error is re-raised."""
+    async def run(self, full: bool = False, allow_mass_delete: bool = False) -> SyncReport:
+        """One sync; on failure nothing stored changes and the error is re-raised. A full
+        sync removing more than KNOWLEDGE_PRUNE_MAX_FRACTION of the synced articles is
+        refused (MassDeleteRefused) unless `allow_mass_delete`."""
         try:
-            report = await self._run(full)
+            report = await self._run(full, allow_mass_delete)
         except KnowledgeAPIError as e:
             self.state.failed(e.message)
             raise
         self.state.succeeded(report)
         return report
 
-    async def _run(self, full: bool) -> SyncReport:
+    async def _run(self, full: bool, allow_mass_delete: bool) -> SyncReport:
         started = time.perf_counter()
         stored = await self.stored_articles()
         since = "" if full else max((ts for ts in stored.values() if ts), default="")
         raw = await asyncio.to_thread(self.client.fetch, since)
         articles, invalid = parse_articles(raw)
         host = self.client.base_url
-        documents = [a.document(self.collection, host) for a in articles]
-        summary = await self.service.ingest(documents)
-        removed: list[str] = []
+        plan = MirrorPlan(self.collection, host, stored=len(stored))
         if full:
             present = {article_key(item) for item in raw}  # malformed ones are kept too
-            for doc_id, source_id in await self.stored_ids():
-                if source_id not in present and await self.service.delete_document(doc_id):
-                    removed.append(doc_id)
+            plan.deleted = {
+                doc_id: source_id
+                for doc_id, source_id in await self.stored_ids()
+                if source_id not in present
+            }
+            settings = self.service.settings
+            plan.check_deletions(settings.prune_max_fraction, allow_mass_delete)
+        documents = [a.document(self.collection, host) for a in articles]
+        summary = await self.service.ingest(documents, source=host)
+        removed = (
+            await self.service.store.delete_documents(list(plan.deleted)) if plan.deleted else 0
+        )
+        await self.service.store.record_source(self.collection, host)
         if summary.documents or removed:
             await self.service.audit(
                 self.actor,
                 "kb sync full" if full else "kb sync",
                 self.collection,
-                changes(documents, summary, removed=len(removed), removed_ids=removed[:1000]),
+                changes(
+                    documents,
+                    summary,
+                    removed=removed,
+                    removed_ids=list(plan.deleted)[:MAX_AUDITED_IDS],
+                ),
             )
         return SyncReport(
             full=full,
@@ -353,7 +369,7 @@ class KBSync:
             indexed=summary.documents,
             embedded=summary.embedded,
             unchanged=summary.skipped,
-            removed=len(removed),
+            removed=removed,
             invalid=tuple(invalid),
             seconds=time.perf_counter() - started,
         )
@@ -391,11 +407,16 @@ def now_iso() -> str:
 # -- entry points ----------------------------------------------------------------------
 
 
-async def sync_command(service: KnowledgeService, full: bool) -> int:
+async def sync_command(
+    service: KnowledgeService, full: bool, allow_mass_delete: bool = False
+) -> int:
     """`knowledge-api sync --from URL`: one sync, a summary line, exit status 1 on failure."""
     sync = KBSync.from_service(service, local_user())
     try:
-        report = await sync.run(full)
+        report = await sync.run(full, allow_mass_delete)
+    except MassDeleteRefused as e:
+        print(f"sync stopped: {e.message}", flush=True)
+        return 1
     except HostUnavailable as e:
         count = len(await sync.stored_articles())
         print(f"sync failed: {e.message}; the index keeps its {count} articles", flush=True)

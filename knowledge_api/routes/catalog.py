@@ -1,0 +1,217 @@
+"""What is stored, listed: GET /v1/knowledge/collections, GET /v1/knowledge/documents
+(paged by an opaque cursor), GET /v1/knowledge/sources and DELETE
+/v1/knowledge/sources/{name} (every document of a source)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from knowledge_api import validation
+from knowledge_api.errors import InvalidRequest, NotFound
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, DocumentPage
+from knowledge_api.routes.access import access
+from knowledge_api.routes.audit import actor
+from knowledge_api.routes.fields import (
+    INTEGER,
+    SCALAR,
+    STRING,
+    Body,
+    CollectionName,
+    Custom,
+    Integer,
+    Text,
+    array,
+    nullable,
+    obj,
+)
+from knowledge_api.routes.http import JSONResponse, service
+from knowledge_api.usecases import sources as use
+
+COUNT = nullable({**INTEGER, "minimum": 0})
+COLLECTIONS = obj(
+    {
+        "collections": array(
+            obj(
+                {
+                    "name": STRING,
+                    "documents": COUNT,
+                    "chunks": COUNT,
+                    "sources": COUNT,
+                    "updated_at": STRING,
+                }
+            )
+        )
+    }
+)
+"""Every collection the key may read; counts are null where the store does not count
+(tables other pipelines fill)."""
+
+
+def source_filter(value: str | None) -> str | None:
+    """A source's name; empty names the documents of no source."""
+    return value if not value else validation.source_name(value, "source")
+
+
+def source_type_filter(value: str | None) -> str:
+    """A source type; absent (or empty): every type."""
+    if value and value not in SOURCE_TYPES:
+        raise InvalidRequest("source_type", f"must be one of: {', '.join(SOURCE_TYPES)}")
+    return value or ""
+
+
+LISTING = Body(
+    "DocumentListing",
+    CollectionName("collection", "The collection to list.", DEFAULT_COLLECTION),
+    Custom(
+        "source_type",
+        "Only documents of this source type.",
+        None,
+        check=source_type_filter,
+        shape={"type": "string", "enum": list(SOURCE_TYPES)},
+    ),
+    Custom(
+        "source",
+        "Only the documents of this source (its name; empty: the documents of no source).",
+        None,
+        check=source_filter,
+        shape={"type": "string", "maxLength": 1000},
+    ),
+    Integer("limit", "Documents per page.", 100, low=1, high=use.MAX_PAGE),
+    Text("cursor", "The `next_cursor` of the page before (absent: the first page).", "", 2000),
+)
+DOCUMENT_SUMMARY = obj(
+    {
+        "id": STRING,
+        "title": STRING,
+        "source_type": STRING,
+        "source_id": STRING,
+        "source": STRING,
+        "collection": STRING,
+        "metadata": obj({}, extra=SCALAR),
+        "chunks": {**INTEGER, "minimum": 0},
+        "updated_at": STRING,
+    }
+)
+DOCUMENTS = obj({"documents": array(DOCUMENT_SUMMARY), "next_cursor": nullable(STRING)})
+"""A page of documents in a stable order (by id), without their text or chunks."""
+
+SOURCE_COLLECTION = CollectionName("collection", "Only this collection's sources.", None)
+SOURCES = obj(
+    {
+        "sources": array(
+            obj({"collection": STRING, "name": STRING, "documents": COUNT, "last_run": STRING})
+        )
+    }
+)
+NAME = Text("name", "The source's name (it may contain '/').", max_length=1000, strip=False)
+COLLECTION = CollectionName("collection", "The collection of the source.", DEFAULT_COLLECTION)
+DELETED = obj(
+    {
+        "success": {"const": True},
+        "collection": STRING,
+        "source": STRING,
+        "deleted": {**INTEGER, "minimum": 0},
+    }
+)
+
+
+def query(request: Request) -> dict[str, Any]:
+    """The query string as a body: numbers written as digits become numbers."""
+    params: dict[str, Any] = dict(request.query_params)
+    if isinstance(params.get("limit"), str) and params["limit"].isdigit():
+        params["limit"] = int(params["limit"])
+    return params
+
+
+async def collections(request: Request) -> Response:
+    found = await use.collections(service(request), access(request).reaches)
+    return JSONResponse(
+        {
+            "collections": [
+                {
+                    "name": info.name,
+                    "documents": info.documents,
+                    "chunks": info.chunks,
+                    "sources": info.sources,
+                    "updated_at": info.updated_at,
+                }
+                for info in found
+            ]
+        }
+    )
+
+
+async def documents(request: Request) -> Response:
+    values = LISTING.parse(query(request), "query")
+    caller = access(request)
+    collection = caller.collection(values["collection"])
+    page = DocumentPage(collection, values["limit"], "", values["source_type"], values["source"])
+    found, next_cursor = await use.documents(
+        service(request), page, values["cursor"], caller.reaches
+    )
+    return JSONResponse(
+        {
+            "documents": [
+                {
+                    "id": doc.id,
+                    "title": doc.title,
+                    "source_type": doc.source_type,
+                    "source_id": doc.source_id,
+                    "source": doc.source,
+                    "collection": doc.collection,
+                    "metadata": doc.metadata,
+                    "chunks": doc.chunks,
+                    "updated_at": doc.updated_at,
+                }
+                for doc in found
+            ],
+            "next_cursor": next_cursor,
+        }
+    )
+
+
+async def sources(request: Request) -> Response:
+    params = query(request)
+    validation.reject_unknown(params, ("collection",))
+    collection = SOURCE_COLLECTION.parse(params, None) if "collection" in params else None
+    caller = access(request)
+    if collection is not None:
+        caller.collection(collection)
+    found = await use.sources(service(request), collection)
+    if collection is not None and not found:
+        await use.require_collection(service(request), collection, caller.reaches)
+    return JSONResponse(
+        {
+            "sources": [
+                {
+                    "collection": info.collection,
+                    "name": info.name,
+                    "documents": info.documents,
+                    "last_run": info.last_run,
+                }
+                for info in found
+                if caller.reaches(info.collection)
+            ]
+        }
+    )
+
+
+async def delete_source(request: Request) -> Response:
+    name = validation.source_name(request.path_params["name"], "name")
+    params = query(request)
+    validation.reject_unknown(params, ("collection",))
+    collection = access(request).collection(COLLECTION.parse(params, COLLECTION.default))
+    deleted = await use.delete_source(service(request), collection, name)
+    if deleted is None:
+        raise NotFound(
+            f"no source {name!r} in collection {collection!r}", source=name, collection=collection
+        )
+    changed = {"source": name, "deleted": deleted}
+    action = "DELETE /v1/knowledge/sources/{name}"
+    await service(request).audit(actor(request), action, collection, changed)
+    return JSONResponse(
+        {"success": True, "collection": collection, "source": name, "deleted": deleted}
+    )
