@@ -25,10 +25,11 @@ from knowledge_api import __version__
 from knowledge_api.cache import COMPUTED, Caches, Event, ResponseTier, Served
 from knowledge_api.embeddings.base import Embedder
 from knowledge_api.embeddings.batching import QueryBatcher
-from knowledge_api.errors import BackendConnectionError, EmbeddingError
+from knowledge_api.errors import BackendConnectionError, CollectionNotFound, EmbeddingError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.models import (
+    DEFAULT_COLLECTION,
     Document,
     EmbedderIdentity,
     IndexSummary,
@@ -401,6 +402,17 @@ class KnowledgeService:
     async def collections(self) -> dict[str, int]:
         """Document count of every collection that holds documents."""
         return await self.store.collections()
+
+    async def require_collection(self, collection: str) -> None:
+        """CollectionNotFound, listing the collections, unless `collection` holds
+        documents or is the default one (an empty knowledge base is not a typo). The
+        reading routes call it once a search found nothing, so a found passage costs no
+        count of the collections."""
+        if collection == DEFAULT_COLLECTION:
+            return
+        existing = await self.collections()
+        if collection not in existing:
+            raise CollectionNotFound.among(collection, existing)
 
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         return self.store.iter_documents(collection)

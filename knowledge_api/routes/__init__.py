@@ -85,6 +85,7 @@ def search_route(
 ) -> ApiRoute:
     """A search that answers as JSON, or as Server-Sent Events with `stream: true`; its
     resource module declares the rest (`ROUTE`)."""
+    contract.setdefault("errors", COLLECTION_ERRORS)
     return ApiRoute(path, endpoint, "POST", READ, summary, body, streams=True, **contract)
 
 
@@ -94,7 +95,8 @@ def chat_route(path: str, endpoint: Callable[..., Any], summary: str, **contract
     return ApiRoute(path, endpoint, "POST", READ, summary, streams=True, **contract)
 
 
-CHAT_ERRORS = (400, 403, 413, 415, 503)
+CHAT_ERRORS = (400, 403, 404, 413, 415, 503)
+"""404: a collection (or a model naming one) that does not exist."""
 ROUTES = [
     ApiRoute(
         "/",
@@ -198,7 +200,6 @@ ROUTES = [
         "url_citation annotations and numbered sources; stream: true for chunks.",
         response=chat.COMPLETION,
         events=chat.COMPLETION_EVENTS,
-        errors=(*CHAT_ERRORS, 404),  # a model that names no collection
     ),
     ApiRoute(
         "/v1/knowledge/retrieve",

@@ -69,6 +69,7 @@ async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[Grou
     generation = await service.tier1.generation()
     found = await search(service, params, params.threshold)
     if not found.hits:
+        await service.require_collection(params.collection)
         grounded = await insufficient(service, params, found.warnings)
         return await finished(service, generation, found, grounded)
     started = time.perf_counter()
@@ -93,6 +94,8 @@ def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Ev
 async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
     generation = await service.tier1.generation()
     found = await search(service, params, params.threshold)
+    if not found.hits:
+        await service.require_collection(params.collection)
     yield "results", tuple(found.hits)
     if not found.hits:
         grounded = await insufficient(service, params, found.warnings)
