@@ -133,6 +133,7 @@ class KnowledgeService:
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
         self.keys = RememberedKeys(store.key_store(settings.db_path))
+        self.jobs = store.job_store(settings.db_path)
         self.observer: Observer = UNOBSERVED
         self.centroids: dict[str, Centroids] = {}
         """Each collection's source centroids (routing), at the generation they were learned."""
@@ -186,6 +187,7 @@ class KnowledgeService:
         await self.store.open()
         await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
         await self.keys.open()
+        await self.jobs.open()
 
     async def _seed(self) -> None:
         if not self.embedder_ready:
@@ -207,6 +209,7 @@ class KnowledgeService:
         await self.reranker.close()
         await self.synthesizer.close()
         await self.keys.close()
+        await self.jobs.close()
         await self.store.close()
         await self.caches.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)

@@ -30,6 +30,7 @@ from knowledge_api.stores.fusion import (
     reciprocal_rank_fusion,
     relative_scores,
 )
+from knowledge_api.stores.jobs import JobStore, SQLiteJobs
 from knowledge_api.stores.keys import KeyStore, SQLiteKeys
 
 __all__ = [
@@ -104,6 +105,10 @@ class KnowledgeStore(Protocol):
         """Where the deployment keeps its API keys (see stores/keys.py)."""
         ...
 
+    def job_store(self, sqlite_path: Path) -> JobStore:
+        """Where the deployment keeps its upload jobs (see stores/jobs.py)."""
+        ...
+
 
 class HybridSearch(FromSettings):
     """Vector and keyword candidates fused (by score, or by rank with
@@ -123,6 +128,11 @@ class HybridSearch(FromSettings):
         """Where this store's deployment keeps its API keys: by default a table of the
         SQLite file at `sqlite_path` (the sqlite store's own file)."""
         return SQLiteKeys(sqlite_path)
+
+    def job_store(self, sqlite_path: Path) -> JobStore:
+        """Where this store's deployment keeps its upload jobs: by default a table of
+        the SQLite file at `sqlite_path`, like the keys."""
+        return SQLiteJobs(sqlite_path)
 
     async def search(
         self,
