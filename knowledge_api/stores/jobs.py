@@ -154,6 +154,49 @@ class SQLiteJobs:
         return [Job.from_data(row[0]) for row in rows]
 
 
+class SiamJobs:
+    """Jobs in the Postgres schema, through the store's own primitives (a direct
+    connection for postgres, PostgREST for supabase)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def open(self) -> None:
+        return None  # the store's migrations made the table
+
+    async def close(self) -> None:
+        return None
+
+    def check_writable(self) -> None:
+        return None
+
+    async def save(self, job: Job) -> None:
+        job.updated_at = now()
+        job.created_at = job.created_at or job.updated_at
+        params = {
+            "job_id": job.id,
+            "job_status": job.status,
+            "job_owner": job.owner,
+            "job_data": asdict(job),
+            "job_created": job.created_at,
+        }
+        await self.store.call("knowledge_upload_job_save", params, BackendConnectionError)
+
+    async def get(self, job_id: str) -> Job | None:
+        rows = await self.store.select("knowledge_upload_jobs", "data", ("id", "eq", job_id))
+        return Job.from_data(rows[0]["data"]) if rows else None
+
+    async def unfinished(self, owner: str) -> list[Job]:
+        rows = await self.store.select(
+            "knowledge_upload_jobs",
+            "data",
+            ("owner", "eq", owner),
+            ("status", "in", list(UNFINISHED)),
+            order="created_at",
+        )
+        return [Job.from_data(row["data"]) for row in rows]
+
+
 class RefusedJobs:
     """The store of a database other pipelines fill: no job is accepted (409)."""
 

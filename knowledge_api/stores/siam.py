@@ -37,6 +37,7 @@ from knowledge_api.stores.base import (
     is_uuid,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.jobs import JobStore, SiamJobs
 from knowledge_api.stores.keys import KeyStore, SiamKeys
 
 Row = dict[str, Any]
@@ -112,6 +113,10 @@ class SiamStore(HybridSearch):
     def key_store(self, sqlite_path: Path) -> KeyStore:
         """API keys live in the schema's own table, seen by every replica."""
         return SiamKeys(self)
+
+    def job_store(self, sqlite_path: Path) -> JobStore:
+        """Upload jobs too."""
+        return SiamJobs(self)
 
     # -- embedder and generation -----------------------------------------------------
 
