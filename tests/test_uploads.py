@@ -213,6 +213,16 @@ def test_a_form_without_files_is_refused(client: TestClient) -> None:
     assert response.json()["error"]["details"]["field"] == "file"
 
 
+def test_a_body_cut_short_keeps_no_truncated_file(client: TestClient, settings: Settings) -> None:
+    whole = b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.md"\r\n\r\n'
+    body = whole + b"# Half\n\nThe first half of a file whose end never came"
+    headers = {"content-type": "multipart/form-data; boundary=b"}
+    response = client.post(FILES, content=body, headers=headers)
+    assert response.status_code == 400, response.text
+    assert "closing boundary" in response.json()["error"]["message"]
+    assert list(settings.uploads_path.glob("*")) == []
+
+
 def test_an_unknown_job_is_a_404(client: TestClient) -> None:
     response = client.get("/v1/knowledge/jobs/nope")
     assert response.status_code == 404 and response.json()["error"]["type"] == "not_found"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from python_multipart.exceptions import FormParserError
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 from starlette.requests import Request
 
 from knowledge_api.errors import InvalidRequest, RequestTimeout, UnsupportedMediaType
@@ -179,6 +179,10 @@ async def receive(
                 await asyncio.to_thread(parts.flush)
         parser.finalize()
         parts.flush()
+        if parser.state not in (MultipartState.END, MultipartState.BOUNDARY_PADDING):
+            # python-multipart's finalize checks nothing: a body cut short would keep a
+            # truncated last file as if it were whole
+            raise InvalidRequest("body", "ended before the closing boundary of its form")
     except FormParserError as e:
         raise InvalidRequest("body", f"must be well-formed multipart/form-data ({e})") from e
     finally:
