@@ -473,6 +473,7 @@ async def test_upload_jobs_are_kept_in_the_store(store: KnowledgeStore, tmp_path
         assert stored == job and stored is not job
         assert stored.created_at and stored.updated_at >= stored.created_at
         assert [j.id for j in await reopened.unfinished("host-a:/up")] == ["j1"]
+        assert [j.id for j in await reopened.unfinished()] == ["j1", "j2"]  # every service's
         stored.status = "done"
         await reopened.save(stored)
         assert await reopened.unfinished("host-a:/up") == []

@@ -9,6 +9,7 @@ import io
 import time
 import zipfile
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.compose import build_service
 from knowledge_api.ingest import extract
 from knowledge_api.settings import Settings
+from knowledge_api.stores.jobs import Job
+from knowledge_api.usecases import uploads
 from tests.conftest import corpus, make_settings
 from tests.documents import pdf_bytes, write_docx, write_pptx
 
@@ -287,3 +291,30 @@ def test_a_job_whose_files_are_gone_fails_saying_why(settings: Settings, tmp_pat
         job = client.get(f"/v1/knowledge/jobs/{job_id}").json()
     assert job["status"] == "failed"
     assert job["reason"] == "the service restarted and the job's files are gone"
+
+
+async def another_services_job(settings: Settings) -> None:
+    service = build_service(settings)
+    await service.open_storage()
+    try:
+        await service.jobs.save(Job("theirs", "default", "wiki", "upload", "gone-host:/up"))
+    finally:
+        await service.stop()
+
+
+@pytest.mark.parametrize("stale", [True, False])
+def test_a_job_its_service_abandoned_fails_no_other(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, stale: bool
+) -> None:
+    """A replica removed for good leaves its jobs: another one fails them once they have
+    not moved for ABANDONED_AFTER, and leaves a job that still moves to its service."""
+    asyncio.run(another_services_job(settings))
+    if stale:
+        monkeypatch.setattr(uploads, "ABANDONED_AFTER", timedelta(0))
+    with TestClient(create_app(settings)) as client:
+        job = client.get("/v1/knowledge/jobs/theirs").json()
+    if stale:
+        assert job["status"] == "failed"
+        assert job["reason"].startswith("abandoned: the service holding its files (gone-host:/up)")
+    else:
+        assert job["status"] == "queued" and "reason" not in job

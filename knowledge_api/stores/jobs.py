@@ -83,8 +83,9 @@ class JobStore(Protocol):
 
     async def get(self, job_id: str) -> Job | None: ...
 
-    async def unfinished(self, owner: str) -> list[Job]:
-        """The owner's jobs left queued or running, oldest first."""
+    async def unfinished(self, owner: str | None = None) -> list[Job]:
+        """The jobs left queued or running (of `owner`, or of every service), oldest
+        first."""
 
 
 class SQLiteJobs:
@@ -146,10 +147,11 @@ class SQLiteJobs:
         rows = await self._run("SELECT data FROM upload_jobs WHERE id = ?", (job_id,))
         return Job.from_data(rows[0][0]) if rows else None
 
-    async def unfinished(self, owner: str) -> list[Job]:
+    async def unfinished(self, owner: str | None = None) -> list[Job]:
         rows = await self._run(
-            "SELECT data FROM upload_jobs WHERE owner = ? AND status IN (?, ?) ORDER BY created_at",
-            (owner, *UNFINISHED),
+            "SELECT data FROM upload_jobs WHERE status IN (?, ?) "
+            "AND (? IS NULL OR owner = ?) ORDER BY created_at",
+            (*UNFINISHED, owner, owner),
         )
         return [Job.from_data(row[0]) for row in rows]
 
@@ -186,11 +188,12 @@ class SiamJobs:
         rows = await self.store.select("knowledge_upload_jobs", "data", ("id", "eq", job_id))
         return Job.from_data(rows[0]["data"]) if rows else None
 
-    async def unfinished(self, owner: str) -> list[Job]:
+    async def unfinished(self, owner: str | None = None) -> list[Job]:
+        mine = () if owner is None else (("owner", "eq", owner),)
         rows = await self.store.select(
             "knowledge_upload_jobs",
             "data",
-            ("owner", "eq", owner),
+            *mine,
             ("status", "in", list(UNFINISHED)),
             order="created_at",
         )
@@ -218,5 +221,5 @@ class RefusedJobs:
     async def get(self, job_id: str) -> Job | None:
         return None
 
-    async def unfinished(self, owner: str) -> list[Job]:
+    async def unfinished(self, owner: str | None = None) -> list[Job]:
         return []

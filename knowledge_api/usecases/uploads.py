@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from knowledge_api.errors import KnowledgeAPIError
@@ -32,6 +33,9 @@ from knowledge_api.stores.jobs import DONE, FAILED, QUEUED, RUNNING, Job, JobFil
 log = logging.getLogger("knowledge_api.uploads")
 MAX_FILES = 1000
 """Most files one upload may hold."""
+ABANDONED_AFTER = timedelta(hours=6)
+"""A job saves its record after each file; one that has not for this long, on a service
+that is not this one, has lost its service."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +91,19 @@ class UploadJobs:
 
     async def resume(self) -> None:
         """This service's jobs left queued or running: queued again when their files are
-        here, failed (saying why) when they are not."""
-        for job in await self.jobs.unfinished(self.owner):
-            if self.folder_of(job.id).is_dir():
+        here, failed (saying why) when they are not. Another service's job that has not
+        moved for ABANDONED_AFTER is failed too: its service is gone (a replica removed),
+        and no job stays running for ever."""
+        for job in await self.jobs.unfinished():
+            if job.owner != self.owner:
+                if abandoned(job):
+                    job.status = FAILED
+                    job.reason = (
+                        f"abandoned: the service holding its files ({job.owner}) has not "
+                        f"worked on it since {job.updated_at}"
+                    )
+                    await self.jobs.save(job)
+            elif self.folder_of(job.id).is_dir():
                 log.info("resuming upload job %s (%s)", job.id, job.status)
                 job.status = QUEUED
                 await self.jobs.save(job)
@@ -133,6 +147,11 @@ async def upload_jobs(service: KnowledgeService) -> AsyncIterator[UploadJobs]:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def abandoned(job: Job) -> bool:
+    updated = datetime.fromisoformat(job.updated_at)
+    return datetime.now(UTC) - updated > ABANDONED_AFTER
 
 
 def job_file(sent: Sent, max_file_mb: int) -> JobFile:
