@@ -346,4 +346,36 @@ def test_the_base_install_declares_every_extractor_library() -> None:
         dependency.split(">")[0].split("=")[0].split("[")[0].strip().lower().replace("_", "-")
         for dependency in project["project"]["dependencies"]
     }
-    assert {"trafilatura", "lxml-html-clean", "pypdf", "python-docx", "python-pptx"} <= declared
+    assert {"trafilatura", "lxml-html-clean", "pypdf"} <= declared
+
+
+def test_office_files_are_read_without_python_docx_or_python_pptx(tmp_path: Path) -> None:
+    """They are written by the tests with those libraries, and read without them."""
+    import subprocess
+    import sys
+
+    docx_file = write_docx(tmp_path / "handbook.docx")
+    pptx_file = write_pptx(tmp_path / "review.pptx")
+    script = (
+        "import sys; sys.modules['docx'] = sys.modules['pptx'] = None\n"
+        "from pathlib import Path\n"
+        "from knowledge_api.ingest.extract import docx_file, pptx_file\n"
+        f"print(docx_file(Path({str(docx_file)!r})).title)\n"
+        f"print(pptx_file(Path({str(pptx_file)!r})).title)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.stdout.splitlines() == ["Release Handbook", "Quarterly review"], run.stderr
+
+
+def test_a_zip_that_is_no_office_file_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "notes.docx", "w") as archive:
+        archive.writestr("notes.txt", "not a Word document")
+    (tmp_path / "slides.pptx").write_bytes(b"not a zip at all")
+    loaded = load_paths([tmp_path], LoadOptions())
+    reasons = {Path(s.path).name: (s.reason, s.detail) for s in loaded.skipped}
+    assert reasons["notes.docx"][0] == "unreadable DOCX"
+    assert "word/document.xml" in reasons["notes.docx"][1]
+    assert reasons["slides.pptx"][0] == "unreadable PPTX"
+    assert reasons["slides.pptx"][1].startswith("not a zip archive")

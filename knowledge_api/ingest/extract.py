@@ -2,10 +2,9 @@
 
 Each extractor returns an `Extracted` (title, Markdown-like content, metadata of
 its own) or raises `ExtractionError` with a reason short enough for the run's
-summary. The libraries of the field do the parsing: trafilatura finds the main
-content of an HTML page, pypdf reads PDF text page by page, python-docx and
-python-pptx read Office files. They are part of the base install, imported only when
-a file of theirs comes up.
+summary. trafilatura finds the main content of an HTML page and pypdf reads PDF text
+page by page (both part of the base install, imported only when a file of theirs comes
+up); Word and PowerPoint files are read with the standard library (office.py).
 """
 
 from __future__ import annotations
@@ -13,12 +12,14 @@ from __future__ import annotations
 import logging
 import re
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
+from knowledge_api.ingest import office
 from knowledge_api.registry import import_extra
 
 MARKDOWN = (".md", ".markdown")
@@ -308,80 +309,59 @@ def check_zip(path: Path, kind: str) -> None:
 def docx_file(path: Path) -> Extracted:
     """Word's heading styles become Markdown headings, list styles list items, and
     tables Markdown tables, in the order they appear."""
-    docx = import_extra("docx", DOCUMENTS_EXTRA)
     check_zip(path, "DOCX")
     try:
-        document = docx.Document(str(path))
-        blocks = list(_docx_blocks(document))
-        title = str(document.core_properties.title or "")
-    except Exception as e:  # python-docx raises KeyError, ValueError, zip errors...
+        title, body = office.docx(path)
+    except (KeyError, ValueError, zipfile.BadZipFile, ElementTree.ParseError) as e:
         raise ExtractionError("unreadable DOCX", f"{type(e).__name__}: {e}") from e
+    blocks = [text for text in map(_docx_block, body) if text]
     title_blocks = [text[2:] for text in blocks if text.startswith("# ")]
     if not title and title_blocks:
         title = title_blocks[0]
     return Extracted(title.strip(), "\n\n".join(blocks))
 
 
-def _docx_blocks(document: Any) -> Iterator[str]:
-    from docx.table import Table
-
-    for item in document.iter_inner_content():
-        if isinstance(item, Table):
-            yield markdown_table(
-                [[_one_line(cell.text) for cell in row.cells] for row in item.rows]
-            )
-            continue
-        text = item.text.strip()
-        if text:
-            yield _docx_paragraph(text, item.style.name if item.style is not None else "")
+def _docx_block(block: office.Paragraph | office.Table) -> str:
+    if isinstance(block, office.Table):
+        return markdown_table([[_one_line(cell) for cell in row] for row in block.rows])
+    text = block.text.strip()
+    return _docx_paragraph(text, block.style) if text else ""
 
 
 def _docx_paragraph(text: str, style: str) -> str:
     text = literal(text)
-    if style == "Title":
+    if style == "title":
         return f"# {text}"
-    if style.startswith("Heading "):
-        level = style.removeprefix("Heading ").strip()
+    if style.startswith("heading "):
+        level = style.removeprefix("heading ").strip()
         if level.isdigit():
             return f"{'#' * min(int(level) + 1, 6)} {text}"
-    if style.startswith("List"):
+    if style.startswith("list"):
         return f"- {text}"
     return text
 
 
 def pptx_file(path: Path) -> Extracted:
-    """Each slide under a `## Slide N: title` heading with its text and speaker notes,
-    so a passage cites its slide."""
-    pptx = import_extra("pptx", DOCUMENTS_EXTRA)
+    """Each slide under a `## Slide N: title` heading with its text, its tables and its
+    speaker notes, so a passage cites its slide."""
     check_zip(path, "PPTX")
     try:
-        presentation = pptx.Presentation(str(path))
-        slides = [_pptx_slide(n, slide) for n, slide in enumerate(presentation.slides, 1)]
-        title = str(presentation.core_properties.title or "")
-    except Exception as e:  # python-pptx raises KeyError, ValueError, zip errors...
+        title, slides = office.pptx(path)
+    except (KeyError, ValueError, zipfile.BadZipFile, ElementTree.ParseError) as e:
         raise ExtractionError("unreadable PPTX", f"{type(e).__name__}: {e}") from e
     if not title and slides:
-        title = slides[0][0]
-    content = "\n\n".join(text for _, text in slides)
+        title = slides[0].title
+    content = "\n\n".join(_pptx_slide(n, slide) for n, slide in enumerate(slides, 1))
     return Extracted(title.strip(), content, {"slides": len(slides)})
 
 
-def _pptx_slide(number: int, slide: Any) -> tuple[str, str]:
-    """(slide title, Markdown of the slide)."""
-    title_shape = slide.shapes.title
-    title = title_shape.text.strip() if title_shape is not None else ""
-    lines = [f"## Slide {number}: {title}" if title else f"## Slide {number}"]
-    for shape in slide.shapes:
-        is_title = title_shape is not None and shape.shape_id == title_shape.shape_id
-        if getattr(shape, "has_table", False):
-            rows = [[_one_line(cell.text) for cell in row.cells] for row in shape.table.rows]
-            lines.append(markdown_table(rows))
-        if is_title or not shape.has_text_frame:
-            continue
-        paragraphs = (p.text.strip() for p in shape.text_frame.paragraphs)
-        lines.extend(literal(text) for text in paragraphs if text)
-    if slide.has_notes_slide:
-        notes = slide.notes_slide.notes_text_frame.text.strip()
-        if notes:
-            lines.append(f"Notes: {notes}")
-    return title, "\n\n".join(lines)
+def _pptx_slide(number: int, slide: office.Slide) -> str:
+    lines = [f"## Slide {number}: {slide.title}" if slide.title else f"## Slide {number}"]
+    for block in slide.blocks:
+        if isinstance(block, office.Table):
+            lines.append(markdown_table([[_one_line(c) for c in row] for row in block.rows]))
+        elif block.text.strip():
+            lines.append(literal(block.text.strip()))
+    if slide.notes:
+        lines.append(f"Notes: {slide.notes}")
+    return "\n\n".join(lines)
