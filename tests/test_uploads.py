@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
+from knowledge_api.errors import BackendConnectionError
 from knowledge_api.ingest import extract
 from knowledge_api.settings import Settings
 from knowledge_api.stores.jobs import Job
@@ -318,3 +319,38 @@ def test_a_job_its_service_abandoned_fails_no_other(
         assert job["reason"].startswith("abandoned: the service holding its files (gone-host:/up)")
     else:
         assert job["status"] == "queued" and "reason" not in job
+
+
+class Unwritable:
+    """A job store whose writes fail, as a store that went away."""
+
+    def __init__(self, jobs: Any) -> None:
+        self.jobs = jobs
+        self.broken = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.jobs, name)
+
+    async def save(self, job: Any) -> None:
+        if self.broken and job.status != "queued":
+            raise BackendConnectionError("upload jobs unavailable: disk I/O error")
+        await self.jobs.save(job)
+
+
+def test_a_job_store_gone_mid_job_keeps_the_files_and_the_worker(
+    settings: Settings, tmp_path: Path
+) -> None:
+    with TestClient(create_app(settings)) as client:
+        uploads_of = client.app.state.uploads  # type: ignore[attr-defined]
+        store = Unwritable(uploads_of.jobs)
+        uploads_of.jobs = client.app.state.service.jobs = store  # type: ignore[attr-defined]
+        store.broken = True
+        stuck = submit(client, [("a.md", b"# A\n\nAlbatross.")])
+        deadline = time.monotonic() + 10
+        while uploads_of.queue.qsize() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert (settings.uploads_path / stuck).is_dir()  # kept for the next start
+        store.broken = False
+        done = wait_for(client, submit(client, [("b.md", b"# B\n\nBittern.")]))
+        assert done["status"] == "done"  # the worker went on

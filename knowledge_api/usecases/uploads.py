@@ -115,9 +115,16 @@ class UploadJobs:
 
     async def work(self) -> None:
         while True:
-            job = await self.jobs.get(await self.queue.get())
-            if job is not None and job.status == QUEUED:
-                await self.run(job)
+            job_id = await self.queue.get()
+            try:
+                job = await self.jobs.get(job_id)
+                if job is not None and job.status == QUEUED:
+                    await self.run(job)
+            except KnowledgeAPIError as e:  # its record cannot be written: the files stay,
+                # and the job is resumed from its last record at the next start
+                log.error("upload job %s stopped: %s", job_id, e.message)
+            except Exception:  # a bug: logged, and the next job runs
+                log.exception("upload job %s stopped", job_id)
 
     async def run(self, job: Job) -> None:
         try:
