@@ -24,6 +24,7 @@ from knowledge_api.routes.traces import TraceRequests
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.kb_sync import periodic_sync
+from knowledge_api.usecases.uploads import upload_jobs
 
 
 def create_app(
@@ -51,8 +52,10 @@ def create_app(
             await knowledge.start(seed=True)
             try:
                 await require_a_key(settings, knowledge)
-                async with periodic_sync(knowledge), mcp.running():
-                    yield
+                async with periodic_sync(knowledge), upload_jobs(knowledge) as uploads:
+                    app.state.uploads = uploads
+                    async with mcp.running():
+                        yield
             finally:
                 await knowledge.stop()
                 LINES.flush()

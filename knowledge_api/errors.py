@@ -6,6 +6,7 @@ handler turns any of them into the single JSON error shape:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -163,4 +164,22 @@ class EmbedderMismatchError(ConfigurationError):
 
 
 class CollectionNotFound(NotFound):
+    """A collection no document is in; the message and `details.available` list those
+    that exist, narrowed to the caller's own by `seen_by`."""
+
     type = "collection_not_found"
+
+    @classmethod
+    def among(cls, collection: str, available: Iterable[str]) -> CollectionNotFound:
+        names = sorted(available)
+        listed = ", ".join(names) if names else "none"
+        return cls(
+            f"no collection {collection!r} (collections: {listed})",
+            collection=collection,
+            available=names,
+        )
+
+    def seen_by(self, reaches: Callable[[str], bool]) -> CollectionNotFound:
+        """The same error as a caller who may reach only some collections sees it."""
+        available = [name for name in self.details.get("available", ()) if reaches(name)]
+        return self.among(str(self.details.get("collection", "")), available)

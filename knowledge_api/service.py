@@ -36,10 +36,16 @@ from knowledge_api.cache import caches
 from knowledge_api.cache.base import COMPUTED, Event, ResponseTier, Served
 from knowledge_api.embeddings.base import Embedder
 from knowledge_api.embeddings.batching import QueryBatcher
-from knowledge_api.errors import BackendConnectionError, EmbeddingError, KnowledgeAPIError
+from knowledge_api.errors import (
+    BackendConnectionError,
+    CollectionNotFound,
+    EmbeddingError,
+    KnowledgeAPIError,
+)
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.models import (
+    DEFAULT_COLLECTION,
     Document,
     EmbedderIdentity,
     IndexSummary,
@@ -153,6 +159,7 @@ class KnowledgeService:
         self._recording: dict[str, asyncio.Task[None]] = {}
         """Answers whose record is being written, by query_id."""
         self._next_prune = 0.0
+        self.jobs = store.job_store(settings.db_path)
         self.observer: Observer = UNOBSERVED
         self.centroids: dict[str, Centroids] = {}
         """Each collection's source centroids (routing), at the generation they were learned."""
@@ -214,6 +221,7 @@ class KnowledgeService:
         await self.keys.open()
         await self.audit_log.open()
         await self.feedback_log.open()
+        await self.jobs.open()
 
     async def _seed(self) -> None:
         if not self.embedder_ready:
@@ -245,6 +253,7 @@ class KnowledgeService:
         await self.audit_log.close()
         await self.recorded()
         await self.feedback_log.close()
+        await self.jobs.close()
         await self.store.close()
         await self.caches.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
@@ -497,6 +506,17 @@ class KnowledgeService:
     async def collections(self) -> dict[str, int]:
         """Document count of every collection that holds documents."""
         return await self.store.collections()
+
+    async def require_collection(self, collection: str) -> None:
+        """CollectionNotFound, listing the collections, unless `collection` holds
+        documents or is the default one (an empty knowledge base is not a typo). The
+        reading routes call it once a search found nothing, so a found passage costs no
+        count of the collections."""
+        if collection == DEFAULT_COLLECTION:
+            return
+        existing = await self.collections()
+        if collection not in existing:
+            raise CollectionNotFound.among(collection, existing)
 
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         return self.store.iter_documents(collection)

@@ -327,7 +327,22 @@ class Settings:
         "Days the audit trail of writes is kept (0 = for ever).",
     )
     max_body_bytes: int = setting(
-        "KNOWLEDGE_MAX_BODY_BYTES", 65536, "Largest request body accepted (413 above)."
+        "KNOWLEDGE_MAX_BODY_BYTES",
+        65536,
+        "Largest request body accepted (413 above); POST /v1/knowledge/documents also "
+        "takes a document of the largest content on top of it.",
+    )
+    max_file_mb: int = setting(
+        "KNOWLEDGE_MAX_FILE_MB",
+        50,
+        "Largest file of an upload (POST /v1/knowledge/files), in MB; a larger one is an "
+        "error of its job, the other files are indexed.",
+    )
+    upload_dir: str = setting(
+        "KNOWLEDGE_UPLOAD_DIR",
+        "",
+        "Folder where uploaded files wait for their job (empty: `uploads` beside "
+        "KNOWLEDGE_DB_PATH); a restarted service resumes the jobs whose files are there.",
     )
     body_timeout: float = setting(
         "KNOWLEDGE_BODY_TIMEOUT",
@@ -716,6 +731,7 @@ class Settings:
             "prefetch_concurrent",
             "prefetch_followups",
             "max_body_bytes",
+            "max_file_mb",
             "body_timeout",
             "header_timeout",
             "keep_alive_timeout",
@@ -868,6 +884,11 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_KB_SYNC_PAGE_SIZE must be between 1 and 1000")
         if not valid_collection(self.support_collection):
             raise ConfigurationError(f"KNOWLEDGE_SUPPORT_COLLECTION {COLLECTION_RULE}")
+
+    @property
+    def uploads_path(self) -> Path:
+        """KNOWLEDGE_UPLOAD_DIR, or `uploads` beside the SQLite file."""
+        return Path(self.upload_dir) if self.upload_dir else self.db_path.parent / "uploads"
 
     def secrets(self) -> list[str]:
         """Every configured secret value (and the password inside the database URL). A

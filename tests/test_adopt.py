@@ -502,6 +502,8 @@ def test_writes_are_refused_naming_why(adopted_client: TestClient, database: str
     assert (
         error["type"] == "store_read_only" and "KNOWLEDGE_SCHEMA_MODE=adopted" in error["message"]
     )
+    upload = adopted_client.post("/v1/knowledge/files", files=[("file", ("a.md", b"# A\n\nB"))])
+    assert upload.status_code == 409 and upload.json()["error"]["type"] == "store_read_only"
     assert run_sync(snapshot(database)) == before
 
 
@@ -641,6 +643,8 @@ def test_read_only_mode_searches_the_tables_as_they_are(
         json={"source_type": "jira", "source_id": "NEW-1", "content": "A new ticket."},
     )
     assert write.status_code == 409 and "read_only" in write.json()["error"]["message"]
+    upload = reader_client.post("/v1/knowledge/files", files=[("file", ("a.md", b"# A\n\nB"))])
+    assert upload.status_code == 409 and "read_only" in upload.json()["error"]["message"]
     assert run_sync(snapshot(database)) == before
 
 

@@ -13,7 +13,7 @@ from knowledge_api import cli
 from knowledge_api.cli import main
 from knowledge_api.ingest.progress import progress
 from knowledge_api.service import KnowledgeService
-from tests.documents import PNG, commit, git_repo, pdf_bytes
+from tests.documents import PNG, commit, git_repo, pdf_bytes, write_docx
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +51,26 @@ def test_skipped_files_are_named_and_exit_1(
     assert skipped == "2 files skipped: docs/broken.pdf (unreadable PDF), docs/logo.png (binary)"
     assert "skipped docs/logo.png: binary (NUL bytes in its content)" in err.splitlines()
     assert "skipped docs/broken.pdf: unreadable PDF (" in err
+
+
+def test_a_folder_of_markdown_html_pdf_and_word_is_read_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Alpha\n\nAlpha rotates the keys every month.")
+    (docs / "b.html").write_text(
+        "<html><body><nav>Home | Next</nav><main><h1>Beta</h1>"
+        "<p>Set BETA_MAX_MB before the upload.</p></main></body></html>"
+    )
+    (docs / "c.pdf").write_bytes(pdf_bytes([["Gamma handles invoices."]]))
+    write_docx(docs / "d.docx")
+    assert main(["ingest", "docs"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("4 documents indexed")
+    assert "skipped" not in out.replace("0 unchanged skipped", "")
+    assert main(["query", "--collection", "default", "BETA_MAX_MB upload"]) == 0
+    assert "Set BETA_MAX_MB before the upload." in capsys.readouterr().out
 
 
 def test_nothing_skipped_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -69,7 +69,17 @@ def for_httpx(kwargs: dict[str, Any]) -> dict[str, Any]:
     kwargs = {name: value for name, value in kwargs.items() if name != "cookies"}
     if isinstance(kwargs.get("data"), bytes | str):
         kwargs["content"] = kwargs.pop("data")
+    if kwargs.get("files"):
+        kwargs["files"] = [(name, as_part(value)) for name, value in kwargs["files"]]
     return kwargs
+
+
+def as_part(value: Any) -> Any:
+    """A form part as httpx sends it: a negative case's file may be a number or a list,
+    which a multipart body carries as its text."""
+    if isinstance(value, tuple) and not isinstance(value[1], bytes | str):
+        return (value[0], str(value[1]).encode(), *value[2:])
+    return value
 
 
 @schema.parametrize()
@@ -85,6 +95,7 @@ def test_every_route_answers_as_its_document_declares(
 ) -> None:
     response = client.request(**for_httpx(case.as_transport_kwargs(str(client.base_url))))
     assert response.status_code < 500, response.text
+    response.request.read()  # a multipart body the app refused unread (405) is read here
     excluded = SEMANTIC + NOT_YET
     if case.path == NEVER_AN_ERROR:
         excluded.append(negative_data_rejection)

@@ -266,3 +266,116 @@ def test_missing_path_is_a_clear_error_before_anything_is_read(
     with pytest.raises(InvalidRequest, match="no such file"):
         load_paths([tmp_path / "a.md", tmp_path / "nope"], LoadOptions())
     assert read == []
+
+
+def test_html_text_is_stored_plain_without_markdown_escapes() -> None:
+    page = html_to_markdown(
+        "<html><body><main><h1>Upload_limits</h1>"
+        "<p>Set <code>HERON_MAX_MB</code> to 5 * 2 [MiB] and <b>restart</b> it.<br>Then check.</p>"
+        "<table><tr><th>setting_name</th><th>default</th></tr>"
+        "<tr><td>HERON_MAX_MB</td><td>50</td></tr></table></main></body></html>"
+    )
+    assert page.title == "Upload_limits"
+    assert page.content == (
+        "# Upload_limits\n\nSet HERON_MAX_MB to 5 * 2 [MiB] and restart it.\nThen check.\n\n"
+        "| setting_name | default |\n|---|---|\n| HERON_MAX_MB | 50 |"
+    )
+
+
+def test_docx_tables_become_markdown_tables_with_their_header(tmp_path: Path) -> None:
+    import docx
+
+    document = docx.Document()
+    document.add_paragraph("Ports of the service.")
+    table = document.add_table(rows=3, cols=2)
+    rows = (("name", "port"), ("api", "8080"), ("a|b", "9090"))
+    for row, cells in zip(table.rows, rows, strict=True):
+        for cell, text in zip(row.cells, cells, strict=True):
+            cell.text = text
+    document.save(str(tmp_path / "ports.docx"))
+    doc = next(iter(load_paths([tmp_path / "ports.docx"], LoadOptions())))
+    assert doc.content == (
+        "Ports of the service.\n\n| name | port |\n|---|---|\n| api | 8080 |\n| a\\|b | 9090 |"
+    )
+
+
+def test_pptx_tables_become_markdown_tables_with_their_header(tmp_path: Path) -> None:
+    import pptx
+    from pptx.util import Inches
+
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[5])
+    slide.shapes.title.text = "Owners"
+    shape = slide.shapes.add_table(2, 2, Inches(1), Inches(2), Inches(4), Inches(1))
+    for r, cells in enumerate((("team", "owner"), ("search", "Ann"))):
+        for c, text in enumerate(cells):
+            shape.table.cell(r, c).text = text
+    presentation.save(str(tmp_path / "owners.pptx"))
+    doc = next(iter(load_paths([tmp_path / "owners.pptx"], LoadOptions())))
+    assert doc.content == ("## Slide 1: Owners\n\n| team | owner |\n|---|---|\n| search | Ann |")
+
+
+def test_an_office_zip_bomb_is_skipped_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zipfile
+
+    monkeypatch.setattr(extract, "MAX_UNZIPPED_BYTES", 2**20)
+    bomb = tmp_path / "bomb.docx"
+    archive = zipfile.ZipFile(write_docx(bomb), "a", zipfile.ZIP_DEFLATED)
+    with archive, archive.open("word/media/zeros.bin", "w") as part:
+        for _ in range(4):
+            part.write(bytes(2**20))
+    assert bomb.stat().st_size < 2**20 // 4
+    loaded = load_paths([bomb, write_docx(tmp_path / "fine.docx")], LoadOptions())
+    (skipped,) = loaded.skipped
+    assert (skipped.reason, skipped.detail) == (
+        "zip bomb",
+        "its parts expand to 4 MiB, more than 1 MiB",
+    )
+    assert [d.metadata["path"] for d in loaded.documents] == ["fine.docx"]
+
+
+def test_the_base_install_declares_every_extractor_library() -> None:
+    """`make run` installs the package's own dependencies: HTML, PDF, Word and PowerPoint
+    files are read there without an extra."""
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    declared = {
+        dependency.split(">")[0].split("=")[0].split("[")[0].strip().lower().replace("_", "-")
+        for dependency in project["project"]["dependencies"]
+    }
+    assert {"trafilatura", "lxml-html-clean", "pypdf"} <= declared
+
+
+def test_office_files_are_read_without_python_docx_or_python_pptx(tmp_path: Path) -> None:
+    """They are written by the tests with those libraries, and read without them."""
+    import subprocess
+    import sys
+
+    docx_file = write_docx(tmp_path / "handbook.docx")
+    pptx_file = write_pptx(tmp_path / "review.pptx")
+    script = (
+        "import sys; sys.modules['docx'] = sys.modules['pptx'] = None\n"
+        "from pathlib import Path\n"
+        "from knowledge_api.ingest.extract import docx_file, pptx_file\n"
+        f"print(docx_file(Path({str(docx_file)!r})).title)\n"
+        f"print(pptx_file(Path({str(pptx_file)!r})).title)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.stdout.splitlines() == ["Release Handbook", "Quarterly review"], run.stderr
+
+
+def test_a_zip_that_is_no_office_file_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "notes.docx", "w") as archive:
+        archive.writestr("notes.txt", "not a Word document")
+    (tmp_path / "slides.pptx").write_bytes(b"not a zip at all")
+    loaded = load_paths([tmp_path], LoadOptions())
+    reasons = {Path(s.path).name: (s.reason, s.detail) for s in loaded.skipped}
+    assert reasons["notes.docx"][0] == "unreadable DOCX"
+    assert "word/document.xml" in reasons["notes.docx"][1]
+    assert reasons["slides.pptx"][0] == "unreadable PPTX"
+    assert reasons["slides.pptx"][1].startswith("not a zip archive")

@@ -107,6 +107,7 @@ def test_errors_follow_the_route() -> None:
         "400",
         "401",
         "403",
+        "404",
         "413",
         "415",
         "421",

@@ -35,9 +35,12 @@ from knowledge_api.models import (
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores import transfer
 from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.jobs import Job, JobFile
 from tests.conftest import corpus, make_settings, make_store
+from tests.documents import pdf_bytes
 from tests.pg import postgres_settings, supabase_settings
 from tests.test_access import bearer, make_key
+from tests.test_uploads import wait_for
 
 EMBEDDER = FakeEmbedder()
 # query -> source id of the best hit, over the corpus of tests.conftest
@@ -746,3 +749,51 @@ async def test_a_mirror_adds_updates_and_prunes_on_every_backend(
             emptied.check_deletions(0.5, allowed=False)
     finally:
         await service.stop()
+
+
+async def test_upload_jobs_are_kept_in_the_store(store: KnowledgeStore, tmp_path: Path) -> None:
+    """Every replica answers for a job, and a restarted service finds the ones it left."""
+    jobs = store.job_store(tmp_path / "jobs.db")
+    await jobs.open()
+    job = Job("j1", "manuals", "wiki", "upload", "host-a:/up", [JobFile("a.pdf", "00000", 9)])
+    await jobs.save(job)
+    await jobs.save(Job("j2", "manuals", "wiki", "upload", "host-b:/up"))
+    job.status, job.chunks_total = "running", 4
+    job.files[0].state, job.files[0].reason = "failed", "encrypted PDF"
+    await jobs.save(job)
+    await jobs.close()
+
+    reopened = store.job_store(tmp_path / "jobs.db")  # as a restarted service opens it
+    await reopened.open()
+    try:
+        stored = await reopened.get("j1")
+        assert stored == job and stored is not job
+        assert stored.created_at and stored.updated_at >= stored.created_at
+        assert [j.id for j in await reopened.unfinished("host-a:/up")] == ["j1"]
+        assert [j.id for j in await reopened.unfinished()] == ["j1", "j2"]  # every service's
+        stored.status = "done"
+        await reopened.save(stored)
+        assert await reopened.unfinished("host-a:/up") == []
+        assert await reopened.get("nope") is None
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_files_uploaded_over_http_are_found_on_every_backend(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    settings = BACKENDS[name](request, tmp_path).replace(upload_dir=str(tmp_path / "up"))
+    files = [
+        ("file", ("manual.pdf", pdf_bytes([["The turbine manual covers blade pitch."]]))),
+        ("file", ("empty.md", b"")),
+    ]
+    with TestClient(create_app(settings)) as client:
+        accepted = client.post("/v1/knowledge/files", files=files, data={"collection": "m"})
+        assert accepted.status_code == 202, accepted.text
+        job = wait_for(client, accepted.json()["job_id"])
+        assert job["status"] == "done", job
+        assert job["errors"] == [{"file": "empty.md", "reason": "empty file: 0 bytes"}]
+        ask = {"query": "turbine blade pitch", "collection": "m", "synthesize": False}
+        results = client.post("/v1/knowledge/query", json=ask).json()["results"]
+        assert results and results[0]["source_id"] == "manual.pdf"

@@ -2,22 +2,24 @@
 
 Each extractor returns an `Extracted` (title, Markdown-like content, metadata of
 its own) or raises `ExtractionError` with a reason short enough for the run's
-summary. The libraries of the field do the parsing: trafilatura finds the main
-content of an HTML page, pypdf reads PDF text page by page, python-docx and
-python-pptx read Office files. They are the `documents` extra, imported only when a
-file of theirs comes up; Markdown and text need nothing beyond the base install.
+summary. trafilatura finds the main content of an HTML page and pypdf reads PDF text
+page by page (both part of the base install, imported only when a file of theirs comes
+up); Word and PowerPoint files are read with the standard library (office.py).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator
+import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
+from knowledge_api.ingest import office
 from knowledge_api.registry import import_extra
 
 MARKDOWN = (".md", ".markdown")
@@ -28,6 +30,9 @@ DOCX = (".docx",)
 PPTX = (".pptx",)
 DOCUMENTS_EXTRA = "documents"
 SNIFF_BYTES = 8192
+MAX_UNZIPPED_BYTES = 256 * 2**20
+"""Most an Office file's parts may expand to (a 50 MB file of text and images expands
+to about its own size; XML alone, about ten times)."""
 
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -153,9 +158,8 @@ def html_to_markdown(html: str | bytes) -> Extracted:
     if redirect is not None:
         raise ExtractionError("redirect page", f"to {redirect}")
     try:
-        content = trafilatura.extract(
+        found = trafilatura.bare_extraction(
             html,
-            output_format="markdown",
             include_comments=False,
             include_tables=True,
             include_images=False,
@@ -167,7 +171,9 @@ def html_to_markdown(html: str | bytes) -> Extracted:
         )
     except Exception as e:  # lxml and trafilatura raise many kinds on odd markup
         raise ExtractionError("unreadable HTML", f"{type(e).__name__}: {e}") from e
-    if not content or not content.strip():
+    body = getattr(found, "body", None)
+    content = plain_markdown(body) if body is not None else ""
+    if not content.strip():
         raise ExtractionError("no main content", "no text outside navigation and boilerplate")
     content = _ANCHOR_MARKS.sub(r"\1\2", content.strip())
     title = markdown_title(content)
@@ -175,6 +181,58 @@ def html_to_markdown(html: str | bytes) -> Extracted:
         metadata = trafilatura.extract_metadata(html)
         title = str(metadata.title or "") if metadata is not None else ""
     return Extracted(title.strip(PERMALINK_SIGNS), content)
+
+
+def plain_markdown(body: Any) -> str:
+    r"""trafilatura's tree of the main content as plain text with Markdown's structure
+    only: headings as `#` lines, list items as `- `, tables as Markdown tables. Its own
+    Markdown output escapes every `_` and `*` (`HERON\_MAX\_MB`) and marks emphasis,
+    which a passage shown or quoted would carry."""
+    blocks: list[str] = []
+    for element in body:
+        tag = element.tag
+        if tag == "head":
+            level = str(element.get("rend", "h2")).lstrip("h")
+            marks = "#" * min(int(level), 6) if level.isdigit() else "##"
+            blocks.append(f"{marks} {_one_line(_inline(element))}")
+        elif tag == "list":
+            blocks.append("\n".join(f"- {_one_line(_inline(item))}" for item in element))
+        elif tag == "table":
+            rows = [[_one_line(_inline(cell)) for cell in row] for row in element.iter("row")]
+            blocks.append(markdown_table(rows))
+        else:
+            text = "\n".join(_one_line(line) for line in _inline(element).split("\n"))
+            blocks.append(literal(text.strip()))
+    return "\n\n".join(block for block in blocks if block.strip())
+
+
+def _inline(element: Any) -> str:
+    """An element's text, its descendants' included, with a line break where it has one."""
+    parts = [element.text or ""]
+    for child in element:
+        parts.append("\n" if child.tag == "lb" else _inline(child))
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def markdown_table(rows: list[list[str]]) -> str:
+    """Rows of cell texts as a Markdown table, the first row its header (Word and
+    PowerPoint tables, like most, head their columns in the first row)."""
+    rows = [row for row in rows if any(row)]
+    if not rows:
+        return ""
+    width = max(len(row) for row in rows)
+
+    def line(cells: list[str]) -> str:
+        cells = [cell.replace("|", "\\|") for cell in cells] + [""] * (width - len(cells))
+        return "| " + " | ".join(cells) + " |"
+
+    separator = "|" + "|".join(["---"] * width) + "|"
+    return "\n".join([line(rows[0]), separator, *(line(row) for row in rows[1:])])
 
 
 def _refresh_target(html: str | bytes) -> str | None:
@@ -232,78 +290,78 @@ def pdf_file(path: Path) -> Extracted:
     return Extracted(title, body, {"pages": len(pages)})
 
 
+def check_zip(path: Path, kind: str) -> None:
+    """An Office file is a zip archive that python-docx and python-pptx unpack in memory:
+    one that would expand past MAX_UNZIPPED_BYTES (a zip bomb) is refused unread."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            expanded = sum(member.file_size for member in archive.infolist())
+    except (zipfile.BadZipFile, ValueError) as e:
+        raise ExtractionError(f"unreadable {kind}", f"not a zip archive ({e})") from e
+    if expanded > MAX_UNZIPPED_BYTES:
+        raise ExtractionError(
+            "zip bomb",
+            f"its parts expand to {expanded // 2**20} MiB, more than "
+            f"{MAX_UNZIPPED_BYTES // 2**20} MiB",
+        )
+
+
 def docx_file(path: Path) -> Extracted:
     """Word's heading styles become Markdown headings, list styles list items, and
-    tables rows of cells separated by `|`, in the order they appear."""
-    docx = import_extra("docx", DOCUMENTS_EXTRA)
+    tables Markdown tables, in the order they appear."""
+    check_zip(path, "DOCX")
     try:
-        document = docx.Document(str(path))
-        blocks = list(_docx_blocks(document))
-        title = str(document.core_properties.title or "")
-    except Exception as e:  # python-docx raises KeyError, ValueError, zip errors...
+        title, body = office.docx(path)
+    except (KeyError, ValueError, zipfile.BadZipFile, ElementTree.ParseError) as e:
         raise ExtractionError("unreadable DOCX", f"{type(e).__name__}: {e}") from e
+    blocks = [text for text in map(_docx_block, body) if text]
     title_blocks = [text[2:] for text in blocks if text.startswith("# ")]
     if not title and title_blocks:
         title = title_blocks[0]
     return Extracted(title.strip(), "\n\n".join(blocks))
 
 
-def _docx_blocks(document: Any) -> Iterator[str]:
-    from docx.table import Table
-
-    for item in document.iter_inner_content():
-        if isinstance(item, Table):
-            for row in item.rows:
-                cells = [" ".join(cell.text.split()) for cell in row.cells]
-                yield "| " + " | ".join(cells) + " |"
-            continue
-        text = item.text.strip()
-        if text:
-            yield _docx_paragraph(text, item.style.name if item.style is not None else "")
+def _docx_block(block: office.Paragraph | office.Table) -> str:
+    if isinstance(block, office.Table):
+        return markdown_table([[_one_line(cell) for cell in row] for row in block.rows])
+    text = block.text.strip()
+    return _docx_paragraph(text, block.style) if text else ""
 
 
 def _docx_paragraph(text: str, style: str) -> str:
     text = literal(text)
-    if style == "Title":
+    if style == "title":
         return f"# {text}"
-    if style.startswith("Heading "):
-        level = style.removeprefix("Heading ").strip()
+    if style.startswith("heading "):
+        level = style.removeprefix("heading ").strip()
         if level.isdigit():
             return f"{'#' * min(int(level) + 1, 6)} {text}"
-    if style.startswith("List"):
+    if style.startswith("list"):
         return f"- {text}"
     return text
 
 
 def pptx_file(path: Path) -> Extracted:
-    """Each slide under a `## Slide N: title` heading with its text and speaker notes,
-    so a passage cites its slide."""
-    pptx = import_extra("pptx", DOCUMENTS_EXTRA)
+    """Each slide under a `## Slide N: title` heading with its text, its tables and its
+    speaker notes, so a passage cites its slide."""
+    check_zip(path, "PPTX")
     try:
-        presentation = pptx.Presentation(str(path))
-        slides = [_pptx_slide(n, slide) for n, slide in enumerate(presentation.slides, 1)]
-        title = str(presentation.core_properties.title or "")
-    except Exception as e:  # python-pptx raises KeyError, ValueError, zip errors...
+        title, slides = office.pptx(path)
+    except (KeyError, ValueError, zipfile.BadZipFile, ElementTree.ParseError) as e:
         raise ExtractionError("unreadable PPTX", f"{type(e).__name__}: {e}") from e
     if not title and slides:
-        title = slides[0][0]
-    content = "\n\n".join(text for _, text in slides)
+        title = slides[0].title
+    content = "\n\n".join(_pptx_slide(n, slide) for n, slide in enumerate(slides, 1))
     return Extracted(title.strip(), content, {"slides": len(slides)})
 
 
-def _pptx_slide(number: int, slide: Any) -> tuple[str, str]:
-    """(slide title, Markdown of the slide)."""
-    title_shape = slide.shapes.title
-    title = title_shape.text.strip() if title_shape is not None else ""
-    lines = [f"## Slide {number}: {title}" if title else f"## Slide {number}"]
-    for shape in slide.shapes:
-        is_title = title_shape is not None and shape.shape_id == title_shape.shape_id
-        if is_title or not shape.has_text_frame:
-            continue
-        paragraphs = (p.text.strip() for p in shape.text_frame.paragraphs)
-        lines.extend(literal(text) for text in paragraphs if text)
-    if slide.has_notes_slide:
-        notes = slide.notes_slide.notes_text_frame.text.strip()
-        if notes:
-            lines.append(f"Notes: {notes}")
-    return title, "\n\n".join(lines)
+def _pptx_slide(number: int, slide: office.Slide) -> str:
+    lines = [f"## Slide {number}: {slide.title}" if slide.title else f"## Slide {number}"]
+    for block in slide.blocks:
+        if isinstance(block, office.Table):
+            lines.append(markdown_table([[_one_line(c) for c in row] for row in block.rows]))
+        elif block.text.strip():
+            lines.append(literal(block.text.strip()))
+    if slide.notes:
+        lines.append(f"Notes: {slide.notes}")
+    return "\n\n".join(lines)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from knowledge_api.errors import ConfigurationError, InvalidRequest
@@ -35,6 +35,7 @@ __all__ = [
     "Skipped",
     "html_to_markdown",
     "jsonl_records",
+    "load_as",
     "load_file",
     "load_jsonl",
     "load_paths",
@@ -107,14 +108,20 @@ def walk(path: Path) -> Iterator[Path]:
 
 def load_file(path: Path, options: LoadOptions, root: Path) -> list[Document]:
     """The documents of one file, or ExtractionError saying why there are none."""
-    suffix = path.suffix.lower()
+    return load_as(path, path.relative_to(root).as_posix(), options)
+
+
+def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
+    """The documents of the file at `path` read as the file `name` (a relative path,
+    whose suffix says its type): an uploaded file is stored under another name."""
+    suffix = PurePosixPath(name).suffix.lower()
     try:
         if suffix in JSONL:
             return list(load_jsonl(path, options))
         extract = extractor(suffix)
         if extract is None:
-            raise unknown_type(path)
-        return [file_document(path, extract(path), options, root)]
+            raise unknown_type(path, suffix)
+        return [file_document(name, extract(path), options)]
     except ConfigurationError as e:  # an optional extractor is not installed
         raise ExtractionError("extractor not installed", e.message) from e
     except InvalidRequest as e:  # a bad JSONL record
@@ -123,17 +130,17 @@ def load_file(path: Path, options: LoadOptions, root: Path) -> list[Document]:
         raise ExtractionError("unreadable", str(e)) from e
 
 
-def unknown_type(path: Path) -> ExtractionError:
+def unknown_type(path: Path, suffix: str) -> ExtractionError:
     with path.open("rb") as file:
         head = file.read(SNIFF_BYTES)
     if is_binary(head):
         return ExtractionError("binary", "NUL bytes in its content")
-    kind = path.suffix.lower() or "no suffix"
+    kind = suffix or "no suffix"
     return ExtractionError("unknown type", f"{kind}: not a supported document format")
 
 
-def file_document(path: Path, extracted: Extracted, options: LoadOptions, root: Path) -> Document:
-    relative = path.relative_to(root).as_posix()
+def file_document(relative: str, extracted: Extracted, options: LoadOptions) -> Document:
+    path = PurePosixPath(relative)
     url = f"{options.base_url.rstrip('/')}/{relative}" if options.base_url else ""
     metadata = {
         "path": relative,

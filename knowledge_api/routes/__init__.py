@@ -21,6 +21,7 @@ from knowledge_api.routes import (
     detail,
     documents,
     feedback,
+    files,
     health,
     metrics,
     openapi,
@@ -88,6 +89,7 @@ def search_route(
 ) -> ApiRoute:
     """A search that answers as JSON, or as Server-Sent Events with `stream: true`; its
     resource module declares the rest (`ROUTE`)."""
+    contract.setdefault("errors", COLLECTION_ERRORS)
     return ApiRoute(path, endpoint, "POST", READ, summary, body, streams=True, **contract)
 
 
@@ -97,7 +99,8 @@ def chat_route(path: str, endpoint: Callable[..., Any], summary: str, **contract
     return ApiRoute(path, endpoint, "POST", READ, summary, streams=True, **contract)
 
 
-CHAT_ERRORS = (400, 403, 413, 415, 503)
+CHAT_ERRORS = (400, 403, 404, 413, 415, 503)
+"""404: a collection (or a model naming one) that does not exist."""
 ROUTES = [
     ApiRoute(
         "/",
@@ -201,7 +204,6 @@ ROUTES = [
         "url_citation annotations and numbered sources; stream: true for chunks.",
         response=chat.COMPLETION,
         events=chat.COMPLETION_EVENTS,
-        errors=(*CHAT_ERRORS, 404),  # a model that names no collection
     ),
     ApiRoute(
         "/v1/knowledge/retrieve",
@@ -338,5 +340,24 @@ ROUTES = [
         response=audit.RESPONSE,
         parameters=audit.PARAMETERS,
         errors=(400, 503),
+    ),
+    ApiRoute(
+        "/v1/knowledge/files",
+        files.upload,
+        "POST",
+        WRITE,
+        "Upload files (multipart/form-data) to be indexed by a job; 202 with its id.",
+        files.FILES,
+        response=files.ACCEPTED,
+        statuses=(202,),
+        errors=(400, 403, 408, 409, 413, 415, 503),
+    ),
+    ApiRoute(
+        "/v1/knowledge/jobs/{id}",
+        files.job,
+        "GET",
+        READ,
+        "An upload job: its status, files and passages done and to do, each file's error.",
+        response=files.JOB,
     ),
 ]

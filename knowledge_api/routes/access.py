@@ -20,7 +20,13 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from knowledge_api.errors import Forbidden, MisdirectedRequest, RateLimited, Unauthorized
+from knowledge_api.errors import (
+    CollectionNotFound,
+    Forbidden,
+    MisdirectedRequest,
+    RateLimited,
+    Unauthorized,
+)
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores.keys import ApiKey
@@ -77,7 +83,10 @@ def guarded(handler: Handler, scope: str) -> Handler:
 
     async def guard(request: Request) -> Response:
         await authorize(request, scope)
-        return await handler(request)
+        try:
+            return await handler(request)
+        except CollectionNotFound as e:  # lists only the collections the caller may reach
+            raise e.seen_by(access(request).reaches) from e
 
     guard.__name__ = getattr(handler, "__name__", "handler")
     return guard

@@ -27,7 +27,6 @@ from knowledge_api.routes.sse import UNEXPECTED, log
 from knowledge_api.service import Served
 from knowledge_api.usecases import answers
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
-from knowledge_api.usecases.retrieval import require_collection
 
 UI_STREAM_HEADERS = {
     "Cache-Control": "no-cache",
@@ -228,8 +227,6 @@ async def completions(request: Request) -> Response:
     collection = DEFAULT_COLLECTION if model == "knowledge" else model
     params = question(body.get("messages"), knowledge.answer_threshold, {"collection": collection})
     access(request).collection(params.collection)
-    if model != "knowledge":
-        await require_collection(knowledge, collection)  # a mistyped model: 404, as OpenAI's
     stream = validation.boolean(body, "stream", default=False)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not stream:

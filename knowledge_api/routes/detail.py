@@ -24,8 +24,10 @@ async def detail(request: Request) -> Response:
     collection = access(request).collection(
         COLLECTION.parse(dict(request.query_params), COLLECTION.default)
     )
-    doc = await service(request).find_document(source_type, key, collection)
+    knowledge = service(request)
+    doc = await knowledge.find_document(source_type, key, collection)
     if doc is None:
+        await knowledge.require_collection(collection)
         raise NotFound(
             f"no {source_type} record with id {key!r} in collection {collection!r}",
             type=source_type,

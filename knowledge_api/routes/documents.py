@@ -30,6 +30,11 @@ from knowledge_api.routes.views import document_view
 from knowledge_api.service import changes
 
 MAX_BATCH = 100
+MAX_CONTENT = 60000
+CONTENT_BYTES = 6 * MAX_CONTENT
+r"""The most a document's content can take in a JSON body (a character escaped as
+`\uXXXX` is 6 bytes): the body limit grows by this much, so a document of the longest
+content fits."""
 DOCUMENT = Body(
     "Document",
     OneOf("source_type", "Where the document comes from.", allowed=SOURCE_TYPES),
@@ -37,7 +42,7 @@ DOCUMENT = Body(
     Text(
         "content",
         "Its text (Markdown headings give passages their section).",
-        max_length=60000,
+        max_length=MAX_CONTENT,
         strip=False,
     ),
     Text("title", "Its title.", "", max_length=500),
@@ -98,7 +103,7 @@ def parse_document(item: Any, where: str) -> Document:
 
 
 async def create(request: Request) -> Response:
-    docs = parse(await read_json(request))
+    docs = parse(await read_json(request, CONTENT_BYTES))
     caller = access(request)
     for doc in docs:
         caller.collection(doc.collection)

@@ -173,10 +173,18 @@ class Body:
     and not a silent default. `alternatives` are other bodies the route also takes (one
     document instead of a batch of them): documented, parsed by the route itself."""
 
-    def __init__(self, name: str, *fields: Field, alternatives: tuple[Body, ...] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        *fields: Field,
+        alternatives: tuple[Body, ...] = (),
+        media_type: str = "application/json",
+    ) -> None:
         self.name = name
         self.fields = fields
         self.alternatives = alternatives
+        self.media_type = media_type
+        """How the body is sent: JSON, or a form's fields and files."""
 
     @property
     def names(self) -> tuple[str, ...]:

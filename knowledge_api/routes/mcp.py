@@ -24,7 +24,7 @@ from pydantic import Field
 from starlette.requests import Request
 
 from knowledge_api import tracing
-from knowledge_api.errors import KnowledgeAPIError, NotFound
+from knowledge_api.errors import CollectionNotFound, KnowledgeAPIError, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.routes import answer as answer_route
 from knowledge_api.routes import detail, documents
@@ -107,10 +107,14 @@ def steady(body: dict[str, Any], *measured: str) -> dict[str, Any]:
 
 
 @contextmanager
-def tool_errors() -> Iterator[None]:
-    """A request the service refuses is a tool error saying what to fix."""
+def tool_errors(ctx: Context[Any, Any] | None = None) -> Iterator[None]:
+    """A request the service refuses is a tool error saying what to fix; a missing
+    collection's names only those the caller may reach."""
     try:
         yield
+    except CollectionNotFound as e:
+        seen = e.seen_by(caller(ctx).reaches) if ctx is not None else e
+        raise ToolError(seen.message) from e
     except KnowledgeAPIError as e:
         raise ToolError(e.message) from e
 
@@ -140,7 +144,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         """Search the knowledge base: the passages most similar to the query, fused from
         every source, each with its source_type, source_id, similarity and metadata. Pass
         a result's source_type and source_id to get_document for the whole record."""
-        with tool_errors():
+        with tool_errors(ctx):
             body = payload(query=query, collection=collection, sources=sources, filters=filters)
             params, _ = query_route.parse({**body, "limit": limit, "synthesize": False})
             caller(ctx).collection(params.collection)
@@ -159,7 +163,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         cite the numbered sources listed with it, a confidence (overall 0-1 and a level)
         and a status: insufficient_context when nothing relevant was found (say so rather
         than guess)."""
-        with tool_errors():
+        with tool_errors(ctx):
             params, _ = answer_route.parse(
                 payload(query=query, collection=collection, sources=sources),
                 service.answer_threshold,
@@ -185,13 +189,14 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
     ) -> str:
         """The full record behind a search or answer result: its whole content, title,
         metadata and chunks."""
-        with tool_errors():
+        with tool_errors(ctx):
             source_type = detail.TYPE.parse({"type": type}, detail.TYPE.default)
             key = detail.ID.parse({"id": id}, detail.ID.default)
             name = detail.COLLECTION.parse({"collection": collection}, DEFAULT_COLLECTION)
             caller(ctx).collection(name)
             doc = await service.find_document(source_type, key, name)
             if doc is None:
+                await service.require_collection(name)
                 raise NotFound(
                     f"no {source_type} record with id {key!r} in collection {name!r}: "
                     "use a source_type and source_id from search results"

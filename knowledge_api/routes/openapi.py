@@ -45,9 +45,12 @@ ERROR_STATUSES = {
     403: "The credentials lack the route's scope.",
     404: "Nothing found at this path or with this id.",
     405: "The path does not take this method.",
+    408: "The body stopped arriving (KNOWLEDGE_BODY_TIMEOUT), or the headers in time "
+    "(KNOWLEDGE_HEADER_TIMEOUT).",
     409: "The store serves tables other pipelines own: writes are refused.",
     413: "The body exceeds the size limit.",
-    415: "The body is not application/json.",
+    415: "The body is not of the route's media type (application/json, multipart/form-data "
+    "for files).",
     421: "The Host header names no host this service answers to (KNOWLEDGE_ALLOWED_HOSTS).",
     429: "Too many requests: retry later.",
     503: "A part the route needs (the store, the embedder) is unavailable.",
@@ -215,7 +218,7 @@ def convertor_schema(convertor: Convertor[Any]) -> Schema:
 def request_body(body: Body) -> dict[str, Any]:
     refs = [{"$ref": f"#/components/schemas/{b.name}"} for b in (body, *body.alternatives)]
     schema = refs[0] if len(refs) == 1 else {"anyOf": refs}
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
+    return {"required": True, "content": {body.media_type: {"schema": schema}}}
 
 
 def success_responses(route: Declared) -> dict[str, Any]:

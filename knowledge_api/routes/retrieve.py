@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api import validation
-from knowledge_api.errors import CollectionNotFound, InvalidQuery, InvalidRequest
+from knowledge_api.errors import InvalidQuery, InvalidRequest
 from knowledge_api.models import SearchHit
 from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import (
@@ -142,29 +141,16 @@ def expected_sources(value: Any, queries: Sequence[str]) -> dict[str, frozenset[
 
 async def retrieve(request: Request) -> Response:
     params = parse_retrieve(await read_json(request))
-    with callers(request, params.collection):
-        found = await use.retrieve(service(request), params)
+    access(request).collection(params.collection)
+    found = await use.retrieve(service(request), params)
     return JSONResponse(render_retrieved(found))
 
 
 async def validate(request: Request) -> Response:
     params = parse_validate(await read_json(request))
-    with callers(request, params.collection):
-        report = await use.validate(service(request), params)
+    access(request).collection(params.collection)
+    report = await use.validate(service(request), params)
     return JSONResponse(render_validation(report))
-
-
-@contextmanager
-def callers(request: Request, collection: str) -> Iterator[None]:
-    """The request's collection must be one the caller may reach (403), and a missing
-    one's 404 lists only the collections the caller may reach."""
-    caller = access(request)
-    caller.collection(collection)
-    try:
-        yield
-    except CollectionNotFound as e:
-        e.details["available"] = caller.visible(e.details.get("available", []))
-        raise
 
 
 CHUNK = obj(

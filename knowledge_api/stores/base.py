@@ -43,6 +43,7 @@ from knowledge_api.stores.fusion import (
     reciprocal_rank_fusion,
     relative_scores,
 )
+from knowledge_api.stores.jobs import JobStore, SQLiteJobs
 from knowledge_api.stores.keys import KeyStore, SQLiteKeys
 
 __all__ = [
@@ -129,6 +130,10 @@ class KnowledgeStore(Protocol):
         """Where the deployment keeps answered queries and their ratings (stores/feedback.py)."""
         ...
 
+    def job_store(self, sqlite_path: Path) -> JobStore:
+        """Where the deployment keeps its upload jobs (see stores/jobs.py)."""
+        ...
+
     # -- sources and listings ------------------------------------------------------
 
     async def source_documents(self, collection: str, source: str) -> dict[str, str]:
@@ -193,6 +198,10 @@ class HybridSearch(FromSettings):
     def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
         """Answered queries and their ratings: beside the API keys too."""
         return SQLiteFeedback(sqlite_path)
+    def job_store(self, sqlite_path: Path) -> JobStore:
+        """Where this store's deployment keeps its upload jobs: by default a table of
+        the SQLite file at `sqlite_path`, like the keys."""
+        return SQLiteJobs(sqlite_path)
 
     async def search(
         self,

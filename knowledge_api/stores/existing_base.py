@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Hashable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ from knowledge_api.stores.existing_rows import (
     wiki_metadata,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.jobs import JobStore, RefusedJobs
 from knowledge_api.stores.siam import Condition, Row, SiamStore, as_vector
 
 GENERATION_POLL_SECONDS = 1.0
@@ -107,6 +109,9 @@ class ExistingTables(HybridSearch):
 
     def refused(self) -> StoreReadOnly:
         return StoreReadOnly(WRITES_REFUSED.format(mode=self.mode), schema_mode=self.mode)
+
+    def job_store(self, sqlite_path: Path) -> JobStore:
+        return RefusedJobs(self.refused)
 
     async def index_document(self, document: Document) -> None:
         raise self.refused()

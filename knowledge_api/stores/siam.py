@@ -49,6 +49,7 @@ from knowledge_api.stores.base import (
 )
 from knowledge_api.stores.feedback import FeedbackLog, SiamFeedback
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.jobs import JobStore, SiamJobs
 from knowledge_api.stores.keys import KeyStore, SiamKeys
 
 Row = dict[str, Any]
@@ -133,6 +134,10 @@ class SiamStore(HybridSearch):
     def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
         """And the answered queries with their ratings."""
         return SiamFeedback(self)
+
+    def job_store(self, sqlite_path: Path) -> JobStore:
+        """Upload jobs too."""
+        return SiamJobs(self)
 
     # -- embedder and generation -----------------------------------------------------
 

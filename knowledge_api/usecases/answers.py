@@ -71,6 +71,7 @@ async def answer(service: KnowledgeService, params: AnswerParams) -> Served[Grou
 async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[GroundedAnswer, bool]:
     found = await search(service, params, params.threshold)
     if not found.hits:
+        await service.require_collection(params.collection)
         grounded = await insufficient(service, params, found.warnings)
         return await finished(service, params, found, grounded)
     started = time.perf_counter()
@@ -96,6 +97,8 @@ def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Ev
 
 async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
     found = await search(service, params, params.threshold)
+    if not found.hits:
+        await service.require_collection(params.collection)
     yield "results", tuple(found.hits)
     if not found.hits:
         grounded = await insufficient(service, params, found.warnings)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from knowledge_api import ir_metrics
-from knowledge_api.errors import CollectionNotFound, InvalidRequest
+from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import SearchFilters, SearchHit, document_id
 from knowledge_api.service import KnowledgeService, Retrieval
 from knowledge_api.timing import elapsed_ms
@@ -110,16 +110,8 @@ def check_model(service: KnowledgeService, requested: str) -> str:
 async def search(service: KnowledgeService, query: str, collection: str, top_k: int) -> Retrieval:
     found = await service.retrieve(query, top_k, SearchFilters(collection=collection))
     if not found.hits:
-        await require_collection(service, collection)
+        await service.require_collection(collection)
     return found
-
-
-async def require_collection(service: KnowledgeService, collection: str) -> None:
-    existing = await service.collections()
-    if collection not in existing:
-        raise CollectionNotFound(
-            f"no collection {collection!r}", collection=collection, available=sorted(existing)
-        )
 
 
 def source_url(hit: SearchHit) -> str:
@@ -131,7 +123,7 @@ def source_url(hit: SearchHit) -> str:
 
 
 async def validate(service: KnowledgeService, params: ValidateParams) -> Validation:
-    await require_collection(service, params.collection)
+    await service.require_collection(params.collection)
     settings = service.settings
     results = []
     for query in params.test_queries:

@@ -1,0 +1,139 @@
+"""POST /v1/knowledge/files: files sent as multipart/form-data, indexed by a job;
+GET /v1/knowledge/jobs/{id}: where that job is."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from knowledge_api.errors import InvalidRequest, NotFound
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
+from knowledge_api.routes.access import access
+from knowledge_api.routes.audit import actor
+from knowledge_api.routes.fields import (
+    INTEGER,
+    STRING,
+    Body,
+    CollectionName,
+    Custom,
+    OneOf,
+    Text,
+    array,
+    enum,
+    obj,
+)
+from knowledge_api.routes.http import JSONResponse, service
+from knowledge_api.routes.multipart import receive
+from knowledge_api.stores.jobs import DONE, FAILED, QUEUED, RUNNING, Job
+from knowledge_api.usecases.uploads import MAX_FILES, Sent, Upload, UploadJobs
+
+FILE = "file"
+BINARY = {"type": "string", "format": "binary"}
+FIELDS = (
+    CollectionName("collection", "The collection to index into.", DEFAULT_COLLECTION),
+    OneOf("source_type", "Where the documents come from.", "wiki", allowed=SOURCE_TYPES),
+    Text("source", "The source the documents belong to.", "upload", max_length=500),
+)
+FILES = Body(
+    "FileUpload",
+    Custom(
+        FILE,
+        f"One or more files (up to {MAX_FILES}), each a `file` part with its file name: "
+        ".md, .txt, .html, .pdf, .docx, .pptx or .jsonl.",
+        shape={**array(BINARY), "minItems": 1, "maxItems": MAX_FILES},
+    ),
+    *FIELDS,
+    media_type="multipart/form-data",
+)
+FORM = Body("FileUploadFields", *FIELDS)
+"""The form's fields, parsed like a JSON body's (unknown ones refused)."""
+
+ACCEPTED = obj({"job_id": STRING, "status": enum(QUEUED), "files": INTEGER})
+"""The body of `upload`'s 202."""
+COUNT = obj({"done": INTEGER, "total": INTEGER})
+CHUNKS = obj({"done": INTEGER, "total": INTEGER, "embedded": INTEGER})
+JOB = obj(
+    {
+        "job_id": STRING,
+        "status": enum(QUEUED, RUNNING, DONE, FAILED),
+        "collection": STRING,
+        "source_type": STRING,
+        "source": STRING,
+        "files": COUNT,
+        "chunks": CHUNKS,
+        "errors": array(obj({"file": STRING, "reason": STRING})),
+        "created_at": STRING,
+        "updated_at": STRING,
+    },
+    {"reason": STRING},
+)
+"""The body of `job`."""
+
+
+def uploads(request: Request) -> UploadJobs:
+    jobs: UploadJobs = request.app.state.uploads
+    return jobs
+
+
+async def upload(request: Request) -> Response:
+    """The body is read to disk first: a form's fields may come after its files."""
+    service(request).jobs.check_writable()
+    jobs = uploads(request)
+    settings = request.app.state.settings
+    job_id = jobs.new_job_id()
+    folder = jobs.folder_of(job_id)
+    try:
+        received = await receive(
+            request, folder, settings.max_file_mb * 2**20, MAX_FILES, settings.body_timeout
+        )
+        values = FORM.parse(received.fields, "form")
+        access(request).collection(values["collection"])
+        if not received.files:
+            raise InvalidRequest(FILE, "send at least one file, as a part named 'file'")
+        sent = [Sent(f.name, f.path, f.size, f.too_large) for f in received.files]
+        job = await jobs.submit(job_id, Upload(**values), sent)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    accepted = {"job_id": job.id, "files": [file.name for file in job.files][:1000]}
+    action = "POST /v1/knowledge/files"
+    await service(request).audit(actor(request), action, job.collection, accepted)
+    return JSONResponse(
+        {"job_id": job.id, "status": job.status, "files": len(job.files)},
+        status_code=202,
+        headers={"Location": f"/v1/knowledge/jobs/{job.id}"},
+    )
+
+
+async def job(request: Request) -> Response:
+    job_id = request.path_params["id"]
+    found = await service(request).jobs.get(job_id)
+    if found is None or not access(request).reaches(found.collection):
+        raise NotFound(f"no upload job with id {job_id!r}", id=job_id)
+    return JSONResponse(job_view(found))
+
+
+def job_view(job: Job) -> dict[str, Any]:
+    settled = [file for file in job.files if file.state != "pending"]
+    body: dict[str, Any] = {
+        "job_id": job.id,
+        "status": job.status,
+        "collection": job.collection,
+        "source_type": job.source_type,
+        "source": job.source,
+        "files": {"done": len(settled), "total": len(job.files)},
+        "chunks": {"done": job.chunks_done, "total": job.chunks_total, "embedded": job.embedded},
+        "errors": [
+            {"file": file.name, "reason": file.reason}
+            for file in job.files
+            if file.state == "failed"
+        ],
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+    }
+    if job.reason:
+        body["reason"] = job.reason
+    return body

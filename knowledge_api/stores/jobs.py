@@ -1,0 +1,225 @@
+"""Upload jobs as the stores keep them: one record a job, its files and their progress.
+
+Jobs live in the store's own database, like the API keys (stores/keys.py), so every
+replica can answer for a job and a restarted service finds the jobs it left: a table of
+the SQLite file (`SQLiteJobs`, also used beside Chroma and Qdrant) or of the Postgres
+schema (`SiamJobs`, for the postgres and supabase stores). A store serving tables
+other pipelines own refuses them (`RefusedJobs`), as it refuses every write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from knowledge_api.errors import BackendConnectionError, KnowledgeAPIError
+
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+UNFINISHED = (QUEUED, RUNNING)
+
+
+@dataclass(slots=True)
+class JobFile:
+    name: str
+    """The file's name as it was sent."""
+    stored: str
+    """Its file in the job's folder (never the name sent, which may hold `../`)."""
+    size: int
+    state: str = "pending"
+    """pending, done or failed."""
+    reason: str = ""
+    chunks: int = 0
+
+
+@dataclass(slots=True)
+class Job:
+    id: str
+    collection: str
+    source_type: str
+    source: str
+    owner: str
+    """The service (host and upload folder) that holds the job's files."""
+    files: list[JobFile] = field(default_factory=list)
+    status: str = QUEUED
+    reason: str = ""
+    """Why the job failed."""
+    chunks_done: int = 0
+    chunks_total: int = 0
+    embedded: int = 0
+    """Passages embedded anew (none for text whose vectors the store holds)."""
+    created_at: str = ""
+    updated_at: str = ""
+
+    def data(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_data(cls, data: str | dict[str, Any]) -> Job:
+        values = json.loads(data) if isinstance(data, str) else dict(data)
+        values["files"] = [JobFile(**file) for file in values.get("files", [])]
+        return cls(**values)
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class JobStore(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def check_writable(self) -> None:
+        """StoreReadOnly where the store refuses writes; before an upload is read."""
+
+    async def save(self, job: Job) -> None:
+        """Insert or replace the job's record (its updated_at set now)."""
+
+    async def get(self, job_id: str) -> Job | None: ...
+
+    async def unfinished(self, owner: str | None = None) -> list[Job]:
+        """The jobs left queued or running (of `owner`, or of every service), oldest
+        first."""
+
+
+class SQLiteJobs:
+    """Jobs in a table of a SQLite file (the sqlite store's own, or beside another store)."""
+
+    SCHEMA = """CREATE TABLE IF NOT EXISTS upload_jobs (
+        id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        data TEXT NOT NULL,
+        created_at TEXT NOT NULL)"""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._connect)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA busy_timeout=5000")
+                conn.execute(self.SCHEMA)
+            except (sqlite3.Error, OSError) as e:
+                where = f"cannot open the upload jobs in {self.path}"
+                raise BackendConnectionError(f"{where}: {e}") from e
+            self._conn = conn
+        return self._conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def check_writable(self) -> None:
+        return None
+
+    async def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        def run() -> list[tuple[Any, ...]]:
+            return self._connect().execute(sql, params).fetchall()
+
+        try:
+            return await asyncio.to_thread(run)
+        except sqlite3.Error as e:
+            raise BackendConnectionError(f"upload jobs unavailable: {e}") from e
+
+    async def save(self, job: Job) -> None:
+        job.updated_at = now()
+        job.created_at = job.created_at or job.updated_at
+        await self._run(
+            "INSERT OR REPLACE INTO upload_jobs VALUES (?, ?, ?, ?, ?)",
+            (job.id, job.status, job.owner, job.data(), job.created_at),
+        )
+
+    async def get(self, job_id: str) -> Job | None:
+        rows = await self._run("SELECT data FROM upload_jobs WHERE id = ?", (job_id,))
+        return Job.from_data(rows[0][0]) if rows else None
+
+    async def unfinished(self, owner: str | None = None) -> list[Job]:
+        rows = await self._run(
+            "SELECT data FROM upload_jobs WHERE status IN (?, ?) "
+            "AND (? IS NULL OR owner = ?) ORDER BY created_at",
+            (*UNFINISHED, owner, owner),
+        )
+        return [Job.from_data(row[0]) for row in rows]
+
+
+class SiamJobs:
+    """Jobs in the Postgres schema, through the store's own primitives (a direct
+    connection for postgres, PostgREST for supabase)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def open(self) -> None:
+        return None  # the store's migrations made the table
+
+    async def close(self) -> None:
+        return None
+
+    def check_writable(self) -> None:
+        return None
+
+    async def save(self, job: Job) -> None:
+        job.updated_at = now()
+        job.created_at = job.created_at or job.updated_at
+        params = {
+            "job_id": job.id,
+            "job_status": job.status,
+            "job_owner": job.owner,
+            "job_data": asdict(job),
+            "job_created": job.created_at,
+        }
+        await self.store.call("knowledge_upload_job_save", params, BackendConnectionError)
+
+    async def get(self, job_id: str) -> Job | None:
+        rows = await self.store.select("knowledge_upload_jobs", "data", ("id", "eq", job_id))
+        return Job.from_data(rows[0]["data"]) if rows else None
+
+    async def unfinished(self, owner: str | None = None) -> list[Job]:
+        mine = () if owner is None else (("owner", "eq", owner),)
+        rows = await self.store.select(
+            "knowledge_upload_jobs",
+            "data",
+            *mine,
+            ("status", "in", list(UNFINISHED)),
+            order="created_at",
+        )
+        return [Job.from_data(row["data"]) for row in rows]
+
+
+class RefusedJobs:
+    """The store of a database other pipelines fill: no job is accepted (409)."""
+
+    def __init__(self, refused: Callable[[], KnowledgeAPIError]) -> None:
+        self.refused = refused
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def check_writable(self) -> None:
+        raise self.refused()
+
+    async def save(self, job: Job) -> None:
+        raise self.refused()
+
+    async def get(self, job_id: str) -> Job | None:
+        return None
+
+    async def unfinished(self, owner: str | None = None) -> list[Job]:
+        return []

@@ -1,0 +1,27 @@
+-- Upload jobs (POST /v1/knowledge/files): the job's status and the service that holds
+-- its files as columns, the rest (files, progress, errors) as one JSON document. Every
+-- replica can answer for a job; the one holding its files resumes it after a restart.
+CREATE TABLE knowledge_upload_jobs (
+    id text PRIMARY KEY,
+    status text NOT NULL,
+    owner text NOT NULL,
+    data jsonb NOT NULL,
+    created_at text NOT NULL
+);
+
+CREATE INDEX knowledge_upload_jobs_unfinished ON knowledge_upload_jobs (owner, created_at)
+    WHERE status IN ('queued', 'running');
+
+CREATE FUNCTION knowledge_upload_job_save(
+    job_id text, job_status text, job_owner text, job_data jsonb, job_created text
+)
+RETURNS TABLE (saved boolean)
+LANGUAGE sql AS $$
+    INSERT INTO knowledge_upload_jobs (id, status, owner, data, created_at)
+    VALUES (job_id, job_status, job_owner, job_data, job_created)
+    ON CONFLICT (id) DO UPDATE
+        SET status = excluded.status, owner = excluded.owner, data = excluded.data
+    RETURNING true
+$$;
+
+NOTIFY pgrst, 'reload schema';

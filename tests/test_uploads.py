@@ -1,0 +1,356 @@
+"""Files over HTTP as jobs: POST /v1/knowledge/files with real PDF, Word, PowerPoint,
+HTML and Markdown files made here; GET /v1/knowledge/jobs/{id}; bad files as errors of
+their job; a restart in the middle of a job."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+import zipfile
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.compose import build_service
+from knowledge_api.errors import BackendConnectionError
+from knowledge_api.ingest import extract
+from knowledge_api.settings import Settings
+from knowledge_api.stores.jobs import Job
+from knowledge_api.usecases import uploads
+from tests.conftest import corpus, make_settings
+from tests.documents import pdf_bytes, write_docx, write_pptx
+
+FILES = "/v1/knowledge/files"
+QUERY = "/v1/knowledge/query"
+HTML = (
+    "<html><head><title>Site</title></head><body><nav>Home | Next | Up</nav><main>"
+    "<h1>Heron uploads</h1><p>HERON_MAX_MB bounds each heron upload.</p></main>"
+    "<footer>Copyright</footer></body></html>"
+)
+
+
+def good_files(tmp_path: Path) -> list[tuple[str, bytes]]:
+    return [
+        ("manual.pdf", pdf_bytes([["The turbine manual covers blade pitch."]], "Turbine")),
+        ("handbook.docx", write_docx(tmp_path / "handbook.docx").read_bytes()),
+        ("review.pptx", write_pptx(tmp_path / "review.pptx").read_bytes()),
+        ("heron.html", HTML.encode()),
+        ("notes/kestrel.md", b"# Kestrel\n\nKestrel rotates the ingest keys weekly."),
+    ]
+
+
+def parts(files: list[tuple[str, bytes]]) -> list[tuple[str, tuple[str, bytes]]]:
+    return [("file", (name, data)) for name, data in files]
+
+
+def wait_for(client: TestClient, job_id: str, timeout: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body: dict[str, Any] = client.get(f"/v1/knowledge/jobs/{job_id}").json()
+        if body["status"] in ("done", "failed"):
+            return body
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} still {body['status']} after {timeout} s")
+
+
+def submit(client: TestClient, files: list[tuple[str, bytes]], **form: str) -> str:
+    response = client.post(FILES, files=parts(files), data=form)
+    assert response.status_code == 202, response.text
+    assert response.headers["location"] == f"/v1/knowledge/jobs/{response.json()['job_id']}"
+    return str(response.json()["job_id"])
+
+
+def found(client: TestClient, text: str, collection: str = "default") -> list[str]:
+    body = {"query": text, "collection": collection, "synthesize": False, "limit": 3}
+    response = client.post(QUERY, json=body)
+    assert response.status_code == 200, response.text
+    return [r["content"] for r in response.json()["results"]]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path, upload_dir=str(tmp_path / "uploads"))
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def test_real_files_are_indexed_by_a_job(client: TestClient, tmp_path: Path) -> None:
+    job_id = submit(client, good_files(tmp_path), collection="manuals", source="handbooks")
+    job = wait_for(client, job_id)
+    assert job["status"] == "done" and job["errors"] == [], job
+    assert (job["collection"], job["source_type"], job["source"]) == (
+        "manuals",
+        "wiki",
+        "handbooks",
+    )
+    assert job["files"] == {"done": 5, "total": 5}
+    assert job["chunks"]["done"] == job["chunks"]["total"] >= 5
+    assert job["chunks"]["embedded"] == job["chunks"]["done"]
+    assert any("blade pitch" in c for c in found(client, "turbine blade pitch", "manuals"))
+    assert any("HERON_MAX_MB" in c for c in found(client, "heron upload limit", "manuals"))
+    assert any("weekly" in c for c in found(client, "kestrel ingest keys", "manuals"))
+    assert any("Revenue grew" in c for c in found(client, "quarterly revenue", "manuals"))
+    assert not (tmp_path / "uploads" / job_id).exists()  # the files are gone with the job
+
+
+def test_the_same_file_twice_embeds_nothing_the_second_time(
+    client: TestClient, tmp_path: Path
+) -> None:
+    files = good_files(tmp_path)[:2]
+    first = wait_for(client, submit(client, files))
+    second = wait_for(client, submit(client, files))
+    assert first["chunks"]["embedded"] > 0
+    assert second["status"] == "done" and second["chunks"]["embedded"] == 0
+    assert second["chunks"]["done"] == first["chunks"]["done"]
+
+
+def encrypted_pdf() -> bytes:
+    import pypdf
+
+    writer = pypdf.PdfWriter(clone_from=io.BytesIO(pdf_bytes([["Secret plans."]])))
+    writer.encrypt("secret", algorithm="RC4-128")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def zip_bomb(tmp_path: Path) -> bytes:
+    bomb = write_docx(tmp_path / "bomb.docx")
+    archive = zipfile.ZipFile(bomb, "a", zipfile.ZIP_DEFLATED)
+    with archive, archive.open("word/media/zeros.bin", "w") as part:
+        for _ in range(4):
+            part.write(bytes(2**20))
+    return bomb.read_bytes()
+
+
+def test_each_bad_file_is_an_error_of_its_job_and_the_rest_is_indexed(
+    client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(extract, "MAX_UNZIPPED_BYTES", 2**20)
+    client.portal.call(client.app.state.service.ingest, corpus())  # type: ignore[attr-defined]
+    before = client.get("/v1/knowledge/detail/jira/SIAM-101").json()
+    bad = [
+        ("broken.pdf", b"%PDF-1.4 truncated"),
+        ("locked.pdf", encrypted_pdf()),
+        ("bomb.docx", zip_bomb(tmp_path)),
+        ("empty.md", b""),
+        ("latin1.md", "# Caf\xe9\n\nCr\xe8me br\xfbl\xe9e.".encode("latin-1")),
+        ("../escape.md", b"# Escape\n\nOut of the folder."),
+        ("/etc/passwd.md", b"# Root\n\nAn absolute path."),
+        ("C:/Windows/win.md", b"# Win\n\nA drive path."),
+        ("tool.exe", b"MZ\x00\x00binary"),
+        ("data.xyz", b"plain words in an unknown format"),
+    ]
+    job = wait_for(client, submit(client, [*bad, ("ok.md", b"# Osprey\n\nOsprey nests early.")]))
+    assert job["status"] == "done" and job["files"] == {"done": 11, "total": 11}
+    reasons = {error["file"]: error["reason"] for error in job["errors"]}
+    assert sorted(reasons) == sorted(name for name, _ in bad)
+    assert reasons["broken.pdf"].startswith("unreadable PDF")
+    assert reasons["locked.pdf"] == "encrypted PDF"
+    assert reasons["bomb.docx"].startswith("zip bomb: its parts expand to 4 MiB")
+    assert reasons["empty.md"] == "empty file: 0 bytes"
+    assert reasons["latin1.md"].startswith("not UTF-8")
+    for unsafe in ("../escape.md", "/etc/passwd.md", "C:/Windows/win.md"):
+        assert reasons[unsafe].startswith("unsafe file name"), reasons[unsafe]
+    assert reasons["tool.exe"].startswith("binary")
+    assert reasons["data.xyz"] == "unknown type: .xyz: not a supported document format"
+    assert any("Osprey nests early." in c for c in found(client, "osprey nests"))
+    assert client.get("/v1/knowledge/detail/jira/SIAM-101").json() == before
+    assert not (tmp_path.parent / "escape.md").exists()
+
+
+def test_a_job_with_nothing_indexed_failed(client: TestClient) -> None:
+    job = wait_for(client, submit(client, [("empty.txt", b""), ("x.bin", b"\x00\x01")]))
+    assert job["status"] == "failed"
+    assert job["reason"] == "none of the 2 files could be indexed"
+    assert len(job["errors"]) == 2
+
+
+def test_a_file_over_the_limit_is_an_error_the_others_are_indexed(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, max_file_mb=1, upload_dir=str(tmp_path / "up"))
+    big = b"# Big\n\n" + b"word " * (2**20 // 4)
+    with TestClient(create_app(settings)) as client:
+        job = wait_for(client, submit(client, [("big.md", big), ("small.md", b"# Small\n\nTern.")]))
+    assert job["status"] == "done"
+    assert job["errors"] == [
+        {"file": "big.md", "reason": "too large: over the 1 MB limit (KNOWLEDGE_MAX_FILE_MB)"}
+    ]
+    assert job["files"] == {"done": 2, "total": 2}
+
+
+@pytest.mark.parametrize(
+    ("send", "status", "field"),
+    [
+        ({"json": {"file": "x"}}, 415, None),
+        ({"files": [("document", ("a.md", b"# A"))]}, 400, "document"),
+        ({"data": {"collection": "default"}, "files": []}, 415, None),
+        ({"files": [("file", ("a.md", b"# A"))], "data": {"colection": "x"}}, 400, "colection"),
+        ({"files": [("file", ("a.md", b"# A"))], "data": {"source_type": "blog"}}, 400, None),
+        ({"files": [("file", ("a.md", b"# A"))], "data": {"collection": "../x"}}, 400, None),
+    ],
+)
+def test_a_bad_upload_is_refused_and_leaves_nothing_behind(
+    client: TestClient, settings: Settings, send: dict[str, Any], status: int, field: str | None
+) -> None:
+    response = client.post(FILES, **send)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    if field is not None:
+        assert error["details"]["field"] == field
+    assert list(settings.uploads_path.glob("*")) == []
+
+
+def test_a_form_without_files_is_refused(client: TestClient) -> None:
+    body = b'--b\r\nContent-Disposition: form-data; name="collection"\r\n\r\ndefault\r\n--b--\r\n'
+    headers = {"content-type": "multipart/form-data; boundary=b"}
+    response = client.post(FILES, content=body, headers=headers)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["details"]["field"] == "file"
+
+
+def test_a_body_cut_short_keeps_no_truncated_file(client: TestClient, settings: Settings) -> None:
+    whole = b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.md"\r\n\r\n'
+    body = whole + b"# Half\n\nThe first half of a file whose end never came"
+    headers = {"content-type": "multipart/form-data; boundary=b"}
+    response = client.post(FILES, content=body, headers=headers)
+    assert response.status_code == 400, response.text
+    assert "closing boundary" in response.json()["error"]["message"]
+    assert list(settings.uploads_path.glob("*")) == []
+
+
+def test_an_unknown_job_is_a_404(client: TestClient) -> None:
+    response = client.get("/v1/knowledge/jobs/nope")
+    assert response.status_code == 404 and response.json()["error"]["type"] == "not_found"
+
+
+def test_a_document_of_the_longest_content_fits_the_body(client: TestClient) -> None:
+    """60,000 characters of non-ASCII text are 120 KB of JSON: over the 64 KiB limit."""
+    doc = {"source_type": "wiki", "source_id": "long", "content": "é" * 59_990 + " end"}
+    response = client.post("/v1/knowledge/documents", json=doc)
+    assert response.status_code == 201, response.text
+
+
+class Stalled:
+    """The service's ingest, held before it indexes its `after`-th file."""
+
+    def __init__(self, ingest: Any, after: int) -> None:
+        self.ingest = ingest
+        self.calls = 0
+        self.after = after
+        self.reached = asyncio.Event()
+
+    async def __call__(self, documents: Any, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls > self.after:
+            self.reached.set()
+            await asyncio.Event().wait()  # until the service stops
+        return await self.ingest(documents, *args, **kwargs)
+
+
+def stopped_mid_job(settings: Settings, files: list[tuple[str, bytes]], after: int) -> str:
+    """A job whose service stopped while it ran, `after` of its files indexed."""
+    with TestClient(create_app(settings)) as client:
+        service = client.app.state.service  # type: ignore[attr-defined]
+        stalled = Stalled(service.ingest, after)
+        service.ingest = stalled
+        job_id = submit(client, files)
+        deadline = time.monotonic() + 30
+        while not stalled.reached.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        job = client.get(f"/v1/knowledge/jobs/{job_id}").json()
+        assert job["status"] == "running" and job["chunks"]["done"] > 0, job
+    return job_id
+
+
+def test_a_job_cut_by_a_restart_is_resumed(settings: Settings, tmp_path: Path) -> None:
+    files = good_files(tmp_path)
+    job_id = stopped_mid_job(settings, files, after=2)
+    with TestClient(create_app(settings)) as client:
+        job = wait_for(client, job_id)
+        assert job["status"] == "done" and job["errors"] == []
+        assert job["files"] == {"done": 5, "total": 5}
+        assert job["chunks"]["done"] == job["chunks"]["total"]
+        assert any("weekly" in c for c in found(client, "kestrel ingest keys"))
+
+
+def test_a_job_whose_files_are_gone_fails_saying_why(settings: Settings, tmp_path: Path) -> None:
+    import shutil
+
+    job_id = stopped_mid_job(settings, good_files(tmp_path), after=1)
+    shutil.rmtree(settings.uploads_path / job_id)
+    with TestClient(create_app(settings)) as client:
+        job = client.get(f"/v1/knowledge/jobs/{job_id}").json()
+    assert job["status"] == "failed"
+    assert job["reason"] == "the service restarted and the job's files are gone"
+
+
+async def another_services_job(settings: Settings) -> None:
+    service = build_service(settings)
+    await service.open_storage()
+    try:
+        await service.jobs.save(Job("theirs", "default", "wiki", "upload", "gone-host:/up"))
+    finally:
+        await service.stop()
+
+
+@pytest.mark.parametrize("stale", [True, False])
+def test_a_job_its_service_abandoned_fails_no_other(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, stale: bool
+) -> None:
+    """A replica removed for good leaves its jobs: another one fails them once they have
+    not moved for ABANDONED_AFTER, and leaves a job that still moves to its service."""
+    asyncio.run(another_services_job(settings))
+    if stale:
+        monkeypatch.setattr(uploads, "ABANDONED_AFTER", timedelta(0))
+    with TestClient(create_app(settings)) as client:
+        job = client.get("/v1/knowledge/jobs/theirs").json()
+    if stale:
+        assert job["status"] == "failed"
+        assert job["reason"].startswith("abandoned: the service holding its files (gone-host:/up)")
+    else:
+        assert job["status"] == "queued" and "reason" not in job
+
+
+class Unwritable:
+    """A job store whose writes fail, as a store that went away."""
+
+    def __init__(self, jobs: Any) -> None:
+        self.jobs = jobs
+        self.broken = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.jobs, name)
+
+    async def save(self, job: Any) -> None:
+        if self.broken and job.status != "queued":
+            raise BackendConnectionError("upload jobs unavailable: disk I/O error")
+        await self.jobs.save(job)
+
+
+def test_a_job_store_gone_mid_job_keeps_the_files_and_the_worker(
+    settings: Settings, tmp_path: Path
+) -> None:
+    with TestClient(create_app(settings)) as client:
+        uploads_of = client.app.state.uploads  # type: ignore[attr-defined]
+        store = Unwritable(uploads_of.jobs)
+        uploads_of.jobs = client.app.state.service.jobs = store  # type: ignore[attr-defined]
+        store.broken = True
+        stuck = submit(client, [("a.md", b"# A\n\nAlbatross.")])
+        deadline = time.monotonic() + 10
+        while uploads_of.queue.qsize() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert (settings.uploads_path / stuck).is_dir()  # kept for the next start
+        store.broken = False
+        done = wait_for(client, submit(client, [("b.md", b"# B\n\nBittern.")]))
+        assert done["status"] == "done"  # the worker went on
