@@ -266,3 +266,16 @@ def test_missing_path_is_a_clear_error_before_anything_is_read(
     with pytest.raises(InvalidRequest, match="no such file"):
         load_paths([tmp_path / "a.md", tmp_path / "nope"], LoadOptions())
     assert read == []
+
+
+def test_a_corpus_record_with_an_integer_past_64_bits_is_skipped_saying_so(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "corpus.jsonl").write_text(
+        '{"_id": "a", "text": "Kept.", "metadata": {"n": 9223372036854775807}}\n'
+        '{"_id": "b", "text": "Big.", "metadata": {"n": [1, 1' + "0" * 30 + "]}}\n"
+    )
+    loaded = load_paths([tmp_path], LoadOptions())
+    (skipped,) = loaded.skipped
+    assert skipped.reason == "bad record"
+    assert "corpus.jsonl:2 metadata.n[1]" in skipped.detail and "64-bit" in skipped.detail

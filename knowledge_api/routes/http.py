@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
 from typing import Any
 
 import orjson
@@ -12,6 +14,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
+from knowledge_api import validation
 from knowledge_api.errors import (
     InvalidJSON,
     KnowledgeAPIError,
@@ -70,9 +73,31 @@ async def read_json(request: Request) -> Any:
     if not body:
         raise InvalidJSON("body", "must be a JSON object (the body is empty)")
     try:
-        return orjson.loads(body)
+        parsed = orjson.loads(body)
     except orjson.JSONDecodeError as e:
+        exact_integers(body, None)  # an integer past the doubles reads as infinity
         raise InvalidJSON("body", f"must be valid JSON ({e})") from e
+    return exact_integers(body, parsed)
+
+
+_LONG_NUMBER = re.compile(rb"\d{19}")
+"""19 digits in a row: perhaps an integer past 64 bits, which orjson reads as a float."""
+_TOO_LONG = 2**64
+"""Stands for an integer literal too long to convert (Python refuses 4,300 digits)."""
+
+
+def exact_integers(body: bytes | bytearray, parsed: Any) -> Any:
+    """`parsed`, or for a body with a long number the body parsed again with its
+    integers exact, each checked to be within 64 bits (orjson reads 10**300 as 1e300):
+    the rare body with a long number pays for the slower parser."""
+    if not _LONG_NUMBER.search(body):
+        return parsed
+    try:
+        exact = json.loads(body, parse_int=lambda s: int(s) if len(s) < 30 else _TOO_LONG)
+    except ValueError:
+        return parsed
+    validation.check_int64(exact, "")
+    return exact
 
 
 def route_list(request: Request) -> list[str]:

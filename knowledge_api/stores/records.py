@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_api import validation
 from knowledge_api.errors import ConfigurationError, IndexingError
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, Metadata, SearchHit
 
@@ -115,7 +116,17 @@ def document_from_record(record: Row, content: str, chunks: list[Chunk]) -> Docu
 
 def decoded(metadata: Any) -> Metadata:
     """Metadata stored as JSON text, or already decoded (jsonb, a payload)."""
-    return json.loads(metadata) if isinstance(metadata, str | bytes) else dict(metadata)
+    return restored(json.loads(metadata) if isinstance(metadata, str | bytes) else metadata)
+
+
+def restored(metadata: Mapping[str, Any]) -> Metadata:
+    """Metadata as it was written: jsonb keeps numbers as decimals and prints 1e300 in
+    full, which a JSON reader takes for an integer; integers outside 64 bits are refused
+    on the way in, so such a number was a float."""
+    return {
+        key: float(value) if not validation.is_int64(value) else value
+        for key, value in metadata.items()
+    }
 
 
 def as_timestamp(value: Any) -> str:
@@ -165,7 +176,7 @@ def hit_from_record(
         document_id=str(record["document_id"]),
         source_type=record["source_type"],
         source_id=record["source_id"],
-        metadata=metadata,
+        metadata=restored(metadata),
         score=score,
         similarity=similarity,
     )
