@@ -9,13 +9,17 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import numpy as np
+import psutil
 import pytest
 from starlette.testclient import TestClient
 
@@ -398,6 +402,74 @@ async def test_an_embedded_server_that_dies_is_started_again(tmp_path: Path) -> 
     finally:
         await store.close()
         stop_embedded_server(data)
+
+
+def serve_embedded(data: Path, port: int) -> subprocess.Popen[bytes]:
+    """`knowledge-api serve` on the embedded Postgres of `data`, once it answers."""
+    env = {
+        **os.environ,
+        "KNOWLEDGE_STORE": "postgres",
+        "KNOWLEDGE_POSTGRES_DATA_DIR": str(data),
+        "KNOWLEDGE_POSTGRES_SHARED_BUFFERS": "32MB",
+        "KNOWLEDGE_EMBEDDER": "fake",
+        "KNOWLEDGE_SEED_ON_EMPTY": "false",
+        "KNOWLEDGE_SYNTHESIZER": "extractive",
+        "KNOWLEDGE_API_PORT": str(port),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "knowledge_api", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(600):
+        try:
+            health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+            if health.status_code == 200 and health.json()["store"]["status"] == "ok":
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    server.kill()
+    raise AssertionError("the service did not start")
+
+
+def postmaster(data: Path) -> psutil.Process:
+    return psutil.Process(int((data / "postmaster.pid").read_text().split()[0]))
+
+
+def stopped(process: psutil.Process, timeout: float = 20) -> bool:
+    try:
+        process.wait(timeout)
+    except psutil.TimeoutExpired:
+        return process.status() == psutil.STATUS_ZOMBIE
+    return True
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("killed_before", [False, True])
+def test_the_embedded_server_stops_with_the_service_on_sigterm(killed_before: bool) -> None:
+    """It kept running after a kill -TERM of the service, once the data directory had
+    been through a kill -9 (whose pid stayed in the server's list of its users)."""
+    from tests.test_faults import free_port
+
+    data = Path(tempfile.mkdtemp(prefix="knowledge-embedded-")) / "pg"
+    port = free_port()
+    try:
+        if killed_before:
+            first = serve_embedded(data, port)
+            first.kill()
+            first.wait()
+        server = serve_embedded(data, port)
+        running = postmaster(data)
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+        assert stopped(running), "the embedded Postgres outlived the service"
+        assert not (data / "postmaster.pid").exists()
+    finally:
+        if (data / "postmaster.pid").exists():
+            stop_embedded_server(data)
+        shutil.rmtree(data.parent, ignore_errors=True)
 
 
 def test_an_embedded_server_that_cannot_be_configured_says_so(
