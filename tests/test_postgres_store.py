@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -307,6 +308,47 @@ def test_an_unreachable_database_degrades_visibly_and_hides_the_password(
         seen = json.dumps(health) + response.text + caplog.text
     assert "127.0.0.1:9" in seen and "s3cret-pass" not in seen
     assert "s3cret-pass" not in repr(make_store("postgres", settings))
+
+
+@pytest.mark.fault
+def test_a_database_that_does_not_answer_is_named_with_its_reason_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that takes the connection and never answers: the log said 'store
+    unavailable: ' with no reason, once for every source of every streamed query."""
+    from knowledge_api.stores import base, postgres
+    from tests.conftest import make_settings
+
+    monkeypatch.setattr(postgres, "CONNECT_TIMEOUT", 0.5)
+    monkeypatch.setattr(base, "RECONNECT_SECONDS", 0.2)
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts and never speaks
+    url = f"postgresql://knowledge:s3cret-pass@127.0.0.1:{silent.getsockname()[1]}/k"
+    settings = make_settings(tmp_path, store="postgres", database_url=Secret(url))
+    with silent, caplog.at_level(logging.INFO), TestClient(create_app(settings)) as client:
+        for _ in range(8):
+            time.sleep(0.2)  # a reconnection is due: it times out again
+            client.post("/v1/knowledge/query", json={"query": "login", "stream": True})
+        response = client.post("/v1/knowledge/query", json={"query": "login"})
+        health = client.get("/health").json()
+        for reason in (response.json()["error"]["message"], health["store"]["error"]):
+            assert reason.endswith("no answer within 0.5 s (TimeoutError)"), reason
+        store = client.app.state.service.store  # type: ignore[attr-defined]
+        store.connection.succeeded()  # as when a database that answered goes away
+        time.sleep(0.2)
+
+        async def concurrently() -> list[BaseException]:
+            calls = [store.count() for _ in range(3)]  # one reconnects, two fail at once
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+
+        first, *others = client.portal.call(concurrently)
+        assert isinstance(first, BackendConnectionError)
+        assert first.message.endswith("(TimeoutError)"), first.message
+        for error in others:
+            assert isinstance(error, BackendConnectionError)
+            assert error.message.endswith("reconnecting (an attempt is under way)")
+    lines = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+    assert 1 <= len(lines) <= 2 and all("no answer within 0.5 s" in ln for ln in lines), lines
+    assert not [r for r in caplog.records if "alone failed" in r.getMessage()]
 
 
 async def test_the_store_starts_an_embedded_server_when_no_url_is_set(tmp_path: Path) -> None:

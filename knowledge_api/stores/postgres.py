@@ -35,13 +35,16 @@ from knowledge_api.errors import (
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
-from knowledge_api.stores.base import Reconnect
+from knowledge_api.stores.base import Reconnect, reason
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres_load import DEFAULT_BUILD, IndexBuild, load
 from knowledge_api.stores.siam import Condition, Row, SiamStore
 
 log = logging.getLogger("knowledge_api")
 COMMAND_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0
+"""Seconds a new connection may take (asyncpg waits 60), so that a server that takes
+connections and never answers fails a request in seconds, saying so."""
 ANALYZE_AFTER = 1000
 """Passages written before the planner's statistics are refreshed (or a fifth of the
 table, when that is more): plans stay right after a bulk load, before autovacuum."""
@@ -139,7 +142,11 @@ class PostgresStore(SiamStore):
                 max_size=self.pool_size,
                 command_timeout=COMMAND_TIMEOUT,
                 init=register_codecs,
+                timeout=CONNECT_TIMEOUT,
             )
+        except TimeoutError as e:  # taken, never answered: its message is empty
+            reason = f"no answer within {CONNECT_TIMEOUT:g} s (TimeoutError)"
+            raise self.connection.failed(f"cannot open {self.where()}: {reason}") from e
         except open_errors(asyncpg) as e:
             raise self.connection.failed(f"cannot open {self.where()}: {self.redacted(e)}") from e
         self.connection.succeeded()
@@ -182,7 +189,7 @@ class PostgresStore(SiamStore):
 
     def redacted(self, error: BaseException) -> str:
         """An error message with the URL and its password taken out."""
-        message = str(error)
+        message = reason(error)
         url = self.url.get()
         if url:
             message = message.replace(url, redact(url))
@@ -250,7 +257,7 @@ class PostgresStore(SiamStore):
     async def admin_connection(self) -> AsyncIterator[tuple[str, Any]]:
         """The URL and a connection of its own (no pool), for schema changes."""
         url = await self._url()
-        conn = await require_asyncpg().connect(url)
+        conn = await require_asyncpg().connect(url, timeout=CONNECT_TIMEOUT)
         try:
             yield url, conn
         finally:
