@@ -10,6 +10,13 @@ from knowledge_api.errors import InvalidRequest
 
 REQUIRED: Any = object()
 """The default of a field that must be given."""
+WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+"""What `str.strip` takes for blank (Python's whitespace: \\s of a JSON Schema pattern
+differs, with \\x1c-\\x1f and \\x85 out and \\ufeff in), as the inside of a class."""
+NOT_BLANK_PATTERN = "[^" + WHITESPACE.encode("unicode_escape").decode("ascii") + "]"
+"""A JSON Schema pattern for text that is not blank the way `text` sees it."""
 COLLECTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _COLLECTION = re.compile(COLLECTION_PATTERN.strip("^$"))
 COLLECTION_RULE = "must be 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
@@ -48,9 +55,13 @@ def text(
 
 
 def integer(payload: dict[str, Any], field: str, *, low: int, high: int, default: int) -> int:
+    """An integer; 15.0 is one, as JSON Schema has it (JSON has only numbers)."""
     value = payload.get(field, default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequest(field, f"must be an integer between {low} and {high}")
+    check_int64(value, field)
     if not low <= value <= high:
         raise InvalidRequest(field, f"must be between {low} and {high}", value=value)
     return value
@@ -62,6 +73,7 @@ def number(
     value = payload.get(field, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequest(field, f"must be a number between {low} and {high}")
+    check_int64(value, field)
     if not low <= value <= high:
         raise InvalidRequest(field, f"must be between {low} and {high}", value=value)
     return float(value)
@@ -94,7 +106,9 @@ def choices(
 INT64 = 2**63
 INT64_RULE = f"must be an integer within the signed 64-bit range ({-INT64} to {INT64 - 1})"
 KEY_MAX_LENGTH = 200
-_PLAIN_KEY = re.compile(r'[^\x00-\x1f\x7f"\\]{1,' + str(KEY_MAX_LENGTH) + "}")
+KEY_PATTERN = '^[^\\u0000-\\u001f\\u007f"\\\\]{1,' + str(KEY_MAX_LENGTH) + "}$"
+"""A metadata or filter key, as a JSON Schema pattern."""
+_PLAIN_KEY = re.compile(KEY_PATTERN.strip("^$"))
 
 
 def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:

@@ -55,8 +55,9 @@ class Text(Field):
     def schema(self) -> Schema:
         if not self.required:
             return {"type": "string", "maxLength": self.max_length}
-        # blank is refused as missing: at least one non-space character
-        return {"type": "string", "minLength": 1, "maxLength": self.max_length, "pattern": r"\S"}
+        # blank is refused as missing: at least one character `str.strip` keeps
+        pattern = validation.NOT_BLANK_PATTERN
+        return {"type": "string", "minLength": 1, "maxLength": self.max_length, "pattern": pattern}
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,13 @@ class Scalars(Field):
         return tuple(sorted(values.items())) if self.pairs else values
 
     def schema(self) -> Schema:
-        no_nul = {"pattern": r"^[^\u0000]*$"}
-        scalar = {"type": ["string", "number", "boolean"], **no_nul}
-        return {"type": "object", "propertyNames": no_nul, "additionalProperties": scalar}
+        key = {
+            "minLength": 1,
+            "maxLength": validation.KEY_MAX_LENGTH,
+            "pattern": validation.KEY_PATTERN,
+        }
+        scalar = {"type": ["string", "number", "boolean"], "pattern": r"^[^\u0000]*$"}
+        return {"type": "object", "propertyNames": key, "additionalProperties": scalar}
 
 
 @dataclass(frozen=True)
@@ -173,10 +178,19 @@ class Body:
     and not a silent default. `alternatives` are other bodies the route also takes (one
     document instead of a batch of them): documented, parsed by the route itself."""
 
-    def __init__(self, name: str, *fields: Field, alternatives: tuple[Body, ...] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        *fields: Field,
+        alternatives: tuple[Body, ...] = (),
+        others_ignored: bool = False,
+    ) -> None:
         self.name = name
         self.fields = fields
         self.alternatives = alternatives
+        self.others_ignored = others_ignored
+        """Unknown fields are ignored, not refused: a body a foreign client sends with
+        fields of its own (OpenAI's temperature, n, user ...)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -188,7 +202,8 @@ class Body:
         """The fields' values by name; `defaults` overrides declared defaults (a default
         that depends on the running service, such as the answer threshold)."""
         body = validation.require_object(payload, where)
-        validation.reject_unknown(body, self.names)
+        if not self.others_ignored:
+            validation.reject_unknown(body, self.names)
         overrides = defaults or {}
         return {f.name: f.parse(body, overrides.get(f.name, f.default)) for f in self.fields}
 
@@ -198,7 +213,7 @@ class Body:
             "title": self.name,
             "properties": {f.name: f.described() for f in self.fields},
             "required": [f.name for f in self.fields if f.required],
-            "additionalProperties": False,
+            "additionalProperties": self.others_ignored,
         }
 
 

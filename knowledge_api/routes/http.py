@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 from typing import Any
 
@@ -75,8 +76,10 @@ async def read_json(request: Request) -> Any:
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as e:
-        exact_integers(body, None)  # an integer past the doubles reads as infinity
-        raise InvalidJSON("body", f"must be valid JSON ({e})") from e
+        exact = exact_integers(body, None)  # an integer past the doubles reads as infinity
+        if exact is None:
+            raise InvalidJSON("body", f"must be valid JSON ({e})") from e
+        return exact
     return exact_integers(body, parsed)
 
 
@@ -88,16 +91,32 @@ _TOO_LONG = 2**64
 
 def exact_integers(body: bytes | bytearray, parsed: Any) -> Any:
     """`parsed`, or for a body with a long number the body parsed again with its
-    integers exact, each checked to be within 64 bits (orjson reads 10**300 as 1e300):
-    the rare body with a long number pays for the slower parser."""
+    integers exact (orjson reads 10**300 as 1e300, which a field would then take for a
+    float): each field that reads a number refuses one past 64 bits, naming itself
+    (`validation.check_int64`). The rare body with a long number pays for the slower
+    parser."""
     if not _LONG_NUMBER.search(body):
         return parsed
     try:
-        exact = json.loads(body, parse_int=lambda s: int(s) if len(s) < 30 else _TOO_LONG)
+        return json.loads(
+            body,
+            parse_int=lambda s: int(s) if len(s) < 30 else _TOO_LONG,
+            parse_float=finite,
+            parse_constant=refused,
+        )
     except ValueError:
         return parsed
-    validation.check_int64(exact, "")
-    return exact
+
+
+def finite(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"{literal} is past the doubles")
+    return value
+
+
+def refused(literal: str) -> Any:
+    raise ValueError(f"{literal} is not JSON")
 
 
 def route_list(request: Request) -> list[str]:
@@ -113,6 +132,10 @@ def route_list(request: Request) -> list[str]:
 def error_response(error: KnowledgeAPIError, headers: dict[str, str] | None = None) -> Response:
     """The error shape, with the request's id in `details.request_id` and its header."""
     body = error.body()
+    details = body["error"]["details"]  # an echoed integer past 64 bits is no JSON of orjson's
+    body["error"]["details"] = {
+        k: v if validation.is_int64(v) else str(v) for k, v in details.items()
+    }
     headers = {**error.headers, **(headers or {})}
     if rid := request_id():
         body["error"]["details"] = {**body["error"]["details"], "request_id": rid}
