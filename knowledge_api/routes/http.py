@@ -84,18 +84,19 @@ async def read_json(request: Request) -> Any:
 
 
 _LONG_NUMBER = re.compile(rb"\d{19}")
-"""19 digits in a row: perhaps an integer past 64 bits, which orjson reads as a float."""
+"""19 digits in a row: perhaps an integer past the doubles, which orjson refuses."""
 _TOO_LONG = 2**64
+_INT64 = validation.INT64
 """Stands for an integer literal too long to convert (Python refuses 4,300 digits)."""
 
 
 def exact_integers(body: bytes | bytearray, parsed: Any) -> Any:
-    """`parsed`, or for a body with a long number the body parsed again with its
-    integers exact (orjson reads 10**300 as 1e300, which a field would then take for a
-    float): each field that reads a number refuses one past 64 bits, naming itself
-    (`validation.check_int64`). The rare body with a long number pays for the slower
-    parser."""
-    if not _LONG_NUMBER.search(body):
+    """`parsed`, or for a body with a number that may be an integer past 64 bits the
+    body parsed again with its integers exact (orjson reads 10**300 as 1e300, which a
+    field would then take for a float): each field that reads a number refuses one past
+    64 bits, naming itself (`validation.check_int64`). The rare body with such a number
+    pays for the slower parser; `parsed` None is a body orjson refused."""
+    if not (maybe_long(parsed) if parsed is not None else _LONG_NUMBER.search(body)):
         return parsed
     try:
         return json.loads(
@@ -106,6 +107,25 @@ def exact_integers(body: bytes | bytearray, parsed: Any) -> Any:
         )
     except ValueError:
         return parsed
+
+
+def maybe_long(value: Any) -> bool:
+    """Whether a number in `value` is, or may have been written as, an integer past 64
+    bits: orjson reads one within 64 unsigned bits as an int, and the others as floats
+    (which a float of that size may be, too)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif (kind is int and not -_INT64 <= item < _INT64) or (
+            kind is float and abs(item) >= _INT64  # -2**63 - 1 reads as -2.0**63
+        ):
+            return True
+    return False
 
 
 def finite(literal: str) -> float:

@@ -123,10 +123,9 @@ def restored(metadata: Mapping[str, Any]) -> Metadata:
     """Metadata as it was written: jsonb keeps numbers as decimals and prints 1e300 in
     full, which a JSON reader takes for an integer; integers outside 64 bits are refused
     on the way in, so such a number was a float."""
-    return {
-        key: float(value) if not validation.is_int64(value) else value
-        for key, value in metadata.items()
-    }
+    if all(validation.is_int64(value) for value in metadata.values()):
+        return metadata if isinstance(metadata, dict) else dict(metadata)
+    return {k: v if validation.is_int64(v) else float(v) for k, v in metadata.items()}
 
 
 def as_timestamp(value: Any) -> str:
