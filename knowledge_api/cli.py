@@ -279,7 +279,12 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     server = ReadyServer(config, ready_message(settings), app)
-    server.run(sockets=[shared_socket(settings.host, settings.port)])
+    try:
+        server.run(sockets=[shared_socket(settings.host, settings.port)])
+    except SystemExit:  # uvicorn's exit status 3 when the app does not start
+        if app.refusal is not None:
+            raise app.refusal from None  # said in one line, exit status 2 (see `main`)
+        raise
     return 0
 
 
@@ -322,13 +327,33 @@ class Draining:
     def __init__(self, app: Any) -> None:
         self.app = app
         self.on = False
+        self.refusal: KnowledgeAPIError | None = None
+        """Why the app refused to start (a setting, the store's embedder), if it did."""
 
     def __call__(self, scope: Any, receive: Any, send: Any) -> Awaitable[None]:
         """The app's own coroutine until the server drains: no layer of its own on
         every request (uvicorn is told the interface, as it cannot tell it from this)."""
         if not self.on or scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                return self.lifespan(scope, receive, send)
             return self.app(scope, receive, send)  # type: ignore[no-any-return]
         return self.closing(scope, receive, send)
+
+    async def lifespan(self, scope: Any, receive: Any, send: Any) -> None:
+        """The app's start and stop. A start it refuses is kept for `run_serve` to say
+        in one line, instead of the traceback uvicorn would log (Starlette sends it
+        while handling the error, so the error is the one being handled)."""
+
+        async def sending(message: dict[str, Any]) -> None:
+            error = sys.exc_info()[1]
+            if message["type"] == "lifespan.startup.failed" and isinstance(
+                error, KnowledgeAPIError
+            ):
+                self.refusal = error
+                message = {**message, "message": ""}
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
     async def closing(self, scope: Any, receive: Any, send: Any) -> None:
         async def closing(message: dict[str, Any]) -> None:

@@ -10,6 +10,13 @@ from knowledge_api.errors import InvalidRequest
 
 REQUIRED: Any = object()
 """The default of a field that must be given."""
+WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+"""What `str.strip` takes for blank (Python's whitespace: \\s of a JSON Schema pattern
+differs, with \\x1c-\\x1f and \\x85 out and \\ufeff in), as the inside of a class."""
+NOT_BLANK_PATTERN = "[^" + WHITESPACE.encode("unicode_escape").decode("ascii") + "]"
+"""A JSON Schema pattern for text that is not blank the way `text` sees it."""
 COLLECTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _COLLECTION = re.compile(COLLECTION_PATTERN.strip("^$"))
 COLLECTION_RULE = "must be 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
@@ -48,9 +55,13 @@ def text(
 
 
 def integer(payload: dict[str, Any], field: str, *, low: int, high: int, default: int) -> int:
+    """An integer; 15.0 is one, as JSON Schema has it (JSON has only numbers)."""
     value = payload.get(field, default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequest(field, f"must be an integer between {low} and {high}")
+    check_int64(value, field)
     if not low <= value <= high:
         raise InvalidRequest(field, f"must be between {low} and {high}", value=value)
     return value
@@ -62,6 +73,7 @@ def number(
     value = payload.get(field, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequest(field, f"must be a number between {low} and {high}")
+    check_int64(value, field)
     if not low <= value <= high:
         raise InvalidRequest(field, f"must be between {low} and {high}", value=value)
     return float(value)
@@ -92,14 +104,17 @@ def choices(
 
 
 INT64 = 2**63
+INT64_RULE = f"must be an integer within the signed 64-bit range ({-INT64} to {INT64 - 1})"
 KEY_MAX_LENGTH = 200
-_PLAIN_KEY = re.compile(r'[^\x00-\x1f\x7f"\\]{1,' + str(KEY_MAX_LENGTH) + "}")
+KEY_PATTERN = '^[^\\u0000-\\u001f\\u007f"\\\\]{1,' + str(KEY_MAX_LENGTH) + "}$"
+"""A metadata or filter key, as a JSON Schema pattern."""
+_PLAIN_KEY = re.compile(KEY_PATTERN.strip("^$"))
 
 
 def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
     """An object of string, number or boolean values, each storable and filterable
     everywhere: keys of 1-200 characters without control characters, quotes or
-    backslashes, integers within 64 bits."""
+    backslashes, integers within 64 bits (-0.0 is read as 0.0)."""
     value = payload.get(field, {})
     if not isinstance(value, dict):
         raise InvalidRequest(field, "must be an object")
@@ -113,11 +128,32 @@ def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
             raise InvalidRequest(field, rule, key=key)
         if not isinstance(item, str | int | float | bool) or item is None:
             raise InvalidRequest(f"{field}.{key}", "must be a string, number or boolean")
-        if isinstance(item, int) and not -INT64 <= item < INT64:
-            raise InvalidRequest(f"{field}.{key}", "must be an integer within 64 bits")
+        check_int64(item, f"{field}.{key}")
         if isinstance(item, str) and "\x00" in item:
             raise InvalidRequest(f"{field}.{key}", "must not contain the NUL character")
-    return value
+    # -0.0 is kept as 0.0 on every backend: Postgres's jsonb has no negative zero
+    return {
+        key: 0.0 if item == 0 and isinstance(item, float) else item for key, item in value.items()
+    }
+
+
+def is_int64(value: Any) -> bool:
+    """Whether `value` is not an integer, or one every backend stores exactly."""
+    return not isinstance(value, int) or isinstance(value, bool) or -INT64 <= value < INT64
+
+
+def check_int64(value: Any, field: str) -> None:
+    """Refuse the first integer outside the signed 64-bit range in `value`, nested
+    objects and lists included, naming its path (`field.key[0]`)."""
+    stack = [(value, field)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k)) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+        elif not is_int64(item):
+            raise InvalidRequest(path or "body", INT64_RULE)
 
 
 def valid_collection(value: Any) -> bool:

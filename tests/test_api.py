@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from starlette.testclient import TestClient
 
@@ -310,3 +311,66 @@ def test_nul_in_a_metadata_key_or_value_is_a_400(
     response = client.post(path, json=body)
     assert response.status_code == 400, response.text
     assert "NUL" in response.json()["error"]["message"]
+
+
+DOCUMENTS = "/v1/knowledge/documents"
+PAGE = '{"source_type": "wiki", "source_id": "n", "content": "Numbers.", '
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (PAGE + '"metadata": {"n": 1' + "0" * 300 + "}}", "metadata.n"),
+        (PAGE + '"metadata": {"n": -9223372036854775809}}', "metadata.n"),
+        (PAGE + '"metadata": {"n": 9223372036854775808}}', "metadata.n"),
+        (PAGE + '"metadata": {"n": -' + "9" * 5000 + "}}", "metadata.n"),
+        (
+            '{"documents": [' + PAGE + '"metadata": {"a": 1, "n": 1' + "0" * 30 + "}}]}",
+            "metadata.n",
+        ),
+        ('{"query": "login", "limit": 1' + "0" * 30 + "}", "limit"),
+    ],
+)
+def test_an_integer_past_64_bits_is_a_400_naming_it(
+    client: TestClient, body: str, field: str
+) -> None:
+    """It was stored: orjson reads 10**300 as 1e300 and -2**63-1 as -9.22e18."""
+    path = QUERY if body.startswith('{"query"') else DOCUMENTS
+    response = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["details"]["field"] == field
+    assert "signed 64-bit range" in error["message"]
+
+
+def test_a_long_integer_in_a_field_the_service_ignores_is_no_error(client: TestClient) -> None:
+    """OpenAI clients send fields of their own; the service reads none of them."""
+    body = '{"messages": [{"role": "user", "content": "login"}], "seed": 1' + "0" * 30 + "}"
+    response = client.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 200, response.text
+
+
+def test_every_accepted_number_reads_back_as_it_was_sent(client: TestClient) -> None:
+    numbers = (
+        '{"max": 9223372036854775807, "min": -9223372036854775808, "huge": 1e300, '
+        '"tenth": 0.1, "whole": 1.0, "digits": 12345678901234567.5, "zero": -0.0}'
+    )
+    body = PAGE + f'"metadata": {numbers}}}'
+    created = client.post(DOCUMENTS, content=body, headers={"content-type": "application/json"})
+    assert created.status_code == 201, created.text
+    stored = client.get(f"{DOCUMENTS}/{created.json()['ids'][0]}").content
+    metadata = orjson.loads(stored)["metadata"]
+    assert orjson.dumps(metadata) == orjson.dumps(
+        {
+            "max": 2**63 - 1,
+            "min": -(2**63),
+            "huge": 1e300,
+            "tenth": 0.1,
+            "whole": 1.0,
+            "digits": 12345678901234567.5,
+            "zero": 0.0,
+        }
+    )
+    assert b"9223372036854775807" in stored and b"1e+300" in stored

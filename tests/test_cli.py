@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from starlette.testclient import TestClient
 import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.cli import main, ready_message
-from tests.conftest import make_settings
+from tests.conftest import make_settings, make_store
 from tests.test_faults import free_port
 
 PACKAGE_ROOT = Path(knowledge_api.__file__).parent.parent
@@ -162,6 +163,37 @@ def test_serve_says_where_it_listens_and_its_example_request_answers(tmp_path: P
         if server.stdout is not None:
             server.stdout.close()
     assert response.status_code == 200 and "results" in response.json()
+
+
+async def written_by_another_embedder(db: Path) -> None:
+    store = make_store("sqlite", make_settings(db.parent, db_path=db))
+    await store.open()
+    await store.check_embedder("another:model", 8)
+    await store.close()
+
+
+@pytest.mark.parametrize("refusal", ["keys required, none exists", "another embedder's store"])
+def test_a_refused_start_says_why_in_one_line_and_exits_2(tmp_path: Path, refusal: str) -> None:
+    """It printed uvicorn's traceback and exited 3; the docs say 2."""
+    env = {
+        **os.environ,
+        "KNOWLEDGE_EMBEDDER": "fake",
+        "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
+        "KNOWLEDGE_API_PORT": str(free_port()),
+        "KNOWLEDGE_SEED_ON_EMPTY": "false",
+        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    if refusal == "keys required, none exists":
+        env["KNOWLEDGE_API_HOST"] = "0.0.0.0"
+        said = "error: API keys are required (KNOWLEDGE_AUTH=auto"
+    else:
+        asyncio.run(written_by_another_embedder(tmp_path / "k.db"))
+        said = f"error: {tmp_path / 'k.db'} holds vectors of embedder 'another:model'"
+    command = [sys.executable, "-m", "knowledge_api", "serve"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1].startswith(said), done.stderr
 
 
 def test_the_ready_line_names_the_key_header_when_keys_are_required() -> None:

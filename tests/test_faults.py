@@ -89,6 +89,28 @@ def test_a_removed_database_file_refuses_writes_and_says_so(tmp_path: Path) -> N
     assert "removed or replaced" in health.json()["store"]["error"]
 
 
+def test_a_full_disk_is_named_as_such_not_as_a_lock(tmp_path: Path) -> None:
+    """It said "(another process holds a lock?)". SQLite answers a database at its
+    max_page_count as it answers a full disk: SQLITE_FULL."""
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        assert client.post(DOCUMENTS, json=document(0)).status_code == 201
+        writer = client.app.state.service.store.file._writer_db()  # type: ignore[attr-defined]
+        pages = writer.execute("PRAGMA page_count").fetchone()[0]
+        writer.execute(f"PRAGMA max_page_count = {pages}")
+        big = {**document(1), "content": "A long page. " * 4000}
+        refused = client.post(DOCUMENTS, json=big)
+        health = client.get("/health").json()
+        writer.execute("PRAGMA max_page_count = 1073741823")
+        assert client.post(DOCUMENTS, json=big).status_code == 201
+        recovered = client.get("/health").json()
+    assert refused.status_code == 503
+    for message in (refused.json()["error"]["message"], health["store"]["error"]):
+        assert "the disk is full" in message and "SQLITE_FULL" in message, message
+        assert "lock" not in message
+    assert health["status"] == "degraded" and recovered["status"] == "healthy"
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -379,3 +379,16 @@ def test_a_zip_that_is_no_office_file_is_skipped_with_its_reason(tmp_path: Path)
     assert "word/document.xml" in reasons["notes.docx"][1]
     assert reasons["slides.pptx"][0] == "unreadable PPTX"
     assert reasons["slides.pptx"][1].startswith("not a zip archive")
+
+
+def test_a_corpus_record_with_an_integer_past_64_bits_is_skipped_saying_so(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "corpus.jsonl").write_text(
+        '{"_id": "a", "text": "Kept.", "metadata": {"n": 9223372036854775807}}\n'
+        '{"_id": "b", "text": "Big.", "metadata": {"n": [1, 1' + "0" * 30 + "]}}\n"
+    )
+    loaded = load_paths([tmp_path], LoadOptions())
+    (skipped,) = loaded.skipped
+    assert skipped.reason == "bad record"
+    assert "corpus.jsonl:2 metadata.n[1]" in skipped.detail and "64-bit" in skipped.detail

@@ -7,9 +7,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import jsonschema
 import pytest
 from starlette.testclient import TestClient
 
+from knowledge_api import validation
 from knowledge_api.routes import PUBLIC, ROUTES, ApiRoute
 from knowledge_api.routes.openapi import ASSETS, document, openapi_path
 
@@ -44,7 +46,10 @@ def test_every_declared_field_is_documented_with_its_limits() -> None:
             continue
         schema = SCHEMAS[route.body.name]
         assert set(schema["properties"]) == set(route.body.names)
-        assert schema["additionalProperties"] is False
+        assert schema["additionalProperties"] is route.body.others_ignored
+    assert [r.path for r in ROUTES if r.body and r.body.others_ignored] == [
+        "/v1/chat/completions"  # OpenAI's clients send fields of their own
+    ]
     query = SCHEMAS["QueryRequest"]["properties"]
     assert query["query"]["maxLength"] == 1000 and query["query"]["minLength"] == 1
     assert (query["limit"]["minimum"], query["limit"]["maximum"]) == (1, 20)
@@ -206,3 +211,67 @@ def test_docs_assets_are_served_from_the_package(client: TestClient) -> None:
 
 def route_at(path: str, method: str = "GET") -> ApiRoute:
     return next(r for r in ROUTES if r.path == path and r.method == method)
+
+
+def request_schema_accepts(path: str, body: Any) -> bool:
+    route = next(r for r in ROUTES if r.path == path and r.method == "POST")
+    schema = operation(route)["requestBody"]["content"]["application/json"]["schema"]
+    validator = jsonschema.Draft202012Validator({**schema, "components": DOC["components"]})
+    return bool(validator.is_valid(body))
+
+
+USER = {"role": "user", "content": "login timeout"}
+PAGE = {"source_type": "wiki", "source_id": "p", "content": "Text."}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/knowledge/query", {"query": "login", "filters": {"": 1}}),
+        ("/v1/knowledge/query", {"query": "login", "filters": {'a"b': 1}}),
+        ("/v1/knowledge/answer", {"query": "login", "filters": {"a\\b": True}}),
+        ("/v1/knowledge/documents", {**PAGE, "metadata": {"": 1}}),
+        ("/v1/knowledge/documents", {**PAGE, "metadata": {"tab\there": 1}}),
+        ("/v1/knowledge/documents", {**PAGE, "metadata": {"team": "qa", "n": 2}}),
+        ("/v1/knowledge/query", {"query": "login", "limit": 5.0}),
+        ("/v1/knowledge/query", {"query": "\u001e"}),
+        ("/v1/knowledge/query", {"query": "\ufeff login"}),
+        ("/v1/knowledge/validate", {"collection": "default", "test_queries": ["x" * 1000]}),
+        (
+            "/v1/knowledge/validate",
+            {
+                "collection": "default",
+                "test_queries": ["login"],
+                "expected_sources": [{"query": "login", "sources": [" "]}],
+            },
+        ),
+        ("/v1/chat", {"messages": [USER]}),
+        ("/v1/chat", {"messages": [{"role": "user", "parts": [{"type": "text", "text": "x"}]}]}),
+        ("/v1/chat", {"messages": [{"role": "assistant", "content": "Hello."}]}),
+        ("/v1/chat", {"messages": [{"role": "user", "parts": " ", "content": "login"}]}),
+        ("/v1/chat", {"messages": [USER], "threshold": 2}),
+        ("/v1/chat/completions", {"model": "knowledge", "messages": [USER], "temperature": 0}),
+        ("/v1/chat/completions", {"model": "no such/collection", "messages": [USER]}),
+    ],
+)
+def test_the_document_and_the_parsers_agree(client: TestClient, path: str, body: Any) -> None:
+    """Cases where they disagreed (found by tests/test_fuzz.py): empty or quoted filter
+    and metadata keys, a float that is whole, Python's blanks, expected_sources' shapes,
+    a chat body the document did not declare at all."""
+    response = client.post(path, json=body)
+    assert response.status_code < 500, response.text
+    assert request_schema_accepts(path, body) == (response.status_code < 300), response.text
+
+
+def test_a_chat_route_declares_its_body_as_required(client: TestClient) -> None:
+    for path in ("/v1/chat", "/v1/chat/completions"):
+        body = operation(next(r for r in ROUTES if r.path == path))["requestBody"]
+        assert body["required"] is True
+        assert client.post(path).status_code == 415  # no body, no content type
+
+
+def test_the_blank_pattern_is_what_str_strip_removes() -> None:
+    blank = re.compile(validation.NOT_BLANK_PATTERN)
+    for code in range(0x110000):
+        char = chr(code)
+        assert (blank.fullmatch(char) is None) == char.isspace(), hex(code)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +21,9 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+import httpx
 import numpy as np
+import psutil
 import pytest
 from starlette.testclient import TestClient
 
@@ -307,6 +313,47 @@ def test_an_unreachable_database_degrades_visibly_and_hides_the_password(
     assert "s3cret-pass" not in repr(make_store("postgres", settings))
 
 
+@pytest.mark.fault
+def test_a_database_that_does_not_answer_is_named_with_its_reason_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that takes the connection and never answers: the log said 'store
+    unavailable: ' with no reason, once for every source of every streamed query."""
+    from knowledge_api.stores import base, postgres
+    from tests.conftest import make_settings
+
+    monkeypatch.setattr(postgres, "CONNECT_TIMEOUT", 0.5)
+    monkeypatch.setattr(base, "RECONNECT_SECONDS", 0.2)
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts and never speaks
+    url = f"postgresql://knowledge:s3cret-pass@127.0.0.1:{silent.getsockname()[1]}/k"
+    settings = make_settings(tmp_path, store="postgres", database_url=Secret(url))
+    with silent, caplog.at_level(logging.INFO), TestClient(create_app(settings)) as client:
+        for _ in range(8):
+            time.sleep(0.2)  # a reconnection is due: it times out again
+            client.post("/v1/knowledge/query", json={"query": "login", "stream": True})
+        response = client.post("/v1/knowledge/query", json={"query": "login"})
+        health = client.get("/health").json()
+        for reason in (response.json()["error"]["message"], health["store"]["error"]):
+            assert reason.endswith("no answer within 0.5 s (TimeoutError)"), reason
+        store = client.app.state.service.store  # type: ignore[attr-defined]
+        store.connection.succeeded()  # as when a database that answered goes away
+        time.sleep(0.2)
+
+        async def concurrently() -> list[BaseException]:
+            calls = [store.count() for _ in range(3)]  # one reconnects, two fail at once
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+
+        first, *others = client.portal.call(concurrently)
+        assert isinstance(first, BackendConnectionError)
+        assert first.message.endswith("(TimeoutError)"), first.message
+        for error in others:
+            assert isinstance(error, BackendConnectionError)
+            assert error.message.endswith("reconnecting (an attempt is under way)")
+    lines = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+    assert 1 <= len(lines) <= 2 and all("no answer within 0.5 s" in ln for ln in lines), lines
+    assert not [r for r in caplog.records if "alone failed" in r.getMessage()]
+
+
 async def test_the_store_starts_an_embedded_server_when_no_url_is_set(tmp_path: Path) -> None:
     from tests.conftest import make_settings
 
@@ -400,6 +447,82 @@ async def test_an_embedded_server_that_dies_is_started_again(tmp_path: Path) -> 
     finally:
         await store.close()
         stop_embedded_server(data)
+
+
+def serve_embedded(data: Path, port: int) -> subprocess.Popen[bytes]:
+    """`knowledge-api serve` on the embedded Postgres of `data`, once it answers."""
+    env = {
+        **os.environ,
+        "KNOWLEDGE_STORE": "postgres",
+        "KNOWLEDGE_POSTGRES_DATA_DIR": str(data),
+        "KNOWLEDGE_POSTGRES_SHARED_BUFFERS": "32MB",
+        "KNOWLEDGE_EMBEDDER": "fake",
+        "KNOWLEDGE_SEED_ON_EMPTY": "false",
+        "KNOWLEDGE_SYNTHESIZER": "extractive",
+        "KNOWLEDGE_API_PORT": str(port),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "knowledge_api", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(600):
+        try:
+            health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+            if health.status_code == 200 and health.json()["store"]["status"] == "ok":
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    server.kill()
+    raise AssertionError("the service did not start")
+
+
+def postmaster(data: Path) -> psutil.Process:
+    return psutil.Process(int((data / "postmaster.pid").read_text().split()[0]))
+
+
+def stopped(process: psutil.Process, timeout: float = 20) -> bool:
+    try:
+        process.wait(timeout)
+    except psutil.TimeoutExpired:
+        return process.status() == psutil.STATUS_ZOMBIE
+    return True
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize(
+    ("stop", "killed_before"),
+    [(signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGINT, False)],
+    ids=["sigterm", "sigterm-after-kill-9", "sigint"],
+)
+def test_the_embedded_server_stops_with_the_service(stop: int, killed_before: bool) -> None:
+    """It kept running after a kill -TERM of the service (uvicorn re-raises the signal
+    once shut down, so the package's exit handler never ran), and after any stop once
+    the data directory had been through a kill -9 (whose pid stayed on the server's
+    list of its users)."""
+    from tests.test_faults import free_port
+
+    data = Path(tempfile.mkdtemp(prefix="knowledge-embedded-")) / "pg"
+    port = free_port()
+    try:
+        if killed_before:
+            first = serve_embedded(data, port)
+            first.kill()
+            first.wait()
+        server = serve_embedded(data, port)
+        running = postmaster(data)
+        server.send_signal(stop)
+        server.wait(timeout=30)
+        assert stopped(running), "the embedded Postgres outlived the service"
+        assert not (data / "postmaster.pid").exists()
+    finally:
+        if (data / "postmaster.pid").exists():  # a failed run leaves no server behind
+            with contextlib.suppress(psutil.Error):
+                postmaster(data).terminate()
+                postmaster(data).wait(10)
+        shutil.rmtree(data.parent, ignore_errors=True)
 
 
 def test_an_embedded_server_that_cannot_be_configured_says_so(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from starlette.testclient import TestClient
 
@@ -797,3 +798,34 @@ def test_files_uploaded_over_http_are_found_on_every_backend(
         ask = {"query": "turbine blade pitch", "collection": "m", "synthesize": False}
         results = client.post("/v1/knowledge/query", json=ask).json()["results"]
         assert results and results[0]["source_id"] == "manual.pdf"
+
+
+# numbers each backend must keep exactly: bounds of 64 bits, past 2**53, floats at
+# the edges of the double range, a float that is whole and one that is not exact (the
+# service reads -0.0 as 0.0: jsonb has no negative zero)
+NUMBERS: dict[str, int | float] = {
+    "int64_max": 2**63 - 1,
+    "int64_min": -(2**63),
+    "past_2_53": 2**53 + 1,
+    "zero": 0,
+    "huge": 1e300,
+    "largest": 1.7976931348623157e308,
+    "tiny": 5e-324,
+    "tenth": 0.1,
+    "whole_float": 1.0,
+    "float_1e15": 1e15,
+    "fraction": -123456789.123456789,
+}
+
+
+async def test_numbers_read_back_as_the_same_json_numbers(store: KnowledgeStore) -> None:
+    doc = Document("wiki", "numbers", "A page of numbers.", "Numbers", dict(NUMBERS))
+    await index(store, [doc])
+    stored = await store.get_by_id(doc.id)
+    assert stored is not None
+    hits = await search(store, "page of numbers")
+    assert hits and hits[0].source_id == "numbers"
+    for metadata in (stored.metadata, hits[0].metadata):
+        assert {k: orjson.dumps(v) for k, v in metadata.items()} == {
+            k: orjson.dumps(v) for k, v in NUMBERS.items()
+        }

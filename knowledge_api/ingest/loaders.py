@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from knowledge_api import validation
 from knowledge_api.errors import ConfigurationError, InvalidRequest
 from knowledge_api.ingest.extract import (
     SNIFF_BYTES,
@@ -169,8 +170,11 @@ def jsonl_records(path: Path, kind: str) -> Iterator[dict[str, Any]]:
                 continue
             try:
                 record = json.loads(line)
+                validation.check_int64(record.get("metadata"), f"{path}:{number} metadata")
                 yield {**record, "_id": str(record["_id"]), "text": str(record["text"])}
-            except (ValueError, KeyError, TypeError) as e:
+            except InvalidRequest:
+                raise
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise InvalidRequest(f"{path}:{number}", f"not a {kind} record ({e})") from e
 
 

@@ -93,10 +93,12 @@ def search_route(
     return ApiRoute(path, endpoint, "POST", READ, summary, body, streams=True, **contract)
 
 
-def chat_route(path: str, endpoint: Callable[..., Any], summary: str, **contract: Any) -> ApiRoute:
+def chat_route(
+    path: str, endpoint: Callable[..., Any], summary: str, body: Body, **contract: Any
+) -> ApiRoute:
     """A chat client's route: read scope, a conversation in, a stream or a completion out."""
     contract.setdefault("errors", CHAT_ERRORS)
-    return ApiRoute(path, endpoint, "POST", READ, summary, streams=True, **contract)
+    return ApiRoute(path, endpoint, "POST", READ, summary, body, streams=True, **contract)
 
 
 CHAT_ERRORS = (400, 403, 404, 413, 415, 503)
@@ -194,6 +196,7 @@ ROUTES = [
         chat.chat,
         "The AI SDK's UI message stream (useChat): the grounded answer to the latest user "
         "message, its sources as source parts.",
+        chat.UI_CHAT,
         media_type="text/event-stream",
         events=chat.UI_EVENTS,
     ),
@@ -202,6 +205,7 @@ ROUTES = [
         chat.completions,
         "OpenAI chat completions (model: a collection, or knowledge): the grounded answer, "
         "url_citation annotations and numbered sources; stream: true for chunks.",
+        chat.COMPLETION_REQUEST,
         response=chat.COMPLETION,
         events=chat.COMPLETION_EVENTS,
     ),

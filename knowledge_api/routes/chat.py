@@ -21,7 +21,19 @@ from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.models import DEFAULT_COLLECTION, SearchHit
 from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import INTEGER, STRING, array, obj
+from knowledge_api.routes.fields import (
+    ANY,
+    INTEGER,
+    STRING,
+    Body,
+    Boolean,
+    CollectionName,
+    Custom,
+    Number,
+    Schema,
+    array,
+    obj,
+)
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.sse import UNEXPECTED, log
 from knowledge_api.service import Served
@@ -37,7 +49,6 @@ MAX_QUERY = 500
 SHORT_FOLLOW_UP = 8
 """A latest message of fewer words is searched together with the user's previous one
 ("and for Groq?" means little alone)."""
-UI_FIELDS = ("id", "messages", "trigger", "messageId", "metadata", "collection", "threshold")
 COMPLETION = obj(
     {
         "id": STRING,
@@ -51,13 +62,13 @@ COMPLETION = obj(
 """A chat.completion (without `stream`); with `stream: true`, chat.completion.chunk
 events and `data: [DONE]`."""
 UI_EVENTS = {
-    "type": "string",
+    **obj({"data": STRING}, {"event": STRING}),
     "description": "Server-Sent Events of `data:` lines only: JSON parts of type start, "
     "text-start, text-delta, text-end, source-url, source-document, message-metadata, "
     "finish (or error), then `data: [DONE]`.",
 }
 COMPLETION_EVENTS = {
-    "type": "string",
+    **obj({"data": STRING}, {"event": STRING}),
     "description": "Server-Sent Events of `data:` lines: chat.completion.chunk objects, "
     "the last with finish_reason stop, then `data: [DONE]`.",
 }
@@ -87,7 +98,7 @@ def text_of(message: Any, where: str) -> tuple[str, str]:
     return role, "\n".join(texts)
 
 
-def question(messages: Any, default_threshold: float, body: dict[str, Any]) -> AnswerParams:
+def question(messages: Any, threshold: float, collection: str) -> AnswerParams:
     """What to answer: the latest user message, searched with the one before it when it
     is a short follow-up."""
     if not isinstance(messages, list) or not messages:
@@ -99,9 +110,71 @@ def question(messages: Any, default_threshold: float, body: dict[str, Any]) -> A
     query = asked[-1]
     if len(query.split()) < SHORT_FOLLOW_UP and len(asked) > 1:
         query = f"{asked[-2]} {query}"
-    collection = validation.collection_name(body.get("collection", DEFAULT_COLLECTION))
-    threshold = validation.number(body, "threshold", low=0.0, high=1.0, default=default_threshold)
     return AnswerParams(query=query[-MAX_QUERY:], threshold=threshold, collection=collection)
+
+
+ROLES = ("user", "assistant", "system", "developer", "tool")
+NOT_BLANK = {"type": "string", "pattern": validation.NOT_BLANK_PATTERN}
+SAID: Schema = {"type": ["string", "array"]}
+"""A message's `parts` (AI SDK) or `content` (OpenAI): text, or parts of which those of
+type text count (`text_of`)."""
+HAS_TEXT = {
+    "anyOf": [
+        NOT_BLANK,
+        {
+            "type": "array",
+            "contains": obj({"type": {"const": "text"}, "text": NOT_BLANK}, extra=True),
+        },
+    ]
+}
+MESSAGES: Schema = {
+    "type": "array",
+    "minItems": 1,
+    "items": obj({"role": {"enum": list(ROLES)}}, {"parts": SAID, "content": SAID}, extra=True),
+    "contains": {  # the question: a user message with text (parts first, as `text_of`)
+        "properties": {"role": {"const": "user"}},
+        "anyOf": [
+            {"required": ["parts"], "properties": {"parts": HAS_TEXT}},
+            {
+                "not": {"required": ["parts"]},
+                "required": ["content"],
+                "properties": {"content": HAS_TEXT},
+            },
+        ],
+    },
+}
+"""The conversation, as `question` reads it."""
+CONVERSATION = Custom(
+    "messages", "The conversation; the latest user message is answered.", shape=MESSAGES
+)
+UNUSED = "Sent by the AI SDK; not used."
+UI_CHAT = Body(
+    "ChatRequest",
+    CONVERSATION,
+    CollectionName("collection", "The collection to search.", DEFAULT_COLLECTION),
+    Number(
+        "threshold",
+        "Lowest similarity of a passage that may ground the answer (default: "
+        "KNOWLEDGE_ANSWER_THRESHOLD).",
+        None,
+    ),
+    *(Custom(name, UNUSED, None, shape=ANY) for name in ("id", "trigger", "messageId", "metadata")),
+)
+"""The AI SDK's request (useChat)."""
+COMPLETION_REQUEST = Body(
+    "ChatCompletionRequest",
+    Custom(
+        "model",
+        "A collection, or knowledge for the default one.",
+        "knowledge",
+        shape={"type": "string", "pattern": validation.COLLECTION_PATTERN},
+    ),
+    CONVERSATION,
+    Boolean("stream", "Answer as chat.completion.chunk events.", False),
+    others_ignored=True,
+)
+"""OpenAI's request: fields of OpenAI's this service has no use for (temperature, n,
+user ...) are ignored, unlike on the knowledge routes."""
 
 
 def source_title(hit: SearchHit) -> str:
@@ -134,9 +207,9 @@ def said_text(grounded: GroundedAnswer) -> str:
 
 async def chat(request: Request) -> Response:
     knowledge = service(request)
-    body = validation.require_object(await read_json(request))
-    validation.reject_unknown(body, UI_FIELDS)
-    params = question(body.get("messages"), knowledge.answer_threshold, body)
+    defaults = {"threshold": knowledge.answer_threshold}
+    values = UI_CHAT.parse(await read_json(request), defaults=defaults)
+    params = question(values["messages"], values["threshold"], values["collection"])
     access(request).collection(params.collection)
     events = answers.events(knowledge, params)
     first = await anext(events)  # bad input and an unavailable store keep their status
@@ -217,17 +290,14 @@ def failure_text(error: Exception) -> str:
 
 
 async def completions(request: Request) -> Response:
-    """OpenAI clients send many fields of their own (temperature, n, user, ...): those
-    this service has no use for are ignored here, unlike on the knowledge routes."""
     knowledge = service(request)
-    body = validation.require_object(await read_json(request))
-    model = body.get("model", "knowledge")
-    if not isinstance(model, str) or not model:
+    values = COMPLETION_REQUEST.parse(await read_json(request))
+    model, stream = values["model"], values["stream"]
+    if not validation.valid_collection(model):
         raise InvalidRequest("model", "must name a collection, or knowledge for the default")
     collection = DEFAULT_COLLECTION if model == "knowledge" else model
-    params = question(body.get("messages"), knowledge.answer_threshold, {"collection": collection})
+    params = question(values["messages"], knowledge.answer_threshold, collection)
     access(request).collection(params.collection)
-    stream = validation.boolean(body, "stream", default=False)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not stream:
         served = await answers.answer(knowledge, params)

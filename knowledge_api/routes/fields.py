@@ -55,8 +55,9 @@ class Text(Field):
     def schema(self) -> Schema:
         if not self.required:
             return {"type": "string", "maxLength": self.max_length}
-        # blank is refused as missing: at least one non-space character
-        return {"type": "string", "minLength": 1, "maxLength": self.max_length, "pattern": r"\S"}
+        # blank is refused as missing: at least one character `str.strip` keeps
+        pattern = validation.NOT_BLANK_PATTERN
+        return {"type": "string", "minLength": 1, "maxLength": self.max_length, "pattern": pattern}
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,13 @@ class Scalars(Field):
         return tuple(sorted(values.items())) if self.pairs else values
 
     def schema(self) -> Schema:
-        no_nul = {"pattern": r"^[^\u0000]*$"}
-        scalar = {"type": ["string", "number", "boolean"], **no_nul}
-        return {"type": "object", "propertyNames": no_nul, "additionalProperties": scalar}
+        key = {
+            "minLength": 1,
+            "maxLength": validation.KEY_MAX_LENGTH,
+            "pattern": validation.KEY_PATTERN,
+        }
+        scalar = {"type": ["string", "number", "boolean"], "pattern": r"^[^\u0000]*$"}
+        return {"type": "object", "propertyNames": key, "additionalProperties": scalar}
 
 
 @dataclass(frozen=True)
@@ -179,12 +184,16 @@ class Body:
         *fields: Field,
         alternatives: tuple[Body, ...] = (),
         media_type: str = "application/json",
+        others_ignored: bool = False,
     ) -> None:
         self.name = name
         self.fields = fields
         self.alternatives = alternatives
         self.media_type = media_type
         """How the body is sent: JSON, or a form's fields and files."""
+        self.others_ignored = others_ignored
+        """Unknown fields are ignored, not refused: a body a foreign client sends with
+        fields of its own (OpenAI's temperature, n, user ...)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -196,7 +205,8 @@ class Body:
         """The fields' values by name; `defaults` overrides declared defaults (a default
         that depends on the running service, such as the answer threshold)."""
         body = validation.require_object(payload, where)
-        validation.reject_unknown(body, self.names)
+        if not self.others_ignored:
+            validation.reject_unknown(body, self.names)
         overrides = defaults or {}
         return {f.name: f.parse(body, overrides.get(f.name, f.default)) for f in self.fields}
 
@@ -206,7 +216,7 @@ class Body:
             "title": self.name,
             "properties": {f.name: f.described() for f in self.fields},
             "required": [f.name for f in self.fields if f.required],
-            "additionalProperties": False,
+            "additionalProperties": self.others_ignored,
         }
 
 

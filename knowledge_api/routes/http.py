@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
+import re
 from typing import Any
 
 import orjson
@@ -12,6 +15,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
+from knowledge_api import validation
 from knowledge_api.errors import (
     InvalidJSON,
     KnowledgeAPIError,
@@ -71,9 +75,69 @@ async def read_json(request: Request, extra_bytes: int = 0) -> Any:
     if not body:
         raise InvalidJSON("body", "must be a JSON object (the body is empty)")
     try:
-        return orjson.loads(body)
+        parsed = orjson.loads(body)
     except orjson.JSONDecodeError as e:
-        raise InvalidJSON("body", f"must be valid JSON ({e})") from e
+        exact = exact_integers(body, None)  # an integer past the doubles reads as infinity
+        if exact is None:
+            raise InvalidJSON("body", f"must be valid JSON ({e})") from e
+        return exact
+    return exact_integers(body, parsed)
+
+
+_LONG_NUMBER = re.compile(rb"\d{19}")
+"""19 digits in a row: perhaps an integer past the doubles, which orjson refuses."""
+_TOO_LONG = 2**64
+_INT64 = validation.INT64
+"""Stands for an integer literal too long to convert (Python refuses 4,300 digits)."""
+
+
+def exact_integers(body: bytes | bytearray, parsed: Any) -> Any:
+    """`parsed`, or for a body with a number that may be an integer past 64 bits the
+    body parsed again with its integers exact (orjson reads 10**300 as 1e300, which a
+    field would then take for a float): each field that reads a number refuses one past
+    64 bits, naming itself (`validation.check_int64`). The rare body with such a number
+    pays for the slower parser; `parsed` None is a body orjson refused."""
+    if not (maybe_long(parsed) if parsed is not None else _LONG_NUMBER.search(body)):
+        return parsed
+    try:
+        return json.loads(
+            body,
+            parse_int=lambda s: int(s) if len(s) < 30 else _TOO_LONG,
+            parse_float=finite,
+            parse_constant=refused,
+        )
+    except ValueError:
+        return parsed
+
+
+def maybe_long(value: Any) -> bool:
+    """Whether a number in `value` is, or may have been written as, an integer past 64
+    bits: orjson reads one within 64 unsigned bits as an int, and the others as floats
+    (which a float of that size may be, too)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif (kind is int and not -_INT64 <= item < _INT64) or (
+            kind is float and abs(item) >= _INT64  # -2**63 - 1 reads as -2.0**63
+        ):
+            return True
+    return False
+
+
+def finite(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"{literal} is past the doubles")
+    return value
+
+
+def refused(literal: str) -> Any:
+    raise ValueError(f"{literal} is not JSON")
 
 
 def route_list(request: Request) -> list[str]:
@@ -89,6 +153,10 @@ def route_list(request: Request) -> list[str]:
 def error_response(error: KnowledgeAPIError, headers: dict[str, str] | None = None) -> Response:
     """The error shape, with the request's id in `details.request_id` and its header."""
     body = error.body()
+    details = body["error"]["details"]  # an echoed integer past 64 bits is no JSON of orjson's
+    body["error"]["details"] = {
+        k: v if validation.is_int64(v) else str(v) for k, v in details.items()
+    }
     headers = {**error.headers, **(headers or {})}
     if rid := request_id():
         body["error"]["details"] = {**body["error"]["details"], "request_id": rid}

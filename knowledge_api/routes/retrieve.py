@@ -40,7 +40,8 @@ QUERY_MAX_LENGTH = 999  # "less than 1000 characters"
 MAX_TEST_QUERIES = 50
 COLLECTION = CollectionName("collection", "The collection to search.")
 TOP_K = Integer("top_k", "Most chunks returned.", 5, low=1, high=100)
-STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
+NOT_BLANK = {"type": "string", "minLength": 1, "pattern": validation.NOT_BLANK_PATTERN}
+STRINGS = {"type": "array", "items": NOT_BLANK, "minItems": 1}
 
 RETRIEVE = Body(
     "RetrieveRequest",
@@ -77,7 +78,11 @@ VALIDATE = Body(
         "test_queries",
         f"Queries to run (1-{MAX_TEST_QUERIES}).",
         check=test_queries,
-        shape={**STRINGS, "maxItems": MAX_TEST_QUERIES},
+        shape={
+            **STRINGS,
+            "items": {**NOT_BLANK, "maxLength": QUERY_MAX_LENGTH},
+            "maxItems": MAX_TEST_QUERIES,
+        },
     ),
     Custom(
         "expected_sources",
@@ -87,7 +92,10 @@ VALIDATE = Body(
             "type": "array",
             "items": {
                 "type": "object",
-                "properties": {"query": {"type": "string"}, "sources": STRINGS},
+                "properties": {
+                    "query": {**NOT_BLANK, "description": "One of test_queries."},
+                    "sources": STRINGS,
+                },
                 "required": ["query", "sources"],
                 "additionalProperties": False,
             },

