@@ -168,6 +168,8 @@ def collection_name(value: Any, field: str = "collection") -> str:
 
 
 SOURCE_RULE = "must be 1-1000 characters without control characters"
+SOURCE_PATTERN = "^[^\\u0000-\\u001f\\u007f]{1,1000}$"
+"""A source's name (SOURCE_RULE), as a JSON Schema pattern."""
 
 
 def source_name(value: Any, field: str = "source") -> str:

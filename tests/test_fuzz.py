@@ -27,10 +27,17 @@ from knowledge_api.routes.openapi import document
 from knowledge_api.settings import Settings
 from tests.conftest import corpus, make_settings
 
-SEMANTIC = {"/v1/knowledge/retrieve", "/v1/knowledge/validate"}
+SEMANTIC = {
+    "/v1/knowledge/retrieve",
+    "/v1/knowledge/validate",
+    "/v1/knowledge/documents",
+    "/v1/knowledge/audit",
+    "/v1/knowledge/feedback",
+}
 """Routes with rules beyond JSON Schema, where a schema-valid request may still be a 400:
 query_embedding_model must be the store's own model, an expected_sources query must be
-one of test_queries. Every other route accepts what its document declares valid."""
+one of test_queries, a page's cursor must be one the service gave for that listing (it
+is opaque). Every other route accepts what its document declares valid."""
 NOT_YET = [ignored_auth]
 """Access control is not enforced yet: a made-up key is still let in."""
 NEVER_AN_ERROR = "/v1/knowledge/support"

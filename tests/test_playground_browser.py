@@ -316,7 +316,7 @@ def test_thumbs_rate_the_answer_by_its_query_id(tab: Playground, server: Any) ->
     tab.ask("What does the response cache keep?")
     tab.answered()
     tab.page.click("#rate-down")
-    tab.page.wait_for_function("document.querySelector('#rated').textContent !== ''")
+    tab.page.wait_for_function("() => document.querySelector('#rated').textContent !== ''")
     assert tab.page.inner_text("#rated") == "Thanks: rating sent."
     assert tab.page.get_attribute("#rate-down", "aria-pressed") == "true"
     assert tab.page.get_attribute("#rate-up", "aria-pressed") == "false"

@@ -77,7 +77,7 @@ LISTING = Body(
         "Only the documents of this source (its name; empty: the documents of no source).",
         None,
         check=source_filter,
-        shape={"type": "string", "maxLength": 1000},
+        shape={"type": "string", "pattern": f"^$|{validation.SOURCE_PATTERN}"},
     ),
     Integer("limit", "Documents per page.", 100, low=1, high=use.MAX_PAGE),
     Text("cursor", "The `next_cursor` of the page before (absent: the first page).", "", 2000),
@@ -106,7 +106,12 @@ SOURCES = obj(
         )
     }
 )
-NAME = Text("name", "The source's name (it may contain '/').", max_length=1000, strip=False)
+NAME = Custom(
+    "name",
+    "The source's name (it may contain '/').",
+    check=lambda value: validation.source_name(value, "name"),
+    shape={"type": "string", "pattern": validation.SOURCE_PATTERN},
+)
 COLLECTION = CollectionName("collection", "The collection of the source.", DEFAULT_COLLECTION)
 DELETED = obj(
     {
