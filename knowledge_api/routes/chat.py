@@ -7,6 +7,7 @@ url_citation annotations, plus a numbered list under the answer."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -24,9 +25,10 @@ from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import INTEGER, STRING, array, obj
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.sse import UNEXPECTED, log
-from knowledge_api.service import Served
-from knowledge_api.usecases import answers
+from knowledge_api.service import KnowledgeService, Served
+from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
+from knowledge_api.usecases.conversation import Rewrite, Turn
 from knowledge_api.usecases.retrieval import require_collection
 
 UI_STREAM_HEADERS = {
@@ -35,9 +37,8 @@ UI_STREAM_HEADERS = {
     "x-vercel-ai-ui-message-stream": "v1",
 }
 MAX_QUERY = 500
-SHORT_FOLLOW_UP = 8
-"""A latest message of fewer words is searched together with the user's previous one
-("and for Groq?" means little alone)."""
+SOURCE_LINE = re.compile(r"^\[\d+\] (.+?)(?: \(https?://\S+\))?$")
+"""A line of the numbered sources under an answer (`footer`), as a client sends it back."""
 UI_FIELDS = ("id", "messages", "trigger", "messageId", "metadata", "collection", "threshold")
 COMPLETION = obj(
     {
@@ -88,21 +89,53 @@ def text_of(message: Any, where: str) -> tuple[str, str]:
     return role, "\n".join(texts)
 
 
-def question(messages: Any, default_threshold: float, body: dict[str, Any]) -> AnswerParams:
-    """What to answer: the latest user message, searched with the one before it when it
-    is a short follow-up."""
+def cited_of(message: Any, text: str) -> tuple[str, ...]:
+    """Titles of the sources an earlier answer listed: its AI SDK source parts, or the
+    numbered lines under its text."""
+    parts = message.get("parts") if isinstance(message, dict) else None
+    if isinstance(parts, list):
+        titles = tuple(
+            part["title"]
+            for part in parts
+            if isinstance(part, dict)
+            and part.get("type") in ("source-url", "source-document")
+            and isinstance(part.get("title"), str)
+        )
+        if titles:
+            return titles
+    _, _, listed = text.rpartition("\nSources:\n")
+    found = (SOURCE_LINE.match(line.strip()) for line in listed.splitlines())
+    return tuple(match.group(1) for match in found if match)
+
+
+def turns(messages: Any, where: str = "messages") -> list[Turn]:
+    """The conversation as the client sends it back: 400 naming the message when one is
+    malformed."""
     if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("messages", "must be a non-empty list of messages")
-    said = [text_of(m, f"messages[{i}]") for i, m in enumerate(messages)]
-    asked = [text.strip() for role, text in said if role == "user" and text.strip()]
-    if not asked:
+        raise InvalidRequest(where, "must be a non-empty list of messages")
+    said = []
+    for i, message in enumerate(messages):
+        role, text = text_of(message, f"{where}[{i}]")
+        cited = cited_of(message, text) if role == "assistant" else ()
+        said.append(Turn(role, text, cited))
+    return said
+
+
+async def question(
+    knowledge: KnowledgeService, messages: Any, body: dict[str, Any]
+) -> tuple[AnswerParams, Rewrite]:
+    """What to answer: the standalone question made from the conversation (its
+    rewrite is shown with the answer)."""
+    said = turns(messages)
+    if not any(turn.role == "user" and turn.text.strip() for turn in said):
         raise InvalidRequest("messages", "must hold a user message with text")
-    query = asked[-1]
-    if len(query.split()) < SHORT_FOLLOW_UP and len(asked) > 1:
-        query = f"{asked[-2]} {query}"
     collection = validation.collection_name(body.get("collection", DEFAULT_COLLECTION))
-    threshold = validation.number(body, "threshold", low=0.0, high=1.0, default=default_threshold)
-    return AnswerParams(query=query[-MAX_QUERY:], threshold=threshold, collection=collection)
+    threshold = validation.number(
+        body, "threshold", low=0.0, high=1.0, default=knowledge.answer_threshold
+    )
+    rewrite = await conversation.standalone(knowledge, said)
+    query = rewrite.searched[-MAX_QUERY:]
+    return AnswerParams(query=query, threshold=threshold, collection=collection), rewrite
 
 
 def source_title(hit: SearchHit) -> str:
@@ -137,17 +170,19 @@ async def chat(request: Request) -> Response:
     knowledge = service(request)
     body = validation.require_object(await read_json(request))
     validation.reject_unknown(body, UI_FIELDS)
-    params = question(body.get("messages"), knowledge.answer_threshold, body)
+    params, rewrite = await question(knowledge, body.get("messages"), body)
     access(request).collection(params.collection)
     events = answers.events(knowledge, params)
     first = await anext(events)  # bad input and an unavailable store keep their status
     return StreamingResponse(
-        ui_stream(first, events), media_type="text/event-stream", headers=UI_STREAM_HEADERS
+        ui_stream(first, events, rewrite),
+        media_type="text/event-stream",
+        headers=UI_STREAM_HEADERS,
     )
 
 
 async def ui_stream(
-    first: tuple[str, Any], events: AsyncGenerator[tuple[str, Any], None]
+    first: tuple[str, Any], events: AsyncGenerator[tuple[str, Any], None], rewrite: Rewrite
 ) -> AsyncIterator[bytes]:
     part = 1
     streamed = False
@@ -164,7 +199,7 @@ async def ui_stream(
                 yield data({"type": "text-start", "id": f"text-{part}"})
             elif name == "done":
                 grounded: GroundedAnswer = value.value
-                for chunk in ui_done(grounded, f"text-{part}", streamed):
+                for chunk in ui_done(grounded, f"text-{part}", streamed, rewrite):
                     yield data(chunk)
     except Exception as e:
         yield data({"type": "error", "errorText": failure_text(e)})
@@ -180,7 +215,9 @@ async def rest_of(
             yield event
 
 
-def ui_done(grounded: GroundedAnswer, text_id: str, streamed: bool) -> list[dict[str, Any]]:
+def ui_done(
+    grounded: GroundedAnswer, text_id: str, streamed: bool, rewrite: Rewrite
+) -> list[dict[str, Any]]:
     chunks: list[dict[str, Any]] = []
     if not streamed and said_text(grounded):
         chunks.append({"type": "text-delta", "id": text_id, "delta": said_text(grounded)})
@@ -196,6 +233,7 @@ def ui_done(grounded: GroundedAnswer, text_id: str, streamed: bool) -> list[dict
         "status": grounded.status,
         "confidence": grounded.confidence.view(),
         "provider": grounded.outcome.provider if grounded.outcome else None,
+        "rewrite": rewrite.view(),
     }
     chunks.append({"type": "message-metadata", "messageMetadata": metadata})
     chunks.append({"type": "finish"})
@@ -225,7 +263,7 @@ async def completions(request: Request) -> Response:
     if not isinstance(model, str) or not model:
         raise InvalidRequest("model", "must name a collection, or knowledge for the default")
     collection = DEFAULT_COLLECTION if model == "knowledge" else model
-    params = question(body.get("messages"), knowledge.answer_threshold, {"collection": collection})
+    params, rewrite = await question(knowledge, body.get("messages"), {"collection": collection})
     access(request).collection(params.collection)
     if model != "knowledge":
         await require_collection(knowledge, collection)  # a mistyped model: 404, as OpenAI's
@@ -233,14 +271,16 @@ async def completions(request: Request) -> Response:
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not stream:
         served = await answers.answer(knowledge, params)
-        return JSONResponse(completion(completion_id, model, served))
+        return JSONResponse(completion(completion_id, model, served, rewrite))
     events = answers.events(knowledge, params)
     first = await anext(events)
-    chunks = completion_chunks(completion_id, model, first, events)
+    chunks = completion_chunks(completion_id, model, first, events, rewrite)
     return StreamingResponse(chunks, media_type="text/event-stream", headers=UI_STREAM_HEADERS)
 
 
-def completion(completion_id: str, model: str, served: Served[GroundedAnswer]) -> dict[str, Any]:
+def completion(
+    completion_id: str, model: str, served: Served[GroundedAnswer], rewrite: Rewrite
+) -> dict[str, Any]:
     grounded = served.value
     content = said_text(grounded) + footer(grounded)
     message = {
@@ -262,6 +302,7 @@ def completion(completion_id: str, model: str, served: Served[GroundedAnswer]) -
         },
         "status": grounded.status,
         "confidence": grounded.confidence.view(),
+        "rewrite": rewrite.view(),
     }
 
 
@@ -287,6 +328,7 @@ async def completion_chunks(
     model: str,
     first: tuple[str, Any],
     events: AsyncGenerator[tuple[str, Any], None],
+    rewrite: Rewrite,
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
 
@@ -299,6 +341,8 @@ async def completion_chunks(
             "model": model,
             "choices": [choice],
         }
+        if finish:
+            body["rewrite"] = rewrite.view()
         return data(body)
 
     yield chunk({"role": "assistant", "content": ""})
