@@ -89,7 +89,7 @@ def test_and_x_asks_the_previous_question_about_x() -> None:
             "And which SQL functions?",
         )
     )
-    assert kept.question == "What SQL functions does Postgres store use?"
+    assert kept.question == "What SQL functions does Postgres use?"
 
 
 def test_the_sources_an_earlier_answer_cited_are_searched_with_the_question() -> None:

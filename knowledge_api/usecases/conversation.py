@@ -293,10 +293,14 @@ def has_name(text: str) -> bool:
 
 
 def subject_of(text: str) -> str:
-    """What a question is about, in a few words: in "which formats does asset ingestion
-    accept?" the words after the verb that opens it, their last few that are not stop
-    words, pronouns or common verbs ("asset ingestion"); else those of the whole text."""
+    """What a question is about, in a few words: its names (PM2, Qdrant, /v1/chat);
+    without names, in "which formats does asset ingestion accept?" the words after the
+    verb that opens it, the last few that are not stop words, pronouns or common verbs
+    ("asset ingestion"); else those of the whole text."""
     words = WORD.findall(text)
+    names = [word for i, word in enumerate(words) if is_name(word, i == 0)]
+    if names:
+        return " ".join(list(dict.fromkeys(names))[:SUBJECT_WORDS])
     lowered = [word.lower() for word in words]
     opens = next((i for i, word in enumerate(lowered) if word in AUXILIARIES), None)
     after = focus_of(" ".join(words[opens + 1 :])) if opens is not None else ""
