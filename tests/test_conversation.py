@@ -14,7 +14,10 @@ import pytest
 import respx
 from starlette.testclient import TestClient
 
+import knowledge_api
 from knowledge_api.app import create_app
+from knowledge_api.ingest.loaders import LoadOptions, load_paths
+from knowledge_api.ingest.pipeline import chunked
 from knowledge_api.usecases.conversation import Turn, offline
 from tests.conftest import corpus, make_settings
 from tests.providers import (
@@ -29,6 +32,7 @@ from tests.providers import (
 from tests.test_mcp import connected, load, serving, text_of
 
 REWRITE_PROMPT = b"standalone search question"
+CONVERSATIONS = Path(__file__).parent / "conversations.json"
 
 
 def said(*turns: str | tuple[str, tuple[str, ...]]) -> list[Turn]:
@@ -307,3 +311,26 @@ def test_a_failing_llm_rewrite_falls_back_and_names_the_error(
         assert rewrite["by"] == "offline"
         assert rewrite["fallback"].startswith("gemini: HTTP 500")
         assert "overloaded" in rewrite["fallback"]
+
+
+# -- the evaluation set ------------------------------------------------------------------
+
+
+def test_every_follow_up_of_the_evaluation_set_names_a_passage_of_the_bundled_docs() -> None:
+    """scripts/conversation_eval.py scores against these: a renamed section must fail here."""
+    docs = chunked(
+        load_paths([Path(knowledge_api.__file__).parent / "docs"], LoadOptions()).documents
+    )
+    passages = {(doc.source_id, chunk.section) for doc in docs for chunk in doc.chunks}
+    conversations = json.loads(CONVERSATIONS.read_text())["conversations"]
+    assert len(conversations) >= 40
+    follow_ups = [t for c in conversations for t in c["turns"] if "standalone" in t]
+    assert {t["refers"] for t in follow_ups} == {1, 2}
+    missing = [
+        t["passage"]
+        for c in conversations
+        for t in c["turns"]
+        if tuple(t["passage"]) not in passages
+    ]
+    assert missing == []
+    assert all(t["standalone"] != t["ask"] for t in follow_ups)
