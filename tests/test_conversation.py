@@ -18,7 +18,7 @@ import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import chunked
-from knowledge_api.usecases.conversation import Turn, offline
+from knowledge_api.usecases.conversation import Rewrite, Turn, offline
 from tests.conftest import corpus, make_settings
 from tests.providers import (
     GEMINI_GENERATE,
@@ -194,6 +194,14 @@ def test_the_openai_route_shows_the_rewrite_and_reads_the_sources_under_an_answe
     chunks = [json.loads(b.removeprefix("data: ")) for b in raw.strip().split("\n\n")[:-1]]
     [last] = [c for c in chunks if c["choices"][0]["finish_reason"] == "stop"]
     assert last["rewrite"]["question"] == rewrite["question"]
+
+
+def test_openapi_declares_the_rewrite_of_a_completion(client: TestClient) -> None:
+    operation = client.get("/openapi.json").json()["paths"]["/v1/chat/completions"]["post"]
+    schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert "rewrite" in schema["required"]
+    declared = schema["properties"]["rewrite"]["properties"]
+    assert set(declared) == set(Rewrite("q", "offline").view())
 
 
 def test_a_malformed_earlier_message_is_a_400_naming_it(client: TestClient) -> None:

@@ -22,7 +22,7 @@ from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.models import DEFAULT_COLLECTION, SearchHit
 from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import INTEGER, STRING, array, obj
+from knowledge_api.routes.fields import BOOLEAN, INTEGER, NUMBER, STRING, array, nullable, obj
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.sse import UNEXPECTED, log
 from knowledge_api.service import KnowledgeService, Served
@@ -40,6 +40,18 @@ MAX_QUERY = 500
 SOURCE_LINE = re.compile(r"^\[\d+\] (.+?)(?: \(https?://\S+\))?$")
 """A line of the numbered sources under an answer (`footer`), as a client sends it back."""
 UI_FIELDS = ("id", "messages", "trigger", "messageId", "metadata", "collection", "threshold")
+REWRITE = obj(
+    {
+        "question": STRING,
+        "by": STRING,
+        "cited_sources": array(STRING),
+        "fallback": nullable(STRING),
+        "cache_hit": BOOLEAN,
+        "rewrite_ms": NUMBER,
+    }
+)
+"""The standalone question searched for the latest user message, and how it was made
+(`by`: none, offline, or the LLM link; `fallback`: why an LLM rewrite was not used)."""
 COMPLETION = obj(
     {
         "id": STRING,
@@ -47,6 +59,7 @@ COMPLETION = obj(
         "created": INTEGER,
         "model": STRING,
         "choices": array(obj({"index": INTEGER, "message": obj({}, extra=True)}, extra=True)),
+        "rewrite": REWRITE,
     },
     extra=True,
 )
@@ -56,12 +69,14 @@ UI_EVENTS = {
     "type": "string",
     "description": "Server-Sent Events of `data:` lines only: JSON parts of type start, "
     "text-start, text-delta, text-end, source-url, source-document, message-metadata, "
-    "finish (or error), then `data: [DONE]`.",
+    "finish (or error), then `data: [DONE]`. The message-metadata part holds `rewrite`, "
+    "the standalone question searched.",
 }
 COMPLETION_EVENTS = {
     "type": "string",
     "description": "Server-Sent Events of `data:` lines: chat.completion.chunk objects, "
-    "the last with finish_reason stop, then `data: [DONE]`.",
+    "the last with finish_reason stop and `rewrite` (the standalone question searched), "
+    "then `data: [DONE]`.",
 }
 
 
