@@ -342,3 +342,12 @@ def test_every_follow_up_of_the_evaluation_set_names_a_passage_of_the_bundled_do
     ]
     assert missing == []
     assert all(t["standalone"] != t["ask"] for t in follow_ups)
+
+
+def test_a_long_message_is_searched_by_its_end_and_the_cited_documents_fit_after_it() -> None:
+    long = "word " * 150 + "How is it set up?"
+    rewrite = offline(said("What is Falcon?", ("..", ("Falcon guide > Setup",)), long))
+    assert rewrite.question.endswith("How is Falcon set up?") and len(rewrite.question) == 500
+    assert len(rewrite.searched) == 500 and rewrite.searched.endswith("set up?")
+    short = offline(said("What is Falcon?", ("..", ("Falcon guide > Setup",)), "Is it fast?"))
+    assert short.searched == "Is Falcon fast? Falcon guide"

@@ -36,7 +36,6 @@ UI_STREAM_HEADERS = {
     "X-Accel-Buffering": "no",
     "x-vercel-ai-ui-message-stream": "v1",
 }
-MAX_QUERY = 500
 SOURCE_LINE = re.compile(r"^\[\d+\] (.+?)(?: \(https?://\S+\))?$")
 """A line of the numbered sources under an answer (`footer`), as a client sends it back."""
 UI_FIELDS = ("id", "messages", "trigger", "messageId", "metadata", "collection", "threshold")
@@ -149,8 +148,8 @@ async def question(
         body, "threshold", low=0.0, high=1.0, default=knowledge.answer_threshold
     )
     rewrite = await conversation.standalone(knowledge, said)
-    query = rewrite.searched[-MAX_QUERY:]
-    return AnswerParams(query=query, threshold=threshold, collection=collection), rewrite
+    params = AnswerParams(query=rewrite.searched, threshold=threshold, collection=collection)
+    return params, rewrite
 
 
 def source_title(hit: SearchHit) -> str:

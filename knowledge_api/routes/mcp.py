@@ -172,7 +172,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             served = await answers.answer(service, params)
         body = steady(answer_route.render(served), "query_id", "metadata")
         if rewrite is not None:
-            body["rewrite"] = steady(rewrite.view(), "rewrite_ms")
+            body["rewrite"] = steady(rewrite.view(), "rewrite_ms", "cache_hit")
         return clipped(body, offset, max_chars)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))

@@ -125,7 +125,8 @@ class Rewrite:
     by: str
     """none (a first question), offline, or the LLM link that wrote it."""
     cited: tuple[str, ...] = ()
-    """Titles of sources cited earlier, searched with the question."""
+    """The documents of the sources cited earlier that go with the question's subject,
+    searched with it."""
     fallback: str | None = None
     """Why the LLM rewrite was not used, when one was tried."""
     cache_hit: bool = False
@@ -133,9 +134,9 @@ class Rewrite:
 
     @property
     def searched(self) -> str:
-        """What retrieval reads: the question, then the titles of the cited sources."""
+        """What retrieval reads: the question, then the cited documents (as many as fit)."""
         text = " ".join([self.question, *self.cited]) if self.cited else self.question
-        return text[-MAX_QUESTION:]
+        return text[:MAX_QUESTION]
 
     def view(self) -> dict[str, Any]:
         return {
@@ -170,9 +171,10 @@ def offline(turns: Sequence[Turn]) -> Rewrite:
     if not resolved:
         return Rewrite("", "none")
     latest = resolved[-1]
+    question = latest.question[-MAX_QUESTION:]  # a long message: its end, as it is searched
     if len(resolved) == 1:
-        return Rewrite(latest.question, "none")
-    return Rewrite(latest.question[:MAX_QUESTION], "offline", latest.cited[:CITED_TITLES])
+        return Rewrite(question, "none")
+    return Rewrite(question, "offline", latest.cited[:CITED_TITLES])
 
 
 def resolve(turns: Sequence[Turn]) -> list[Resolved]:
