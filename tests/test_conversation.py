@@ -245,14 +245,17 @@ def gemini() -> Iterator[respx.MockRouter]:
 def answering(rewrite: Any) -> Any:
     """Gemini's side: `rewrite` answers a rewrite prompt; an answer prompt gets an answer."""
     calls: list[bytes] = []
+    answers: list[str] = []
 
     def reply(request: httpx.Request) -> httpx.Response:
         if REWRITE_PROMPT in request.content:
             calls.append(request.content)
             return rewrite() if callable(rewrite) else rewrite
+        answers.append(json.loads(request.content)["contents"][0]["parts"][0]["text"])
         return gemini_answer(["MP3 uploads are converted to FLAC [1]."])
 
     reply.calls = calls  # type: ignore[attr-defined]
+    reply.answers = answers  # type: ignore[attr-defined]
     return reply
 
 
@@ -315,10 +318,15 @@ def test_a_failing_llm_rewrite_falls_back_and_names_the_error(
     reply = answering(gemini_error(500, "overloaded"))
     gemini.post(url__regex=GEMINI_GENERATE).mock(side_effect=reply)
     with llm_client(tmp_path) as client:
+        client.portal.call(client.app.state.service.ingest, corpus())  # type: ignore[attr-defined]
         rewrite = completions(client)
         assert rewrite["by"] == "offline"
         assert rewrite["fallback"].startswith("gemini: HTTP 500")
         assert "overloaded" in rewrite["fallback"]
+        assert rewrite["cited_sources"] == ["Supported audio formats"]
+        # the cited documents are searched with the question; the answer is to the question
+        [prompt] = reply.answers
+        assert "USER QUESTION: Is MP3 converted by asset ingestion?\n" in prompt
 
 
 # -- the evaluation set ------------------------------------------------------------------

@@ -148,7 +148,12 @@ async def question(
         body, "threshold", low=0.0, high=1.0, default=knowledge.answer_threshold
     )
     rewrite = await conversation.standalone(knowledge, said)
-    params = AnswerParams(query=rewrite.searched, threshold=threshold, collection=collection)
+    params = AnswerParams(
+        query=rewrite.question,
+        threshold=threshold,
+        collection=collection,
+        context=rewrite.context,
+    )
     return params, rewrite
 
 

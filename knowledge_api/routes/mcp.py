@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Annotated, Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -163,11 +164,16 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             if history:
                 said = [*chat.turns(history, "history"), Turn("user", query)]
                 rewrite = await conversation.standalone(service, said)
-            searched = rewrite.searched if rewrite else query
             params, _ = answer_route.parse(
-                payload(query=searched, collection=collection, sources=sources),
+                payload(
+                    query=rewrite.question if rewrite else query,
+                    collection=collection,
+                    sources=sources,
+                ),
                 service.answer_threshold,
             )
+            if rewrite is not None:
+                params = replace(params, context=rewrite.context)
             caller(ctx).collection(params.collection)
             served = await answers.answer(service, params)
         body = steady(answer_route.render(served), "query_id", "metadata")

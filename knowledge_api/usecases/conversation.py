@@ -133,10 +133,15 @@ class Rewrite:
     rewrite_ms: float = 0.0
 
     @property
+    def context(self) -> str:
+        """The cited documents, as many as fit after the question."""
+        room = MAX_QUESTION - len(self.question) - 1
+        return " ".join(self.cited)[: max(room, 0)].strip()
+
+    @property
     def searched(self) -> str:
-        """What retrieval reads: the question, then the cited documents (as many as fit)."""
-        text = " ".join([self.question, *self.cited]) if self.cited else self.question
-        return text[:MAX_QUESTION]
+        """What retrieval reads: the question, then the cited documents."""
+        return f"{self.question} {self.context}" if self.context else self.question
 
     def view(self) -> dict[str, Any]:
         return {
