@@ -29,6 +29,7 @@ from tests.providers import (
     llm_settings,
     streamed,
 )
+from tests.test_access import bearer, make_key
 from tests.test_mcp import connected, load, serving, text_of
 
 REWRITE_PROMPT = b"standalone search question"
@@ -359,3 +360,25 @@ def test_a_long_message_is_searched_by_its_end_and_the_cited_documents_fit_after
     assert len(rewrite.searched) == 500 and rewrite.searched.endswith("set up?")
     short = offline(said("What is Falcon?", ("..", ("Falcon guide > Setup",)), "Is it fast?"))
     assert short.searched == "Is Falcon fast? Falcon guide"
+
+
+async def test_a_caller_refused_the_collection_costs_no_llm_rewrite(
+    tmp_path: Path, gemini: respx.MockRouter
+) -> None:
+    reply = answering(gemini_answer(["Does asset ingestion convert MP3 uploads?"]))
+    gemini.post(url__regex=GEMINI_GENERATE).mock(side_effect=reply)
+    settings = llm_settings(tmp_path, auth="keys", synthesizer="gemini,extractive")
+    token = await make_key(settings, "team", ["read"], ("other",))
+    messages = [
+        {"role": "user", "content": CONVERSATION[0][1]},
+        {"role": "assistant", "content": "WAV and FLAC [1]."},
+        {"role": "user", "content": CONVERSATION[2][1]},
+    ]
+    async with serving(settings) as app:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            response = await http.post(
+                "/v1/chat/completions", json={"messages": messages}, headers=bearer(token)
+            )
+    assert response.status_code == 403
+    assert reply.calls == []

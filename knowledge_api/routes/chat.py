@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -135,26 +136,26 @@ def turns(messages: Any, where: str = "messages") -> list[Turn]:
     return said
 
 
-async def question(
-    knowledge: KnowledgeService, messages: Any, body: dict[str, Any]
-) -> tuple[AnswerParams, Rewrite]:
-    """What to answer: the standalone question made from the conversation (its
-    rewrite is shown with the answer)."""
+def asked(
+    messages: Any, body: dict[str, Any], default_threshold: float
+) -> tuple[list[Turn], AnswerParams]:
+    """The conversation and where to search (its question still to be made)."""
     said = turns(messages)
     if not any(turn.role == "user" and turn.text.strip() for turn in said):
         raise InvalidRequest("messages", "must hold a user message with text")
     collection = validation.collection_name(body.get("collection", DEFAULT_COLLECTION))
-    threshold = validation.number(
-        body, "threshold", low=0.0, high=1.0, default=knowledge.answer_threshold
-    )
+    threshold = validation.number(body, "threshold", low=0.0, high=1.0, default=default_threshold)
+    return said, AnswerParams(query="", threshold=threshold, collection=collection)
+
+
+async def question(
+    knowledge: KnowledgeService, said: list[Turn], scope: AnswerParams
+) -> tuple[AnswerParams, Rewrite]:
+    """What to answer: the standalone question made from the conversation (its
+    rewrite is shown with the answer). Called once the caller may search the
+    collection, so a refused request costs no LLM call."""
     rewrite = await conversation.standalone(knowledge, said)
-    params = AnswerParams(
-        query=rewrite.question,
-        threshold=threshold,
-        collection=collection,
-        context=rewrite.context,
-    )
-    return params, rewrite
+    return replace(scope, query=rewrite.question, context=rewrite.context), rewrite
 
 
 def source_title(hit: SearchHit) -> str:
@@ -189,8 +190,9 @@ async def chat(request: Request) -> Response:
     knowledge = service(request)
     body = validation.require_object(await read_json(request))
     validation.reject_unknown(body, UI_FIELDS)
-    params, rewrite = await question(knowledge, body.get("messages"), body)
-    access(request).collection(params.collection)
+    said, scope = asked(body.get("messages"), body, knowledge.answer_threshold)
+    access(request).collection(scope.collection)
+    params, rewrite = await question(knowledge, said, scope)
     events = answers.events(knowledge, params)
     first = await anext(events)  # bad input and an unavailable store keep their status
     return StreamingResponse(
@@ -282,10 +284,13 @@ async def completions(request: Request) -> Response:
     if not isinstance(model, str) or not model:
         raise InvalidRequest("model", "must name a collection, or knowledge for the default")
     collection = DEFAULT_COLLECTION if model == "knowledge" else model
-    params, rewrite = await question(knowledge, body.get("messages"), {"collection": collection})
-    access(request).collection(params.collection)
+    said, scope = asked(
+        body.get("messages"), {"collection": collection}, knowledge.answer_threshold
+    )
+    access(request).collection(scope.collection)
     if model != "knowledge":
         await require_collection(knowledge, collection)  # a mistyped model: 404, as OpenAI's
+    params, rewrite = await question(knowledge, said, scope)
     stream = validation.boolean(body, "stream", default=False)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not stream:

@@ -160,21 +160,15 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         than guess). With the conversation so far in `history`, a follow-up ("and how is
         it configured?") is searched as the standalone question shown under `rewrite`."""
         with tool_errors():
-            rewrite = None
-            if history:
-                said = [*chat.turns(history, "history"), Turn("user", query)]
-                rewrite = await conversation.standalone(service, said)
+            said = [*chat.turns(history, "history"), Turn("user", query)] if history else None
             params, _ = answer_route.parse(
-                payload(
-                    query=rewrite.question if rewrite else query,
-                    collection=collection,
-                    sources=sources,
-                ),
+                payload(query=query, collection=collection, sources=sources),
                 service.answer_threshold,
             )
-            if rewrite is not None:
-                params = replace(params, context=rewrite.context)
             caller(ctx).collection(params.collection)
+            rewrite = await conversation.standalone(service, said) if said else None
+            if rewrite is not None:
+                params = replace(params, query=rewrite.question, context=rewrite.context)
             served = await answers.answer(service, params)
         body = steady(answer_route.render(served), "query_id", "metadata")
         if rewrite is not None:
