@@ -9,8 +9,9 @@ KNOWLEDGE_REWRITE_TIMEOUT, and when it fails or is late the offline rewrite answ
 the rewrite says why (`fallback`). Offline, references are resolved to the subjects of
 earlier turns: a pronoun ("how is it configured?") to the latest subject, an ordinal
 ("the first one", "the latter") to the subject of that earlier question, an ellipsis
-("and Qdrant?") to the previous question about the new subject; the titles of the
-sources cited in the answer to the turn referred to are searched with it.
+("and Qdrant?") to the previous question about the new subject; a question without a
+name of its own stays on the current subject. The documents of the sources cited in
+the answer to the turn referred to are searched with the question.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ ORDINAL = re.compile(
     re.IGNORECASE,
 )
 SOURCE_NOUNS = frozenset({"source", "result", "passage", "link", "citation"})
+ALONE = frozenset({"former", "latter"})
+"""Ordinals that refer by themselves ("the first" needs a noun: "the first one")."""
 ELLIPSIS = re.compile(
     r"^\s*(?:and|or|but|also|what\s+about|how\s+about|same\s+(?:for|with)|now|then)\b[\s,]*",
     re.IGNORECASE,
@@ -207,7 +210,7 @@ def resolve_one(text: str, earlier: list[Resolved], answers: list[tuple[str, ...
             if titles and -len(titles) <= position < len(titles):
                 title = titles[position]
                 return Resolved(replaced(text, match, title), title, title, (title,))
-        elif noun or not own:
+        elif noun or not own or match.group(1).lower() in ALONE:
             target = by_ordinal(earlier, position)
             if target is not None:
                 target_cited = documents(answers[earlier.index(target)])
@@ -229,7 +232,8 @@ def resolve_one(text: str, earlier: list[Resolved], answers: list[tuple[str, ...
         question = PRONOUN.sub(previous.subject, DEMONSTRATIVE.sub(previous.subject, text))
         return Resolved(question, previous.subject, own, cited, True)
     if not has_name(text):  # "how are the articles scored?": about the same subject
-        return Resolved(about(text, previous.subject), previous.subject, own, cited, True)
+        question = text if own else about(text, previous.subject)  # "what are the defaults?"
+        return Resolved(question, previous.subject, own, cited, True)
     return Resolved(text, subject_of(text), own)
 
 
