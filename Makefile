@@ -56,6 +56,7 @@ bench: install-dev bytecode
 	$(BIN)/python scripts/bench_overhead.py
 	$(BIN)/python scripts/bench_replicas.py
 	$(BIN)/python scripts/bench_uploads.py --corpus $(CORPUS)
+	$(BIN)/python scripts/conversation_eval.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

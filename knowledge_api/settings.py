@@ -288,6 +288,12 @@ class Settings:
         5.0,
         "Seconds a cohere or llm reranking may take before the fused order is kept.",
     )
+    rewrite_timeout: float = setting(
+        "KNOWLEDGE_REWRITE_TIMEOUT",
+        2.0,
+        "Seconds the LLM rewrite of a chat follow-up into a standalone question may take "
+        "before the offline rewrite is searched (and the response says so).",
+    )
     routing: str = setting(
         "KNOWLEDGE_ROUTING",
         "off",
@@ -727,6 +733,7 @@ class Settings:
             "keyword_matched_chunks",
             "rerank_top",
             "rerank_timeout",
+            "rewrite_timeout",
             "prefetch_per_minute",
             "prefetch_concurrent",
             "prefetch_followups",

@@ -7,10 +7,12 @@ url_citation annotations, plus a numbered list under the answer."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -23,7 +25,9 @@ from knowledge_api.models import DEFAULT_COLLECTION, SearchHit
 from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import (
     ANY,
+    BOOLEAN,
     INTEGER,
+    NUMBER,
     STRING,
     Body,
     Boolean,
@@ -32,23 +36,35 @@ from knowledge_api.routes.fields import (
     Number,
     Schema,
     array,
+    nullable,
     obj,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.sse import UNEXPECTED, log
-from knowledge_api.service import Served
-from knowledge_api.usecases import answers
+from knowledge_api.service import KnowledgeService, Served
+from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
+from knowledge_api.usecases.conversation import Rewrite, Turn
 
 UI_STREAM_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
     "x-vercel-ai-ui-message-stream": "v1",
 }
-MAX_QUERY = 500
-SHORT_FOLLOW_UP = 8
-"""A latest message of fewer words is searched together with the user's previous one
-("and for Groq?" means little alone)."""
+SOURCE_LINE = re.compile(r"^\[\d+\] (.+?)(?: \(https?://\S+\))?$")
+"""A line of the numbered sources under an answer (`footer`), as a client sends it back."""
+REWRITE = obj(
+    {
+        "question": STRING,
+        "by": STRING,
+        "cited_sources": array(STRING),
+        "fallback": nullable(STRING),
+        "cache_hit": BOOLEAN,
+        "rewrite_ms": NUMBER,
+    }
+)
+"""The standalone question searched for the latest user message, and how it was made
+(`by`: none, offline, or the LLM link; `fallback`: why an LLM rewrite was not used)."""
 COMPLETION = obj(
     {
         "id": STRING,
@@ -56,6 +72,7 @@ COMPLETION = obj(
         "created": INTEGER,
         "model": STRING,
         "choices": array(obj({"index": INTEGER, "message": obj({}, extra=True)}, extra=True)),
+        "rewrite": REWRITE,
     },
     extra=True,
 )
@@ -65,12 +82,14 @@ UI_EVENTS = {
     **obj({"data": STRING}, {"event": STRING}),
     "description": "Server-Sent Events of `data:` lines only: JSON parts of type start, "
     "text-start, text-delta, text-end, source-url, source-document, message-metadata, "
-    "finish (or error), then `data: [DONE]`.",
+    "finish (or error), then `data: [DONE]`. The message-metadata part holds `rewrite`, "
+    "the standalone question searched.",
 }
 COMPLETION_EVENTS = {
     **obj({"data": STRING}, {"event": STRING}),
     "description": "Server-Sent Events of `data:` lines: chat.completion.chunk objects, "
-    "the last with finish_reason stop, then `data: [DONE]`.",
+    "the last with finish_reason stop and `rewrite` (the standalone question searched), "
+    "then `data: [DONE]`.",
 }
 
 
@@ -98,19 +117,56 @@ def text_of(message: Any, where: str) -> tuple[str, str]:
     return role, "\n".join(texts)
 
 
-def question(messages: Any, threshold: float, collection: str) -> AnswerParams:
-    """What to answer: the latest user message, searched with the one before it when it
-    is a short follow-up."""
+def cited_of(message: Any, text: str) -> tuple[str, ...]:
+    """Titles of the sources an earlier answer listed: its AI SDK source parts, or the
+    numbered lines under its text."""
+    parts = message.get("parts") if isinstance(message, dict) else None
+    if isinstance(parts, list):
+        titles = tuple(
+            part["title"]
+            for part in parts
+            if isinstance(part, dict)
+            and part.get("type") in ("source-url", "source-document")
+            and isinstance(part.get("title"), str)
+        )
+        if titles:
+            return titles
+    _, _, listed = text.rpartition("\nSources:\n")
+    found = (SOURCE_LINE.match(line.strip()) for line in listed.splitlines())
+    return tuple(match.group(1) for match in found if match)
+
+
+def turns(messages: Any, where: str = "messages") -> list[Turn]:
+    """The conversation as the client sends it back: 400 naming the message when one is
+    malformed."""
     if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("messages", "must be a non-empty list of messages")
-    said = [text_of(m, f"messages[{i}]") for i, m in enumerate(messages)]
-    asked = [text.strip() for role, text in said if role == "user" and text.strip()]
-    if not asked:
+        raise InvalidRequest(where, "must be a non-empty list of messages")
+    said = []
+    for i, message in enumerate(messages):
+        role, text = text_of(message, f"{where}[{i}]")
+        cited = cited_of(message, text) if role == "assistant" else ()
+        said.append(Turn(role, text, cited))
+    return said
+
+
+def asked(
+    messages: Any, threshold: float, collection: str
+) -> tuple[list[Turn], AnswerParams]:
+    """The conversation and where to search (its question still to be made)."""
+    said = turns(messages)
+    if not any(turn.role == "user" and turn.text.strip() for turn in said):
         raise InvalidRequest("messages", "must hold a user message with text")
-    query = asked[-1]
-    if len(query.split()) < SHORT_FOLLOW_UP and len(asked) > 1:
-        query = f"{asked[-2]} {query}"
-    return AnswerParams(query=query[-MAX_QUERY:], threshold=threshold, collection=collection)
+    return said, AnswerParams(query="", threshold=threshold, collection=collection)
+
+
+async def question(
+    knowledge: KnowledgeService, said: list[Turn], scope: AnswerParams
+) -> tuple[AnswerParams, Rewrite]:
+    """What to answer: the standalone question made from the conversation (its
+    rewrite is shown with the answer). Called once the caller may search the
+    collection, so a refused request costs no LLM call."""
+    rewrite = await conversation.standalone(knowledge, said)
+    return replace(scope, query=rewrite.question, context=rewrite.context), rewrite
 
 
 ROLES = ("user", "assistant", "system", "developer", "tool")
@@ -209,17 +265,20 @@ async def chat(request: Request) -> Response:
     knowledge = service(request)
     defaults = {"threshold": knowledge.answer_threshold}
     values = UI_CHAT.parse(await read_json(request), defaults=defaults)
-    params = question(values["messages"], values["threshold"], values["collection"])
-    access(request).collection(params.collection)
+    said, scope = asked(values["messages"], values["threshold"], values["collection"])
+    access(request).collection(scope.collection)
+    params, rewrite = await question(knowledge, said, scope)
     events = answers.events(knowledge, params)
     first = await anext(events)  # bad input and an unavailable store keep their status
     return StreamingResponse(
-        ui_stream(first, events), media_type="text/event-stream", headers=UI_STREAM_HEADERS
+        ui_stream(first, events, rewrite),
+        media_type="text/event-stream",
+        headers=UI_STREAM_HEADERS,
     )
 
 
 async def ui_stream(
-    first: tuple[str, Any], events: AsyncGenerator[tuple[str, Any], None]
+    first: tuple[str, Any], events: AsyncGenerator[tuple[str, Any], None], rewrite: Rewrite
 ) -> AsyncIterator[bytes]:
     part = 1
     streamed = False
@@ -236,7 +295,7 @@ async def ui_stream(
                 yield data({"type": "text-start", "id": f"text-{part}"})
             elif name == "done":
                 grounded: GroundedAnswer = value.value
-                for chunk in ui_done(grounded, f"text-{part}", streamed):
+                for chunk in ui_done(grounded, f"text-{part}", streamed, rewrite):
                     yield data(chunk)
     except Exception as e:
         yield data({"type": "error", "errorText": failure_text(e)})
@@ -252,7 +311,9 @@ async def rest_of(
             yield event
 
 
-def ui_done(grounded: GroundedAnswer, text_id: str, streamed: bool) -> list[dict[str, Any]]:
+def ui_done(
+    grounded: GroundedAnswer, text_id: str, streamed: bool, rewrite: Rewrite
+) -> list[dict[str, Any]]:
     chunks: list[dict[str, Any]] = []
     if not streamed and said_text(grounded):
         chunks.append({"type": "text-delta", "id": text_id, "delta": said_text(grounded)})
@@ -269,6 +330,7 @@ def ui_done(grounded: GroundedAnswer, text_id: str, streamed: bool) -> list[dict
         "status": grounded.status,
         "confidence": grounded.confidence.view(),
         "provider": grounded.outcome.provider if grounded.outcome else None,
+        "rewrite": rewrite.view(),
     }
     chunks.append({"type": "message-metadata", "messageMetadata": metadata})
     chunks.append({"type": "finish"})
@@ -296,15 +358,16 @@ async def completions(request: Request) -> Response:
     if not validation.valid_collection(model):
         raise InvalidRequest("model", "must name a collection, or knowledge for the default")
     collection = DEFAULT_COLLECTION if model == "knowledge" else model
-    params = question(values["messages"], knowledge.answer_threshold, collection)
-    access(request).collection(params.collection)
+    said, scope = asked(values["messages"], knowledge.answer_threshold, collection)
+    access(request).collection(scope.collection)
+    params, rewrite = await question(knowledge, said, scope)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not stream:
         served = await answers.answer(knowledge, params)
-        return JSONResponse(completion(completion_id_of(served.value), model, served))
+        return JSONResponse(completion(completion_id_of(served.value), model, served, rewrite))
     events = answers.events(knowledge, params)
     first = await anext(events)
-    chunks = completion_chunks(completion_id, model, first, events)
+    chunks = completion_chunks(completion_id, model, first, events, rewrite)
     return StreamingResponse(chunks, media_type="text/event-stream", headers=UI_STREAM_HEADERS)
 
 
@@ -314,7 +377,9 @@ def completion_id_of(grounded: GroundedAnswer) -> str:
     return f"chatcmpl-{grounded.query_id}"
 
 
-def completion(completion_id: str, model: str, served: Served[GroundedAnswer]) -> dict[str, Any]:
+def completion(
+    completion_id: str, model: str, served: Served[GroundedAnswer], rewrite: Rewrite
+) -> dict[str, Any]:
     grounded = served.value
     content = said_text(grounded) + footer(grounded)
     message = {
@@ -336,6 +401,7 @@ def completion(completion_id: str, model: str, served: Served[GroundedAnswer]) -
         },
         "status": grounded.status,
         "confidence": grounded.confidence.view(),
+        "rewrite": rewrite.view(),
     }
 
 
@@ -361,6 +427,7 @@ async def completion_chunks(
     model: str,
     first: tuple[str, Any],
     events: AsyncGenerator[tuple[str, Any], None],
+    rewrite: Rewrite,
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
 
@@ -390,7 +457,7 @@ async def completion_chunks(
                 yield chunk({"content": rest, "annotations": url_citations(said, grounded)})
                 # streamed, the id is sent before the answer exists: the last chunk
                 # names the query_id (the one a rating refers to)
-                yield chunk({}, "stop", query_id=grounded.query_id)
+                yield chunk({}, "stop", query_id=grounded.query_id, rewrite=rewrite.view())
     except Exception as e:
         yield data({"error": {"message": failure_text(e), "type": "server_error"}})
     yield b"data: [DONE]\n\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Annotated, Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -27,7 +28,7 @@ from knowledge_api import tracing
 from knowledge_api.errors import CollectionNotFound, KnowledgeAPIError, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.routes import answer as answer_route
-from knowledge_api.routes import detail, documents
+from knowledge_api.routes import chat, detail, documents
 from knowledge_api.routes import query as query_route
 from knowledge_api.routes.access import EVERYONE, WRITE, Access, access
 from knowledge_api.routes.traces import CONTEXT
@@ -35,8 +36,9 @@ from knowledge_api.routes.views import document_view
 from knowledge_api.service import KnowledgeService, changes
 from knowledge_api.settings import Settings
 from knowledge_api.stores.audit import Actor, local_user
-from knowledge_api.usecases import answers
+from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases import query as query_use
+from knowledge_api.usecases.conversation import Turn
 
 WRITING_TOOLS = frozenset({"add_document"})
 INSTRUCTIONS = (
@@ -50,6 +52,14 @@ Query = Annotated[str, Field(description="The question or search text.")]
 CollectionArg = Annotated[
     str,
     Field(description="The collection to search (see list_collections)."),
+]
+History = Annotated[
+    list[dict[str, Any]] | None,
+    Field(
+        description="The conversation before this question, oldest first: messages "
+        "{role: user|assistant, content: text}, the answers with the sources they listed. "
+        "A follow-up is then searched as a standalone question."
+    ),
 ]
 Sources = Annotated[
     list[str] | None,
@@ -158,19 +168,27 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         collection: CollectionArg = DEFAULT_COLLECTION,
         sources: Sources = None,
         offset: Offset = 0,
+        history: History = None,
     ) -> str:
         """Answer a question from the knowledge base: a grounded answer whose [n] marks
         cite the numbered sources listed with it, a confidence (overall 0-1 and a level)
         and a status: insufficient_context when nothing relevant was found (say so rather
-        than guess)."""
+        than guess). With the conversation so far in `history`, a follow-up ("and how is
+        it configured?") is searched as the standalone question shown under `rewrite`."""
         with tool_errors(ctx):
+            said = [*chat.turns(history, "history"), Turn("user", query)] if history else None
             params, _ = answer_route.parse(
                 payload(query=query, collection=collection, sources=sources),
                 service.answer_threshold,
             )
             caller(ctx).collection(params.collection)
+            rewrite = await conversation.standalone(service, said) if said else None
+            if rewrite is not None:
+                params = replace(params, query=rewrite.question, context=rewrite.context)
             served = await answers.answer(service, params)
         body = steady(answer_route.render(served), "metadata")
+        if rewrite is not None:
+            body["rewrite"] = steady(rewrite.view(), "rewrite_ms", "cache_hit")
         return clipped(body, offset, max_chars)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))

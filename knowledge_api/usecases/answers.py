@@ -36,6 +36,10 @@ NO_CONFIDENCE = grounding.Confidence(0.0, 0.0, 0.0, 0.0)
 class AnswerParams(SearchParams):
     """The threshold is a passage's similarity to ground the answer."""
 
+    context: str = ""
+    """Words searched with the question that are not part of it (in a conversation,
+    the documents an earlier answer cited): the answer is written to the question."""
+
 
 @dataclass(frozen=True, slots=True)
 class GroundedAnswer:
@@ -118,8 +122,9 @@ async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGene
 async def search(
     service: KnowledgeService, params: AnswerParams, threshold: float, rerank: bool = True
 ) -> Retrieval:
+    searched = f"{params.query} {params.context}" if params.context else params.query
     return await service.retrieve(
-        params.query, params.limit, params.search_filters(), threshold, rerank=rerank
+        searched, params.limit, params.search_filters(), threshold, rerank=rerank
     )
 
 

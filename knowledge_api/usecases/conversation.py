@@ -1,0 +1,413 @@
+"""A conversation's latest question made standalone, for the chat routes and the MCP
+`answer` tool with a history. The service keeps no conversation: everything comes from
+the messages the client sends back, the titles of the sources its earlier answers
+listed included.
+
+With an LLM link ready (the synthesis chain's first link with a key and a closed
+circuit), one short call rewrites the question; it is cached in tier 1 and bounded by
+KNOWLEDGE_REWRITE_TIMEOUT, and when it fails or is late the offline rewrite answers and
+the rewrite says why (`fallback`). Offline, references are resolved to the subjects of
+earlier turns: a pronoun ("how is it configured?") to the latest subject, an ordinal
+("the first one", "the latter") to the subject of that earlier question, an ellipsis
+("and Qdrant?") to the previous question about the new subject; a question without a
+name of its own stays on the current subject. The documents of the sources cited in
+the answer to the turn referred to are searched with the question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from knowledge_api.models import DEFAULT_COLLECTION, normalize_query
+from knowledge_api.service import KnowledgeService
+from knowledge_api.synthesis.base import Prompt, Synthesizer, Usage
+from knowledge_api.synthesis.chain import describe, within
+from knowledge_api.timing import elapsed_ms
+
+MAX_TURNS = 8
+"""Earlier user turns read (the latest ones); older turns are not referred to."""
+MAX_QUESTION = 500
+SUBJECT_WORDS = 3
+CITED_TITLES = 2
+"""Titles of cited sources searched with a resolved reference."""
+
+
+def vocabulary(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+WORD = re.compile(r"[A-Za-z0-9_$/.-]*[A-Za-z0-9_$]|[A-Za-z]")
+AUXILIARIES = vocabulary(
+    "is are was were do does did can could should would will shall may might must has have "
+    "had am be been being isn't aren't doesn't don't can't won't"
+)
+QUESTION_WORDS = AUXILIARIES | vocabulary("what which who whom whose when where why how")
+STOP = vocabulary(
+    "a an the of to in on for at by with from as and or but not no so if then than into "
+    "about over under after before between through i me my we our you your please tell "
+    "explain show give describe also too just more much many any some each every all "
+    "there here get got let lets let's such again ok okay"
+)
+PRONOUNS = vocabulary("it its it's itself they them their theirs")
+DEMONSTRATIVES = vocabulary("this that these those")
+"""Pronouns when nothing follows ("how is that set?"), determiners before a noun
+("those extractors"), conjunctions elsewhere ("check that it runs")."""
+GENERIC = vocabulary(
+    "configure configured configuring configuration set setting use used using uses work "
+    "works working mean means meaning need needs needed happen happens change changes "
+    "enable enabled disable disabled start started starting run runs running return "
+    "returns returned say says said default defaults way ways difference thing things "
+    "one ones other same else kind type types fail fails failing failed handle handles "
+    "handled make makes made control controls controlled differ differs show shows "
+    "talk talks call calls called send sends sent check checks look looks go goes "
+    "add adds added read reads write writes report reports share shares apply applies "
+    "contain contains choose chosen expose exposes answered ingest service accept accepts "
+    "create creates created "
+    "ingested get gets know find found happen compute computed computes give gives "
+    "mean lead leads want like able possible"
+)
+COMMON = QUESTION_WORDS | STOP | PRONOUNS | DEMONSTRATIVES
+PRONOUN = re.compile(r"\b(?:" + "|".join(sorted(PRONOUNS, key=len, reverse=True)) + r")\b", re.I)
+DEMONSTRATIVE = re.compile(r"\b(?:this|that|these|those)\b(?=\s*(?:[?!.,]|$))", re.I)
+LEADING = re.compile(r"^(?:(?:for|with|in|on|to|of|the|a|an|what|which|who)\s+)+", re.I)
+ORDINALS = {
+    "first": 0,
+    "former": 0,
+    "original": 0,
+    "second": 1,
+    "third": 2,
+    "latter": -1,
+    "last": -1,
+    "previous": -1,
+}
+ORDINAL = re.compile(
+    r"\b(?:the\s+)?(first|second|third|former|latter|last|previous|original)"
+    r"(?:\s+(one|question|topic|thing|subject|source|result|passage|link|citation))?\b",
+    re.IGNORECASE,
+)
+SOURCE_NOUNS = frozenset({"source", "result", "passage", "link", "citation"})
+ALONE = frozenset({"former", "latter"})
+"""Ordinals that refer by themselves ("the first" needs a noun: "the first one")."""
+ELLIPSIS = re.compile(
+    r"^\s*(?:and|or|but|also|what\s+about|how\s+about|same\s+(?:for|with)|now|then)\b[\s,]*",
+    re.IGNORECASE,
+)
+TEMPLATE = """\
+Rewrite the user's last question in this conversation about {subject} as one \
+standalone search question: replace every reference to earlier turns ("it", "the \
+first one", "and X?") by what it refers to, keep the user's own words otherwise, and \
+add nothing the conversation does not say.
+
+CONVERSATION:
+{conversation}
+
+Reply with the standalone question only, on one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    role: str
+    """user or assistant (other roles are not read)."""
+    text: str
+    cited: tuple[str, ...] = ()
+    """Titles of the sources an assistant turn listed, in their order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """The question searched for the latest turn, and how it was made."""
+
+    question: str
+    """The standalone question."""
+    by: str
+    """none (a first question), offline, or the LLM link that wrote it."""
+    cited: tuple[str, ...] = ()
+    """The documents of the sources cited earlier that go with the question's subject,
+    searched with it."""
+    fallback: str | None = None
+    """Why the LLM rewrite was not used, when one was tried."""
+    cache_hit: bool = False
+    rewrite_ms: float = 0.0
+
+    @property
+    def context(self) -> str:
+        """The cited documents, as many as fit after the question."""
+        room = MAX_QUESTION - len(self.question) - 1
+        return " ".join(self.cited)[: max(room, 0)].strip()
+
+    @property
+    def searched(self) -> str:
+        """What retrieval reads: the question, then the cited documents."""
+        return f"{self.question} {self.context}" if self.context else self.question
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "by": self.by,
+            "cited_sources": list(self.cited),
+            "fallback": self.fallback,
+            "cache_hit": self.cache_hit,
+            "rewrite_ms": self.rewrite_ms,
+        }
+
+
+# -- offline ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Resolved:
+    question: str
+    subject: str
+    """What the conversation is about at this turn (its own, or inherited)."""
+    focus: str
+    """What this question asks about within the subject, in its own words."""
+    cited: tuple[str, ...] = ()
+    """Titles of the sources that go with the subject it inherited."""
+    inherited: bool = False
+    """Whether the subject comes from an earlier turn."""
+
+
+def offline(turns: Sequence[Turn]) -> Rewrite:
+    """The latest user question with its references resolved, without a model."""
+    resolved = resolve(turns)
+    if not resolved:
+        return Rewrite("", "none")
+    latest = resolved[-1]
+    question = latest.question[-MAX_QUESTION:]  # a long message: its end, as it is searched
+    if len(resolved) == 1:
+        return Rewrite(question, "none")
+    return Rewrite(question, "offline", latest.cited[:CITED_TITLES])
+
+
+def resolve(turns: Sequence[Turn]) -> list[Resolved]:
+    """Each user question resolved against the ones before it (already resolved)."""
+    done: list[Resolved] = []
+    answers: list[tuple[str, ...]] = []
+    for turn in turns:
+        if turn.role == "assistant" and done:
+            answers[-1] = turn.cited or answers[-1]
+        elif turn.role == "user" and turn.text.strip():
+            done.append(resolve_one(turn.text.strip(), done[-MAX_TURNS:], answers[-MAX_TURNS:]))
+            answers.append(())
+    return done
+
+
+def resolve_one(text: str, earlier: list[Resolved], answers: list[tuple[str, ...]]) -> Resolved:
+    own = focus_of(text)
+    if not earlier:
+        return Resolved(text, subject_of(text), own)
+    previous, cited = earlier[-1], documents(answers[-1] if answers else ())
+    if match := ORDINAL.search(text):
+        position, noun = ORDINALS[match.group(1).lower()], (match.group(2) or "").lower()
+        if noun in SOURCE_NOUNS:
+            titles = answers[-1] if answers else ()
+            if titles and -len(titles) <= position < len(titles):
+                title = titles[position]
+                return Resolved(replaced(text, match, title), title, title, (title,))
+        elif noun or not own or match.group(1).lower() in ALONE:
+            target = by_ordinal(earlier, position)
+            if target is not None:
+                target_cited = documents(answers[earlier.index(target)])
+                question = replaced(text, match, target.subject)
+                return Resolved(question, target.subject, own, target_cited, True)
+    if lead := ELLIPSIS.match(text):
+        rest = LEADING.sub("", text[lead.end() :].strip(" ?!.,"))
+        if rest and not asks(rest):
+            if previous.inherited and previous.focus:  # the subject stays, the focus moves
+                question = swapped(previous.question, previous.focus, rest)
+                return Resolved(question, previous.subject, rest, previous.cited or cited, True)
+            return Resolved(swapped(previous.question, previous.subject, rest), rest, rest)
+        text = text[lead.end() :].strip() or text
+    words = [w.lower() for w in WORD.findall(text)]
+    if PRONOUN.search(text) or any(
+        word in DEMONSTRATIVES and (i + 1 == len(words) or words[i + 1] in COMMON)
+        for i, word in enumerate(words)
+    ):
+        question = PRONOUN.sub(previous.subject, DEMONSTRATIVE.sub(previous.subject, text))
+        return Resolved(question, previous.subject, own, cited, True)
+    if not has_name(text):  # "how are the articles scored?": about the same subject
+        question = text if own else about(text, previous.subject)  # "what are the defaults?"
+        return Resolved(question, previous.subject, own, cited, True)
+    return Resolved(text, subject_of(text), own)
+
+
+def about(text: str, subject: str) -> str:
+    body = text.rstrip(" ?!.")
+    return f"{body} ({subject}){text[len(body) :].strip()}"
+
+
+def documents(titles: Sequence[str]) -> tuple[str, ...]:
+    """The documents of cited sources ("Title > Section" gives Title): what the subject
+    was found in, rather than the section that answered the question before."""
+    return tuple(dict.fromkeys(title.split(" > ")[0] for title in titles))
+
+
+def by_ordinal(earlier: list[Resolved], position: int) -> Resolved | None:
+    """The earlier question whose subject comes at `position` among the distinct subjects."""
+    distinct: list[Resolved] = []
+    for each in earlier:
+        if each.subject and all(each.subject.lower() != d.subject.lower() for d in distinct):
+            distinct.append(each)
+    if not distinct or not -len(distinct) <= position < len(distinct):
+        return None
+    return distinct[position]
+
+
+def replaced(text: str, match: re.Match[str], subject: str) -> str:
+    return f"{text[: match.start()]}{subject}{text[match.end() :]}"
+
+
+def swapped(question: str, old: str, new: str) -> str:
+    """The question about `new` in place of `old`: the first of old's names (or of its
+    words, without names) gives way to new, its other names are dropped."""
+    words = WORD.findall(old)
+    names = [word for word in words if is_name(word, first=False)]
+    gone = {word.lower() for word in names or words}
+    kept: list[str] = []
+    placed = False
+    for word in WORD.findall(question):
+        if word.lower() in gone:
+            if not placed:
+                kept.append(new)
+                placed = True
+            continue
+        kept.append(word)
+    if not placed:
+        kept.append(new)
+    return " ".join(kept) + "?"
+
+
+def asks(text: str) -> bool:
+    """Whether a text is a question of its own ("how is it configured?" is; "which SQL
+    functions?" and "Qdrant?" are not): a question word and a verb after it."""
+    words = WORD.findall(text.lower())
+    return bool(words) and words[0] in QUESTION_WORDS and any(w in AUXILIARIES for w in words)
+
+
+def is_name(word: str, first: bool) -> bool:
+    """Capitalised past the first word, or shaped like code (KNOWLEDGE_STORE, /v1/chat,
+    match_siam_vectors), or an acronym (MCP, PM2)."""
+    if word.lower() in COMMON:
+        return False
+    capitalised = not first and word[:1].isupper()
+    return capitalised or any(c in word for c in "_/.$") or (len(word) > 1 and word.isupper())
+
+
+def has_name(text: str) -> bool:
+    return any(is_name(word, i == 0) for i, word in enumerate(WORD.findall(text)))
+
+
+def subject_of(text: str) -> str:
+    """What a question is about, in a few words: its names (PM2, Qdrant, /v1/chat);
+    without names, in "which formats does asset ingestion accept?" the words after the
+    verb that opens it, the last few that are not stop words, pronouns or common verbs
+    ("asset ingestion"); else those of the whole text."""
+    words = WORD.findall(text)
+    names = [word for i, word in enumerate(words) if is_name(word, i == 0)]
+    if names:
+        return " ".join(list(dict.fromkeys(names))[:SUBJECT_WORDS])
+    lowered = [word.lower() for word in words]
+    opens = next((i for i, word in enumerate(lowered) if word in AUXILIARIES), None)
+    after = focus_of(" ".join(words[opens + 1 :])) if opens is not None else ""
+    chosen = (after or focus_of(text)).split()
+    return " ".join(chosen[-SUBJECT_WORDS:])
+
+
+def focus_of(text: str) -> str:
+    """What a question asks about: its words that are not question words, stop words,
+    pronouns or common verbs, as written."""
+    words = [
+        word
+        for word in WORD.findall(text)
+        if len(word) > 1 and word.lower() not in COMMON and word.lower() not in GENERIC
+    ]
+    return " ".join(dict.fromkeys(words))
+
+
+# -- with an LLM link -------------------------------------------------------------------
+
+
+async def standalone(service: KnowledgeService, turns: Sequence[Turn]) -> Rewrite:
+    """The question to search for the latest user turn: as asked when it is the first,
+    else rewritten by the first ready LLM link (cached), else offline."""
+    started = time.perf_counter()
+    local = offline(turns)
+    if local.by == "none":
+        return local
+    link = service.synthesizer.ready_link()
+    if link is None:
+        return timed(local, started)
+    conversation = transcript(turns)
+    key = ("ConversationRewrite", link.name, link.model, normalize_query(conversation))
+    tried: list[str] = []
+
+    async def compute() -> tuple[Rewrite, bool]:
+        try:
+            question = await asyncio.wait_for(
+                rewritten(link, conversation, service.settings.llm_subject),
+                service.settings.rewrite_timeout,
+            )
+        except Exception as e:
+            service.synthesizer.record(link, e)
+            if isinstance(e, TimeoutError):
+                why = f"no rewrite within {service.settings.rewrite_timeout:g} s"
+            else:
+                why = describe(e, link.timeout).removeprefix("failed: ")
+            tried.append(f"{link.name}: {why}")
+            return Rewrite(local.question, "offline", local.cited, tried[-1]), False
+        service.synthesizer.record(link, None)
+        return Rewrite(question, link.name), True
+
+    # a rewrite reads the conversation alone, no stored passage: it is kept under the
+    # default collection's generation, whichever collection the question searches
+    served = await service.tier1.served(key, compute, DEFAULT_COLLECTION)
+    rewrite = served.value
+    if served.cache_hit:
+        rewrite = Rewrite(rewrite.question, rewrite.by, rewrite.cited, None, True)
+    return timed(rewrite, started)
+
+
+def timed(rewrite: Rewrite, started: float) -> Rewrite:
+    return Rewrite(
+        rewrite.question,
+        rewrite.by,
+        rewrite.cited,
+        rewrite.fallback,
+        rewrite.cache_hit,
+        round(elapsed_ms(started), 3),
+    )
+
+
+async def rewritten(link: Synthesizer, conversation: str, subject: str) -> str:
+    text = TEMPLATE.format(subject=subject or "a knowledge base", conversation=conversation)
+    parts: list[str] = []
+    prompt = Prompt(query=conversation, hits=(), text=text)
+    async with aclosing(within(link.generate(prompt, Usage()), link.timeout)) as pieces:
+        async for piece in pieces:
+            parts.append(piece)
+    line = next((line for line in "".join(parts).splitlines() if line.strip()), "")
+    question = line.strip().strip('"').removeprefix("QUESTION:").strip()
+    if not question:
+        raise ValueError("the rewrite was empty")
+    return question[:MAX_QUESTION]
+
+
+def transcript(turns: Sequence[Turn]) -> str:
+    """The latest turns as the LLM reads them; an answer shows the sources it listed."""
+    users = [i for i, turn in enumerate(turns) if turn.role == "user"]
+    start = users[-(MAX_TURNS + 1)] if len(users) > MAX_TURNS else 0
+    lines = []
+    for turn in turns[start:]:
+        if turn.role not in ("user", "assistant"):
+            continue
+        text = " ".join(turn.text.split())[:600]
+        if turn.cited:
+            text += " (sources: " + "; ".join(turn.cited) + ")"
+        lines.append(f"{turn.role.upper()}: {text}")
+    return "\n".join(lines)
