@@ -96,6 +96,21 @@ KEY_MAX_LENGTH = 200
 _PLAIN_KEY = re.compile(r'[^\x00-\x1f\x7f"\\]{1,' + str(KEY_MAX_LENGTH) + "}")
 
 
+def plain_key(key: Any) -> bool:
+    """A key every store can hold and filter on: 1-200 characters without control
+    characters, quotes or backslashes."""
+    return isinstance(key, str) and _PLAIN_KEY.fullmatch(key) is not None
+
+
+def within_int64(value: int, field: str) -> int:
+    """An integer every store keeps exactly: within signed 64 bits, else a 400."""
+    if not -INT64 <= value < INT64:
+        raise InvalidRequest(
+            field, "must be an integer within 64 bits (-2^63 to 2^63-1)", value=str(value)
+        )
+    return value
+
+
 def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
     """An object of string, number or boolean values, each storable and filterable
     everywhere: keys of 1-200 characters without control characters, quotes or

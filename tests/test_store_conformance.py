@@ -32,7 +32,7 @@ from knowledge_api.models import (
 )
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.base import KnowledgeStore
-from tests.conftest import corpus, make_settings, make_store
+from tests.conftest import corpus, make_settings, make_store, pairs
 from tests.pg import postgres_settings, supabase_settings
 from tests.test_access import bearer, make_key
 
@@ -90,6 +90,8 @@ def vector(text: str) -> np.ndarray:
 
 
 async def search(store: KnowledgeStore, query: str, k: int = 5, **filters: object):  # type: ignore[no-untyped-def]
+    if "metadata" in filters:
+        filters["where"] = pairs(filters.pop("metadata"))
     return await store.search(query, vector(query), k, SearchFilters(**filters))  # type: ignore[arg-type]
 
 

@@ -24,6 +24,7 @@ from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import INTEGER, STRING, array, obj
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.sse import UNEXPECTED, log
+from knowledge_api.routes.views import FILTERS
 from knowledge_api.service import Served
 from knowledge_api.usecases import answers
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
@@ -38,7 +39,16 @@ MAX_QUERY = 500
 SHORT_FOLLOW_UP = 8
 """A latest message of fewer words is searched together with the user's previous one
 ("and for Groq?" means little alone)."""
-UI_FIELDS = ("id", "messages", "trigger", "messageId", "metadata", "collection", "threshold")
+UI_FIELDS = (
+    "id",
+    "messages",
+    "trigger",
+    "messageId",
+    "metadata",
+    "collection",
+    "threshold",
+    "filters",
+)
 COMPLETION = obj(
     {
         "id": STRING,
@@ -102,7 +112,10 @@ def question(messages: Any, default_threshold: float, body: dict[str, Any]) -> A
         query = f"{asked[-2]} {query}"
     collection = validation.collection_name(body.get("collection", DEFAULT_COLLECTION))
     threshold = validation.number(body, "threshold", low=0.0, high=1.0, default=default_threshold)
-    return AnswerParams(query=query[-MAX_QUERY:], threshold=threshold, collection=collection)
+    where = FILTERS.parse(body, None)
+    return AnswerParams(
+        query=query[-MAX_QUERY:], threshold=threshold, filters=where, collection=collection
+    )
 
 
 def source_title(hit: SearchHit) -> str:
@@ -225,7 +238,10 @@ async def completions(request: Request) -> Response:
     if not isinstance(model, str) or not model:
         raise InvalidRequest("model", "must name a collection, or knowledge for the default")
     collection = DEFAULT_COLLECTION if model == "knowledge" else model
-    params = question(body.get("messages"), knowledge.answer_threshold, {"collection": collection})
+    asked = {"collection": collection}
+    if "filters" in body:
+        asked["filters"] = body["filters"]
+    params = question(body.get("messages"), knowledge.answer_threshold, asked)
     access(request).collection(params.collection)
     if model != "knowledge":
         await require_collection(knowledge, collection)  # a mistyped model: 404, as OpenAI's

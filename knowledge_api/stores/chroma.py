@@ -27,6 +27,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
+from knowledge_api.filters import require_equalities
 from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
@@ -444,7 +445,8 @@ def chroma_where(filters: SearchFilters) -> dict[str, Any] | None:
     clauses: list[dict[str, Any]] = []
     if filters.source_types is not None:
         clauses.append({"source_type": {"$in": list(filters.source_types)}})
-    clauses.extend({f"{META_PREFIX}{key}": value} for key, value in filters.metadata)
+    pairs = require_equalities(filters.where, "chroma")
+    clauses.extend({f"{META_PREFIX}{key}": value} for key, value in pairs)
     if not clauses:
         return None
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}

@@ -15,6 +15,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     StoreReadOnly,
 )
+from knowledge_api.filters import require_equalities
 from knowledge_api.models import DEFAULT_COLLECTION, Document, SearchFilters, SearchHit
 from knowledge_api.stores.base import HybridSearch, is_uuid
 from knowledge_api.stores.existing_rows import (
@@ -230,7 +231,7 @@ class ExistingTables(HybridSearch):
             return None
         if filters.source_types is not None and "wiki" not in filters.source_types:
             return None
-        metadata = dict(filters.metadata)
+        metadata = dict(require_equalities(filters.where, self.name))
         app = metadata.pop("app_under_test", None)
         if metadata or (app is not None and not isinstance(app, str)):
             return None

@@ -41,12 +41,12 @@ class Found:
     keyword: float = field(default=0.0, compare=False)
 
 
-def siam_filter(filters: SearchFilters) -> dict[str, Any] | None:
+def siam_filter(filters: SearchFilters, backend: str) -> dict[str, Any] | None:
     """The siam_vectors search's filter arguments, or None when no passage can match
     (the tables are the default collection)."""
     if filters.collection != DEFAULT_COLLECTION:
         return None
-    params = filter_params(filters)
+    params = filter_params(filters, backend)
     del params["filter_collection"]
     return params
 

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from knowledge_api import text
+from knowledge_api.filters import OWN_FIELDS, conditions
 from knowledge_api.models import Chunk, Metadata, SearchFilters
 from knowledge_api.stores.base import Candidate
+from knowledge_api.stores.filter_sql import Columns, where_sql
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -45,20 +47,27 @@ def filter_sql(
     filters: SearchFilters, chunks: str = "c", documents: str = "d"
 ) -> tuple[str, list[Any]]:
     """A WHERE clause for `filters` over a chunks table (collection, source_type) and
-    a documents table (metadata as JSON), given their aliases."""
+    a documents table (source_id, metadata as JSON, created_at, updated_at), given their
+    aliases."""
     clauses, params = [f"{chunks}.collection = ?"], [filters.collection]
     if filters.source_types is not None:
         marks = ",".join("?" * len(filters.source_types))
         clauses.append(f"{chunks}.source_type IN ({marks})")
         params.extend(filters.source_types)
-    for key, value in filters.metadata:
-        clauses.append(f"json_extract({documents}.metadata, ?) = ?")
-        params.extend((json_path(key), value))
+    if filters.where is not None:
+        own = {"source_type": f"{chunks}.source_type"}
+        own.update({name: f"{documents}.{name}" for name in OWN_FIELDS if name not in own})
+        where, more = where_sql(filters.where, Columns(own, f"{documents}.metadata"))
+        clauses.append(f"({where})")
+        params.extend(more)
     return " AND ".join(clauses), params
 
 
-def json_path(key: str) -> str:
-    return '$."' + key.replace('"', '""') + '"'
+def reads_documents(filters: SearchFilters) -> bool:
+    """Whether the filter needs the documents table (any field but source_type)."""
+    return filters.where is not None and any(
+        c.field != "source_type" for c in conditions(filters.where)
+    )
 
 
 # -- an in-memory BM25 index -------------------------------------------------------

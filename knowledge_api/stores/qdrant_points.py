@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_api.errors import BackendConnectionError, SearchError
+from knowledge_api.filters import require_equalities
 from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
@@ -84,7 +85,7 @@ def search_filter(m: Any, filters: SearchFilters) -> Any:
         must.append(
             m.FieldCondition(key="source_type", match=m.MatchAny(any=list(filters.source_types)))
         )
-    for key, value in filters.metadata:
+    for key, value in require_equalities(filters.where, "qdrant"):
         if '"' in key:
             raise SearchError(f"metadata key {key!r}: Qdrant cannot filter on keys with '\"'")
         path = f"metadata.{quoted(key)}"

@@ -27,6 +27,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
+from knowledge_api.filters import require_equalities
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, SearchHit
 from knowledge_api.stores import records
 from knowledge_api.stores.base import (
@@ -181,7 +182,9 @@ class SiamStore(HybridSearch):
             "ef_search": self.ef_search,
         }
         rows = await self.call(
-            "match_siam_vectors_gemini", {**params, **filter_params(filters)}, SearchError
+            "match_siam_vectors_gemini",
+            {**params, **filter_params(filters, self.name)},
+            SearchError,
         )
         return [
             Candidate(Passage(str(r["id"]), r), cosine_to_similarity(r["similarity"])) for r in rows
@@ -190,7 +193,7 @@ class SiamStore(HybridSearch):
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        params = {"query_text": query, "match_count": n, **filter_params(filters)}
+        params = {"query_text": query, "match_count": n, **filter_params(filters, self.name)}
         rows = await self.call("search_siam_vectors_text", params, SearchError)
         return [Candidate(Passage(str(r["id"]), r), float(r["rank"])) for r in rows]
 
@@ -307,7 +310,7 @@ class SiamStore(HybridSearch):
         return {}
 
 
-def filter_params(filters: SearchFilters) -> dict[str, Any]:
+def filter_params(filters: SearchFilters, backend: str) -> dict[str, Any]:
     """The filter arguments of the search functions: tenancy keys become column filters,
     other metadata a JSON containment."""
     params: dict[str, Any] = {
@@ -317,7 +320,7 @@ def filter_params(filters: SearchFilters) -> dict[str, Any]:
         ),
     }
     contained: dict[str, Any] = {}
-    for key, value in filters.metadata:
+    for key, value in require_equalities(filters.where, backend):
         if key in TENANCY and isinstance(value, str):
             params[f"filter_{key}"] = value
         else:

@@ -35,7 +35,12 @@ from knowledge_api.stores.base import (
 )
 from knowledge_api.stores.fts_terms import MATCHED_CHUNKS, TermFrequencies
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.keyword import filter_sql, fts_expression, query_terms
+from knowledge_api.stores.keyword import (
+    filter_sql,
+    fts_expression,
+    query_terms,
+    reads_documents,
+)
 from knowledge_api.stores.quantized_index import DEFAULT_PROBES
 from knowledge_api.stores.sqlite_file import SQLiteFile
 from knowledge_api.stores.sqlite_vectors import SQLiteVectors
@@ -294,7 +299,7 @@ class SQLiteStore(HybridSearch):
     ) -> list[Candidate]:
         self._sync()
         terms, chunks = query_terms(query), len(self.vectors)
-        unfiltered = not filters.metadata and self.vectors.covers(
+        unfiltered = filters.where is None and self.vectors.covers(
             filters.collection, filters.source_types
         )
         try:
@@ -323,7 +328,9 @@ class SQLiteStore(HybridSearch):
         where, params = filter_sql(filters)
         rows = self._best_then_checked(conn, match, first, where, params, n) if unfiltered else None
         if rows is None:
-            documents = "JOIN documents d ON d.id = c.document_id" if filters.metadata else ""
+            documents = (
+                "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
+            )
             sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
                       JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
                       WHERE chunks_fts MATCH ? AND chunks_fts.rowid >= ? AND {where}
@@ -378,8 +385,8 @@ class SQLiteStore(HybridSearch):
         ]
 
     def _metadata_keys(self, filters: SearchFilters) -> list[int] | None:
-        """Row ids allowed by the metadata filters (None: no metadata filter)."""
-        if not filters.metadata:
+        """Row ids allowed by the filter tree (None: no filter)."""
+        if filters.where is None:
             return None
         where, params = filter_sql(filters)
         rows = self.file.db().execute(

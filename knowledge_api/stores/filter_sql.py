@@ -1,0 +1,133 @@
+"""The filter tree (knowledge_api.filters) as a SQLite WHERE expression.
+
+Conditions are combined as balanced AND/OR groups, so the expression is as deep as the
+log of its conditions, never one level per condition (SQLite refuses trees deeper than
+1,000). Every metadata test answers 0 or 1, never NULL, so `NOT` is the complement the
+reference evaluation defines: a passage without the field passes `$ne`, `$nin`, `$not`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from knowledge_api.filters import Combined, Condition, Instant, Negated, Node
+
+DATE_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*"
+"""What a stored text must look like to be read as a date (SQLite reads a bare number
+as a Julian day)."""
+COMPARE = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+JSON_NUMBER = "IN ('integer', 'real')"
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """Where the fields live: the SQL of each own field and of the metadata JSON."""
+
+    own: Mapping[str, str]
+    metadata: str
+
+
+def where_sql(node: Node, columns: Columns) -> tuple[str, list[Any]]:
+    params: list[Any] = []
+    return _node(node, columns, params), params
+
+
+def balanced(parts: list[str], op: str) -> str:
+    """`parts` joined by `op` as a balanced tree of groups."""
+    if len(parts) == 1:
+        return parts[0]
+    middle = len(parts) // 2
+    return f"({balanced(parts[:middle], op)}) {op} ({balanced(parts[middle:], op)})"
+
+
+def _node(node: Node, columns: Columns, params: list[Any]) -> str:
+    if isinstance(node, Combined):
+        op = "AND" if node.op == "$and" else "OR"
+        return balanced([_node(part, columns, params) for part in node.parts], op)
+    if isinstance(node, Negated):
+        return f"NOT ({_node(node.part, columns, params)})"
+    if node.op in ("$ne", "$nin"):
+        positive = Condition(node.field, "$eq" if node.op == "$ne" else "$in", node.value)
+        return f"NOT ({_node(positive, columns, params)})"
+    if node.field in columns.own:
+        return _own(node, columns.own[node.field], params)
+    return _metadata(node, columns.metadata, params)
+
+
+def _own(condition: Condition, column: str, params: list[Any]) -> str:
+    """A test of a column that always holds a text (a name, an id, a timestamp)."""
+    op, value = condition.op, condition.value
+    if op == "$exists":
+        return "1" if value else "0"
+    if op == "$contains":
+        params.append(value)
+        return f"instr({column}, ?) > 0"
+    values = value if isinstance(value, tuple) else (value,)
+    if op in COMPARE:
+        return (
+            _date_compare(column, COMPARE[op], value, params) if isinstance(value, Instant) else "0"
+        )
+    if any(isinstance(each, Instant) for each in values):
+        return balanced([_date_compare(column, "=", each, params) for each in values], "OR")
+    texts = [each for each in values if isinstance(each, str)]
+    if not texts:
+        return "0"
+    params.extend(texts)
+    return f"{column} IN ({','.join('?' * len(texts))})"
+
+
+def _date_compare(text: str, sign: str, value: Any, params: list[Any]) -> str:
+    """A text read as an instant (to the millisecond) compared with `value`; 0 when the
+    text is not a date."""
+    assert isinstance(value, Instant)
+    params.append(value.millis)
+    millis = f"CAST(round((julianday({text}) - 2440587.5) * 86400000) AS INTEGER)"
+    return f"IFNULL({text} GLOB '{DATE_GLOB}' AND {millis} {sign} ?, 0)"
+
+
+def _metadata(condition: Condition, metadata: str, params: list[Any]) -> str:
+    op, value = condition.op, condition.value
+    path = json_path(condition.field)
+    kind = f"json_type({metadata}, '{path}')"
+    extracted = f"json_extract({metadata}, '{path}')"
+    if op == "$exists":
+        return f"{kind} IS {'NOT ' if value else ''}NULL"
+    if op == "$contains":
+        params.append(value)
+        return f"IFNULL({kind} = 'text' AND instr({extracted}, ?) > 0, 0)"
+    if op in COMPARE:
+        if isinstance(value, Instant):
+            dated = _date_compare(extracted, COMPARE[op], value, params)
+            return f"IFNULL({kind} = 'text', 0) AND {dated}"
+        params.append(value)
+        return f"IFNULL({kind} {JSON_NUMBER} AND {extracted} {COMPARE[op]} ?, 0)"
+    values = value if isinstance(value, tuple) else (value,)
+    return balanced(_members(values, kind, extracted, params), "OR")
+
+
+def _members(values: tuple[Any, ...], kind: str, extracted: str, params: list[Any]) -> list[str]:
+    """Tests of equality with any of `values`, one per kind of value."""
+    texts = [v for v in values if isinstance(v, str)]
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    flags = sorted({"true" if v else "false" for v in values if isinstance(v, bool)})
+    tests = []
+    if texts:
+        params.extend(texts)
+        tests.append(
+            f"IFNULL({kind} = 'text' AND {extracted} IN ({','.join('?' * len(texts))}), 0)"
+        )
+    if numbers:
+        params.extend(numbers)
+        marks = ",".join("?" * len(numbers))
+        tests.append(f"IFNULL({kind} {JSON_NUMBER} AND {extracted} IN ({marks}), 0)")
+    if flags:
+        tests.append(f"IFNULL({kind} IN ({','.join(repr(f) for f in flags)}), 0)")
+    return tests
+
+
+def json_path(key: str) -> str:
+    """A JSON path naming one key (keys hold no quote, backslash or control character:
+    validation.plain_key)."""
+    return '$."' + key.replace("'", "''") + '"'
