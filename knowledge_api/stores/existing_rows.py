@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_api.filters import require_equalities
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
     Chunk,
@@ -46,7 +47,8 @@ def siam_filter(filters: SearchFilters, backend: str) -> dict[str, Any] | None:
     (the tables are the default collection)."""
     if filters.collection != DEFAULT_COLLECTION:
         return None
-    params = filter_params(filters, backend)
+    require_equalities(filters.where, backend)  # the tables' RPCs take no filter tree
+    params = filter_params(filters)
     del params["filter_collection"]
     return params
 

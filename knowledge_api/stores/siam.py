@@ -27,7 +27,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.filters import require_equalities
+from knowledge_api.filters import equalities
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, SearchHit
 from knowledge_api.stores import records
 from knowledge_api.stores.base import (
@@ -37,6 +37,7 @@ from knowledge_api.stores.base import (
     embedder_mismatch,
     is_uuid,
 )
+from knowledge_api.stores.filter_json import filter_tree
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keys import KeyStore, SiamKeys
 
@@ -183,7 +184,7 @@ class SiamStore(HybridSearch):
         }
         rows = await self.call(
             "match_siam_vectors_gemini",
-            {**params, **filter_params(filters, self.name)},
+            {**params, **filter_params(filters)},
             SearchError,
         )
         return [
@@ -193,7 +194,7 @@ class SiamStore(HybridSearch):
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        params = {"query_text": query, "match_count": n, **filter_params(filters, self.name)}
+        params = {"query_text": query, "match_count": n, **filter_params(filters)}
         rows = await self.call("search_siam_vectors_text", params, SearchError)
         return [Candidate(Passage(str(r["id"]), r), float(r["rank"])) for r in rows]
 
@@ -310,9 +311,10 @@ class SiamStore(HybridSearch):
         return {}
 
 
-def filter_params(filters: SearchFilters, backend: str) -> dict[str, Any]:
-    """The filter arguments of the search functions: tenancy keys become column filters,
-    other metadata a JSON containment."""
+def filter_params(filters: SearchFilters) -> dict[str, Any]:
+    """The filter arguments of the search functions: a filter of metadata equalities
+    as before (tenancy keys become column filters, other metadata a JSON containment),
+    any other as the tree the functions compile (`filter_where`)."""
     params: dict[str, Any] = {
         "filter_collection": filters.collection,
         "filter_source_types": (
@@ -320,7 +322,11 @@ def filter_params(filters: SearchFilters, backend: str) -> dict[str, Any]:
         ),
     }
     contained: dict[str, Any] = {}
-    for key, value in require_equalities(filters.where, backend):
+    pairs = equalities(filters.where)
+    if pairs is None:
+        assert filters.where is not None
+        return {**params, "filter_metadata": {}, "filter_where": filter_tree(filters.where)}
+    for key, value in pairs:
         if key in TENANCY and isinstance(value, str):
             params[f"filter_{key}"] = value
         else:
