@@ -12,7 +12,8 @@ the range operators take a number or an ISO 8601 date, and a date compares as an
 instant with dates stored in metadata and with the passage's `created_at`/`updated_at`
 (a bare date is midnight UTC, a time without an offset is UTC). A value of another kind
 never matches a range. `$ne`, `$nin` and `$not` are complements: a passage without the
-field matches them. `$contains` matches string values that contain the given text.
+field matches them. `$contains` takes a word (no spaces) and matches string values
+that hold it among their space-separated words.
 
 Limits, checked before any store is reached: at most 64 conditions in all, nesting at
 most 8 levels deep, at most 100 values in `$in`/`$nin`.
@@ -210,8 +211,8 @@ def operand_of(name: str, op: str, operand: Any, path: str) -> Value:
             dict.fromkeys(scalar_of(name, x, f"{path}[{i}]") for i, x in enumerate(operand))
         )
     if op == "$contains":
-        if not isinstance(operand, str) or not operand or name in DATE_FIELDS:
-            raise InvalidRequest(path, "must be a non-empty string (on a text field)")
+        if not isinstance(operand, str) or not operand or " " in operand or name in DATE_FIELDS:
+            raise InvalidRequest(path, "must be one word: a non-empty string without spaces")
         return text_of(operand, path)
     if op in RANGES:
         if isinstance(operand, str) and _DATE.fullmatch(operand):
@@ -304,8 +305,13 @@ def holds(condition: Condition, value: Any) -> bool:
         assert isinstance(operand, tuple)
         return any(equal(value, each) for each in operand)
     if op == "$contains":
-        return isinstance(value, str) and isinstance(operand, str) and operand in value
+        return isinstance(value, str) and operand in words(value)
     return ordered(value, operand, op)
+
+
+def words(value: str) -> list[str]:
+    """The words `$contains` looks for in a text: its space-separated parts."""
+    return [word for word in value.split(" ") if word]
 
 
 def equal(value: Any, operand: Any) -> bool:

@@ -91,7 +91,8 @@ def test_dates_are_instants_a_bare_date_midnight_utc(text: str, millis: int) -> 
         ({"a": {"$gt": "tall"}}, "filters.a.$gt", "a number or an ISO 8601 date"),
         ({"a": {"$gt": True}}, "filters.a.$gt", "a number or an ISO 8601 date"),
         ({"a": {"$exists": "yes"}}, "filters.a.$exists", "true or false"),
-        ({"a": {"$contains": ""}}, "filters.a.$contains", "non-empty string"),
+        ({"a": {"$contains": ""}}, "filters.a.$contains", "one word"),
+        ({"a": {"$contains": "two words"}}, "filters.a.$contains", "one word"),
         ({"a": {}}, "filters.a", "at least one operator"),
         ({"a": None}, "filters.a", "must be a string, number, boolean"),
         ({"a": [1]}, "filters.a", "must be a string, number, boolean"),
@@ -106,7 +107,7 @@ def test_dates_are_instants_a_bare_date_midnight_utc(text: str, millis: int) -> 
         ({"a\u0000": "x"}, "filters", "field names"),
         ({"a": "x\u0000"}, "filters.a", "NUL"),
         ({"created_at": "2026-02-30"}, "filters.created_at", "valid ISO 8601"),
-        ({"updated_at": {"$contains": "2026"}}, "filters.updated_at.$contains", "text field"),
+        ({"updated_at": {"$contains": "2026"}}, "filters.updated_at.$contains", "one word"),
     ],
 )
 def test_a_bad_filter_is_a_400_naming_its_path(value: Any, field: str, words: str) -> None:

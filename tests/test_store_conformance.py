@@ -498,6 +498,18 @@ FILTER_CASES: list[dict[str, Any]] = [
     {"$and": [{"team": "qa"}, {"$not": {"ok": True}}]},
     {"$not": {"team": {"$in": ["qa", "dev"]}}},
     {"$or": [{"$and": [{"source_type": "jira"}, {"n": {"$gt": 2}}]}, {"tag": "gamma"}]},
+    {"tag": {"$contains": "beta"}},
+    {"$not": {"tag": {"$contains": "alpha"}}},
+    {"source_id": {"$contains": "F-3"}},
+    {"n": {"$in": [1, True, "5"]}},
+    {"ok": {"$in": [False]}, "n": {"$nin": [0]}},
+    {"$not": {"n": {"$gt": 2}}},
+    {"$not": {"due": {"$gte": "2026-01-01"}}},
+    {"$not": {"ok": {"$exists": True}}},
+    {"$not": {"$or": [{"team": "qa"}, {"n": {"$lte": 2}}]}},
+    {"created_at": {"$lt": "2999-01-01"}, "$not": {"source_type": "git"}},
+    {"source_type": {"$gt": 1}},
+    {"source_type": {"$exists": False}},
 ]
 UNSUPPORTED: dict[str, set[str]] = {}
 """Backend -> operators it refuses (a 400 naming both): the list docs/api.md gives."""

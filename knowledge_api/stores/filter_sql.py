@@ -62,8 +62,8 @@ def _own(condition: Condition, column: str, params: list[Any]) -> str:
     if op == "$exists":
         return "1" if value else "0"
     if op == "$contains":
-        params.append(value)
-        return f"instr({column}, ?) > 0"
+        params.append(f" {value} ")
+        return f"instr(' ' || {column} || ' ', ?) > 0"
     values = value if isinstance(value, tuple) else (value,)
     if op in COMPARE:
         return (
@@ -95,8 +95,8 @@ def _metadata(condition: Condition, metadata: str, params: list[Any]) -> str:
     if op == "$exists":
         return f"{kind} IS {'NOT ' if value else ''}NULL"
     if op == "$contains":
-        params.append(value)
-        return f"IFNULL({kind} = 'text' AND instr({extracted}, ?) > 0, 0)"
+        params.append(f" {value} ")
+        return f"IFNULL({kind} = 'text' AND instr(' ' || {extracted} || ' ', ?) > 0, 0)"
     if op in COMPARE:
         if isinstance(value, Instant):
             dated = _date_compare(extracted, COMPARE[op], value, params)

@@ -68,7 +68,8 @@ BEGIN
             WHEN '$in' THEN format('coalesce(%s = ANY (%L::%s[]), false)', target,
                 (SELECT array_agg(x) FROM jsonb_array_elements_text(tree -> 'values') x),
                 CASE WHEN kind = 'date' THEN 'bigint' ELSE 'text' END)
-            WHEN '$contains' THEN format('strpos(%s, %L) > 0', target, tree ->> 'value')
+            WHEN '$contains' THEN format('strpos('' '' || %s || '' '', %L) > 0', target,
+                ' ' || (tree ->> 'value') || ' ')
             WHEN '$gt' THEN format('coalesce(%s > %L::bigint, false)', target, tree ->> 'value')
             WHEN '$gte' THEN format('coalesce(%s >= %L::bigint, false)', target, tree ->> 'value')
             WHEN '$lt' THEN format('coalesce(%s < %L::bigint, false)', target, tree ->> 'value')
@@ -84,7 +85,8 @@ BEGIN
             CASE WHEN (tree ->> 'value')::boolean THEN '' ELSE 'NOT ' END, field);
     ELSIF op = '$contains' THEN
         RETURN format('CASE WHEN jsonb_typeof(v.metadata -> %1$L) = ''string'' '
-            'THEN strpos(v.metadata ->> %1$L, %2$L) > 0 ELSE false END', field, tree ->> 'value');
+            'THEN strpos('' '' || (v.metadata ->> %1$L) || '' '', %2$L) > 0 ELSE false END',
+            field, ' ' || (tree ->> 'value') || ' ');
     ELSIF op IN ('$gt', '$gte', '$lt', '$lte') THEN
         RETURN format('CASE WHEN jsonb_typeof(v.metadata -> %1$L) = %2$L '
             'THEN coalesce(%3$s %4$s %5$L::%6$s, false) ELSE false END',
