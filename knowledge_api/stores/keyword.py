@@ -79,6 +79,9 @@ CREATE TABLE chunks (
     document_id TEXT NOT NULL,
     collection TEXT NOT NULL,
     source_type TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
     metadata TEXT NOT NULL,
     title TEXT NOT NULL,
     section TEXT NOT NULL,
@@ -113,11 +116,26 @@ class KeywordEntry:
     title: str
     section: str
     content: str
+    source_id: str = ""
+    created_at: str = ""
+    updated_at: str = ""
 
     @classmethod
     def of(
-        cls, chunk: Chunk, collection: str, source_type: str, metadata: Metadata
+        cls,
+        chunk: Chunk,
+        collection: str,
+        source_type: str,
+        metadata: Metadata,
+        stored: Any = None,
     ) -> KeywordEntry:
+        """The entry of a chunk; `stored` (its document, or its record) gives the
+        source id and timestamps filters test."""
+
+        def field(name: str) -> str:
+            value = stored.get(name, "") if isinstance(stored, dict) else getattr(stored, name, "")
+            return str(value or "")
+
         return cls(
             chunk.id,
             chunk.document_id,
@@ -127,6 +145,9 @@ class KeywordEntry:
             chunk.title,
             chunk.section,
             chunk.content,
+            field("source_id"),
+            field("created_at"),
+            field("updated_at"),
         )
 
     def row(self) -> tuple[Any, ...]:
@@ -135,6 +156,9 @@ class KeywordEntry:
             self.document_id,
             self.collection,
             self.source_type,
+            self.source_id,
+            self.created_at,
+            self.updated_at,
             json.dumps(self.metadata),
             self.title,
             self.section,
@@ -164,8 +188,9 @@ class KeywordIndex:
                 "DELETE FROM chunks WHERE document_id = ?", [(d,) for d in document_ids]
             )
             self._db.executemany(
-                """INSERT INTO chunks (id, document_id, collection, source_type, metadata,
-                       title, section, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+                """INSERT INTO chunks (id, document_id, collection, source_type, source_id,
+                       created_at, updated_at, metadata, title, section, content)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [entry.row() for entry in entries],
             )
 
