@@ -3,6 +3,7 @@ that searches; the SQL it becomes stays shallow however many conditions it holds
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -205,3 +206,57 @@ async def test_mcp_search_and_answer_refuse_999_keys_naming_the_limit(tmp_path: 
             "answer", {"query": "login timeout", "filters": {"created_at": {"$lt": "2000-01-01"}}}
         )
         assert not result.is_error and "insufficient_context" in text_of(result)
+
+
+NOTES = [
+    ("jira", "N-1", {"team": "qa", "n": 1, "due": "2026-01-10"}),
+    ("jira", "N-2", {"team": "dev", "n": 2, "due": "2026-02-10"}),
+    ("wiki", "N-3", {"team": "qa", "n": 3, "due": "2026-03-10"}),
+    ("wiki", "N-4", {"team": "ops", "n": 4}),
+]
+WANTED = {"$or": [{"n": {"$gte": 3}}, {"due": {"$lt": "2026-02-01"}}], "team": {"$ne": "ops"}}
+"""N-1 (due before February) and N-3 (n >= 3); N-4 is ops."""
+
+
+def noted(client: TestClient) -> None:
+    documents = [
+        {
+            "source_type": kind,
+            "source_id": key,
+            "title": f"Upload queue {key}",
+            "content": f"The upload queue release note {key}.",
+            "metadata": meta,
+        }
+        for kind, key, meta in NOTES
+    ]
+    assert client.post("/v1/knowledge/documents", json={"documents": documents}).status_code == 201
+
+
+def test_operators_filter_the_results_of_every_route(client: TestClient) -> None:
+    noted(client)
+    query = {"query": "upload queue release note", "threshold": 0, "filters": WANTED}
+    found = client.post("/v1/knowledge/query", json={**query, "synthesize": False}).json()
+    assert {r["source_id"] for r in found["results"]} == {"N-1", "N-3"}
+    answered = client.post("/v1/knowledge/answer", json=query).json()
+    assert {s["metadata"]["source_id"] for s in answered["sources"]} <= {"N-1", "N-3"}
+    assert answered["sources"]
+    retrieve = {"query": query["query"], "collection": "default", "filters": WANTED}
+    chunks = client.post("/v1/knowledge/retrieve", json=retrieve).json()["retrieved_chunks"]
+    assert sorted(c["page_title"] for c in chunks) == ["Upload queue N-1", "Upload queue N-3"]
+    asked = {"role": "user", "parts": [{"type": "text", "text": "upload queue release note"}]}
+    chat = {"messages": [asked], "threshold": 0, "filters": {"source_id": {"$in": ["N-2"]}}}
+    stream = client.post("/v1/chat", json=chat).text
+    parts = [json.loads(line[6:]) for line in stream.splitlines() if line.startswith("data: {")]
+    cited = {p["title"] for p in parts if p["type"] in ("source-url", "source-document")}
+    assert cited == {"Upload queue N-2"}
+    completion = {"messages": [{"role": "user", "content": "upload"}], "filters": {"n": {"$gt": 9}}}
+    said = client.post("/v1/chat/completions", json=completion).json()
+    assert "no passage matches" in said["choices"][0]["message"]["content"]
+
+
+def test_support_takes_a_filter_and_answers_a_bad_one_with_its_reason(client: TestClient) -> None:
+    body = {"message": "my upload is stuck", "filters": MANY_KEYS}
+    answer = client.post("/v1/knowledge/support", json=body).json()
+    assert answer["coverage"] == "none" and "at most 64 conditions" in answer["gaps"][0]
+    fine = {"message": "my upload is stuck", "filters": {"device": {"$exists": True}}}
+    assert client.post("/v1/knowledge/support", json=fine).status_code == 200
