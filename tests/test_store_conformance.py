@@ -466,9 +466,10 @@ FILTERED = [
     ("git", "F-2", {"team": "ops", "n": 3, "due": "2025-12-31T23:30:00-01:00", "tag": "beta"}),
     ("git", "F-3", {"team": "qa", "n": -4, "ok": True, "due": "soon", "tag": "gamma"}),
     ("wiki", "F-4", {"team": "dev", "n": "5", "due": "2026-02-01T00:00:00+00:00"}),
-    ("wiki", "F-5", {"n": 10, "ok": True}),
+    ("wiki", "F-5", {"n": 10, "ok": True, "due": "2026-02-30"}),
     ("email", "F-6", {"team": "qa", "n": 0, "ok": False, "due": "2025-06-01", "tag": "alpha"}),
     ("email", "F-7", {"team": "sales", "n": 7, "due": "2026-01-01 00:00"}),
+    ("email", "F-8", {"team": "sales", "due": "2026-01-20T24:00", "tag": "alpha  alpha"}),
 ]
 FILTER_CASES: list[dict[str, Any]] = [
     {"team": "qa"},

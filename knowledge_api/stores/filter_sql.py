@@ -84,7 +84,10 @@ def _date_compare(text: str, sign: str, value: Any, params: list[Any]) -> str:
     assert isinstance(value, Instant)
     params.append(value.millis)
     millis = f"CAST(round((julianday({text}) - 2440587.5) * 86400000) AS INTEGER)"
-    return f"IFNULL({text} GLOB '{DATE_GLOB}' AND {millis} {sign} ?, 0)"
+    # SQLite reads 2026-02-30 as March 2nd and 24:00 as the next day: not dates here
+    day, hour = f"substr({text}, 1, 10)", f"substr({text}, 12, 2)"
+    valid = f"{text} GLOB '{DATE_GLOB}' AND date(julianday({day})) = {day} AND {hour} < '24'"
+    return f"IFNULL({valid} AND {millis} {sign} ?, 0)"
 
 
 def _metadata(condition: Condition, metadata: str, params: list[Any]) -> str:
