@@ -260,3 +260,49 @@ def test_support_takes_a_filter_and_answers_a_bad_one_with_its_reason(client: Te
     assert answer["coverage"] == "none" and "at most 64 conditions" in answer["gaps"][0]
     fine = {"message": "my upload is stuck", "filters": {"device": {"$exists": True}}}
     assert client.post("/v1/knowledge/support", json=fine).status_code == 200
+
+
+async def test_a_file_written_before_the_value_index_is_filtered_after_its_migration(
+    tmp_path: Path,
+) -> None:
+    """Migration 004 fills `document_values` from the documents already stored."""
+    from knowledge_api.models import Chunk, Document, chunk_id
+    from knowledge_api.stores.sqlite import SQLiteStore
+
+    path = tmp_path / "old.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.check_embedder("unit-4", 4)
+    docs = []
+    for i, meta in enumerate(({"n": 1, "due": "2026-01-05"}, {"n": 5, "ok": True}, {})):
+        doc = Document("jira", f"O-{i}", f"old note {i}", f"O-{i}", meta)
+        doc.chunks = [Chunk(chunk_id(doc.id, 0), doc.id, 0, doc.content, embedding=_unit(i))]
+        docs.append(doc)
+    await store.index_documents(docs)
+    await store.close()
+    db = sqlite3.connect(path)
+    db.executescript(
+        "DROP TRIGGER documents_values_ad; DROP TABLE document_values; PRAGMA user_version = 3;"
+    )
+    db.close()
+    again = SQLiteStore(path)
+    await again.open()
+    try:
+        for case, wanted in (
+            ({"n": {"$gt": 2}}, ["O-1"]),
+            ({"due": {"$lt": "2026-02-01"}}, ["O-0"]),
+            ({"ok": {"$exists": False}}, ["O-0", "O-2"]),
+        ):
+            where = SearchFilters(where=filters.parse(case))
+            hits = await again.search("old note", _unit(0), 5, where, 0.0, "vector")
+            assert sorted(h.source_id for h in hits) == wanted, case
+    finally:
+        await again.close()
+
+
+def _unit(i: int) -> Any:
+    import numpy as np
+
+    vector = np.zeros(4, dtype=np.float32)
+    vector[i % 4] = 1.0
+    return vector

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from knowledge_api.filters import Combined, Condition, Instant, Negated, Node
+from knowledge_api.filters import Combined, Condition, Instant, Negated, Node, millis_of
 
 DATE_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*"
 """What a stored text must look like to be read as a date (SQLite reads a bare number
@@ -23,10 +23,13 @@ JSON_NUMBER = "IN ('integer', 'real')"
 
 @dataclass(frozen=True, slots=True)
 class Columns:
-    """Where the fields live: the SQL of each own field and of the metadata JSON."""
+    """Where the fields live: the SQL of each own field and of the metadata JSON; with
+    `document`, the SQL of the document id, metadata is read from the indexed
+    `document_values` table instead (the store's file; migration 004)."""
 
     own: Mapping[str, str]
     metadata: str
+    document: str = ""
 
 
 def where_sql(node: Node, columns: Columns) -> tuple[str, list[Any]]:
@@ -44,6 +47,8 @@ def balanced(parts: list[str], op: str) -> str:
 
 def _node(node: Node, columns: Columns, params: list[Any]) -> str:
     if isinstance(node, Combined):
+        if node.op == "$and" and columns.document:
+            return balanced(_ranged(node.parts, columns, params), "AND")
         op = "AND" if node.op == "$and" else "OR"
         return balanced([_node(part, columns, params) for part in node.parts], op)
     if isinstance(node, Negated):
@@ -53,6 +58,8 @@ def _node(node: Node, columns: Columns, params: list[Any]) -> str:
         return f"NOT ({_node(positive, columns, params)})"
     if node.field in columns.own:
         return _own(node, columns.own[node.field], params)
+    if columns.document:
+        return _indexed(node, columns.document, params)
     return _metadata(node, columns.metadata, params)
 
 
@@ -128,6 +135,85 @@ def _members(values: tuple[Any, ...], kind: str, extracted: str, params: list[An
     if flags:
         tests.append(f"IFNULL({kind} IN ({','.join(repr(f) for f in flags)}), 0)")
     return tests
+
+
+def _ranged(parts: tuple[Node, ...], columns: Columns, params: list[Any]) -> list[str]:
+    """The tests of an $and's parts, where the bounds of one metadata range (`$gte` and
+    `$lt` of one key) are one index range scan, not two sets of most documents."""
+    bounds: dict[tuple[str, bool], list[Condition]] = {}
+    for part in parts:
+        if isinstance(part, Condition) and part.op in COMPARE and part.field not in columns.own:
+            bounds.setdefault((part.field, isinstance(part.value, Instant)), []).append(part)
+    tests = []
+    for part in parts:
+        group = (
+            bounds.get((part.field, isinstance(part.value, Instant)), [])
+            if isinstance(part, Condition)
+            else []
+        )
+        if len(group) < 2 or part not in group:
+            tests.append(_node(part, columns, params))
+        elif part is group[0]:
+            tests.append(_range_scan(group, columns.document, params))
+    return tests
+
+
+def _range_scan(group: list[Condition], document: str, params: list[Any]) -> str:
+    dated = isinstance(group[0].value, Instant)
+    params.append(group[0].field)
+    tests = []
+    for each in group:
+        params.append(each.value.millis if isinstance(each.value, Instant) else each.value)
+        tests.append(f"{'ms' if dated else 'value'} {COMPARE[each.op]} ?")
+    kind = "" if dated else " AND kind = 'number'"
+    found = f"SELECT document_id FROM document_values WHERE key = ?{kind} AND {' AND '.join(tests)}"
+    return f"{document} IN ({found})"
+
+
+def _indexed(condition: Condition, document: str, params: list[Any]) -> str:
+    """A metadata test as membership of the documents `document_values` finds."""
+    op, value, key = condition.op, condition.value, condition.field
+    found = "SELECT document_id FROM document_values WHERE key = ?"
+    if op == "$exists":
+        params.append(key)
+        return f"{document} {'' if value else 'NOT '}IN ({found})"
+    if op == "$contains":
+        params.extend((key, f" {value} "))
+        return f"{document} IN ({found} AND kind = 'text' AND instr(' ' || value || ' ', ?) > 0)"
+    if op in COMPARE:
+        if isinstance(value, Instant):
+            params.extend((key, value.millis))
+            return f"{document} IN ({found} AND ms {COMPARE[op]} ?)"
+        params.extend((key, value))
+        return f"{document} IN ({found} AND kind = 'number' AND value {COMPARE[op]} ?)"
+    values = value if isinstance(value, tuple) else (value,)
+    selects = []
+    for kind, group in (
+        ("text", [v for v in values if isinstance(v, str)]),
+        ("number", [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]),
+    ):
+        if group:
+            params.extend((key, *group))
+            marks = ",".join("?" * len(group))
+            selects.append(f"{found} AND kind = '{kind}' AND value IN ({marks})")
+    for flag in sorted({v for v in values if isinstance(v, bool)}):
+        params.append(key)
+        selects.append(f"{found} AND kind = '{'true' if flag else 'false'}'")
+    return f"{document} IN ({' UNION ALL '.join(selects)})"
+
+
+def value_rows(document_id: str, metadata: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """The `document_values` rows of a document's metadata: (document_id, key, kind,
+    value, ms), dates read as the filter language reads them."""
+    rows: list[tuple[Any, ...]] = []
+    for key, value in metadata.items():
+        if isinstance(value, bool):
+            rows.append((document_id, key, "true" if value else "false", None, None))
+        elif isinstance(value, int | float):
+            rows.append((document_id, key, "number", value, None))
+        elif isinstance(value, str):
+            rows.append((document_id, key, "text", value, millis_of(value)))
+    return rows
 
 
 def json_path(key: str) -> str:

@@ -44,11 +44,12 @@ def fts_expression(terms: Iterable[str]) -> str:
 
 
 def filter_sql(
-    filters: SearchFilters, chunks: str = "c", documents: str = "d"
+    filters: SearchFilters, chunks: str = "c", documents: str = "d", indexed: bool = False
 ) -> tuple[str, list[Any]]:
-    """A WHERE clause for `filters` over a chunks table (collection, source_type) and
-    a documents table (source_id, metadata as JSON, created_at, updated_at), given their
-    aliases."""
+    """A WHERE clause for `filters` over a chunks table (collection, source_type,
+    document_id) and a documents table (source_id, metadata as JSON, created_at,
+    updated_at), given their aliases; metadata through `document_values` when
+    `indexed` (the store's file has it)."""
     clauses, params = [f"{chunks}.collection = ?"], [filters.collection]
     if filters.source_types is not None:
         marks = ",".join("?" * len(filters.source_types))
@@ -57,16 +58,19 @@ def filter_sql(
     if filters.where is not None:
         own = {"source_type": f"{chunks}.source_type"}
         own.update({name: f"{documents}.{name}" for name in OWN_FIELDS if name not in own})
-        where, more = where_sql(filters.where, Columns(own, f"{documents}.metadata"))
+        document = f"{chunks}.document_id" if indexed else ""
+        columns = Columns(own, f"{documents}.metadata", document)
+        where, more = where_sql(filters.where, columns)
         clauses.append(f"({where})")
         params.extend(more)
     return " AND ".join(clauses), params
 
 
 def reads_documents(filters: SearchFilters) -> bool:
-    """Whether the filter needs the documents table (any field but source_type)."""
+    """Whether the indexed filter needs the documents table (source_id, created_at or
+    updated_at: metadata is read from `document_values`)."""
     return filters.where is not None and any(
-        c.field != "source_type" for c in conditions(filters.where)
+        c.field in OWN_FIELDS and c.field != "source_type" for c in conditions(filters.where)
     )
 
 

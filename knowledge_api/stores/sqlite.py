@@ -33,6 +33,7 @@ from knowledge_api.stores.base import (
     cosine_to_similarity,
     embedder_mismatch,
 )
+from knowledge_api.stores.filter_sql import value_rows
 from knowledge_api.stores.fts_terms import MATCHED_CHUNKS, TermFrequencies
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import (
@@ -221,6 +222,12 @@ class SQLiteStore(HybridSearch):
                     now,
                 ),
             )
+            conn.execute("DELETE FROM document_values WHERE document_id = ?", (doc.id,))
+            conn.executemany(
+                "INSERT INTO document_values (document_id, key, kind, value, ms) "
+                "VALUES (?, ?, ?, ?, ?)",
+                value_rows(doc.id, doc.metadata),
+            )
             for chunk in doc.chunks:
                 self._insert_chunk(conn, doc, chunk)
         except sqlite3.OperationalError:
@@ -325,7 +332,7 @@ class SQLiteStore(HybridSearch):
         if not match:
             return []
         first = bounded.first_rowid(conn, match)
-        where, params = filter_sql(filters)
+        where, params = filter_sql(filters, indexed=True)
         rows = self._best_then_checked(conn, match, first, where, params, n) if unfiltered else None
         if rows is None:
             documents = (
@@ -388,10 +395,10 @@ class SQLiteStore(HybridSearch):
         """Row ids allowed by the filter tree (None: no filter)."""
         if filters.where is None:
             return None
-        where, params = filter_sql(filters)
+        where, params = filter_sql(filters, indexed=True)
+        documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
         rows = self.file.db().execute(
-            f"SELECT c.rowid FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {where}",
-            params,
+            f"SELECT c.rowid FROM chunks c {documents} WHERE {where}", params
         )
         return [r[0] for r in rows]
 
