@@ -55,6 +55,7 @@ bench: install-dev bytecode
 	$(BIN)/python scripts/bench.py --store $(STORE) --corpus $(CORPUS)
 	$(BIN)/python scripts/bench_overhead.py
 	$(BIN)/python scripts/bench_replicas.py
+	$(BIN)/python scripts/bench_filters.py --stores sqlite,postgres --sizes 5000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
