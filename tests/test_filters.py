@@ -306,3 +306,15 @@ def _unit(i: int) -> Any:
     vector = np.zeros(4, dtype=np.float32)
     vector[i % 4] = 1.0
     return vector
+
+
+def test_openapi_declares_the_filter_language_with_its_limits(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    schema = document["components"]["schemas"]["Filter"]
+    assert "64 conditions" in schema["description"] and "8 levels" in schema["description"]
+    operators = schema["additionalProperties"]["anyOf"][1]["properties"]
+    assert set(operators) == set(filters.OPERATORS)
+    assert operators["$in"]["maxItems"] == 100 and operators["$nin"]["maxItems"] == 100
+    for body in ("QueryRequest", "AnswerRequest", "RetrieveRequest", "SupportRequest"):
+        properties = document["components"]["schemas"][body]["properties"]
+        assert properties["filters"]["$ref"] == "#/components/schemas/Filter", body
