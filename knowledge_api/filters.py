@@ -364,18 +364,21 @@ def require_equalities(node: Node | None, backend: str) -> tuple[tuple[str, Scal
     if pairs is not None:
         return pairs
     assert node is not None
-    raise unsupported(backend, first_operator(node), "it filters on metadata equality only")
+    raise unsupported(
+        backend, first_operator(node) or "$and", "it filters on metadata equality only"
+    )
 
 
 def first_operator(node: Node) -> str:
-    """The first operator of the tree that is not a metadata equality."""
+    """The first part of the tree that is not a metadata equality: an operator, a
+    combinator, or the name of a field of the passage's own."""
     if isinstance(node, Negated):
         return "$not"
-    if isinstance(node, Combined) and node.op == "$or":
-        return "$or"
-    for each in conditions(node):
-        if each.op != "$eq" or isinstance(each.value, Instant):
-            return each.op
-        if each.own:
-            return each.field
-    return "$and"
+    if isinstance(node, Combined):
+        if node.op == "$or":
+            return "$or"
+        found = (first_operator(part) for part in node.parts)
+        return next((each for each in found if each), "")
+    if node.op != "$eq" or isinstance(node.value, Instant | tuple):
+        return node.op
+    return node.field if node.own else ""

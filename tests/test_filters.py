@@ -318,3 +318,22 @@ def test_openapi_declares_the_filter_language_with_its_limits(client: TestClient
     for body in ("QueryRequest", "AnswerRequest", "RetrieveRequest", "SupportRequest"):
         properties = document["components"]["schemas"][body]["properties"]
         assert properties["filters"]["$ref"] == "#/components/schemas/Filter", body
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ({"a": 1, "$or": [{"b": 2}, {"c": 3}]}, "$or"),
+        ({"a": 1, "b": {"$gt": 2}}, "$gt"),
+        ({"$and": [{"a": 1}, {"$not": {"b": 2}}]}, "$not"),
+        ({"a": 1, "source_type": "jira"}, "source_type"),
+    ],
+)
+def test_a_store_of_equalities_only_names_what_it_cannot_apply(value: Any, named: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        filters.require_equalities(filters.parse(value), "existing database (read_only)")
+    assert caught.value.details["operator"] == named
+    assert filters.require_equalities(filters.parse({"a": 1, "b": True}), "x") == (
+        ("a", 1),
+        ("b", True),
+    )
