@@ -248,6 +248,67 @@ DECLARE
         '%s, v.organization, v.division, v.app_under_test, v.title, v.section, '
         'v.chunk_index, v.chunk_count';
 BEGIN
+    IF filter_where IS NULL THEN  -- the static queries of before
+        IF btrim(query_text) = '' THEN
+            RETURN;
+        END IF;
+        IF numnode(terms) > 0 THEN
+            RETURN QUERY
+            SELECT m.* FROM (
+                (
+                SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+                       ts_rank(v.fts, terms)::double precision AS rank, v.organization,
+                       v.division, v.app_under_test, v.title, v.section, v.chunk_index,
+                       v.chunk_count
+                FROM siam_vectors v
+                 WHERE v.fts @@ every
+                   AND v.collection = filter_collection
+                   AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+                   AND (filter_organization IS NULL OR v.organization = filter_organization)
+                   AND (filter_division IS NULL OR v.division = filter_division)
+                   AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+                   AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
+                 LIMIT 2000)
+                UNION ALL
+                (
+                SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+                       ts_rank(v.fts, terms)::double precision AS rank, v.organization,
+                       v.division, v.app_under_test, v.title, v.section, v.chunk_index,
+                       v.chunk_count
+                FROM siam_vectors v
+                 WHERE v.fts @@ terms AND NOT v.fts @@ every
+                   AND v.collection = filter_collection
+                   AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+                   AND (filter_organization IS NULL OR v.organization = filter_organization)
+                   AND (filter_division IS NULL OR v.division = filter_division)
+                   AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+                   AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
+                 LIMIT 2000)
+            ) m
+            ORDER BY 7 DESC, 1
+            LIMIT match_count;
+            IF FOUND THEN
+                RETURN;
+            END IF;
+        END IF;
+        RETURN QUERY
+        SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+               (CASE WHEN v.title ILIKE knowledge_like_pattern(query_text) THEN 0.002 ELSE 0.001 END)::double precision,
+               v.organization, v.division, v.app_under_test, v.title, v.section, v.chunk_index,
+               v.chunk_count
+        FROM siam_vectors v
+        WHERE (v.content ILIKE knowledge_like_pattern(query_text)
+               OR v.title ILIKE knowledge_like_pattern(query_text))
+          AND v.collection = filter_collection
+          AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+          AND (filter_organization IS NULL OR v.organization = filter_organization)
+          AND (filter_division IS NULL OR v.division = filter_division)
+          AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+          AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
+        ORDER BY 7 DESC, v.id
+        LIMIT match_count;
+        RETURN;
+    END IF;
     IF btrim(query_text) = '' THEN
         RETURN;
     END IF;
