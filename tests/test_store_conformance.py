@@ -511,6 +511,10 @@ FILTER_CASES: list[dict[str, Any]] = [
     {"created_at": {"$lt": "2999-01-01"}, "$not": {"source_type": "git"}},
     {"source_type": {"$gt": 1}},
     {"source_type": {"$exists": False}},
+    {"$not": {"tag": {"$exists": False}}},
+    {"$not": {"$not": {"ok": {"$exists": False}}}},
+    {"$not": {"n": {"$nin": [1, 3]}}},
+    {"$or": [{"tag": {"$ne": "beta"}}, {"n": {"$gte": 3}}], "due": {"$exists": True}},
 ]
 UNSUPPORTED: dict[str, set[str]] = {}
 """Backend -> operators it refuses (a 400 naming both): the list docs/api.md gives."""

@@ -52,9 +52,14 @@ def _node(node: Node, columns: Columns, params: list[Any]) -> str:
         op = "AND" if node.op == "$and" else "OR"
         return balanced([_node(part, columns, params) for part in node.parts], op)
     if isinstance(node, Negated):
+        if columns.document and _indexed_leaf(node.part, columns):
+            assert isinstance(node.part, Condition)
+            return _absent(node.part, columns.document, params)
         return f"NOT ({_node(node.part, columns, params)})"
     if node.op in ("$ne", "$nin"):
         positive = Condition(node.field, "$eq" if node.op == "$ne" else "$in", node.value)
+        if columns.document and _indexed_leaf(positive, columns):
+            return _absent(positive, columns.document, params)
         return f"NOT ({_node(positive, columns, params)})"
     if node.field in columns.own:
         return _own(node, columns.own[node.field], params)
@@ -170,13 +175,68 @@ def _range_scan(group: list[Condition], document: str, params: list[Any]) -> str
     return f"{document} IN ({found})"
 
 
+def _indexed_leaf(node: Node, columns: Columns) -> bool:
+    """A metadata test that holds when some value row of its key passes (what
+    `_absent` negates): not `$ne`, `$nin` or `$exists: false`."""
+    return (
+        isinstance(node, Condition)
+        and node.field not in columns.own
+        and node.op not in ("$ne", "$nin")
+        and not (node.op == "$exists" and node.value is False)
+    )
+
+
+def _absent(condition: Condition, document: str, params: list[Any]) -> str:
+    """The complement of a metadata test: no value of the document passes it, checked
+    on the document's own few values (a set of nearly every document is not built)."""
+    params.append(condition.field)
+    test = _value_test(condition, params)
+    found = f"SELECT 1 FROM document_values WHERE document_id = {document} AND key = ?"
+    return f"NOT EXISTS ({found}{f' AND ({test})' if test else ''})"
+
+
+def _value_test(condition: Condition, params: list[Any]) -> str:
+    """What a `document_values` row of the condition's key must hold to pass it."""
+    op, value = condition.op, condition.value
+    if op == "$exists":
+        return ""
+    if op == "$contains":
+        params.append(f" {value} ")
+        return "kind = 'text' AND instr(' ' || value || ' ', ?) > 0"
+    if op in COMPARE:
+        if isinstance(value, Instant):
+            params.append(value.millis)
+            return f"ms {COMPARE[op]} ?"
+        params.append(value)
+        return f"kind = 'number' AND value {COMPARE[op]} ?"
+    values = value if isinstance(value, tuple) else (value,)
+    tests = []
+    for kind, group in _kinds(values):
+        params.extend(group)
+        tests.append(f"(kind = '{kind}' AND value IN ({','.join('?' * len(group))}))")
+    tests.extend(f"kind = '{flag}'" for flag in _flags(values))
+    return " OR ".join(tests)
+
+
+def _kinds(values: tuple[Any, ...]) -> list[tuple[str, list[Any]]]:
+    texts = [v for v in values if isinstance(v, str)]
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    return [(kind, group) for kind, group in (("text", texts), ("number", numbers)) if group]
+
+
+def _flags(values: tuple[Any, ...]) -> list[str]:
+    return sorted({"true" if v else "false" for v in values if isinstance(v, bool)})
+
+
 def _indexed(condition: Condition, document: str, params: list[Any]) -> str:
     """A metadata test as membership of the documents `document_values` finds."""
     op, value, key = condition.op, condition.value, condition.field
     found = "SELECT document_id FROM document_values WHERE key = ?"
     if op == "$exists":
+        if not value:
+            return _absent(Condition(key, "$exists", True), document, params)
         params.append(key)
-        return f"{document} {'' if value else 'NOT '}IN ({found})"
+        return f"{document} IN ({found})"
     if op == "$contains":
         params.extend((key, f" {value} "))
         return f"{document} IN ({found} AND kind = 'text' AND instr(' ' || value || ' ', ?) > 0)"
@@ -188,17 +248,13 @@ def _indexed(condition: Condition, document: str, params: list[Any]) -> str:
         return f"{document} IN ({found} AND kind = 'number' AND value {COMPARE[op]} ?)"
     values = value if isinstance(value, tuple) else (value,)
     selects = []
-    for kind, group in (
-        ("text", [v for v in values if isinstance(v, str)]),
-        ("number", [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]),
-    ):
-        if group:
-            params.extend((key, *group))
-            marks = ",".join("?" * len(group))
-            selects.append(f"{found} AND kind = '{kind}' AND value IN ({marks})")
-    for flag in sorted({v for v in values if isinstance(v, bool)}):
+    for kind, group in _kinds(values):
+        params.extend((key, *group))
+        marks = ",".join("?" * len(group))
+        selects.append(f"{found} AND kind = '{kind}' AND value IN ({marks})")
+    for flag in _flags(values):
         params.append(key)
-        selects.append(f"{found} AND kind = '{'true' if flag else 'false'}'")
+        selects.append(f"{found} AND kind = '{flag}'")
     return f"{document} IN ({' UNION ALL '.join(selects)})"
 
 
