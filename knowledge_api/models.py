@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from knowledge_api.filters import Node
+
 SOURCE_TYPES = ("git", "jira", "knowledge", "wiki", "email", "metrics")
 DEFAULT_COLLECTION = "default"
 _NAMESPACE = uuid.UUID("6f1c2d0e-8b1a-4c55-9d5e-3a1f0b6c7d20")
@@ -121,8 +123,11 @@ class SearchHit:
 
 @dataclass(frozen=True, slots=True)
 class SearchFilters:
+    """Where a search looks: the source types, the filter tree (knowledge_api.filters)
+    the passages must pass, and the collection."""
+
     source_types: tuple[str, ...] | None = None
-    metadata: tuple[tuple[str, Any], ...] = ()
+    where: Node | None = None
     collection: str = DEFAULT_COLLECTION
 
 
@@ -202,7 +207,7 @@ class SearchParams:
     threshold: float = 0.2
     sources: tuple[str, ...] | None = None
     limit: int = 5
-    filters: tuple[tuple[str, Any], ...] = ()
+    filters: Node | None = None
     collection: str = DEFAULT_COLLECTION
 
     def cache_key(self) -> tuple[Any, ...]:

@@ -42,6 +42,7 @@ from knowledge_api.errors import (
     EmbeddingError,
     KnowledgeAPIError,
 )
+from knowledge_api.filters import as_json
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.models import (
@@ -615,7 +616,7 @@ class KnowledgeService:
             "limit": params.limit,
             "threshold": params.threshold,
             "sources": list(params.sources) if params.sources else None,
-            "filters": dict(params.filters),
+            "filters": as_json(params.filters),
         }
 
     # -- health ---------------------------------------------------------------------

@@ -111,6 +111,21 @@ KEY_PATTERN = '^[^\\u0000-\\u001f\\u007f"\\\\]{1,' + str(KEY_MAX_LENGTH) + "}$"
 _PLAIN_KEY = re.compile(KEY_PATTERN.strip("^$"))
 
 
+def plain_key(key: Any) -> bool:
+    """A key every store can hold and filter on: 1-200 characters without control
+    characters, quotes or backslashes."""
+    return isinstance(key, str) and _PLAIN_KEY.fullmatch(key) is not None
+
+
+def within_int64(value: int, field: str) -> int:
+    """An integer every store keeps exactly: within signed 64 bits, else a 400."""
+    if not -INT64 <= value < INT64:
+        raise InvalidRequest(
+            field, "must be an integer within 64 bits (-2^63 to 2^63-1)", value=str(value)
+        )
+    return value
+
+
 def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
     """An object of string, number or boolean values, each storable and filterable
     everywhere: keys of 1-200 characters without control characters, quotes or

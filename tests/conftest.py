@@ -11,6 +11,8 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_embedder, build_service, build_store, embedder_identity
 from knowledge_api.embeddings.fake import FakeEmbedder
+from knowledge_api.filters import Node
+from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import Document
 from knowledge_api.routes import query as query_contract
 from knowledge_api.routes.observe import remove_split_handlers
@@ -90,6 +92,11 @@ def corpus() -> list[Document]:
     return [
         Document(d.source_type, d.source_id, d.content, d.title, dict(d.metadata)) for d in CORPUS
     ]
+
+
+def pairs(values: Any) -> Node | None:
+    """The filter tree of metadata equalities given as (key, value) pairs."""
+    return parse_filter(dict(values))
 
 
 def make_settings(tmp_path: Path, **changes: object) -> Settings:

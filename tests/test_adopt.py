@@ -623,6 +623,22 @@ async def test_the_reader_role_really_cannot_change_anything(
         await conn.close()
 
 
+@pytest.mark.parametrize("mode", ["adopted", "read_only"])
+def test_a_filter_beyond_metadata_equality_is_a_400_naming_operator_and_mode(
+    mode: str, request: pytest.FixtureRequest
+) -> None:
+    """The tables' functions take metadata equalities only: anything else is refused,
+    never applied to what they return."""
+    client = request.getfixturevalue("adopted_client" if mode == "adopted" else "reader_client")
+    body = {"query": "asset upload", "filters": {"organization": {"$ne": "other-label"}}}
+    response = client.post("/v1/knowledge/query", json=body)
+    assert response.status_code == 400, response.text
+    details = response.json()["error"]["details"]
+    assert details["operator"] == "$ne" and details["backend"] == f"existing database ({mode})"
+    equal = query(client, "asset upload", filters={"organization": "other-label"})
+    assert {r["source_id"] for r in equal["results"]} == {"OTHER-5"}
+
+
 def test_read_only_mode_searches_the_tables_as_they_are(
     reader_client: TestClient, database: str
 ) -> None:

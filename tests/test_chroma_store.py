@@ -16,7 +16,7 @@ from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret
 from knowledge_api.stores.chroma import ChromaStore
-from tests.conftest import corpus
+from tests.conftest import corpus, pairs
 from tests.test_store_conformance import assert_known_answers, closed_port, index, vector
 
 CHROMA = Path(sys.executable).parent / "chroma"
@@ -143,10 +143,10 @@ async def test_metadata_filters_keep_their_types(local: ChromaStore) -> None:
             "release note",
             vector("release note"),
             10,
-            SearchFilters(metadata=(("n", 2),)),
+            SearchFilters(where=pairs((("n", 2),))),
             mode=mode,
         )
         assert [h.source_id for h in hits] == ["p2"], mode
-        even = SearchFilters(metadata=(("ok", True),))
+        even = SearchFilters(where=pairs((("ok", True),)))
         hits = await local.search("release note", vector("release note"), 10, even, mode=mode)
         assert sorted(h.source_id for h in hits) == ["p0", "p2"], mode

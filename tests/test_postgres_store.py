@@ -34,7 +34,7 @@ from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, 
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.postgres import PostgresStore, migrations, register_codecs
-from tests.conftest import corpus, make_store
+from tests.conftest import corpus, make_store, pairs
 from tests.pg import fresh_database, postgres_settings
 from tests.test_store_conformance import EMBEDDER, index, vector
 
@@ -175,12 +175,12 @@ async def test_tenancy_and_source_filters_run_in_sql(
         "upload fails",
         vector("upload fails"),
         10,
-        SearchFilters(metadata=(("organization", "sony-music"),)),
+        SearchFilters(where=pairs((("organization", "sony-music"),))),
     )
     assert {h.source_id for h in sony} == {"T-0", "T-1"}
     both = SearchFilters(
         source_types=("jira",),
-        metadata=(("organization", "sony-music"), ("division", "digital-operations")),
+        where=pairs((("organization", "sony-music"), ("division", "digital-operations"))),
     )
     assert [h.source_id for h in await store.search("upload", vector("upload"), 10, both)] == [
         "T-0"

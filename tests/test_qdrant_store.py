@@ -19,7 +19,7 @@ from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret
 from knowledge_api.stores.fusion import DEFAULT_TUNING
 from knowledge_api.stores.qdrant import QdrantStore
-from tests.conftest import corpus
+from tests.conftest import corpus, pairs
 from tests.test_store_conformance import EMBEDDER, KNOWN_ANSWERS, index, vector
 
 URL = "https://qdrant.test:6333"
@@ -125,7 +125,7 @@ async def test_payload_filters_match_every_scalar_type(local: QdrantStore) -> No
                 "release note",
                 vector("release note"),
                 10,
-                SearchFilters(metadata=metadata),
+                SearchFilters(where=pairs(metadata)),
                 mode=mode,  # type: ignore[arg-type]
             )
             assert sorted(h.source_id for h in hits) == expected, (mode, metadata)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.stores import sqlite_vectors
 from knowledge_api.stores.quantized_index import QuantizedIndex
@@ -86,7 +87,11 @@ def documents(vectors: np.ndarray, start: int = 0, collection: str = "default") 
     docs = []
     for i, vector in enumerate(vectors, start):
         doc = Document(
-            "jira" if i % 10 == 0 else "wiki", f"doc-{i}", f"text {i}", collection=collection
+            "jira" if i % 10 == 0 else "wiki",
+            f"doc-{i}",
+            f"text {i}",
+            metadata={"bucket": i % 100},
+            collection=collection,
         )
         doc.chunks = [Chunk(f"doc-{i}-0", doc.id, 0, f"text {i}", embedding=vector)]
         docs.append(doc)
@@ -156,6 +161,10 @@ async def test_filters_stay_exact(tmp_path: Path, vectors: np.ndarray) -> None:
             vectors, query, jira
         )
     assert await vector_ids(store, vectors[0], collection="elsewhere") == []
+    narrow = np.arange(len(vectors)) % 100 == 7  # 1 %: searched exactly over its rows
+    for query in near(vectors, 10):
+        where = parse_filter({"bucket": 7})
+        assert await vector_ids(store, query, where=where) == exact_ids(vectors, query, narrow)
     await store.close()
 
 

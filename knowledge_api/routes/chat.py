@@ -41,6 +41,7 @@ from knowledge_api.routes.fields import (
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.sse import UNEXPECTED, log
+from knowledge_api.routes.views import FILTERS
 from knowledge_api.service import KnowledgeService, Served
 from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
@@ -150,13 +151,15 @@ def turns(messages: Any, where: str = "messages") -> list[Turn]:
 
 
 def asked(
-    messages: Any, threshold: float, collection: str
+    messages: Any, threshold: float, collection: str, where: Any = None
 ) -> tuple[list[Turn], AnswerParams]:
-    """The conversation and where to search (its question still to be made)."""
+    """The conversation and where to search (its question still to be made), under the
+    request's filter."""
     said = turns(messages)
     if not any(turn.role == "user" and turn.text.strip() for turn in said):
         raise InvalidRequest("messages", "must hold a user message with text")
-    return said, AnswerParams(query="", threshold=threshold, collection=collection)
+    scope = AnswerParams(query="", threshold=threshold, filters=where, collection=collection)
+    return said, scope
 
 
 async def question(
@@ -214,6 +217,7 @@ UI_CHAT = Body(
         "KNOWLEDGE_ANSWER_THRESHOLD).",
         None,
     ),
+    FILTERS,
     *(Custom(name, UNUSED, None, shape=ANY) for name in ("id", "trigger", "messageId", "metadata")),
 )
 """The AI SDK's request (useChat)."""
@@ -227,6 +231,7 @@ COMPLETION_REQUEST = Body(
     ),
     CONVERSATION,
     Boolean("stream", "Answer as chat.completion.chunk events.", False),
+    FILTERS,
     others_ignored=True,
 )
 """OpenAI's request: fields of OpenAI's this service has no use for (temperature, n,
@@ -265,7 +270,9 @@ async def chat(request: Request) -> Response:
     knowledge = service(request)
     defaults = {"threshold": knowledge.answer_threshold}
     values = UI_CHAT.parse(await read_json(request), defaults=defaults)
-    said, scope = asked(values["messages"], values["threshold"], values["collection"])
+    said, scope = asked(
+        values["messages"], values["threshold"], values["collection"], values["filters"]
+    )
     access(request).collection(scope.collection)
     params, rewrite = await question(knowledge, said, scope)
     events = answers.events(knowledge, params)
@@ -358,7 +365,9 @@ async def completions(request: Request) -> Response:
     if not validation.valid_collection(model):
         raise InvalidRequest("model", "must name a collection, or knowledge for the default")
     collection = DEFAULT_COLLECTION if model == "knowledge" else model
-    said, scope = asked(values["messages"], knowledge.answer_threshold, collection)
+    said, scope = asked(
+        values["messages"], knowledge.answer_threshold, collection, values["filters"]
+    )
     access(request).collection(scope.collection)
     params, rewrite = await question(knowledge, said, scope)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from knowledge_api import validation
+from knowledge_api import filters, validation
 from knowledge_api.errors import InvalidRequest
 
 Schema = dict[str, Any]
@@ -140,6 +140,62 @@ class Scalars(Field):
         }
         scalar = {"type": ["string", "number", "boolean"], "pattern": r"^[^\u0000]*$"}
         return {"type": "object", "propertyNames": key, "additionalProperties": scalar}
+
+
+FILTER_REF = "#/components/schemas/Filter"
+
+
+@dataclass(frozen=True)
+class Filters(Field):
+    """A filter of the one filter language (knowledge_api.filters), parsed into its
+    tree: field -> value or {operator: value}, combined with $and, $or, $not."""
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        if self.name not in body:
+            return default
+        value = body[self.name]
+        if not isinstance(value, dict):
+            raise InvalidRequest(self.name, "must be an object of fields and operators")
+        return filters.parse(value, self.name)
+
+    def schema(self) -> Schema:
+        return {"$ref": FILTER_REF}
+
+
+def filter_schema() -> Schema:
+    """The filter language as JSON Schema with its limits (the count of conditions in
+    all and the depth, which a schema cannot state, are in its description)."""
+    scalar: Schema = {"type": ["string", "number", "boolean"], "pattern": r"^[^\u0000]*$"}
+    values = {"type": "array", "items": scalar, "minItems": 1, "maxItems": filters.MAX_VALUES}
+    ranged = {"type": ["string", "number"], "description": "A number or an ISO 8601 date."}
+    operators = obj(
+        {},
+        {
+            "$eq": scalar,
+            "$ne": scalar,
+            **{op: ranged for op in filters.RANGES},
+            "$in": values,
+            "$nin": values,
+            "$exists": BOOLEAN,
+            "$contains": {"type": "string", "minLength": 1},
+        },
+    )
+    nested = {"type": "array", "items": {"$ref": FILTER_REF}, "minItems": 1}
+    field = r'[^$\u0000-\u001f\u007f"\\][^\u0000-\u001f\u007f"\\]*'
+    return {
+        "type": "object",
+        "description": (
+            "Field -> value (equality) or {operator: value}; $and/$or/$not combine filters. "
+            f"At most {filters.MAX_CONDITIONS} conditions in all, nested at most "
+            f"{filters.MAX_DEPTH} levels deep, at most {filters.MAX_VALUES} values in $in/$nin."
+        ),
+        "propertyNames": {
+            "maxLength": validation.KEY_MAX_LENGTH,
+            "pattern": f"^({field}|\\$and|\\$or|\\$not)$",
+        },
+        "properties": {"$and": nested, "$or": nested, "$not": {"$ref": FILTER_REF}},
+        "additionalProperties": {"anyOf": [scalar, {**operators, "minProperties": 1}]},
+    }
 
 
 @dataclass(frozen=True)

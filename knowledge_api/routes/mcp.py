@@ -68,7 +68,12 @@ Sources = Annotated[
 Limit = Annotated[int, Field(description="Most results returned (1-20).")]
 Filters = Annotated[
     dict[str, Any] | None,
-    Field(description="Metadata values results must have, e.g. {'app_under_test': 'web'}."),
+    Field(
+        description="What results must match: metadata keys and source_type, source_id, "
+        "created_at, updated_at, each to a value or {operator: value} ($eq $ne $gt $gte $lt "
+        "$lte $in $nin $exists $contains), combined with $and/$or/$not; e.g. "
+        "{'app_under_test': 'web', 'created_at': {'$gte': '2026-01-01'}}."
+    ),
 ]
 Offset = Annotated[
     int,
@@ -167,6 +172,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         ctx: Context[Any, Any],
         collection: CollectionArg = DEFAULT_COLLECTION,
         sources: Sources = None,
+        filters: Filters = None,
         offset: Offset = 0,
         history: History = None,
     ) -> str:
@@ -178,7 +184,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         with tool_errors(ctx):
             said = [*chat.turns(history, "history"), Turn("user", query)] if history else None
             params, _ = answer_route.parse(
-                payload(query=query, collection=collection, sources=sources),
+                payload(query=query, collection=collection, sources=sources, filters=filters),
                 service.answer_threshold,
             )
             caller(ctx).collection(params.collection)

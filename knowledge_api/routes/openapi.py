@@ -21,7 +21,7 @@ from swagger_ui_bundle import swagger_ui_path
 
 from knowledge_api import __version__
 from knowledge_api.errors import NotFound
-from knowledge_api.routes.fields import STRING, Body, Field, OneOf, Schema, obj
+from knowledge_api.routes.fields import STRING, Body, Field, OneOf, Schema, filter_schema, obj
 from knowledge_api.routes.http import JSONResponse
 
 ERROR = "#/components/schemas/Error"
@@ -123,7 +123,7 @@ def document(routes: Iterable[Declared]) -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": {"Error": ERROR_SCHEMA, **body_schemas(routes)},
+            "schemas": {"Error": ERROR_SCHEMA, "Filter": filter_schema(), **body_schemas(routes)},
             "securitySchemes": SECURITY_SCHEMES,
         },
     }

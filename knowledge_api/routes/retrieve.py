@@ -27,6 +27,7 @@ from knowledge_api.routes.fields import (
     obj,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
+from knowledge_api.routes.views import FILTERS
 from knowledge_api.usecases import retrieval as use
 from knowledge_api.usecases.retrieval import (
     QueryValidation,
@@ -54,6 +55,7 @@ RETRIEVE = Body(
         "",
         max_length=200,
     ),
+    FILTERS,
 )
 
 

@@ -23,6 +23,7 @@ from knowledge_api.routes.fields import (
     obj,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
+from knowledge_api.routes.views import FILTERS
 from knowledge_api.usecases import support as use
 
 SUPPORT = Body(
@@ -35,6 +36,7 @@ SUPPORT = Body(
         None,
         shape={"type": "object", "properties": {"product": {"type": "string", "maxLength": 200}}},
     ),
+    FILTERS,
 )
 
 SOURCE = obj(
@@ -67,6 +69,10 @@ async def support(request: Request) -> Response:
     except KnowledgeAPIError as e:
         return JSONResponse(use.invalid(e))
     answer = await use.retrieve(
-        service(request), body.get("intent"), body.get("message"), body.get("metadata")
+        service(request),
+        body.get("intent"),
+        body.get("message"),
+        body.get("metadata"),
+        body.get("filters"),
     )
     return JSONResponse(answer)

@@ -15,8 +15,8 @@ from knowledge_api.routes.fields import (
     Choices,
     CollectionName,
     Field,
+    Filters,
     Integer,
-    Scalars,
     Schema,
     array,
     enum,
@@ -136,9 +136,15 @@ STREAM = Boolean("stream", "Answer as Server-Sent Events.", False)
 COLLECTION = CollectionName("collection", "The collection to search.", DEFAULT_COLLECTION)
 
 
-def filters(description: str) -> Scalars:
-    """Metadata values results must have, as sorted pairs (part of a cache key)."""
-    return Scalars("filters", description, None, True)
+FILTERS = Filters(
+    "filters",
+    "What results must match: metadata keys and source_type, source_id, created_at, "
+    'updated_at, each to a value or {operator: value}, e.g. {"app_under_test": "aoma", '
+    '"created_at": {"$gte": "2026-01-01"}}.',
+    None,
+)
+"""The filter of every route that searches (parsed into a hashable tree, part of a cache
+key)."""
 
 
 def search_body(name: str, query: Field, limit: str, threshold: Field, *own: Field) -> Request:
@@ -151,6 +157,6 @@ def search_body(name: str, query: Field, limit: str, threshold: Field, *own: Fie
         threshold,
         *own,
         STREAM,
-        filters("Metadata values results must have, e.g. app_under_test."),
+        FILTERS,
         COLLECTION,
     )

@@ -32,6 +32,7 @@ from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
+from knowledge_api.stores.chroma_filter import chroma_where, chunk_fields
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
 from knowledge_api.stores.points import CatalogEntry, ChunkPoint, PointStore, Record, unavailable
@@ -40,7 +41,6 @@ T = TypeVar("T")
 Key = tuple[str, str]
 GetResult = dict[str, Any]
 PAGE = 1000
-META_PREFIX = "meta."
 """Document metadata is flattened into chunk metadata under this prefix for `where`."""
 
 
@@ -130,7 +130,7 @@ class ChromaStore(PointStore):
 
     def _indexed(self, documents: Sequence[Document]) -> None:
         entries = [
-            KeywordEntry.of(chunk, doc.collection, doc.source_type, doc.metadata)
+            KeywordEntry.of(chunk, doc.collection, doc.source_type, doc.metadata, doc)
             for doc in documents
             for chunk in doc.chunks
         ]
@@ -253,7 +253,7 @@ class ChromaStore(PointStore):
             found = chunks.query(
                 query_embeddings=[np.asarray(vector, dtype=np.float32)],
                 n_results=n,
-                where=chroma_where(filters),
+                where=chroma_where(filters.source_types, filters.where),
                 include=["distances"],
             )
             return [
@@ -295,7 +295,9 @@ class ChromaStore(PointStore):
                 for offset in range(0, chunks.count(), PAGE):
                     got = chunks.get(limit=PAGE, offset=offset)
                     entries.extend(
-                        KeywordEntry.of(p.chunk(), collection, p.record["source_type"], p.metadata)
+                        KeywordEntry.of(
+                            p.chunk(), collection, p.record["source_type"], p.metadata, p.record
+                        )
                         for p in chunk_points(got, vectors=False)
                     )
             return entries
@@ -430,24 +432,13 @@ def chunk_points(got: GetResult, vectors: bool) -> list[ChunkPoint]:
 
 
 def chunk_metadata(doc: Document, chunk: Chunk) -> dict[str, Any]:
-    """Chunk fields, the document metadata as JSON, and its scalar values flattened
-    under `meta.` so Chroma's `where` can filter on them."""
-    flat = {
-        f"{META_PREFIX}{key}": value
-        for key, value in doc.metadata.items()
-        if isinstance(value, str | int | float | bool)
+    """Chunk fields, the document metadata as JSON, and what Chroma's `where` filters
+    on (`chroma_filter.chunk_fields`)."""
+    return {
+        **records.chunk_record(doc, chunk),
+        "metadata": json.dumps(doc.metadata),
+        **chunk_fields(doc),
     }
-    return {**records.chunk_record(doc, chunk), "metadata": json.dumps(doc.metadata), **flat}
-
-
-def chroma_where(filters: SearchFilters) -> dict[str, Any] | None:
-    clauses: list[dict[str, Any]] = []
-    if filters.source_types is not None:
-        clauses.append({"source_type": {"$in": list(filters.source_types)}})
-    clauses.extend({f"{META_PREFIX}{key}": value} for key, value in filters.metadata)
-    if not clauses:
-        return None
-    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
 def close_client(client: Any) -> None:

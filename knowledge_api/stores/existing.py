@@ -108,7 +108,7 @@ class AdoptedTables(ExistingTables):
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         found: list[Candidate] = []
-        siam = siam_filter(filters)
+        siam = siam_filter(filters, self.filter_backend)
         if siam is not None:
             params = {"query_embedding": vector, "match_count": n, **siam}
             rows = await self.tables.call("knowledge_match_siam_vectors", params, SearchError)
@@ -128,7 +128,7 @@ class AdoptedTables(ExistingTables):
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         found: list[Candidate] = []
-        siam = siam_filter(filters)
+        siam = siam_filter(filters, self.filter_backend)
         if siam is not None:
             params = {"query_text": query, "match_count": n, **siam}
             rows = await self.tables.call("knowledge_search_siam_vectors", params, SearchError)
@@ -177,7 +177,7 @@ class ReadOnlyTables(ExistingTables):
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        siam = siam_filter(filters)
+        siam = siam_filter(filters, self.filter_backend)
         if siam is None:
             return []
         filtered = any(value not in (None, {}) for value in siam.values())
@@ -196,7 +196,7 @@ class ReadOnlyTables(ExistingTables):
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         terms = sorted(set(text.content_terms(query)), key=len, reverse=True)[:READ_ONLY_TERMS]
-        siam, wiki = siam_filter(filters), self.wiki_filter(filters)
+        siam, wiki = siam_filter(filters, self.filter_backend), self.wiki_filter(filters)
         matched: dict[Found, float] = {}
         for term in terms:
             pattern = f"%{term}%"

@@ -16,6 +16,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     StoreReadOnly,
 )
+from knowledge_api.filters import require_equalities
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
     CollectionInfo,
@@ -67,6 +68,12 @@ class ExistingTables(HybridSearch):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.tables!r})"
+
+    @property
+    def filter_backend(self) -> str:
+        """The store as a filter it cannot apply names it: its searches take metadata
+        equalities only (the tables' functions have no filter tree)."""
+        return f"existing database ({self.mode})"
 
     async def open(self) -> None:
         await self.tables.open()
@@ -296,7 +303,7 @@ class ExistingTables(HybridSearch):
             return None
         if filters.source_types is not None and "wiki" not in filters.source_types:
             return None
-        metadata = dict(filters.metadata)
+        metadata = dict(require_equalities(filters.where, self.filter_backend))
         app = metadata.pop("app_under_test", None)
         if metadata or (app is not None and not isinstance(app, str)):
             return None

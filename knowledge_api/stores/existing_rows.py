@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_api.filters import require_equalities
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
     Chunk,
@@ -41,11 +42,12 @@ class Found:
     keyword: float = field(default=0.0, compare=False)
 
 
-def siam_filter(filters: SearchFilters) -> dict[str, Any] | None:
+def siam_filter(filters: SearchFilters, backend: str) -> dict[str, Any] | None:
     """The siam_vectors search's filter arguments, or None when no passage can match
     (the tables are the default collection)."""
     if filters.collection != DEFAULT_COLLECTION:
         return None
+    require_equalities(filters.where, backend)  # the tables' RPCs take no filter tree
     params = filter_params(filters)
     del params["filter_collection"]
     return params

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from knowledge_api import text
+from knowledge_api.filters import OWN_FIELDS, conditions
 from knowledge_api.models import Chunk, Metadata, SearchFilters
 from knowledge_api.stores.base import Candidate
+from knowledge_api.stores.filter_sql import Columns, where_sql
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -42,23 +44,34 @@ def fts_expression(terms: Iterable[str]) -> str:
 
 
 def filter_sql(
-    filters: SearchFilters, chunks: str = "c", documents: str = "d"
+    filters: SearchFilters, chunks: str = "c", documents: str = "d", indexed: bool = False
 ) -> tuple[str, list[Any]]:
-    """A WHERE clause for `filters` over a chunks table (collection, source_type) and
-    a documents table (metadata as JSON), given their aliases."""
+    """A WHERE clause for `filters` over a chunks table (collection, source_type,
+    document_id) and a documents table (source_id, metadata as JSON, created_at,
+    updated_at), given their aliases; metadata through `document_values` when
+    `indexed` (the store's file has it)."""
     clauses, params = [f"{chunks}.collection = ?"], [filters.collection]
     if filters.source_types is not None:
         marks = ",".join("?" * len(filters.source_types))
         clauses.append(f"{chunks}.source_type IN ({marks})")
         params.extend(filters.source_types)
-    for key, value in filters.metadata:
-        clauses.append(f"json_extract({documents}.metadata, ?) = ?")
-        params.extend((json_path(key), value))
+    if filters.where is not None:
+        own = {"source_type": f"{chunks}.source_type"}
+        own.update({name: f"{documents}.{name}" for name in OWN_FIELDS if name not in own})
+        document = f"{chunks}.document_id" if indexed else ""
+        columns = Columns(own, f"{documents}.metadata", document)
+        where, more = where_sql(filters.where, columns)
+        clauses.append(f"({where})")
+        params.extend(more)
     return " AND ".join(clauses), params
 
 
-def json_path(key: str) -> str:
-    return '$."' + key.replace('"', '""') + '"'
+def reads_documents(filters: SearchFilters) -> bool:
+    """Whether the indexed filter needs the documents table (source_id, created_at or
+    updated_at: metadata is read from `document_values`)."""
+    return filters.where is not None and any(
+        c.field in OWN_FIELDS and c.field != "source_type" for c in conditions(filters.where)
+    )
 
 
 # -- an in-memory BM25 index -------------------------------------------------------
@@ -70,6 +83,9 @@ CREATE TABLE chunks (
     document_id TEXT NOT NULL,
     collection TEXT NOT NULL,
     source_type TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
     metadata TEXT NOT NULL,
     title TEXT NOT NULL,
     section TEXT NOT NULL,
@@ -104,11 +120,26 @@ class KeywordEntry:
     title: str
     section: str
     content: str
+    source_id: str = ""
+    created_at: str = ""
+    updated_at: str = ""
 
     @classmethod
     def of(
-        cls, chunk: Chunk, collection: str, source_type: str, metadata: Metadata
+        cls,
+        chunk: Chunk,
+        collection: str,
+        source_type: str,
+        metadata: Metadata,
+        stored: Any = None,
     ) -> KeywordEntry:
+        """The entry of a chunk; `stored` (its document, or its record) gives the
+        source id and timestamps filters test."""
+
+        def field(name: str) -> str:
+            value = stored.get(name, "") if isinstance(stored, dict) else getattr(stored, name, "")
+            return str(value or "")
+
         return cls(
             chunk.id,
             chunk.document_id,
@@ -118,6 +149,9 @@ class KeywordEntry:
             chunk.title,
             chunk.section,
             chunk.content,
+            field("source_id"),
+            field("created_at"),
+            field("updated_at"),
         )
 
     def row(self) -> tuple[Any, ...]:
@@ -126,6 +160,9 @@ class KeywordEntry:
             self.document_id,
             self.collection,
             self.source_type,
+            self.source_id,
+            self.created_at,
+            self.updated_at,
             json.dumps(self.metadata),
             self.title,
             self.section,
@@ -155,8 +192,9 @@ class KeywordIndex:
                 "DELETE FROM chunks WHERE document_id = ?", [(d,) for d in document_ids]
             )
             self._db.executemany(
-                """INSERT INTO chunks (id, document_id, collection, source_type, metadata,
-                       title, section, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+                """INSERT INTO chunks (id, document_id, collection, source_type, source_id,
+                       created_at, updated_at, metadata, title, section, content)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [entry.row() for entry in entries],
             )
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -258,7 +258,9 @@ class PointStore(HybridSearch):
         async with self._write_lock:
             try:
                 await self._ready()
-                await self._write(documents)
+                created = await self._created_at([doc.id for doc in documents])
+                documents = stamped(documents, created)
+                await self._write(documents, created)
             except KnowledgeStoreError:
                 self.writes.forget()  # part may be written: what mirrors it is rebuilt
                 raise
@@ -267,11 +269,10 @@ class PointStore(HybridSearch):
             finally:
                 await self._wrote()
 
-    async def _write(self, documents: Sequence[Document]) -> None:
+    async def _write(self, documents: Sequence[Document], created: Mapping[str, str]) -> None:
         """Chunks first, then the stale ones go, then the catalog records: a write cut
-        short keeps the old content hashes, so the next ingest writes them again."""
-        stamp = records.now()
-        created = await self._created_at([doc.id for doc in documents])
+        short keeps the old content hashes, so the next ingest writes them again.
+        `created` holds the creation time of each document already stored."""
         by_collection: dict[str, list[Document]] = defaultdict(list)
         for doc in documents:
             by_collection[doc.collection].append(doc)
@@ -285,9 +286,7 @@ class PointStore(HybridSearch):
             [
                 CatalogEntry(
                     doc.id,
-                    records.document_record(
-                        doc, created.get(doc.id) or doc.created_at or stamp, stamp
-                    ),
+                    records.document_record(doc, doc.created_at, doc.updated_at),
                     doc.content,
                 )
                 for doc in documents
@@ -498,3 +497,13 @@ def summary(entry: CatalogEntry) -> DocumentSummary:
         int(record["chunk_count"]),
         records.as_timestamp(record["updated_at"]),
     )
+
+
+def stamped(documents: Sequence[Document], created: Mapping[str, str]) -> list[Document]:
+    """The documents with their timestamps: created when first written (a rewrite keeps
+    it), updated now. Their chunks carry them too, for filters on them."""
+    stamp = records.now()
+    return [
+        replace(doc, created_at=created.get(doc.id) or doc.created_at or stamp, updated_at=stamp)
+        for doc in documents
+    ]

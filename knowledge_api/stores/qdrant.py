@@ -43,6 +43,7 @@ from knowledge_api.stores.points import (
     Record,
     unavailable,
 )
+from knowledge_api.stores.qdrant_filter import quoted
 from knowledge_api.stores.qdrant_points import (
     DENSE,
     catalog_entry,
@@ -52,7 +53,6 @@ from knowledge_api.stores.qdrant_points import (
     match,
     match_any,
     new_client,
-    quoted,
     unreachable,
     version_tuple,
 )

@@ -4,18 +4,18 @@ folder lock)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from knowledge_api.errors import BackendConnectionError, SearchError
+from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.keyword import sparse_document, sparse_query
 from knowledge_api.stores.points import CatalogEntry, ChunkPoint
+from knowledge_api.stores.qdrant_filter import chunk_fields, payload_filter
 
 DENSE = "dense"
 KEYWORDS = "keywords"
@@ -69,6 +69,7 @@ def chunk_struct(m: Any, doc: Document, chunk: Chunk) -> Any:
         "collection": doc.collection,
         "content": chunk.content,
         "metadata": doc.metadata,
+        **chunk_fields(doc),
     }
     vectors = {
         DENSE: np.asarray(chunk.embedding, dtype=np.float32).tolist(),
@@ -78,21 +79,17 @@ def chunk_struct(m: Any, doc: Document, chunk: Chunk) -> Any:
 
 
 def search_filter(m: Any, filters: SearchFilters) -> Any:
-    """The payload filter of a search's source types and metadata values."""
-    must: list[Any] = []
+    """The payload filter of a search's source types and filter tree (None: none)."""
+    parts: list[Any] = []
     if filters.source_types is not None:
-        must.append(
-            m.FieldCondition(key="source_type", match=m.MatchAny(any=list(filters.source_types)))
-        )
-    for key, value in filters.metadata:
-        if '"' in key:
-            raise SearchError(f"metadata key {key!r}: Qdrant cannot filter on keys with '\"'")
-        path = f"metadata.{quoted(key)}"
-        if isinstance(value, bool | str):
-            must.append(m.FieldCondition(key=path, match=m.MatchValue(value=value)))
-        else:
-            must.append(m.FieldCondition(key=path, range=m.Range(gte=value, lte=value)))
-    return m.Filter(must=must) if must else None
+        types = m.MatchAny(any=list(filters.source_types))
+        parts.append(m.FieldCondition(key="source_type", match=types))
+    if filters.where is not None:
+        parts.append(payload_filter(m, filters.where))
+    if any(part is False for part in parts):
+        return m.Filter(must=[m.HasIdCondition(has_id=[])])  # no point passes
+    kept = [part for part in parts if part is not True]
+    return m.Filter(must=kept) if kept else None
 
 
 def dense(vector: np.ndarray) -> list[float]:
@@ -101,11 +98,6 @@ def dense(vector: np.ndarray) -> list[float]:
 
 def sparse(m: Any, terms: dict[int, float]) -> Any:
     return m.SparseVector(indices=list(terms), values=list(terms.values()))
-
-
-def quoted(key: str) -> str:
-    """A payload key as one path segment: quoted unless it is a plain name."""
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else f'"{key}"'
 
 
 def chunk_point(point: Any, vectors: bool) -> ChunkPoint:

@@ -24,6 +24,7 @@ import numpy as np
 
 from knowledge_api import validation
 from knowledge_api.errors import ConfigurationError, IndexingError
+from knowledge_api.filters import millis_of, words
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, Metadata, SearchHit
 
 Record = dict[str, Any]
@@ -157,6 +158,31 @@ def chunk_record(doc: Document, chunk: Chunk) -> Record:
         "title": chunk.title,
         "section": chunk.section,
         "content_hash": chunk.content_hash,
+    }
+
+
+def filter_record(doc: Document) -> Record:
+    """What an engine whose filters know only values, ranges of numbers and lists needs
+    to apply the filter language (knowledge_api.filters) in its own query: the keys of
+    the metadata and those holding numbers and dates, each date as epoch milliseconds,
+    the words of each text, the words of the source id, and the document's timestamps
+    as epoch milliseconds. The document's timestamps must be set."""
+    numbers = [
+        k for k, v in doc.metadata.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    texts = {k: v for k, v in doc.metadata.items() if isinstance(v, str)}
+    dates = {k: at for k, v in texts.items() if (at := millis_of(v)) is not None}
+    return {
+        "created_at": doc.created_at,
+        "updated_at": doc.updated_at,
+        "created_ms": millis_of(doc.created_at),
+        "updated_ms": millis_of(doc.updated_at),
+        "keys": list(doc.metadata),
+        "numbers": numbers,
+        "dates": list(dates),
+        "ms": dates,
+        "words": {k: found for k, v in texts.items() if (found := words(v))},
+        "source_words": words(doc.source_id),
     }
 
 

@@ -27,6 +27,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
+from knowledge_api.filters import equalities
 from knowledge_api.models import (
     Chunk,
     CollectionInfo,
@@ -48,6 +49,7 @@ from knowledge_api.stores.base import (
     is_uuid,
 )
 from knowledge_api.stores.feedback import FeedbackLog, SiamFeedback
+from knowledge_api.stores.filter_json import filter_tree
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.jobs import JobStore, SiamJobs
 from knowledge_api.stores.keys import KeyStore, SiamKeys
@@ -310,7 +312,9 @@ class SiamStore(HybridSearch):
             "ef_search": self.ef_search,
         }
         rows = await self.call(
-            "match_siam_vectors_gemini", {**params, **filter_params(filters)}, SearchError
+            "match_siam_vectors_gemini",
+            {**params, **filter_params(filters)},
+            SearchError,
         )
         return [
             Candidate(Passage(str(r["id"]), r), cosine_to_similarity(r["similarity"])) for r in rows
@@ -437,8 +441,9 @@ class SiamStore(HybridSearch):
 
 
 def filter_params(filters: SearchFilters) -> dict[str, Any]:
-    """The filter arguments of the search functions: tenancy keys become column filters,
-    other metadata a JSON containment."""
+    """The filter arguments of the search functions: a filter of metadata equalities
+    as before (tenancy keys become column filters, other metadata a JSON containment),
+    any other as the tree the functions compile (`filter_where`)."""
     params: dict[str, Any] = {
         "filter_collection": filters.collection,
         "filter_source_types": (
@@ -446,7 +451,11 @@ def filter_params(filters: SearchFilters) -> dict[str, Any]:
         ),
     }
     contained: dict[str, Any] = {}
-    for key, value in filters.metadata:
+    pairs = equalities(filters.where)
+    if pairs is None:
+        assert filters.where is not None
+        return {**params, "filter_metadata": {}, "filter_where": filter_tree(filters.where)}
+    for key, value in pairs:
         if key in TENANCY and isinstance(value, str):
             params[f"filter_{key}"] = value
         else:

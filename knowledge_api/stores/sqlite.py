@@ -43,9 +43,15 @@ from knowledge_api.stores.base import (
     cosine_to_similarity,
     embedder_mismatch,
 )
+from knowledge_api.stores.filter_sql import value_rows
 from knowledge_api.stores.fts_terms import MATCHED_CHUNKS, TermFrequencies
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.keyword import filter_sql, fts_expression, query_terms
+from knowledge_api.stores.keyword import (
+    filter_sql,
+    fts_expression,
+    query_terms,
+    reads_documents,
+)
 from knowledge_api.stores.quantized_index import DEFAULT_PROBES
 from knowledge_api.stores.sqlite_file import SQLiteFile
 from knowledge_api.stores.sqlite_vectors import SQLiteVectors
@@ -236,6 +242,12 @@ class SQLiteStore(HybridSearch):
                     now,
                     doc.source,
                 ),
+            )
+            conn.execute("DELETE FROM document_values WHERE document_id = ?", (doc.id,))
+            conn.executemany(
+                "INSERT INTO document_values (document_id, key, kind, value, ms) "
+                "VALUES (?, ?, ?, ?, ?)",
+                value_rows(doc.id, doc.metadata),
             )
             for chunk in doc.chunks:
                 self._insert_chunk(conn, doc, chunk)
@@ -428,7 +440,7 @@ class SQLiteStore(HybridSearch):
     ) -> list[Candidate]:
         self._sync()
         terms, chunks = query_terms(query), len(self.vectors)
-        unfiltered = not filters.metadata and self.vectors.covers(
+        unfiltered = filters.where is None and self.vectors.covers(
             filters.collection, filters.source_types
         )
         try:
@@ -454,10 +466,12 @@ class SQLiteStore(HybridSearch):
         if not match:
             return []
         first = bounded.first_rowid(conn, match)
-        where, params = filter_sql(filters)
+        where, params = filter_sql(filters, indexed=True)
         rows = self._best_then_checked(conn, match, first, where, params, n) if unfiltered else None
         if rows is None:
-            documents = "JOIN documents d ON d.id = c.document_id" if filters.metadata else ""
+            documents = (
+                "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
+            )
             sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
                       JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
                       WHERE chunks_fts MATCH ? AND chunks_fts.rowid >= ? AND {where}
@@ -512,13 +526,13 @@ class SQLiteStore(HybridSearch):
         ]
 
     def _metadata_keys(self, filters: SearchFilters) -> list[int] | None:
-        """Row ids allowed by the metadata filters (None: no metadata filter)."""
-        if not filters.metadata:
+        """Row ids allowed by the filter tree (None: no filter)."""
+        if filters.where is None:
             return None
-        where, params = filter_sql(filters)
+        where, params = filter_sql(filters, indexed=True)
+        documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
         rows = self.file.db().execute(
-            f"SELECT c.rowid FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {where}",
-            params,
+            f"SELECT c.rowid FROM chunks c {documents} WHERE {where}", params
         )
         return [r[0] for r in rows]
 

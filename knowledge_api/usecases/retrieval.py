@@ -17,6 +17,7 @@ import numpy as np
 
 from knowledge_api import ir_metrics
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.filters import Node
 from knowledge_api.models import SearchFilters, SearchHit, document_id
 from knowledge_api.service import KnowledgeService, Retrieval
 from knowledge_api.timing import elapsed_ms
@@ -28,6 +29,7 @@ class RetrieveParams:
     collection: str
     top_k: int = 5
     query_embedding_model: str = ""
+    filters: Node | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +91,7 @@ class Validation:
 async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retrieved:
     started = time.perf_counter()
     model = check_model(service, params.query_embedding_model)
-    found = await search(service, params.query, params.collection, params.top_k)
+    found = await search(service, params.query, params.collection, params.top_k, params.filters)
     return Retrieved(found.hits, found.vector, model, elapsed_ms(started), found.warnings)
 
 
@@ -107,8 +109,10 @@ def check_model(service: KnowledgeService, requested: str) -> str:
     return name
 
 
-async def search(service: KnowledgeService, query: str, collection: str, top_k: int) -> Retrieval:
-    found = await service.retrieve(query, top_k, SearchFilters(collection=collection))
+async def search(
+    service: KnowledgeService, query: str, collection: str, top_k: int, where: Node | None = None
+) -> Retrieval:
+    found = await service.retrieve(query, top_k, SearchFilters(where=where, collection=collection))
     if not found.hits:
         await service.require_collection(collection)
     return found

@@ -35,6 +35,8 @@ from typing import Any
 
 from knowledge_api import validation
 from knowledge_api.errors import EmbeddingError, InvalidRequest, KnowledgeAPIError
+from knowledge_api.filters import Node
+from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import SearchFilters, SearchHit
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
@@ -59,9 +61,12 @@ class SupportRequest:
     intent: str
     message: str
     product: str = ""
+    where: Node | None = None
 
     @classmethod
-    def from_values(cls, intent: Any, message: Any, metadata: Any) -> SupportRequest:
+    def from_values(
+        cls, intent: Any, message: Any, metadata: Any, where: Any = None
+    ) -> SupportRequest:
         given = {"intent": intent, "message": message}
         values = {name: value for name, value in given.items() if value is not None}
         meta = validation.require_object({} if metadata is None else metadata, "metadata")
@@ -72,6 +77,7 @@ class SupportRequest:
             intent=validation.text(values, "intent", max_length=200, default="").strip(),
             message=validation.text(values, "message", max_length=MESSAGE_MAX).strip(),
             product=product.strip(),
+            where=None if where is None else parse_filter(where),
         )
 
     @property
@@ -91,10 +97,13 @@ class Scored:
 # -- the answer -------------------------------------------------------------------------
 
 
-async def retrieve(service: KnowledgeService, intent: Any, message: Any, metadata: Any) -> Body:
-    """retrieve_knowledge on a running service; never raises."""
+async def retrieve(
+    service: KnowledgeService, intent: Any, message: Any, metadata: Any, where: Any = None
+) -> Body:
+    """retrieve_knowledge on a running service (`where`: a filter of the filter
+    language, knowledge_api.filters); never raises."""
     try:
-        request = SupportRequest.from_values(intent, message, metadata)
+        request = SupportRequest.from_values(intent, message, metadata, where)
     except KnowledgeAPIError as e:
         return invalid(e)
     return await answer(service, request)
@@ -128,7 +137,7 @@ async def consult(service: KnowledgeService, request: SupportRequest) -> Body:
     found = await service.retrieve(
         request.query,
         CANDIDATE_PASSAGES,
-        SearchFilters(collection=settings.support_collection),
+        SearchFilters(where=request.where, collection=settings.support_collection),
         rerank=False,
     )
     if found.vector is None:

@@ -1,0 +1,154 @@
+"""The filter tree (knowledge_api.filters) as Chroma's `where`, over the fields a chunk
+carries (`chunk_fields`).
+
+Chroma's `where` knows values, ranges of numbers, `$in`/`$nin`, list membership and
+`$and`/`$or`, but no `$not` and no test of a key's presence. So each chunk also keeps
+the lists of its metadata keys, of those holding numbers and of those holding dates,
+each date as epoch milliseconds, and the words of its texts; `$not` is pushed down to
+the conditions (De Morgan) and each negated condition written as its complement, e.g.
+not `n > 3` is `n` not a number, or `n <= 3`. Chroma's `$ne`, `$nin` and
+`$not_contains` match a chunk without the field, as the language's complements do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from knowledge_api.filters import (
+    RANGES,
+    Combined,
+    Condition,
+    Instant,
+    Negated,
+    Node,
+    unsupported,
+)
+from knowledge_api.models import Document
+from knowledge_api.stores import records
+
+META_PREFIX = "meta."
+BACKEND = "chroma"
+Where = dict[str, Any]
+NOTHING: Where = {"chunk_index": {"$lt": 0}}
+"""A `where` no chunk passes."""
+COMPLEMENT = {"$gt": "$lte", "$gte": "$lt", "$lt": "$gte", "$lte": "$gt"}
+
+
+def chunk_fields(doc: Document) -> dict[str, Any]:
+    """The metadata of a chunk beyond its record: metadata values flattened under
+    `meta.`, and what `where` needs for the rest of the language (lists only when not
+    empty: Chroma refuses empty lists)."""
+    found = records.filter_record(doc)
+    fields: dict[str, Any] = {
+        f"{META_PREFIX}{key}": value
+        for key, value in doc.metadata.items()
+        if isinstance(value, str | int | float | bool)
+    }
+    for name in ("keys", "numbers", "dates", "source_words"):
+        if found[name]:
+            fields[f"filter.{name}"] = found[name]
+    fields.update({f"ms.{key}": at for key, at in found["ms"].items()})
+    fields.update({f"words.{key}": each for key, each in found["words"].items()})
+    for name in ("created_at", "updated_at", "created_ms", "updated_ms"):
+        if found[name] is not None:
+            fields[name] = found[name]
+    return fields
+
+
+def chroma_where(source_types: tuple[str, ...] | None, where: Node | None) -> Where | None:
+    clauses: list[Where | bool] = []
+    if source_types is not None:
+        clauses.append({"source_type": {"$in": list(source_types)}})
+    if where is not None:
+        clauses.append(_node(where, negated=False))
+    found = _all(clauses)
+    if found is True:
+        return None
+    return NOTHING if found is False else found
+
+
+def _node(node: Node, negated: bool) -> Where | bool:
+    if isinstance(node, Negated):
+        return _node(node.part, not negated)
+    if isinstance(node, Combined):
+        parts = [_node(part, negated) for part in node.parts]
+        return _all(parts) if (node.op == "$and") != negated else _any(parts)
+    if node.op in ("$ne", "$nin"):
+        positive = Condition(node.field, "$eq" if node.op == "$ne" else "$in", node.value)
+        return _node(positive, not negated)
+    return _own(node, negated) if node.own else _metadata(node, negated)
+
+
+def _all(parts: list[Where | bool]) -> Where | bool:
+    if any(part is False for part in parts):
+        return False
+    kept = [part for part in parts if part is not True]
+    if not kept:
+        return True
+    return kept[0] if len(kept) == 1 else {"$and": kept}
+
+
+def _any(parts: list[Where | bool]) -> Where | bool:
+    if any(part is True for part in parts):
+        return True
+    kept = [part for part in parts if part is not False]
+    if not kept:
+        return False
+    return kept[0] if len(kept) == 1 else {"$or": kept}
+
+
+def _own(condition: Condition, negated: bool) -> Where | bool:
+    op, value, field = condition.op, condition.value, condition.field
+    if op == "$exists":
+        return bool(value) != negated
+    if op == "$contains":
+        return {"filter.source_words": {"$not_contains" if negated else "$contains": value}}
+    if field in ("created_at", "updated_at"):
+        name = "created_ms" if field == "created_at" else "updated_ms"
+        if op in RANGES:
+            assert isinstance(value, Instant)
+            return {name: {COMPLEMENT[op] if negated else op: value.millis}}
+        values = value if isinstance(value, tuple) else (value,)
+        millis = [v.millis for v in values if isinstance(v, Instant)]
+        return {name: {"$nin" if negated else "$in": millis}}
+    if op in RANGES:
+        if isinstance(value, Instant):
+            raise unsupported(BACKEND, op, f"a date range on {field}")
+        return negated  # a text is never a number
+    values = value if isinstance(value, tuple) else (value,)
+    texts = [v for v in values if isinstance(v, str)]
+    if not texts:
+        return negated
+    return {field: {"$nin" if negated else "$in": texts}}
+
+
+def _metadata(condition: Condition, negated: bool) -> Where | bool:
+    op, value, key = condition.op, condition.value, condition.field
+    field = f"{META_PREFIX}{key}"
+    if op == "$exists":
+        present = bool(value) != negated
+        return {"filter.keys": {"$contains" if present else "$not_contains": key}}
+    if op == "$contains":
+        return {f"words.{key}": {"$not_contains" if negated else "$contains": value}}
+    if op in RANGES:
+        dated = isinstance(value, Instant)
+        name, operand = (
+            (f"ms.{key}", value.millis) if isinstance(value, Instant) else (field, value)
+        )
+        if not negated:
+            return {name: {op: operand}}
+        kind = "filter.dates" if dated else "filter.numbers"
+        return _any([{kind: {"$not_contains": key}}, {name: {COMPLEMENT[op]: operand}}])
+    values = value if isinstance(value, tuple) else (value,)
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not all(isinstance(v, int) for v in numbers):
+        numbers = [float(v) for v in numbers]  # one type per list; Chroma matches 5 to 5.0
+    groups = [
+        [v for v in values if isinstance(v, str)],
+        numbers,
+        [v for v in values if isinstance(v, bool)],
+    ]
+    tests: list[Where | bool] = [
+        {field: {"$nin" if negated else "$in": group}} for group in groups if group
+    ]
+    return _all(tests) if negated else _any(tests)

@@ -1,0 +1,125 @@
+"""The filter tree (knowledge_api.filters) as Qdrant's payload `Filter`.
+
+`$and`, `$or` and `$not` are a filter's must, should and must_not (filters nest), and
+must_not matches a point without the field, as the language's complements do. Values
+match as values, numbers as ranges, presence as the field not being empty. Dates,
+words and the document's timestamps are read from what each point carries for them
+(`chunk_fields`: dates as epoch milliseconds, words of texts as lists).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from knowledge_api.filters import (
+    RANGES,
+    Combined,
+    Condition,
+    Instant,
+    Negated,
+    Node,
+    unsupported,
+)
+from knowledge_api.models import Document
+from knowledge_api.stores import records
+
+BACKEND = "qdrant"
+RANGE_NAMES = {"$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
+
+
+def chunk_fields(doc: Document) -> dict[str, Any]:
+    """The payload beyond a chunk's record that filters read."""
+    found = records.filter_record(doc)
+    return {
+        "created_at": found["created_at"],
+        "updated_at": found["updated_at"],
+        "created_ms": found["created_ms"],
+        "updated_ms": found["updated_ms"],
+        "filter": {name: found[name] for name in ("ms", "words", "source_words")},
+    }
+
+
+def quoted(key: str) -> str:
+    """A payload key as one path segment: quoted unless it is a plain name."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else f'"{key}"'
+
+
+def payload_filter(m: Any, node: Node) -> Any:
+    """The condition of `node`: a Filter, a field condition, or True/False when no
+    point could fail or pass it."""
+    if isinstance(node, Combined):
+        parts = [payload_filter(m, part) for part in node.parts]
+        return _all(m, parts) if node.op == "$and" else _any(m, parts)
+    if isinstance(node, Negated):
+        return _not(m, payload_filter(m, node.part))
+    if node.op in ("$ne", "$nin"):
+        positive = Condition(node.field, "$eq" if node.op == "$ne" else "$in", node.value)
+        return _not(m, payload_filter(m, positive))
+    return _own(m, node) if node.own else _metadata(m, node)
+
+
+def _all(m: Any, parts: list[Any]) -> Any:
+    if any(part is False for part in parts):
+        return False
+    kept = [part for part in parts if part is not True]
+    return True if not kept else kept[0] if len(kept) == 1 else m.Filter(must=kept)
+
+
+def _any(m: Any, parts: list[Any]) -> Any:
+    if any(part is True for part in parts):
+        return True
+    kept = [part for part in parts if part is not False]
+    return False if not kept else kept[0] if len(kept) == 1 else m.Filter(should=kept)
+
+
+def _not(m: Any, part: Any) -> Any:
+    return (not part) if isinstance(part, bool) else m.Filter(must_not=[part])
+
+
+def _own(m: Any, condition: Condition) -> Any:
+    op, value, field = condition.op, condition.value, condition.field
+    if op == "$exists":
+        return bool(value)
+    if op == "$contains":
+        return m.FieldCondition(key="filter.source_words", match=m.MatchValue(value=value))
+    if field in ("created_at", "updated_at"):
+        key = "created_ms" if field == "created_at" else "updated_ms"
+        if op in RANGES:
+            assert isinstance(value, Instant)
+            return m.FieldCondition(key=key, range=m.Range(**{RANGE_NAMES[op]: value.millis}))
+        values = value if isinstance(value, tuple) else (value,)
+        millis = [v.millis for v in values if isinstance(v, Instant)]
+        return m.FieldCondition(key=key, match=m.MatchAny(any=millis))
+    if op in RANGES:
+        if isinstance(value, Instant):
+            raise unsupported(BACKEND, op, f"a date range on {field}")
+        return False  # a text is never a number
+    values = value if isinstance(value, tuple) else (value,)
+    texts = [v for v in values if isinstance(v, str)]
+    return m.FieldCondition(key=field, match=m.MatchAny(any=texts)) if texts else False
+
+
+def _metadata(m: Any, condition: Condition) -> Any:
+    op, value = condition.op, condition.value
+    path = f"metadata.{quoted(condition.field)}"
+    if op == "$exists":
+        empty = m.IsEmptyCondition(is_empty=m.PayloadField(key=path))
+        return m.Filter(must_not=[empty]) if value else empty
+    if op == "$contains":
+        words = f"filter.words.{quoted(condition.field)}"
+        return m.FieldCondition(key=words, match=m.MatchValue(value=value))
+    if op in RANGES:
+        if isinstance(value, Instant):
+            dated = f"filter.ms.{quoted(condition.field)}"
+            return m.FieldCondition(key=dated, range=m.Range(**{RANGE_NAMES[op]: value.millis}))
+        return m.FieldCondition(key=path, range=m.Range(**{RANGE_NAMES[op]: value}))
+    values = value if isinstance(value, tuple) else (value,)
+    texts = [v for v in values if isinstance(v, str)]
+    tests = [m.FieldCondition(key=path, match=m.MatchAny(any=texts))] if texts else []
+    for each in values:
+        if isinstance(each, bool):
+            tests.append(m.FieldCondition(key=path, match=m.MatchValue(value=each)))
+        elif isinstance(each, int | float):
+            tests.append(m.FieldCondition(key=path, range=m.Range(gte=each, lte=each)))
+    return _any(m, tests)

@@ -1,0 +1,109 @@
+"""Filter benchmark: the latency a selective filter adds to a hybrid query, per store and
+size, on the synthetic corpus of bench_stores.py.
+
+    .venv/bin/python scripts/bench_filters.py --stores sqlite,postgres --sizes 5000,200000
+
+Each chunk's metadata holds `bucket` (its number modulo 100) and `day` (a date, one of
+100), so each filter below keeps about 1 % of the passages: an equality
+(`{"bucket": 7}`), a range of numbers (`{"bucket": {"$gte": 7, "$lt": 8}}`), a range of
+dates and a `$or` of two conditions with a `$not`. Per store, size and filter it prints
+the p50/p95 ms of hybrid queries (10 results) beside the unfiltered query's, the p50
+added, and the fewest results a filtered query returned (10 whenever 10 match, which
+they all do). It asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from bench_stores import SETUPS, Corpus, fill, percentiles, read_through, timed_open
+
+from knowledge_api.filters import parse
+from knowledge_api.models import Document, SearchFilters
+from knowledge_api.service import single_threaded_blas
+from knowledge_api.settings import Settings
+
+BUCKETS = 100
+FIRST_DAY = date(2026, 1, 1)
+FILTERS: dict[str, dict[str, Any] | None] = {
+    "none": None,
+    "equality": {"bucket": 7},
+    "number range": {"bucket": {"$gte": 7, "$lt": 8}},
+    "date range": {"day": {"$gte": "2026-01-08", "$lt": "2026-01-09"}},
+    "$or/$not": {"$or": [{"bucket": 7}, {"bucket": 8, "$not": {"day": {"$exists": True}}}]},
+}
+
+
+class FilteredCorpus(Corpus):
+    def document(self, i: int) -> Document:
+        doc = super().document(i)
+        day = FIRST_DAY + timedelta(days=i % BUCKETS)
+        doc.metadata = {"bucket": i % BUCKETS, "day": day.isoformat()}
+        return doc
+
+
+async def time_filtered(
+    store: Any, queries: list[tuple[str, np.ndarray]], where: dict[str, Any] | None
+) -> tuple[float, float, int]:
+    filters = SearchFilters(where=parse(where))
+    latencies, fewest = [], 10
+    for text, vector in queries:
+        start = time.perf_counter()
+        hits = await store.search(text, vector, 10, filters, 0.0, "hybrid")
+        latencies.append((time.perf_counter() - start) * 1000)
+        fewest = min(fewest, len(hits))
+    p50, p95 = percentiles(latencies)
+    return p50, p95, fewest
+
+
+async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list[str]:
+    queries = corpus.queries(n_queries)
+    lines = []
+    async with SETUPS[name](folder) as changes:
+        settings = Settings.from_env(environ={}, env_file=None).replace(
+            **{"store": name, **changes}
+        )
+        store, _ = await timed_open(settings)
+        await fill(store, corpus)
+        await store.close()
+        store, _ = await timed_open(settings)
+        read_through(folder)
+        for where in FILTERS.values():  # a first pass warms every plan and page
+            await time_filtered(store, queries[:20], where)
+        base = None
+        for label, where in FILTERS.items():
+            p50, p95, fewest = await time_filtered(store, queries, where)
+            base = p50 if base is None else base
+            lines.append(
+                f"{name:8} | {corpus.size:>7} | {label:12} | {p50:7.2f} / {p95:7.2f} | "
+                f"{p50 - base:+7.2f} | {fewest:>2}"
+            )
+        await store.close()
+    return lines
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--sizes", default="5000")
+    parser.add_argument("--queries", type=int, default=200)
+    args = parser.parse_args()
+    single_threaded_blas()  # as the service runs
+    print("store    |  chunks | filter       | hybrid p50/p95 ms | +p50 ms | fewest")
+    for size in (int(s) for s in args.sizes.split(",")):
+        corpus = FilteredCorpus(size, "topics")
+        for name in args.stores.split(","):
+            with tempfile.TemporaryDirectory(prefix="bench-filters-") as folder:
+                for row in await bench(name, corpus, args.queries, Path(folder)):
+                    print(row, flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
