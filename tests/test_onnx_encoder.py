@@ -252,3 +252,12 @@ def test_the_weights_are_hashed_once_while_they_stay_unchanged(
 def test_an_unknown_precision_fails_to_load(tiny_embedder: Any, tmp_path: Path) -> None:
     with pytest.raises(EmbeddingError, match="precision must be one of auto, fp32, bf16, int8"):
         tiny_embedder(tmp_path, "fp16")
+
+
+def test_int8_without_onnxruntime_names_the_extra_to_install(
+    tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for module in ("onnxruntime", "onnxruntime.quantization"):
+        monkeypatch.setitem(sys.modules, module, None)  # not installed
+    with pytest.raises(EmbeddingError, match=r"pip install 'knowledge-api\[int8\]'"):
+        tiny_embedder(tmp_path, "int8")
