@@ -163,8 +163,9 @@ class Settings:
     embedding_precision: str = setting(
         "KNOWLEDGE_EMBEDDING_PRECISION",
         "auto",
-        "Local model precision on ONNX Runtime: auto (= fp32), fp32 or int8 (dynamic "
-        "quantisation of the attention blocks).",
+        "Local model precision: auto (bf16 on OpenVINO where the CPU has bf16 matrix units, "
+        "amx_bf16 or avx512_bf16, else fp32), fp32, bf16 (fp32 where the CPU cannot) or int8 "
+        "(dynamic quantisation of the attention blocks, on ONNX Runtime: the int8 extra).",
     )
     embedding_batch_size: int = setting(
         "KNOWLEDGE_EMBEDDING_BATCH_SIZE", 16, "Passages per forward pass when ingesting."
@@ -172,7 +173,8 @@ class Settings:
     embedding_threads: int = setting(
         "KNOWLEDGE_EMBEDDING_THREADS",
         0,
-        "ONNX Runtime threads for ingestion batches (0 = all cores); a query always uses one.",
+        "Cores the local model uses (0 = all): as many inference streams of one thread "
+        "each; an ingestion batch runs on each stream at once, a query on one.",
     )
     query_batch_window_ms: float = setting(
         "KNOWLEDGE_QUERY_BATCH_WINDOW_MS",
@@ -783,8 +785,10 @@ class Settings:
             raise ConfigurationError("KNOWLEDGE_ROUTING_MARGIN must be between 0 and 1")
         if not 0 <= self.vector_weight <= 1:
             raise ConfigurationError("KNOWLEDGE_VECTOR_WEIGHT must be between 0 and 1")
-        if self.embedding_precision not in ("auto", "fp32", "int8"):
-            raise ConfigurationError("KNOWLEDGE_EMBEDDING_PRECISION must be auto, fp32 or int8")
+        if self.embedding_precision not in ("auto", "fp32", "bf16", "int8"):
+            raise ConfigurationError(
+                "KNOWLEDGE_EMBEDDING_PRECISION must be auto, fp32, bf16 or int8"
+            )
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigurationError("KNOWLEDGE_LOG_LEVEL must be debug, info, warning or error")
         if self.cache not in ("memory", "redis"):

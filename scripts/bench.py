@@ -530,6 +530,15 @@ def bench(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
     report["ingest"] = run_ingest(command, corpus, env, workdir, args.timeout)
     print("re-ingesting the same corpus ...", flush=True)
     report["reingest"] = run_ingest(command, corpus, env, workdir, args.timeout)
+    if args.embedder == "local":  # the same ingest on the fp32 path, into a store of its own
+        print("ingesting it again with KNOWLEDGE_EMBEDDING_PRECISION=fp32 ...", flush=True)
+        fp32 = {**env, "KNOWLEDGE_EMBEDDING_PRECISION": "fp32"}
+        fp32["KNOWLEDGE_DB_PATH"] = str(workdir / "fp32.db")
+        report["ingest_fp32"] = run_ingest(command, corpus, fp32, workdir, args.timeout)
+        print("sentence-transformers bf16 on the same passages ...", flush=True)
+        report["sentence_transformers_bf16"] = bench_targets.sentence_transformers_rate(corpus)
+        print("the chosen precision against fp32: cosines, nDCG@10 ...", flush=True)
+        report["parity"] = bench_targets.precision_parity(corpus, command, env, workdir)
 
     port = free_port()
     log = workdir / "serve.log"

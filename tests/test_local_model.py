@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.embeddings.local import LocalEmbedder
+from knowledge_api.embeddings.runtimes import cpu_bf16_units
 from knowledge_api.errors import EmbeddingError
 from tests.conftest import corpus, make_settings
 from tests.torch_reference import TorchEmbedder
@@ -61,6 +62,77 @@ def test_every_passage_stays_close_to_the_pytorch_vectors(
     assert float(embedder.embed_query(query) @ torch_vectors[0]) >= 0.995
 
 
+@pytest.fixture(scope="session")
+def fp32_vectors() -> np.ndarray:
+    embedder = LocalEmbedder(precision="fp32")
+    embedder.load()
+    return embedder.embed_documents(bundled_passages())
+
+
+NO_BF16 = "this CPU has no bf16 units (amx_bf16, avx512_bf16): only the fp32 path runs here"
+
+
+@pytest.mark.skipif(not cpu_bf16_units(), reason=NO_BF16)
+def test_bf16_stays_within_0_999_of_fp32_on_every_bundled_passage(
+    model: LocalEmbedder, fp32_vectors: np.ndarray
+) -> None:
+    """A store written by either path is read by the other as the same embedder."""
+    assert model.precision == "bf16" and model.choice is not None
+    assert model.choice.reason.startswith("bf16 auto: the CPU has")
+    passages = bundled_passages()
+    cosines = np.sum(model.embed_documents(passages) * fp32_vectors, axis=1)
+    assert cosines.min() >= 0.999, passages[int(np.argmin(cosines))][:80]
+    queries = model.embed_queries(passages[:40])
+    assert np.sum(queries * fp32_vectors[:40], axis=1).min() >= 0.999
+    assert float(model.embed_query(passages[1]) @ fp32_vectors[1]) >= 0.999
+
+
+def test_a_cpu_without_bf16_units_runs_fp32_and_says_why(fp32_vectors: np.ndarray) -> None:
+    embedder = LocalEmbedder(precision="auto")
+    embedder.load(units=[])
+    health = embedder.health()
+    assert (health["runtime"], health["precision"]) == ("openvino", "fp32")
+    assert "no bf16 units" in health["precision_reason"]
+    vectors = embedder.embed_documents(bundled_passages()[:60])
+    assert np.sum(vectors * fp32_vectors[:60], axis=1).min() >= 0.99999
+
+
+def test_rows_come_back_in_input_order_whatever_their_lengths(model: LocalEmbedder) -> None:
+    """Batches are made of like lengths and run on several streams at once."""
+    passages = bundled_passages()[:90]
+    mixed = [passages[i] for i in np.random.default_rng(3).permutation(len(passages))]
+    vectors = model.embed_documents(mixed)
+    one_by_one = np.stack([model.embed_query(text) for text in mixed])
+    assert np.sum(vectors * one_by_one, axis=1).min() >= 0.999
+
+
+@pytest.mark.parametrize(("writer", "reader"), [("fp32", "auto"), ("auto", "fp32")])
+def test_a_store_written_by_one_precision_is_read_by_the_other(
+    writer: str, reader: str, tmp_path: Path
+) -> None:
+    """Same embedder identity, vectors within tolerance: the same answers, alike scores."""
+    settings = make_settings(tmp_path, embedder="local")
+    question = {"query": "our sign-in screen hangs when single sign-on is sluggish"}
+
+    def ask(precision: str, ingest: bool) -> dict[str, object]:
+        app = create_app(settings)
+        embedder = LocalEmbedder(precision=precision)
+        embedder.load()
+        app.state.service.embedder = embedder
+        with TestClient(app) as client:
+            if ingest:
+                client.portal.call(app.state.service.ingest, corpus())
+            assert client.get("/health").json()["embedder"]["status"] == "ok"
+            body = client.post("/v1/knowledge/query", json={**question, "synthesize": False})
+            assert body.status_code == 200, body.text
+            return body.json()["results"][0]  # type: ignore[no-any-return]
+
+    written = ask(writer, ingest=True)
+    read = ask(reader, ingest=False)
+    assert read["source_id"] == written["source_id"] == "SIAM-101"
+    assert abs(float(read["similarity"]) - float(written["similarity"])) <= 0.002  # type: ignore[arg-type]
+
+
 def test_meaning_beats_wording(model: LocalEmbedder) -> None:
     passages = [
         "The cat sat on the mat.",
@@ -82,7 +154,9 @@ def test_service_with_the_real_model_answers_paraphrases(
         health = client.get("/health").json()
         assert health["embedder"]["model"] == "all-MiniLM-L6-v2"
         assert health["embedder"]["status"] == "ok"
-        assert health["embedder"]["runtime"] == "onnxruntime"
+        assert health["embedder"]["runtime"] == "openvino"
+        assert health["embedder"]["precision"] == model.precision
+        assert health["embedder"]["precision_reason"] == model.choice.reason  # type: ignore[union-attr]
         body = client.post(
             "/v1/knowledge/query",
             json={

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from knowledge_api.embeddings import local, onnx_model
-from knowledge_api.embeddings.local import LocalEmbedder, load_tokenizer, open_session
+from knowledge_api.embeddings.local import LocalEmbedder, load_tokenizer
+from knowledge_api.embeddings.runtimes import ENCODERS
 from knowledge_api.errors import EmbeddingError
 from tests.torch_reference import mean_pooled
 
@@ -64,9 +65,10 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.parametrize("runtime", sorted(ENCODERS))
 @pytest.mark.parametrize("prefix", ["", "bert."])
 def test_the_graph_computes_what_bert_with_mean_pooling_computes(
-    prefix: str, tiny_model_dir: Path, tmp_path: Path
+    prefix: str, runtime: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     import torch
 
@@ -79,7 +81,7 @@ def test_the_graph_computes_what_bert_with_mean_pooling_computes(
     ids = np.array([e.ids for e in encodings], dtype=np.int64)
     mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
     assert mask.min() == 0, "the batch must contain padding"
-    (got,) = open_session(path, 1).run(["embeddings"], {"input_ids": ids, "attention_mask": mask})
+    got = ENCODERS[runtime](path, "fp32", 1).run({"input_ids": ids, "attention_mask": mask})
     expected = mean_pooled(model, torch.from_numpy(ids), torch.from_numpy(mask))
     assert got.shape == (len(TEXTS), 16)
     np.testing.assert_allclose(got, expected, atol=2e-5)
@@ -248,5 +250,14 @@ def test_the_weights_are_hashed_once_while_they_stay_unchanged(
 
 
 def test_an_unknown_precision_fails_to_load(tiny_embedder: Any, tmp_path: Path) -> None:
-    with pytest.raises(EmbeddingError, match="precision must be one of fp32, int8"):
-        tiny_embedder(tmp_path, "bf16")
+    with pytest.raises(EmbeddingError, match="precision must be one of auto, fp32, bf16, int8"):
+        tiny_embedder(tmp_path, "fp16")
+
+
+def test_int8_without_onnxruntime_names_the_extra_to_install(
+    tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for module in ("onnxruntime", "onnxruntime.quantization"):
+        monkeypatch.setitem(sys.modules, module, None)  # not installed
+    with pytest.raises(EmbeddingError, match=r"pip install 'knowledge-api\[int8\]'"):
+        tiny_embedder(tmp_path, "int8")

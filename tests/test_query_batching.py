@@ -43,9 +43,9 @@ class CountingEmbedder(LocalEmbedder):
         super().__init__(precision="auto")
         self.runs: list[int] = []
 
-    def _run(self, session: Any, texts: Sequence[str]) -> np.ndarray:
+    def _run_queries(self, texts: Sequence[str]) -> np.ndarray:
         self.runs.append(len(texts))
-        return super()._run(session, texts)
+        return super()._run_queries(texts)
 
 
 @pytest.fixture(scope="module")
@@ -178,12 +178,11 @@ def test_a_full_queue_is_503_with_retry_after_through_the_app(tmp_path: Path) ->
 
 
 @pytest.mark.model
-def test_the_ingestion_session_opens_on_the_first_ingestion_batch() -> None:
+def test_a_query_micro_batch_and_an_ingestion_batch_agree() -> None:
+    """Queries run on one stream, ingestion batches on every stream of one compiled model."""
     embedder = LocalEmbedder(precision="auto")
     embedder.load()
-    assert embedder._batch_session is None
-    query = embedder.embed_queries(["reset a password"])
-    assert embedder._batch_session is None
-    passage = embedder.embed_documents(["reset a password"])
-    assert embedder._batch_session is not None
-    assert float(query[0] @ passage[0]) >= 0.9999
+    query = embedder.embed_queries(["reset a password", "rotate the signing keys"])
+    passage = embedder.embed_documents(["rotate the signing keys", "reset a password"])
+    assert float(query[0] @ passage[1]) >= 0.9999 and float(query[1] @ passage[0]) >= 0.9999
+    assert float(query[0] @ passage[0]) < 0.9

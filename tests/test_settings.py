@@ -43,7 +43,7 @@ def test_unknown_setting_fails_with_a_suggestion() -> None:
         ({"KNOWLEDGE_API_PORT": "abc"}, "KNOWLEDGE_API_PORT must be int"),
         ({"KNOWLEDGE_API_PORT": "0"}, "KNOWLEDGE_API_PORT must be a positive number"),
         ({"KNOWLEDGE_SEED_ON_EMPTY": "maybe"}, "KNOWLEDGE_SEED_ON_EMPTY must be bool"),
-        ({"KNOWLEDGE_EMBEDDING_PRECISION": "bf16"}, "auto, fp32 or int8"),
+        ({"KNOWLEDGE_EMBEDDING_PRECISION": "fp16"}, "auto, fp32, bf16 or int8"),
     ],
 )
 def test_invalid_values_fail_at_start(env: dict[str, str], message: str) -> None:

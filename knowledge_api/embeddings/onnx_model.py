@@ -148,16 +148,18 @@ def quantize(source: Path, target: Path) -> Path:
     (GELU's output) has a few large outliers per row, brought single passages down
     to 0.988 cosine of the fp32 vectors; without it they stay above 0.995."""
     import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    from knowledge_api.registry import import_extra
+
+    quantization = import_extra("onnxruntime.quantization", "int8")
     names = [node.name for node in onnx.load(str(source), load_external_data=False).graph.node]
-    quantize_dynamic(
+    quantization.quantize_dynamic(
         source,
         target,
         op_types_to_quantize=["MatMul", "Attention"],
         nodes_to_exclude=[name for name in names if FEED_FORWARD.search(name)],
         per_channel=True,
-        weight_type=QuantType.QInt8,
+        weight_type=quantization.QuantType.QInt8,
         extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
     )
     return target

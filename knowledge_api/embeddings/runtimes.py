@@ -1,0 +1,182 @@
+"""The runtimes that run the local encoder's ONNX graph, and the choice between them.
+
+OpenVINO runs fp32 everywhere and bf16 where the CPU computes bf16 in its matrix
+units (AMX `amx_bf16`, or the `avx512_bf16` dot products): there a forward pass costs
+about a third of fp32's, within 0.99997 cosine of it. The compiled model has as many
+inference streams as the embedder may use cores, one thread each: a query runs on one
+stream, an ingestion batch on each. ONNX Runtime runs only the dynamic int8 model
+(its quantised attention operator is its own), from the `int8` extra.
+
+The choice is made once, at load, and /health shows it with its reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from knowledge_api.registry import import_extra
+
+Feed = dict[str, np.ndarray]
+BF16_UNITS = ("amx_bf16", "avx512_bf16")
+"""The CPU flags (Linux /proc/cpuinfo names) of units that multiply bf16 matrices."""
+PRECISIONS = ("auto", "fp32", "bf16", "int8")
+
+
+@dataclass(frozen=True)
+class Choice:
+    runtime: str
+    precision: str
+    reason: str
+
+    @property
+    def graph(self) -> str:
+        """The precision of the ONNX graph to build: bf16 is the runtime's, not the file's."""
+        return "int8" if self.precision == "int8" else "fp32"
+
+
+def choose(requested: str, units: Iterable[str]) -> Choice:
+    """The runtime and precision for KNOWLEDGE_EMBEDDING_PRECISION=`requested` on a CPU
+    whose bf16 units are `units` (empty where it has none)."""
+    if requested not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {requested!r}")
+    found = [unit for unit in BF16_UNITS if unit in set(units)]
+    if requested == "int8":
+        return Choice("onnxruntime", "int8", "int8 as configured (dynamic int8 attention)")
+    if requested == "fp32":
+        return Choice("openvino", "fp32", "fp32 as configured")
+    if found:
+        why = "as configured" if requested == "bf16" else "auto"
+        return Choice("openvino", "bf16", f"bf16 {why}: the CPU has {', '.join(found)}")
+    why = "bf16 was configured, but" if requested == "bf16" else "auto:"
+    return Choice("openvino", "fp32", f"{why} the CPU has no bf16 units (amx_bf16, avx512_bf16)")
+
+
+def cpu_bf16_units() -> list[str]:
+    """The bf16 units this CPU has, as the kernel names them and OpenVINO agrees."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        flags = set()
+    try:
+        import openvino
+
+        capabilities = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    except Exception:
+        return []
+    return [unit for unit in BF16_UNITS if unit in flags and "BF16" in capabilities]
+
+
+class Encoder(Protocol):
+    runtime: str
+    precision: str
+
+    def run(self, feed: Feed) -> np.ndarray:
+        """The embeddings of one batch, now, on one stream."""
+        ...
+
+    def run_all(self, feeds: Iterable[Feed], done: Callable[[int, np.ndarray], None]) -> None:
+        """Every batch, as many at once as there are streams; `done(i, vectors)` for
+        the i-th as it finishes. The next feed is made while the others run."""
+        ...
+
+
+class OpenVinoEncoder:
+    runtime = "openvino"
+
+    def __init__(self, path: Path, precision: str, streams: int) -> None:
+        """Compiled at each start (a third of a second here): OpenVINO's cache of compiled
+        models saved no time on this model, and keys a model file by its graph alone,
+        whose bytes do not change with the weights beside it."""
+        import openvino
+
+        self._ov = openvino
+        core = openvino.Core()
+        self.streams = max(1, streams)
+        self.model = core.compile_model(
+            str(path),
+            "CPU",
+            {
+                "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
+                "PERFORMANCE_HINT": "THROUGHPUT",
+                "NUM_STREAMS": self.streams,
+                "INFERENCE_NUM_THREADS": self.streams,
+            },
+        )
+        hint = self.model.get_property("INFERENCE_PRECISION_HINT")
+        self.precision = "bf16" if hint.get_type_name() == "bf16" else "fp32"
+        """What the compiled model computes in, whatever was asked."""
+        self._request = self.model.create_infer_request()
+        self._queue: Any = None
+
+    def run(self, feed: Feed) -> np.ndarray:
+        outputs = self._request.infer(feed, share_inputs=False)
+        return np.array(outputs[0], dtype=np.float32)
+
+    def run_all(self, feeds: Iterable[Feed], done: Callable[[int, np.ndarray], None]) -> None:
+        if self._queue is None:
+            self._queue = self._ov.AsyncInferQueue(self.model, self.streams)
+        queue = self._queue
+        failures: list[BaseException] = []
+
+        def finished(request: Any, index: int) -> None:
+            try:
+                done(index, np.array(request.get_output_tensor(0).data, dtype=np.float32))
+            except BaseException as e:  # raised again on the caller's thread
+                failures.append(e)
+
+        queue.set_callback(finished)
+        try:
+            for index, feed in enumerate(feeds):
+                queue.start_async(feed, index)
+        finally:
+            queue.wait_all()
+        if failures:
+            raise failures[0]
+
+
+class OnnxRuntimeEncoder:
+    runtime = "onnxruntime"
+
+    def __init__(self, path: Path, precision: str, threads: int) -> None:
+        self.path = path
+        self.threads = max(1, threads)
+        self.precision = precision
+        self._query = open_session(path, 1)
+        self._batch: Any = None
+
+    def run(self, feed: Feed) -> np.ndarray:
+        return run_session(self._query, feed)
+
+    def run_all(self, feeds: Iterable[Feed], done: Callable[[int, np.ndarray], None]) -> None:
+        if self._batch is None:
+            self._batch = open_session(self.path, self.threads)
+        for index, feed in enumerate(feeds):
+            done(index, run_session(self._batch, feed))
+
+
+ENCODERS: dict[str, Callable[[Path, str, int], Encoder]] = {
+    "openvino": OpenVinoEncoder,
+    "onnxruntime": OnnxRuntimeEncoder,
+}
+"""Runtime name (Choice.runtime) -> encoder: (model file, precision, cores)."""
+
+
+def open_session(path: Path, threads: int) -> Any:
+    ort = import_extra("onnxruntime", "int8")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # idle workers sleep instead of spinning on the cores the server needs
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def run_session(session: Any, feed: Feed) -> np.ndarray:
+    (vectors,) = session.run(["embeddings"], feed)
+    return np.asarray(vectors, dtype=np.float32)
