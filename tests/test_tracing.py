@@ -493,13 +493,15 @@ def test_knowledge_api_ingest_sends_a_trace_per_batch(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(pipeline, "BATCH_DOCUMENTS", 2)
+    (tmp_path / "notes").mkdir()
     for n in range(3):
-        (tmp_path / f"{n}.md").write_text(f"# Note {n}\n\nThe gateway timeout is {n} minutes.")
+        note = tmp_path / "notes" / f"{n}.md"
+        note.write_text(f"# Note {n}\n\nThe gateway timeout is {n} minutes.")
     with OtlpReceiver() as collector:
         monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
         monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
-        assert main(["ingest", "0.md", "1.md", "2.md"]) == 0
+        assert main(["ingest", "notes"]) == 0  # one source of three documents
         assert tracing.active() is None  # the command's tracing ended with it
         spans = collector.wait_for({"knowledge.ingest.batch", "knowledge.index"})
     batches = [s for s in spans if s.name == "knowledge.ingest.batch"]
