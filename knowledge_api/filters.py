@@ -51,6 +51,14 @@ _DATE = re.compile(
     r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})?)?"
 )
 """The ISO 8601 forms compared as instants, in stored values and in filters alike."""
+DATE_PATTERN = (
+    r"^(?:000[1-9]|00[1-9]\d|0[1-9]\d\d|[1-9]\d{3})-"
+    r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2\d)|(?:0[13-9]|1[0-2])-30|(?:0[13578]|1[02])-31)"
+    r"(?:[T ](?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d{1,6})?)?"
+    r"(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)?)?$"
+)
+"""The dates a filter takes, as a JSON Schema pattern: _DATE's forms with their fields in
+range, from year 1 (a 29th of February is left to the parser, which knows leap years)."""
 
 
 @dataclass(frozen=True, slots=True)

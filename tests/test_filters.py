@@ -265,7 +265,7 @@ def test_support_takes_a_filter_and_answers_a_bad_one_with_its_reason(client: Te
 async def test_a_file_written_before_the_value_index_is_filtered_after_its_migration(
     tmp_path: Path,
 ) -> None:
-    """Migration 004 fills `document_values` from the documents already stored."""
+    """Migration 006 fills `document_values` from the documents already stored."""
     from knowledge_api.models import Chunk, Document, chunk_id
     from knowledge_api.stores.sqlite import SQLiteStore
 
@@ -282,7 +282,7 @@ async def test_a_file_written_before_the_value_index_is_filtered_after_its_migra
     await store.close()
     db = sqlite3.connect(path)
     db.executescript(
-        "DROP TRIGGER documents_values_ad; DROP TABLE document_values; PRAGMA user_version = 3;"
+        "DROP TRIGGER documents_values_ad; DROP TABLE document_values; PRAGMA user_version = 5;"
     )
     db.close()
     again = SQLiteStore(path)

@@ -167,7 +167,10 @@ def filter_schema() -> Schema:
     all and the depth, which a schema cannot state, are in its description)."""
     scalar: Schema = {"type": ["string", "number", "boolean"], "pattern": r"^[^\u0000]*$"}
     values = {"type": "array", "items": scalar, "minItems": 1, "maxItems": filters.MAX_VALUES}
-    ranged = {"type": ["string", "number"], "description": "A number or an ISO 8601 date."}
+    ranged = {
+        "anyOf": [{"type": "number"}, {"type": "string", "pattern": filters.DATE_PATTERN}],
+        "description": "A number or an ISO 8601 date.",
+    }
     operators = obj(
         {},
         {
@@ -180,7 +183,9 @@ def filter_schema() -> Schema:
             "$contains": {"type": "string", "minLength": 1},
         },
     )
-    nested = {"type": "array", "items": {"$ref": FILTER_REF}, "minItems": 1}
+    # inside $and/$or/$not a filter holds something: `{}` is "no filter" at the top only
+    part: Schema = {"allOf": [{"$ref": FILTER_REF}], "minProperties": 1}
+    nested = {"type": "array", "items": part, "minItems": 1}
     field = r'[^$\u0000-\u001f\u007f"\\][^\u0000-\u001f\u007f"\\]*'
     return {
         "type": "object",
@@ -193,7 +198,7 @@ def filter_schema() -> Schema:
             "maxLength": validation.KEY_MAX_LENGTH,
             "pattern": f"^({field}|\\$and|\\$or|\\$not)$",
         },
-        "properties": {"$and": nested, "$or": nested, "$not": {"$ref": FILTER_REF}},
+        "properties": {"$and": nested, "$or": nested, "$not": part},
         "additionalProperties": {"anyOf": [scalar, {**operators, "minProperties": 1}]},
     }
 
