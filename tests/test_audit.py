@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
+from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores.audit import Actor, AuditEntry, AuditQuery, stamp
@@ -307,3 +309,88 @@ def test_a_store_migration_is_recorded_in_the_targets_trail(
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [e["action"] for e in lines] == ["cli migrate-store --from sqlite", "cli ingest"]
     assert lines[0]["key"] == USER and lines[0]["changes"]["indexed"] == 1
+
+
+def test_a_mirror_an_import_and_a_source_delete_are_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a", "b", "c"):
+        (docs / f"{name}.md").write_text(f"# {name}\n\nThe {name} runbook restarts the gateway.")
+    assert main(["ingest", "docs", "--name", "runbooks"]) == 0
+    (docs / "c.md").unlink()
+    assert main(["ingest", "docs", "--name", "runbooks", "--prune"]) == 0
+    assert main(["ingest", "docs", "--name", "runbooks", "--prune"]) == 0  # nothing changed
+    assert main(["export", "--collection", "default", "--output", "backup.jsonl"]) == 0
+    assert main(["import", "backup.jsonl", "--collection", "copy"]) == 0
+    capsys.readouterr()
+    assert main(["audit"]) == 0
+    imported, pruned, mirrored = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (mirrored["key"], mirrored["action"], mirrored["collection"]) == (
+        USER,
+        "cli ingest",
+        "default",
+    )
+    assert mirrored["changes"]["documents"] == 3 and mirrored["changes"]["removed"] == 0
+    assert pruned["action"] == "cli ingest" and pruned["changes"]["removed"] == 1
+    assert len(pruned["changes"]["removed_ids"]) == 1
+    assert set(pruned["changes"]["removed_ids"]) <= set(mirrored["changes"]["ids"])
+    assert (imported["action"], imported["collection"]) == ("cli import", "copy")
+    assert imported["changes"]["documents"] == 2 and imported["changes"]["embedded"] == 0
+
+
+def test_a_source_deleted_over_http_is_recorded(
+    secured: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, tokens = secured
+    service: KnowledgeService = client.app.state.service  # type: ignore[attr-defined]
+    docs = [
+        Document("wiki", f"{name}.md", f"The {name} page.", name, collection="ops")
+        for name in ("one", "two")
+    ]
+    client.portal.call(lambda: service.ingest(docs, source="/srv/wiki"))  # type: ignore[union-attr]
+    headers = {**bearer(tokens["writer"]), "X-Request-ID": "purge-1"}
+    gone = client.delete("/v1/knowledge/sources//srv/wiki?collection=ops", headers=headers)
+    assert gone.status_code == 200 and gone.json()["deleted"] == 2
+    [entry] = client.get(
+        "/v1/knowledge/audit?collection=ops", headers=bearer(tokens["boss"])
+    ).json()["entries"]
+    assert (entry["key"], entry["action"], entry["request_id"]) == (
+        "writer",
+        "DELETE /v1/knowledge/sources/{name}",
+        "purge-1",
+    )
+    assert entry["changes"] == {"source": "/srv/wiki", "deleted": 2}
+
+
+def test_an_upload_and_its_job_are_recorded(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, upload_dir=str(tmp_path / "uploads"))
+    files = [
+        ("file", ("kestrel.md", b"# Kestrel\n\nKestrel rotates the ingest keys weekly.")),
+        ("file", ("heron.md", b"# Heron\n\nHeron keeps uploads for a day.")),
+    ]
+    with TestClient(create_app(settings)) as client:
+        accepted = client.post(
+            "/v1/knowledge/files",
+            files=files,
+            data={"collection": "manuals"},
+            headers={"X-Request-ID": "up-1"},
+        )
+        assert accepted.status_code == 202, accepted.text
+        job_id = accepted.json()["job_id"]
+        deadline = time.monotonic() + 30
+        while client.get(f"/v1/knowledge/jobs/{job_id}").json()["status"] not in ("done", "failed"):
+            assert time.monotonic() < deadline, "the job did not end"
+            time.sleep(0.05)
+        service: KnowledgeService = client.app.state.service  # type: ignore[attr-defined]
+        indexed, sent = client.portal.call(
+            lambda: service.audit_page(AuditQuery(collection="manuals"))
+        )[:2]
+    assert (sent.actor, sent.action, sent.request_id) == ("-", "POST /v1/knowledge/files", "up-1")
+    assert sent.changes == {"job_id": job_id, "files": ["kestrel.md", "heron.md"]}
+    assert (indexed.actor, indexed.action) == (f"job:{job_id}", "upload job")
+    assert indexed.changes["documents"] == 2 and indexed.changes["job_id"] == job_id
