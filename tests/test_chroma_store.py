@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -150,3 +151,22 @@ async def test_metadata_filters_keep_their_types(local: ChromaStore) -> None:
         even = SearchFilters(where=pairs((("ok", True),)))
         hits = await local.search("release note", vector("release note"), 10, even, mode=mode)
         assert sorted(h.source_id for h in hits) == ["p0", "p2"], mode
+
+
+async def test_a_replica_sees_which_collection_another_wrote(server: int) -> None:
+    token = Secret("chroma-token-123")
+    writer = ChromaStore(host="127.0.0.1", port=server, token=token, poll_seconds=0)
+    reader = ChromaStore(host="127.0.0.1", port=server, token=token, poll_seconds=0)
+    await writer.open()
+    await reader.open()
+    try:
+        first, second, other = corpus()[:3]
+        await index(writer, [replace(first, collection="a"), replace(other, collection="b")])
+        a, b = await reader.collection_generation("a"), await reader.collection_generation("b")
+        await index(writer, [replace(second, collection="a")])
+        assert await reader.collection_generation("a") != a
+        assert await reader.collection_generation("b") == b
+        assert await reader.collection_generation("a") == await writer.collection_generation("a")
+    finally:
+        await writer.close()
+        await reader.close()
