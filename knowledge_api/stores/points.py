@@ -243,16 +243,20 @@ class PointStore(HybridSearch):
         if stored is None:
             await self._wrote()
 
-    async def _wrote(self, sources: Record | None = None, touched: Iterable[str] = ()) -> None:
+    async def _wrote(
+        self, sources: Record | None = None, touched: Iterable[str] = (), retry: bool = True
+    ) -> None:
         """Store a new generation token beside the embedder record, as the token of
-        the `touched` collections too (the sources' runs kept as they are unless given)."""
+        the `touched` collections too (the sources' runs kept as they are unless given);
+        then check that no other writer stored an older record over it."""
         assert self._embedder is not None
+        touched = set(touched)
         current = await self._read_record()
         if sources is None:
             sources = sources_of(current)
-        tokens = collection_tokens(current)
+        prior = collection_tokens(current)
         token = self.writes.wrote()
-        tokens.update(dict.fromkeys(touched, token))
+        tokens = {**prior, **dict.fromkeys(touched, token)}
         self._collection_tokens = tokens
         await self._write_record(
             {
@@ -263,6 +267,13 @@ class PointStore(HybridSearch):
                 COLLECTIONS: json.dumps(tokens, sort_keys=True),
             }
         )
+        if touched and retry:
+            # Another writer that read the record before this write and stored it after
+            # put back the old tokens of what we touched: those collections take a new one.
+            now = collection_tokens(await self._read_record())
+            lost = {name for name in touched if name in prior and now.get(name) == prior[name]}
+            if lost:
+                await self._wrote(touched=lost, retry=False)
 
     # -- writes ---------------------------------------------------------------------------
 
