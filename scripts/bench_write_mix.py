@@ -3,17 +3,17 @@ a share of them writing documents, the others asking a fixed set of questions in
 several collections.
 
 A server (this checkout; with `--baseline DIR` also the package of another checkout,
-run the same way right after it) starts on an empty SQLite file with the fake
-embedder and every collection filled alike. Then `--clients` clients send
-`--requests` requests in all: each a write (a new document in a collection writes
-go to) with probability `--writes`, else a query drawn from `--questions` per
-collection, in a random collection. The hit rate is the share of queries answered
-with `metrics.cache_hit: true`. Writes go either to every collection alike
-(`spread`) or to the first one only (`one`: one collection being ingested while the
-others are read); both are run unless `--into` names one.
+run the same way right after it) starts on an empty store (`--store`: a SQLite file,
+a local Chroma or Qdrant folder) with the fake embedder and every collection filled
+alike. Then `--clients` clients send `--requests` requests in all: each a write (a
+new document in a collection writes go to) with probability `--writes`, else a query
+drawn from `--questions` per collection, in a random collection. The hit rate is the
+share of queries answered with `metrics.cache_hit: true`. Writes go either to every
+collection alike (`spread`) or to the first one only (`one`: one collection being
+ingested while the others are read); both are run unless `--into` names one.
 
     .venv/bin/python scripts/bench_write_mix.py [--clients 200] [--requests 6000]
-        [--writes 0.2] [--baseline DIR] [--into spread|one]
+        [--writes 0.2] [--baseline DIR] [--into spread|one] [--store sqlite|chroma|qdrant]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def document(collection: str, n: int) -> dict[str, object]:
     }
 
 
-def serve(checkout: Path | None, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+def serve(checkout: Path | None, folder: Path, store: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_")},
@@ -75,6 +75,9 @@ def serve(checkout: Path | None, folder: Path) -> tuple[subprocess.Popen[bytes],
         "KNOWLEDGE_SEED_ON_EMPTY": "false",
         "KNOWLEDGE_LOG_LEVEL": "warning",
         "KNOWLEDGE_RATE_LIMIT": "0",
+        "KNOWLEDGE_STORE": store,
+        "KNOWLEDGE_CHROMA_PATH": str(folder / "chroma"),
+        "KNOWLEDGE_QDRANT_PATH": str(folder / "qdrant"),
     }
     if checkout is not None:
         env["PYTHONPATH"] = str(checkout.resolve())
@@ -136,7 +139,7 @@ async def load(url: str, args: argparse.Namespace, into: str) -> dict[str, int]:
 
 def run(checkout: Path | None, args: argparse.Namespace, into: str) -> dict[str, int]:
     with tempfile.TemporaryDirectory() as folder:
-        process, url = serve(checkout, Path(folder))
+        process, url = serve(checkout, Path(folder), args.store)
         try:
             return asyncio.run(load(url, args, into))
         finally:
@@ -153,11 +156,12 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=6, help="distinct questions asked")
     parser.add_argument("--into", choices=["spread", "one"], help="where writes go (both)")
     parser.add_argument("--baseline", type=Path, help="another checkout, run the same way")
+    parser.add_argument("--store", choices=["sqlite", "chroma", "qdrant"], default="sqlite")
     args = parser.parse_args()
     args.questions = min(args.questions, len(TOPICS))
     print(
         f"{args.clients} clients, {args.requests} requests, {args.writes:.0%} writes, "
-        f"{args.collections} collections, {args.questions} questions each"
+        f"{args.collections} collections, {args.questions} questions each, {args.store} store"
     )
     servers: list[tuple[str, Path | None]] = [("this checkout", None)]
     if args.baseline:

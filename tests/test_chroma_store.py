@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -16,6 +17,7 @@ from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret
 from knowledge_api.stores.chroma import ChromaStore
+from knowledge_api.stores.points import Record
 from tests.conftest import corpus, pairs
 from tests.test_store_conformance import assert_known_answers, closed_port, index, vector
 
@@ -150,3 +152,49 @@ async def test_metadata_filters_keep_their_types(local: ChromaStore) -> None:
         even = SearchFilters(where=pairs((("ok", True),)))
         hits = await local.search("release note", vector("release note"), 10, even, mode=mode)
         assert sorted(h.source_id for h in hits) == ["p0", "p2"], mode
+
+
+async def test_a_replica_sees_which_collection_another_wrote(server: int) -> None:
+    token = Secret("chroma-token-123")
+    writer = ChromaStore(host="127.0.0.1", port=server, token=token, poll_seconds=0)
+    reader = ChromaStore(host="127.0.0.1", port=server, token=token, poll_seconds=0)
+    await writer.open()
+    await reader.open()
+    try:
+        first, second, other = corpus()[:3]
+        await index(writer, [replace(first, collection="a"), replace(other, collection="b")])
+        a, b = await reader.collection_generation("a"), await reader.collection_generation("b")
+        await index(writer, [replace(second, collection="a")])
+        assert await reader.collection_generation("a") != a
+        assert await reader.collection_generation("b") == b
+        assert await reader.collection_generation("a") == await writer.collection_generation("a")
+    finally:
+        await writer.close()
+        await reader.close()
+
+
+async def test_an_older_record_stored_over_a_write_leaves_no_collection_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ChromaStore(tmp_path / "chroma", poll_seconds=0)
+    await store.open()
+    try:
+        first, second, other = corpus()[:3]
+        await index(store, [replace(first, collection="a"), replace(other, collection="b")])
+        a = await store.collection_generation("a")
+        theirs = await store._read_record()  # another writer read the record, then ...
+        write = store._write_record
+        overwrites: list[Record] = []
+
+        async def then_theirs(record: Record) -> None:
+            await write(record)
+            if not overwrites:  # ... stores it (with its own token) just after our write
+                overwrites.append({**theirs, "generation": "theirs"})
+                await write(overwrites[0])
+
+        monkeypatch.setattr(store, "_write_record", then_theirs)
+        await index(store, [replace(second, collection="a")])
+        assert overwrites
+        assert await store.collection_generation("a") not in {a, "theirs"}
+    finally:
+        await store.close()

@@ -1,6 +1,7 @@
 """A write empties only its own collection's cached answers, and never leaves one of
-its own stale: in one process's memory (the hit path in front of the app included),
-in Redis shared by replicas, and when another process writes the SQLite file."""
+its own stale: in one process's memory (the hit path in front of the app included, on
+every embedded backend), in Redis shared by replicas, and when another process writes
+the SQLite file."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
@@ -50,8 +52,18 @@ def post(client: TestClient, collection: str) -> dict[str, Any]:
     return body
 
 
-def test_a_write_empties_only_its_own_collections_answers(tmp_path: Path) -> None:
-    app = create_app(make_settings(tmp_path))
+def embedded(backend: str, tmp_path: Path) -> dict[str, object]:
+    """The settings of a store that runs in the process, its files under `tmp_path`."""
+    paths = {
+        "chroma": {"chroma_path": tmp_path / "chroma"},
+        "qdrant": {"qdrant_path": str(tmp_path / "qdrant")},
+    }
+    return {"store": backend, **paths.get(backend, {})}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "chroma", "qdrant"])
+def test_a_write_empties_only_its_own_collections_answers(tmp_path: Path, backend: str) -> None:
+    app = create_app(make_settings(tmp_path, **embedded(backend, tmp_path)))
     with TestClient(app) as client:
         client.portal.call(app.state.service.ingest, documents("a") + documents("b"))
         for collection in "ab":
@@ -65,6 +77,11 @@ def test_a_write_empties_only_its_own_collections_answers(tmp_path: Path) -> Non
         a = post(client, "a")
         assert a["metrics"]["cache_hit"] is False and sources(a)[0] == "zebra-1"
         assert post(client, "a")["metrics"]["cache_hit"] is True
+        deleted = client.delete(f"/v1/knowledge/documents/{response.json()['ids'][0]}")
+        assert deleted.status_code == 200, deleted.text
+        assert post(client, "b")["metrics"]["cache_hit"] is True
+        a = post(client, "a")
+        assert a["metrics"]["cache_hit"] is False and "zebra-1" not in sources(a)
 
 
 async def hit(service: KnowledgeService, collection: str) -> bool:

@@ -180,10 +180,13 @@ class ChromaStore(PointStore):
 
     # -- writes ---------------------------------------------------------------------------
 
-    async def _created_at(self, ids: list[str]) -> dict[str, str]:
-        def read() -> dict[str, str]:
+    async def _stored(self, ids: list[str]) -> dict[str, tuple[str, str]]:
+        def read() -> dict[str, tuple[str, str]]:
             old = self._catalog.get(ids=ids, include=["metadatas"])
-            return {i: m["created_at"] for i, m in zip(old["ids"], old["metadatas"], strict=True)}
+            return {
+                i: (m["created_at"], m["collection"])
+                for i, m in zip(old["ids"], old["metadatas"], strict=True)
+            }
 
         return await self._run(IndexingError, "reading documents", read)
 
@@ -228,16 +231,17 @@ class ChromaStore(PointStore):
         for start in range(0, len(items), size):
             yield items[start : start + size]
 
-    async def _remove(self, doc_id: str) -> bool:
-        def remove() -> bool:
+    async def _remove(self, doc_id: str) -> str | None:
+        def remove() -> str | None:
             found = self._catalog.get(ids=[doc_id], include=["metadatas"])
             if not found["ids"]:
-                return False
-            chunks = self._chunks(found["metadatas"][0]["collection"])
+                return None
+            collection = str(found["metadatas"][0]["collection"])
+            chunks = self._chunks(collection)
             if chunks is not None:
                 chunks.delete(where={"document_id": doc_id})
             self._catalog.delete(ids=[doc_id])
-            return True
+            return collection
 
         return await self._run(IndexingError, f"deleting {doc_id!r}", remove)
 

@@ -1,7 +1,7 @@
 """What the Chroma and Qdrant stores share: engines of collections of points.
 
 Each keeps a catalog collection `<prefix>` (documents and the store's own record: the
-embedder that wrote it and a generation token) and one collection of chunks per
+embedder that wrote it, a generation token and each collection's) and one collection of chunks per
 knowledge collection (see `records`). `PointStore` implements the store protocol's
 bookkeeping once (reconnection, the embedder check, the generation, the write and
 delete protocol, looking a document up) over a few primitives each backend provides.
@@ -90,6 +90,8 @@ class PointStore(HybridSearch):
         self.writes = records.Generation(poll_seconds)
         self.connection = Reconnect(self.name)
         self._embedder: EmbedderIdentity | None = None
+        self._collection_tokens: dict[str, str] = {}
+        """Each collection's token as of the last read of the record (or our write)."""
         self._write_lock = asyncio.Lock()
 
     @property
@@ -119,8 +121,8 @@ class PointStore(HybridSearch):
     async def _write_record(self, record: Record) -> None:
         raise NotImplementedError
 
-    async def _created_at(self, ids: list[str]) -> dict[str, str]:
-        """When each of these documents was first stored (those that are)."""
+    async def _stored(self, ids: list[str]) -> dict[str, tuple[str, str]]:
+        """When each of these documents was first stored and its collection (those that are)."""
         raise NotImplementedError
 
     async def _upsert_chunks(self, collection: str, documents: Sequence[Document]) -> None:
@@ -134,8 +136,9 @@ class PointStore(HybridSearch):
     async def _upsert_catalog(self, entries: Sequence[CatalogEntry]) -> None:
         raise NotImplementedError
 
-    async def _remove(self, doc_id: str) -> bool:
-        """Delete a document's chunks, then its catalog record; False if there is none."""
+    async def _remove(self, doc_id: str) -> str | None:
+        """Delete a document's chunks, then its catalog record; its collection, None if
+        there is none."""
         raise NotImplementedError
 
     async def _by_source(self, source_type: str, key: str, collection: str) -> Document | None:
@@ -188,6 +191,7 @@ class PointStore(HybridSearch):
             record = await self._read_record()
             self._embedder = records.stored_embedder(record)
             self.writes.token = str(record.get("generation", ""))
+            self._collection_tokens = collection_tokens(record)
             await self._opened(record)
         except ConfigurationError:
             await self.close()
@@ -217,8 +221,17 @@ class PointStore(HybridSearch):
     async def generation(self) -> Hashable:
         return await self.writes.current(self._read_token, self._changed)
 
+    async def collection_generation(self, collection: str) -> Hashable:
+        """The token of the last write that touched `collection`, read with the store's
+        (so as fast, and as cheaply on a hit); the store's own while no write of this
+        version touched it (content another version wrote counts no collection apart)."""
+        token = await self.writes.current(self._read_token, self._changed)
+        return self._collection_tokens.get(collection, token)
+
     async def _read_token(self) -> str:
-        return str((await self._read_record()).get("generation", ""))
+        record = await self._read_record()
+        self._collection_tokens = collection_tokens(record)
+        return str(record.get("generation", ""))
 
     async def check_embedder(self, name: str, dimension: int) -> None:
         await self._ready()
@@ -230,21 +243,37 @@ class PointStore(HybridSearch):
         if stored is None:
             await self._wrote()
 
-    async def _wrote(self, sources: Record | None = None) -> None:
-        """Store a new generation token beside the embedder record (and the sources',
-        kept as they are unless given)."""
+    async def _wrote(
+        self, sources: Record | None = None, touched: Iterable[str] = (), retry: bool = True
+    ) -> None:
+        """Store a new generation token beside the embedder record, as the token of
+        the `touched` collections too (the sources' runs kept as they are unless given);
+        then check that no other writer stored an older record over it."""
         assert self._embedder is not None
+        touched = set(touched)
         current = await self._read_record()
         if sources is None:
             sources = sources_of(current)
+        prior = collection_tokens(current)
+        token = self.writes.wrote()
+        tokens = {**prior, **dict.fromkeys(touched, token)}
+        self._collection_tokens = tokens
         await self._write_record(
             {
                 **current,
                 **records.embedder_record(self._embedder),
-                "generation": self.writes.wrote(),
+                "generation": token,
                 SOURCES: json.dumps(sources, sort_keys=True),
+                COLLECTIONS: json.dumps(tokens, sort_keys=True),
             }
         )
+        if touched and retry:
+            # Another writer that read the record before this write and stored it after
+            # put back the old tokens of what we touched: those collections take a new one.
+            now = collection_tokens(await self._read_record())
+            lost = {name for name in touched if name in prior and now.get(name) == prior[name]}
+            if lost:
+                await self._wrote(touched=lost, retry=False)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -255,10 +284,13 @@ class PointStore(HybridSearch):
         documents = records.writable(documents, self._embedder)
         if not documents:
             return
+        touched = {doc.collection for doc in documents}
         async with self._write_lock:
             try:
                 await self._ready()
-                created = await self._created_at([doc.id for doc in documents])
+                stored = await self._stored([doc.id for doc in documents])
+                touched |= {collection for _, collection in stored.values()}  # moved from
+                created = {doc_id: at for doc_id, (at, _) in stored.items()}
                 documents = stamped(documents, created)
                 await self._write(documents, created)
             except KnowledgeStoreError:
@@ -267,7 +299,7 @@ class PointStore(HybridSearch):
             else:
                 self._indexed(documents)
             finally:
-                await self._wrote()
+                await self._wrote(touched=touched)
 
     async def _write(self, documents: Sequence[Document], created: Mapping[str, str]) -> None:
         """Chunks first, then the stale ones go, then the catalog records: a write cut
@@ -296,11 +328,11 @@ class PointStore(HybridSearch):
     async def delete(self, doc_id: str) -> bool:
         async with self._write_lock:
             await self._ready()
-            deleted = await self._remove(doc_id)
-            if deleted:
+            collection = await self._remove(doc_id)
+            if collection is not None:
                 self._deleted(doc_id)
-                await self._wrote()
-        return deleted
+                await self._wrote(touched=[collection])
+        return collection is not None
 
     # -- sources and listings: the catalog read through; the sources' runs in the record ---
 
@@ -320,18 +352,19 @@ class PointStore(HybridSearch):
         }
 
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
-        deleted = 0
+        touched: list[str] = []
         async with self._write_lock:
             await self._ready()
             try:
                 for doc_id in dict.fromkeys(doc_ids):
-                    if is_uuid(doc_id) and await self._remove(doc_id):
+                    collection = await self._remove(doc_id) if is_uuid(doc_id) else None
+                    if collection is not None:
                         self._deleted(doc_id)
-                        deleted += 1
+                        touched.append(collection)
             finally:
-                if deleted:
-                    await self._wrote()
-        return deleted
+                if touched:
+                    await self._wrote(touched=set(touched))
+        return len(touched)
 
     async def record_source(self, collection: str, source: str) -> None:
         async with self._write_lock:
@@ -477,6 +510,15 @@ def unavailable(name: str, error: KnowledgeStoreError) -> dict[str, Any]:
 SOURCES = "sources"
 """The key of the store record holding each source's last run, as JSON:
 {collection: {source: timestamp}}."""
+
+
+COLLECTIONS = "collection_generations"
+"""The key of the store record holding the token of the last write that touched each
+collection, as JSON: {collection: token}."""
+
+
+def collection_tokens(record: Record) -> dict[str, str]:
+    return cast(dict[str, str], json.loads(record.get(COLLECTIONS) or "{}"))
 
 
 def sources_of(record: Record) -> dict[str, dict[str, str]]:

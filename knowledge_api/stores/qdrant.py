@@ -208,11 +208,15 @@ class QdrantStore(QdrantSearch):
 
     # -- writes ---------------------------------------------------------------------------
 
-    async def _created_at(self, ids: list[str]) -> dict[str, str]:
+    async def _stored(self, ids: list[str]) -> dict[str, tuple[str, str]]:
         old = await self._read(
-            "reading documents", "retrieve", self.prefix, ids, with_payload=["created_at"]
+            "reading documents",
+            "retrieve",
+            self.prefix,
+            ids,
+            with_payload=["created_at", "collection"],
         )
-        return {str(p.id): p.payload["created_at"] for p in old}
+        return {str(p.id): (p.payload["created_at"], p.payload["collection"]) for p in old}
 
     async def _upsert_chunks(self, collection: str, documents: Sequence[Document]) -> None:
         name = await self._chunks(collection, create=True)
@@ -242,14 +246,15 @@ class QdrantStore(QdrantSearch):
             part = points[start : start + BATCH]
             await self._change("writing documents", "upsert", self.prefix, part)
 
-    async def _remove(self, doc_id: str) -> bool:
+    async def _remove(self, doc_id: str) -> str | None:
         if not is_uuid(doc_id):
-            return False
+            return None
         m = self._m
         found = await self._change("reading a document", "retrieve", self.prefix, [doc_id])
         if not found:
-            return False
-        name = await self._chunks(found[0].payload["collection"])
+            return None
+        collection = str(found[0].payload["collection"])
+        name = await self._chunks(collection)
         if name is not None:
             mine = m.Filter(must=[match(m, "document_id", doc_id)])
             await self._change("deleting chunks", "delete", name, m.FilterSelector(filter=mine))
@@ -259,7 +264,7 @@ class QdrantStore(QdrantSearch):
             self.prefix,
             m.PointIdsList(points=[doc_id]),
         )
-        return True
+        return collection
 
     async def _chunk_points(
         self, collection: str, ids: list[str], vectors: bool = False
