@@ -58,6 +58,7 @@ bench: install-dev bytecode
 	$(BIN)/python scripts/bench_uploads.py --corpus $(CORPUS)
 	$(BIN)/python scripts/conversation_eval.py
 	$(BIN)/python scripts/bench_filters.py --stores sqlite,postgres --sizes 5000
+	$(BIN)/python scripts/bench_sources.py --documents 10000 --runs 3
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
