@@ -11,17 +11,14 @@ and it survives restarts. Pages are read newest first.
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
-import sqlite3
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError
+from knowledge_api.stores.sqlite_tables import SQLiteTables
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +96,7 @@ def stamp(moment: datetime | None = None) -> str:
     return (moment or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class SQLiteAudit:
+class SQLiteAudit(SQLiteTables):
     """The trail in a table of a SQLite file."""
 
     SCHEMA = (
@@ -114,43 +111,7 @@ class SQLiteAudit:
         "CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log (at)",
     )
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self._conn: sqlite3.Connection | None = None
-
-    async def open(self) -> None:
-        await asyncio.to_thread(self._connect)
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-                # as the sqlite store's own connections: a commit waits for no fsync
-                for pragma in ("busy_timeout=5000", "journal_mode=WAL", "synchronous=NORMAL"):
-                    conn.execute(f"PRAGMA {pragma}")
-                for statement in self.SCHEMA:
-                    conn.execute(statement)
-            except (sqlite3.Error, OSError) as e:
-                raise BackendConnectionError(
-                    f"cannot open the audit trail in {self.path}: {e}"
-                ) from e
-            self._conn = conn
-        return self._conn
-
-    async def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    async def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        def run() -> list[tuple[Any, ...]]:
-            return self._connect().execute(sql, params).fetchall()
-
-        try:
-            return await asyncio.to_thread(run)
-        except sqlite3.Error as e:
-            raise BackendConnectionError(f"audit trail unavailable: {e}") from e
+    WHAT = "audit trail"
 
     async def append(self, entry: AuditEntry) -> None:
         await self._run(

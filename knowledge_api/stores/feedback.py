@@ -11,16 +11,13 @@ SQLite file otherwise.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sqlite3
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.stores.audit import moment, stamp
+from knowledge_api.stores.sqlite_tables import SQLiteTables
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +85,7 @@ class FeedbackLog(Protocol):
         """Ratings newest first, older than `before` (an id), at or after `since`."""
 
 
-class SQLiteFeedback:
+class SQLiteFeedback(SQLiteTables):
     SCHEMA = (
         """CREATE TABLE IF NOT EXISTS answered_queries (
             query_id TEXT PRIMARY KEY,
@@ -111,41 +108,7 @@ class SQLiteFeedback:
             request_id TEXT)""",
     )
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self._conn: sqlite3.Connection | None = None
-
-    async def open(self) -> None:
-        await asyncio.to_thread(self._connect)
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-                # as the sqlite store's own connections: a commit waits for no fsync
-                for pragma in ("busy_timeout=5000", "journal_mode=WAL", "synchronous=NORMAL"):
-                    conn.execute(f"PRAGMA {pragma}")
-                for statement in self.SCHEMA:
-                    conn.execute(statement)
-            except (sqlite3.Error, OSError) as e:
-                raise BackendConnectionError(f"cannot open the ratings in {self.path}: {e}") from e
-            self._conn = conn
-        return self._conn
-
-    async def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    async def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        def run() -> list[tuple[Any, ...]]:
-            return self._connect().execute(sql, params).fetchall()
-
-        try:
-            return await asyncio.to_thread(run)
-        except sqlite3.Error as e:
-            raise BackendConnectionError(f"ratings unavailable: {e}") from e
+    WHAT = "ratings"
 
     async def answered(self, answered: Answered) -> None:
         a = answered

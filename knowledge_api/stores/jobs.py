@@ -9,16 +9,14 @@ other pipelines own refuses them (`RefusedJobs`), as it refuses every write.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError, KnowledgeAPIError
+from knowledge_api.stores.sqlite_tables import SQLiteTables
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 UNFINISHED = (QUEUED, RUNNING)
@@ -88,52 +86,22 @@ class JobStore(Protocol):
         first."""
 
 
-class SQLiteJobs:
+class SQLiteJobs(SQLiteTables):
     """Jobs in a table of a SQLite file (the sqlite store's own, or beside another store)."""
 
-    SCHEMA = """CREATE TABLE IF NOT EXISTS upload_jobs (
+    SCHEMA = (
+        """CREATE TABLE IF NOT EXISTS upload_jobs (
         id TEXT PRIMARY KEY,
         status TEXT NOT NULL,
         owner TEXT NOT NULL,
         data TEXT NOT NULL,
-        created_at TEXT NOT NULL)"""
+        created_at TEXT NOT NULL)""",
+    )
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self._conn: sqlite3.Connection | None = None
-
-    async def open(self) -> None:
-        await asyncio.to_thread(self._connect)
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA busy_timeout=5000")
-                conn.execute(self.SCHEMA)
-            except (sqlite3.Error, OSError) as e:
-                where = f"cannot open the upload jobs in {self.path}"
-                raise BackendConnectionError(f"{where}: {e}") from e
-            self._conn = conn
-        return self._conn
-
-    async def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    WHAT = "upload jobs"
 
     def check_writable(self) -> None:
         return None
-
-    async def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        def run() -> list[tuple[Any, ...]]:
-            return self._connect().execute(sql, params).fetchall()
-
-        try:
-            return await asyncio.to_thread(run)
-        except sqlite3.Error as e:
-            raise BackendConnectionError(f"upload jobs unavailable: {e}") from e
 
     async def save(self, job: Job) -> None:
         job.updated_at = now()

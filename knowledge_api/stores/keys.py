@@ -8,19 +8,18 @@ no tables) or of the Postgres schema (`SiamKeys`, for the postgres and supabase 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import secrets
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 from cachetools import TTLCache
 
 from knowledge_api.errors import BackendConnectionError, InvalidRequest
+from knowledge_api.stores.sqlite_tables import SQLiteTables
 
 TOKEN_PREFIX = "kapi_"
 TOKEN_BYTES = 32
@@ -109,50 +108,24 @@ class RememberedKeys:
         return revoked
 
 
-class SQLiteKeys:
+class SQLiteKeys(SQLiteTables):
     """Keys in a table of a SQLite file (the sqlite store's own, or beside another store)."""
 
-    SCHEMA = """CREATE TABLE IF NOT EXISTS api_keys (
+    SCHEMA = (
+        """CREATE TABLE IF NOT EXISTS api_keys (
         name TEXT PRIMARY KEY,
         key_hash TEXT NOT NULL UNIQUE,
         scopes TEXT NOT NULL,
         collections TEXT,
-        created_at TEXT NOT NULL)"""
+        created_at TEXT NOT NULL)""",
+    )
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self._conn: sqlite3.Connection | None = None
+    WHAT = "API keys"
 
-    async def open(self) -> None:
-        await asyncio.to_thread(self._connect)
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA busy_timeout=5000")
-                conn.execute(self.SCHEMA)
-            except (sqlite3.Error, OSError) as e:
-                raise BackendConnectionError(f"cannot open the API keys in {self.path}: {e}") from e
-            self._conn = conn
-        return self._conn
-
-    async def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    async def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        def run() -> list[tuple[Any, ...]]:
-            return self._connect().execute(sql, params).fetchall()
-
-        try:
-            return await asyncio.to_thread(run)
-        except sqlite3.IntegrityError as e:
-            raise InvalidRequest("--name", "is already the name of a key") from e
-        except sqlite3.Error as e:
-            raise BackendConnectionError(f"API keys unavailable: {e}") from e
+    def _failed(self, error: sqlite3.Error) -> Exception:
+        if isinstance(error, sqlite3.IntegrityError):
+            return InvalidRequest("--name", "is already the name of a key")
+        return super()._failed(error)
 
     async def add(self, key: ApiKey) -> None:
         collections = None if key.collections is None else ",".join(key.collections)
