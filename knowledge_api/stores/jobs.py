@@ -65,7 +65,9 @@ class Job:
 
 
 def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    """To the microsecond: jobs saved one after the other are told apart by it (two
+    writes to a file that waits for no fsync can fall in the same millisecond)."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 class JobStore(Protocol):
@@ -118,7 +120,7 @@ class SQLiteJobs(SQLiteTables):
     async def unfinished(self, owner: str | None = None) -> list[Job]:
         rows = await self._run(
             "SELECT data FROM upload_jobs WHERE status IN (?, ?) "
-            "AND (? IS NULL OR owner = ?) ORDER BY created_at",
+            "AND (? IS NULL OR owner = ?) ORDER BY created_at, id",
             (*UNFINISHED, owner, owner),
         )
         return [Job.from_data(row[0]) for row in rows]
