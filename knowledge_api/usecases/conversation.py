@@ -366,7 +366,7 @@ async def standalone(service: KnowledgeService, turns: Sequence[Turn]) -> Rewrit
 
     # a rewrite reads the conversation alone, no stored passage: it is kept under the
     # default collection's generation, whichever collection the question searches
-    served = await service.tier1.served(key, compute, DEFAULT_COLLECTION)
+    served = await service.served(key, compute, DEFAULT_COLLECTION)
     rewrite = served.value
     if served.cache_hit:
         rewrite = Rewrite(rewrite.question, rewrite.by, rewrite.cited, None, True)
