@@ -1,0 +1,1 @@
+"""The store on a database other pipelines fill: adopted or read-only."""

@@ -1,0 +1,1 @@
+"""The stores whose engines keep points with metadata: Chroma and Qdrant."""

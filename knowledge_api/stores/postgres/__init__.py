@@ -1,0 +1,1 @@
+"""The postgres and supabase stores on the production schema, and the embedded server."""

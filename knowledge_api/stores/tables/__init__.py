@@ -1,0 +1,1 @@
+"""Tables kept beside a store's data: API keys, the audit trail, feedback, upload jobs."""
