@@ -34,7 +34,7 @@ from knowledge_api.routes.observe import configure_logging
 from knowledge_api.service import MAX_AUDITED_IDS, KnowledgeService, changes
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
-from knowledge_api.stores.audit import AuditEntry, local_user
+from knowledge_api.stores.tables.audit import AuditEntry, local_user
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -917,7 +917,7 @@ def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
 def run_adoption(settings: Settings, args: argparse.Namespace) -> int:
     """`migrate --adopt | --wiki-vectors | --undo` on a database other pipelines fill:
     the plan first, then (without --dry-run) the steps, each printed as it starts."""
-    from knowledge_api.stores import adopt
+    from knowledge_api.stores.existing import adopt
 
     if args.undo and (args.adopt or args.wiki_vectors):
         raise InvalidRequest("--undo", "cannot be combined with --adopt or --wiki-vectors")

@@ -17,7 +17,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
 from knowledge_api.stores.base import KnowledgeStore
-from knowledge_api.stores.existing import existing_tables
+from knowledge_api.stores.existing.store import existing_tables
 from knowledge_api.synthesis.chain import SynthesisChain
 from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
 

@@ -61,10 +61,10 @@ from knowledge_api.prefetch import Prefetcher
 from knowledge_api.rerankers.base import NoReranker, Reranker
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.settings import Settings
-from knowledge_api.stores.audit import Actor, AuditEntry, AuditQuery, stamp
 from knowledge_api.stores.base import KnowledgeStore
-from knowledge_api.stores.feedback import Answered
-from knowledge_api.stores.keys import RememberedKeys
+from knowledge_api.stores.tables.audit import Actor, AuditEntry, AuditQuery, stamp
+from knowledge_api.stores.tables.feedback import Answered
+from knowledge_api.stores.tables.keys import RememberedKeys
 from knowledge_api.synthesis.base import Synthesizer
 from knowledge_api.synthesis.chain import Outcome, SynthesisChain
 from knowledge_api.timing import elapsed_ms, ms, utc_now

@@ -31,9 +31,9 @@ import numpy as np
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.models import SearchFilters
 from knowledge_api.settings import Secret
-from knowledge_api.stores import adopt
-from knowledge_api.stores.existing import AdoptedTables, ExistingTables, ReadOnlyTables
-from knowledge_api.stores.postgres import PostgresStore
+from knowledge_api.stores.existing import adopt
+from knowledge_api.stores.existing.store import AdoptedTables, ExistingTables, ReadOnlyTables
+from knowledge_api.stores.postgres.store import PostgresStore
 
 DIMENSION = 768
 VOCABULARY = (

@@ -16,7 +16,7 @@ from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.routes import access as access_module
 from knowledge_api.routes.access import RateLimiter, access_of, accesses
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.stores.keys import ApiKey
+from knowledge_api.stores.tables.keys import ApiKey
 from knowledge_api.usecases import keys
 from tests.conftest import make_settings
 

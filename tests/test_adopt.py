@@ -25,9 +25,9 @@ from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import ConfigurationError, EmbedderMismatchError
 from knowledge_api.models import EmbedderIdentity, SearchFilters
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.stores import adopt
-from knowledge_api.stores.existing import ExistingTables
-from knowledge_api.stores.postgres import register_codecs
+from knowledge_api.stores.existing import adopt
+from knowledge_api.stores.existing.store import ExistingTables
+from knowledge_api.stores.postgres.store import register_codecs
 from tests import providers
 from tests.conftest import make_settings
 from tests.pg import SERVICE_ROLE_KEY, SUPABASE_URL, fresh_database, run_sync

@@ -16,8 +16,8 @@ import pytest
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret
-from knowledge_api.stores.chroma import ChromaStore
-from knowledge_api.stores.points import Record
+from knowledge_api.stores.points.base import Record
+from knowledge_api.stores.points.chroma import ChromaStore
 from tests.conftest import corpus, pairs
 from tests.test_store_conformance import assert_known_answers, closed_port, index, vector
 
@@ -87,7 +87,7 @@ async def test_replicas_on_one_server_see_each_others_writes(server: int) -> Non
 async def test_a_lost_server_is_a_visible_store_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from knowledge_api.stores import chroma
+    from knowledge_api.stores.points import chroma
 
     closed: list[object] = []
     close_client = chroma.close_client

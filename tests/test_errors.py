@@ -16,7 +16,7 @@ from knowledge_api.errors import EmbedderMismatchError
 from knowledge_api.routes import ROUTES
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from knowledge_api.stores.sqlite import SQLiteStore
+from knowledge_api.stores.sqlite.store import SQLiteStore
 from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
 from tests.conftest import make_settings
 

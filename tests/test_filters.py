@@ -267,7 +267,7 @@ async def test_a_file_written_before_the_value_index_is_filtered_after_its_migra
 ) -> None:
     """Migration 006 fills `document_values` from the documents already stored."""
     from knowledge_api.models import Chunk, Document, chunk_id
-    from knowledge_api.stores.sqlite import SQLiteStore
+    from knowledge_api.stores.sqlite.store import SQLiteStore
 
     path = tmp_path / "old.db"
     store = SQLiteStore(path)

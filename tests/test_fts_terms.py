@@ -13,7 +13,7 @@ import pytest
 
 from knowledge_api.models import DEFAULT_COLLECTION, Chunk, Document, SearchFilters
 from knowledge_api.stores.fts_terms import Bounded, TermFrequencies
-from knowledge_api.stores.sqlite import SQLiteStore
+from knowledge_api.stores.sqlite.store import SQLiteStore
 
 
 def document(name: str, text: str) -> Document:

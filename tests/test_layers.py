@@ -95,7 +95,7 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
 
 def test_the_check_sees_an_upward_import() -> None:
     """The rule bites: a seam importing the service would be reported."""
-    assert layer_of("knowledge_api.service") > layer_of("knowledge_api.stores.sqlite")
+    assert layer_of("knowledge_api.service") > layer_of("knowledge_api.stores.sqlite.store")
     assert "knowledge_api.service" in imports(PACKAGE / "usecases" / "query.py")
 
 

@@ -17,9 +17,9 @@ from knowledge_api.errors import ConfigurationError, IndexingError
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, chunk_id
 from knowledge_api.settings import Settings
 from knowledge_api.stores.migrate import migrate
-from knowledge_api.stores.postgres import PostgresStore, buffers_size, register_codecs
-from knowledge_api.stores.postgres_load import IndexBuild, drop_search_indexes
-from knowledge_api.stores.siam import SiamStore
+from knowledge_api.stores.postgres.load import IndexBuild, drop_search_indexes
+from knowledge_api.stores.postgres.siam import SiamStore
+from knowledge_api.stores.postgres.store import PostgresStore, buffers_size, register_codecs
 from tests.conftest import make_settings, make_store
 from tests.pg import postgres_settings
 from tests.test_store_conformance import EMBEDDER
@@ -314,7 +314,7 @@ def test_the_embedded_page_cache_is_a_quarter_of_usable_memory_within_bounds(
 ) -> None:
     import psutil
 
-    from knowledge_api.stores import postgres
+    from knowledge_api.stores.postgres import store as postgres
 
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=memory))
     (tmp_path / "memory.max").write_text(limit + "\n")

@@ -33,7 +33,7 @@ from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, IndexingError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.stores.postgres import PostgresStore, migrations, register_codecs
+from knowledge_api.stores.postgres.store import PostgresStore, migrations, register_codecs
 from tests.conftest import corpus, make_store, pairs
 from tests.pg import fresh_database, postgres_settings
 from tests.test_store_conformance import EMBEDDER, index, vector
@@ -319,7 +319,8 @@ def test_a_database_that_does_not_answer_is_named_with_its_reason_once(
 ) -> None:
     """A server that takes the connection and never answers: the log said 'store
     unavailable: ' with no reason, once for every source of every streamed query."""
-    from knowledge_api.stores import base, postgres
+    from knowledge_api.stores import base
+    from knowledge_api.stores.postgres import store as postgres
     from tests.conftest import make_settings
 
     monkeypatch.setattr(postgres, "CONNECT_TIMEOUT", 0.5)
@@ -528,7 +529,7 @@ def test_the_embedded_server_stops_with_the_service(stop: int, killed_before: bo
 def test_an_embedded_server_that_cannot_be_configured_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from knowledge_api.stores import postgres
+    from knowledge_api.stores.postgres import store as postgres
 
     data = Path(tempfile.mkdtemp(prefix="knowledge-embedded-")) / "pg"
     real = postgres.embedded_command

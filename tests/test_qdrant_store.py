@@ -18,7 +18,7 @@ from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret
 from knowledge_api.stores.fusion import DEFAULT_TUNING
-from knowledge_api.stores.qdrant import QdrantStore
+from knowledge_api.stores.points.qdrant import QdrantStore
 from tests.conftest import corpus, pairs
 from tests.test_store_conformance import EMBEDDER, KNOWN_ANSWERS, index, vector
 

@@ -16,7 +16,7 @@ from knowledge_api.app import create_app
 from knowledge_api.errors import BackendConnectionError, IndexingError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.stores.supabase import SupabaseStore
+from knowledge_api.stores.postgres.supabase import SupabaseStore
 from tests.conftest import corpus, make_store
 from tests.pg import (
     SERVICE_ROLE_KEY,
@@ -148,7 +148,7 @@ async def test_transient_failures_are_retried_with_backoff(
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    monkeypatch.setattr("knowledge_api.stores.supabase.asyncio.sleep", sleep)
+    monkeypatch.setattr("knowledge_api.stores.postgres.supabase.asyncio.sleep", sleep)
     store.backoff = 0.25
     await index(store, corpus())
     request = httpx.Request("POST", SUPABASE_URL)

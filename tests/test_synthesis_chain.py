@@ -22,7 +22,7 @@ from knowledge_api.models import SearchFilters
 from knowledge_api.registry import import_extra
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.stores.sqlite import SQLiteStore
+from knowledge_api.stores.sqlite.store import SQLiteStore
 from knowledge_api.synthesis.chain import SynthesisChain
 from knowledge_api.synthesis.gemini import GeminiSynthesizer
 from knowledge_api.synthesis.prompt import build_prompt

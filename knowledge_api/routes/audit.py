@@ -14,7 +14,7 @@ from starlette.responses import Response
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.routes.fields import STRING, Custom, array, nullable, obj
 from knowledge_api.routes.http import JSONResponse, service
-from knowledge_api.stores.audit import Actor, AuditQuery, stamp
+from knowledge_api.stores.tables.audit import Actor, AuditQuery, stamp
 from knowledge_api.validation import COLLECTION_PATTERN, collection_name
 
 MAX_PAGE = 200

@@ -27,7 +27,7 @@ from knowledge_api.routes.fields import (
 )
 from knowledge_api.routes.http import JSONResponse, service
 from knowledge_api.routes.multipart import receive
-from knowledge_api.stores.jobs import DONE, FAILED, QUEUED, RUNNING, Job
+from knowledge_api.stores.tables.jobs import DONE, FAILED, QUEUED, RUNNING, Job
 from knowledge_api.usecases.uploads import MAX_FILES, Sent, Upload, UploadJobs
 
 FILE = "file"

@@ -4,8 +4,8 @@ from knowledge_api.registry import Registry
 from knowledge_api.stores.base import KnowledgeStore
 
 stores: Registry[KnowledgeStore] = Registry("store", "KNOWLEDGE_STORE")
-stores.register("sqlite", "knowledge_api.stores.sqlite:SQLiteStore")
-stores.register("postgres", "knowledge_api.stores.postgres:PostgresStore")
-stores.register("supabase", "knowledge_api.stores.supabase:SupabaseStore")
-stores.register("chroma", "knowledge_api.stores.chroma:ChromaStore")
-stores.register("qdrant", "knowledge_api.stores.qdrant:QdrantStore")
+stores.register("sqlite", "knowledge_api.stores.sqlite.store:SQLiteStore")
+stores.register("postgres", "knowledge_api.stores.postgres.store:PostgresStore")
+stores.register("supabase", "knowledge_api.stores.postgres.supabase:SupabaseStore")
+stores.register("chroma", "knowledge_api.stores.points.chroma:ChromaStore")
+stores.register("qdrant", "knowledge_api.stores.points.qdrant:QdrantStore")

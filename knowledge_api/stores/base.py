@@ -33,8 +33,6 @@ from knowledge_api.models import (
     SourceInfo,
 )
 from knowledge_api.registry import FromSettings
-from knowledge_api.stores.audit import AuditLog, SQLiteAudit
-from knowledge_api.stores.feedback import FeedbackLog, SQLiteFeedback
 from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
     Candidate,
@@ -44,8 +42,10 @@ from knowledge_api.stores.fusion import (
     reciprocal_rank_fusion,
     relative_scores,
 )
-from knowledge_api.stores.jobs import JobStore, SQLiteJobs
-from knowledge_api.stores.keys import KeyStore, SQLiteKeys
+from knowledge_api.stores.tables.audit import AuditLog, SQLiteAudit
+from knowledge_api.stores.tables.feedback import FeedbackLog, SQLiteFeedback
+from knowledge_api.stores.tables.jobs import JobStore, SQLiteJobs
+from knowledge_api.stores.tables.keys import KeyStore, SQLiteKeys
 
 __all__ = [
     "Candidate",
@@ -120,19 +120,19 @@ class KnowledgeStore(Protocol):
         ...
 
     def key_store(self, sqlite_path: Path) -> KeyStore:
-        """Where the deployment keeps its API keys (see stores/keys.py)."""
+        """Where the deployment keeps its API keys (see stores/tables/keys.py)."""
         ...
 
     def audit_log(self, sqlite_path: Path) -> AuditLog:
-        """Where the deployment keeps its audit trail (see stores/audit.py)."""
+        """Where the deployment keeps its audit trail (see stores/tables/audit.py)."""
         ...
 
     def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
-        """Where the deployment keeps answered queries and their ratings (stores/feedback.py)."""
+        """Where the deployment keeps answered queries and their ratings (stores/tables/feedback.py)."""
         ...
 
     def job_store(self, sqlite_path: Path) -> JobStore:
-        """Where the deployment keeps its upload jobs (see stores/jobs.py)."""
+        """Where the deployment keeps its upload jobs (see stores/tables/jobs.py)."""
         ...
 
     # -- sources and listings ------------------------------------------------------

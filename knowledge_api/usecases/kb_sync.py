@@ -29,7 +29,7 @@ from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.models import Document
 from knowledge_api.service import MAX_AUDITED_IDS, KnowledgeService, changes
 from knowledge_api.settings import Secret
-from knowledge_api.stores.audit import Actor, local_user
+from knowledge_api.stores.tables.audit import Actor, local_user
 from knowledge_api.usecases.sources import MassDeleteRefused, MirrorPlan
 
 log = logging.getLogger("knowledge_api.kb_sync")

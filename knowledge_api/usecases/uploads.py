@@ -1,7 +1,7 @@
 """Uploads as jobs (POST /v1/knowledge/files): files received over HTTP wait on disk,
 one folder per job, and one worker reads and indexes them in the order they came.
 
-The job's record in the store (stores/jobs.py) says where it is: queued, running, done
+The job's record in the store (stores/tables/jobs.py) says where it is: queued, running, done
 (some files may have failed, each with its reason) or failed (nothing could be
 indexed). It is saved after each file, so a service that stops mid-job finds it at its
 next start and goes on from the first file not indexed (files already indexed are not
@@ -28,8 +28,8 @@ from knowledge_api.ingest.loaders import LoadOptions, load_as
 from knowledge_api.ingest.pipeline import chunked
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService, changes
-from knowledge_api.stores.audit import Actor
-from knowledge_api.stores.jobs import DONE, FAILED, QUEUED, RUNNING, Job, JobFile
+from knowledge_api.stores.tables.audit import Actor
+from knowledge_api.stores.tables.jobs import DONE, FAILED, QUEUED, RUNNING, Job, JobFile
 
 log = logging.getLogger("knowledge_api.uploads")
 MAX_FILES = 1000

@@ -1,4 +1,4 @@
-"""What the adopted and read-only stores share (stores/existing.py): the embedder check,
+"""What the adopted and read-only stores share (stores/existing/store.py): the embedder check,
 the generation, refused writes, reads by source, health, and the cosine of keyword hits."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from knowledge_api.models import (
     SourceInfo,
 )
 from knowledge_api.stores.base import HybridSearch, is_uuid
-from knowledge_api.stores.existing_rows import (
+from knowledge_api.stores.existing.rows import (
     SIAM,
     SIAM_COLUMNS,
     WIKI,
@@ -42,8 +42,8 @@ from knowledge_api.stores.existing_rows import (
     wiki_metadata,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.jobs import JobStore, RefusedJobs
-from knowledge_api.stores.siam import Condition, Row, SiamStore, as_vector
+from knowledge_api.stores.postgres.siam import Condition, Row, SiamStore, as_vector
+from knowledge_api.stores.tables.jobs import JobStore, RefusedJobs
 
 GENERATION_POLL_SECONDS = 1.0
 """How long a read generation is trusted: other pipelines' writes show within this

@@ -1,5 +1,5 @@
 """Rows of the tables other pipelines fill, as search candidates, filters, hits and
-documents (for stores/existing.py)."""
+documents (for stores/existing/store.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from knowledge_api.models import (
     document_id,
 )
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
-from knowledge_api.stores.siam import TENANCY, Condition, Row, filter_params
+from knowledge_api.stores.postgres.siam import TENANCY, Condition, Row, filter_params
 
 SIAM = "siam_vectors"
 WIKI = "wiki_documents"

@@ -25,10 +25,10 @@ import numpy as np
 from knowledge_api import text
 from knowledge_api.errors import ConfigurationError, KnowledgeStoreError, SearchError
 from knowledge_api.models import SearchFilters
-from knowledge_api.stores.adopt import RECORD, SEARCH_STEP, WIKI_VECTORS
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
-from knowledge_api.stores.existing_base import ExistingTables
-from knowledge_api.stores.existing_rows import (
+from knowledge_api.stores.existing.adopt import RECORD, SEARCH_STEP, WIKI_VECTORS
+from knowledge_api.stores.existing.base import ExistingTables
+from knowledge_api.stores.existing.rows import (
     SIAM,
     SIAM_COLUMNS,
     WIKI,
@@ -43,7 +43,7 @@ from knowledge_api.stores.existing_rows import (
     with_keyword_similarity,
 )
 from knowledge_api.stores.fusion import SearchTuning
-from knowledge_api.stores.siam import SiamStore
+from knowledge_api.stores.postgres.siam import SiamStore
 
 READ_ONLY_TERMS = 3
 """Query words searched by ILIKE in read-only mode (the longest): one query each."""

@@ -37,14 +37,14 @@ from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import is_uuid
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.points import (
+from knowledge_api.stores.points.base import (
     CatalogEntry,
     ChunkPoint,
     Record,
     unavailable,
 )
-from knowledge_api.stores.qdrant_filter import quoted
-from knowledge_api.stores.qdrant_points import (
+from knowledge_api.stores.points.qdrant_filter import quoted
+from knowledge_api.stores.points.qdrant_points import (
     DENSE,
     catalog_entry,
     chunk_point,
@@ -56,7 +56,7 @@ from knowledge_api.stores.qdrant_points import (
     unreachable,
     version_tuple,
 )
-from knowledge_api.stores.qdrant_search import QdrantSearch
+from knowledge_api.stores.points.qdrant_search import QdrantSearch
 
 STORE_POINT = str(uuid.uuid5(uuid.NAMESPACE_URL, "knowledge-api:store"))
 SERVER_FUSION_SINCE = (1, 16)

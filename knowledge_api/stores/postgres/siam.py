@@ -6,7 +6,7 @@ table is read. `SiamStore` implements every operation once on three primitives t
 backends provide: `call` (a set-returning SQL function), `select` and `delete_rows`.
 Documents are written by one SQL function, in one transaction per call, so a document
 and its passages change together whichever way the function is reached; the postgres
-store fills that function's staging tables by COPY instead (postgres_load.py).
+store fills that function's staging tables by COPY instead (postgres/load.py).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from knowledge_api.models import (
     SourceInfo,
 )
 from knowledge_api.stores import records
-from knowledge_api.stores.audit import AuditLog, SiamAudit
 from knowledge_api.stores.base import (
     Candidate,
     HybridSearch,
@@ -48,11 +47,12 @@ from knowledge_api.stores.base import (
     embedder_mismatch,
     is_uuid,
 )
-from knowledge_api.stores.feedback import FeedbackLog, SiamFeedback
 from knowledge_api.stores.filter_json import filter_tree
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.jobs import JobStore, SiamJobs
-from knowledge_api.stores.keys import KeyStore, SiamKeys
+from knowledge_api.stores.tables.audit import AuditLog, SiamAudit
+from knowledge_api.stores.tables.feedback import FeedbackLog, SiamFeedback
+from knowledge_api.stores.tables.jobs import JobStore, SiamJobs
+from knowledge_api.stores.tables.keys import KeyStore, SiamKeys
 
 Row = dict[str, Any]
 Condition = tuple[str, str, Any]

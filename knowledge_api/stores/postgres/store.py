@@ -5,7 +5,7 @@ both go through the SQL functions in stores/sql/postgres/ and are fused by the s
 `HybridSearch`. With no KNOWLEDGE_DATABASE_URL the store starts the pip-installed
 embedded Postgres (with pgvector) in KNOWLEDGE_POSTGRES_DATA_DIR. Opening the store
 applies the migrations the database lacks; `knowledge-api migrate` does it ahead of time.
-Writes go by COPY, one transaction per call or migrated collection (postgres_load.py).
+Writes go by COPY, one transaction per call or migrated collection (postgres/load.py).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores.base import Reconnect, reason
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.postgres_load import DEFAULT_BUILD, IndexBuild, load
-from knowledge_api.stores.siam import Condition, Row, SiamStore
+from knowledge_api.stores.postgres.load import DEFAULT_BUILD, IndexBuild, load
+from knowledge_api.stores.postgres.siam import Condition, Row, SiamStore
 
 log = logging.getLogger("knowledge_api")
 COMMAND_TIMEOUT = 30.0
@@ -199,7 +199,7 @@ class PostgresStore(SiamStore):
         return message
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
-        """All of `documents` in one transaction, by COPY (see postgres_load.py)."""
+        """All of `documents` in one transaction, by COPY (see postgres/load.py)."""
         await self.index_batches(one_set(documents), sum(len(doc.chunks) for doc in documents))
 
     async def index_batches(

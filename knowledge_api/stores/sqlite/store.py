@@ -53,8 +53,8 @@ from knowledge_api.stores.keyword import (
     reads_documents,
 )
 from knowledge_api.stores.quantized_index import DEFAULT_PROBES
-from knowledge_api.stores.sqlite_file import SQLiteFile
-from knowledge_api.stores.sqlite_vectors import SQLiteVectors
+from knowledge_api.stores.sqlite.file import SQLiteFile
+from knowledge_api.stores.sqlite.vectors import SQLiteVectors
 
 T = TypeVar("T")
 log = logging.getLogger("knowledge_api")

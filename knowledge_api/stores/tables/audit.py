@@ -3,7 +3,7 @@
 A record says when, who (an API key's name, `cli:<user>` on the command line, `kb-sync`
 for the periodic sync), what (the route's method and template, the MCP tool or the
 command), the collection, what changed (ids and counts) and the request id. Records
-live beside the API keys (stores/keys.py): a table of the SQLite file (the sqlite store's
+live beside the API keys (stores/tables/keys.py): a table of the SQLite file (the sqlite store's
 own, and beside Chroma and Qdrant, or a database other pipelines fill), or of the
 Postgres schema (postgres and supabase stores), so every replica appends to one trail
 and it survives restarts. Pages are read newest first.
@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError
-from knowledge_api.stores.sqlite_tables import SQLiteTables
+from knowledge_api.stores.tables.database import SQLiteTables
 
 
 @dataclass(frozen=True, slots=True)

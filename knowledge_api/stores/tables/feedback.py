@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError
-from knowledge_api.stores.audit import moment, stamp
-from knowledge_api.stores.sqlite_tables import SQLiteTables
+from knowledge_api.stores.tables.audit import moment, stamp
+from knowledge_api.stores.tables.database import SQLiteTables
 
 
 @dataclass(frozen=True, slots=True)

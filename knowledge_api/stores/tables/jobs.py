@@ -1,6 +1,6 @@
 """Upload jobs as the stores keep them: one record a job, its files and their progress.
 
-Jobs live in the store's own database, like the API keys (stores/keys.py), so every
+Jobs live in the store's own database, like the API keys (stores/tables/keys.py), so every
 replica can answer for a job and a restarted service finds the jobs it left: a table of
 the SQLite file (`SQLiteJobs`, also used beside Chroma and Qdrant) or of the Postgres
 schema (`SiamJobs`, for the postgres and supabase stores). A store serving tables
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError, KnowledgeAPIError
-from knowledge_api.stores.sqlite_tables import SQLiteTables
+from knowledge_api.stores.tables.database import SQLiteTables
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 UNFINISHED = (QUEUED, RUNNING)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from cachetools import TTLCache
 
 from knowledge_api.errors import BackendConnectionError, InvalidRequest
-from knowledge_api.stores.sqlite_tables import SQLiteTables
+from knowledge_api.stores.tables.database import SQLiteTables
 
 TOKEN_PREFIX = "kapi_"
 TOKEN_BYTES = 32
