@@ -29,8 +29,9 @@ from knowledge_api.compose import build_embedder, build_store, embedder_identity
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.migrate import migrate
+from knowledge_api.stores.postgres.server import embedded_server_url
 from knowledge_api.stores.postgres.siam import SiamStore
-from knowledge_api.stores.postgres.store import PostgresStore, embedded_server_url
+from knowledge_api.stores.postgres.store import PostgresStore
 
 EMBEDDER = "bench:random-384"
 

@@ -17,7 +17,7 @@ import respx
 
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.stores.postgres.store import migrate
+from knowledge_api.stores.postgres.schema import migrate
 from tests.postgrest import PostgREST
 
 SUPABASE_URL = "https://knowledge-test.supabase.co"

@@ -27,7 +27,7 @@ from knowledge_api.models import EmbedderIdentity, SearchFilters
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores.existing import adopt
 from knowledge_api.stores.existing.store import ExistingTables
-from knowledge_api.stores.postgres.store import register_codecs
+from knowledge_api.stores.postgres.codecs import register_codecs
 from tests import providers
 from tests.conftest import make_settings
 from tests.pg import SERVICE_ROLE_KEY, SUPABASE_URL, fresh_database, run_sync

@@ -17,9 +17,11 @@ from knowledge_api.errors import ConfigurationError, IndexingError
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, chunk_id
 from knowledge_api.settings import Settings
 from knowledge_api.stores.migrate import migrate
+from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.load import IndexBuild, drop_search_indexes
+from knowledge_api.stores.postgres.server import buffers_size
 from knowledge_api.stores.postgres.siam import SiamStore
-from knowledge_api.stores.postgres.store import PostgresStore, buffers_size, register_codecs
+from knowledge_api.stores.postgres.store import PostgresStore
 from tests.conftest import make_settings, make_store
 from tests.pg import postgres_settings
 from tests.test_store_conformance import EMBEDDER
@@ -314,11 +316,11 @@ def test_the_embedded_page_cache_is_a_quarter_of_usable_memory_within_bounds(
 ) -> None:
     import psutil
 
-    from knowledge_api.stores.postgres import store as postgres
+    from knowledge_api.stores.postgres import server
 
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=memory))
     (tmp_path / "memory.max").write_text(limit + "\n")
-    monkeypatch.setattr(postgres, "CGROUP_LIMITS", (tmp_path / "none", tmp_path / "memory.max"))
+    monkeypatch.setattr(server, "CGROUP_LIMITS", (tmp_path / "none", tmp_path / "memory.max"))
     assert buffers_size("auto") == expected
     assert buffers_size("512MB") == "512MB"
     assert Settings.from_env(environ={}, env_file=None).postgres_shared_buffers == "auto"

