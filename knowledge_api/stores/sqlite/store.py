@@ -10,11 +10,10 @@ search.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,7 +25,6 @@ from knowledge_api.errors import (
     SearchError,
 )
 from knowledge_api.models import (
-    Chunk,
     CollectionInfo,
     Document,
     DocumentPage,
@@ -43,25 +41,21 @@ from knowledge_api.stores.base import (
     cosine_to_similarity,
     embedder_mismatch,
 )
-from knowledge_api.stores.filter_sql import value_rows
 from knowledge_api.stores.fts_terms import MATCHED_CHUNKS, TermFrequencies
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import (
-    filter_sql,
-    fts_expression,
     query_terms,
-    reads_documents,
 )
 from knowledge_api.stores.quantized_index import DEFAULT_PROBES
+from knowledge_api.stores.sqlite import catalog, writes
 from knowledge_api.stores.sqlite.file import SQLiteFile
+from knowledge_api.stores.sqlite.search import hits, keyword_candidates, metadata_keys
 from knowledge_api.stores.sqlite.vectors import SQLiteVectors
 
 T = TypeVar("T")
 log = logging.getLogger("knowledge_api")
 WRITE_BATCH = 500
 """Documents written per transaction by `index_documents`."""
-_HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.title,
-    c.section, c.content, d.source_type, d.source_id, d.metadata"""
 
 
 class SQLiteStore(HybridSearch):
@@ -185,7 +179,7 @@ class SQLiteStore(HybridSearch):
             raise IndexingError("no embedder recorded: call check_embedder before indexing")
         for start in range(0, len(documents), WRITE_BATCH):
             batch = documents[start : start + WRITE_BATCH]
-            await self.file.write(lambda batch=batch: self._write_documents(batch))  # type: ignore[misc]
+            await self.file.write(lambda batch=batch: writes.write_documents(self.file, batch))  # type: ignore[misc]
             self._seen_own_write()
 
     def _seen_own_write(self) -> None:
@@ -195,150 +189,30 @@ class SQLiteStore(HybridSearch):
         self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
         self.vectors.follow(conn)
 
-    def _write_documents(self, docs: Sequence[Document]) -> None:
-        """On the writer thread: replace each document under a savepoint of its own in
-        one transaction. A failing document leaves the ones before it stored, as one
-        transaction each would, for the price of one commit."""
-        failure: BaseException | None = None
-        with self.file.transaction() as conn:
-            # Read a schema another connection changed (api_keys is created on first use)
-            # before the first savepoint: SQLite fails to re-read it inside one.
-            conn.execute("SELECT 1 FROM chunks LIMIT 0").fetchall()
-            for doc in docs:
-                conn.execute("SAVEPOINT document")
-                try:
-                    self._write_document(conn, doc)
-                except BaseException as e:
-                    conn.execute("ROLLBACK TO document")
-                    failure = e
-                    break
-                finally:
-                    conn.execute("RELEASE document")
-        if failure is not None:
-            raise failure
-
-    def _write_document(self, conn: sqlite3.Connection, doc: Document) -> None:
-        now = datetime.now(UTC).isoformat(timespec="seconds")
-        try:
-            conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
-            conn.execute(
-                """INSERT INTO documents (id, collection, source_type, source_id, title,
-                       content, metadata, content_hash, created_at, updated_at, source)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (id) DO UPDATE SET title = excluded.title,
-                       content = excluded.content, metadata = excluded.metadata,
-                       content_hash = excluded.content_hash,
-                       updated_at = excluded.updated_at, source = excluded.source""",
-                (
-                    doc.id,
-                    doc.collection,
-                    doc.source_type,
-                    doc.source_id,
-                    doc.title,
-                    doc.content,
-                    json.dumps(doc.metadata),
-                    doc.content_hash,
-                    now,
-                    now,
-                    doc.source,
-                ),
-            )
-            conn.execute("DELETE FROM document_values WHERE document_id = ?", (doc.id,))
-            conn.executemany(
-                "INSERT INTO document_values (document_id, key, kind, value, ms) "
-                "VALUES (?, ?, ?, ?, ?)",
-                value_rows(doc.id, doc.metadata),
-            )
-            for chunk in doc.chunks:
-                self._insert_chunk(conn, doc, chunk)
-        except sqlite3.OperationalError:
-            raise  # a lock or a lost file: SQLiteFile.write says so
-        except sqlite3.Error as e:
-            raise IndexingError(f"could not index {doc.source_id!r}: {e}", backend=self.name) from e
-
-    def _insert_chunk(self, conn: sqlite3.Connection, doc: Document, chunk: Chunk) -> None:
-        if chunk.embedding is None:
-            raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
-        conn.execute(
-            """INSERT INTO chunks (id, document_id, chunk_index, chunk_count, collection,
-                   source_type, title, section, content, content_hash, embedding)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            (
-                chunk.id,
-                doc.id,
-                chunk.chunk_index,
-                len(doc.chunks),
-                doc.collection,
-                doc.source_type,
-                chunk.title,
-                chunk.section,
-                chunk.content,
-                chunk.content_hash,
-                np.asarray(chunk.embedding, dtype=np.float32).tobytes(),
-            ),
-        )
-
     async def delete(self, doc_id: str) -> bool:
-        def remove() -> int:
-            try:
-                with self.file.transaction() as conn:
-                    return int(
-                        conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount
-                    )
-            except sqlite3.OperationalError:
-                raise
-            except sqlite3.Error as e:
-                raise IndexingError(f"could not delete {doc_id!r}: {e}", backend=self.name) from e
-
-        deleted = await self.file.write(remove)
-        self._seen_own_write()
-        return deleted > 0
+        work = partial(writes.delete_documents, ids=[doc_id])
+        return await self._write_sql(work, f"delete {doc_id!r}") > 0
 
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         ids = list(dict.fromkeys(doc_ids))
-
-        def remove() -> int:
-            with self.file.transaction() as conn:
-                return sum(
-                    conn.execute(
-                        f"DELETE FROM documents WHERE id IN ({marks(part)})", part
-                    ).rowcount
-                    for part in batches(ids)
-                )
-
-        deleted = await self._write_sql(remove, "delete documents")
-        return deleted
+        return await self._write_sql(lambda c: writes.delete_documents(c, ids), "delete documents")
 
     async def record_source(self, collection: str, source: str) -> None:
-        def record() -> int:
-            with self.file.transaction() as conn:
-                conn.execute(
-                    """INSERT INTO sources (collection, name, last_run) VALUES (?, ?, ?)
-                       ON CONFLICT (collection, name) DO UPDATE SET last_run = excluded.last_run""",
-                    (collection, source, records.now()),
-                )
-            return 0
-
-        await self._write_sql(record, f"record the source {source!r}")
+        work = partial(writes.record_source, collection=collection, source=source)
+        await self._write_sql(work, f"record the source {source!r}")
 
     async def delete_source(self, collection: str, source: str) -> int:
-        def remove() -> int:
-            with self.file.transaction() as conn:
-                where = "WHERE collection = ? AND {} = ?"
-                deleted = conn.execute(
-                    f"DELETE FROM documents {where.format('source')}", (collection, source)
-                ).rowcount
-                conn.execute(f"DELETE FROM sources {where.format('name')}", (collection, source))
-            return int(deleted)
+        work = partial(writes.delete_source, collection=collection, source=source)
+        return await self._write_sql(work, f"delete the source {source!r}")
 
-        return await self._write_sql(remove, f"delete the source {source!r}")
-
-    async def _write_sql(self, work: Callable[[], int], what: str) -> int:
-        """A write of rows by SQL on the writer thread, seen by the index at once."""
+    async def _write_sql(self, work: Callable[[sqlite3.Connection], int], what: str) -> int:
+        """A write of rows by SQL in one transaction on the writer thread, seen by the
+        index at once."""
 
         def run() -> int:
             try:
-                return work()
+                with self.file.transaction() as conn:
+                    return work(conn)
             except sqlite3.OperationalError:
                 raise  # a lock or a lost file: SQLiteFile.write says so
             except sqlite3.Error as e:
@@ -356,56 +230,13 @@ class SQLiteStore(HybridSearch):
         return {r[0]: r[1] for r in rows}
 
     async def sources(self, collection: str | None = None) -> list[SourceInfo]:
-        rows = self.file.db().execute(
-            """SELECT s.collection, s.name, s.last_run, (SELECT count(*) FROM documents d
-                   WHERE d.collection = s.collection AND d.source = s.name) AS documents
-               FROM sources s WHERE ? IS NULL OR s.collection = ?
-               ORDER BY s.collection, s.name""",
-            (collection, collection),
-        )
-        return [SourceInfo(r[0], r[1], r[3], r[2]) for r in rows]
+        return catalog.sources(self.file.db(), collection)
 
     async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
-        conditions, params = ["collection = ?", "id > ?"], [page.collection, page.after]
-        if page.source_type:
-            conditions.append("source_type = ?")
-            params.append(page.source_type)
-        if page.source is not None:
-            conditions.append("source = ?")
-            params.append(page.source)
-        rows = self.file.db().execute(
-            f"""SELECT id, collection, source_type, source_id, source, title, metadata,
-                   updated_at, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id)
-               FROM documents d WHERE {" AND ".join(conditions)} ORDER BY id LIMIT ?""",
-            (*params, page.limit),
-        )
-        return [
-            DocumentSummary(
-                r["id"],
-                r["collection"],
-                r["source_type"],
-                r["source_id"],
-                r["source"],
-                r["title"],
-                json.loads(r["metadata"]),
-                r[8],
-                records.as_timestamp(r["updated_at"]),
-            )
-            for r in rows
-        ]
+        return catalog.list_documents(self.file.db(), page)
 
     async def collection_stats(self) -> list[CollectionInfo]:
-        rows = self.file.db().execute(
-            """SELECT name, sum(documents), sum(chunks), sum(sources), max(updated_at) FROM (
-                   SELECT collection AS name, count(*) AS documents, 0 AS chunks,
-                          0 AS sources, max(updated_at) AS updated_at
-                   FROM documents GROUP BY collection
-                   UNION ALL SELECT collection, 0, count(*), 0, NULL FROM chunks GROUP BY collection
-                   UNION ALL SELECT collection, 0, 0, count(*), max(last_run) FROM sources
-                   GROUP BY collection)
-               GROUP BY name ORDER BY name"""
-        )
-        return [CollectionInfo(r[0], r[1], r[2], r[3], r[4] or "") for r in rows]
+        return catalog.collection_stats(self.file.db())
 
     # -- search -------------------------------------------------------------------
 
@@ -430,7 +261,7 @@ class SQLiteStore(HybridSearch):
             n,
             filters.collection,
             filters.source_types,
-            self._metadata_keys(filters),
+            metadata_keys(self.file.db(), filters),
             rescored,
         )
         return [Candidate(key, cosine_to_similarity(score)) for key, score in found]
@@ -445,55 +276,12 @@ class SQLiteStore(HybridSearch):
         )
         try:
             return await self.file.read_aside(
-                lambda conn: self._keyword(conn, terms, chunks, unfiltered, n, filters)
+                lambda conn: keyword_candidates(
+                    conn, self._terms, terms, chunks, unfiltered, n, filters
+                )
             )
         except sqlite3.Error as e:
             raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
-
-    def _keyword(
-        self,
-        conn: sqlite3.Connection,
-        terms: list[str],
-        chunks: int,
-        unfiltered: bool,
-        n: int,
-        filters: SearchFilters,
-    ) -> list[Candidate]:
-        """The keyword query on the reader thread (see `SQLiteFile.read_aside`):
-        `unfiltered` says every chunk the store holds passes `filters`."""
-        bounded = self._terms.bounded(conn, terms, chunks)
-        match = fts_expression(bounded.terms)
-        if not match:
-            return []
-        first = bounded.first_rowid(conn, match)
-        where, params = filter_sql(filters, indexed=True)
-        rows = self._best_then_checked(conn, match, first, where, params, n) if unfiltered else None
-        if rows is None:
-            documents = (
-                "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
-            )
-            sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
-                      JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
-                      WHERE chunks_fts MATCH ? AND chunks_fts.rowid >= ? AND {where}
-                      ORDER BY rank LIMIT ?"""
-            rows = conn.execute(sql, (match, first, *params, n)).fetchall()
-        return [Candidate(r["key"], -float(r["rank"])) for r in rows]
-
-    @staticmethod
-    def _best_then_checked(
-        conn: sqlite3.Connection, match: str, first: int, where: str, params: list[Any], n: int
-    ) -> list[sqlite3.Row] | None:
-        """The n best matches of the whole index (from rowid `first`), then the filters
-        checked on those n rows only: when every chunk the store holds passes the
-        filters, this skips reading each matching chunk's row to filter it. None when a
-        row fails them (written since the index last followed the file): the caller
-        filters first."""
-        sql = f"""SELECT f.key, f.rank, ({where}) AS allowed FROM (
-                      SELECT rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
-                      WHERE chunks_fts MATCH ? AND rowid >= ? ORDER BY rank LIMIT ?) f
-                  LEFT JOIN chunks c ON c.rowid = f.key ORDER BY f.rank"""
-        rows = conn.execute(sql, (*params, match, first, n)).fetchall()
-        return rows if all(r["allowed"] for r in rows) else None
 
     async def similarities(
         self, keys: Sequence[Hashable], vector: np.ndarray
@@ -506,35 +294,7 @@ class SQLiteStore(HybridSearch):
     async def hydrate(
         self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
     ) -> list[SearchHit]:
-        if not ranked:
-            return []
-        marks = ",".join("?" * len(ranked))
-        rows = (
-            self.file.db()
-            .execute(
-                f"""SELECT {_HIT_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id
-                WHERE c.rowid IN ({marks})""",
-                [key for key, _ in ranked],
-            )
-            .fetchall()
-        )
-        by_key = {r["rowid"]: r for r in rows}
-        return [
-            hit_from_row(by_key[key], score, similarity[key])
-            for key, score in ranked
-            if key in by_key
-        ]
-
-    def _metadata_keys(self, filters: SearchFilters) -> list[int] | None:
-        """Row ids allowed by the filter tree (None: no filter)."""
-        if filters.where is None:
-            return None
-        where, params = filter_sql(filters, indexed=True)
-        documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
-        rows = self.file.db().execute(
-            f"SELECT c.rowid FROM chunks c {documents} WHERE {where}", params
-        )
-        return [r[0] for r in rows]
+        return hits(self.file.db(), ranked, similarity)
 
     # -- reads --------------------------------------------------------------------
 
@@ -623,16 +383,3 @@ class SQLiteStore(HybridSearch):
             "chunks": chunks,
             **self.vectors.health(),
         }
-
-
-def batches(values: list[str], size: int = 500) -> list[list[str]]:
-    return [values[start : start + size] for start in range(0, len(values), size)]
-
-
-def marks(values: Sequence[Any]) -> str:
-    return ",".join("?" * len(values))
-
-
-def hit_from_row(row: sqlite3.Row, score: float, similarity: float) -> SearchHit:
-    metadata = json.loads(row["metadata"])
-    return records.hit_from_record(row["id"], row, row["content"], metadata, score, similarity)

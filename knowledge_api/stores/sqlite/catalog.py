@@ -1,0 +1,65 @@
+"""The sqlite store's catalog: its collections and sources with their counts, and the
+documents of a collection listed a page at a time."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from knowledge_api.models import CollectionInfo, DocumentPage, DocumentSummary, SourceInfo
+from knowledge_api.stores import records
+
+
+def sources(conn: sqlite3.Connection, collection: str | None) -> list[SourceInfo]:
+    rows = conn.execute(
+        """SELECT s.collection, s.name, s.last_run, (SELECT count(*) FROM documents d
+               WHERE d.collection = s.collection AND d.source = s.name) AS documents
+           FROM sources s WHERE ? IS NULL OR s.collection = ?
+           ORDER BY s.collection, s.name""",
+        (collection, collection),
+    )
+    return [SourceInfo(r[0], r[1], r[3], r[2]) for r in rows]
+
+
+def list_documents(conn: sqlite3.Connection, page: DocumentPage) -> list[DocumentSummary]:
+    conditions, params = ["collection = ?", "id > ?"], [page.collection, page.after]
+    if page.source_type:
+        conditions.append("source_type = ?")
+        params.append(page.source_type)
+    if page.source is not None:
+        conditions.append("source = ?")
+        params.append(page.source)
+    rows = conn.execute(
+        f"""SELECT id, collection, source_type, source_id, source, title, metadata,
+               updated_at, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id)
+           FROM documents d WHERE {" AND ".join(conditions)} ORDER BY id LIMIT ?""",
+        (*params, page.limit),
+    )
+    return [
+        DocumentSummary(
+            r["id"],
+            r["collection"],
+            r["source_type"],
+            r["source_id"],
+            r["source"],
+            r["title"],
+            json.loads(r["metadata"]),
+            r[8],
+            records.as_timestamp(r["updated_at"]),
+        )
+        for r in rows
+    ]
+
+
+def collection_stats(conn: sqlite3.Connection) -> list[CollectionInfo]:
+    rows = conn.execute(
+        """SELECT name, sum(documents), sum(chunks), sum(sources), max(updated_at) FROM (
+               SELECT collection AS name, count(*) AS documents, 0 AS chunks,
+                      0 AS sources, max(updated_at) AS updated_at
+               FROM documents GROUP BY collection
+               UNION ALL SELECT collection, 0, count(*), 0, NULL FROM chunks GROUP BY collection
+               UNION ALL SELECT collection, 0, 0, count(*), max(last_run) FROM sources
+               GROUP BY collection)
+           GROUP BY name ORDER BY name"""
+    )
+    return [CollectionInfo(r[0], r[1], r[2], r[3], r[4] or "") for r in rows]

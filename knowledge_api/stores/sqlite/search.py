@@ -1,0 +1,98 @@
+"""The sqlite store's search SQL: keyword candidates from FTS5 (over the bounded terms of
+`fts_terms`), the chunks a filter tree allows, and hits read back by row id."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Hashable
+from typing import Any
+
+from knowledge_api.models import SearchFilters, SearchHit
+from knowledge_api.stores import records
+from knowledge_api.stores.base import Candidate
+from knowledge_api.stores.fts_terms import TermFrequencies
+from knowledge_api.stores.keyword import filter_sql, fts_expression, reads_documents
+
+HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.title,
+    c.section, c.content, d.source_type, d.source_id, d.metadata"""
+WITH_DOCUMENTS = "JOIN documents d ON d.id = c.document_id"
+
+
+def keyword_candidates(
+    conn: sqlite3.Connection,
+    frequencies: TermFrequencies,
+    terms: list[str],
+    chunks: int,
+    unfiltered: bool,
+    n: int,
+    filters: SearchFilters,
+) -> list[Candidate]:
+    """The keyword query on the reader thread (see `SQLiteFile.read_aside`):
+    `unfiltered` says every chunk the store holds passes `filters`."""
+    bounded = frequencies.bounded(conn, terms, chunks)
+    match = fts_expression(bounded.terms)
+    if not match:
+        return []
+    first = bounded.first_rowid(conn, match)
+    where, params = filter_sql(filters, indexed=True)
+    rows = best_then_checked(conn, match, first, where, params, n) if unfiltered else None
+    if rows is None:
+        documents = WITH_DOCUMENTS if reads_documents(filters) else ""
+        sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
+                  JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
+                  WHERE chunks_fts MATCH ? AND chunks_fts.rowid >= ? AND {where}
+                  ORDER BY rank LIMIT ?"""
+        rows = conn.execute(sql, (match, first, *params, n)).fetchall()
+    return [Candidate(r["key"], -float(r["rank"])) for r in rows]
+
+
+def best_then_checked(
+    conn: sqlite3.Connection, match: str, first: int, where: str, params: list[Any], n: int
+) -> list[sqlite3.Row] | None:
+    """The n best matches of the whole index (from rowid `first`), then the filters
+    checked on those n rows only: when every chunk the store holds passes the
+    filters, this skips reading each matching chunk's row to filter it. None when a
+    row fails them (written since the index last followed the file): the caller
+    filters first."""
+    sql = f"""SELECT f.key, f.rank, ({where}) AS allowed FROM (
+                  SELECT rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
+                  WHERE chunks_fts MATCH ? AND rowid >= ? ORDER BY rank LIMIT ?) f
+              LEFT JOIN chunks c ON c.rowid = f.key ORDER BY f.rank"""
+    rows = conn.execute(sql, (*params, match, first, n)).fetchall()
+    return rows if all(r["allowed"] for r in rows) else None
+
+
+def metadata_keys(conn: sqlite3.Connection, filters: SearchFilters) -> list[int] | None:
+    """Row ids allowed by the filter tree (None: no filter)."""
+    if filters.where is None:
+        return None
+    where, params = filter_sql(filters, indexed=True)
+    documents = WITH_DOCUMENTS if reads_documents(filters) else ""
+    rows = conn.execute(f"SELECT c.rowid FROM chunks c {documents} WHERE {where}", params)
+    return [r[0] for r in rows]
+
+
+def hits(
+    conn: sqlite3.Connection,
+    ranked: list[tuple[Hashable, float]],
+    similarity: dict[Hashable, float],
+) -> list[SearchHit]:
+    """The hits of `ranked` (row ids and scores) in their order; rows deleted since
+    they were ranked are left out."""
+    if not ranked:
+        return []
+    marks = ",".join("?" * len(ranked))
+    rows = conn.execute(
+        f"SELECT {HIT_COLUMNS} FROM chunks c {WITH_DOCUMENTS} WHERE c.rowid IN ({marks})",
+        [key for key, _ in ranked],
+    ).fetchall()
+    by_key = {r["rowid"]: r for r in rows}
+    return [
+        hit_from_row(by_key[key], score, similarity[key]) for key, score in ranked if key in by_key
+    ]
+
+
+def hit_from_row(row: sqlite3.Row, score: float, similarity: float) -> SearchHit:
+    metadata = json.loads(row["metadata"])
+    return records.hit_from_record(row["id"], row, row["content"], metadata, score, similarity)
