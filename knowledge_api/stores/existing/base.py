@@ -42,7 +42,8 @@ from knowledge_api.stores.existing.rows import (
     wiki_metadata,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.postgres.siam import Condition, Row, SiamStore, as_vector
+from knowledge_api.stores.postgres.rows import Condition, Row, as_vector
+from knowledge_api.stores.postgres.siam import SiamStore
 from knowledge_api.stores.tables.jobs import JobStore, RefusedJobs
 
 GENERATION_POLL_SECONDS = 1.0

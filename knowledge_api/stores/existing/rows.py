@@ -19,7 +19,7 @@ from knowledge_api.models import (
     document_id,
 )
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
-from knowledge_api.stores.postgres.siam import TENANCY, Condition, Row, filter_params
+from knowledge_api.stores.postgres.rows import TENANCY, Condition, Row, filter_params
 
 SIAM = "siam_vectors"
 WIKI = "wiki_documents"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from knowledge_api.models import Document
-from knowledge_api.stores.postgres.siam import require_embeddings
+from knowledge_api.stores.postgres.rows import require_embeddings
 
 LOAD_TIMEOUT = 3600.0
 """Seconds a bulk statement (the move of a large set, an index build) may take: the

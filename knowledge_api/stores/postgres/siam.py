@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from knowledge_api.errors import (
     BackendConnectionError,
@@ -27,9 +25,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.filters import equalities
 from knowledge_api.models import (
-    Chunk,
     CollectionInfo,
     Document,
     DocumentPage,
@@ -39,7 +35,6 @@ from knowledge_api.models import (
     SearchHit,
     SourceInfo,
 )
-from knowledge_api.stores import records
 from knowledge_api.stores.base import (
     Candidate,
     HybridSearch,
@@ -47,35 +42,28 @@ from knowledge_api.stores.base import (
     embedder_mismatch,
     is_uuid,
 )
-from knowledge_api.stores.filter_json import filter_tree
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.postgres.rows import (
+    CHUNK_COLUMNS,
+    DOCUMENT_COLUMNS,
+    Condition,
+    Passage,
+    Row,
+    as_vector,
+    collection_from_row,
+    document_from_rows,
+    document_payload,
+    filter_params,
+    hit_from_row,
+    lookup_parts,
+    source_from_row,
+    summary_from_row,
+    write_batches,
+)
 from knowledge_api.stores.tables.audit import AuditLog, SiamAudit
 from knowledge_api.stores.tables.feedback import FeedbackLog, SiamFeedback
 from knowledge_api.stores.tables.jobs import JobStore, SiamJobs
 from knowledge_api.stores.tables.keys import KeyStore, SiamKeys
-
-Row = dict[str, Any]
-Condition = tuple[str, str, Any]
-"""(column, operator, value); operator is "eq", "in", "gt" or "ilike"."""
-
-TENANCY = ("organization", "division", "app_under_test")
-DOCUMENT_COLUMNS = (
-    "id,collection,source_type,source_id,title,content,metadata,content_hash,created_at,updated_at,"
-    "source"
-)
-CHUNK_COLUMNS = "id,document_id,chunk_index,chunk_count,title,section,content,content_hash"
-WRITE_BATCH_CHUNKS = 200
-"""Passages per write call: bounds a request body (about 1 MB of 768-d vectors)."""
-LOOKUP_BATCH = 100
-"""Keys per `in` filter: keeps a PostgREST URL well under common limits."""
-
-
-@dataclass(frozen=True, slots=True)
-class Passage:
-    """A search candidate: equal (so fused) by id, carrying the row it was found as."""
-
-    id: str
-    row: Mapping[str, Any] = field(compare=False)
 
 
 class SiamStore(HybridSearch):
@@ -231,8 +219,7 @@ class SiamStore(HybridSearch):
         ids = list(dict.fromkeys(doc_id for doc_id in doc_ids if is_uuid(doc_id)))
         deleted = 0
         try:
-            for start in range(0, len(ids), LOOKUP_BATCH):
-                part = ids[start : start + LOOKUP_BATCH]
+            for part in lookup_parts(ids):
                 deleted += await self.delete_rows("knowledge_documents", ("id", "in", part))
         finally:
             self._wrote()
@@ -254,12 +241,7 @@ class SiamStore(HybridSearch):
         rows = await self.call(
             "knowledge_list_sources", {"source_collection": collection}, SearchError
         )
-        return [
-            SourceInfo(
-                r["collection"], r["name"], int(r["documents"]), records.as_timestamp(r["last_run"])
-            )
-            for r in rows
-        ]
+        return [source_from_row(r) for r in rows]
 
     async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
         if page.after and not is_uuid(page.after):
@@ -272,33 +254,11 @@ class SiamStore(HybridSearch):
             "list_limit": page.limit,
         }
         rows = await self.call("knowledge_list_documents", params, SearchError)
-        return [
-            DocumentSummary(
-                str(r["id"]),
-                r["collection"],
-                r["source_type"],
-                r["source_id"],
-                r["source"],
-                r["title"],
-                records.decoded(r["metadata"]),
-                int(r["chunks"]),
-                records.as_timestamp(r["updated_at"]),
-            )
-            for r in rows
-        ]
+        return [summary_from_row(r) for r in rows]
 
     async def collection_stats(self) -> list[CollectionInfo]:
         rows = await self.call("knowledge_collection_stats", {}, SearchError)
-        return [
-            CollectionInfo(
-                r["name"],
-                int(r["documents"]),
-                int(r["chunks"]),
-                int(r["sources"]),
-                records.as_timestamp(r["updated_at"]) if r["updated_at"] else "",
-            )
-            for r in rows
-        ]
+        return [collection_from_row(r) for r in rows]
 
     # -- search ---------------------------------------------------------------------
 
@@ -388,8 +348,7 @@ class SiamStore(HybridSearch):
 
     async def _lookup(self, table: str, columns: str, key: str, values: list[str]) -> list[Row]:
         rows: list[Row] = []
-        for start in range(0, len(values), LOOKUP_BATCH):
-            part = values[start : start + LOOKUP_BATCH]
+        for part in lookup_parts(values):
             rows.extend(await self.select(table, columns, (key, "in", part)))
         return rows
 
@@ -438,102 +397,3 @@ class SiamStore(HybridSearch):
     def location(self) -> dict[str, Any]:
         """Where the data lives, for /health (never a secret)."""
         return {}
-
-
-def filter_params(filters: SearchFilters) -> dict[str, Any]:
-    """The filter arguments of the search functions: a filter of metadata equalities
-    as before (tenancy keys become column filters, other metadata a JSON containment),
-    any other as the tree the functions compile (`filter_where`)."""
-    params: dict[str, Any] = {
-        "filter_collection": filters.collection,
-        "filter_source_types": (
-            None if filters.source_types is None else list(filters.source_types)
-        ),
-    }
-    contained: dict[str, Any] = {}
-    pairs = equalities(filters.where)
-    if pairs is None:
-        assert filters.where is not None
-        return {**params, "filter_metadata": {}, "filter_where": filter_tree(filters.where)}
-    for key, value in pairs:
-        if key in TENANCY and isinstance(value, str):
-            params[f"filter_{key}"] = value
-        else:
-            contained[key] = value
-    params["filter_metadata"] = contained
-    return params
-
-
-def require_embeddings(doc: Document) -> None:
-    """A store never embeds: a chunk without its vector is refused before any write."""
-    for chunk in doc.chunks:
-        if chunk.embedding is None:
-            raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
-
-
-def document_payload(doc: Document) -> Row:
-    require_embeddings(doc)
-    return {
-        "id": doc.id,
-        "collection": doc.collection,
-        "source_type": doc.source_type,
-        "source_id": doc.source_id,
-        "title": doc.title,
-        "content": doc.content,
-        "metadata": doc.metadata,
-        "content_hash": doc.content_hash,
-        "source": doc.source,
-        "chunks": [
-            {
-                "id": chunk.id,
-                "chunk_index": chunk.chunk_index,
-                "chunk_count": len(doc.chunks),
-                "title": chunk.title,
-                "section": chunk.section,
-                "content": chunk.content,
-                "content_hash": chunk.content_hash,
-                "embedding": vector_literal(chunk.embedding),
-            }
-            for chunk in doc.chunks
-        ],
-    }
-
-
-def write_batches(payloads: list[Row]) -> list[list[Row]]:
-    batches: list[list[Row]] = [[]]
-    size = 0
-    for payload in payloads:
-        if batches[-1] and size + len(payload["chunks"]) > WRITE_BATCH_CHUNKS:
-            batches.append([])
-            size = 0
-        batches[-1].append(payload)
-        size += len(payload["chunks"])
-    return [batch for batch in batches if batch]
-
-
-def vector_literal(vector: Any) -> str:
-    """pgvector's text form, '[0.1,0.2,...]': the shortest float32 digits, exact."""
-    return orjson.dumps(
-        np.asarray(vector, dtype=np.float32), option=orjson.OPT_SERIALIZE_NUMPY
-    ).decode()
-
-
-def as_vector(value: Any) -> np.ndarray:
-    """A stored vector as float32, from a decoded array or pgvector's text form."""
-    if isinstance(value, str):
-        value = orjson.loads(value)
-    return np.asarray(value, dtype=np.float32)
-
-
-def chunk_from_row(row: Mapping[str, Any]) -> Chunk:
-    embedding = as_vector(row["embedding"]) if "embedding" in row else None
-    return records.chunk_from_record(str(row["id"]), row, row["content"], embedding)
-
-
-def document_from_rows(row: Mapping[str, Any], chunks: Sequence[Mapping[str, Any]]) -> Document:
-    return records.document_from_record(row, row["content"], [chunk_from_row(c) for c in chunks])
-
-
-def hit_from_row(row: Mapping[str, Any], score: float, similarity: float) -> SearchHit:
-    metadata = dict(row["metadata"])
-    return records.hit_from_record(str(row["id"]), row, row["content"], metadata, score, similarity)

@@ -27,9 +27,10 @@ from knowledge_api.stores.base import Reconnect, reason
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.load import DEFAULT_BUILD, IndexBuild, load
+from knowledge_api.stores.postgres.rows import Condition, Row
 from knowledge_api.stores.postgres.schema import migrate
 from knowledge_api.stores.postgres.server import embedded_server_url, release_embedded_server
-from knowledge_api.stores.postgres.siam import Condition, Row, SiamStore
+from knowledge_api.stores.postgres.siam import SiamStore
 
 log = logging.getLogger("knowledge_api")
 COMMAND_TIMEOUT = 30.0

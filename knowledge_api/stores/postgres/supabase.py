@@ -21,7 +21,8 @@ from knowledge_api.errors import BackendConnectionError, ConfigurationError, Kno
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.postgres.siam import Condition, Row, SiamStore, vector_literal
+from knowledge_api.stores.postgres.rows import Condition, Row, vector_literal
+from knowledge_api.stores.postgres.siam import SiamStore
 
 try:
     import httpx

@@ -1,0 +1,182 @@
+"""Rows of the production schema (siam_vectors, knowledge_documents) as the models, the
+search functions' filter arguments, and documents as the write function's payload."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from knowledge_api.errors import IndexingError
+from knowledge_api.filters import equalities
+from knowledge_api.models import (
+    Chunk,
+    CollectionInfo,
+    Document,
+    DocumentSummary,
+    SearchFilters,
+    SearchHit,
+    SourceInfo,
+)
+from knowledge_api.stores import records
+from knowledge_api.stores.filter_json import filter_tree
+
+Row = dict[str, Any]
+Condition = tuple[str, str, Any]
+"""(column, operator, value); operator is "eq", "in", "gt" or "ilike"."""
+
+TENANCY = ("organization", "division", "app_under_test")
+DOCUMENT_COLUMNS = (
+    "id,collection,source_type,source_id,title,content,metadata,content_hash,created_at,updated_at,"
+    "source"
+)
+CHUNK_COLUMNS = "id,document_id,chunk_index,chunk_count,title,section,content,content_hash"
+LOOKUP_BATCH = 100
+"""Keys per `in` filter: keeps a PostgREST URL well under common limits."""
+WRITE_BATCH_CHUNKS = 200
+"""Passages per write call: bounds a request body (about 1 MB of 768-d vectors)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A search candidate: equal (so fused) by id, carrying the row it was found as."""
+
+    id: str
+    row: Mapping[str, Any] = field(compare=False)
+
+
+def filter_params(filters: SearchFilters) -> dict[str, Any]:
+    """The filter arguments of the search functions: a filter of metadata equalities
+    as before (tenancy keys become column filters, other metadata a JSON containment),
+    any other as the tree the functions compile (`filter_where`)."""
+    params: dict[str, Any] = {
+        "filter_collection": filters.collection,
+        "filter_source_types": (
+            None if filters.source_types is None else list(filters.source_types)
+        ),
+    }
+    contained: dict[str, Any] = {}
+    pairs = equalities(filters.where)
+    if pairs is None:
+        assert filters.where is not None
+        return {**params, "filter_metadata": {}, "filter_where": filter_tree(filters.where)}
+    for key, value in pairs:
+        if key in TENANCY and isinstance(value, str):
+            params[f"filter_{key}"] = value
+        else:
+            contained[key] = value
+    params["filter_metadata"] = contained
+    return params
+
+
+def lookup_parts(keys: list[str]) -> list[list[str]]:
+    """`keys` in parts of LOOKUP_BATCH, one `in` filter each."""
+    return [keys[start : start + LOOKUP_BATCH] for start in range(0, len(keys), LOOKUP_BATCH)]
+
+
+def require_embeddings(doc: Document) -> None:
+    """A store never embeds: a chunk without its vector is refused before any write."""
+    for chunk in doc.chunks:
+        if chunk.embedding is None:
+            raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
+
+
+def document_payload(doc: Document) -> Row:
+    require_embeddings(doc)
+    return {
+        "id": doc.id,
+        "collection": doc.collection,
+        "source_type": doc.source_type,
+        "source_id": doc.source_id,
+        "title": doc.title,
+        "content": doc.content,
+        "metadata": doc.metadata,
+        "content_hash": doc.content_hash,
+        "source": doc.source,
+        "chunks": [
+            {
+                "id": chunk.id,
+                "chunk_index": chunk.chunk_index,
+                "chunk_count": len(doc.chunks),
+                "title": chunk.title,
+                "section": chunk.section,
+                "content": chunk.content,
+                "content_hash": chunk.content_hash,
+                "embedding": vector_literal(chunk.embedding),
+            }
+            for chunk in doc.chunks
+        ],
+    }
+
+
+def write_batches(payloads: list[Row]) -> list[list[Row]]:
+    batches: list[list[Row]] = [[]]
+    size = 0
+    for payload in payloads:
+        if batches[-1] and size + len(payload["chunks"]) > WRITE_BATCH_CHUNKS:
+            batches.append([])
+            size = 0
+        batches[-1].append(payload)
+        size += len(payload["chunks"])
+    return [batch for batch in batches if batch]
+
+
+def vector_literal(vector: Any) -> str:
+    """pgvector's text form, '[0.1,0.2,...]': the shortest float32 digits, exact."""
+    return orjson.dumps(
+        np.asarray(vector, dtype=np.float32), option=orjson.OPT_SERIALIZE_NUMPY
+    ).decode()
+
+
+def as_vector(value: Any) -> np.ndarray:
+    """A stored vector as float32, from a decoded array or pgvector's text form."""
+    if isinstance(value, str):
+        value = orjson.loads(value)
+    return np.asarray(value, dtype=np.float32)
+
+
+def chunk_from_row(row: Mapping[str, Any]) -> Chunk:
+    embedding = as_vector(row["embedding"]) if "embedding" in row else None
+    return records.chunk_from_record(str(row["id"]), row, row["content"], embedding)
+
+
+def document_from_rows(row: Mapping[str, Any], chunks: Sequence[Mapping[str, Any]]) -> Document:
+    return records.document_from_record(row, row["content"], [chunk_from_row(c) for c in chunks])
+
+
+def hit_from_row(row: Mapping[str, Any], score: float, similarity: float) -> SearchHit:
+    metadata = dict(row["metadata"])
+    return records.hit_from_record(str(row["id"]), row, row["content"], metadata, score, similarity)
+
+
+def source_from_row(r: Mapping[str, Any]) -> SourceInfo:
+    return SourceInfo(
+        r["collection"], r["name"], int(r["documents"]), records.as_timestamp(r["last_run"])
+    )
+
+
+def summary_from_row(r: Mapping[str, Any]) -> DocumentSummary:
+    return DocumentSummary(
+        str(r["id"]),
+        r["collection"],
+        r["source_type"],
+        r["source_id"],
+        r["source"],
+        r["title"],
+        records.decoded(r["metadata"]),
+        int(r["chunks"]),
+        records.as_timestamp(r["updated_at"]),
+    )
+
+
+def collection_from_row(r: Mapping[str, Any]) -> CollectionInfo:
+    return CollectionInfo(
+        r["name"],
+        int(r["documents"]),
+        int(r["chunks"]),
+        int(r["sources"]),
+        records.as_timestamp(r["updated_at"]) if r["updated_at"] else "",
+    )
