@@ -16,8 +16,8 @@ import pytest
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Secret
-from knowledge_api.stores.points.base import Record
 from knowledge_api.stores.points.chroma import ChromaStore
+from knowledge_api.stores.points.engine import Record
 from tests.conftest import corpus, pairs
 from tests.test_store_conformance import assert_known_answers, closed_port, index, vector
 

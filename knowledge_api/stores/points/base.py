@@ -13,8 +13,7 @@ import asyncio
 import json
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, cast
+from dataclasses import replace
 
 import numpy as np
 
@@ -26,61 +25,34 @@ from knowledge_api.models import (
     DocumentPage,
     DocumentSummary,
     EmbedderIdentity,
-    Metadata,
     SearchHit,
     SourceInfo,
 )
 from knowledge_api.stores import records
 from knowledge_api.stores.base import (
-    HybridSearch,
     Reconnect,
     cosine_to_similarity,
     embedder_mismatch,
     is_uuid,
 )
 from knowledge_api.stores.fusion import SearchTuning
+from knowledge_api.stores.points.engine import (
+    COLLECTIONS,
+    SOURCES,
+    CatalogEntry,
+    ChunkPoint,
+    PointEngine,
+    Record,
+    by_collection,
+    collection_tokens,
+    sources_of,
+)
 
-Record = dict[str, Any]
-Key = tuple[str, str]
-"""A search key: (knowledge collection, chunk id)."""
 DOCUMENT_PAGE = 100
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkPoint:
-    """A chunk as its engine keeps it: its fields (see `records.chunk_record`), text,
-    the document's metadata and, when asked for, its vector."""
-
-    id: str
-    record: Record
-    content: str
-    metadata: Metadata
-    vector: np.ndarray | None = None
-
-    def chunk(self) -> Chunk:
-        chunk = records.chunk_from_record(self.id, self.record, self.content)
-        chunk.embedding = self.vector
-        return chunk
-
-    def hit(self, score: float, similarity: float) -> SearchHit:
-        return records.hit_from_record(
-            self.id, self.record, self.content, self.metadata, score, similarity
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class CatalogEntry:
-    """A document as the catalog keeps it (see `records.document_record`)."""
-
-    id: str
-    record: Record
-    content: str
-
-
-class PointStore(HybridSearch):
-    name = "points"
-    engine = "the engine"
-    """How errors name the engine: Chroma, Qdrant."""
+class PointStore(PointEngine):
+    """The store protocol over the primitives of `PointEngine`."""
 
     def __init__(
         self, prefix: str, prefix_setting: str, tuning: SearchTuning, poll_seconds: float
@@ -93,94 +65,6 @@ class PointStore(HybridSearch):
         self._collection_tokens: dict[str, str] = {}
         """Each collection's token as of the last read of the record (or our write)."""
         self._write_lock = asyncio.Lock()
-
-    @property
-    def location(self) -> str:
-        """Where the points live, for errors and /health (never a secret)."""
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.location!r})"
-
-    # -- primitives, provided by the backends ---------------------------------------------
-
-    def connected(self) -> bool:
-        raise NotImplementedError
-
-    async def _connect(self) -> None:
-        """Open the client and make sure the catalog exists."""
-        raise NotImplementedError
-
-    async def close(self) -> None:
-        raise NotImplementedError
-
-    async def _read_record(self) -> Record:
-        """The store's own record (empty before the first write)."""
-        raise NotImplementedError
-
-    async def _write_record(self, record: Record) -> None:
-        raise NotImplementedError
-
-    async def _stored(self, ids: list[str]) -> dict[str, tuple[str, str]]:
-        """When each of these documents was first stored and its collection (those that are)."""
-        raise NotImplementedError
-
-    async def _upsert_chunks(self, collection: str, documents: Sequence[Document]) -> None:
-        """Write the chunks of `documents` (with their vectors) into `collection`."""
-        raise NotImplementedError
-
-    async def _drop_stale(self, collection: str, doc_ids: list[str], keep: set[str]) -> None:
-        """Delete the chunks of `doc_ids` whose ids are not in `keep`."""
-        raise NotImplementedError
-
-    async def _upsert_catalog(self, entries: Sequence[CatalogEntry]) -> None:
-        raise NotImplementedError
-
-    async def _remove(self, doc_id: str) -> str | None:
-        """Delete a document's chunks, then its catalog record; its collection, None if
-        there is none."""
-        raise NotImplementedError
-
-    async def _by_source(self, source_type: str, key: str, collection: str) -> Document | None:
-        raise NotImplementedError
-
-    async def _chunk_owner(self, collection: str, chunk_id: str) -> str | None:
-        """The id of the document a chunk of `collection` belongs to."""
-        raise NotImplementedError
-
-    async def _chunk_points(
-        self, collection: str, ids: list[str], vectors: bool = False
-    ) -> list[ChunkPoint]:
-        """The chunks of `collection` with these ids (those that exist)."""
-        raise NotImplementedError
-
-    async def _catalog_entries(self, ids: list[str]) -> list[CatalogEntry]:
-        """The catalog entries of these document ids (those that exist)."""
-        raise NotImplementedError
-
-    async def _chunks_of(
-        self, collection: str, doc_ids: list[str], vectors: bool
-    ) -> list[ChunkPoint]:
-        """Every chunk of these documents of `collection`."""
-        raise NotImplementedError
-
-    async def _document_ids(self, collection: str) -> list[str]:
-        raise NotImplementedError
-
-    async def collections(self) -> dict[str, int]:
-        raise NotImplementedError
-
-    async def _opened(self, record: Record) -> None:
-        """After a successful open (e.g. rebuild what mirrors the engine)."""
-
-    async def _changed(self) -> None:
-        """Another client wrote since we last looked."""
-
-    def _indexed(self, documents: Sequence[Document]) -> None:
-        """Our own write of `documents` succeeded."""
-
-    def _deleted(self, doc_id: str) -> None:
-        """Our own delete of `doc_id` succeeded."""
 
     # -- connection ---------------------------------------------------------------------
 
@@ -407,7 +291,7 @@ class PointStore(HybridSearch):
                     page.source is not None and records.source_of(record) != page.source
                 ):
                     continue
-                found.append(summary(entry))
+                found.append(entry.summary())
                 if len(found) == page.limit:
                     return found
         return found
@@ -492,53 +376,6 @@ class PointStore(HybridSearch):
         if doc is None or doc.source_type != source_type or doc.collection != collection:
             return None
         return doc
-
-
-def by_collection(keys: Iterable[Hashable]) -> dict[str, list[str]]:
-    """Chunk ids of search keys, by collection."""
-    grouped: dict[str, list[str]] = defaultdict(list)
-    for collection, chunk_id in cast(Iterable[Key], keys):
-        grouped[collection].append(chunk_id)
-    return grouped
-
-
-def unavailable(name: str, error: KnowledgeStoreError) -> dict[str, Any]:
-    """The /health line of a store that cannot answer."""
-    return {"backend": name, "status": "unavailable", "error": str(error)}
-
-
-SOURCES = "sources"
-"""The key of the store record holding each source's last run, as JSON:
-{collection: {source: timestamp}}."""
-
-
-COLLECTIONS = "collection_generations"
-"""The key of the store record holding the token of the last write that touched each
-collection, as JSON: {collection: token}."""
-
-
-def collection_tokens(record: Record) -> dict[str, str]:
-    return cast(dict[str, str], json.loads(record.get(COLLECTIONS) or "{}"))
-
-
-def sources_of(record: Record) -> dict[str, dict[str, str]]:
-    found = json.loads(record.get(SOURCES) or "{}")
-    return cast(dict[str, dict[str, str]], found)
-
-
-def summary(entry: CatalogEntry) -> DocumentSummary:
-    record = entry.record
-    return DocumentSummary(
-        entry.id,
-        record["collection"],
-        record["source_type"],
-        record["source_id"],
-        records.source_of(record),
-        record["title"],
-        records.decoded(record["metadata"]),
-        int(record["chunk_count"]),
-        records.as_timestamp(record["updated_at"]),
-    )
 
 
 def stamped(documents: Sequence[Document], created: Mapping[str, str]) -> list[Document]:

@@ -34,14 +34,9 @@ from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
-from knowledge_api.stores.points.base import (
-    CatalogEntry,
-    ChunkPoint,
-    PointStore,
-    Record,
-    unavailable,
-)
+from knowledge_api.stores.points.base import PointStore
 from knowledge_api.stores.points.chroma_filter import chroma_where, chunk_fields
+from knowledge_api.stores.points.engine import CatalogEntry, ChunkPoint, Record, unavailable
 
 T = TypeVar("T")
 Key = tuple[str, str]

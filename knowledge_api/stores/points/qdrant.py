@@ -37,12 +37,7 @@ from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import is_uuid
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.points.base import (
-    CatalogEntry,
-    ChunkPoint,
-    Record,
-    unavailable,
-)
+from knowledge_api.stores.points.engine import CatalogEntry, ChunkPoint, Record, unavailable
 from knowledge_api.stores.points.qdrant_filter import quoted
 from knowledge_api.stores.points.qdrant_points import (
     DENSE,

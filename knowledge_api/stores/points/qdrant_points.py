@@ -14,7 +14,7 @@ from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.keyword import sparse_document, sparse_query
-from knowledge_api.stores.points.base import CatalogEntry, ChunkPoint
+from knowledge_api.stores.points.engine import CatalogEntry, ChunkPoint
 from knowledge_api.stores.points.qdrant_filter import chunk_fields, payload_filter
 
 DENSE = "dense"

@@ -12,7 +12,8 @@ import numpy as np
 from knowledge_api.models import SearchFilters, SearchMode
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
 from knowledge_api.stores.keyword import sparse_query
-from knowledge_api.stores.points.base import PointStore, by_collection
+from knowledge_api.stores.points.base import PointStore
+from knowledge_api.stores.points.engine import by_collection
 from knowledge_api.stores.points.qdrant_points import (
     DENSE,
     KEYWORDS,
