@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,7 +26,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.models import Chunk, Document, SearchFilters
+from knowledge_api.models import Document, SearchFilters
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
@@ -35,14 +34,20 @@ from knowledge_api.stores.base import Candidate, cosine_to_similarity
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
 from knowledge_api.stores.points.base import PointStore
-from knowledge_api.stores.points.chroma_filter import chroma_where, chunk_fields
+from knowledge_api.stores.points.chroma_filter import chroma_where
+from knowledge_api.stores.points.chroma_points import (
+    chunk_metadata,
+    chunk_points,
+    close_client,
+    content_hashes,
+    keyword_entries,
+    new_client,
+    unreachable,
+    vectors_by_hash,
+)
 from knowledge_api.stores.points.engine import CatalogEntry, ChunkPoint, Record, unavailable
 
 T = TypeVar("T")
-Key = tuple[str, str]
-GetResult = dict[str, Any]
-PAGE = 1000
-"""Document metadata is flattened into chunk metadata under this prefix for `where`."""
 
 
 class ChromaStore(PointStore):
@@ -85,7 +90,9 @@ class ChromaStore(PointStore):
 
     async def _connect(self) -> None:
         self._sdk = import_extra("chromadb", "chroma")
-        self._client = await asyncio.to_thread(self._new_client)
+        self._client = await asyncio.to_thread(
+            new_client, self._sdk, self.host, self.port, self.ssl, self._token, self.path
+        )
         self._catalog = await asyncio.to_thread(
             self._client.get_or_create_collection, self.prefix, embedding_function=None
         )
@@ -100,16 +107,6 @@ class ChromaStore(PointStore):
         if self._client is not None:
             client, self._client = self._client, None
             await asyncio.to_thread(close_client, client)
-
-    def _new_client(self) -> Any:
-        config = self._sdk.config.Settings(anonymized_telemetry=False)
-        if self.host:
-            headers = {"Authorization": f"Bearer {self._token.get()}"} if self._token else None
-            return self._sdk.HttpClient(
-                host=self.host, port=self.port, ssl=self.ssl, headers=headers, settings=config
-            )
-        self.path.mkdir(parents=True, exist_ok=True)
-        return self._sdk.PersistentClient(path=str(self.path), settings=config)
 
     async def _read_record(self) -> Record:
         def read() -> Record:
@@ -293,21 +290,7 @@ class ChromaStore(PointStore):
     async def _load_keywords(self) -> None:
         """Rebuild the keyword index from every chunk stored in Chroma."""
 
-        def read_all() -> list[KeywordEntry]:
-            entries: list[KeywordEntry] = []
-            for chunks in self._all_chunks():
-                collection = (chunks.metadata or {}).get("collection", "")
-                for offset in range(0, chunks.count(), PAGE):
-                    got = chunks.get(limit=PAGE, offset=offset)
-                    entries.extend(
-                        KeywordEntry.of(
-                            p.chunk(), collection, p.record["source_type"], p.metadata, p.record
-                        )
-                        for p in chunk_points(got, vectors=False)
-                    )
-            return entries
-
-        entries = await asyncio.to_thread(read_all)
+        entries = await asyncio.to_thread(lambda: keyword_entries(self._all_chunks()))
         self.keywords.clear()
         self.keywords.replace([], entries)
 
@@ -364,26 +347,13 @@ class ChromaStore(PointStore):
 
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         def read() -> dict[str, str]:
-            hashes = {}
-            for start in range(0, len(doc_ids), PAGE):
-                part = list(doc_ids[start : start + PAGE])
-                got = self._catalog.get(ids=part, include=["metadatas"])
-                for doc_id, meta in zip(got["ids"], got["metadatas"], strict=True):
-                    hashes[doc_id] = str(meta["content_hash"])
-            return hashes
+            return content_hashes(self._catalog, doc_ids)
 
         return await self._run(SearchError, "reading content hashes", read) if doc_ids else {}
 
     async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         def read() -> dict[str, np.ndarray]:
-            vectors: dict[str, np.ndarray] = {}
-            for chunks in self._all_chunks():
-                for start in range(0, len(hashes), PAGE):
-                    where = {"content_hash": {"$in": list(hashes[start : start + PAGE])}}
-                    got = chunks.get(where=where, include=["metadatas", "embeddings"])
-                    for meta, embedding in zip(got["metadatas"], got["embeddings"], strict=True):
-                        vectors[meta["content_hash"]] = np.asarray(embedding, dtype=np.float32)
-            return vectors
+            return vectors_by_hash(self._all_chunks(), hashes)
 
         return await self._run(SearchError, "reading stored vectors", read) if hashes else {}
 
@@ -420,46 +390,3 @@ class ChromaStore(PointStore):
             "chunks": chunks,
             "keyword_index_chunks": len(self.keywords),
         }
-
-
-def chunk_points(got: GetResult, vectors: bool) -> list[ChunkPoint]:
-    """The chunks of a Chroma `get` answer (with embeddings when `vectors`)."""
-    return [
-        ChunkPoint(
-            chunk_id,
-            meta,
-            got["documents"][i],
-            json.loads(meta["metadata"]),
-            np.asarray(got["embeddings"][i], dtype=np.float32) if vectors else None,
-        )
-        for i, (chunk_id, meta) in enumerate(zip(got["ids"], got["metadatas"], strict=True))
-    ]
-
-
-def chunk_metadata(doc: Document, chunk: Chunk) -> dict[str, Any]:
-    """Chunk fields, the document metadata as JSON, and what Chroma's `where` filters
-    on (`chroma_filter.chunk_fields`)."""
-    return {
-        **records.chunk_record(doc, chunk),
-        "metadata": json.dumps(doc.metadata),
-        **chunk_fields(doc),
-    }
-
-
-def close_client(client: Any) -> None:
-    """Close a client and, for the HTTP client, the connection pools it leaves open."""
-    sessions = [
-        getattr(getattr(owner, "_server", None), "_session", None)
-        for owner in (client, getattr(client, "_admin_client", None))
-    ]
-    client.close()
-    for session in sessions:
-        if session is not None:
-            session.close()
-
-
-def unreachable(error: BaseException) -> bool:
-    """Whether the server cannot be reached (rather than refusing one request)."""
-    import httpx
-
-    return isinstance(error, httpx.TransportError | ConnectionError)
