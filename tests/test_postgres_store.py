@@ -321,12 +321,12 @@ def test_a_database_that_does_not_answer_is_named_with_its_reason_once(
 ) -> None:
     """A server that takes the connection and never answers: the log said 'store
     unavailable: ' with no reason, once for every source of every streamed query."""
-    from knowledge_api.stores import base
+    from knowledge_api.stores import reconnect
     from knowledge_api.stores.postgres import store as postgres
     from tests.conftest import make_settings
 
     monkeypatch.setattr(postgres, "CONNECT_TIMEOUT", 0.5)
-    monkeypatch.setattr(base, "RECONNECT_SECONDS", 0.2)
+    monkeypatch.setattr(reconnect, "RECONNECT_SECONDS", 0.2)
     silent = socket.create_server(("127.0.0.1", 0))  # accepts and never speaks
     url = f"postgresql://knowledge:s3cret-pass@127.0.0.1:{silent.getsockname()[1]}/k"
     settings = make_settings(tmp_path, store="postgres", database_url=Secret(url))

@@ -10,9 +10,6 @@ and hydrates hits.
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Hashable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from knowledge_api import tracing
-from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError
+from knowledge_api.errors import EmbedderMismatchError
 from knowledge_api.models import (
     CollectionInfo,
     Document,
@@ -199,6 +196,7 @@ class HybridSearch(FromSettings):
     def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
         """Answered queries and their ratings: beside the API keys too."""
         return SQLiteFeedback(sqlite_path)
+
     def job_store(self, sqlite_path: Path) -> JobStore:
         """Where this store's deployment keeps its upload jobs: by default a table of
         the SQLite file at `sqlite_path`, like the keys."""
@@ -393,60 +391,3 @@ def embedder_mismatch(
         stored=stored.name,
         configured=configured.name,
     )
-
-
-RECONNECT_SECONDS = 5.0
-log = logging.getLogger("knowledge_api")
-
-
-class Reconnect:
-    """When a backend that failed to open is tried again: at most every
-    RECONNECT_SECONDS, one attempt at a time; in between, requests fail at once with
-    the reason it failed. The log says when the reason changes and when it answers
-    again, not at every request refused meanwhile."""
-
-    def __init__(self, backend: str) -> None:
-        self.backend = backend
-        self.error = ""
-        self.next_attempt = 0.0
-        self.lock = asyncio.Lock()
-        self.opened = False
-
-    def attempting(self) -> None:
-        self.next_attempt = time.monotonic() + RECONNECT_SECONDS
-
-    def failed(self, error: str) -> BackendConnectionError:
-        # the first failure of a store never opened is the service's to report, at start
-        if error != self.error and (self.error or self.opened):
-            log.warning(
-                "store unavailable: %s (trying again at most every %g s)", error, RECONNECT_SECONDS
-            )
-        self.error = error
-        return BackendConnectionError(error, backend=self.backend)
-
-    def succeeded(self) -> None:
-        """Connected: a connection lost later may be reopened at once."""
-        if self.error:
-            log.info("store available again (it failed with: %s)", self.error)
-        self.error = ""
-        self.next_attempt = 0.0
-        self.opened = True
-
-    def check(self) -> None:
-        """Fail at once while the last attempt is recent (or still under way)."""
-        if time.monotonic() < self.next_attempt:
-            reason = self.error or "reconnecting (an attempt is under way)"
-            raise BackendConnectionError(f"store unavailable: {reason}", backend=self.backend)
-
-
-def reason(error: BaseException) -> str:
-    """What went wrong, never empty (a timeout's message is)."""
-    return str(error) or f"{type(error).__name__} (no message)"
-
-
-def is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True

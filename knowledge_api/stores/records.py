@@ -258,3 +258,12 @@ class Generation:
         """What this client mirrors of the engine may be wrong (a write failed half
         way): the next `current` runs `changed` whatever the token says."""
         self._stale = True
+
+
+def is_uuid(value: str) -> bool:
+    """Whether `value` can be a document id of the stores that key documents by UUID."""
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

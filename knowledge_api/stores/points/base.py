@@ -30,10 +30,8 @@ from knowledge_api.models import (
 )
 from knowledge_api.stores import records
 from knowledge_api.stores.base import (
-    Reconnect,
     cosine_to_similarity,
     embedder_mismatch,
-    is_uuid,
 )
 from knowledge_api.stores.fusion import SearchTuning
 from knowledge_api.stores.points.engine import (
@@ -47,6 +45,8 @@ from knowledge_api.stores.points.engine import (
     collection_tokens,
     sources_of,
 )
+from knowledge_api.stores.reconnect import Reconnect
+from knowledge_api.stores.records import is_uuid
 
 DOCUMENT_PAGE = 100
 

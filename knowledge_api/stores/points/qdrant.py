@@ -19,7 +19,6 @@ import math
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -29,36 +28,35 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.models import (
-    Document,
-)
+from knowledge_api.models import Document
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
-from knowledge_api.stores.base import is_uuid
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.points.engine import CatalogEntry, ChunkPoint, Record, unavailable
 from knowledge_api.stores.points.qdrant_filter import quoted
 from knowledge_api.stores.points.qdrant_points import (
     DENSE,
     catalog_entry,
+    catalog_struct,
     chunk_point,
     chunk_struct,
     chunk_vectors,
+    documents_only,
     match,
     match_any,
     new_client,
     unreachable,
     version_tuple,
+    without_credentials,
 )
 from knowledge_api.stores.points.qdrant_search import QdrantSearch
+from knowledge_api.stores.records import is_uuid
 
 STORE_POINT = str(uuid.uuid5(uuid.NAMESPACE_URL, "knowledge-api:store"))
 SERVER_FUSION_SINCE = (1, 16)
 """The first Qdrant server whose RRF takes a k, so its fusion ranks like ours."""
 BATCH = 256
-TIMEOUT_SECONDS = 10
-Key = tuple[str, str]
 
 
 class QdrantStore(QdrantSearch):
@@ -98,10 +96,7 @@ class QdrantStore(QdrantSearch):
     @property
     def location(self) -> str:
         """The folder, or the URL without any user:password in it."""
-        if not self.url:
-            return self.path
-        parts = urlsplit(self.url)
-        return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        return without_credentials(self.url) if self.url else self.path
 
     # -- the primitives PointStore builds on -----------------------------------------------
 
@@ -229,14 +224,7 @@ class QdrantStore(QdrantSearch):
         await self._change("removing stale chunks", "delete", name, m.FilterSelector(filter=stale))
 
     async def _upsert_catalog(self, entries: Sequence[CatalogEntry]) -> None:
-        points = [
-            self._m.PointStruct(
-                id=entry.id,
-                vector={},
-                payload={"kind": "document", **entry.record, "content": entry.content},
-            )
-            for entry in entries
-        ]
+        points = [catalog_struct(self._m, entry) for entry in entries]
         for start in range(0, len(points), BATCH):
             part = points[start : start + BATCH]
             await self._change("writing documents", "upsert", self.prefix, part)
@@ -372,22 +360,18 @@ class QdrantStore(QdrantSearch):
             "facet",
             self.prefix,
             key="collection",
-            facet_filter=self._documents_only(),
+            facet_filter=documents_only(self._m),
             limit=10_000,
             exact=True,
         )
         return dict(sorted((str(hit.value), hit.count) for hit in found.hits))
-
-    def _documents_only(self) -> Any:
-        m = self._m
-        return m.Filter(must=[match(m, "kind", "document")])
 
     async def count(self) -> int:
         found = await self._read(
             "counting documents",
             "count",
             self.prefix,
-            count_filter=self._documents_only(),
+            count_filter=documents_only(self._m),
             exact=True,
         )
         return int(found.count)

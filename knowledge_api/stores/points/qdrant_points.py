@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -78,6 +79,12 @@ def chunk_struct(m: Any, doc: Document, chunk: Chunk) -> Any:
     return m.PointStruct(id=chunk.id, vector=vectors, payload=payload)
 
 
+def catalog_struct(m: Any, entry: CatalogEntry) -> Any:
+    """A document of the catalog as a point without vectors: its record and text."""
+    payload = {"kind": "document", **entry.record, "content": entry.content}
+    return m.PointStruct(id=entry.id, vector={}, payload=payload)
+
+
 def search_filter(m: Any, filters: SearchFilters) -> Any:
     """The payload filter of a search's source types and filter tree (None: none)."""
     parts: list[Any] = []
@@ -115,6 +122,11 @@ def match(m: Any, key: str, value: Any) -> Any:
     return m.FieldCondition(key=key, match=m.MatchValue(value=value))
 
 
+def documents_only(m: Any) -> Any:
+    """The filter of the catalog's documents (not the store's own record)."""
+    return m.Filter(must=[match(m, "kind", "document")])
+
+
 def match_any(m: Any, key: str, values: list[str]) -> Any:
     """The condition that payload `key` is one of `values`."""
     return m.FieldCondition(key=key, match=m.MatchAny(any=values))
@@ -126,6 +138,12 @@ def version_tuple(version: str) -> tuple[int, ...]:
         digits = "".join(ch for ch in part if ch.isdigit())
         parts.append(int(digits or 0))
     return tuple(parts)
+
+
+def without_credentials(url: str) -> str:
+    """A server's URL without any user:password in it."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def folder_in_use(folder: Path) -> bool:

@@ -40,7 +40,6 @@ from knowledge_api.stores.base import (
     HybridSearch,
     cosine_to_similarity,
     embedder_mismatch,
-    is_uuid,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.rows import (
@@ -60,6 +59,7 @@ from knowledge_api.stores.postgres.rows import (
     summary_from_row,
     write_batches,
 )
+from knowledge_api.stores.records import is_uuid
 from knowledge_api.stores.tables.audit import AuditLog, SiamAudit
 from knowledge_api.stores.tables.feedback import FeedbackLog, SiamFeedback
 from knowledge_api.stores.tables.jobs import JobStore, SiamJobs

@@ -23,7 +23,6 @@ from knowledge_api.errors import BackendConnectionError, IndexingError, Knowledg
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
-from knowledge_api.stores.base import Reconnect, reason
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.load import DEFAULT_BUILD, IndexBuild, load
@@ -31,6 +30,7 @@ from knowledge_api.stores.postgres.rows import Condition, Row
 from knowledge_api.stores.postgres.schema import migrate
 from knowledge_api.stores.postgres.server import embedded_server_url, release_embedded_server
 from knowledge_api.stores.postgres.siam import SiamStore
+from knowledge_api.stores.reconnect import Reconnect, reason
 
 log = logging.getLogger("knowledge_api")
 COMMAND_TIMEOUT = 30.0

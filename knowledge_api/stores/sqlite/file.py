@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from knowledge_api.errors import BackendConnectionError, IndexingError
-from knowledge_api.stores.base import Reconnect
+from knowledge_api.stores.reconnect import Reconnect
 
 T = TypeVar("T")
 
