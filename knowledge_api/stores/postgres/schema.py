@@ -1,26 +1,45 @@
 """The service's own Postgres schema: the numbered migrations of stores/sql/postgres/,
 applied in one transaction under an advisory lock, and the record of those applied
-(`knowledge_schema_migrations`: version and name)."""
+(`knowledge_schema_migrations`: version and name, never the text).
+
+Each SQL function's current definition is a file of its own in functions/; the
+migration that last (re)defines it includes it with a psql-style `\\ir` line, and
+earlier migrations keep the definitions they made then. A database migrated step by
+step and a new one end with the same functions.
+"""
 
 from __future__ import annotations
 
+import re
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from knowledge_api.errors import ConfigurationError
 
 MIGRATION_LOCK = 7_304_251_911  # pg_advisory_xact_lock key: one migrator at a time
+INCLUDE = re.compile(r"^\\ir (\S+)$", re.MULTILINE)
+"""A line naming a file (relative to the migration's folder) whose text stands there."""
 
 
 def migrations() -> list[tuple[int, str, str]]:
-    """(version, name, SQL) of every numbered migration, in order."""
+    """(version, name, SQL) of every numbered migration, in order, includes expanded."""
     folder = resources.files("knowledge_api.stores.sql").joinpath("postgres")
     found = [
-        (int(script.name.split("_", 1)[0]), script.name.removesuffix(".sql"), script.read_text())
+        (
+            int(script.name.split("_", 1)[0]),
+            script.name.removesuffix(".sql"),
+            expanded(script.read_text(), folder),
+        )
         for script in folder.iterdir()
         if script.name.endswith(".sql")
     ]
     return sorted(found)
+
+
+def expanded(sql: str, folder: Traversable) -> str:
+    """`sql` with each `\\ir` line replaced by the text of the file it names."""
+    return INCLUDE.sub(lambda m: folder.joinpath(m.group(1)).read_text().rstrip("\n"), sql)
 
 
 async def applied_versions(conn: Any) -> set[int]:

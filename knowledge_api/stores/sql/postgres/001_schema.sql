@@ -97,12 +97,7 @@ CREATE TABLE knowledge_store_state (
 );
 INSERT INTO knowledge_store_state DEFAULT VALUES;
 
-CREATE FUNCTION knowledge_bump_generation() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE knowledge_store_state SET generation = generation + 1;
-    RETURN NULL;
-END;
-$$;
+\ir functions/knowledge_bump_generation.sql
 CREATE TRIGGER knowledge_documents_changed
     AFTER INSERT OR UPDATE OR DELETE ON knowledge_documents
     FOR EACH STATEMENT EXECUTE FUNCTION knowledge_bump_generation();

@@ -2,28 +2,15 @@
 -- Each returns rows of named columns, so both callers read the same JSON-like rows.
 
 -- Any of the query's words (stemmed, stop words dropped): an OR of lexemes.
-CREATE FUNCTION knowledge_any_terms(query_text text) RETURNS tsquery
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT replace(plainto_tsquery('english', query_text)::text, ' & ', ' | ')::tsquery
-$$;
+\ir functions/knowledge_any_terms.sql
 
 -- An ILIKE pattern matching the query text literally anywhere.
-CREATE FUNCTION knowledge_like_pattern(query_text text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT '%' || replace(replace(replace(btrim(query_text), '\', '\\'), '%', '\%'), '_', '\_') || '%'
-$$;
+\ir functions/knowledge_like_pattern.sql
 
 -- A metadata value as a tenancy column: only strings qualify.
-CREATE FUNCTION knowledge_text_field(metadata jsonb, field text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN jsonb_typeof(metadata -> field) = 'string' THEN metadata ->> field END
-$$;
+\ir functions/knowledge_text_field.sql
 
-CREATE FUNCTION knowledge_try_uuid(value text) RETURNS uuid
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN value ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-                THEN value::uuid END
-$$;
+\ir functions/knowledge_try_uuid.sql
 
 -- Passages by cosine similarity (1 - cosine distance), best first, above the threshold.
 -- The nearest match_count are found first and cut by the threshold after: the same rows
@@ -31,6 +18,7 @@ $$;
 -- HNSW scan keeps 100 candidates (the backends ask for 50) and is iterative, so filters
 -- never starve the result of rows; plans are made for the actual arguments, so an
 -- unused filter costs nothing.
+-- Replaced in 013_filter_language: the current text is functions/match_siam_vectors_gemini.sql.
 CREATE FUNCTION match_siam_vectors_gemini(
     query_embedding vector,
     match_threshold double precision DEFAULT 0.2,
@@ -86,6 +74,7 @@ $$;
 
 -- Passages by full-text rank (any query word counts); a literal ILIKE match is the
 -- last resort when full text finds nothing (symbols, stop words, fragments).
+-- Replaced in 013_filter_language: the current text is functions/search_siam_vectors_text.sql.
 CREATE FUNCTION search_siam_vectors_text(
     query_text text,
     match_count integer DEFAULT 5,
@@ -158,95 +147,19 @@ $$;
 
 -- Wiki pages by keyword (the text search of the wiki): full-text rank over title and
 -- markdown, ILIKE as the last resort.
-CREATE FUNCTION search_wiki_documents(
-    query_text text,
-    match_count integer DEFAULT 10,
-    filter_app_name text DEFAULT NULL
-) RETURNS TABLE (
-    id uuid,
-    title text,
-    url text,
-    app_name text,
-    markdown_content text,
-    rank double precision
-)
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    terms tsquery := knowledge_any_terms(query_text);
-BEGIN
-    IF btrim(query_text) = '' THEN
-        RETURN;
-    END IF;
-    IF numnode(terms) > 0 THEN
-        RETURN QUERY
-        SELECT w.id, w.title, w.url, w.app_name, w.markdown_content,
-               ts_rank(w.fts, terms)::double precision
-        FROM wiki_documents w
-        WHERE w.fts @@ terms AND (filter_app_name IS NULL OR w.app_name = filter_app_name)
-        ORDER BY 6 DESC, w.id
-        LIMIT match_count;
-        IF FOUND THEN
-            RETURN;
-        END IF;
-    END IF;
-    RETURN QUERY
-    SELECT w.id, w.title, w.url, w.app_name, w.markdown_content,
-           (CASE WHEN w.title ILIKE knowledge_like_pattern(query_text) THEN 0.002 ELSE 0.001 END)::double precision
-    FROM wiki_documents w
-    WHERE (w.title ILIKE knowledge_like_pattern(query_text)
-           OR w.markdown_content ILIKE knowledge_like_pattern(query_text))
-      AND (filter_app_name IS NULL OR w.app_name = filter_app_name)
-    ORDER BY 6 DESC, w.id
-    LIMIT match_count;
-END;
-$$;
+\ir functions/search_wiki_documents.sql
 
 -- Wiki pages by meaning: the cosine similarity of the query and the page's vector.
-CREATE FUNCTION match_wiki_documents(
-    query_embedding vector,
-    match_threshold double precision DEFAULT 0.2,
-    match_count integer DEFAULT 10,
-    filter_app_name text DEFAULT NULL
-) RETURNS TABLE (
-    id uuid,
-    title text,
-    url text,
-    app_name text,
-    markdown_content text,
-    similarity double precision
-)
-LANGUAGE sql STABLE
-SET hnsw.ef_search = 100
-SET hnsw.iterative_scan = strict_order
-SET plan_cache_mode = force_custom_plan
-AS $$
-    SELECT nearest.id, nearest.title, nearest.url, nearest.app_name,
-           nearest.markdown_content, 1 - nearest.distance
-    FROM (
-        SELECT w.id, w.title, w.url, w.app_name, w.markdown_content,
-               w.embedding <=> query_embedding AS distance
-        FROM wiki_documents w
-        WHERE filter_app_name IS NULL OR w.app_name = filter_app_name
-        ORDER BY w.embedding <=> query_embedding
-        LIMIT match_count
-    ) nearest
-    WHERE 1 - nearest.distance > match_threshold
-    ORDER BY nearest.distance
-$$;
+\ir functions/match_wiki_documents.sql
 
 -- The cosine similarity of given passages to the query (for keyword-only hits).
-CREATE FUNCTION knowledge_chunk_similarities(query_embedding vector, chunk_ids uuid[])
-RETURNS TABLE (id uuid, similarity double precision)
-LANGUAGE sql STABLE AS $$
-    SELECT v.id, 1 - (v.embedding <=> query_embedding)
-    FROM siam_vectors v
-    WHERE v.id = ANY (chunk_ids)
-$$;
+\ir functions/knowledge_chunk_similarities.sql
 
 -- Insert or replace documents with all their passages in one transaction. Each
 -- element: {id, collection, source_type, source_id, title, content, metadata,
 -- content_hash, chunks: [{id, chunk_index, chunk_count, title, section, content,
 -- content_hash, embedding}]}.
+-- Replaced in 005_staged_writes: the current text is functions/knowledge_index_documents.sql.
 CREATE FUNCTION knowledge_index_documents(documents jsonb)
 RETURNS TABLE (documents integer, passages integer)
 LANGUAGE sql AS $$
@@ -300,6 +213,7 @@ $$;
 
 -- The embedder of the stored vectors: recorded on first use (when its dimension fits
 -- the column), then returned with the column's dimension for the caller to compare.
+-- Replaced in 004_read_only_open: the current text is functions/knowledge_check_embedder.sql.
 CREATE FUNCTION knowledge_check_embedder(embedder_name text, embedder_dimension integer)
 RETURNS TABLE (name text, dimension integer, column_dimension integer)
 LANGUAGE sql AS $$
@@ -319,31 +233,11 @@ LANGUAGE sql AS $$
 $$;
 
 -- The document a detail link names: by source id, document id or passage id.
-CREATE FUNCTION knowledge_find_document(find_source_type text, find_key text, find_collection text)
-RETURNS SETOF knowledge_documents
-LANGUAGE sql STABLE AS $$
-    SELECT d.* FROM knowledge_documents d
-    WHERE d.source_type = find_source_type AND d.collection = find_collection
-      AND (d.source_id = find_key
-           OR d.id = knowledge_try_uuid(find_key)
-           OR d.id = (SELECT v.document_id FROM siam_vectors v
-                      WHERE v.id = knowledge_try_uuid(find_key)))
-    ORDER BY d.source_id = find_key DESC
-    LIMIT 1
-$$;
+\ir functions/knowledge_find_document.sql
 
-CREATE FUNCTION knowledge_collections()
-RETURNS TABLE (collection text, documents bigint)
-LANGUAGE sql STABLE AS $$
-    SELECT d.collection, count(*) FROM knowledge_documents d GROUP BY 1 ORDER BY 1
-$$;
+\ir functions/knowledge_collections.sql
 
-CREATE FUNCTION knowledge_stats()
-RETURNS TABLE (documents bigint, chunks bigint, generation bigint)
-LANGUAGE sql STABLE AS $$
-    SELECT (SELECT count(*) FROM knowledge_documents), (SELECT count(*) FROM siam_vectors),
-           (SELECT s.generation FROM knowledge_store_state s)
-$$;
+\ir functions/knowledge_stats.sql
 
 -- PostgREST serves new functions once it reloads its schema cache.
 NOTIFY pgrst, 'reload schema';

@@ -8,21 +8,8 @@ CREATE TABLE knowledge_api_keys (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE FUNCTION knowledge_api_key_create(
-    key_name text, key_hash text, key_scopes text[], key_collections text[]
-)
-RETURNS TABLE (created boolean)
-LANGUAGE sql AS $$
-    INSERT INTO knowledge_api_keys (name, key_hash, scopes, collections)
-    VALUES (key_name, key_hash, key_scopes, key_collections)
-    ON CONFLICT (name) DO NOTHING
-    RETURNING true
-$$;
+\ir functions/knowledge_api_key_create.sql
 
-CREATE FUNCTION knowledge_api_key_revoke(key_name text)
-RETURNS TABLE (revoked boolean)
-LANGUAGE sql AS $$
-    DELETE FROM knowledge_api_keys WHERE name = key_name RETURNING true
-$$;
+\ir functions/knowledge_api_key_revoke.sql
 
 NOTIFY pgrst, 'reload schema';

@@ -3,6 +3,7 @@
 -- function moves what they hold into the tables. Both ways store the same rows.
 
 -- The staging tables of the current transaction (temporary, dropped at its end).
+-- Replaced in 011_sources: the current text is functions/knowledge_stage_documents.sql.
 CREATE FUNCTION knowledge_stage_documents() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -32,6 +33,7 @@ $$;
 
 -- Insert or replace the staged documents with all their passages, then empty the
 -- staging tables: the documents, the passages written.
+-- Replaced in 011_sources: the current text is functions/knowledge_index_staged.sql.
 CREATE FUNCTION knowledge_index_staged()
 RETURNS TABLE (documents integer, passages integer)
 LANGUAGE plpgsql AS $$
@@ -89,6 +91,7 @@ $$;
 -- The JSON way in (PostgREST): each element {id, collection, source_type, source_id,
 -- title, content, metadata, content_hash, chunks: [{id, chunk_index, chunk_count, title,
 -- section, content, content_hash, embedding}]}, staged, then written like a COPY.
+-- Replaced in 011_sources: the current text is functions/knowledge_stage_json.sql.
 CREATE FUNCTION knowledge_stage_json(staged jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -108,17 +111,13 @@ END
 $$;
 
 -- Insert or replace documents with all their passages in one transaction.
-CREATE OR REPLACE FUNCTION knowledge_index_documents(documents jsonb)
-RETURNS TABLE (documents integer, passages integer)
-LANGUAGE sql AS $$
-    SELECT knowledge_stage_json(documents);
-    SELECT * FROM knowledge_index_staged();
-$$;
+\ir functions/knowledge_index_documents.sql
 
 -- Passages by cosine similarity, as before, with the HNSW candidates (hnsw.ef_search)
 -- chosen by the caller: the function's own setting ends with the call.
 DROP FUNCTION match_siam_vectors_gemini(vector, double precision, integer, text[], text, text,
     text, jsonb, text);
+-- Replaced in 013_filter_language: the current text is functions/match_siam_vectors_gemini.sql.
 CREATE FUNCTION match_siam_vectors_gemini(
     query_embedding vector,
     match_threshold double precision DEFAULT 0.2,

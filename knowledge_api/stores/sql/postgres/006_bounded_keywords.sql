@@ -3,6 +3,7 @@
 -- the candidates are the passages holding every query word, and those holding any of
 -- them, each taken up to 2,000 from the full-text index; only they are ranked. Below
 -- 2,000 matches (any small or medium collection) nothing changes.
+-- Replaced in 013_filter_language: the current text is functions/search_siam_vectors_text.sql.
 CREATE OR REPLACE FUNCTION search_siam_vectors_text(
     query_text text,
     match_count integer DEFAULT 5,

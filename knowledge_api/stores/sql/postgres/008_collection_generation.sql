@@ -9,15 +9,7 @@ ALTER TABLE knowledge_collection_state ENABLE ROW LEVEL SECURITY;
 INSERT INTO knowledge_collection_state (collection)
 SELECT DISTINCT collection FROM knowledge_documents;
 
-CREATE FUNCTION knowledge_bump_collections() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM set_config('knowledge.collections_counted', 'on', true);
-    INSERT INTO knowledge_collection_state AS s (collection, generation)
-    SELECT DISTINCT collection, 1 FROM changed_documents
-    ON CONFLICT (collection) DO UPDATE SET generation = s.generation + 1;
-    RETURN NULL;
-END;
-$$;
+\ir functions/knowledge_bump_collections.sql
 CREATE TRIGGER knowledge_documents_inserted_collections
     AFTER INSERT ON knowledge_documents REFERENCING NEW TABLE AS changed_documents
     FOR EACH STATEMENT EXECUTE FUNCTION knowledge_bump_collections();
@@ -31,15 +23,7 @@ CREATE TRIGGER knowledge_documents_deleted_collections
 -- Passages written with their documents (the store's writes, which write the document
 -- first; a document's delete cascading to them) are counted above. Passages written
 -- alone (plain SQL) may be any collection's: every collection's counter moves.
-CREATE FUNCTION knowledge_bump_every_collection() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF pg_trigger_depth() = 1
-        AND current_setting('knowledge.collections_counted', true) IS DISTINCT FROM 'on' THEN
-        UPDATE knowledge_collection_state SET generation = generation + 1;
-    END IF;
-    RETURN NULL;
-END;
-$$;
+\ir functions/knowledge_bump_every_collection.sql
 CREATE TRIGGER siam_vectors_changed_collections
     AFTER INSERT OR UPDATE OR DELETE ON siam_vectors
     FOR EACH STATEMENT EXECUTE FUNCTION knowledge_bump_every_collection();

@@ -1,0 +1,10 @@
+CREATE OR REPLACE FUNCTION knowledge_api_key_create(
+    key_name text, key_hash text, key_scopes text[], key_collections text[]
+)
+RETURNS TABLE (created boolean)
+LANGUAGE sql AS $$
+    INSERT INTO knowledge_api_keys (name, key_hash, scopes, collections)
+    VALUES (key_name, key_hash, key_scopes, key_collections)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING true
+$$;
