@@ -68,20 +68,19 @@ def sql_file(name: str) -> str:
 
 
 def gin_index(name: str, table: str, document: str) -> Step:
-    return Step(
-        name,
-        f"CREATE INDEX CONCURRENTLY {name} ON {table} "
-        f"USING gin (to_tsvector('english'::regconfig, {document}))",
-        f"DROP INDEX CONCURRENTLY IF EXISTS {name}",
-        concurrent=True,
-    )
+    return concurrent_index(name, table, f"gin (to_tsvector('english'::regconfig, {document}))")
 
 
 def hnsw_index(name: str, table: str, column: str) -> Step:
+    method = f"hnsw ({column} vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+    return concurrent_index(name, table, method)
+
+
+def concurrent_index(name: str, table: str, method: str) -> Step:
+    """An index built without locking writes out, and dropped the same way."""
     return Step(
         name,
-        f"CREATE INDEX CONCURRENTLY {name} ON {table} "
-        f"USING hnsw ({column} vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+        f"CREATE INDEX CONCURRENTLY {name} ON {table} USING {method}",
         f"DROP INDEX CONCURRENTLY IF EXISTS {name}",
         concurrent=True,
     )

@@ -18,6 +18,7 @@ A document is a source (source_type, source_id): its passages are the rows shari
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ from knowledge_api.stores.existing.rows import (
     with_keyword_similarity,
 )
 from knowledge_api.stores.fusion import SearchTuning
+from knowledge_api.stores.postgres.rows import Row
 from knowledge_api.stores.postgres.siam import SiamStore
 
 READ_ONLY_TERMS = 3
@@ -107,38 +109,46 @@ class AdoptedTables(ExistingTables):
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        found: list[Candidate] = []
-        siam = siam_filter(filters, self.filter_backend)
-        if siam is not None:
-            params = {"query_embedding": vector, "match_count": n, **siam}
-            rows = await self.tables.call("knowledge_match_siam_vectors", params, SearchError)
-            found += [
-                Candidate(found_row(SIAM, r), cosine_to_similarity(r["similarity"])) for r in rows
-            ]
-        wiki = self.wiki_filter(filters)
-        if wiki is not None and self.wiki_vectors:
-            params = {"query_embedding": vector, "match_count": n, **wiki}
-            rows = await self.tables.call("knowledge_match_wiki_documents", params, SearchError)
-            found += [
-                Candidate(found_row(WIKI, r), cosine_to_similarity(r["similarity"])) for r in rows
-            ]
+        wiki = "knowledge_match_wiki_documents" if self.wiki_vectors else None
+        params = {"query_embedding": vector, "match_count": n}
+        found = await self._candidates(
+            filters, params, "knowledge_match_siam_vectors", wiki, similarity_of
+        )
         return best(found, n)
 
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
+        params = {"query_text": query, "match_count": n}
+        found = await self._candidates(
+            filters,
+            params,
+            "knowledge_search_siam_vectors",
+            "knowledge_search_wiki_documents",
+            rank_of,
+        )
+        return with_keyword_similarity(best(found, n))
+
+    async def _candidates(
+        self,
+        filters: SearchFilters,
+        params: dict[str, Any],
+        siam_function: str,
+        wiki_function: str | None,
+        score: Callable[[Row], float],
+    ) -> list[Candidate]:
+        """The rows each table's search function finds (the wiki's none without a
+        function) within `filters`, as candidates scored by `score`."""
         found: list[Candidate] = []
         siam = siam_filter(filters, self.filter_backend)
         if siam is not None:
-            params = {"query_text": query, "match_count": n, **siam}
-            rows = await self.tables.call("knowledge_search_siam_vectors", params, SearchError)
-            found += [Candidate(found_row(SIAM, r), float(r["rank"])) for r in rows]
+            rows = await self.tables.call(siam_function, {**params, **siam}, SearchError)
+            found += [Candidate(found_row(SIAM, r), score(r)) for r in rows]
         wiki = self.wiki_filter(filters)
-        if wiki is not None:
-            params = {"query_text": query, "match_count": n, **wiki}
-            rows = await self.tables.call("knowledge_search_wiki_documents", params, SearchError)
-            found += [Candidate(found_row(WIKI, r), float(r["rank"])) for r in rows]
-        return with_keyword_similarity(best(found, n))
+        if wiki is not None and wiki_function is not None:
+            rows = await self.tables.call(wiki_function, {**params, **wiki}, SearchError)
+            found += [Candidate(found_row(WIKI, r), score(r)) for r in rows]
+        return found
 
 
 class ReadOnlyTables(ExistingTables):
@@ -215,3 +225,11 @@ class ReadOnlyTables(ExistingTables):
                             matched[key] = matched.get(key, 0.0) + weight
         found = [Candidate(key, score) for key, score in matched.items()]
         return with_keyword_similarity(best(found, n))
+
+
+def similarity_of(row: Row) -> float:
+    return cosine_to_similarity(row["similarity"])
+
+
+def rank_of(row: Row) -> float:
+    return float(row["rank"])

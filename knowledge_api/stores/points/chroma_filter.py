@@ -80,21 +80,22 @@ def _node(node: Node, negated: bool) -> Where | bool:
 
 
 def _all(parts: list[Where | bool]) -> Where | bool:
-    if any(part is False for part in parts):
-        return False
-    kept = [part for part in parts if part is not True]
-    if not kept:
-        return True
-    return kept[0] if len(kept) == 1 else {"$and": kept}
+    return _joined(parts, "$and", decides=False)
 
 
 def _any(parts: list[Where | bool]) -> Where | bool:
-    if any(part is True for part in parts):
-        return True
-    kept = [part for part in parts if part is not False]
+    return _joined(parts, "$or", decides=True)
+
+
+def _joined(parts: list[Where | bool], op: str, decides: bool) -> Where | bool:
+    """The parts joined by `op`: `decides` (False for $and, True for $or) when a part
+    is it, the other constant when every part is that one, else the clauses left."""
+    if any(part is decides for part in parts):
+        return decides
+    kept = [part for part in parts if part is not (not decides)]
     if not kept:
-        return False
-    return kept[0] if len(kept) == 1 else {"$or": kept}
+        return not decides
+    return kept[0] if len(kept) == 1 else {op: kept}
 
 
 def _own(condition: Condition, negated: bool) -> Where | bool:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.stores.tables.database import SQLiteTables
+from knowledge_api.stores.tables.schema import SchemaTables
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,18 +156,9 @@ class SQLiteAudit(SQLiteTables):
         return len(await self._run("DELETE FROM audit_log WHERE at < ? RETURNING 1", (older_than,)))
 
 
-class SiamAudit:
+class SiamAudit(SchemaTables):
     """The trail in the Postgres schema, through the store's own primitives (a direct
     connection for postgres, PostgREST for supabase)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    async def open(self) -> None:
-        return None  # the store's migrations made the table
-
-    async def close(self) -> None:
-        return None
 
     async def append(self, entry: AuditEntry) -> None:
         await self.store.call(

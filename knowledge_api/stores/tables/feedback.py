@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.stores.tables.audit import moment, stamp
 from knowledge_api.stores.tables.database import SQLiteTables
+from knowledge_api.stores.tables.schema import SchemaTables
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,17 +198,8 @@ class SQLiteFeedback(SQLiteTables):
         ]
 
 
-class SiamFeedback:
+class SiamFeedback(SchemaTables):
     """Answers and ratings in the Postgres schema (postgres and supabase stores)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    async def open(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
     async def answered(self, answered: Answered) -> None:
         values = asdict(answered)

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError, KnowledgeAPIError
 from knowledge_api.stores.tables.database import SQLiteTables
+from knowledge_api.stores.tables.schema import SchemaTables
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 UNFINISHED = (QUEUED, RUNNING)
@@ -126,18 +127,9 @@ class SQLiteJobs(SQLiteTables):
         return [Job.from_data(row[0]) for row in rows]
 
 
-class SiamJobs:
+class SiamJobs(SchemaTables):
     """Jobs in the Postgres schema, through the store's own primitives (a direct
     connection for postgres, PostgREST for supabase)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    async def open(self) -> None:
-        return None  # the store's migrations made the table
-
-    async def close(self) -> None:
-        return None
 
     def check_writable(self) -> None:
         return None

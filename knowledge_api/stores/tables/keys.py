@@ -20,6 +20,7 @@ from cachetools import TTLCache
 
 from knowledge_api.errors import BackendConnectionError, InvalidRequest
 from knowledge_api.stores.tables.database import SQLiteTables
+from knowledge_api.stores.tables.schema import SchemaTables
 
 TOKEN_PREFIX = "kapi_"
 TOKEN_BYTES = 32
@@ -151,20 +152,11 @@ def sqlite_key(row: Sequence[Any]) -> ApiKey:
     return ApiKey(name, key_hash, tuple(scopes.split(",")), listed, created_at)
 
 
-class SiamKeys:
+class SiamKeys(SchemaTables):
     """Keys in the Postgres schema, through the store's own primitives (a direct
     connection for postgres, PostgREST for supabase)."""
 
     COLUMNS = "name,key_hash,scopes,collections,created_at"
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    async def open(self) -> None:
-        return None  # the store's migrations made the table
-
-    async def close(self) -> None:
-        return None
 
     async def add(self, key: ApiKey) -> None:
         rows = await self.store.call(
