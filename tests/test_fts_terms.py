@@ -13,6 +13,7 @@ import pytest
 
 from knowledge_api.models import DEFAULT_COLLECTION, Chunk, Document, SearchFilters
 from knowledge_api.stores.fts_terms import Bounded, TermFrequencies
+from knowledge_api.stores.sqlite import search
 from knowledge_api.stores.sqlite.store import SQLiteStore
 
 
@@ -120,21 +121,21 @@ def scoped(name: str, text: str, collection: str) -> Document:
 
 
 async def test_when_every_chunk_passes_the_filters_only_the_best_rows_are_checked(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sqlite = SQLiteStore(tmp_path / "k.db")
     await sqlite.open()
     await sqlite.check_embedder("test", 4)
     await sqlite.index_documents([document(f"d{i}", f"rollback plan {i}") for i in range(4)])
     checked: list[int] = []
-    best_then_checked = sqlite._best_then_checked
+    best_then_checked = search.best_then_checked
 
     def spy(*args: object) -> object:
         rows = best_then_checked(*args)  # type: ignore[arg-type]
         checked.append(-1 if rows is None else len(rows))
         return rows
 
-    sqlite._best_then_checked = spy  # type: ignore[method-assign]
+    monkeypatch.setattr(search, "best_then_checked", spy)
     assert sorted(await keyword(sqlite, "rollback")) == ["d0", "d1", "d2", "d3"]
     assert checked == [4]
     filtered = await sqlite.search(
@@ -159,10 +160,10 @@ async def test_a_chunk_of_another_collection_never_passes_for_one_of_this(
     assert await keyword(mine, "rollback") == ["ours"]
     where, params = "c.collection = ?", [DEFAULT_COLLECTION]
     assert (
-        len(mine._best_then_checked(mine.file.db(), '"rollback"', 0, where, params, 10) or []) == 1
+        len(search.best_then_checked(mine.file.db(), '"rollback"', 0, where, params, 10) or []) == 1
     )
     await theirs.index_documents([scoped("secret", "rollback rollback rollback", "tenant-b")])
-    assert mine._best_then_checked(mine.file.db(), '"rollback"', 0, where, params, 10) is None
+    assert search.best_then_checked(mine.file.db(), '"rollback"', 0, where, params, 10) is None
     assert await keyword(mine, "rollback") == ["ours"]
     other = SearchFilters(collection="tenant-b")
     assert [
@@ -183,17 +184,19 @@ def test_the_bound_is_a_setting_of_the_sqlite_store(tmp_path: Path) -> None:
 
 
 async def test_the_vector_search_runs_while_the_keyword_query_is_on_its_thread(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hybrid query's keyword query runs on the reader thread with its own connection,
     so its vector search runs meanwhile: here the keyword query waits for the vector
     search to have run, which would wait until it gave up (5 s) if they ran one after
     the other."""
-    thread, beside = await keyword_query_beside_vector_search(tmp_path / "k.db")
+    thread, beside = await keyword_query_beside_vector_search(tmp_path / "k.db", monkeypatch)
     assert thread.startswith("sqlite-reader") and beside
 
 
-async def keyword_query_beside_vector_search(path: Path) -> tuple[str, bool]:
+async def keyword_query_beside_vector_search(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, bool]:
     """The thread a hybrid search ran its keyword query on, and whether its vector
     search had run by the time the keyword query started (waiting up to 5 s for it)."""
     sqlite = SQLiteStore(path)
@@ -202,7 +205,7 @@ async def keyword_query_beside_vector_search(path: Path) -> tuple[str, bool]:
     await sqlite.index_documents([document(f"d{i}", f"rollback plan {i}") for i in range(3)])
     searched = threading.Event()
     ran: list[tuple[str, bool]] = []
-    keyword_query, vector_search = sqlite._keyword, sqlite.vector_candidates
+    keyword_query, vector_search = search.keyword_candidates, sqlite.vector_candidates
 
     def held(*args: Any) -> Any:
         ran.append((threading.current_thread().name, searched.wait(5)))
@@ -212,7 +215,7 @@ async def keyword_query_beside_vector_search(path: Path) -> tuple[str, bool]:
         searched.set()
         return await vector_search(*args)
 
-    sqlite._keyword = held  # type: ignore[method-assign]
+    monkeypatch.setattr(search, "keyword_candidates", held)
     sqlite.vector_candidates = vector  # type: ignore[method-assign]
     hits = await sqlite.search("rollback", np.ones(4, dtype=np.float32) / 2, 3, SearchFilters())
     assert len(hits) == 3

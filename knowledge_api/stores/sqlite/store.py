@@ -47,9 +47,8 @@ from knowledge_api.stores.keyword import (
     query_terms,
 )
 from knowledge_api.stores.quantized_index import DEFAULT_PROBES
-from knowledge_api.stores.sqlite import catalog, writes
+from knowledge_api.stores.sqlite import catalog, search, writes
 from knowledge_api.stores.sqlite.file import SQLiteFile
-from knowledge_api.stores.sqlite.search import hits, keyword_candidates, metadata_keys
 from knowledge_api.stores.sqlite.vectors import SQLiteVectors
 
 T = TypeVar("T")
@@ -261,7 +260,7 @@ class SQLiteStore(HybridSearch):
             n,
             filters.collection,
             filters.source_types,
-            metadata_keys(self.file.db(), filters),
+            search.metadata_keys(self.file.db(), filters),
             rescored,
         )
         return [Candidate(key, cosine_to_similarity(score)) for key, score in found]
@@ -276,7 +275,7 @@ class SQLiteStore(HybridSearch):
         )
         try:
             return await self.file.read_aside(
-                lambda conn: keyword_candidates(
+                lambda conn: search.keyword_candidates(
                     conn, self._terms, terms, chunks, unfiltered, n, filters
                 )
             )
@@ -294,7 +293,7 @@ class SQLiteStore(HybridSearch):
     async def hydrate(
         self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
     ) -> list[SearchHit]:
-        return hits(self.file.db(), ranked, similarity)
+        return search.hits(self.file.db(), ranked, similarity)
 
     # -- reads --------------------------------------------------------------------
 
