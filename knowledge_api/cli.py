@@ -30,11 +30,11 @@ from knowledge_api.ingest.progress import progress
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, IndexSummary
 from knowledge_api.registry import import_extra
 from knowledge_api.rerankers import rerankers
-from knowledge_api.routes.observe import configure_logging
 from knowledge_api.service import MAX_AUDITED_IDS, KnowledgeService, changes
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
 from knowledge_api.stores.audit import AuditEntry, local_user
+from knowledge_api.web.observe import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,7 +373,7 @@ class TimedHttp(HttpToolsProtocol):
     connections were all open after 75 s). Here a connection must complete a request's
     headers within `header_timeout` seconds of its opening, or of the response before;
     past it, it is answered 408 (when the request had begun) and closed. A request's
-    body has its own deadline (KNOWLEDGE_BODY_TIMEOUT, routes/http.py)."""
+    body has its own deadline (KNOWLEDGE_BODY_TIMEOUT, web/http.py)."""
 
     header_timeout = 10.0
     headers_due: asyncio.TimerHandle | None = None

@@ -22,6 +22,7 @@ CORE = {
     "timing",
     "registry",
     "tracing",
+    "logs",
     "__init__",
 }
 SEAMS = {
@@ -43,7 +44,7 @@ LAYERS = [
     ("service", {"service"}),
     ("use cases", {"usecases"}),
     ("composition", {"compose"}),
-    ("entry points", {"routes", "app", "cli", "support", "client", "__main__"}),
+    ("entry points", {"routes", "web", "app", "cli", "support", "client", "__main__"}),
 ]
 
 

@@ -23,15 +23,15 @@ from knowledge_api.routes import (
     feedback,
     files,
     health,
-    metrics,
     openapi,
     playground,
     query,
     retrieve,
     support,
 )
-from knowledge_api.routes.access import ADMIN, PUBLIC, READ, WRITE, guarded
-from knowledge_api.routes.fields import Body, Field, Schema
+from knowledge_api.web import metrics
+from knowledge_api.web.access import ADMIN, PUBLIC, READ, WRITE, guarded
+from knowledge_api.web.fields import Body, Field, Schema
 
 
 class ApiRoute(Route):

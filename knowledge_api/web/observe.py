@@ -28,8 +28,8 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api.redaction import RedactingFilter, Redactor
-from knowledge_api.routes.metrics import METRICS_PATH, Metrics, metrics_token_ok
 from knowledge_api.settings import Settings
+from knowledge_api.web.metrics import METRICS_PATH, Metrics, metrics_token_ok
 
 HEADER = "X-Request-ID"
 ID_HEADER = b"x-request-id"
@@ -135,7 +135,7 @@ class RequestObserver:
     It sits outside routing, so it sees 404s and 405s too, and reads the matched
     route's template (never the raw path) after the route ran. Only the hit path of
     POST /v1/knowledge/query sits ahead of it, and does its part for a hit itself
-    (`begin` and `record`, routes/hot.py)."""
+    (`begin` and `record`, web/hot.py)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, settings: Settings) -> None:
         self.app = app
@@ -156,7 +156,7 @@ class RequestObserver:
     def begin(self, scope: Scope, offered: bytes | None, started: float | None = None) -> Exchange:
         """The request's exchange: its id, set where error bodies and log lines find it.
         `offered`: the caller's X-Request-ID; `started`: when the request came in, if
-        already known (routes/hot.py begins a hit's exchange itself)."""
+        already known (web/hot.py begins a hit's exchange itself)."""
         exchange = Exchange(offered, time.perf_counter() if started is None else started)
         # Not reset afterwards: the 500 handler runs after the request's layers returned,
         # in the same task, and its log line needs the id. Each request is a task of its own.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api import tracing
-from knowledge_api.routes.observe import current
+from knowledge_api.web.observe import current
 
 PROPAGATED = (b"traceparent", b"tracestate")
 CONTEXT = "trace_context"
