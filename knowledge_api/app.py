@@ -12,6 +12,7 @@ from starlette.middleware import Middleware
 from knowledge_api import tracing
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
+from knowledge_api.logs import LINES
 from knowledge_api.redaction import Redactor
 from knowledge_api.routes import ROUTES, mcp_endpoint
 from knowledge_api.service import KnowledgeService
@@ -22,7 +23,7 @@ from knowledge_api.web import access
 from knowledge_api.web.hot import QueryHits
 from knowledge_api.web.http import EXCEPTION_HANDLERS
 from knowledge_api.web.metrics import Metrics
-from knowledge_api.web.observe import LINES, RequestObserver
+from knowledge_api.web.observe import RequestObserver
 from knowledge_api.web.redact import RedactSecrets, redacted_logs
 from knowledge_api.web.streams import StreamLimits
 from knowledge_api.web.traces import TraceRequests

@@ -13,6 +13,7 @@ from knowledge_api.compose import build_embedder, build_service, build_store, em
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.filters import Node
 from knowledge_api.filters import parse as parse_filter
+from knowledge_api.logs import remove_split_handlers
 from knowledge_api.models import Document
 from knowledge_api.routes import query as query_contract
 from knowledge_api.service import KnowledgeService
@@ -20,7 +21,6 @@ from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.usecases import query as query_use
 from knowledge_api.usecases.query import QueryParams
-from knowledge_api.web.observe import remove_split_handlers
 from tests.pg import postgres_server, postgrest  # noqa: F401 (fixtures)
 from tests.redis_server import redis_server  # noqa: F401 (fixture)
 

@@ -20,15 +20,10 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
-from knowledge_api.models import DEFAULT_COLLECTION
-from knowledge_api.redaction import Redactor
-from knowledge_api.settings import Secret, Settings
-from knowledge_api.web.metrics import Metrics, RequestDurations
-from knowledge_api.web.observe import (
+from knowledge_api.logs import (
     ACCESS,
     LINES,
     JSONFormatter,
-    RequestObserver,
     SplitHandler,
     TextFormatter,
     access_log,
@@ -37,6 +32,11 @@ from knowledge_api.web.observe import (
     request_fields,
     request_message,
 )
+from knowledge_api.models import DEFAULT_COLLECTION
+from knowledge_api.redaction import Redactor
+from knowledge_api.settings import Secret, Settings
+from knowledge_api.web.metrics import Metrics, RequestDurations
+from knowledge_api.web.observe import RequestObserver
 from knowledge_api.web.redact import redacted_logs
 from tests import providers
 from tests.conftest import ask, corpus, make_settings, query_params

@@ -25,8 +25,9 @@ from knowledge_api.errors import (
     RequestTimeout,
     UnsupportedMediaType,
 )
+from knowledge_api.logs import request_id
 from knowledge_api.service import KnowledgeService
-from knowledge_api.web.observe import HEADER, request_id
+from knowledge_api.web.observe import HEADER
 
 log_unexpected = logging.getLogger("knowledge_api.errors")
 

@@ -20,8 +20,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.logs import request_id
 from knowledge_api.routes.views import result_view
-from knowledge_api.web.observe import request_id
 
 log = logging.getLogger("knowledge_api.errors")
 Event = tuple[str, Any]
