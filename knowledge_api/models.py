@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import secrets
 import uuid
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -218,3 +219,34 @@ class SearchParams:
 
     def search_filters(self) -> SearchFilters:
         return SearchFilters(self.sources, self.filters, self.collection)
+
+
+TOKEN_PREFIX = "kapi_"
+TOKEN_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A key as it is kept: the SHA-256 of its token (the token itself is shown once and
+    never stored), its scopes, and the collections it may reach."""
+
+    name: str
+    key_hash: str
+    scopes: tuple[str, ...]
+    collections: tuple[str, ...] | None
+    """None: every collection."""
+    created_at: str = ""
+
+    @classmethod
+    def issued(
+        cls, name: str, scopes: tuple[str, ...], collections: tuple[str, ...] | None
+    ) -> tuple[ApiKey, str]:
+        """A new key and its token: a random one (32 bytes of entropy), recognisable
+        by its prefix."""
+        token = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+        return cls(name, token_hash(token), scopes, collections), token
+
+
+def token_hash(token: str) -> str:
+    """Tokens are random, so one SHA-256 is enough: there is nothing to guess."""
+    return hashlib.sha256(token.encode()).hexdigest()

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.models import ApiKey
 from knowledge_api.service import KnowledgeService
 from knowledge_api.stores.audit import Actor, local_user
-from knowledge_api.stores.keys import ApiKey, new_token, token_hash
 
 SCOPES = ("read", "write", "admin")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
@@ -32,8 +32,7 @@ async def create(
     if not scopes or unknown:
         raise InvalidRequest("--scopes", f"must be a list of: {', '.join(SCOPES)}", got=unknown)
     listed = tuple(validation.collection_name(c, "--collections") for c in collections)
-    token = new_token()
-    key = ApiKey(name, token_hash(token), tuple(dict.fromkeys(scopes)), listed or None)
+    key, token = ApiKey.issued(name, tuple(dict.fromkeys(scopes)), listed or None)
     await service.keys.add(key)
     made = {"key": name, "scopes": list(key.scopes), "collections": list(listed)}
     await service.audit(actor or local_user(), "keys create", None, made)

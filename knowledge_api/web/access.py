@@ -27,9 +27,9 @@ from knowledge_api.errors import (
     RateLimited,
     Unauthorized,
 )
+from knowledge_api.models import ApiKey
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from knowledge_api.stores.keys import ApiKey
 
 Handler = Callable[[Request], Awaitable[Response]]
 PUBLIC = "public"
