@@ -41,7 +41,7 @@ SEAMS = {
 LAYERS = [
     ("core", CORE),
     ("seams", SEAMS),
-    ("service", {"service"}),
+    ("service", {"service", "engine", "trail", "catalog", "startup", "health"}),
     ("use cases", {"usecases"}),
     ("composition", {"compose"}),
     ("entry points", {"routes", "web", "app", "cli", "support", "client", "__main__"}),

@@ -199,6 +199,7 @@ class HybridSearch(FromSettings):
     def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
         """Answered queries and their ratings: beside the API keys too."""
         return SQLiteFeedback(sqlite_path)
+
     def job_store(self, sqlite_path: Path) -> JobStore:
         """Where this store's deployment keeps its upload jobs: by default a table of
         the SQLite file at `sqlite_path`, like the keys."""
