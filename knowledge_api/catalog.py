@@ -15,8 +15,8 @@ from knowledge_api import tracing
 from knowledge_api.errors import CollectionNotFound, EmbeddingError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
-from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, changes
-from knowledge_api.stores.audit import Actor
+from knowledge_api.ledger import Actor, changes
+from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary
 from knowledge_api.trail import Trail
 
 log = logging.getLogger("knowledge_api")

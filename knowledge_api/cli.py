@@ -27,21 +27,14 @@ from knowledge_api.errors import (
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.progress import progress
+from knowledge_api.ledger import MAX_AUDITED_IDS, AuditEntry, changes, local_user
 from knowledge_api.logs import configure_logging
-from knowledge_api.models import (
-    DEFAULT_COLLECTION,
-    MAX_AUDITED_IDS,
-    SOURCE_TYPES,
-    Document,
-    IndexSummary,
-    changes,
-)
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, IndexSummary
 from knowledge_api.registry import import_extra
 from knowledge_api.rerankers import rerankers
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
-from knowledge_api.stores.audit import AuditEntry, local_user
 
 
 def main(argv: list[str] | None = None) -> int:

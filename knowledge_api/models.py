@@ -6,7 +6,6 @@ import functools
 import hashlib
 import secrets
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -251,29 +250,3 @@ class ApiKey:
 def token_hash(token: str) -> str:
     """Tokens are random, so one SHA-256 is enough: there is nothing to guess."""
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-MAX_AUDITED_IDS = 1000
-"""Ids one audit record lists at most (a bigger write lists these and counts them all)."""
-
-
-def changes(
-    documents: Sequence[Document] | None = None,
-    summary: IndexSummary | None = None,
-    **more: Any,
-) -> dict[str, Any]:
-    """What a write changed, as its audit record says it: the documents' ids (at most
-    MAX_AUDITED_IDS), the index summary's counts, and any other counts or ids."""
-    changed: dict[str, Any] = {}
-    if documents is not None:
-        ids = list(dict.fromkeys(doc.id for doc in documents))
-        changed["ids"] = ids[:MAX_AUDITED_IDS]
-        changed["documents"] = len(ids)
-    if summary is not None:
-        changed.update(
-            indexed=summary.documents,
-            chunks=summary.chunks,
-            embedded=summary.embedded,
-            unchanged=summary.skipped,
-        )
-    return {**changed, **more}

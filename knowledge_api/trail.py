@@ -11,8 +11,7 @@ from typing import Any
 
 from knowledge_api.engine import Engine
 from knowledge_api.errors import KnowledgeAPIError
-from knowledge_api.stores.audit import Actor, AuditEntry, AuditQuery, stamp
-from knowledge_api.stores.feedback import Answered
+from knowledge_api.ledger import Actor, Answered, AuditEntry, AuditQuery, stamp
 
 log = logging.getLogger("knowledge_api")
 

@@ -19,10 +19,10 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
+from knowledge_api.ledger import Actor, AuditEntry, AuditQuery, stamp
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from knowledge_api.stores.audit import Actor, AuditEntry, AuditQuery, stamp
 from knowledge_api.usecases import keys
 from knowledge_api.usecases.kb_sync import KBSync
 from tests.conftest import make_settings

@@ -23,6 +23,7 @@ CORE = {
     "registry",
     "tracing",
     "logs",
+    "ledger",
     "__init__",
 }
 SEAMS = {

@@ -28,6 +28,7 @@ from knowledge_api.errors import (
 from knowledge_api.filters import matches
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.ingest.pipeline import Ingestor
+from knowledge_api.ledger import Job, JobFile
 from knowledge_api.models import (
     SEARCH_MODES,
     Chunk,
@@ -41,7 +42,6 @@ from knowledge_api.models import (
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores import transfer
 from knowledge_api.stores.base import KnowledgeStore
-from knowledge_api.stores.jobs import Job, JobFile
 from tests.conftest import corpus, make_settings, make_store, pairs
 from tests.documents import pdf_bytes
 from tests.pg import postgres_settings, supabase_settings

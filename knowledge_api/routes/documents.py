@@ -9,7 +9,8 @@ from starlette.responses import Response
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
-from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, changes
+from knowledge_api.ledger import changes
+from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
 from knowledge_api.routes.audit import actor
 from knowledge_api.routes.views import DOCUMENT as DOCUMENT_VIEW
 from knowledge_api.routes.views import document_view

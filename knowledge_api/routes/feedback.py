@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.ledger import Rating
 from knowledge_api.routes.audit import LIMIT, actor, cursor_of, moment, position
-from knowledge_api.stores.feedback import Rating
 from knowledge_api.usecases import feedback as use
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (

@@ -10,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidRequest, NotFound
+from knowledge_api.ledger import DONE, FAILED, QUEUED, RUNNING, Job
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
 from knowledge_api.routes.audit import actor
-from knowledge_api.stores.jobs import DONE, FAILED, QUEUED, RUNNING, Job
 from knowledge_api.usecases.uploads import MAX_FILES, Sent, Upload, UploadJobs
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (

@@ -19,9 +19,9 @@ from typing import Any
 
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.ir_metrics import distinct, eval_metrics, mean_metrics
+from knowledge_api.ledger import Answered, Rating
 from knowledge_api.models import SearchFilters
 from knowledge_api.service import KnowledgeService
-from knowledge_api.stores.feedback import Answered, Rating
 
 CHAT_PREFIX = "chatcmpl-"
 EVAL_DEPTH = 100

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.ledger import Actor, local_user
 from knowledge_api.models import ApiKey
 from knowledge_api.service import KnowledgeService
-from knowledge_api.stores.audit import Actor, local_user
 
 SCOPES = ("read", "write", "admin")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")

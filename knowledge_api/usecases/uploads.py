@@ -26,10 +26,9 @@ from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.ingest.extract import ExtractionError
 from knowledge_api.ingest.loaders import LoadOptions, load_as
 from knowledge_api.ingest.pipeline import chunked
-from knowledge_api.models import Document, changes
+from knowledge_api.ledger import DONE, FAILED, QUEUED, RUNNING, Actor, Job, JobFile, changes
+from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
-from knowledge_api.stores.audit import Actor
-from knowledge_api.stores.jobs import DONE, FAILED, QUEUED, RUNNING, Job, JobFile
 
 log = logging.getLogger("knowledge_api.uploads")
 MAX_FILES = 1000
