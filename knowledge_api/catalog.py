@@ -3,6 +3,7 @@ seed of an empty store), reading, finding and deleting them, the collections."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -12,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_api import tracing
-from knowledge_api.errors import CollectionNotFound, EmbeddingError
-from knowledge_api.ingest.loaders import LoadOptions, load_paths
-from knowledge_api.ingest.pipeline import Ingestor
+from knowledge_api.errors import CollectionNotFound, EmbeddingError, ExtractionError
+from knowledge_api.ingest.loaders import LoadOptions, load_as, load_jsonl, load_paths
+from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
 from knowledge_api.ledger import Actor, changes
 from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary
 from knowledge_api.trail import Trail
@@ -34,6 +35,24 @@ class Catalog(Trail):
             raise EmbeddingError("the embedder is not loaded: documents cannot be indexed")
         ingestor = Ingestor(self.store, self.identity, self.embed_documents)
         return await ingestor.ingest(documents, progress, source)
+
+    async def changed(self, documents: Iterable[Document]) -> list[Document]:
+        """Those of `documents` an ingest would write (chunked), asked of the store
+        alone: a run that finds nothing new never needs the model."""
+        return await changed_documents(self.store, documents)
+
+    async def read_upload(
+        self, path: Path, name: str, source_type: str, collection: str
+    ) -> list[Document]:
+        """The documents of an uploaded file (kept at `path`, sent as `name`), chunked
+        so its job knows the passages to do; ExtractionError when it holds none."""
+        options = LoadOptions(source_type=source_type, collection=collection)
+        return await asyncio.to_thread(read_chunked, path, name, options)
+
+    @staticmethod
+    def corpus(path: Path, collection: str) -> list[Document]:
+        """The documents of a BEIR corpus file, in `collection`."""
+        return list(load_jsonl(path, LoadOptions(collection=collection)))
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         start = time.perf_counter()
@@ -100,3 +119,10 @@ class Catalog(Trail):
         if self.settings.seed_path:
             return Path(self.settings.seed_path)
         return Path(str(resources.files("knowledge_api").joinpath("docs")))
+
+
+def read_chunked(path: Path, name: str, options: LoadOptions) -> list[Document]:
+    documents = chunked(load_as(path, name, options))
+    if not documents:
+        raise ExtractionError("no documents", "the file holds no record")
+    return documents

@@ -183,3 +183,12 @@ class CollectionNotFound(NotFound):
         """The same error as a caller who may reach only some collections sees it."""
         available = [name for name in self.details.get("available", ()) if reaches(name)]
         return self.among(str(self.details.get("collection", "")), available)
+
+
+class ExtractionError(Exception):
+    """A file that cannot be turned into text; `reason` goes into the run's summary."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail

@@ -221,6 +221,36 @@ class SearchParams:
         return SearchFilters(self.sources, self.filters, self.collection)
 
 
+@dataclass(slots=True)
+class Outcome:
+    """What the chain wrote, who wrote it, and what happened on the way."""
+
+    text: str
+    provider: str
+    model: str
+    temperature: float
+    tokens_used: int | None
+    passages: tuple[SearchHit, ...]
+    citations: list[int]
+    citations_removed: list[int]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    """Links that failed (not merely skipped): the answer is a degraded one."""
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "tokens_used": self.tokens_used,
+            "citations": self.citations,
+            "citations_removed": self.citations_removed,
+            "skipped": self.skipped,
+        }
+
+    def warnings(self) -> list[str]:
+        return [f"synthesis: {reason}; answered by {self.provider}" for reason in self.failed]
+
+
 TOKEN_PREFIX = "kapi_"
 TOKEN_BYTES = 32
 

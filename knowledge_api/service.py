@@ -28,10 +28,16 @@ from knowledge_api.errors import EmbeddingError
 from knowledge_api.filters import as_json
 from knowledge_api.health import Health
 from knowledge_api.ledger import Answered
-from knowledge_api.models import SearchFilters, SearchHit, SearchMode, SearchParams, normalize_query
+from knowledge_api.models import (
+    Outcome,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+    SearchParams,
+    normalize_query,
+)
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.startup import Startup
-from knowledge_api.synthesis.chain import Outcome
 from knowledge_api.timing import elapsed_ms, ms
 
 __all__ = [
