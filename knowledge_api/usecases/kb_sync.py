@@ -38,11 +38,8 @@ SOURCE_TYPE = "knowledge"
 MAX_PAGES = 10000
 
 
-class HostUnavailable(KnowledgeAPIError):
+class HostUnavailable(KnowledgeAPIError, status=503, type="kb_host_unavailable"):
     """The host KB API could not be reached, failed, or answered nonsense."""
-
-    status = 503
-    type = "kb_host_unavailable"
 
 
 @dataclass(frozen=True, slots=True)
