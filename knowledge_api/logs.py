@@ -264,19 +264,6 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
 
-    def line(
-        self,
-        created: float,
-        level: str,
-        name: str,
-        request_id: str,
-        message: str,
-        fields: dict[str, Any],
-    ) -> str:
-        """What format() makes of a record without an exception (its `fields` aside)."""
-        stamp = f"{LOCAL_SECONDS.of(created)},{int(created * 1000) % 1000:03d}"
-        return f"{stamp} {level} {name} [{request_id}] {message}"
-
     def request_lines(self, waiting: list[Waiting], masks: Iterable[Redactor]) -> list[str]:
         lines = []
         for created, request_id, method, route, status, exact_ms, cache_hit, key, left in waiting:
