@@ -27,11 +27,12 @@ from knowledge_api.errors import (
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.progress import progress
+from knowledge_api.ledger import MAX_AUDITED_IDS, AuditEntry, changes, local_user
+from knowledge_api.logs import configure_logging
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, IndexSummary
 from knowledge_api.registry import import_extra
 from knowledge_api.rerankers import rerankers
-from knowledge_api.routes.observe import configure_logging
-from knowledge_api.service import MAX_AUDITED_IDS, KnowledgeService, changes
+from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
 from knowledge_api.stores.tables.audit import AuditEntry, local_user
@@ -373,7 +374,7 @@ class TimedHttp(HttpToolsProtocol):
     connections were all open after 75 s). Here a connection must complete a request's
     headers within `header_timeout` seconds of its opening, or of the response before;
     past it, it is answered 408 (when the request had begun) and closed. A request's
-    body has its own deadline (KNOWLEDGE_BODY_TIMEOUT, routes/http.py)."""
+    body has its own deadline (KNOWLEDGE_BODY_TIMEOUT, web/http.py)."""
 
     header_timeout = 10.0
     headers_due: asyncio.TimerHandle | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import secrets
 import uuid
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -218,3 +219,64 @@ class SearchParams:
 
     def search_filters(self) -> SearchFilters:
         return SearchFilters(self.sources, self.filters, self.collection)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the chain wrote, who wrote it, and what happened on the way."""
+
+    text: str
+    provider: str
+    model: str
+    temperature: float
+    tokens_used: int | None
+    passages: tuple[SearchHit, ...]
+    citations: list[int]
+    citations_removed: list[int]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    """Links that failed (not merely skipped): the answer is a degraded one."""
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "tokens_used": self.tokens_used,
+            "citations": self.citations,
+            "citations_removed": self.citations_removed,
+            "skipped": self.skipped,
+        }
+
+    def warnings(self) -> list[str]:
+        return [f"synthesis: {reason}; answered by {self.provider}" for reason in self.failed]
+
+
+TOKEN_PREFIX = "kapi_"
+TOKEN_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A key as it is kept: the SHA-256 of its token (the token itself is shown once and
+    never stored), its scopes, and the collections it may reach."""
+
+    name: str
+    key_hash: str
+    scopes: tuple[str, ...]
+    collections: tuple[str, ...] | None
+    """None: every collection."""
+    created_at: str = ""
+
+    @classmethod
+    def issued(
+        cls, name: str, scopes: tuple[str, ...], collections: tuple[str, ...] | None
+    ) -> tuple[ApiKey, str]:
+        """A new key and its token: a random one (32 bytes of entropy), recognisable
+        by its prefix."""
+        token = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+        return cls(name, token_hash(token), scopes, collections), token
+
+
+def token_hash(token: str) -> str:
+    """Tokens are random, so one SHA-256 is enough: there is nothing to guess."""
+    return hashlib.sha256(token.encode()).hexdigest()

@@ -4,6 +4,9 @@ It owns the seams (store, embedder, reranker, synthesis chain, caches) and offer
 steps the use cases are made of: retrieve (embed through tier 2, search, rerank), write
 an answer from passages, keep values in tier 1, ingest and read documents, report
 health. It returns domain values; nothing here knows HTTP or which backend runs.
+
+This module is the query pipeline; what the service holds is engine.py, and its other
+concerns have a module each (trail.py, catalog.py, startup.py, health.py).
 """
 
 from __future__ import annotations
@@ -12,54 +15,30 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Hashable,
-    Iterable,
-    Sequence,
-)
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-from importlib import resources
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from knowledge_api import __version__, tracing
-from knowledge_api.cache import caches
-from knowledge_api.cache.base import COMPUTED, Event, ResponseTier, Served
-from knowledge_api.embeddings.base import Embedder
-from knowledge_api.embeddings.batching import QueryBatcher
-from knowledge_api.errors import (
-    BackendConnectionError,
-    CollectionNotFound,
-    EmbeddingError,
-    KnowledgeAPIError,
-)
+from knowledge_api import tracing
+from knowledge_api.cache.base import COMPUTED, Event, Served
+from knowledge_api.errors import EmbeddingError
 from knowledge_api.filters import as_json
-from knowledge_api.ingest.loaders import LoadOptions, load_paths
-from knowledge_api.ingest.pipeline import Ingestor
+from knowledge_api.health import Health
+from knowledge_api.ledger import Answered
 from knowledge_api.models import (
-    DEFAULT_COLLECTION,
-    Document,
-    EmbedderIdentity,
-    IndexSummary,
+    Outcome,
     SearchFilters,
     SearchHit,
     SearchMode,
     SearchParams,
     normalize_query,
 )
-from knowledge_api.observer import UNOBSERVED, Observer
-from knowledge_api.prefetch import Prefetcher
-from knowledge_api.rerankers.base import NoReranker, Reranker
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
+from knowledge_api.startup import Startup
+from knowledge_api.timing import elapsed_ms, ms
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.stores.tables.audit import Actor, AuditEntry, AuditQuery, stamp
@@ -78,7 +57,6 @@ __all__ = [
     "Served",
 ]
 log = logging.getLogger("knowledge_api")
-Body = dict[str, Any]
 T = TypeVar("T")
 
 
@@ -119,154 +97,9 @@ class Retrieval:
         return timings
 
 
-class KnowledgeService:
-    def __init__(
-        self,
-        settings: Settings,
-        store: KnowledgeStore,
-        embedder: Embedder,
-        synthesizer: SynthesisChain | Synthesizer,
-        reranker: Reranker | None = None,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.embedder = embedder
-        self.reranker: Reranker = reranker or NoReranker()
-        self.synthesizer = (
-            synthesizer
-            if isinstance(synthesizer, SynthesisChain)
-            else SynthesisChain([synthesizer])
-        )
-        self.caches = caches.create(settings.cache, settings)
-        # another embedder's vectors are no answer, whoever shares the tier
-        self.caches.embeddings.follow(f"{embedder.name}/{embedder.dimension}")
-        self.tier1 = ResponseTier(self.caches, store.collection_generation)
-        self.started = time.monotonic()
-        self.embedder_ready = False
-        self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder")
-        self.query_batcher = QueryBatcher(
-            self._embed_queries,
-            settings.query_batch_window_ms,
-            settings.query_batch_size,
-            settings.query_queue_size,
-        )
-        self._batch_sizes: dict[str, int] = {}
-        """Traced: the size of the batch each query was embedded in, till its span reads it."""
-        self.health_reports: dict[str, Callable[[], Body]] = {}
-        """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
-        self.keys = RememberedKeys(store.key_store(settings.db_path))
-        self.audit_log = store.audit_log(settings.db_path)
-        self.feedback_log = store.feedback_log(settings.db_path)
-        self._recording: dict[str, asyncio.Task[None]] = {}
-        """Answers whose record is being written, by query_id."""
-        self._next_prune = 0.0
-        self.jobs = store.job_store(settings.db_path)
-        self.observer: Observer = UNOBSERVED
-        self.centroids: dict[str, Centroids] = {}
-        """Each collection's source centroids (routing), at the generation they were learned."""
-        self._learning: dict[str, asyncio.Task[Centroids]] = {}
-        self.prefetcher = Prefetcher.from_settings(settings)
-        if self.prefetcher.enabled:
-            self.health_reports["prefetch"] = self.prefetcher.report
-
-    def observe(self, observer: Observer) -> None:
-        """Report model calls, searches and syntheses to `observer` from now on."""
-        self.observer = observer
-        self.synthesizer.observer = observer
-
-    @property
-    def identity(self) -> EmbedderIdentity:
-        return EmbedderIdentity(self.embedder.name, self.embedder.dimension)
-
-    @property
-    def answer_threshold(self) -> float:
-        """Default threshold of a grounded answer: KNOWLEDGE_ANSWER_THRESHOLD, or with
-        auto the embedder's own, since cosine scales differ between models."""
-        configured = self.settings.answer_threshold
-        return self.embedder.answer_threshold if configured == "auto" else float(configured)
-
-    # -- lifecycle ------------------------------------------------------------------
-
-    async def start(self, seed: bool = False) -> None:
-        """Load the model and open the store. A failure of either degrades the service
-        (reported by /health and in responses) instead of stopping it."""
-        single_threaded_blas()
-        await self.synthesizer.open()
-        # before the embedder: loading the local model turns the model hub off for the
-        # whole process, and a cross-encoder given by model id may need to fetch it
-        await self.reranker.open()
-        try:
-            await self._in_model_thread(self.embedder.load)
-            self.embedder_ready = True
-        except EmbeddingError as e:
-            log.error("embedder unavailable, searching by keyword only: %s", e)
-        try:
-            await self.open_storage()
-        except BackendConnectionError as e:
-            log.error("store unavailable: %s", e)
-            return
-        if seed and self.settings.seed_on_empty and await self.store.count() == 0:
-            await self._seed()
-
-    async def load_embedder(self) -> None:
-        """Load the model after `open_storage`, for a command that found work for it."""
-        single_threaded_blas()
-        await self._in_model_thread(self.embedder.load)
-        self.embedder_ready = True
-
-    async def open_storage(self) -> None:
-        """Open the store and the API keys, no model: what commands that embed nothing
-        need (key management, say)."""
-        await self.store.open()
-        await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
-        await self.keys.open()
-        await self.audit_log.open()
-        await self.feedback_log.open()
-        await self.jobs.open()
-
-    async def _seed(self) -> None:
-        if not self.embedder_ready:
-            log.warning("not seeding the empty store: the embedder is unavailable")
-            return
-        loaded = load_paths([self.seed_path()], LoadOptions())
-        summary = await self.ingest(loaded)
-        await self.audit(
-            Actor("service"),
-            "seed",
-            loaded.documents[0].collection if loaded.documents else None,
-            changes(loaded.documents, summary),
-        )
-        log.info(
-            "seeded the empty store from %s: %d documents, %d passages",
-            self.seed_path(),
-            summary.documents,
-            summary.chunks,
-        )
-
-    async def stop(self) -> None:
-        await self.query_batcher.close()
-        await self.prefetcher.close()
-        for task in self._learning.values():
-            task.cancel()
-        await self.reranker.close()
-        await self.synthesizer.close()
-        await self.keys.close()
-        await self.audit_log.close()
-        await self.recorded()
-        await self.feedback_log.close()
-        await self.jobs.close()
-        await self.store.close()
-        await self.caches.close()
-        self._model_thread.shutdown(wait=False, cancel_futures=True)
-
-    def seed_path(self) -> Path:
-        if self.settings.seed_path:
-            return Path(self.settings.seed_path)
-        return Path(str(resources.files("knowledge_api").joinpath("docs")))
-
-    async def _in_model_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Model calls run one at a time on their own thread, off the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self._model_thread, fn, *args)
+class KnowledgeService(Startup, Health):
+    """The query pipeline over what the service holds (engine.py): retrieve, route,
+    keep values in tier 1, write answers from passages, record what was answered."""
 
     # -- retrieval ------------------------------------------------------------------
 
@@ -419,31 +252,6 @@ class KnowledgeService:
             return None
         return vector
 
-    async def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """One micro-batch of concurrent queries (QueryBatcher), on the model thread.
-        Traced, each query's embed span says the size of the batch it was in (the
-        batch runs in the batcher's task, outside any request's trace)."""
-        vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_queries, texts)
-        if tracing.recording():
-            if len(self._batch_sizes) > 4 * self.settings.query_queue_size:
-                self._batch_sizes.clear()  # queries whose callers left never take theirs
-            self._batch_sizes.update(dict.fromkeys(texts, len(texts)))
-        return vectors
-
-    def _embed_attributes(self, kind: str, batch_size: int | None = None) -> dict[str, Any]:
-        """An embed span's attributes (the GenAI semantic conventions' embeddings)."""
-        if not tracing.recording():
-            return {}
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "embeddings",
-            "gen_ai.request.model": self.embedder.name,
-            "gen_ai.embeddings.dimension.count": self.embedder.dimension,
-            "knowledge.embed.kind": kind,
-        }
-        if batch_size is not None:
-            attributes["knowledge.embed.batch_size"] = batch_size
-        return attributes
-
     def forget_query_embeddings(self) -> None:
         """Empty tier 2, so the next queries are embedded again (latency measurements)."""
         self.caches.embeddings.clear()
@@ -465,86 +273,6 @@ class KnowledgeService:
                     outcome: Outcome = data
                     return outcome
         raise RuntimeError("the synthesis chain ended without an outcome")
-
-    # -- documents ------------------------------------------------------------------
-
-    async def ingest(
-        self,
-        documents: Iterable[Document],
-        progress: Callable[[int], object] | None = None,
-        source: str | None = None,
-    ) -> IndexSummary:
-        """Index `documents`; with a `source`, as that source's (see Ingestor.ingest)."""
-        if not self.embedder_ready:
-            raise EmbeddingError("the embedder is not loaded: documents cannot be indexed")
-        ingestor = Ingestor(self.store, self.identity, self.embed_documents)
-        return await ingestor.ingest(documents, progress, source)
-
-    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        start = time.perf_counter()
-        with tracing.span("knowledge.embed", self._embed_attributes("documents", len(texts))):
-            vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_documents, texts)
-        self.observer.embedding("documents", time.perf_counter() - start)
-        return vectors
-
-    async def embed_sentences(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors of the sentences an offline answer is chosen from; EmbeddingError
-        when the model is not loaded, so the answer falls back to words."""
-        if not self.embedder_ready:
-            raise EmbeddingError("the embedder is not loaded")
-        return await self.embed_documents(texts)
-
-    async def document(self, doc_id: str) -> Document | None:
-        return await self.store.get_by_id(doc_id)
-
-    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
-        """A document by source id, document id or the id of one of its chunks."""
-        return await self.store.find_document(source_type, key, collection)
-
-    async def delete_document(self, doc_id: str) -> bool:
-        return await self.store.delete(doc_id)
-
-    async def collections(self) -> dict[str, int]:
-        """Document count of every collection that holds documents."""
-        return await self.store.collections()
-
-    async def require_collection(self, collection: str) -> None:
-        """CollectionNotFound, listing the collections, unless `collection` holds
-        documents or is the default one (an empty knowledge base is not a typo). The
-        reading routes call it once a search found nothing, so a found passage costs no
-        count of the collections."""
-        if collection == DEFAULT_COLLECTION:
-            return
-        existing = await self.collections()
-        if collection not in existing:
-            raise CollectionNotFound.among(collection, existing)
-
-    def iter_documents(self, collection: str) -> AsyncIterator[Document]:
-        return self.store.iter_documents(collection)
-
-    # -- audit trail ----------------------------------------------------------------
-
-    async def audit(
-        self, actor: Actor, action: str, collection: str | None, changed: dict[str, Any]
-    ) -> None:
-        """Append one record of a write to the audit trail: what every door (a route, an
-        MCP tool, a command, the KB sync) calls once it wrote, with what changed (ids
-        and counts, see `changes`). A trail that cannot be written is logged as an
-        error; the write it records stands. Records older than KNOWLEDGE_AUDIT_DAYS are
-        forgotten, checked at most hourly."""
-        entry = AuditEntry(actor.name, action, collection, changed, actor.request_id, stamp())
-        try:
-            await self.audit_log.append(entry)
-            if self.settings.audit_days and time.monotonic() >= self._next_prune:
-                self._next_prune = time.monotonic() + 3600
-                cutoff = time.time() - self.settings.audit_days * 86400
-                await self.audit_log.prune(stamp(datetime.fromtimestamp(cutoff, UTC)))
-        except KnowledgeAPIError as e:
-            log.error("audit record lost: %s %s by %s: %s", action, changed, actor.name, e.message)
-
-    async def audit_page(self, query: AuditQuery) -> list[AuditEntry]:
-        """A page of the trail, newest first."""
-        return await self.audit_log.page(query)
 
     # -- answers and their ratings -----------------------------------------------------
 
@@ -583,26 +311,6 @@ class KnowledgeService:
         recording.add_done_callback(lambda _: self._recording.pop(query_id, None))
         return query_id
 
-    async def _record(self, answered: Answered) -> None:
-        try:
-            await self.feedback_log.answered(answered)
-        except KnowledgeAPIError as e:
-            log.error(
-                "answer %s not recorded, its ratings will not resolve: %s",
-                answered.query_id,
-                e.message,
-            )
-
-    async def find_answered(self, query_id: str) -> Answered | None:
-        """A computed query or answer by its query_id (once its record is written)."""
-        if (recording := self._recording.get(query_id)) is not None:
-            await asyncio.shield(recording)
-        return await self.feedback_log.find(query_id)
-
-    async def recorded(self) -> None:
-        """Wait until every answer computed so far is recorded."""
-        await asyncio.gather(*self._recording.values())
-
     def ranking(self, params: SearchParams) -> dict[str, Any]:
         """What ranked a query: the request's own choices and the settings that order
         results, so a rating says which ranking it judged."""
@@ -618,82 +326,3 @@ class KnowledgeService:
             "sources": list(params.sources) if params.sources else None,
             "filters": as_json(params.filters),
         }
-
-    # -- health ---------------------------------------------------------------------
-
-    async def readiness(self) -> dict[str, str]:
-        """Why each part that keeps requests from being served is not ready; empty
-        when the store answers and the embedder is loaded."""
-        problems = {}
-        store = await self.store.health_check()
-        if store.get("status") != "ok":
-            problems["store"] = str(store.get("error") or store.get("status"))
-        if not self.embedder_ready:
-            problems["embedder"] = "not loaded"
-        return problems
-
-    async def health(self) -> Body:
-        store = await self.store.health_check()
-        cache = await self.caches.health()
-        embedder = {**self.embedder.health(), "query_batches": self.query_batcher.stats()}
-        synthesizer = self.synthesizer.health()
-        reranker = self.reranker.health()
-        extra = {name: report() for name, report in self.health_reports.items()}
-        extra_ok = all(report.get("status") in ("ok", "pending") for report in extra.values())
-        if store.get("status") == "unavailable":
-            status = "unhealthy"
-        elif not extra_ok or any(
-            report.get("status") != "ok"
-            for report in (store, embedder, synthesizer, reranker, cache)
-        ):
-            status = "degraded"
-        else:
-            status = "healthy"
-        return {
-            "status": status,
-            "service": "knowledge-api",
-            "version": __version__,
-            "cache": self.caches.stats(),
-            "timestamp": utc_now(),
-            "uptime_s": round(time.monotonic() - self.started, 1),
-            "store": store,
-            "embedder": embedder,
-            "synthesizer": synthesizer,
-            "reranker": reranker,
-            **extra,
-        }
-
-
-MAX_AUDITED_IDS = 1000
-"""Ids one audit record lists at most (a bigger write lists these and counts them all)."""
-
-
-def changes(
-    documents: Sequence[Document] | None = None,
-    summary: IndexSummary | None = None,
-    **more: Any,
-) -> dict[str, Any]:
-    """What a write changed, as its audit record says it: the documents' ids (at most
-    MAX_AUDITED_IDS), the index summary's counts, and any other counts or ids."""
-    changed: dict[str, Any] = {}
-    if documents is not None:
-        ids = list(dict.fromkeys(doc.id for doc in documents))
-        changed["ids"] = ids[:MAX_AUDITED_IDS]
-        changed["documents"] = len(ids)
-    if summary is not None:
-        changed.update(
-            indexed=summary.documents,
-            chunks=summary.chunks,
-            embedded=summary.embedded,
-            unchanged=summary.skipped,
-        )
-    return {**changed, **more}
-
-
-def single_threaded_blas() -> None:
-    """Exact vector search is one memory-bound matrix-vector product: a second BLAS
-    thread barely speeds it up, and its spinning competes with the event loop (on a
-    busy 2-core host, 5k-chunk searches went from 0.6 ms to 2.9 ms with two)."""
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(limits=1, user_api="blas")

@@ -43,7 +43,7 @@ QUERY = "/v1/knowledge/query"
 BODY = {"query": "How is a query answered?", "synthesize": False}
 PLAIN_APP = """\
 from knowledge_api.app import create_app
-from knowledge_api.routes.observe import RequestObserver
+from knowledge_api.web.observe import RequestObserver
 from knowledge_api.settings import Settings
 
 app = create_app(Settings.from_env())

@@ -36,9 +36,10 @@ from starlette.applications import Starlette
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
-from knowledge_api.routes.observe import RequestObserver, configure_logging
+from knowledge_api.logs import configure_logging
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
+from knowledge_api.web.observe import RequestObserver
 
 QUERY = "/v1/knowledge/query"
 BODY = json.dumps({"query": "How is a query answered?", "synthesize": False}).encode()

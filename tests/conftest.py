@@ -13,9 +13,9 @@ from knowledge_api.compose import build_embedder, build_service, build_store, em
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.filters import Node
 from knowledge_api.filters import parse as parse_filter
+from knowledge_api.logs import remove_split_handlers
 from knowledge_api.models import Document
 from knowledge_api.routes import query as query_contract
-from knowledge_api.routes.observe import remove_split_handlers
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore

@@ -1,5 +1,5 @@
 """DNS-rebinding protection: every route, the hit path and /mcp answer only the hosts
-the service is known by (routes/access.py, TrustedHosts)."""
+the service is known by (web/access.py, TrustedHosts)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
-from knowledge_api.routes.access import TrustedHosts, host_name
 from knowledge_api.settings import Settings
+from knowledge_api.web.access import TrustedHosts, host_name
 from tests.conftest import corpus, make_settings
 from tests.test_access import error_of
 from tests.test_hits import RAW, hits_of, post

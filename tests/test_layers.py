@@ -11,6 +11,8 @@ import knowledge_api
 
 PACKAGE = Path(knowledge_api.__file__).parent
 CORE = {
+    "beir",
+    "calibration",
     "errors",
     "filters",
     "models",
@@ -18,10 +20,14 @@ CORE = {
     "redaction",
     "settings",
     "validation",
+    "grounding",
+    "ir_metrics",
     "text",
     "timing",
     "registry",
     "tracing",
+    "logs",
+    "ledger",
     "__init__",
 }
 SEAMS = {
@@ -31,19 +37,16 @@ SEAMS = {
     "synthesis",
     "ingest",
     "cache",
-    "grounding",
-    "ir_metrics",
     "routing",
     "prefetch",
-    "calibration",
 }
 LAYERS = [
     ("core", CORE),
     ("seams", SEAMS),
-    ("service", {"service"}),
+    ("service", {"service", "engine", "trail", "catalog", "startup", "health"}),
     ("use cases", {"usecases"}),
     ("composition", {"compose"}),
-    ("entry points", {"routes", "app", "cli", "support", "client", "__main__"}),
+    ("entry points", {"routes", "web", "app", "cli", "support", "client", "__main__"}),
 ]
 
 
@@ -190,5 +193,46 @@ def test_the_cycle_check_sees_a_cycle_and_the_hidden_arrows(tmp_path: Path) -> N
         "knowledge_api.stores.records",
         "knowledge_api.service",
         "knowledge_api.compose",
+        "knowledge_api.cache.redis",
+    }
+
+
+def seams_reached(path: Path, known: set[str]) -> set[str]:
+    """The seam modules `path` imports, wherever the import stands."""
+    return {target for target in arrows(path, known) if layer_of(target) == SEAM_LAYER}
+
+
+SEAM_LAYER = next(level for level, (name, _) in enumerate(LAYERS) if name == "seams")
+
+
+def test_use_cases_talk_to_the_service_not_to_the_seams() -> None:
+    """A use case reaches a store, an embedder, the synthesis chain or a loader only
+    through the service, so a backend can change under it."""
+    known = set(import_graph())
+    reached = {
+        module: sorted(seams_reached(path, known))
+        for module, path in modules().items()
+        if module.startswith("knowledge_api.usecases.") and seams_reached(path, known)
+    }
+    assert reached == {}
+
+
+def test_the_seam_check_sees_a_use_case_reach_a_seam(tmp_path: Path) -> None:
+    """The rule bites: a store, a loader (even under TYPE_CHECKING) and a registry's
+    target are seams; the service and the core are not."""
+    module = tmp_path / "usecase.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from knowledge_api.service import KnowledgeService\n"
+        "from knowledge_api.models import Document\n"
+        "from knowledge_api.stores.tables.audit import SQLiteAudit\n"
+        "if TYPE_CHECKING:\n"
+        "    from knowledge_api.ingest.loaders import LoadOptions\n"
+        "REGISTERED = 'knowledge_api.cache.redis:RedisCaches'\n"
+    )
+    known = set(import_graph())
+    assert seams_reached(module, known) == {
+        "knowledge_api.stores.tables.audit",
+        "knowledge_api.ingest.loaders",
         "knowledge_api.cache.redis",
     }

@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
+from knowledge_api.ledger import Rating
 from knowledge_api.models import SearchHit
 from knowledge_api.settings import Settings
 from knowledge_api.stores.tables.feedback import Rating

@@ -28,6 +28,7 @@ from knowledge_api.errors import (
 from knowledge_api.filters import matches
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.ingest.pipeline import Ingestor
+from knowledge_api.ledger import Job, JobFile
 from knowledge_api.models import (
     SEARCH_MODES,
     Chunk,

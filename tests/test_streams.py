@@ -1,4 +1,4 @@
-"""Streamed answers capped and given a lifetime (routes/streams.py), on a tiny app."""
+"""Streamed answers capped and given a lifetime (web/streams.py), on a tiny app."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from knowledge_api.routes.streams import StreamLimits
+from knowledge_api.web.streams import StreamLimits
 from tests.conftest import make_settings
 
 stopped: list[str] = []

@@ -23,8 +23,8 @@ from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.ingest import pipeline
-from knowledge_api.routes.traces import TraceRequests
 from knowledge_api.settings import Secret, Settings
+from knowledge_api.web.traces import TraceRequests
 from tests import providers
 from tests.conftest import corpus, make_settings
 from tests.otlp_receiver import OtlpReceiver

@@ -20,6 +20,7 @@ from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.ingest import extract
+from knowledge_api.ledger import Job
 from knowledge_api.settings import Settings
 from knowledge_api.stores.tables.jobs import Job
 from knowledge_api.usecases import uploads

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+from knowledge_api.errors import ExtractionError
 from knowledge_api.ingest import office
 from knowledge_api.registry import import_extra
 
@@ -47,15 +48,6 @@ for _library in ("pypdf", "trafilatura", "htmldate", "courlan"):
     # Their warnings about a damaged file repeat, less clearly, the reason a skipped file
     # is reported with; a file they recover from needs no warning either.
     logging.getLogger(_library).setLevel(logging.ERROR)
-
-
-class ExtractionError(Exception):
-    """A file that cannot be turned into text; `reason` goes into the run's summary."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True)

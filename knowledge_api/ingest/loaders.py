@@ -9,18 +9,16 @@ so the caller can say so.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from knowledge_api import validation
-from knowledge_api.errors import ConfigurationError, InvalidRequest
+from knowledge_api.beir import jsonl_records
+from knowledge_api.errors import ConfigurationError, ExtractionError, InvalidRequest
 from knowledge_api.ingest.extract import (
     SNIFF_BYTES,
     Extracted,
-    ExtractionError,
     extractor,
     html_to_markdown,
     is_binary,
@@ -35,7 +33,6 @@ __all__ = [
     "Loaded",
     "Skipped",
     "html_to_markdown",
-    "jsonl_records",
     "load_as",
     "load_file",
     "load_jsonl",
@@ -159,23 +156,6 @@ def file_document(relative: str, extracted: Extracted, options: LoadOptions) -> 
         metadata=metadata,
         collection=options.collection,
     )
-
-
-def jsonl_records(path: Path, kind: str) -> Iterator[dict[str, Any]]:
-    """The BEIR objects of a JSON-lines file, each with its "_id" and "text" as strings;
-    a line that is not one fails with its file and line number."""
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                validation.check_int64(record.get("metadata"), f"{path}:{number} metadata")
-                yield {**record, "_id": str(record["_id"]), "text": str(record["text"])}
-            except InvalidRequest:
-                raise
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise InvalidRequest(f"{path}:{number}", f"not a {kind} record ({e})") from e
 
 
 def load_jsonl(path: Path, options: LoadOptions) -> Iterator[Document]:

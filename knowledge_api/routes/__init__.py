@@ -23,15 +23,15 @@ from knowledge_api.routes import (
     feedback,
     files,
     health,
-    metrics,
     openapi,
     playground,
     query,
     retrieve,
     support,
 )
-from knowledge_api.routes.access import ADMIN, PUBLIC, READ, WRITE, guarded
-from knowledge_api.routes.fields import Body, Field, Schema
+from knowledge_api.web import metrics
+from knowledge_api.web.access import ADMIN, PUBLIC, READ, WRITE, guarded
+from knowledge_api.web.fields import Body, Field, Schema
 
 
 class ApiRoute(Route):
@@ -101,29 +101,35 @@ def chat_route(
     return ApiRoute(path, endpoint, "POST", READ, summary, body, streams=True, **contract)
 
 
+def page_route(path: str, endpoint: Callable[..., Any], summary: str) -> ApiRoute:
+    """A public HTML page."""
+    return ApiRoute(path, endpoint, "GET", PUBLIC, summary, media_type="text/html", errors=())
+
+
+def asset_route(path: str, endpoint: Callable[..., Any], page: str, asset: Field) -> ApiRoute:
+    """A script, style sheet or icon of a public page, named by `asset`."""
+    return ApiRoute(
+        path,
+        endpoint,
+        "GET",
+        PUBLIC,
+        f"A script, style sheet or icon of {page}.",
+        media_type="*/*",
+        parameters=(asset,),
+        errors=(404,),
+    )
+
+
 CHAT_ERRORS = (400, 403, 404, 413, 415, 503)
 """404: a collection (or a model naming one) that does not exist."""
 ROUTES = [
-    ApiRoute(
+    page_route(
         "/",
         playground.page,
-        "GET",
-        PUBLIC,
         "The playground: a page to ask a question, read the ranked results and the answer "
         "as it streams (its API calls carry the key typed into it).",
-        media_type="text/html",
-        errors=(),
     ),
-    ApiRoute(
-        "/playground/{asset}",
-        playground.asset,
-        "GET",
-        PUBLIC,
-        "A script, style sheet or icon of the playground.",
-        media_type="*/*",
-        parameters=(playground.ASSET,),
-        errors=(404,),
-    ),
+    asset_route("/playground/{asset}", playground.asset, "the playground", playground.ASSET),
     ApiRoute(
         "/health",
         health.health,
@@ -143,25 +149,12 @@ ROUTES = [
         response=openapi.RESPONSE,
         errors=(),
     ),
-    ApiRoute(
+    page_route(
         "/docs",
         openapi.docs,
-        "GET",
-        PUBLIC,
         "An interactive page for this document (served with its assets, offline).",
-        media_type="text/html",
-        errors=(),
     ),
-    ApiRoute(
-        "/docs/{asset}",
-        openapi.docs_asset,
-        "GET",
-        PUBLIC,
-        "A script, style sheet or icon of the /docs page.",
-        media_type="*/*",
-        parameters=(openapi.ASSET,),
-        errors=(404,),
-    ),
+    asset_route("/docs/{asset}", openapi.docs_asset, "the /docs page", openapi.ASSET),
     ApiRoute(
         "/livez",
         health.livez,

@@ -13,8 +13,11 @@ from knowledge_api.errors import InvalidQuery, KnowledgeAPIError
 from knowledge_api.grounding import WEIGHTS
 from knowledge_api.models import SearchHit
 from knowledge_api.routes import views
-from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import (
+from knowledge_api.service import Served
+from knowledge_api.timing import utc_now
+from knowledge_api.usecases import answers as use
+from knowledge_api.web.access import access
+from knowledge_api.web.fields import (
     BOOLEAN,
     INTEGER,
     NUMBER,
@@ -28,9 +31,9 @@ from knowledge_api.routes.fields import (
     obj,
     unit,
 )
-from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.observe import note_cache_hit
-from knowledge_api.routes.sse import (
+from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.observe import note_cache_hit
+from knowledge_api.web.sse import (
     UNEXPECTED,
     Event,
     event_stream,
@@ -38,9 +41,6 @@ from knowledge_api.routes.sse import (
     log,
     translation,
 )
-from knowledge_api.service import Served
-from knowledge_api.timing import utc_now
-from knowledge_api.usecases import answers as use
 
 ANSWER = views.search_body(
     "AnswerRequest",

@@ -12,9 +12,10 @@ from starlette.responses import Response
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, DocumentPage
-from knowledge_api.routes.access import access
 from knowledge_api.routes.audit import actor
-from knowledge_api.routes.fields import (
+from knowledge_api.usecases import sources as use
+from knowledge_api.web.access import access
+from knowledge_api.web.fields import (
     INTEGER,
     SCALAR,
     STRING,
@@ -27,8 +28,7 @@ from knowledge_api.routes.fields import (
     nullable,
     obj,
 )
-from knowledge_api.routes.http import JSONResponse, service
-from knowledge_api.usecases import sources as use
+from knowledge_api.web.http import JSONResponse, service
 
 COUNT = nullable({**INTEGER, "minimum": 0})
 COLLECTIONS = obj(

@@ -22,8 +22,13 @@ from starlette.responses import Response, StreamingResponse
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.models import DEFAULT_COLLECTION, SearchHit
-from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import (
+from knowledge_api.routes.views import FILTERS
+from knowledge_api.service import KnowledgeService, Served
+from knowledge_api.usecases import answers, conversation
+from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
+from knowledge_api.usecases.conversation import Rewrite, Turn
+from knowledge_api.web.access import access
+from knowledge_api.web.fields import (
     ANY,
     BOOLEAN,
     INTEGER,
@@ -39,13 +44,8 @@ from knowledge_api.routes.fields import (
     nullable,
     obj,
 )
-from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.sse import UNEXPECTED, log
-from knowledge_api.routes.views import FILTERS
-from knowledge_api.service import KnowledgeService, Served
-from knowledge_api.usecases import answers, conversation
-from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
-from knowledge_api.usecases.conversation import Rewrite, Turn
+from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.sse import UNEXPECTED, log
 
 UI_STREAM_HEADERS = {
     "Cache-Control": "no-cache",

@@ -5,10 +5,10 @@ from starlette.responses import Response
 
 from knowledge_api.errors import NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
-from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import CollectionName, OneOf, Text
-from knowledge_api.routes.http import JSONResponse, service
 from knowledge_api.routes.views import DOCUMENT, document_view
+from knowledge_api.web.access import access
+from knowledge_api.web.fields import CollectionName, OneOf, Text
+from knowledge_api.web.http import JSONResponse, service
 
 TYPE = OneOf("type", "The result's source_type.", allowed=SOURCE_TYPES)
 ID = Text("id", "The result's source_id (it may contain '/').", max_length=500, strip=False)

@@ -9,10 +9,13 @@ from starlette.responses import Response
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
+from knowledge_api.ledger import changes
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
-from knowledge_api.routes.access import access
 from knowledge_api.routes.audit import actor
-from knowledge_api.routes.fields import (
+from knowledge_api.routes.views import DOCUMENT as DOCUMENT_VIEW
+from knowledge_api.routes.views import document_view
+from knowledge_api.web.access import access
+from knowledge_api.web.fields import (
     INTEGER,
     STRING,
     Body,
@@ -24,10 +27,7 @@ from knowledge_api.routes.fields import (
     array,
     obj,
 )
-from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.views import DOCUMENT as DOCUMENT_VIEW
-from knowledge_api.routes.views import document_view
-from knowledge_api.service import changes
+from knowledge_api.web.http import JSONResponse, read_json, service
 
 MAX_BATCH = 100
 MAX_CONTENT = 60000

@@ -10,9 +10,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.routes.access import access
+from knowledge_api.ledger import Rating
 from knowledge_api.routes.audit import LIMIT, actor, cursor_of, moment, position
-from knowledge_api.routes.fields import (
+from knowledge_api.usecases import feedback as use
+from knowledge_api.web.access import access
+from knowledge_api.web.fields import (
     INTEGER,
     STRING,
     Body,
@@ -23,6 +25,7 @@ from knowledge_api.routes.fields import (
     nullable,
     obj,
 )
+from knowledge_api.web.http import JSONResponse, read_json, service
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.stores.tables.feedback import Rating
 from knowledge_api.usecases import feedback as use

@@ -10,10 +10,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidRequest, NotFound
+from knowledge_api.ledger import DONE, FAILED, QUEUED, RUNNING, Job
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
-from knowledge_api.routes.access import access
 from knowledge_api.routes.audit import actor
-from knowledge_api.routes.fields import (
+from knowledge_api.usecases.uploads import MAX_FILES, Sent, Upload, UploadJobs
+from knowledge_api.web.access import access
+from knowledge_api.web.fields import (
     INTEGER,
     STRING,
     Body,
@@ -25,6 +27,8 @@ from knowledge_api.routes.fields import (
     enum,
     obj,
 )
+from knowledge_api.web.http import JSONResponse, service
+from knowledge_api.web.multipart import receive
 from knowledge_api.routes.http import JSONResponse, service
 from knowledge_api.routes.multipart import receive
 from knowledge_api.stores.tables.jobs import DONE, FAILED, QUEUED, RUNNING, Job

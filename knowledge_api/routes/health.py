@@ -5,9 +5,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import KnowledgeAPIError
-from knowledge_api.routes.access import READ, access
-from knowledge_api.routes.fields import NUMBER, STRING, enum, obj
-from knowledge_api.routes.http import JSONResponse, service
+from knowledge_api.web.access import READ, access
+from knowledge_api.web.fields import NUMBER, STRING, enum, obj
+from knowledge_api.web.http import JSONResponse, service
 
 MINIMAL = ("status", "service", "version", "timestamp")
 

@@ -26,19 +26,20 @@ from starlette.requests import Request
 
 from knowledge_api import tracing
 from knowledge_api.errors import CollectionNotFound, KnowledgeAPIError, NotFound
+from knowledge_api.ledger import Actor, changes, local_user
 from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.routes import answer as answer_route
 from knowledge_api.routes import chat, detail, documents
 from knowledge_api.routes import query as query_route
-from knowledge_api.routes.access import EVERYONE, WRITE, Access, access
-from knowledge_api.routes.traces import CONTEXT
 from knowledge_api.routes.views import document_view
-from knowledge_api.service import KnowledgeService, changes
+from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores.tables.audit import Actor, local_user
 from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases import query as query_use
 from knowledge_api.usecases.conversation import Turn
+from knowledge_api.web.access import EVERYONE, WRITE, Access, access
+from knowledge_api.web.traces import CONTEXT
 
 WRITING_TOOLS = frozenset({"add_document"})
 INSTRUCTIONS = (

@@ -18,9 +18,9 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from knowledge_api.errors import Forbidden
-from knowledge_api.routes.access import LOOPBACK_NAMES, READ, authorize
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.web.access import LOOPBACK_NAMES, READ, authorize
 
 PATH = "/mcp"
 

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import NotFound
-from knowledge_api.routes.fields import OneOf
+from knowledge_api.web.fields import OneOf
 
 STATIC = Path(__file__).parent.parent / "static"
 PAGE = "playground.html"

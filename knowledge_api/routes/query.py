@@ -10,20 +10,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidQuery
-from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import (
-    BOOLEAN,
-    NUMBER,
-    STRING,
-    Boolean,
-    Number,
-    Text,
-    array,
-    obj,
-)
-from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.observe import note_cache_hit
-from knowledge_api.routes.sse import event_stream, events_schema, translation
 from knowledge_api.routes.views import (
     RESULT,
     SYNTHESIZER,
@@ -34,6 +20,20 @@ from knowledge_api.routes.views import (
 from knowledge_api.service import KnowledgeService, Served
 from knowledge_api.usecases import query as use
 from knowledge_api.usecases.query import QueryParams, QueryResult
+from knowledge_api.web.access import access
+from knowledge_api.web.fields import (
+    BOOLEAN,
+    NUMBER,
+    STRING,
+    Boolean,
+    Number,
+    Text,
+    array,
+    obj,
+)
+from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.observe import note_cache_hit
+from knowledge_api.web.sse import event_stream, events_schema, translation
 
 QUERY = search_body(
     "QueryRequest",
@@ -71,7 +71,7 @@ def client_id(key_name: str, host: str) -> str:
 def followed_up(
     request_body: bytes, client: str, service: KnowledgeService, value: QueryResult
 ) -> None:
-    """A query answered without the use case (routes/hot.py) still goes into the log
+    """A query answered without the use case (web/hot.py) still goes into the log
     of what each client asks next, and its follow-ups are prefetched."""
     if service.prefetcher.enabled:
         use.prefetch(service, parse(orjson.loads(request_body))[0], client, value.hits)

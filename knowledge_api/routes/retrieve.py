@@ -11,8 +11,17 @@ from starlette.responses import Response
 from knowledge_api import validation
 from knowledge_api.errors import InvalidQuery, InvalidRequest
 from knowledge_api.models import SearchHit
-from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import (
+from knowledge_api.routes.views import FILTERS
+from knowledge_api.usecases import retrieval as use
+from knowledge_api.usecases.retrieval import (
+    QueryValidation,
+    Retrieved,
+    RetrieveParams,
+    ValidateParams,
+    Validation,
+)
+from knowledge_api.web.access import access
+from knowledge_api.web.fields import (
     BOOLEAN,
     INTEGER,
     NUMBER,
@@ -26,16 +35,7 @@ from knowledge_api.routes.fields import (
     nullable,
     obj,
 )
-from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.views import FILTERS
-from knowledge_api.usecases import retrieval as use
-from knowledge_api.usecases.retrieval import (
-    QueryValidation,
-    Retrieved,
-    RetrieveParams,
-    ValidateParams,
-    Validation,
-)
+from knowledge_api.web.http import JSONResponse, read_json, service
 
 QUERY_MAX_LENGTH = 999  # "less than 1000 characters"
 MAX_TEST_QUERIES = 50

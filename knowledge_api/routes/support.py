@@ -10,8 +10,10 @@ from starlette.responses import Response
 
 from knowledge_api import validation
 from knowledge_api.errors import KnowledgeAPIError
-from knowledge_api.routes.access import access
-from knowledge_api.routes.fields import (
+from knowledge_api.routes.views import FILTERS
+from knowledge_api.usecases import support as use
+from knowledge_api.web.access import access
+from knowledge_api.web.fields import (
     INTEGER,
     NUMBER,
     STRING,
@@ -22,9 +24,7 @@ from knowledge_api.routes.fields import (
     enum,
     obj,
 )
-from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.views import FILTERS
-from knowledge_api.usecases import support as use
+from knowledge_api.web.http import JSONResponse, read_json, service
 
 SUPPORT = Body(
     "SupportRequest",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, SearchHit
-from knowledge_api.routes.fields import (
+from knowledge_api.web.fields import (
     BOOLEAN,
     INTEGER,
     NUMBER,
@@ -23,7 +23,7 @@ from knowledge_api.routes.fields import (
     nullable,
     obj,
 )
-from knowledge_api.routes.fields import (
+from knowledge_api.web.fields import (
     Body as Request,
 )
 

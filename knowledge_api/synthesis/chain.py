@@ -21,52 +21,22 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from knowledge_api import tracing
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.grounding import CitationFilter
-from knowledge_api.models import SearchHit
+from knowledge_api.models import Outcome, SearchHit
 from knowledge_api.observer import UNOBSERVED, Observer
 from knowledge_api.synthesis import synthesizers
-from knowledge_api.synthesis.base import ProviderError, Synthesizer, Usage
+from knowledge_api.synthesis.base import Prompt, ProviderError, Synthesizer, Usage
 from knowledge_api.synthesis.prompt import build_prompt
 
 log = logging.getLogger("knowledge_api.synthesis")
 LAST_LINK = "extractive"
 Event = tuple[str, Any]
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What the chain wrote, who wrote it, and what happened on the way."""
-
-    text: str
-    provider: str
-    model: str
-    temperature: float
-    tokens_used: int | None
-    passages: tuple[SearchHit, ...]
-    citations: list[int]
-    citations_removed: list[int]
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    """Links that failed (not merely skipped): the answer is a degraded one."""
-
-    def view(self) -> dict[str, Any]:
-        return {
-            "provider": self.provider,
-            "model": self.model,
-            "tokens_used": self.tokens_used,
-            "citations": self.citations,
-            "citations_removed": self.citations_removed,
-            "skipped": self.skipped,
-        }
-
-    def warnings(self) -> list[str]:
-        return [f"synthesis: {reason}; answered by {self.provider}" for reason in self.failed]
 
 
 @dataclass(slots=True)
@@ -233,6 +203,21 @@ class SynthesisChain:
             if link.unavailable() is None and self._circuit_open(link) is None:
                 return link
         return None
+
+    async def written(self, link: Synthesizer, query: str, text: str) -> str:
+        """What `link` writes for the prompt `text` (no passages), whole, each piece
+        within the link's timeout."""
+        parts: list[str] = []
+        prompt = Prompt(query=query, hits=(), text=text)
+        async with aclosing(within(link.generate(prompt, Usage()), link.timeout)) as pieces:
+            async for piece in pieces:
+                parts.append(piece)
+        return "".join(parts)
+
+    @staticmethod
+    def why(link: Synthesizer, error: Exception) -> str:
+        """How `link` failed, in words (`failed: ...`)."""
+        return describe(error, link.timeout)
 
     def record(self, link: Synthesizer, error: Exception | None) -> None:
         """The outcome of a call to `link` made outside the chain: a provider that fails

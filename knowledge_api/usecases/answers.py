@@ -11,9 +11,8 @@ from dataclasses import dataclass, replace
 
 from knowledge_api import grounding
 from knowledge_api.errors import EmbeddingError
-from knowledge_api.models import SearchHit, SearchParams
+from knowledge_api.models import Outcome, SearchHit, SearchParams
 from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served
-from knowledge_api.synthesis.chain import Outcome
 from knowledge_api.timing import elapsed_ms
 
 INSUFFICIENT = (

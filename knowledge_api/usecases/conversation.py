@@ -19,15 +19,13 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Sequence
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from knowledge_api.models import DEFAULT_COLLECTION, normalize_query
 from knowledge_api.service import KnowledgeService
-from knowledge_api.synthesis.base import Prompt, Synthesizer, Usage
-from knowledge_api.synthesis.chain import describe, within
 from knowledge_api.timing import elapsed_ms
 
 MAX_TURNS = 8
@@ -350,7 +348,11 @@ async def standalone(service: KnowledgeService, turns: Sequence[Turn]) -> Rewrit
     async def compute() -> tuple[Rewrite, bool]:
         try:
             question = await asyncio.wait_for(
-                rewritten(link, conversation, service.settings.llm_subject),
+                rewritten(
+                    partial(service.synthesizer.written, link, conversation),
+                    conversation,
+                    service.settings.llm_subject,
+                ),
                 service.settings.rewrite_timeout,
             )
         except Exception as e:
@@ -358,7 +360,7 @@ async def standalone(service: KnowledgeService, turns: Sequence[Turn]) -> Rewrit
             if isinstance(e, TimeoutError):
                 why = f"no rewrite within {service.settings.rewrite_timeout:g} s"
             else:
-                why = describe(e, link.timeout).removeprefix("failed: ")
+                why = service.synthesizer.why(link, e).removeprefix("failed: ")
             tried.append(f"{link.name}: {why}")
             return Rewrite(local.question, "offline", local.cited, tried[-1]), False
         service.synthesizer.record(link, None)
@@ -384,14 +386,12 @@ def timed(rewrite: Rewrite, started: float) -> Rewrite:
     )
 
 
-async def rewritten(link: Synthesizer, conversation: str, subject: str) -> str:
+async def rewritten(write: Callable[[str], Awaitable[str]], conversation: str, subject: str) -> str:
+    """The standalone question a link (`write`: its answer to a prompt) makes of the
+    conversation."""
     text = TEMPLATE.format(subject=subject or "a knowledge base", conversation=conversation)
-    parts: list[str] = []
-    prompt = Prompt(query=conversation, hits=(), text=text)
-    async with aclosing(within(link.generate(prompt, Usage()), link.timeout)) as pieces:
-        async for piece in pieces:
-            parts.append(piece)
-    line = next((line for line in "".join(parts).splitlines() if line.strip()), "")
+    written = await write(text)
+    line = next((line for line in written.splitlines() if line.strip()), "")
     question = line.strip().strip('"').removeprefix("QUESTION:").strip()
     if not question:
         raise ValueError("the rewrite was empty")

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from knowledge_api.beir import jsonl_records
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.ingest.loaders import LoadOptions, jsonl_records, load_jsonl
 from knowledge_api.ir_metrics import distinct, eval_metrics, mean_metrics, percentiles
 from knowledge_api.models import SEARCH_MODES, SearchFilters, SearchHit, SearchMode, document_id
 from knowledge_api.service import KnowledgeService
@@ -217,7 +217,7 @@ async def ingested(
     collection removed afterwards (a named one is kept, so a later run re-uses its
     vectors instead of re-embedding)."""
     corpus = Corpus(collection or f"eval-{uuid.uuid4().hex[:12]}")
-    documents = list(load_jsonl(data.corpus, LoadOptions(collection=corpus.name)))
+    documents = service.corpus(data.corpus, corpus.name)
     started = time.perf_counter()
     try:
         summary = await service.ingest(documents, progress=progress)

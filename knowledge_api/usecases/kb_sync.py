@@ -26,8 +26,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.ledger import MAX_AUDITED_IDS, Actor, changes, local_user
 from knowledge_api.models import Document
-from knowledge_api.service import MAX_AUDITED_IDS, KnowledgeService, changes
+from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret
 from knowledge_api.stores.tables.audit import Actor, local_user
 from knowledge_api.usecases.sources import MassDeleteRefused, MirrorPlan
@@ -38,11 +39,8 @@ SOURCE_TYPE = "knowledge"
 MAX_PAGES = 10000
 
 
-class HostUnavailable(KnowledgeAPIError):
+class HostUnavailable(KnowledgeAPIError, status=503, type="kb_host_unavailable"):
     """The host KB API could not be reached, failed, or answered nonsense."""
-
-    status = 503
-    type = "kb_host_unavailable"
 
 
 @dataclass(frozen=True, slots=True)

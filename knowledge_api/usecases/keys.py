@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.ledger import Actor, local_user
+from knowledge_api.models import ApiKey
 from knowledge_api.service import KnowledgeService
 from knowledge_api.stores.tables.audit import Actor, local_user
 from knowledge_api.stores.tables.keys import ApiKey, new_token, token_hash
@@ -32,8 +34,7 @@ async def create(
     if not scopes or unknown:
         raise InvalidRequest("--scopes", f"must be a list of: {', '.join(SCOPES)}", got=unknown)
     listed = tuple(validation.collection_name(c, "--collections") for c in collections)
-    token = new_token()
-    key = ApiKey(name, token_hash(token), tuple(dict.fromkeys(scopes)), listed or None)
+    key, token = ApiKey.issued(name, tuple(dict.fromkeys(scopes)), listed or None)
     await service.keys.add(key)
     made = {"key": name, "scopes": list(key.scopes), "collections": list(listed)}
     await service.audit(actor or local_user(), "keys create", None, made)

@@ -13,9 +13,8 @@ from typing import Any
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.models import SOURCE_TYPES as SOURCES
-from knowledge_api.models import SearchHit, SearchParams
+from knowledge_api.models import Outcome, SearchHit, SearchParams
 from knowledge_api.service import COMPUTED, Event, KnowledgeService, Plan, Retrieval, Served
-from knowledge_api.synthesis.chain import Outcome
 from knowledge_api.timing import elapsed_ms
 
 Filters = tuple[tuple[str, Any], ...]

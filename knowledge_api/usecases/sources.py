@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import orjson
 
 from knowledge_api.errors import CollectionNotFound, InvalidRequest, KnowledgeAPIError
-from knowledge_api.ingest.pipeline import changed_documents
 from knowledge_api.models import (
     CollectionInfo,
     Document,
@@ -99,7 +98,7 @@ async def plan_mirror(
     for doc in incoming:
         doc.source = source
     store = service.store
-    changed = await changed_documents(store, incoming)
+    changed = await service.changed(incoming)
     known = await store.document_hashes([doc.id for doc in changed])
     owned = await store.source_documents(collection, source)
     plan = MirrorPlan(collection, source, unchanged=len(incoming) - len(changed), stored=len(owned))

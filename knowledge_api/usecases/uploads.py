@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from knowledge_api.errors import KnowledgeAPIError
-from knowledge_api.ingest.extract import ExtractionError
-from knowledge_api.ingest.loaders import LoadOptions, load_as
-from knowledge_api.ingest.pipeline import chunked
+from knowledge_api.errors import ExtractionError, KnowledgeAPIError
+from knowledge_api.ledger import DONE, FAILED, QUEUED, RUNNING, Actor, Job, JobFile, changes
 from knowledge_api.models import Document
+from knowledge_api.service import KnowledgeService
 from knowledge_api.service import KnowledgeService, changes
 from knowledge_api.stores.tables.audit import Actor
 from knowledge_api.stores.tables.jobs import DONE, FAILED, QUEUED, RUNNING, Job, JobFile
@@ -196,12 +195,13 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
     jobs = service.jobs
     job.status = RUNNING
     pending = [file for file in job.files if file.state == "pending"]
-    options = LoadOptions(source_type=job.source_type, collection=job.collection)
     read: list[tuple[JobFile, list[Document]]] = []
     indexed: list[Document] = []
     for file in pending:
         try:
-            documents = await asyncio.to_thread(read_file, folder / file.stored, file.name, options)
+            documents = await service.read_upload(
+                folder / file.stored, file.name, job.source_type, job.collection
+            )
         except ExtractionError as e:
             file.state, file.reason = "failed", f"{e.reason}: {e.detail}" if e.detail else e.reason
         else:
@@ -225,14 +225,6 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
     if indexed:
         written = changes(indexed, None, job_id=job.id, embedded=job.embedded)
         await service.audit(Actor(f"job:{job.id}"), "upload job", job.collection, written)
-
-
-def read_file(path: Path, name: str, options: LoadOptions) -> list[Document]:
-    """The file's documents, chunked (so the job knows its passages to do)."""
-    documents = chunked(load_as(path, name, options))
-    if not documents:
-        raise ExtractionError("no documents", "the file holds no record")
-    return documents
 
 
 def finish(job: Job) -> None:

@@ -11,63 +11,15 @@ and it survives restarts. Pages are read newest first.
 
 from __future__ import annotations
 
-import getpass
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError
+from knowledge_api.ledger import AuditEntry, AuditQuery, stamp
+from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.schema import SchemaTables
-
-
-@dataclass(frozen=True, slots=True)
-class Actor:
-    """Who writes: an API key's name (or `cli:<user>`, `kb-sync`), and the id of the
-    request it came with, when it came over HTTP."""
-
-    name: str
-    request_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    actor: str
-    action: str
-    """The route's method and template, `mcp <tool>`, or the command (`cli ingest`)."""
-    collection: str | None
-    changes: dict[str, Any]
-    """What changed: ids and counts."""
-    request_id: str | None = None
-    at: str = ""
-    """UTC, to the microsecond (`2026-01-31T12:00:00.000000Z`); set when appended."""
-    id: int = 0
-
-    def view(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "at": self.at,
-            "key": self.actor,
-            "action": self.action,
-            "collection": self.collection,
-            "changes": self.changes,
-            "request_id": self.request_id,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class AuditQuery:
-    """A page of the trail: newest first, older than `before` (an entry's id)."""
-
-    limit: int = 50
-    before: int | None = None
-    actor: str | None = None
-    collection: str | None = None
-    since: str | None = None
-    """Entries at or after (a stamp as `stamp` writes it)."""
-    until: str | None = None
-    """Entries before."""
 
 
 class AuditLog(Protocol):
@@ -81,20 +33,6 @@ class AuditLog(Protocol):
 
     async def prune(self, older_than: str) -> int:
         """Forget the entries before `older_than`; how many."""
-
-
-def local_user() -> Actor:
-    """Who writes from the command line (or MCP over stdio): `cli:<login name>`."""
-    try:
-        name = getpass.getuser()
-    except (KeyError, OSError):
-        name = "unknown"
-    return Actor(f"cli:{name}")
-
-
-def stamp(moment: datetime | None = None) -> str:
-    """A moment as the trail writes it: UTC, fixed width, so text compares as time."""
-    return (moment or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class SQLiteAudit(SQLiteTables):

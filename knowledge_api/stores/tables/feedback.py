@@ -12,60 +12,16 @@ SQLite file otherwise.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError
+from knowledge_api.ledger import Answered, Rating, stamp
+from knowledge_api.stores.tables.audit import moment
+from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.audit import moment, stamp
 from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.schema import SchemaTables
-
-
-@dataclass(frozen=True, slots=True)
-class Answered:
-    """A computed query or answer: what it asked, how it ranked, what it returned."""
-
-    query_id: str
-    kind: str
-    """query or answer."""
-    collection: str
-    query: str
-    ranking: dict[str, Any]
-    """The settings that ranked it (fusion, reranker, embedder, limit, threshold...)."""
-    results: list[dict[str, Any]]
-    """Each result in order: id, document_id, source_type, source_id."""
-    cited: list[int] = field(default_factory=list)
-    """The citation numbers of the answer (1-based positions in `results`)."""
-    at: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Rating:
-    query_id: str
-    rating: str
-    """up or down."""
-    key: str
-    comment: str | None = None
-    cited: list[int] | None = None
-    """The citations the reader found right (1-based), when said."""
-    expected_source: str | None = None
-    """The source (a source_id or document id) the reader expected, when said."""
-    request_id: str | None = None
-    at: str = ""
-    id: int = 0
-
-    def view(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "at": self.at,
-            "query_id": self.query_id,
-            "rating": self.rating,
-            "comment": self.comment,
-            "cited": self.cited,
-            "expected_source": self.expected_source,
-            "key": self.key,
-            "request_id": self.request_id,
-        }
 
 
 class FeedbackLog(Protocol):

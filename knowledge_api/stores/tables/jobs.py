@@ -9,60 +9,16 @@ other pipelines own refuses them (`RefusedJobs`), as it refuses every write.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from knowledge_api.errors import BackendConnectionError, KnowledgeAPIError
+from knowledge_api.ledger import UNFINISHED, Job
+from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.schema import SchemaTables
-
-QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
-UNFINISHED = (QUEUED, RUNNING)
-
-
-@dataclass(slots=True)
-class JobFile:
-    name: str
-    """The file's name as it was sent."""
-    stored: str
-    """Its file in the job's folder (never the name sent, which may hold `../`)."""
-    size: int
-    state: str = "pending"
-    """pending, done or failed."""
-    reason: str = ""
-    chunks: int = 0
-
-
-@dataclass(slots=True)
-class Job:
-    id: str
-    collection: str
-    source_type: str
-    source: str
-    owner: str
-    """The service (host and upload folder) that holds the job's files."""
-    files: list[JobFile] = field(default_factory=list)
-    status: str = QUEUED
-    reason: str = ""
-    """Why the job failed."""
-    chunks_done: int = 0
-    chunks_total: int = 0
-    embedded: int = 0
-    """Passages embedded anew (none for text whose vectors the store holds)."""
-    created_at: str = ""
-    updated_at: str = ""
-
-    def data(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
-
-    @classmethod
-    def from_data(cls, data: str | dict[str, Any]) -> Job:
-        values = json.loads(data) if isinstance(data, str) else dict(data)
-        values["files"] = [JobFile(**file) for file in values.get("files", [])]
-        return cls(**values)
 
 
 def now() -> str:

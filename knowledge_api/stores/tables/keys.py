@@ -8,42 +8,18 @@ no tables) or of the Postgres schema (`SiamKeys`, for the postgres and supabase 
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from cachetools import TTLCache
 
 from knowledge_api.errors import BackendConnectionError, InvalidRequest
+from knowledge_api.models import ApiKey, token_hash
+from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.schema import SchemaTables
-
-TOKEN_PREFIX = "kapi_"
-TOKEN_BYTES = 32
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKey:
-    name: str
-    key_hash: str
-    scopes: tuple[str, ...]
-    collections: tuple[str, ...] | None
-    """None: every collection."""
-    created_at: str = ""
-
-
-def new_token() -> str:
-    """A random token (32 bytes of entropy), recognisable by its prefix."""
-    return TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
-
-
-def token_hash(token: str) -> str:
-    """Tokens are random, so one SHA-256 is enough: there is nothing to guess."""
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class KeyStore(Protocol):

@@ -35,9 +35,7 @@ METRICS_PATH = "/metrics"
 MODEL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-class MetricsRefused(KnowledgeAPIError):
-    status = 401
-    type = "unauthorized"
+class MetricsRefused(KnowledgeAPIError, status=401, type="unauthorized"): ...
 
 
 def metrics_token_ok(settings: Settings, authorization: str | None) -> bool:

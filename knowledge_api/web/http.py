@@ -25,8 +25,9 @@ from knowledge_api.errors import (
     RequestTimeout,
     UnsupportedMediaType,
 )
-from knowledge_api.routes.observe import HEADER, request_id
+from knowledge_api.logs import request_id
 from knowledge_api.service import KnowledgeService
+from knowledge_api.web.observe import HEADER
 
 log_unexpected = logging.getLogger("knowledge_api.errors")
 
@@ -204,7 +205,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 async def client_gone(request: Request, exc: Exception) -> Response:
     """The client went away before its request was read: nothing to answer. The request
-    line says so (routes/observe.py)."""
+    line says so (web/observe.py)."""
     return Response(status_code=400)
 
 

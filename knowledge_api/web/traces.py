@@ -13,7 +13,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api import tracing
-from knowledge_api.routes.observe import current
+from knowledge_api.web.observe import exchange as current_exchange
 
 PROPAGATED = (b"traceparent", b"tracestate")
 CONTEXT = "trace_context"
@@ -94,7 +94,7 @@ def answered(server: tracing.SpanLike, scope: Scope, status: int) -> None:
         attributes["knowledge.request_id"] = request_id
     if key := state.get("key_name"):
         attributes["knowledge.key_name"] = key
-    exchange = current.get()
+    exchange = current_exchange()
     if exchange is not None and exchange.cache_hit is not None:
         attributes["knowledge.cache.hit"] = exchange.cache_hit
     server.set_attributes(attributes)

@@ -19,8 +19,8 @@ import asyncio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api.errors import Overloaded
-from knowledge_api.routes.http import error_response
 from knowledge_api.settings import Settings
+from knowledge_api.web.http import error_response
 
 EVENT_STREAM = b"text/event-stream"
 RETRY_AFTER_S = 5

@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
-from knowledge_api.routes.observe import request_id
+from knowledge_api.logs import request_id
 from knowledge_api.routes.views import result_view
 
 log = logging.getLogger("knowledge_api.errors")

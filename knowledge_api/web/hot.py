@@ -5,11 +5,11 @@ A query body that was answered once is remembered, byte for byte, with the tier-
 it parsed to, the tier-1 value it was answered with and that value rendered as a hit.
 When the same bytes come again and tier 1 still holds that very value (same store
 generation, entry alive), the rendered bytes are sent with this request's `total_ms`,
-once the caller is admitted by the same decision the routes use (routes/access.py).
+once the caller is admitted by the same decision the routes use (web/access.py).
 Anything else (another body, a changed store, a caller refused, a body in several
 parts, a browser's request) goes the usual way, which answers exactly as before; so
 this is only a shortcut, never a second source of answers. A hit gets the same request
-id, log line and metrics as any request (routes/observe.py).
+id, log line and metrics as any request (web/observe.py).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes import ROUTES, query
-from knowledge_api.routes.access import READ, Gate, admit
-from knowledge_api.routes.observe import Exchange, RequestObserver
 from knowledge_api.service import Served
+from knowledge_api.web.access import READ, Gate, admit
+from knowledge_api.web.observe import Exchange, RequestObserver
 
 PATH = "/v1/knowledge/query"
 ROUTE = next(route for route in ROUTES if route.path == PATH)
@@ -61,7 +61,7 @@ class Rendered:
 class QueryHits:
     """ASGI middleware: repeated queries served from their rendered tier-1 entries.
 
-    It sits ahead of the request observer (routes/observe.py) and, when the observer is
+    It sits ahead of the request observer (web/observe.py) and, when the observer is
     the layer right beneath it, does the observer's part for a hit itself: the same
     exchange (id, log line, metrics), without the observer's stand-ins for the
     server's receive and send, which cost a hit as much as the rest of its

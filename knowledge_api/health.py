@@ -1,0 +1,54 @@
+"""The service's health: each part's report (/health) and what keeps requests from
+being served (/readyz)."""
+
+from __future__ import annotations
+
+import time
+
+from knowledge_api import __version__
+from knowledge_api.engine import Body, Engine
+from knowledge_api.timing import utc_now
+
+
+class Health(Engine):
+    async def readiness(self) -> dict[str, str]:
+        """Why each part that keeps requests from being served is not ready; empty
+        when the store answers and the embedder is loaded."""
+        problems = {}
+        store = await self.store.health_check()
+        if store.get("status") != "ok":
+            problems["store"] = str(store.get("error") or store.get("status"))
+        if not self.embedder_ready:
+            problems["embedder"] = "not loaded"
+        return problems
+
+    async def health(self) -> Body:
+        store = await self.store.health_check()
+        cache = await self.caches.health()
+        embedder = {**self.embedder.health(), "query_batches": self.query_batcher.stats()}
+        synthesizer = self.synthesizer.health()
+        reranker = self.reranker.health()
+        extra = {name: report() for name, report in self.health_reports.items()}
+        extra_ok = all(report.get("status") in ("ok", "pending") for report in extra.values())
+        if store.get("status") == "unavailable":
+            status = "unhealthy"
+        elif not extra_ok or any(
+            report.get("status") != "ok"
+            for report in (store, embedder, synthesizer, reranker, cache)
+        ):
+            status = "degraded"
+        else:
+            status = "healthy"
+        return {
+            "status": status,
+            "service": "knowledge-api",
+            "version": __version__,
+            "cache": self.caches.stats(),
+            "timestamp": utc_now(),
+            "uptime_s": round(time.monotonic() - self.started, 1),
+            "store": store,
+            "embedder": embedder,
+            "synthesizer": synthesizer,
+            "reranker": reranker,
+            **extra,
+        }
