@@ -35,7 +35,6 @@ from knowledge_api.rerankers import rerankers
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
-from knowledge_api.stores.tables.audit import AuditEntry, local_user
 
 
 def main(argv: list[str] | None = None) -> int:

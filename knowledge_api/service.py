@@ -39,14 +39,6 @@ from knowledge_api.models import (
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.startup import Startup
 from knowledge_api.timing import elapsed_ms, ms
-from knowledge_api.settings import Settings
-from knowledge_api.stores.base import KnowledgeStore
-from knowledge_api.stores.tables.audit import Actor, AuditEntry, AuditQuery, stamp
-from knowledge_api.stores.tables.feedback import Answered
-from knowledge_api.stores.tables.keys import RememberedKeys
-from knowledge_api.synthesis.base import Synthesizer
-from knowledge_api.synthesis.chain import Outcome, SynthesisChain
-from knowledge_api.timing import elapsed_ms, ms, utc_now
 
 __all__ = [
     "COMPUTED",

@@ -15,7 +15,6 @@ from knowledge_api.compose import build_service
 from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.models import ApiKey
 from knowledge_api.settings import Secret, Settings
-from knowledge_api.stores.tables.keys import ApiKey
 from knowledge_api.usecases import keys
 from knowledge_api.web import access as access_module
 from knowledge_api.web.access import RateLimiter, access_of, accesses

@@ -23,7 +23,6 @@ from knowledge_api.ledger import Actor, AuditEntry, AuditQuery, stamp
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from knowledge_api.stores.tables.audit import Actor, AuditEntry, AuditQuery, stamp
 from knowledge_api.usecases import keys
 from knowledge_api.usecases.kb_sync import KBSync
 from tests.conftest import make_settings

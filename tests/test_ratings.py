@@ -22,7 +22,6 @@ from knowledge_api.compose import build_service
 from knowledge_api.ledger import Rating
 from knowledge_api.models import SearchHit
 from knowledge_api.settings import Settings
-from knowledge_api.stores.tables.feedback import Rating
 from knowledge_api.usecases.query import QueryParams
 from tests.conftest import corpus, make_settings
 from tests.test_access import bearer, make_key

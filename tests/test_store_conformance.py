@@ -42,7 +42,6 @@ from knowledge_api.models import (
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores import transfer
 from knowledge_api.stores.base import KnowledgeStore
-from knowledge_api.stores.tables.jobs import Job, JobFile
 from tests.conftest import corpus, make_settings, make_store, pairs
 from tests.documents import pdf_bytes
 from tests.pg import postgres_settings, supabase_settings

@@ -22,7 +22,6 @@ from knowledge_api.errors import BackendConnectionError
 from knowledge_api.ingest import extract
 from knowledge_api.ledger import Job
 from knowledge_api.settings import Settings
-from knowledge_api.stores.tables.jobs import Job
 from knowledge_api.usecases import uploads
 from tests.conftest import corpus, make_settings
 from tests.documents import pdf_bytes, write_docx, write_pptx

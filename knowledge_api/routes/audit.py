@@ -13,9 +13,6 @@ from starlette.responses import Response
 
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import Actor, AuditQuery, stamp
-from knowledge_api.routes.fields import STRING, Custom, array, nullable, obj
-from knowledge_api.routes.http import JSONResponse, service
-from knowledge_api.stores.tables.audit import Actor, AuditQuery, stamp
 from knowledge_api.validation import COLLECTION_PATTERN, collection_name
 from knowledge_api.web.fields import STRING, Custom, array, nullable, obj
 from knowledge_api.web.http import JSONResponse, service

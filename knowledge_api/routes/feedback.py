@@ -26,9 +26,6 @@ from knowledge_api.web.fields import (
     obj,
 )
 from knowledge_api.web.http import JSONResponse, read_json, service
-from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.stores.tables.feedback import Rating
-from knowledge_api.usecases import feedback as use
 
 MAX_CITED = 100
 

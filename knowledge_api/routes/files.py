@@ -29,10 +29,6 @@ from knowledge_api.web.fields import (
 )
 from knowledge_api.web.http import JSONResponse, service
 from knowledge_api.web.multipart import receive
-from knowledge_api.routes.http import JSONResponse, service
-from knowledge_api.routes.multipart import receive
-from knowledge_api.stores.tables.jobs import DONE, FAILED, QUEUED, RUNNING, Job
-from knowledge_api.usecases.uploads import MAX_FILES, Sent, Upload, UploadJobs
 
 FILE = "file"
 BINARY = {"type": "string", "format": "binary"}

@@ -34,7 +34,6 @@ from knowledge_api.routes import query as query_route
 from knowledge_api.routes.views import document_view
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from knowledge_api.stores.tables.audit import Actor, local_user
 from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases import query as query_use
 from knowledge_api.usecases.conversation import Turn

@@ -22,7 +22,6 @@ from knowledge_api.ir_metrics import distinct, eval_metrics, mean_metrics
 from knowledge_api.ledger import Answered, Rating
 from knowledge_api.models import SearchFilters
 from knowledge_api.service import KnowledgeService
-from knowledge_api.stores.tables.feedback import Answered, Rating
 
 CHAT_PREFIX = "chatcmpl-"
 EVAL_DEPTH = 100

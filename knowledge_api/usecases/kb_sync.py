@@ -30,7 +30,6 @@ from knowledge_api.ledger import MAX_AUDITED_IDS, Actor, changes, local_user
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Secret
-from knowledge_api.stores.tables.audit import Actor, local_user
 from knowledge_api.usecases.sources import MassDeleteRefused, MirrorPlan
 
 log = logging.getLogger("knowledge_api.kb_sync")

@@ -10,8 +10,6 @@ from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import Actor, local_user
 from knowledge_api.models import ApiKey
 from knowledge_api.service import KnowledgeService
-from knowledge_api.stores.tables.audit import Actor, local_user
-from knowledge_api.stores.tables.keys import ApiKey, new_token, token_hash
 
 SCOPES = ("read", "write", "admin")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")

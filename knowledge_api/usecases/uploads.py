@@ -26,9 +26,6 @@ from knowledge_api.errors import ExtractionError, KnowledgeAPIError
 from knowledge_api.ledger import DONE, FAILED, QUEUED, RUNNING, Actor, Job, JobFile, changes
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
-from knowledge_api.service import KnowledgeService, changes
-from knowledge_api.stores.tables.audit import Actor
-from knowledge_api.stores.tables.jobs import DONE, FAILED, QUEUED, RUNNING, Job, JobFile
 
 log = logging.getLogger("knowledge_api.uploads")
 MAX_FILES = 1000

@@ -30,7 +30,6 @@ from knowledge_api.errors import (
 from knowledge_api.models import ApiKey
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from knowledge_api.stores.tables.keys import ApiKey
 
 Handler = Callable[[Request], Awaitable[Response]]
 PUBLIC = "public"

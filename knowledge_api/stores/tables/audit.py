@@ -18,7 +18,6 @@ from typing import Any, Protocol
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.ledger import AuditEntry, AuditQuery, stamp
 from knowledge_api.stores.tables.database import SQLiteTables
-from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.schema import SchemaTables
 
 

@@ -19,8 +19,6 @@ from knowledge_api.errors import BackendConnectionError
 from knowledge_api.ledger import Answered, Rating, stamp
 from knowledge_api.stores.tables.audit import moment
 from knowledge_api.stores.tables.database import SQLiteTables
-from knowledge_api.stores.tables.audit import moment, stamp
-from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.schema import SchemaTables
 
 

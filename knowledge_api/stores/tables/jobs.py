@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from knowledge_api.errors import BackendConnectionError, KnowledgeAPIError
 from knowledge_api.ledger import UNFINISHED, Job
-from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.schema import SchemaTables
 

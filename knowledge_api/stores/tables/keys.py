@@ -18,7 +18,6 @@ from cachetools import TTLCache
 from knowledge_api.errors import BackendConnectionError, InvalidRequest
 from knowledge_api.models import ApiKey, token_hash
 from knowledge_api.stores.tables.database import SQLiteTables
-from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.schema import SchemaTables
 
 
