@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TypeAlias
 
 from knowledge_api import __version__
 from knowledge_api.cli import audit, evaluate, ingest, keys, query, serve, stores
@@ -11,67 +12,45 @@ from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
 from knowledge_api.rerankers import rerankers
 from knowledge_api.stores import stores as backends
 
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""The root's subcommands: each function below adds one, its arguments and its `run`."""
+
 
 def parser() -> argparse.ArgumentParser:
-    """The commands, in the order `--help` lists them; each function below declares one
-    command's arguments and the function that runs it."""
     root = argparse.ArgumentParser(prog="knowledge-api", description=__doc__)
     root.add_argument("--version", action="version", version=f"knowledge-api {__version__}")
     commands = root.add_subparsers(required=True, metavar="COMMAND")
-    serve_command(commands.add_parser("serve", help="run the HTTP service"))
-    ingest_command(
-        commands.add_parser(
-            "ingest", help="index Markdown, text, HTML, PDF, DOCX, PPTX and JSONL files"
-        )
-    )
-    git_command(commands.add_parser("ingest-git", help="index the commits of a git repository"))
-    export_command(
-        commands.add_parser(
-            "export", help="write a collection (documents, chunks, vectors) to a JSON lines file"
-        )
-    )
-    import_command(commands.add_parser("import", help="read a file `export` wrote into the store"))
-    sources_command(
-        commands.add_parser("sources", help="the sources: documents and last run of each")
-    )
-    query_command(commands.add_parser("query", help="ask a question: the answer and its sources"))
-    commands.add_parser(
-        "mcp", help="serve the knowledge base to an MCP client over stdin/stdout"
-    ).set_defaults(run=query.run_mcp)
-    sync_command(
-        commands.add_parser("sync", help="pull the host's KB articles into the support index")
-    )
-    eval_command(
-        commands.add_parser(
-            "eval", help="retrieval quality, or answer calibration, on a BEIR directory"
-        )
-    )
-    migrate_store_command(
-        commands.add_parser(
-            "migrate-store", help="copy collections to another store backend, vectors included"
-        )
-    )
-    keys_command(commands.add_parser("keys", help="create, list and revoke API keys"))
-    audit_command(
-        commands.add_parser(
-            "audit", help="the audit trail of writes, newest first, one JSON object a line"
-        )
-    )
-    migrate_command(
-        commands.add_parser(
-            "migrate", help="apply the Postgres schema migrations to KNOWLEDGE_DATABASE_URL"
-        )
-    )
+    for declare in (
+        serve_command,
+        ingest_command,
+        git_command,
+        export_command,
+        import_command,
+        sources_command,
+        query_command,
+        mcp_command,
+        sync_command,
+        eval_command,
+        migrate_store_command,
+        keys_command,
+        audit_command,
+        migrate_command,
+    ):
+        declare(commands)
     return root
 
 
-def serve_command(command: argparse.ArgumentParser) -> None:
+def serve_command(commands: Commands) -> None:
+    command = commands.add_parser("serve", help="run the HTTP service")
     command.add_argument("--host", help="override KNOWLEDGE_API_HOST")
     command.add_argument("--port", type=int, help="override KNOWLEDGE_API_PORT")
     command.set_defaults(run=serve.run_serve)
 
 
-def ingest_command(command: argparse.ArgumentParser) -> None:
+def ingest_command(commands: Commands) -> None:
+    command = commands.add_parser(
+        "ingest", help="index Markdown, text, HTML, PDF, DOCX, PPTX and JSONL files"
+    )
     command.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     command.add_argument(
         "--source-type",
@@ -93,7 +72,8 @@ def ingest_command(command: argparse.ArgumentParser) -> None:
     command.set_defaults(run=ingest.run_ingest)
 
 
-def git_command(command: argparse.ArgumentParser) -> None:
+def git_command(commands: Commands) -> None:
+    command = commands.add_parser("ingest-git", help="index the commits of a git repository")
     command.add_argument("repo", type=Path, metavar="REPO", help="a git working tree or bare clone")
     command.add_argument("--since", help="only commits after this ISO date (e.g. 2026-01-31)")
     command.add_argument("--branch", help="branch or ref to read (default: the one checked out)")
@@ -124,7 +104,10 @@ def source_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--allow-mass-delete", action="store_true", help=MASS_DELETE_HELP)
 
 
-def export_command(command: argparse.ArgumentParser) -> None:
+def export_command(commands: Commands) -> None:
+    command = commands.add_parser(
+        "export", help="write a collection (documents, chunks, vectors) to a JSON lines file"
+    )
     command.add_argument("--collection", default=DEFAULT_COLLECTION)
     command.add_argument(
         "--output", required=True, type=Path, metavar="FILE", help="compressed if .gz or .zst"
@@ -132,18 +115,21 @@ def export_command(command: argparse.ArgumentParser) -> None:
     command.set_defaults(run=stores.run_export)
 
 
-def import_command(command: argparse.ArgumentParser) -> None:
+def import_command(commands: Commands) -> None:
+    command = commands.add_parser("import", help="read a file `export` wrote into the store")
     command.add_argument("file", type=Path, metavar="FILE")
     command.add_argument("--collection", help="import into this collection (default: the file's)")
     command.set_defaults(run=stores.run_import)
 
 
-def sources_command(command: argparse.ArgumentParser) -> None:
+def sources_command(commands: Commands) -> None:
+    command = commands.add_parser("sources", help="the sources: documents and last run of each")
     command.add_argument("--collection", help="only this collection's")
     command.set_defaults(run=ingest.run_sources)
 
 
-def query_command(command: argparse.ArgumentParser) -> None:
+def query_command(commands: Commands) -> None:
+    command = commands.add_parser("query", help="ask a question: the answer and its sources")
     command.add_argument("text")
     command.add_argument("--limit", type=int, default=5)
     command.add_argument("--sources", default="", help="comma-separated source types")
@@ -158,7 +144,15 @@ def query_command(command: argparse.ArgumentParser) -> None:
     command.set_defaults(run=query.run_query)
 
 
-def sync_command(command: argparse.ArgumentParser) -> None:
+def mcp_command(commands: Commands) -> None:
+    command = commands.add_parser(
+        "mcp", help="serve the knowledge base to an MCP client over stdin/stdout"
+    )
+    command.set_defaults(run=query.run_mcp)
+
+
+def sync_command(commands: Commands) -> None:
+    command = commands.add_parser("sync", help="pull the host's KB articles into the support index")
     command.add_argument(
         "--from", dest="source", required=True, metavar="URL", help="host base URL"
     )
@@ -169,7 +163,10 @@ def sync_command(command: argparse.ArgumentParser) -> None:
     command.set_defaults(run=ingest.run_sync)
 
 
-def eval_command(command: argparse.ArgumentParser) -> None:
+def eval_command(commands: Commands) -> None:
+    command = commands.add_parser(
+        "eval", help="retrieval quality, or answer calibration, on a BEIR directory"
+    )
     command.add_argument("directory", type=Path, metavar="DIR", nargs="?")
     command.add_argument(
         "--feedback",
@@ -204,7 +201,10 @@ def eval_command(command: argparse.ArgumentParser) -> None:
     command.set_defaults(run=evaluate.run_eval)
 
 
-def migrate_store_command(command: argparse.ArgumentParser) -> None:
+def migrate_store_command(commands: Commands) -> None:
+    command = commands.add_parser(
+        "migrate-store", help="copy collections to another store backend, vectors included"
+    )
     command.add_argument("--from", dest="source", required=True, choices=backends.names())
     command.add_argument("--to", dest="target", required=True, choices=backends.names())
     command.add_argument(
@@ -220,7 +220,8 @@ def migrate_store_command(command: argparse.ArgumentParser) -> None:
     command.set_defaults(run=stores.run_migrate_store)
 
 
-def keys_command(command: argparse.ArgumentParser) -> None:
+def keys_command(commands: Commands) -> None:
+    command = commands.add_parser("keys", help="create, list and revoke API keys")
     actions = command.add_subparsers(required=True, metavar="ACTION")
     create = actions.add_parser("create", help="a new key; its token is printed once, last")
     create.add_argument("--name", required=True)
@@ -236,7 +237,10 @@ def keys_command(command: argparse.ArgumentParser) -> None:
     revoke.set_defaults(run=keys.run_keys_revoke)
 
 
-def audit_command(command: argparse.ArgumentParser) -> None:
+def audit_command(commands: Commands) -> None:
+    command = commands.add_parser(
+        "audit", help="the audit trail of writes, newest first, one JSON object a line"
+    )
     command.add_argument("--limit", default="50", help="entries (1-200, default 50)")
     command.add_argument("--cursor", help="next_cursor printed after a full page")
     command.add_argument("--key", help="only this key's writes (or cli:<user>, kb-sync)")
@@ -246,7 +250,10 @@ def audit_command(command: argparse.ArgumentParser) -> None:
     command.set_defaults(run=audit.run_audit)
 
 
-def migrate_command(command: argparse.ArgumentParser) -> None:
+def migrate_command(commands: Commands) -> None:
+    command = commands.add_parser(
+        "migrate", help="apply the Postgres schema migrations to KNOWLEDGE_DATABASE_URL"
+    )
     command.add_argument(
         "--adopt",
         action="store_true",

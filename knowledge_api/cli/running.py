@@ -46,4 +46,3 @@ def print_json(value: Any) -> None:
 
 def split(values: str) -> list[str]:
     return [value.strip() for value in values.split(",") if value.strip()]
-

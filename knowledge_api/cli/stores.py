@@ -34,10 +34,8 @@ def run_export(settings: Settings, args: argparse.Namespace) -> int:
             done = await transfer.export_collection(
                 service.store, service.identity, collection, args.output, update
             )
-        print(
-            f"{done.documents} documents ({done.chunks} chunks) of {collection} written to "
-            f"{args.output}"
-        )
+        written = f"{done.documents} documents ({done.chunks} chunks) of {collection}"
+        print(f"{written} written to {args.output}")
         return 0
 
     return with_storage(settings, write)
