@@ -54,12 +54,30 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
     return status
 
 
+def parse_meta(pairs: list[str]) -> dict[str, str]:
+    meta = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidRequest("--meta", f"takes KEY=VALUE, got {pair!r}")
+        meta[key] = value
+    return meta
+
+
 def unread_files(path: Path, skipped: list[Skipped]) -> Callable[[str], bool]:
     """Whether a stored document's source id is that of a file this run could not read
     (its source id ends with the file's path, relative or under --base-url)."""
     root = path if path.is_dir() else path.parent
     unread = tuple(Path(file.path).relative_to(root).as_posix() for file in skipped)
     return lambda source_id: bool(unread) and source_id.endswith(unread)
+
+
+def skipped_summary(skipped: list[Skipped], shown: int = 10) -> str:
+    """`3 files skipped: x.png (binary), ...`: the first few by name, the rest counted."""
+    names = ", ".join(str(s) for s in skipped[:shown])
+    more = f", and {len(skipped) - shown} more" if len(skipped) > shown else ""
+    files = "file" if len(skipped) == 1 else "files"
+    return f"{len(skipped)} {files} skipped: {names}{more}"
 
 
 def run_ingest_git(settings: Settings, args: argparse.Namespace) -> int:
@@ -125,14 +143,13 @@ def index_documents(
     return with_storage(settings, run)
 
 
-def parse_meta(pairs: list[str]) -> dict[str, str]:
-    meta = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise InvalidRequest("--meta", f"takes KEY=VALUE, got {pair!r}")
-        meta[key] = value
-    return meta
+def ingest_summary(summary: IndexSummary, unchanged: int, started: float) -> str:
+    seconds = time.perf_counter() - started
+    return (
+        f"{summary.documents} documents indexed ({summary.chunks} chunks, "
+        f"{summary.embedded} embedded), {summary.skipped + unchanged} unchanged skipped, "
+        f"in {seconds:.1f}s ({summary.chunks / max(seconds, 1e-9):.0f} chunks/s)"
+    )
 
 
 def run_sources(settings: Settings, args: argparse.Namespace) -> int:
@@ -150,23 +167,6 @@ def run_sources(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
     return with_storage(settings, show)
-
-
-def ingest_summary(summary: IndexSummary, unchanged: int, started: float) -> str:
-    seconds = time.perf_counter() - started
-    return (
-        f"{summary.documents} documents indexed ({summary.chunks} chunks, "
-        f"{summary.embedded} embedded), {summary.skipped + unchanged} unchanged skipped, "
-        f"in {seconds:.1f}s ({summary.chunks / max(seconds, 1e-9):.0f} chunks/s)"
-    )
-
-
-def skipped_summary(skipped: list[Skipped], shown: int = 10) -> str:
-    """`3 files skipped: x.png (binary), ...`: the first few by name, the rest counted."""
-    names = ", ".join(str(s) for s in skipped[:shown])
-    more = f", and {len(skipped) - shown} more" if len(skipped) > shown else ""
-    files = "file" if len(skipped) == 1 else "files"
-    return f"{len(skipped)} {files} skipped: {names}{more}"
 
 
 def run_sync(settings: Settings, args: argparse.Namespace) -> int:
