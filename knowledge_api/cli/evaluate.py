@@ -77,6 +77,8 @@ def run_feedback_eval(settings: Settings, args: argparse.Namespace) -> int:
 
 
 class Report(Protocol):
+    """What each evaluation returns: a JSON document and a table to read."""
+
     def as_json(self) -> dict[str, Any]: ...
 
     def table(self) -> str: ...
