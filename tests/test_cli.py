@@ -15,7 +15,8 @@ from starlette.testclient import TestClient
 
 import knowledge_api
 from knowledge_api.app import create_app
-from knowledge_api.cli import main, ready_message
+from knowledge_api.cli import main
+from knowledge_api.cli.serve import ready_message
 from tests.conftest import make_settings, make_store
 from tests.test_faults import free_port
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from knowledge_api import cli
 from knowledge_api.cli import main
+from knowledge_api.cli.ingest import skipped_summary
 from knowledge_api.ingest.progress import progress
 from knowledge_api.service import KnowledgeService
 from tests.documents import PNG, commit, git_repo, pdf_bytes, write_docx
@@ -196,5 +196,5 @@ def test_skipped_summary_is_bounded() -> None:
     from knowledge_api.ingest.loaders import Skipped
 
     many = [Skipped(f"f{n}.bin", "binary") for n in range(12)]
-    line = cli.skipped_summary(many, shown=2)
+    line = skipped_summary(many, shown=2)
     assert line == "12 files skipped: f0.bin (binary), f1.bin (binary), and 10 more"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from knowledge_api.cli import Draining, shared_socket, tell_pm2_ready
+from knowledge_api.cli.serve import Draining, shared_socket, tell_pm2_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "pm2_reload_check.py"
