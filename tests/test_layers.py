@@ -17,6 +17,7 @@ CORE = {
     "observer",
     "redaction",
     "settings",
+    "settings_fields",
     "validation",
     "text",
     "timing",
