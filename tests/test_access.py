@@ -12,10 +12,11 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.routes import access as access_module
 from knowledge_api.routes.access import RateLimiter, access_of, accesses
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.stores.keys import ApiKey
 from knowledge_api.usecases import keys
 from tests.conftest import make_settings

@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.redaction import Redactor
 from knowledge_api.routes.metrics import Metrics, RequestDurations
@@ -37,7 +38,7 @@ from knowledge_api.routes.observe import (
     request_message,
 )
 from knowledge_api.routes.redact import redacted_logs
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from tests import providers
 from tests.conftest import ask, corpus, make_settings, query_params
 from tests.providers import GEMINI_GENERATE, GROQ_CHAT, gemini_error, groq_answer, llm_settings

@@ -30,9 +30,10 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, IndexingError
 from knowledge_api.models import Document, SearchFilters
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.stores.postgres import PostgresStore, migrations, register_codecs
 from tests.conftest import corpus, make_store, pairs
 from tests.pg import fresh_database, postgres_settings

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import orjson
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import (
     BackendConnectionError,
     ConfigurationError,
@@ -34,7 +35,6 @@ from knowledge_api.errors import (
 )
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
-from knowledge_api.settings import Secret
 from knowledge_api.stores.base import Reconnect, reason
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres_load import DEFAULT_BUILD, IndexBuild, load

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import (
     BackendConnectionError,
     IndexingError,
@@ -33,7 +34,6 @@ from knowledge_api.models import (
     Document,
 )
 from knowledge_api.registry import import_extra
-from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import is_uuid
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.models import Document
 from knowledge_api.service import MAX_AUDITED_IDS, KnowledgeService, changes
-from knowledge_api.settings import Secret
 from knowledge_api.stores.audit import Actor, local_user
 from knowledge_api.usecases.sources import MassDeleteRefused, MirrorPlan
 

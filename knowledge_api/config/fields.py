@@ -20,12 +20,48 @@ ENV_PREFIX = "KNOWLEDGE_"
 """Variables with this prefix must be declared: a typo is refused, not ignored."""
 
 
+class Secret:
+    """A string that never shows its value in repr, str or logs."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get(self) -> str:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('**********')" if self._value else "Secret('')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
 @dataclass(frozen=True)
 class Form:
     """A shape a text value may have besides its named choices, and how a message says it."""
 
     says: str
     fits: Callable[[str], bool]
+
+
+def is_ratio(value: str) -> bool:
+    try:
+        return 0 <= float(value) <= 1
+    except ValueError:
+        return False
+
+
+RATIO = Form("a number between 0 and 1", is_ratio)
 
 
 @dataclass(frozen=True)
