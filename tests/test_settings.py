@@ -122,6 +122,18 @@ def test_the_guide_documents_every_setting_once_with_its_default_and_choices() -
         assert missing == [], spec.env
 
 
+ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]*)` \| ([^|]*) \|", re.M)
+"""A row of the README's configuration tables: variable, default."""
+
+
+def test_the_readme_tables_give_each_declared_default() -> None:
+    rows = dict(ROW.findall(README.read_text()))
+    for declaration, spec in specs(fields(Settings)):
+        default = rows[spec.env].strip()
+        described = default.startswith(("(", "`"))  # (empty), (bundled docs), `uploads` beside
+        assert ("" if described else default) == written(declaration.default), spec.env
+
+
 def test_the_guide_reader_sees_shared_and_described_defaults() -> None:
     text = (
         "- `A` (default `1`), `B` and `C` (default `x (y)`): shared.\n"
