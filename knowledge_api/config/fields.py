@@ -105,21 +105,24 @@ class Spec:
             return None
         if self.form and self.form.fits(value):
             return None
-        named = [f"{choice}" if choice else "empty" for choice in self.choices]
+        named = [choice or "empty" for choice in self.choices]
         return "be " + spoken([*named, *([self.form.says] if self.form else [])])
 
     def broken_bound(self, value: Any, settings: Any, envs: Mapping[str, str]) -> str | None:
         if self.positive and value <= 0:
             return "be a positive number"
-        least = (
-            getattr(settings, self.min.attribute) * 2 if isinstance(self.min, Twice) else self.min
-        )
+        least, says = self.least(settings, envs)
         if (least is None or value >= least) and (self.max is None or value <= self.max):
             return None
-        low = f"twice {envs[self.min.attribute]}" if isinstance(self.min, Twice) else self.min
         if self.max is None:
-            return "not be negative" if low == 0 else f"be at least {low}"
-        return f"be at most {self.max}" if low is None else f"be between {low} and {self.max}"
+            return "not be negative" if least == 0 else f"be at least {says}"
+        return f"be at most {self.max}" if least is None else f"be between {says} and {self.max}"
+
+    def least(self, settings: Any, envs: Mapping[str, str]) -> tuple[float | None, str]:
+        """The lowest value allowed, and how a message says it."""
+        if isinstance(self.min, Twice):
+            return 2 * getattr(settings, self.min.attribute), f"twice {envs[self.min.attribute]}"
+        return self.min, f"{self.min}"
 
 
 def setting(
@@ -141,13 +144,9 @@ def setting(
     return field(default=default, metadata={"spec": spec})
 
 
-def spec_of(declared: Field[Any]) -> Spec:
-    spec: Spec = declared.metadata["spec"]
-    return spec
-
-
 def specs(declared: Iterable[Field[Any]]) -> Iterator[tuple[Field[Any], Spec]]:
-    return ((f, spec_of(f)) for f in declared)
+    """Each declared field with the spec `setting()` recorded on it."""
+    return ((f, f.metadata["spec"]) for f in declared)
 
 
 def check(settings: Any, declared: Iterable[Field[Any]]) -> None:
