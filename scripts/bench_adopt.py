@@ -28,9 +28,9 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.models import SearchFilters
-from knowledge_api.settings import Secret
 from knowledge_api.stores.existing import adopt
 from knowledge_api.stores.existing.store import AdoptedTables, ExistingTables, ReadOnlyTables
 from knowledge_api.stores.postgres.store import PostgresStore

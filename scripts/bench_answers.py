@@ -27,10 +27,11 @@ import httpx
 import respx
 
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.routes import answer as answer_contract
 from knowledge_api.service import KnowledgeService
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.usecases import answers
 from knowledge_api.usecases import query as query_use
 from knowledge_api.usecases.answers import AnswerParams

@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_stores import Corpus, time_queries
 
 from knowledge_api.compose import build_embedder, build_store, embedder_identity
+from knowledge_api.config.fields import Secret
 from knowledge_api.models import Document, EmbedderIdentity
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.stores.migrate import migrate
 from knowledge_api.stores.postgres.server import embedded_server_url
 from knowledge_api.stores.postgres.siam import SiamStore

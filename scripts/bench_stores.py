@@ -79,7 +79,7 @@ async def postgres_setup(folder: Path, exact: bool = False) -> AsyncIterator[dic
     """An embedded Postgres in `folder`, stopped afterwards. `exact` drops the HNSW
     indexes once the schema exists, so vector search is a full scan and a sort while
     every other index (the write path's lookups) still serves."""
-    from knowledge_api.settings import Secret
+    from knowledge_api.config.fields import Secret
     from knowledge_api.stores.postgres.server import embedded_server_url
 
     url = await asyncio.to_thread(embedded_server_url, folder / "postgres")

@@ -42,9 +42,10 @@ import httpx
 import respx
 
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.service import KnowledgeService
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.usecases import conversation
 from knowledge_api.usecases import query as query_use
 from knowledge_api.usecases.conversation import Turn

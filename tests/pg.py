@@ -15,8 +15,9 @@ import asyncpg
 import pytest
 import respx
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.embeddings.fake import FakeEmbedder
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.stores.postgres.schema import migrate
 from tests.postgrest import PostgREST
 

@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import respx
 
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.config.fields import Secret
+from knowledge_api.settings import Settings
 from tests.conftest import make_settings
 
 GEMINI_URL = "https://gemini.test"

@@ -12,9 +12,10 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.models import ApiKey
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
 from knowledge_api.web import access as access_module
 from knowledge_api.web.access import RateLimiter, access_of, accesses

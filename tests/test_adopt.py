@@ -21,10 +21,11 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service, build_store
+from knowledge_api.config.fields import Secret
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import ConfigurationError, EmbedderMismatchError
 from knowledge_api.models import EmbedderIdentity, SearchFilters
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.stores.existing import adopt
 from knowledge_api.stores.existing.store import ExistingTables
 from knowledge_api.stores.postgres.codecs import register_codecs

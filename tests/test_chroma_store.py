@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Document, SearchFilters
-from knowledge_api.settings import Secret
 from knowledge_api.stores.points.chroma import ChromaStore
 from knowledge_api.stores.points.engine import Record
 from tests.conftest import corpus, pairs

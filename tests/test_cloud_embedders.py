@@ -13,12 +13,13 @@ import pytest
 import respx
 
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.embeddings import embedders
 from knowledge_api.embeddings.cloud import CloudEmbedder
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import EmbedderMismatchError, EmbeddingError
 from knowledge_api.models import Document
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from tests import providers
 from tests.conftest import ask, corpus, make_settings, query_params
 from tests.providers import COHERE_KEY, COHERE_URL, GEMINI_KEY, GEMINI_URL

@@ -12,8 +12,9 @@ import httpx
 import pytest
 import respx
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.service import KnowledgeService
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from tests import providers
 from tests.conftest import ask, make_settings, query_params
 from tests.providers import COHERE_KEY, COHERE_RERANK, COHERE_URL, cohere_error, cohere_ranking

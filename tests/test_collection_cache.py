@@ -17,9 +17,9 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cache.redis import SharedTier
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
-from knowledge_api.settings import Secret
 from tests.conftest import ask, make_settings, query_params
 from tests.redis_server import RedisServer
 

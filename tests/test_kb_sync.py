@@ -13,9 +13,9 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
+from knowledge_api.config.fields import Secret
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.service import KnowledgeService
-from knowledge_api.settings import Secret
 from knowledge_api.usecases.kb_sync import Article, HostUnavailable, KBClient, KBSync
 from knowledge_api.usecases.sources import MassDeleteRefused
 from tests.conftest import fake_embedder, make_settings

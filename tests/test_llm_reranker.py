@@ -12,10 +12,11 @@ import httpx
 import pytest
 import respx
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.rerankers.base import RerankError
 from knowledge_api.rerankers.llm import parse_ranking
 from knowledge_api.service import KnowledgeService
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from tests import providers
 from tests.conftest import ask, query_params
 from tests.providers import (

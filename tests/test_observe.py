@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.logs import (
     ACCESS,
     LINES,
@@ -34,7 +35,7 @@ from knowledge_api.logs import (
 )
 from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.redaction import Redactor
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.web.metrics import Metrics, RequestDurations
 from knowledge_api.web.observe import RequestObserver
 from knowledge_api.web.redact import redacted_logs

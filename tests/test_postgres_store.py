@@ -30,9 +30,10 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, IndexingError
 from knowledge_api.models import Document, SearchFilters
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.schema import migrations
 from knowledge_api.stores.postgres.store import PostgresStore

@@ -14,9 +14,9 @@ import httpx
 import pytest
 import respx
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.models import Document, SearchFilters
-from knowledge_api.settings import Secret
 from knowledge_api.stores.fusion import DEFAULT_TUNING
 from knowledge_api.stores.points.qdrant import QdrantStore
 from tests.conftest import corpus, pairs

@@ -12,8 +12,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.config.fields import Secret
 from knowledge_api.redaction import Redactor
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from tests.conftest import corpus
 from tests.kb_host import Host, serve
 from tests.providers import GEMINI_GENERATE, GEMINI_KEY, gemini_error, llm_settings, mocked

@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cache.redis import RETRY_SECONDS
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.models import Document
-from knowledge_api.settings import Secret
 from tests.conftest import ask as ask_service
 from tests.conftest import corpus, make_settings, query_params
 from tests.pg import postgres_settings, run_sync

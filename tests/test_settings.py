@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import re
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from knowledge_api.config.fields import Secret, specs
 from knowledge_api.errors import ConfigurationError
-from knowledge_api.settings import Secret, Settings, declared
+from knowledge_api.settings import Settings, declared
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -61,3 +65,123 @@ def test_every_setting_is_documented_in_the_readme() -> None:
     readme = README.read_text()
     missing = [env for env, _, _ in declared() if f"`{env}`" not in readme]
     assert missing == []
+
+
+GUIDE = Path(__file__).resolve().parent.parent / "knowledge_api" / "docs" / "configuration.md"
+HEAD = re.compile(
+    r"`(?P<env>[A-Z][A-Z0-9_]*)`(?: \(default(?P<default>(?:`[^`]*`|[^)`])*)\))?"
+    r"(?P<then>, and |, | and |: |$)"
+)
+"""One variable a bullet opens with, its default as written, and what follows."""
+
+
+def documented(text: str) -> list[tuple[str, str | None, str]]:
+    """(variable, default as written, bullet) for each variable a bullet of `text` opens
+    with: `- `A` (default `1`), `B` and `C` (default `2`): ...`. A variable written
+    without a default shares the next one's (`B` and `C` above)."""
+    found: list[tuple[str, str | None, str]] = []
+    for bullet in (line[2:] for line in text.splitlines() if line.startswith("- `")):
+        heads, position = [], 0
+        while (head := HEAD.match(bullet, position)) is not None:
+            heads.append((head["env"], head["default"]))
+            if head["then"] in (": ", ""):
+                break
+            position = head.end()
+        shared: str | None = None
+        entries = []
+        for env, default in reversed(heads):
+            shared = default if default is not None else shared
+            entries.append((env, shared, bullet))
+        found.extend(reversed(entries))
+    return found
+
+
+def written(value: Any) -> str:
+    """A declared default as the guide writes it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return value.get() if isinstance(value, Secret) else str(value)
+
+
+def test_the_guide_documents_every_setting_once_with_its_default_and_choices() -> None:
+    entries = documented(GUIDE.read_text())
+    envs = [env for env, _, _ in entries]
+    assert sorted(env for env in set(envs) if envs.count(env) > 1) == []
+    assert sorted({env for env, _, _ in declared()} - set(envs)) == []
+    bullets = {env: (default, bullet) for env, default, bullet in entries}
+    for declaration, spec in specs(fields(Settings)):
+        default, bullet = bullets[spec.env]
+        expected = written(declaration.default)
+        if default is not None and default.startswith(" `"):
+            assert default.split("`")[1] == expected, spec.env
+        else:  # no default, `default empty` or `default: what an empty value means`
+            assert expected == "", spec.env
+        missing = [choice for choice in spec.choices if choice and f"`{choice}`" not in bullet]
+        assert missing == [], spec.env
+
+
+ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]*)` \| ([^|]*) \|", re.M)
+"""A row of the README's configuration tables: variable, default."""
+
+
+def test_the_readme_tables_give_each_declared_default() -> None:
+    rows = dict(ROW.findall(README.read_text()))
+    for declaration, spec in specs(fields(Settings)):
+        default = rows[spec.env].strip()
+        described = default.startswith(("(", "`"))  # (empty), (bundled docs), `uploads` beside
+        assert ("" if described else default) == written(declaration.default), spec.env
+
+
+def test_the_guide_reader_sees_shared_and_described_defaults() -> None:
+    text = (
+        "- `A` (default `1`), `B` and `C` (default `x (y)`): shared.\n"
+        "- `D` (default: the backend's): described.\n"
+        "- `E`: no default.\n"
+        "- `F` (default `2`, 1-9) and `G` (default empty): each its own.\n"
+    )
+    assert [(env, default) for env, default, _ in documented(text)] == [
+        ("A", " `1`"),
+        ("B", " `x (y)`"),
+        ("C", " `x (y)`"),
+        ("D", ": the backend's"),
+        ("E", None),
+        ("F", " `2`, 1-9"),
+        ("G", " empty"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        (
+            {"KNOWLEDGE_CACHE": "redis", "KNOWLEDGE_REDIS_URL": ""},
+            "KNOWLEDGE_REDIS_URL must be set",
+        ),
+        ({"KNOWLEDGE_LOG_LEVEL": "loud"}, "KNOWLEDGE_LOG_LEVEL must be debug, info, warning or"),
+        ({"KNOWLEDGE_MCP_MAX_CHARS": "999"}, "KNOWLEDGE_MCP_MAX_CHARS must be at least 1000"),
+        ({"KNOWLEDGE_CHROMA_PORT": "70000"}, "KNOWLEDGE_CHROMA_PORT must be between 1 and 65535"),
+        ({"KNOWLEDGE_SUPPORT_COLLECTION": "a b"}, "KNOWLEDGE_SUPPORT_COLLECTION must be 1-64"),
+        ({"OTEL_TRACES_SAMPLER_ARG": "2"}, "must be empty or a number between 0 and 1"),
+        ({"KNOWLEDGE_AUDIT_DAYS": "-1"}, "KNOWLEDGE_AUDIT_DAYS must not be negative"),
+    ],
+)
+def test_each_rule_names_its_variable_and_what_it_must_be(
+    env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Settings.from_env(environ=env, env_file=None)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"KNOWLEDGE_CACHE": "redis"},
+        {"KNOWLEDGE_POSTGRES_SHARED_BUFFERS": "512MB", "KNOWLEDGE_ANSWER_THRESHOLD": "0.4"},
+        {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"},
+        {"KNOWLEDGE_POSTGRES_HNSW_M": "50", "KNOWLEDGE_POSTGRES_HNSW_EF_CONSTRUCTION": "100"},
+    ],
+)
+def test_values_within_their_rules_are_taken(env: dict[str, str]) -> None:
+    Settings.from_env(environ=env, env_file=None)

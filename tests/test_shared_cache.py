@@ -20,7 +20,8 @@ from knowledge_api.app import create_app
 from knowledge_api.cache import caches as backends
 from knowledge_api.cache.base import Caches
 from knowledge_api.cache.redis import HEALTH_SECONDS, RETRY_SECONDS, RedisLink, SharedTier
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.config.fields import Secret
+from knowledge_api.settings import Settings
 from knowledge_api.stores.records import Generation
 from tests.conftest import make_settings
 from tests.redis_server import RedisServer, free_port

@@ -17,6 +17,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.config.fields import Secret
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import (
     BackendConnectionError,
@@ -39,7 +40,7 @@ from knowledge_api.models import (
     SearchMode,
     chunk_id,
 )
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.stores import transfer
 from knowledge_api.stores.base import KnowledgeStore
 from tests.conftest import corpus, make_settings, make_store, pairs

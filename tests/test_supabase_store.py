@@ -13,9 +13,10 @@ import respx
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, IndexingError
 from knowledge_api.models import Document, SearchFilters
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.stores.postgres.supabase import SupabaseStore
 from tests.conftest import corpus, make_store
 from tests.pg import (

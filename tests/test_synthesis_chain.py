@@ -16,12 +16,13 @@ import pytest
 import respx
 
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import SearchFilters
 from knowledge_api.registry import import_extra
 from knowledge_api.service import KnowledgeService
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.stores.sqlite.store import SQLiteStore
 from knowledge_api.synthesis.chain import SynthesisChain
 from knowledge_api.synthesis.gemini import GeminiSynthesizer

@@ -21,9 +21,10 @@ from starlette.testclient import TestClient
 from knowledge_api import tracing
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.ingest import pipeline
-from knowledge_api.settings import Secret, Settings
+from knowledge_api.settings import Settings
 from knowledge_api.web.traces import TraceRequests
 from tests import providers
 from tests.conftest import corpus, make_settings

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.ledger import MAX_AUDITED_IDS, Actor, changes, local_user
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
-from knowledge_api.settings import Secret
 from knowledge_api.usecases.sources import MassDeleteRefused, MirrorPlan
 
 log = logging.getLogger("knowledge_api.kb_sync")

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import (
     BackendConnectionError,
     IndexingError,
@@ -28,7 +29,6 @@ from knowledge_api.errors import (
 )
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.registry import import_extra
-from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.models import Chunk, Document
-from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.keyword import KeywordEntry
 from knowledge_api.stores.points.chroma_filter import chunk_fields

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import (
     BackendConnectionError,
     IndexingError,
@@ -30,7 +31,6 @@ from knowledge_api.errors import (
 )
 from knowledge_api.models import Document
 from knowledge_api.registry import import_extra
-from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.points.engine import CatalogEntry, ChunkPoint, Record, unavailable

@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Chunk, Document, SearchFilters
-from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.keyword import sparse_document, sparse_query
 from knowledge_api.stores.points.engine import CatalogEntry, ChunkPoint

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, IndexingError, KnowledgeStoreError
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.registry import import_extra
-from knowledge_api.settings import Secret
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.load import DEFAULT_BUILD, IndexBuild, load

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, ConfigurationError, KnowledgeStoreError
 from knowledge_api.registry import import_extra
-from knowledge_api.settings import Secret
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.rows import Condition, Row, vector_literal
 from knowledge_api.stores.postgres.siam import SiamStore
