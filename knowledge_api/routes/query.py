@@ -129,11 +129,12 @@ def metrics(served: Served[QueryResult]) -> dict[str, Any]:
 
 
 def done_event(served: Served[QueryResult]) -> dict[str, Any]:
-    """The last event: the whole synthesis, its citations, the metrics and warnings."""
+    """The last event: the whole synthesis, its citations, where the next page starts,
+    the metrics and warnings."""
     note_cache_hit(served.cache_hit)
     body = render(served)
     final: dict[str, Any] = {
-        k: body[k] for k in ("query_id", "synthesis", "synthesizer") if k in body
+        k: body[k] for k in ("query_id", "synthesis", "synthesizer", "next_offset") if k in body
     }
     return {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
 
