@@ -351,7 +351,8 @@ class KnowledgeService:
                 query, plan.vector, wanted, plan.filters, threshold, mode, ranking
             )
             deeper: list[SearchHit] = []
-            if end + 1 > first:
+            # fewer than asked: every passage that passes is placed, none lies deeper
+            if end + 1 > first and len(hits) == wanted:
                 deep = await self.store.search(
                     query, plan.vector, DEEPEST, plan.filters, threshold, mode, ranking
                 )
