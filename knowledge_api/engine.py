@@ -29,6 +29,7 @@ from knowledge_api.rerankers.base import NoReranker, Reranker
 from knowledge_api.routing import Centroids
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.fusion import SearchTuning
 from knowledge_api.stores.tables.keys import RememberedKeys
 from knowledge_api.synthesis.base import Synthesizer
 from knowledge_api.synthesis.chain import SynthesisChain
@@ -49,6 +50,7 @@ class Engine:
         self.store = store
         self.embedder = embedder
         self.reranker: Reranker = reranker or NoReranker()
+        self.tuning = SearchTuning.from_settings(settings)
         self.synthesizer = (
             synthesizer
             if isinstance(synthesizer, SynthesisChain)

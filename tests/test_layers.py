@@ -15,6 +15,7 @@ CORE = {
     "calibration",
     "errors",
     "filters",
+    "ranking",
     "models",
     "observer",
     "redaction",

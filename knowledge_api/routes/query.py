@@ -11,6 +11,9 @@ from starlette.responses import Response
 
 from knowledge_api.errors import InvalidQuery
 from knowledge_api.routes.views import (
+    NEXT_OFFSET,
+    OFFSET,
+    RANKING_RAN,
     RESULT,
     SYNTHESIZER,
     result_view,
@@ -41,6 +44,7 @@ QUERY = search_body(
     "Most results returned.",
     Number("threshold", "Lowest similarity (cosine, 0-1) of a result.", 0.2),
     Boolean("synthesize", "Write an answer from the results.", True),
+    OFFSET,
 )
 
 
@@ -82,6 +86,7 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
     body: dict[str, Any] = {
         "query_id": result.query_id,
         "results": [result_view(hit) for hit in result.hits],
+        "next_offset": result.next_offset,
     }
     if result.outcome is not None:
         body["synthesis"] = result.outcome.text
@@ -94,10 +99,20 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
 
 METRICS = obj(
     {"total_ms": NUMBER, "cache_hit": BOOLEAN, "embedding_ms": NUMBER, "search_ms": NUMBER},
-    {"synthesis_ms": NUMBER, "routed": array(STRING)},
+    {
+        "synthesis_ms": NUMBER,
+        "rerank_ms": NUMBER,
+        "routed": array(STRING),
+        "ranking": RANKING_RAN,
+    },
 )
 RESPONSE = obj(
-    {"query_id": {**STRING, "format": "uuid"}, "results": array(RESULT), "metrics": METRICS},
+    {
+        "query_id": {**STRING, "format": "uuid"},
+        "results": array(RESULT),
+        "next_offset": NEXT_OFFSET,
+        "metrics": METRICS,
+    },
     {"synthesis": STRING, "synthesizer": SYNTHESIZER, "warnings": array(STRING)},
 )
 """The body `render` returns (without `stream`)."""
@@ -108,15 +123,18 @@ def metrics(served: Served[QueryResult]) -> dict[str, Any]:
     body: dict[str, Any] = {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
     if served.value.routed is not None:
         body["routed"] = list(served.value.routed)
+    if served.value.ranking:
+        body["ranking"] = served.value.ranking
     return body
 
 
 def done_event(served: Served[QueryResult]) -> dict[str, Any]:
-    """The last event: the whole synthesis, its citations, the metrics and warnings."""
+    """The last event: the whole synthesis, its citations, where the next page starts,
+    the metrics and warnings."""
     note_cache_hit(served.cache_hit)
     body = render(served)
     final: dict[str, Any] = {
-        k: body[k] for k in ("query_id", "synthesis", "synthesizer") if k in body
+        k: body[k] for k in ("query_id", "synthesis", "synthesizer", "next_offset") if k in body
     }
     return {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
 

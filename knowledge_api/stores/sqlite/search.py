@@ -15,7 +15,7 @@ from knowledge_api.stores.fts_terms import TermFrequencies
 from knowledge_api.stores.keyword import filter_sql, fts_expression, reads_documents
 
 HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.title,
-    c.section, c.content, d.source_type, d.source_id, d.metadata"""
+    c.section, c.content, d.source_type, d.source_id, d.metadata, d.created_at, d.updated_at"""
 WITH_DOCUMENTS = "JOIN documents d ON d.id = c.document_id"
 
 
