@@ -67,7 +67,10 @@ def test_every_setting_is_documented_in_the_readme() -> None:
     assert missing == []
 
 
-GUIDE = Path(__file__).resolve().parent.parent / "knowledge_api" / "docs" / "configuration.md"
+DOCS = Path(__file__).resolve().parent.parent / "knowledge_api" / "docs"
+GUIDES = (DOCS / "configuration.md", DOCS / "chroma-and-qdrant.md")
+"""Where each setting is documented: the configuration guide, and the page of the two
+stores whose settings it points to."""
 HEAD = re.compile(
     r"`(?P<env>[A-Z][A-Z0-9_]*)`(?: \(default(?P<default>(?:`[^`]*`|[^)`])*)\))?"
     r"(?P<then>, and |, | and |: |$)"
@@ -105,8 +108,8 @@ def written(value: Any) -> str:
     return value.get() if isinstance(value, Secret) else str(value)
 
 
-def test_the_guide_documents_every_setting_once_with_its_default_and_choices() -> None:
-    entries = documented(GUIDE.read_text())
+def test_the_guides_document_every_setting_once_with_its_default_and_choices() -> None:
+    entries = documented("\n".join(guide.read_text() for guide in GUIDES))
     envs = [env for env, _, _ in entries]
     assert sorted(env for env in set(envs) if envs.count(env) > 1) == []
     assert sorted({env for env, _, _ in declared()} - set(envs)) == []
