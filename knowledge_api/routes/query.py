@@ -25,8 +25,12 @@ from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.observe import note_cache_hit
 from knowledge_api.routes.sse import event_stream, events_schema, translation
 from knowledge_api.routes.views import (
+    FACET_COUNTS,
+    FACETS,
+    FACETS_CUT,
     RESULT,
     SYNTHESIZER,
+    facets_view,
     result_view,
     search_body,
     zeroed_on_hit,
@@ -41,6 +45,7 @@ QUERY = search_body(
     "Most results returned.",
     Number("threshold", "Lowest similarity (cosine, 0-1) of a result.", 0.2),
     Boolean("synthesize", "Write an answer from the results.", True),
+    FACETS,
 )
 
 
@@ -88,17 +93,25 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
         body["synthesizer"] = result.outcome.view()
     if result.warnings:
         body["warnings"] = list(result.warnings)
+    if result.facets is not None:
+        body.update(facets_view(result.facets))
     body["metrics"] = metrics(served)
     return body
 
 
 METRICS = obj(
     {"total_ms": NUMBER, "cache_hit": BOOLEAN, "embedding_ms": NUMBER, "search_ms": NUMBER},
-    {"synthesis_ms": NUMBER, "routed": array(STRING)},
+    {"synthesis_ms": NUMBER, "facets_ms": NUMBER, "routed": array(STRING)},
 )
 RESPONSE = obj(
     {"query_id": {**STRING, "format": "uuid"}, "results": array(RESULT), "metrics": METRICS},
-    {"synthesis": STRING, "synthesizer": SYNTHESIZER, "warnings": array(STRING)},
+    {
+        "synthesis": STRING,
+        "synthesizer": SYNTHESIZER,
+        "warnings": array(STRING),
+        "facets": FACET_COUNTS,
+        "facets_cut": FACETS_CUT,
+    },
 )
 """The body `render` returns (without `stream`)."""
 
@@ -116,7 +129,9 @@ def done_event(served: Served[QueryResult]) -> dict[str, Any]:
     note_cache_hit(served.cache_hit)
     body = render(served)
     final: dict[str, Any] = {
-        k: body[k] for k in ("query_id", "synthesis", "synthesizer") if k in body
+        k: body[k]
+        for k in ("query_id", "synthesis", "synthesizer", "facets", "facets_cut")
+        if k in body
     }
     return {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
 

@@ -27,7 +27,7 @@ from knowledge_api.routes.fields import (
     obj,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.views import FILTERS
+from knowledge_api.routes.views import FACET_COUNTS, FACETS, FACETS_CUT, FILTERS, facets_view
 from knowledge_api.usecases import retrieval as use
 from knowledge_api.usecases.retrieval import (
     QueryValidation,
@@ -56,6 +56,7 @@ RETRIEVE = Body(
         max_length=200,
     ),
     FILTERS,
+    FACETS,
 )
 
 
@@ -182,7 +183,7 @@ RETRIEVED = obj(
         "query_embedding": nullable(obj({"vector": array(NUMBER), "model": STRING})),
         "metrics": obj({"response_time_ms": NUMBER, "retrieval_count": INTEGER}),
     },
-    {"warnings": array(STRING)},
+    {"warnings": array(STRING), "facets": FACET_COUNTS, "facets_cut": FACETS_CUT},
 )
 """The body `render_retrieved` returns."""
 QUERY_VALIDATION = obj(
@@ -226,6 +227,8 @@ def render_retrieved(found: Retrieved) -> dict[str, Any]:
     }
     if found.warnings:
         body["warnings"] = found.warnings
+    if found.facets is not None:
+        body.update(facets_view(found.facets))
     return body
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.facets import Facets
 from knowledge_api.models import SOURCE_TYPES as SOURCES
 from knowledge_api.models import SearchHit, SearchParams
 from knowledge_api.service import COMPUTED, Event, KnowledgeService, Plan, Retrieval, Served
@@ -26,6 +27,8 @@ log = logging.getLogger("knowledge_api")
 class QueryParams(SearchParams):
     synthesize: bool = True
     """Write an answer from the results."""
+    facets: tuple[str, ...] = ()
+    """Fields whose values are counted over every match (knowledge_api.facets)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,8 @@ class QueryResult:
     """The sources searched, with semantic routing on."""
     query_id: str = ""
     """The id a rating of this result refers to (POST /v1/knowledge/feedback)."""
+    facets: Facets | None = None
+    """The counts of the fields the request named, over every match."""
 
 
 async def query(
@@ -71,7 +76,7 @@ def prefetch(
 
 
 async def compute(service: KnowledgeService, params: QueryParams) -> tuple[QueryResult, bool]:
-    found = await search(service, params)
+    found, counted = await asyncio.gather(search(service, params), count(service, params))
     if not found.hits:
         await service.require_collection(params.collection)
     outcome, synthesis_ms = None, 0.0
@@ -79,7 +84,16 @@ async def compute(service: KnowledgeService, params: QueryParams) -> tuple[Query
         started = time.perf_counter()
         outcome = await service.synthesize(params.query, found.hits)
         synthesis_ms = elapsed_ms(started)
-    return await finished(service, params, found, outcome, synthesis_ms)
+    return await finished(service, params, found, outcome, synthesis_ms, counted)
+
+
+async def count(service: KnowledgeService, params: QueryParams) -> tuple[Facets | None, float]:
+    """The request's facets, over the match set its filters define (not the routed
+    sources: routing picks where to look for the best hits, not what matches), and the
+    time they took."""
+    started = time.perf_counter()
+    counted = await service.facets(params.search_filters(), params.facets)
+    return counted, elapsed_ms(started)
 
 
 def events(
@@ -137,6 +151,7 @@ async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGener
         else:
             yield name, data
     assert found is not None
+    counted = await count(service, params)
     outcome, synthesis_ms = None, 0.0
     if params.synthesize:
         started = time.perf_counter()
@@ -146,7 +161,7 @@ async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGener
             else:
                 yield name, data
         synthesis_ms = elapsed_ms(started)
-    yield COMPUTED, await finished(service, params, found, outcome, synthesis_ms)
+    yield COMPUTED, await finished(service, params, found, outcome, synthesis_ms, counted)
 
 
 async def progressive(
@@ -205,11 +220,15 @@ async def finished(
     found: Retrieval,
     outcome: Outcome | None,
     synthesis_ms: float,
+    counted: tuple[Facets | None, float] = (None, 0.0),
 ) -> tuple[QueryResult, bool]:
     """The result, recorded under a new query_id, and whether it may be cached: not
     when something degraded it (tier 1 keeps it under the generation its collection had
     before it was computed)."""
     timings = found.timings()
+    facets, facets_ms = counted
+    if facets is not None:
+        timings["facets_ms"] = facets_ms
     warnings = list(found.warnings)
     if outcome is not None:
         timings["synthesis_ms"] = synthesis_ms
@@ -217,6 +236,6 @@ async def finished(
     cited = outcome.citations if outcome is not None else ()
     query_id = await service.answered("query", params, found.hits, cited)
     result = QueryResult(
-        tuple(found.hits), outcome, tuple(warnings), timings, found.routed, query_id
+        tuple(found.hits), outcome, tuple(warnings), timings, found.routed, query_id, facets
     )
     return result, not warnings

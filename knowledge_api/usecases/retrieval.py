@@ -8,6 +8,7 @@ when expected sources are given, accuracy with nDCG@10, recall@k and MRR.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ import numpy as np
 
 from knowledge_api import ir_metrics
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.facets import Facets
 from knowledge_api.filters import Node
 from knowledge_api.models import SearchFilters, SearchHit, document_id
 from knowledge_api.service import KnowledgeService, Retrieval
@@ -30,6 +32,7 @@ class RetrieveParams:
     top_k: int = 5
     query_embedding_model: str = ""
     filters: Node | None = None
+    facets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,8 @@ class Retrieved:
     model: str
     response_ms: float
     warnings: list[str]
+    facets: Facets | None = None
+    """The counts of the fields the request named, over every match."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +96,12 @@ class Validation:
 async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retrieved:
     started = time.perf_counter()
     model = check_model(service, params.query_embedding_model)
-    found = await search(service, params.query, params.collection, params.top_k, params.filters)
-    return Retrieved(found.hits, found.vector, model, elapsed_ms(started), found.warnings)
+    where = SearchFilters(where=params.filters, collection=params.collection)
+    found, counted = await asyncio.gather(
+        search(service, params.query, params.collection, params.top_k, params.filters),
+        service.facets(where, params.facets),
+    )
+    return Retrieved(found.hits, found.vector, model, elapsed_ms(started), found.warnings, counted)
 
 
 def check_model(service: KnowledgeService, requested: str) -> str:
