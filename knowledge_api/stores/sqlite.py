@@ -54,7 +54,7 @@ from knowledge_api.stores.keyword import (
     reads_documents,
 )
 from knowledge_api.stores.quantized_index import DEFAULT_PROBES
-from knowledge_api.stores.sqlite_facets import facet_counts
+from knowledge_api.stores.sqlite_facets import FacetColumns, allowed_rows
 from knowledge_api.stores.sqlite_file import SQLiteFile
 from knowledge_api.stores.sqlite_vectors import SQLiteVectors
 
@@ -83,6 +83,7 @@ class SQLiteStore(HybridSearch):
         self.file = SQLiteFile(self.path, self.name, on_open=self._load_index)
         self.vectors = SQLiteVectors(self.path, ann_min_chunks, ann_probes)
         self._terms = TermFrequencies(keyword_matched_chunks)
+        self._facets = FacetColumns()
         self._reloads = 0
         self._data_version = 0
         self._generation: tuple[tuple[int, int], tuple[int, dict[str, int]]] = ((-1, -1), (0, {}))
@@ -528,21 +529,20 @@ class SQLiteStore(HybridSearch):
         ]
 
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        generation = await self.generation()
+
+        def count(conn: sqlite3.Connection) -> Facets:
+            allowed = allowed_rows(conn, filters)
+            return self._facets.counts(conn, generation, filters, fields, allowed)
+
         try:
-            return await self.file.read_aside(lambda conn: facet_counts(conn, filters, fields))
+            return await self.file.read_aside(count)
         except sqlite3.Error as e:
             raise SearchError(f"counting facets failed: {e}", backend=self.name) from e
 
     def _metadata_keys(self, filters: SearchFilters) -> list[int] | None:
         """Row ids allowed by the filter tree (None: no filter)."""
-        if filters.where is None:
-            return None
-        where, params = filter_sql(filters, indexed=True)
-        documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
-        rows = self.file.db().execute(
-            f"SELECT c.rowid FROM chunks c {documents} WHERE {where}", params
-        )
-        return [r[0] for r in rows]
+        return allowed_rows(self.file.db(), filters)
 
     # -- reads --------------------------------------------------------------------
 
