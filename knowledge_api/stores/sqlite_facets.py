@@ -54,7 +54,8 @@ class FacetColumns:
         if allowed is not None:
             keys = np.fromiter(allowed, dtype=np.int64)
             chosen = np.zeros(len(self.rows), dtype=bool)
-            chosen[self._positions(keys)] = True
+            places, known = self._located(keys)
+            chosen[places[known]] = True
             mask &= chosen
         return {name: self._count(conn, name, mask) for name in fields}
 
@@ -73,12 +74,13 @@ class FacetColumns:
             mask &= _matching(self.columns["source_type"], filters.source_types)
         return mask
 
-    def _positions(self, keys: np.ndarray) -> np.ndarray:
-        """The positions of row ids in `rows` (ids no longer there left out)."""
+    def _located(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each row id is in `rows`, and which of them are there at all."""
         places = np.searchsorted(self.rows, keys)
+        known = np.zeros(len(keys), dtype=bool)
         inside = places < len(self.rows)
-        places = places[inside]
-        return places[self.rows[places] == keys[inside]]
+        known[inside] = self.rows[places[inside]] == keys[inside]
+        return places, known
 
     def _count(self, conn: sqlite3.Connection, name: str, mask: np.ndarray) -> FieldCounts:
         if name not in self.columns:
@@ -109,10 +111,7 @@ class FacetColumns:
         values: dict[str, int] = {}
         keyed = np.array([values.setdefault(key, len(values)) for _, key in kept], dtype=np.int32)
         keys = np.array([row for row, _ in kept], dtype=np.int64)
-        places = np.searchsorted(self.rows, keys)
-        inside = places < len(self.rows)
-        known = np.zeros(len(keys), dtype=bool)
-        known[inside] = self.rows[places[inside]] == keys[inside]
+        places, known = self._located(keys)
         codes[places[known]] = keyed[known]
         return codes, list(values)
 
