@@ -14,28 +14,41 @@ facet reads again what it needs.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from knowledge_api.facets import Facets, FieldCounts, top, value_key
 from knowledge_api.models import SearchFilters
-from knowledge_api.stores.keyword import filter_sql, reads_documents
 
 Column = tuple[np.ndarray, list[str]]
 """Value codes aligned with the rows (-1: no value), and the value of each code."""
 
 
+@dataclass(slots=True)
+class Columns:
+    """The columns read for one generation of the file."""
+
+    generation: Hashable
+    rows: np.ndarray
+    """The chunks' row ids, ascending."""
+    values: dict[str, Column]
+
+
 class FacetColumns:
     """Value codes of the fields facets were asked for, by chunk row, for one
-    generation of the file."""
+    generation of the file. Filled on the store's reader thread and read on the event
+    loop too: a generation's columns are replaced whole, never changed under a reader."""
 
     def __init__(self) -> None:
-        self.generation: Hashable = None
-        self.rows = np.zeros(0, dtype=np.int64)
-        """The chunks' row ids, ascending."""
-        self.columns: dict[str, Column] = {}
+        self.columns = Columns(None, np.zeros(0, dtype=np.int64), {})
+
+    def holds(self, generation: Hashable, fields: tuple[str, ...]) -> bool:
+        """Whether counting `fields` now reads nothing from the file."""
+        columns = self.columns
+        return columns.generation == generation and all(f in columns.values for f in fields)
 
     def counts(
         self,
@@ -43,77 +56,81 @@ class FacetColumns:
         generation: Hashable,
         filters: SearchFilters,
         fields: tuple[str, ...],
-        allowed: Iterable[int] | None,
+        allowed: Collection[int] | None,
     ) -> Facets:
         """The facets of the rows in the filters' collection and source types and, when
         `allowed` is given, among those row ids (the filter tree's)."""
-        if generation != self.generation or not self.columns:
-            self._read_scope(conn)
-            self.generation = generation
-        mask = self._scope_mask(filters)
+        columns = self.columns
+        if columns.generation != generation:
+            columns = self.columns = _scope(conn, generation)
+        mask = _scope_mask(columns, filters)
         if allowed is not None:
-            keys = np.fromiter(allowed, dtype=np.int64)
-            chosen = np.zeros(len(self.rows), dtype=bool)
-            places, known = self._located(keys)
+            chosen = np.zeros(len(columns.rows), dtype=bool)
+            places, known = _located(columns.rows, np.fromiter(allowed, dtype=np.int64))
             chosen[places[known]] = True
             mask &= chosen
-        return {name: self._count(conn, name, mask) for name in fields}
+        return {name: _count(conn, columns, name, mask) for name in fields}
 
-    def _read_scope(self, conn: sqlite3.Connection) -> None:
-        chunks = conn.execute("SELECT rowid, collection, source_type FROM chunks")
-        found = sorted((r[0], r[1], r[2]) for r in chunks)
-        self.rows = np.array([r[0] for r in found], dtype=np.int64)
-        self.columns = {
-            "\x00collection": _coded(r[1] for r in found),
-            "source_type": _coded(r[2] for r in found),
-        }
 
-    def _scope_mask(self, filters: SearchFilters) -> np.ndarray:
-        mask = _matching(self.columns["\x00collection"], (filters.collection,))
-        if filters.source_types is not None:
-            mask &= _matching(self.columns["source_type"], filters.source_types)
-        return mask
+def _scope(conn: sqlite3.Connection, generation: Hashable) -> Columns:
+    chunks = conn.execute("SELECT rowid, collection, source_type FROM chunks")
+    found = sorted((r[0], r[1], r[2]) for r in chunks)
+    rows = np.array([r[0] for r in found], dtype=np.int64)
+    scope = {
+        "\x00collection": _coded(r[1] for r in found),
+        "source_type": _coded(r[2] for r in found),
+    }
+    return Columns(generation, rows, scope)
 
-    def _located(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Where each row id is in `rows`, and which of them are there at all."""
-        places = np.searchsorted(self.rows, keys)
-        known = np.zeros(len(keys), dtype=bool)
-        inside = places < len(self.rows)
-        known[inside] = self.rows[places[inside]] == keys[inside]
-        return places, known
 
-    def _count(self, conn: sqlite3.Connection, name: str, mask: np.ndarray) -> FieldCounts:
-        if name not in self.columns:
-            self.columns[name] = self._read(conn, name)
-        codes, values = self.columns[name]
-        chosen = codes[mask]
-        tally = np.bincount(chosen[chosen >= 0], minlength=len(values))
-        present = np.flatnonzero(tally)
-        return top({values[i]: int(tally[i]) for i in present})
+def _scope_mask(columns: Columns, filters: SearchFilters) -> np.ndarray:
+    mask = _matching(columns.values["\x00collection"], (filters.collection,))
+    if filters.source_types is not None:
+        mask &= _matching(columns.values["source_type"], filters.source_types)
+    return mask
 
-    def _read(self, conn: sqlite3.Connection, name: str) -> Column:
-        if name == "source_id":
-            found: list[tuple[Any, ...]] = conn.execute(
-                "SELECT c.rowid, d.source_id FROM chunks c JOIN documents d ON d.id = c.document_id"
-            ).fetchall()
-            pairs = [(r[0], r[1]) for r in found]
-        else:
-            found = conn.execute(
-                """SELECT c.rowid, v.kind, v.value FROM document_values v
-                   JOIN chunks c ON c.document_id = v.document_id WHERE v.key = ?""",
-                (name,),
-            ).fetchall()
-            pairs = [(r[0], _key(r[1], r[2])) for r in found]
-        kept = [(row, key) for row, key in pairs if key is not None]
-        codes = np.full(len(self.rows), -1, dtype=np.int32)
-        if not kept:
-            return codes, []
-        values: dict[str, int] = {}
-        keyed = np.array([values.setdefault(key, len(values)) for _, key in kept], dtype=np.int32)
-        keys = np.array([row for row, _ in kept], dtype=np.int64)
-        places, known = self._located(keys)
-        codes[places[known]] = keyed[known]
-        return codes, list(values)
+
+def _located(rows: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each row id is in `rows`, and which of them are there at all."""
+    places = np.searchsorted(rows, keys)
+    known = np.zeros(len(keys), dtype=bool)
+    inside = places < len(rows)
+    known[inside] = rows[places[inside]] == keys[inside]
+    return places, known
+
+
+def _count(conn: sqlite3.Connection, columns: Columns, name: str, mask: np.ndarray) -> FieldCounts:
+    if name not in columns.values:
+        columns.values[name] = _read(conn, columns.rows, name)
+    codes, values = columns.values[name]
+    chosen = codes[mask]
+    tally = np.bincount(chosen[chosen >= 0], minlength=len(values))
+    present = np.flatnonzero(tally)
+    return top({values[i]: int(tally[i]) for i in present})
+
+
+def _read(conn: sqlite3.Connection, rows: np.ndarray, name: str) -> Column:
+    if name == "source_id":
+        found: list[tuple[Any, ...]] = conn.execute(
+            "SELECT c.rowid, d.source_id FROM chunks c JOIN documents d ON d.id = c.document_id"
+        ).fetchall()
+        pairs = [(r[0], r[1]) for r in found]
+    else:
+        found = conn.execute(
+            """SELECT c.rowid, v.kind, v.value FROM document_values v
+               JOIN chunks c ON c.document_id = v.document_id WHERE v.key = ?""",
+            (name,),
+        ).fetchall()
+        pairs = [(r[0], _key(r[1], r[2])) for r in found]
+    kept = [(row, key) for row, key in pairs if key is not None]
+    codes = np.full(len(rows), -1, dtype=np.int32)
+    if not kept:
+        return codes, []
+    values: dict[str, int] = {}
+    keyed = np.array([values.setdefault(key, len(values)) for _, key in kept], dtype=np.int32)
+    places, known = _located(rows, np.array([row for row, _ in kept], dtype=np.int64))
+    codes[places[known]] = keyed[known]
+    return codes, list(values)
 
 
 def _coded(values: Iterable[str]) -> Column:
@@ -126,17 +143,6 @@ def _matching(column: Column, wanted: Iterable[str]) -> np.ndarray:
     codes, values = column
     named = set(wanted)
     return np.isin(codes, [i for i, value in enumerate(values) if value in named])
-
-
-def allowed_rows(conn: sqlite3.Connection, filters: SearchFilters) -> list[int] | None:
-    """The chunk row ids the filter tree allows, through its indexed query (None: no
-    filter)."""
-    if filters.where is None:
-        return None
-    where, params = filter_sql(filters, indexed=True)
-    documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
-    rows = conn.execute(f"SELECT c.rowid FROM chunks c {documents} WHERE {where}", params)
-    return [r[0] for r in rows]
 
 
 def _key(kind: str, value: object) -> str | None:
