@@ -38,8 +38,9 @@ BUCKETS = 100
 FIRST_DAY = date(2026, 1, 1)
 
 
-def day(bucket: int) -> str:
-    return (FIRST_DAY + timedelta(days=bucket % BUCKETS)).isoformat()
+def day(number: int) -> str:
+    """The date of day `number` (bucket b holds day b; day 100 follows day 99)."""
+    return (FIRST_DAY + timedelta(days=number)).isoformat()
 
 
 FILTERS: dict[str, Callable[[int], dict[str, Any] | None]] = {
