@@ -14,6 +14,7 @@ CORE = {
     "beir",
     "calibration",
     "errors",
+    "facets",
     "filters",
     "ranking",
     "models",

@@ -27,6 +27,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
+from knowledge_api.facets import Facets
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.registry import import_extra
 from knowledge_api.stores import records
@@ -40,6 +41,7 @@ from knowledge_api.stores.points.chroma_points import (
     chunk_points,
     close_client,
     content_hashes,
+    counted_facets,
     keyword_entries,
     new_client,
     unreachable,
@@ -264,6 +266,17 @@ class ChromaStore(PointStore):
             ]
 
         return await self._run(SearchError, "vector search", query)
+
+    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        """Counted over the metadata of every chunk the search's `where` passes, a page
+        at a time (Chroma counts no groups itself)."""
+
+        def read() -> Facets:
+            chunks = self._chunks(filters.collection)
+            where = chroma_where(filters.source_types, filters.where)
+            return counted_facets(chunks, where, fields)
+
+        return await self._run(SearchError, "counting facets", read)
 
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters

@@ -3,6 +3,7 @@ answers and of the catalog's, and the metadata a chunk is stored with (see `reco
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -10,11 +11,13 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_api import facets
 from knowledge_api.config.fields import Secret
+from knowledge_api.facets import Facets
 from knowledge_api.models import Chunk, Document
 from knowledge_api.stores import records
 from knowledge_api.stores.keyword import KeywordEntry
-from knowledge_api.stores.points.chroma_filter import chunk_fields
+from knowledge_api.stores.points.chroma_filter import META_PREFIX, chunk_fields
 from knowledge_api.stores.points.engine import ChunkPoint
 
 GetResult = dict[str, Any]
@@ -84,6 +87,24 @@ def chunk_points(got: GetResult, vectors: bool) -> list[ChunkPoint]:
         )
         for i, (chunk_id, meta) in enumerate(zip(got["ids"], got["metadatas"], strict=True))
     ]
+
+
+def counted_facets(chunks: Any, where: dict[str, Any] | None, fields: tuple[str, ...]) -> Facets:
+    """The facets of every chunk of `chunks` (a Chroma collection, or None) that `where`
+    passes, read a page at a time."""
+    passages: list[dict[str, Any]] = []
+    for offset in itertools.count(0, PAGE) if chunks is not None else ():
+        got = chunks.get(where=where, include=["metadatas"], limit=PAGE, offset=offset)
+        passages.extend(facet_fields(meta) for meta in got["metadatas"])
+        if len(got["ids"]) < PAGE:
+            break
+    return facets.count(fields, passages)
+
+
+def facet_fields(meta: dict[str, Any]) -> dict[str, Any]:
+    """A chunk's fields as facets count them: its metadata and its own."""
+    fields = {k[len(META_PREFIX) :]: v for k, v in meta.items() if k.startswith(META_PREFIX)}
+    return {**fields, "source_type": meta["source_type"], "source_id": meta["source_id"]}
 
 
 def chunk_metadata(doc: Document, chunk: Chunk) -> dict[str, Any]:

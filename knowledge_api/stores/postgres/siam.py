@@ -25,6 +25,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
+from knowledge_api.facets import MAX_VALUES, Facets
 from knowledge_api.models import (
     CollectionInfo,
     Document,
@@ -42,6 +43,7 @@ from knowledge_api.stores.base import (
     embedder_mismatch,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.postgres.facets import facets_of
 from knowledge_api.stores.postgres.rows import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
@@ -279,6 +281,13 @@ class SiamStore(HybridSearch):
         return [
             Candidate(Passage(str(r["id"]), r), cosine_to_similarity(r["similarity"])) for r in rows
         ]
+
+    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        params = {"facet_fields": list(fields), "facet_limit": MAX_VALUES}
+        rows = await self.call(
+            "knowledge_facets", {**params, **filter_params(filters)}, SearchError
+        )
+        return facets_of(rows, fields)
 
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters

@@ -1,5 +1,6 @@
 """The sqlite store's search SQL: keyword candidates from FTS5 (over the bounded terms of
-`fts_terms`), the chunks a filter tree allows, and hits read back by row id."""
+`fts_terms`), within the chunks a filter tree allows (filtered.py), and hits read back
+by row id."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate
 from knowledge_api.stores.fts_terms import TermFrequencies
 from knowledge_api.stores.keyword import filter_sql, fts_expression, reads_documents
+from knowledge_api.stores.sqlite.filtered import best_allowed
 
 HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.title,
     c.section, c.content, d.source_type, d.source_id, d.metadata, d.created_at, d.updated_at"""
@@ -27,14 +29,18 @@ def keyword_candidates(
     unfiltered: bool,
     n: int,
     filters: SearchFilters,
+    allowed: frozenset[int] | None,
 ) -> list[Candidate]:
     """The keyword query on the reader thread (see `SQLiteFile.read_aside`):
-    `unfiltered` says every chunk the store holds passes `filters`."""
+    `unfiltered` says every chunk the store holds passes `filters`; `allowed`, the
+    rows a filter tree allows (filtered.py)."""
     bounded = frequencies.bounded(conn, terms, chunks)
     match = fts_expression(bounded.terms)
     if not match:
         return []
     first = bounded.first_rowid(conn, match)
+    if allowed is not None:
+        return best_allowed(conn, match, first, allowed, n)
     where, params = filter_sql(filters, indexed=True)
     rows = best_then_checked(conn, match, first, where, params, n) if unfiltered else None
     if rows is None:
@@ -61,16 +67,6 @@ def best_then_checked(
               LEFT JOIN chunks c ON c.rowid = f.key ORDER BY f.rank"""
     rows = conn.execute(sql, (*params, match, first, n)).fetchall()
     return rows if all(r["allowed"] for r in rows) else None
-
-
-def metadata_keys(conn: sqlite3.Connection, filters: SearchFilters) -> list[int] | None:
-    """Row ids allowed by the filter tree (None: no filter)."""
-    if filters.where is None:
-        return None
-    where, params = filter_sql(filters, indexed=True)
-    documents = WITH_DOCUMENTS if reads_documents(filters) else ""
-    rows = conn.execute(f"SELECT c.rowid FROM chunks c {documents} WHERE {where}", params)
-    return [r[0] for r in rows]
 
 
 def hits(

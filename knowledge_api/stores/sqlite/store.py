@@ -24,6 +24,7 @@ from knowledge_api.errors import (
     IndexingError,
     SearchError,
 )
+from knowledge_api.facets import Facets
 from knowledge_api.models import (
     CollectionInfo,
     Document,
@@ -48,7 +49,9 @@ from knowledge_api.stores.keyword import (
 )
 from knowledge_api.stores.quantized_index import DEFAULT_PROBES
 from knowledge_api.stores.sqlite import catalog, search, writes
+from knowledge_api.stores.sqlite.facets import FacetColumns
 from knowledge_api.stores.sqlite.file import SQLiteFile
+from knowledge_api.stores.sqlite.filtered import AllowedRows, allowed_rows
 from knowledge_api.stores.sqlite.vectors import SQLiteVectors
 
 T = TypeVar("T")
@@ -74,6 +77,8 @@ class SQLiteStore(HybridSearch):
         self.file = SQLiteFile(self.path, self.name, on_open=self._load_index)
         self.vectors = SQLiteVectors(self.path, ann_min_chunks, ann_probes)
         self._terms = TermFrequencies(keyword_matched_chunks)
+        self._facets = FacetColumns()
+        self._allowed = AllowedRows()
         self._reloads = 0
         self._data_version = 0
         self._generation: tuple[tuple[int, int], tuple[int, dict[str, int]]] = ((-1, -1), (0, {}))
@@ -260,7 +265,7 @@ class SQLiteStore(HybridSearch):
             n,
             filters.collection,
             filters.source_types,
-            search.metadata_keys(self.file.db(), filters),
+            self._metadata_keys(filters),
             rescored,
         )
         return [Candidate(key, cosine_to_similarity(score)) for key, score in found]
@@ -273,10 +278,11 @@ class SQLiteStore(HybridSearch):
         unfiltered = filters.where is None and self.vectors.covers(
             filters.collection, filters.source_types
         )
+        allowed = self._metadata_keys(filters)
         try:
             return await self.file.read_aside(
                 lambda conn: search.keyword_candidates(
-                    conn, self._terms, terms, chunks, unfiltered, n, filters
+                    conn, self._terms, terms, chunks, unfiltered, n, filters, allowed
                 )
             )
         except sqlite3.Error as e:
@@ -294,6 +300,26 @@ class SQLiteStore(HybridSearch):
         self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
     ) -> list[SearchHit]:
         return search.hits(self.file.db(), ranked, similarity)
+
+    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        self._sync()
+        generation = await self.generation()
+        try:
+            if self._facets.holds(generation, fields):  # in memory: no thread to wait for
+                allowed = self._metadata_keys(filters)
+                return self._facets.counts(self.file.db(), generation, filters, fields, allowed)
+            return await self.file.read_aside(
+                lambda conn: self._facets.counts(
+                    conn, generation, filters, fields, allowed_rows(conn, filters)
+                )
+            )
+        except sqlite3.Error as e:
+            raise SearchError(f"counting facets failed: {e}", backend=self.name) from e
+
+    def _metadata_keys(self, filters: SearchFilters) -> frozenset[int] | None:
+        """Row ids allowed by the filter tree (None: no filter), read once per search."""
+        generation = (self._data_version, self.file.commits)
+        return self._allowed.of(self.file.db(), filters, generation)
 
     # -- reads --------------------------------------------------------------------
 
