@@ -42,6 +42,7 @@ from knowledge_api.stores.points.chroma_points import (
     close_client,
     content_hashes,
     counted_facets,
+    documents_by_collection,
     keyword_entries,
     new_client,
     unreachable,
@@ -372,13 +373,7 @@ class ChromaStore(PointStore):
 
     async def collections(self) -> dict[str, int]:
         def read() -> dict[str, int]:
-            counts = {}
-            for chunks in self._all_chunks():
-                name = (chunks.metadata or {}).get("collection", "")
-                ids = self._catalog.get(where={"collection": name}, include=[])["ids"]
-                if ids:
-                    counts[name] = len(ids)
-            return dict(sorted(counts.items()))
+            return documents_by_collection(self._all_chunks(), self._catalog)
 
         return await self._run(SearchError, "listing collections", read)
 

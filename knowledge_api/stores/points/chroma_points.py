@@ -89,6 +89,17 @@ def chunk_points(got: GetResult, vectors: bool) -> list[ChunkPoint]:
     ]
 
 
+def documents_by_collection(chunk_collections: Iterable[Any], catalog: Any) -> dict[str, int]:
+    """The documents the `catalog` holds in each knowledge collection that has chunks."""
+    counts = {}
+    for chunks in chunk_collections:
+        name = (chunks.metadata or {}).get("collection", "")
+        ids = catalog.get(where={"collection": name}, include=[])["ids"]
+        if ids:
+            counts[name] = len(ids)
+    return dict(sorted(counts.items()))
+
+
 def counted_facets(chunks: Any, where: dict[str, Any] | None, fields: tuple[str, ...]) -> Facets:
     """The facets of every chunk of `chunks` (a Chroma collection, or None) that `where`
     passes, read a page at a time."""

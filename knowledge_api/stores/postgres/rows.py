@@ -147,6 +147,19 @@ def document_from_rows(row: Mapping[str, Any], chunks: Sequence[Mapping[str, Any
     return records.document_from_record(row, row["content"], [chunk_from_row(c) for c in chunks])
 
 
+def documents_from_rows(
+    documents: Sequence[Mapping[str, Any]], chunks: Sequence[Mapping[str, Any]]
+) -> list[Document]:
+    """The documents of `documents` rows, each with its rows of `chunks` in order."""
+    mine: dict[str, list[Mapping[str, Any]]] = {str(row["id"]): [] for row in documents}
+    for row in chunks:
+        mine[str(row["document_id"])].append(row)
+    return [
+        document_from_rows(row, sorted(mine[str(row["id"])], key=lambda c: int(c["chunk_index"])))
+        for row in documents
+    ]
+
+
 def hit_from_row(row: Mapping[str, Any], score: float, similarity: float) -> SearchHit:
     metadata = dict(row["metadata"])
     return records.hit_from_record(str(row["id"]), row, row["content"], metadata, score, similarity)

@@ -25,7 +25,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.facets import MAX_VALUES, Facets
+from knowledge_api.facets import Facets
 from knowledge_api.models import (
     CollectionInfo,
     Document,
@@ -43,7 +43,7 @@ from knowledge_api.stores.base import (
     embedder_mismatch,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.postgres.facets import facets_of
+from knowledge_api.stores.postgres.facets import facet_arguments, facets_of
 from knowledge_api.stores.postgres.rows import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
@@ -54,6 +54,7 @@ from knowledge_api.stores.postgres.rows import (
     collection_from_row,
     document_from_rows,
     document_payload,
+    documents_from_rows,
     filter_params,
     hit_from_row,
     lookup_parts,
@@ -283,10 +284,7 @@ class SiamStore(HybridSearch):
         ]
 
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
-        params = {"facet_fields": list(fields), "facet_limit": MAX_VALUES}
-        rows = await self.call(
-            "knowledge_facets", {**params, **filter_params(filters)}, SearchError
-        )
+        rows = await self.call("knowledge_facets", facet_arguments(filters, fields), SearchError)
         return facets_of(rows, fields)
 
     async def keyword_candidates(
@@ -336,12 +334,8 @@ class SiamStore(HybridSearch):
         return await self._with_chunks(rows[0]) if rows else None
 
     async def _with_chunks(self, row: Row) -> Document:
-        chunks = await self.select(
-            "siam_vectors",
-            CHUNK_COLUMNS,
-            ("document_id", "eq", str(row["id"])),
-            order="chunk_index",
-        )
+        by_document = ("document_id", "eq", str(row["id"]))
+        chunks = await self.select("siam_vectors", CHUNK_COLUMNS, by_document, order="chunk_index")
         return document_from_rows(row, chunks)
 
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
@@ -380,14 +374,10 @@ class SiamStore(HybridSearch):
             if not page:
                 return
             ids = [str(row["id"]) for row in page]
-            chunks: dict[str, list[Row]] = {doc_id: [] for doc_id in ids}
-            for row in await self._lookup(
-                "siam_vectors", f"{CHUNK_COLUMNS},embedding", "document_id", ids
-            ):
-                chunks[str(row["document_id"])].append(row)
-            for row in page:
-                rows = sorted(chunks[str(row["id"])], key=lambda c: int(c["chunk_index"]))
-                yield document_from_rows(row, rows)
+            columns = f"{CHUNK_COLUMNS},embedding"
+            chunks = await self._lookup("siam_vectors", columns, "document_id", ids)
+            for doc in documents_from_rows(page, chunks):
+                yield doc
             last = ids[-1]
 
     async def health_check(self) -> dict[str, Any]:

@@ -1,12 +1,18 @@
-"""The sqlite store's catalog: its collections and sources with their counts, and the
-documents of a collection listed a page at a time."""
+"""The sqlite store's catalog: its collections and sources with their counts, the
+documents of a collection listed a page at a time, and a document read back whole."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 
-from knowledge_api.models import CollectionInfo, DocumentPage, DocumentSummary, SourceInfo
+from knowledge_api.models import (
+    CollectionInfo,
+    Document,
+    DocumentPage,
+    DocumentSummary,
+    SourceInfo,
+)
 from knowledge_api.stores import records
 
 
@@ -63,3 +69,29 @@ def collection_stats(conn: sqlite3.Connection) -> list[CollectionInfo]:
            GROUP BY name ORDER BY name"""
     )
     return [CollectionInfo(r[0], r[1], r[2], r[3], r[4] or "") for r in rows]
+
+
+def find_document(
+    conn: sqlite3.Connection, source_type: str, key: str, collection: str
+) -> Document | None:
+    """The document `key` names: its source id first, else its id or one of its chunks'."""
+    row = conn.execute(
+        """SELECT * FROM documents WHERE source_type = ? AND collection = ? AND (
+           source_id = ? OR id = ? OR id = (SELECT document_id FROM chunks WHERE id = ?))
+           ORDER BY source_id = ? DESC LIMIT 1""",
+        (source_type, collection, key, key, key, key),
+    ).fetchone()
+    return None if row is None else document(conn, row)
+
+
+def document(conn: sqlite3.Connection, row: sqlite3.Row) -> Document:
+    """The document of a `documents` row, with its chunks in order."""
+    chunks = [
+        records.chunk_from_record(c["id"], c, c["content"])
+        for c in conn.execute(
+            """SELECT id, document_id, chunk_index, chunk_count, title, section, content
+               FROM chunks WHERE document_id = ? ORDER BY chunk_index""",
+            (row["id"],),
+        )
+    ]
+    return records.document_from_record(row, row["content"], chunks)

@@ -35,7 +35,6 @@ from knowledge_api.models import (
     SearchHit,
     SourceInfo,
 )
-from knowledge_api.stores import records
 from knowledge_api.stores.base import (
     Candidate,
     HybridSearch,
@@ -325,31 +324,10 @@ class SQLiteStore(HybridSearch):
 
     async def get_by_id(self, doc_id: str) -> Document | None:
         row = self.file.db().execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
-        return None if row is None else self._document(row)
+        return None if row is None else catalog.document(self.file.db(), row)
 
     async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
-        row = (
-            self.file.db()
-            .execute(
-                """SELECT * FROM documents WHERE source_type = ? AND collection = ? AND (
-                   source_id = ? OR id = ? OR id = (SELECT document_id FROM chunks WHERE id = ?))
-               ORDER BY source_id = ? DESC LIMIT 1""",
-                (source_type, collection, key, key, key, key),
-            )
-            .fetchone()
-        )
-        return None if row is None else self._document(row)
-
-    def _document(self, row: sqlite3.Row) -> Document:
-        chunks = [
-            records.chunk_from_record(c["id"], c, c["content"])
-            for c in self.file.db().execute(
-                """SELECT id, document_id, chunk_index, chunk_count, title, section, content
-                   FROM chunks WHERE document_id = ? ORDER BY chunk_index""",
-                (row["id"],),
-            )
-        ]
-        return records.document_from_record(row, row["content"], chunks)
+        return catalog.find_document(self.file.db(), source_type, key, collection)
 
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return dict(self._select_in("SELECT id, content_hash FROM documents WHERE id IN", doc_ids))
@@ -381,7 +359,7 @@ class SQLiteStore(HybridSearch):
             .fetchall()
         )
         for row in rows:
-            doc = self._document(row)
+            doc = catalog.document(self.file.db(), row)
             vectors = await self.embeddings_by_hash([c.content_hash for c in doc.chunks])
             for chunk in doc.chunks:
                 chunk.embedding = vectors[chunk.content_hash]
