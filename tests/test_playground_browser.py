@@ -10,6 +10,7 @@ Without Chromium or playwright the tests are skipped, saying how to install them
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import threading
@@ -67,9 +68,11 @@ BREAKS = "outage"
 GROQ_PIECES = ["Groq writes this: ", "results are fused [1]."]
 TIMEOUT_MS = 20_000
 DONE = """() => document.querySelector('#answer').getAttribute('aria-busy') === 'false'
-  && (document.querySelector('#badges li') || !document.querySelector('#error').hidden)"""
-"""The stream has ended: the metrics or an error are shown. A function, not a bare
-expression: Playwright evaluates those with eval, which the page's policy refuses."""
+  && (document.querySelector('#badges li') || !document.querySelector('#error').hidden
+      || !document.querySelector('#filters-error').hidden)"""
+"""The stream has ended: the metrics or an error (of the request or of its filter) are
+shown. A function, not a bare expression: Playwright evaluates those with eval, which
+the page's policy refuses."""
 
 
 @pytest.fixture(scope="module")
@@ -291,6 +294,55 @@ def test_the_filters_change_the_request_and_the_results(tab: Playground, server:
     error = tab.page.locator("#error")
     error.wait_for(state="visible")
     assert re.match(r"400 invalid_request: collection: ", error.inner_text())
+
+
+def test_the_filter_box_narrows_the_results_and_a_refused_filter_is_shown_beside_it(
+    tab: Playground, server: Any
+) -> None:
+    tab.enter_key(server[1])
+    where = {"path": "overview.md", "created_at": {"$gte": "2000-01-01"}}
+    tab.page.fill("#filters", json.dumps(where))
+    with tab.page.expect_request(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.ask("How is a query answered?")
+    assert sent.value.post_data_json["filters"] == where
+    tab.answered()
+    assert tab.texts("#results .source-id") and set(tab.texts("#results .source-id")) == {
+        "overview.md"
+    }
+    assert tab.page.locator("#filters-error").is_hidden()
+
+    asked: list[str] = []
+    tab.page.on("request", lambda r: asked.append(r.url) if "/v1/" in r.url else None)
+    tab.page.fill("#filters", '{"path": "overview.md"')
+    tab.ask("How is a query answered?")
+    beside = tab.page.locator("#filters-error")
+    beside.wait_for(state="visible")
+    assert re.fullmatch(r"filters: not JSON: .+", beside.inner_text())
+    assert tab.page.get_attribute("#filters", "aria-invalid") == "true"
+    tab.page.fill("#filters", "[]")
+    tab.ask("How is a query answered?")
+    assert beside.inner_text().startswith("filters: must be a JSON object")
+    assert asked == [], "a filter that is not a JSON object was sent"
+
+    tab.page.fill("#filters", "")
+    assert beside.is_hidden() and tab.page.get_attribute("#filters", "aria-invalid") == "false"
+    wrong = {"$or": [{"path": "api.md"}, {"created_at": {"$gte": "last week"}}]}
+    tab.page.fill("#filters", json.dumps(wrong))
+    tab.ask("How is a query answered?")
+    beside.wait_for(state="visible")
+    assert re.fullmatch(
+        r"400 filters\.\$or\[1\]\.created_at\.\$gte: must be a number or an ISO 8601 date "
+        r"\(request id [0-9a-f]+\)",
+        beside.inner_text(),
+    ), beside.inner_text()
+    assert tab.page.inner_text("#filters-error .path") == "filters.$or[1].created_at.$gte"
+    assert tab.page.locator("#error").is_hidden() and tab.texts("#results > li") == []
+    tab.page.fill("#filters", json.dumps({"path": {"$bogus": 1}}))
+    tab.ask("How is a query answered?")
+    path = "() => document.querySelector('#filters-error .path')?.textContent"
+    tab.page.wait_for_function(f"{path} === 'filters.path.$bogus'")
+    assert "unknown operator '$bogus'" in beside.inner_text()
+    assert not tab.crashes and not tab.policy_violations()
 
 
 def test_a_provider_failing_midway_leaves_only_the_next_ones_answer_and_a_warning(

@@ -9,6 +9,7 @@ const KEY = "knowledge-api-key";
 const $ = (id) => document.getElementById(id);
 const form = $("ask");
 const question = $("question");
+const filters = $("filters");
 const apiKey = $("api-key");
 const answer = $("answer");
 let results = [];
@@ -31,8 +32,11 @@ question.addEventListener("keydown", (event) => {
 
 form.addEventListener("submit", (event) => {
   event.preventDefault();
-  ask(requestBody());
+  const body = requestBody();
+  if (body) ask(body);
 });
+
+filters.addEventListener("input", () => showFilterError(null));
 
 // Thumbs: the answer's rating, sent with its query_id (POST /v1/knowledge/feedback).
 $("rate").addEventListener("click", async (event) => {
@@ -51,9 +55,14 @@ answer.addEventListener("click", (event) => {
   showSource(Number(link.dataset.n));
 });
 
-/** The query as the form sets it: no `sources` when no type is checked (all types). */
+/** The query as the form sets it: no `sources` when no type is checked (all types), no
+ * `filters` when the box is empty; null (and the reason next to the box) when the box
+ * holds no JSON object. */
 function requestBody() {
+  const where = filterObject();
+  if (where === null) return null;
   const body = { query: question.value.trim(), stream: true };
+  if (where) body.filters = where;
   const sources = [...form.querySelectorAll("input[name=sources]:checked")].map((c) => c.value);
   if (sources.length) body.sources = sources;
   const collection = $("collection").value.trim();
@@ -61,6 +70,26 @@ function requestBody() {
   const limit = $("limit").valueAsNumber;
   if (Number.isFinite(limit)) body.limit = limit;
   return body;
+}
+
+/** The filter box's JSON object; undefined when the box is empty, null when it holds
+ * something else (said next to the box). The service checks the language itself. */
+function filterObject() {
+  const text = filters.value.trim();
+  if (!text) return undefined;
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    showFilterError({ field: "filters", rule: `not JSON: ${error.message}` });
+    return null;
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    const rule = 'must be a JSON object of fields and operators, e.g. {"source_type": "wiki"}';
+    showFilterError({ field: "filters", rule });
+    return null;
+  }
+  return value;
 }
 
 function headers() {
@@ -84,7 +113,13 @@ async function ask(body) {
       signal: controller.signal,
     });
     if (!response.ok) {
-      showError(await failure(response));
+      const refusal = await errorBody(response);
+      const details = refusal?.error?.details;
+      if (response.status === 400 && /^filters\b/.test(details?.field ?? "")) {
+        showFilterError({ ...details, status: response.status });
+      } else {
+        showError(failureText(refusal, response));
+      }
       return;
     }
     let text = "";
@@ -129,12 +164,18 @@ async function* serverSentEvents(response) {
 
 /** A readable line for a refused request, from the one error shape when it has it. */
 async function failure(response) {
-  let body = null;
+  return failureText(await errorBody(response), response);
+}
+
+async function errorBody(response) {
   try {
-    body = await response.json();
+    return await response.json();
   } catch {
-    // not the error shape (a proxy's page, say): the status line says enough
+    return null; // not the error shape (a proxy's page, say): the status line says enough
   }
+}
+
+function failureText(body, response) {
   let text = described(body, `${response.status} ${response.statusText}`, response.status);
   if (response.status === 401) text += "\nEnter an API key in the API key field and ask again.";
   if (response.status === 403) text += "\nThis key may not do that: check its scopes and collections.";
@@ -151,6 +192,7 @@ function described(body, fallback, status) {
 
 function clear() {
   results = [];
+  showFilterError(null);
   $("error").hidden = true;
   $("error").textContent = "";
   $("results").replaceChildren();
@@ -172,6 +214,19 @@ function busy(on) {
 function showError(text) {
   $("error").textContent = text;
   $("error").hidden = false;
+}
+
+/** A refused filter next to its box: the path inside the filter, then the rule (and for a
+ * backend's refusal, the operator and backend it names). Null clears it. */
+function showFilterError(details) {
+  const box = $("filters-error");
+  filters.setAttribute("aria-invalid", String(Boolean(details)));
+  box.hidden = !details;
+  if (!details) return box.replaceChildren();
+  const parts = [element("code", "path", details.field), `: ${details.rule}`];
+  if (details.status) parts.unshift(`${details.status} `);
+  if (details.request_id) parts.push(` (request id ${details.request_id})`);
+  box.replaceChildren(...parts);
 }
 
 function showResults(found) {
