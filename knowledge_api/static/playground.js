@@ -1,6 +1,8 @@
 // The playground: one streamed query (POST /v1/knowledge/query, stream: true) per
 // question. Its events: `results`, `synthesis` deltas (`reset` drops the text so far),
 // then `done` with the whole synthesis and the metrics, or `error` in the error shape.
+// Another page of results is the same query with an `offset` and no synthesis; the
+// answer and its citations stay those of the first page.
 // Text from the service only ever reaches the page as text nodes, never as HTML.
 
 const QUERY = "/v1/knowledge/query";
@@ -12,8 +14,12 @@ const question = $("question");
 const filters = $("filters");
 const apiKey = $("api-key");
 const answer = $("answer");
-let results = [];
+const MAX_OFFSET = 200;
+let asked = null; // the body of the question shown
+let answered = []; // its first page: what the answer's [n] cite
+let shown = { offset: 0, results: [] }; // the page on screen
 let running = null;
+let paging = null;
 let queryId = null;
 
 apiKey.value = sessionStorage.getItem(KEY) ?? "";
@@ -48,6 +54,19 @@ $("rate").addEventListener("click", async (event) => {
   $("rated").textContent = response.ok ? "Thanks: rating sent." : await failure(response);
 });
 
+$("previous").addEventListener("click", () => turnPage(shown.offset - asked.limit));
+$("next").addEventListener("click", () => turnPage(shown.offset + asked.limit));
+
+// A counted value narrows the question to it: an equality in the filter box, asked again.
+$("facet-groups").addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-field]");
+  if (!button) return;
+  const where = filterObject();
+  if (where === null) return;
+  filters.value = JSON.stringify({ ...where, [button.dataset.field]: button.dataset.value });
+  form.requestSubmit();
+});
+
 answer.addEventListener("click", (event) => {
   const link = event.target.closest("a.cite");
   if (!link) return;
@@ -68,7 +87,9 @@ function requestBody() {
   const collection = $("collection").value.trim();
   if (collection) body.collection = collection;
   const limit = $("limit").valueAsNumber;
-  if (Number.isFinite(limit)) body.limit = limit;
+  body.limit = Number.isFinite(limit) ? limit : 5;
+  const facets = $("facets").value.split(",").map((f) => f.trim()).filter(Boolean);
+  if (facets.length) body.facets = facets;
   return body;
 }
 
@@ -92,8 +113,8 @@ function filterObject() {
   return value;
 }
 
-function headers() {
-  const found = { "Content-Type": "application/json", Accept: "text/event-stream" };
+function headers(accept = "text/event-stream") {
+  const found = { "Content-Type": "application/json", Accept: accept };
   const key = apiKey.value.trim();
   if (key) found.Authorization = `Bearer ${key}`;
   return found;
@@ -101,29 +122,18 @@ function headers() {
 
 async function ask(body) {
   running?.abort();
+  paging?.abort();
   const controller = new AbortController();
   running = controller;
+  asked = body;
   clear();
   busy(true);
   try {
-    const response = await fetch(QUERY, {
-      method: "POST",
-      headers: headers(),
-      body: JSON.stringify(body),
-      signal: controller.signal,
-    });
-    if (!response.ok) {
-      const refusal = await errorBody(response);
-      const details = refusal?.error?.details;
-      if (response.status === 400 && /^filters\b/.test(details?.field ?? "")) {
-        showFilterError({ ...details, status: response.status });
-      } else {
-        showError(failureText(refusal, response));
-      }
-      return;
-    }
+    const response = await sent(body, controller);
+    if (!response) return;
     let text = "";
     for await (const [name, data] of serverSentEvents(response)) {
+      if (data.facets) showFacets(data.facets);
       if (name === "results") showResults(data.results);
       else if (name === "synthesis") showAnswer((text += data.delta));
       else if (name === "reset") showAnswer((text = ""));
@@ -131,11 +141,51 @@ async function ask(body) {
       else if (name === "error") showError(described(data, "the stream failed"));
     }
   } catch (error) {
-    if (error.name !== "AbortError") {
-      showError(`The service could not be reached (${error.message}). Is it running?`);
-    }
+    unreachable(error);
   } finally {
     if (running === controller) busy(false);
+  }
+}
+
+/** Another page of the question's results (`offset`), without a synthesis; the first
+ * page is the one the answer came with. An answer still streaming goes on. */
+async function turnPage(offset) {
+  paging?.abort();
+  if (offset <= 0) return showPage(0, answered);
+  const controller = new AbortController();
+  paging = controller;
+  const body = { ...asked, offset, synthesize: false, stream: false };
+  delete body.facets; // the same on every page
+  try {
+    const response = await sent(body, controller);
+    if (response) showPage(offset, (await response.json()).results);
+  } catch (error) {
+    unreachable(error);
+  }
+}
+
+/** The response to a query; null when it was refused (and the refusal is shown). */
+async function sent(body, controller) {
+  const response = await fetch(QUERY, {
+    method: "POST",
+    headers: headers(body.stream ? "text/event-stream" : "application/json"),
+    body: JSON.stringify(body),
+    signal: controller.signal,
+  });
+  if (response.ok) return response;
+  const refusal = await errorBody(response);
+  const details = refusal?.error?.details;
+  if (response.status === 400 && /^filters\b/.test(details?.field ?? "")) {
+    showFilterError({ ...details, status: response.status });
+  } else {
+    showError(failureText(refusal, response));
+  }
+  return null;
+}
+
+function unreachable(error) {
+  if (error.name !== "AbortError") {
+    showError(`The service could not be reached (${error.message}). Is it running?`);
   }
 }
 
@@ -191,7 +241,11 @@ function described(body, fallback, status) {
 }
 
 function clear() {
-  results = [];
+  answered = [];
+  shown = { offset: 0, results: [] };
+  $("pages").hidden = true;
+  $("counts").hidden = true;
+  $("facet-groups").replaceChildren();
   showFilterError(null);
   $("error").hidden = true;
   $("error").textContent = "";
@@ -230,15 +284,49 @@ function showFilterError(details) {
 }
 
 function showResults(found) {
-  results = found;
-  $("no-results").hidden = found.length > 0;
-  $("results").replaceChildren(...found.map(resultItem));
+  answered = found;
+  showPage(0, found);
 }
 
-function resultItem(result, index) {
-  const n = index + 1;
+/** A page of results, numbered by rank, with Previous/Next while there is more: a full
+ * page may have a next one, up to the largest offset the service takes. */
+function showPage(offset, found) {
+  shown = { offset, results: found };
+  $("no-results").hidden = found.length > 0 || offset > 0;
+  $("results").replaceChildren(...found.map((result, index) => resultItem(result, offset + index + 1)));
+  const limit = asked.limit;
+  $("pages").hidden = offset === 0 && found.length < limit;
+  $("previous").disabled = offset === 0;
+  $("next").disabled = found.length < limit || offset + limit > MAX_OFFSET;
+  $("page-range").textContent = found.length
+    ? `Results ${offset + 1}-${offset + found.length}`
+    : `No results after ${offset}`;
+}
+
+/** The counts of the matching passages per value of each field asked for; each value a
+ * button that narrows the question to it. */
+function showFacets(facets) {
+  const groups = Object.entries(facets).map(([field, counts]) => {
+    const group = element("div", "facet-group", "");
+    const values = Object.entries(counts).map(([value, count]) => {
+      const button = element("button", "facet", `${value} (${count})`);
+      button.type = "button";
+      button.dataset.field = field;
+      button.dataset.value = value;
+      button.setAttribute("aria-label", `${field} ${value}: ${count} passages; filter by it`);
+      return element("li", "", "", button);
+    });
+    group.append(element("h3", "", field), element("ul", "facet-values", "", ...values));
+    return group;
+  });
+  $("facet-groups").replaceChildren(...groups);
+  $("counts").hidden = groups.length === 0;
+}
+
+function resultItem(result, n) {
   const item = element("li", "", "");
   item.id = `result-${n}`;
+  item.dataset.id = result.id;
   item.tabIndex = -1;
   const head = element("div", "result-head", "");
   head.append(
@@ -259,17 +347,18 @@ function showAnswer(text) {
   answer.replaceChildren(
     ...parts.map((part) => {
       const n = Number(part.slice(1, -1));
-      if (!/^\[\d+\]$/.test(part) || n < 1 || n > results.length) return part;
+      if (!/^\[\d+\]$/.test(part) || n < 1 || n > answered.length) return part;
       const link = element("a", "cite", part);
       link.href = `#result-${n}`;
       link.dataset.n = String(n);
-      link.setAttribute("aria-label", `source ${n}: ${results[n - 1].metadata.title ?? ""}`);
+      link.setAttribute("aria-label", `source ${n}: ${answered[n - 1].metadata.title ?? ""}`);
       return link;
     }),
   );
 }
 
 function showSource(n) {
+  if (shown.offset > 0) showPage(0, answered); // the answer cites its first page
   const item = $(`result-${n}`);
   if (!item) return;
   for (const other of document.querySelectorAll(".results > li.highlighted")) {
@@ -303,9 +392,10 @@ function ms(value) {
   return `${Number(value ?? 0).toFixed(1)} ms`;
 }
 
-function element(tag, className, text) {
+function element(tag, className, text, ...children) {
   const found = document.createElement(tag);
   if (className) found.className = className;
   if (text) found.textContent = text;
+  found.append(...children);
   return found;
 }
