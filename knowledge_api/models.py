@@ -119,6 +119,36 @@ class SearchHit:
     metadata: Metadata
     score: float
     similarity: float
+    created_at: str = ""
+    """The stored document's dates, where the backend reads them with a hit (empty
+    otherwise): what recency ranks by (knowledge_api.ranking)."""
+    updated_at: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Recency:
+    """Newer passages first: a hit's score is halved for every `half_life_days` of age of
+    its date `field` (created_at, updated_at or a metadata key holding a date)."""
+
+    field: str
+    half_life_days: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """A request's own ranking choices (knowledge_api.ranking); None leaves a choice to
+    the settings (KNOWLEDGE_FUSION, KNOWLEDGE_VECTOR_WEIGHT, KNOWLEDGE_FEEDBACK_DOCS,
+    KNOWLEDGE_RERANKER), and no recency unless asked."""
+
+    fusion: str | None = None
+    vector_weight: float | None = None
+    prf: bool | None = None
+    """The pseudo-relevance feedback round."""
+    recency: Recency | None = None
+    rerank: bool | None = None
+
+
+SETTINGS_RANKING = Ranking()
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +239,9 @@ class SearchParams:
     limit: int = 5
     filters: Node | None = None
     collection: str = DEFAULT_COLLECTION
+    ranking: Ranking = SETTINGS_RANKING
+    offset: int = 0
+    """Results skipped: the page that starts there (see KnowledgeService.search)."""
 
     def cache_key(self) -> tuple[Any, ...]:
         """What the answer depends on, for tier 1: the kind of request and every

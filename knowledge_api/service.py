@@ -23,7 +23,7 @@ from collections.abc import (
 )
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -40,6 +40,7 @@ from knowledge_api.errors import (
     BackendConnectionError,
     CollectionNotFound,
     EmbeddingError,
+    InvalidRequest,
     KnowledgeAPIError,
 )
 from knowledge_api.filters import as_json
@@ -47,9 +48,11 @@ from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
+    SETTINGS_RANKING,
     Document,
     EmbedderIdentity,
     IndexSummary,
+    Ranking,
     SearchFilters,
     SearchHit,
     SearchMode,
@@ -58,12 +61,14 @@ from knowledge_api.models import (
 )
 from knowledge_api.observer import UNOBSERVED, Observer
 from knowledge_api.prefetch import Prefetcher
+from knowledge_api.ranking import DEEPEST, by_recency, recency_json
 from knowledge_api.rerankers.base import NoReranker, Reranker
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.settings import Settings
 from knowledge_api.stores.audit import Actor, AuditEntry, AuditQuery, stamp
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.stores.feedback import Answered
+from knowledge_api.stores.fusion import SearchTuning
 from knowledge_api.stores.keys import RememberedKeys
 from knowledge_api.synthesis.base import Synthesizer
 from knowledge_api.synthesis.chain import Outcome, SynthesisChain
@@ -110,6 +115,10 @@ class Retrieval:
     """Time the reranker took; None when no reranker ran."""
     routed: tuple[str, ...] | None = None
     """The sources searched, when routing was asked for (see Plan.routed)."""
+    more: bool = False
+    """Whether results follow this page."""
+    ranking: dict[str, Any] = field(default_factory=dict)
+    """The ranking that ran (KnowledgeService.ranking_ran)."""
 
     def timings(self) -> dict[str, float]:
         """embedding_ms, search_ms and, when a reranker ran, rerank_ms."""
@@ -132,6 +141,7 @@ class KnowledgeService:
         self.store = store
         self.embedder = embedder
         self.reranker: Reranker = reranker or NoReranker()
+        self.tuning = SearchTuning.from_settings(settings)
         self.synthesizer = (
             synthesizer
             if isinstance(synthesizer, SynthesisChain)
@@ -279,12 +289,14 @@ class KnowledgeService:
         mode: SearchMode = "hybrid",
         rerank: bool = True,
         route: bool = False,
+        ranking: Ranking = SETTINGS_RANKING,
+        offset: int = 0,
     ) -> Retrieval:
         """Embed (through tier 2), search, rerank: the step every use case shares.
         `route=True` lets semantic routing (KNOWLEDGE_ROUTING) skip sources the query
         does not need, when the request names none."""
         plan = await self.plan(query, filters, route)
-        return await self.search(plan, query, limit, threshold, mode, rerank)
+        return await self.search(plan, query, limit, threshold, mode, rerank, ranking, offset)
 
     async def plan(self, query: str, filters: SearchFilters, route: bool = False) -> Plan:
         """The query's vector (through tier 2) and the sources to search."""
@@ -308,20 +320,44 @@ class KnowledgeService:
         threshold: float = 0.0,
         mode: SearchMode = "hybrid",
         rerank: bool = True,
+        ranking: Ranking = SETTINGS_RANKING,
+        offset: int = 0,
     ) -> Retrieval:
-        """Search as planned, then rerank.
+        """Search as planned, rerank, order by recency when asked, and cut the page of
+        `limit` results from `offset`.
 
         The reranker (KNOWLEDGE_RERANKER) orders the first KNOWLEDGE_RERANK_TOP hits of
-        a hybrid search, so the store is asked for at least that many and the reranked
-        list is cut to `limit` afterwards. The single-retriever modes are not reranked:
-        they are the baselines a hybrid ranking is measured against. `rerank=False`
-        measures the fused order alone (evaluation)."""
-        reranking = rerank and mode == "hybrid" and self.reranker.name != "none"
-        depth = max(limit, self.settings.rerank_top) if reranking else limit
+        a hybrid search, so the store is asked for at least that many. The
+        single-retriever modes are not reranked: they are the baselines a hybrid ranking
+        is measured against. `rerank=False` measures the fused order alone (evaluation);
+        the request's `ranking` may turn reranking off, or on (a 400 without a reranker).
+
+        Pages of one query are cut from one order, for the same store generation: its
+        first places (KNOWLEDGE_CANDIDATES, at least the reranked ones) are a search with
+        that many candidates per retriever, the same whatever the page asks; the places
+        after them a search with DEEPEST candidates, without the passages placed before.
+        A page that ends in the first places costs one search; a deeper one two. Recency
+        orders each part within itself."""
+        reranking = self._reranking(ranking, rerank, mode)
+        first = max(self.settings.candidates, self.settings.rerank_top if reranking else 0)
+        end = offset + limit
+        # one hit more than the page: whether another page follows
+        wanted = first if ranking.recency is not None else min(end + 1, first)
+        if reranking:
+            wanted = max(wanted, self.settings.rerank_top)
         started = time.perf_counter()
         with tracing.span("knowledge.search", self._search_attributes(plan, query, mode)) as span:
-            hits = await self.store.search(query, plan.vector, depth, plan.filters, threshold, mode)
-            span.set_attribute("knowledge.search.hits", len(hits))
+            hits = await self.store.search(
+                query, plan.vector, wanted, plan.filters, threshold, mode, ranking
+            )
+            deeper: list[SearchHit] = []
+            if end + 1 > first:
+                deep = await self.store.search(
+                    query, plan.vector, DEEPEST, plan.filters, threshold, mode, ranking
+                )
+                placed = {hit.chunk.id for hit in hits}
+                deeper = [hit for hit in deep if hit.chunk.id not in placed]
+            span.set_attribute("knowledge.search.hits", len(hits) + len(deeper))
         searched = time.perf_counter() - started
         self.observer.search(searched)
         found = Retrieval(
@@ -332,8 +368,29 @@ class KnowledgeService:
             list(plan.warnings),
             None,
             plan.routed,
+            ranking=self.ranking_ran(ranking, reranking),
         )
-        return await self._reranked(query, found, limit) if reranking else found
+        if reranking:
+            found = await self._reranked(query, found)
+        ordered = found.hits + deeper
+        if ranking.recency is not None:
+            head, undated = by_recency(found.hits, ranking.recency)
+            rest, undated_after = by_recency(deeper, ranking.recency)
+            ordered = head + rest
+            found.ranking["recency"]["undated"] = undated + undated_after
+        return replace(found, hits=ordered[offset:end], more=len(ordered) > end)
+
+    def _reranking(self, ranking: Ranking, rerank: bool, mode: SearchMode) -> bool:
+        """Whether this search is reranked; a request that asks for reranking when no
+        reranker is configured is a 400."""
+        if ranking.rerank and self.reranker.name == "none":
+            raise InvalidRequest(
+                "ranking.rerank",
+                "needs a reranker: KNOWLEDGE_RERANKER is none on this service",
+                setting="KNOWLEDGE_RERANKER",
+            )
+        asked = rerank and ranking.rerank is not False
+        return asked and mode == "hybrid" and self.reranker.name != "none"
 
     def _search_attributes(self, plan: Plan, query: str, mode: SearchMode) -> dict[str, Any]:
         if not tracing.recording():
@@ -380,7 +437,7 @@ class KnowledgeService:
             self.centroids[collection] = known
         return known
 
-    async def _reranked(self, query: str, found: Retrieval, limit: int) -> Retrieval:
+    async def _reranked(self, query: str, found: Retrieval) -> Retrieval:
         started = time.perf_counter()
         attributes = {
             "knowledge.rerank.provider": self.reranker.name,
@@ -392,7 +449,7 @@ class KnowledgeService:
                 span.set_attribute("knowledge.rerank.warnings", list(reranked.warnings))
         return replace(
             found,
-            hits=reranked.hits[:limit],
+            hits=reranked.hits,
             warnings=found.warnings + reranked.warnings,
             rerank_ms=elapsed_ms(started),
         )
@@ -606,17 +663,30 @@ class KnowledgeService:
     def ranking(self, params: SearchParams) -> dict[str, Any]:
         """What ranked a query: the request's own choices and the settings that order
         results, so a rating says which ranking it judged."""
-        s = self.settings
+        reranking = self.reranker.name != "none" and params.ranking.rerank is not False
+        ran = self.ranking_ran(params.ranking, reranking)
         return {
             "embedder": self.embedder.name,
-            "fusion": s.fusion,
-            "vector_weight": s.vector_weight,
-            "feedback_docs": s.feedback_docs,
-            "reranker": self.reranker.name,
+            **ran,
+            "feedback_docs": self.tuning.adjusted(params.ranking).feedback_docs,
             "limit": params.limit,
+            "offset": params.offset,
             "threshold": params.threshold,
             "sources": list(params.sources) if params.sources else None,
             "filters": as_json(params.filters),
+        }
+
+    def ranking_ran(self, ranking: Ranking, reranking: bool) -> dict[str, Any]:
+        """The ranking a request's choices and the settings make, as responses report
+        it: fusion, vector_weight, prf (whether the feedback round runs), recency (or
+        None) and the reranker that ran ("none": no reranking)."""
+        tuning = self.tuning.adjusted(ranking)
+        return {
+            "fusion": tuning.fusion,
+            "vector_weight": tuning.vector_weight,
+            "prf": tuning.feedback_docs > 0,
+            "recency": None if ranking.recency is None else recency_json(ranking.recency),
+            "reranker": self.reranker.name if reranking else "none",
         }
 
     # -- health ---------------------------------------------------------------------

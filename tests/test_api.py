@@ -52,8 +52,16 @@ def test_query_returns_ranked_results_with_every_field(client: TestClient) -> No
     assert all(0.2 <= s <= 1 for s in similarities)
     metrics = body["metrics"]
     assert metrics["cache_hit"] is False
-    assert set(metrics) == {"total_ms", "cache_hit", "embedding_ms", "search_ms"}
+    assert set(metrics) == {"total_ms", "cache_hit", "embedding_ms", "search_ms", "ranking"}
     assert metrics["total_ms"] >= metrics["search_ms"] >= 0
+    assert metrics["ranking"] == {
+        "fusion": "convex",
+        "vector_weight": 0.8,
+        "prf": True,
+        "recency": None,
+        "reranker": "none",
+    }
+    assert body["next_offset"] is None  # six passages above the threshold, all on this page
 
 
 def test_query_with_synthesis_cites_its_results(client: TestClient) -> None:

@@ -13,6 +13,7 @@ PACKAGE = Path(knowledge_api.__file__).parent
 CORE = {
     "errors",
     "filters",
+    "ranking",
     "models",
     "observer",
     "redaction",

@@ -136,6 +136,24 @@ async def test_long_results_are_truncated_with_the_offset_of_the_rest(
         assert beyond.is_error and "offset" in text_of(beyond)
 
 
+async def test_search_pages_results_by_skip(open_settings: Settings) -> None:
+    """`offset` pages a long text by characters; `skip` pages the results."""
+    args = {"query": "asset", "limit": 2}
+    async with serving(open_settings) as app, connected(app) as client:
+        first = json.loads(text_of(await client.call_tool("search", args)))
+        assert first["next_skip"] == 2
+        second = json.loads(
+            text_of(await client.call_tool("search", {**args, "skip": first["next_skip"]}))
+        )
+        both = json.loads(text_of(await client.call_tool("search", {**args, "limit": 4})))
+        ids = [r["id"] for r in first["results"] + second["results"]]
+        assert len(ids) == 4 and ids == [r["id"] for r in both["results"]]
+        refused = await client.call_tool("search", {**args, "skip": 201})
+        assert refused.is_error and "skip" in text_of(refused)
+        ranked = await client.call_tool("search", {**args, "ranking": {"fusion": "fast"}})
+        assert ranked.is_error and "ranking.fusion" in text_of(ranked)
+
+
 async def test_bad_arguments_are_tool_errors_naming_the_field(open_settings: Settings) -> None:
     async with serving(open_settings) as app, connected(app) as client:
         result = await client.call_tool("search", {"query": "login", "limit": 500})

@@ -9,7 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from knowledge_api.models import SOURCE_TYPES, SearchFilters, SearchHit, SearchMode
+from knowledge_api.models import (
+    SETTINGS_RANKING,
+    SOURCE_TYPES,
+    Ranking,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+)
 from knowledge_api.service import KnowledgeService
 from knowledge_api.stores.base import KnowledgeStore
 from tests.conftest import query_events, query_params
@@ -40,8 +47,9 @@ class SlowSource:
         filters: SearchFilters,
         threshold: float = 0.0,
         mode: SearchMode = "hybrid",
+        ranking: Ranking = SETTINGS_RANKING,
     ) -> list[SearchHit]:
-        hits = await self.store.search(query, vector, top_k, filters, threshold, mode)
+        hits = await self.store.search(query, vector, top_k, filters, threshold, mode, ranking)
         if filters.source_types is None or self.source in filters.source_types:
             await self.release.wait()
             self.slow_answered.set()

@@ -30,17 +30,21 @@ from knowledge_api.filters import parse as parse_filter
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.models import (
     SEARCH_MODES,
+    SETTINGS_RANKING,
     Chunk,
     Document,
     DocumentPage,
     IndexSummary,
+    Ranking,
     SearchFilters,
+    SearchHit,
     SearchMode,
     chunk_id,
 )
 from knowledge_api.settings import Secret, Settings
 from knowledge_api.stores import transfer
 from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.fusion import reciprocal_rank_fusion
 from knowledge_api.stores.jobs import Job, JobFile
 from tests.conftest import corpus, make_settings, make_store, pairs
 from tests.documents import pdf_bytes
@@ -952,3 +956,32 @@ async def test_a_filter_applies_before_the_limit(store: KnowledgeStore) -> None:
                 assert e.details["operator"] in UNSUPPORTED.get(store.name, set())
                 continue
             assert sorted(h.source_id for h in hits) == [f"L-{i}" for i in (11, 19, 27, 3, 35)]
+
+
+DATED_HITS = {"sqlite", "chroma", "qdrant"}
+"""Backends whose hits carry their document's created_at and updated_at (what recency
+by those dates ranks by); the others' search functions return no dates yet."""
+
+
+async def test_a_requests_own_ranking_reaches_the_search(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    query = "asset search pagination timeout"
+    found = vector(query)
+
+    async def ranked(mode: SearchMode, ranking: Ranking = SETTINGS_RANKING) -> list[SearchHit]:
+        return await store.search(query, found, 20, SearchFilters(), 0.0, mode, ranking)
+
+    def ids(hits: list[SearchHit]) -> list[str]:
+        return [hit.chunk.id for hit in hits]
+
+    by_vector, by_keyword = ids(await ranked("vector")), ids(await ranked("keyword"))
+    rrf = await ranked("hybrid", Ranking(fusion="rrf", prf=False))
+    assert ids(rrf) == [key for key, _ in reciprocal_rank_fusion([by_vector, by_keyword])]
+    by_meaning = await ranked("hybrid", Ranking(vector_weight=1.0, prf=False))
+    assert ids(by_meaning) == by_vector
+    by_words = await ranked("hybrid", Ranking(vector_weight=0.0, prf=False))
+    assert ids(by_words)[0] == by_keyword[0]
+    assert set(ids(by_words)[: len(by_keyword)]) == set(by_keyword)
+    assert ids(by_words) != ids(by_meaning)
+    if store.name in DATED_HITS:
+        assert all(hit.created_at and hit.updated_at for hit in rrf)

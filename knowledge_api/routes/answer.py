@@ -126,7 +126,8 @@ RESPONSE = obj(
                 "timestamp": STRING,
                 "cache_hit": BOOLEAN,
                 "synthesizer": nullable(views.SYNTHESIZER),
-            }
+            },
+            {"ranking": views.RANKING_RAN},
         ),
         "error_message": nullable(STRING),
     },
@@ -153,6 +154,8 @@ def render(served: Served[use.GroundedAnswer]) -> dict[str, Any]:
         "cache_hit": served.cache_hit,
         "synthesizer": outcome.view() if outcome else None,
     }
+    if grounded.ranking:
+        metadata["ranking"] = grounded.ranking
     response: dict[str, Any] = {
         "query_id": grounded.query_id,
         "status": grounded.status,

@@ -21,7 +21,7 @@ from starlette.responses import Response, StreamingResponse
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
-from knowledge_api.models import DEFAULT_COLLECTION, SearchHit
+from knowledge_api.models import DEFAULT_COLLECTION, SETTINGS_RANKING, Ranking, SearchHit
 from knowledge_api.routes.access import access
 from knowledge_api.routes.fields import (
     ANY,
@@ -41,7 +41,7 @@ from knowledge_api.routes.fields import (
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.sse import UNEXPECTED, log
-from knowledge_api.routes.views import FILTERS
+from knowledge_api.routes.views import FILTERS, RANKING
 from knowledge_api.service import KnowledgeService, Served
 from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
@@ -151,14 +151,20 @@ def turns(messages: Any, where: str = "messages") -> list[Turn]:
 
 
 def asked(
-    messages: Any, threshold: float, collection: str, where: Any = None
+    messages: Any,
+    threshold: float,
+    collection: str,
+    where: Any = None,
+    ranking: Ranking = SETTINGS_RANKING,
 ) -> tuple[list[Turn], AnswerParams]:
     """The conversation and where to search (its question still to be made), under the
-    request's filter."""
+    request's filter and ranking."""
     said = turns(messages)
     if not any(turn.role == "user" and turn.text.strip() for turn in said):
         raise InvalidRequest("messages", "must hold a user message with text")
-    scope = AnswerParams(query="", threshold=threshold, filters=where, collection=collection)
+    scope = AnswerParams(
+        query="", threshold=threshold, filters=where, collection=collection, ranking=ranking
+    )
     return said, scope
 
 
@@ -218,6 +224,7 @@ UI_CHAT = Body(
         None,
     ),
     FILTERS,
+    RANKING,
     *(Custom(name, UNUSED, None, shape=ANY) for name in ("id", "trigger", "messageId", "metadata")),
 )
 """The AI SDK's request (useChat)."""
@@ -232,6 +239,7 @@ COMPLETION_REQUEST = Body(
     CONVERSATION,
     Boolean("stream", "Answer as chat.completion.chunk events.", False),
     FILTERS,
+    RANKING,
     others_ignored=True,
 )
 """OpenAI's request: fields of OpenAI's this service has no use for (temperature, n,
@@ -271,7 +279,11 @@ async def chat(request: Request) -> Response:
     defaults = {"threshold": knowledge.answer_threshold}
     values = UI_CHAT.parse(await read_json(request), defaults=defaults)
     said, scope = asked(
-        values["messages"], values["threshold"], values["collection"], values["filters"]
+        values["messages"],
+        values["threshold"],
+        values["collection"],
+        values["filters"],
+        values["ranking"],
     )
     access(request).collection(scope.collection)
     params, rewrite = await question(knowledge, said, scope)
@@ -338,6 +350,7 @@ def ui_done(
         "confidence": grounded.confidence.view(),
         "provider": grounded.outcome.provider if grounded.outcome else None,
         "rewrite": rewrite.view(),
+        "ranking": grounded.ranking,
     }
     chunks.append({"type": "message-metadata", "messageMetadata": metadata})
     chunks.append({"type": "finish"})
@@ -366,7 +379,11 @@ async def completions(request: Request) -> Response:
         raise InvalidRequest("model", "must name a collection, or knowledge for the default")
     collection = DEFAULT_COLLECTION if model == "knowledge" else model
     said, scope = asked(
-        values["messages"], knowledge.answer_threshold, collection, values["filters"]
+        values["messages"],
+        knowledge.answer_threshold,
+        collection,
+        values["filters"],
+        values["ranking"],
     )
     access(request).collection(scope.collection)
     params, rewrite = await question(knowledge, said, scope)
@@ -411,6 +428,7 @@ def completion(
         "status": grounded.status,
         "confidence": grounded.confidence.view(),
         "rewrite": rewrite.view(),
+        "ranking": grounded.ranking,
     }
 
 

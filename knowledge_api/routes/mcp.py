@@ -27,6 +27,7 @@ from starlette.requests import Request
 from knowledge_api import tracing
 from knowledge_api.errors import CollectionNotFound, KnowledgeAPIError, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION
+from knowledge_api.ranking import MAX_OFFSET
 from knowledge_api.routes import answer as answer_route
 from knowledge_api.routes import chat, detail, documents
 from knowledge_api.routes import query as query_route
@@ -80,6 +81,21 @@ Offset = Annotated[
     Field(
         description="Character offset into the result: 0 for the start; a truncated result "
         "names the offset of its rest."
+    ),
+]
+Skip = Annotated[
+    int,
+    Field(
+        description="Results skipped (0-200): the next page of results starts at the "
+        "`next_skip` of the page before."
+    ),
+]
+RankingArg = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description="This search's own ranking, each key optional: fusion (convex or rrf), "
+        "vector_weight (0-1), prf (true/false: the feedback round), recency ({field: "
+        "created_at, half_life_days: N}: newer first), rerank (true/false)."
     ),
 ]
 
@@ -153,18 +169,33 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         sources: Sources = None,
         filters: Filters = None,
         offset: Offset = 0,
+        skip: Skip = 0,
+        ranking: RankingArg = None,
         *,
         ctx: Context[Any, Any],
     ) -> str:
         """Search the knowledge base: the passages most similar to the query, fused from
         every source, each with its source_type, source_id, similarity and metadata. Pass
-        a result's source_type and source_id to get_document for the whole record."""
+        a result's source_type and source_id to get_document for the whole record; pass
+        `next_skip` as `skip` for the next results."""
+        if not 0 <= skip <= MAX_OFFSET:
+            raise ToolError(f"skip: must be between 0 and {MAX_OFFSET}")
         with tool_errors(ctx):
-            body = payload(query=query, collection=collection, sources=sources, filters=filters)
-            params, _ = query_route.parse({**body, "limit": limit, "synthesize": False})
+            body = payload(
+                query=query,
+                collection=collection,
+                sources=sources,
+                filters=filters,
+                ranking=ranking,
+            )
+            params, _ = query_route.parse(
+                {**body, "limit": limit, "synthesize": False, "offset": skip}
+            )
             caller(ctx).collection(params.collection)
             served = await query_use.query(service, params)
-        return clipped(steady(query_route.render(served), "metrics"), offset, max_chars)
+        found = steady(query_route.render(served), "metrics")
+        found["next_skip"] = found.pop("next_offset")
+        return clipped(found, offset, max_chars)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def answer(
@@ -175,6 +206,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         filters: Filters = None,
         offset: Offset = 0,
         history: History = None,
+        ranking: RankingArg = None,
     ) -> str:
         """Answer a question from the knowledge base: a grounded answer whose [n] marks
         cite the numbered sources listed with it, a confidence (overall 0-1 and a level)
@@ -184,7 +216,13 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         with tool_errors(ctx):
             said = [*chat.turns(history, "history"), Turn("user", query)] if history else None
             params, _ = answer_route.parse(
-                payload(query=query, collection=collection, sources=sources, filters=filters),
+                payload(
+                    query=query,
+                    collection=collection,
+                    sources=sources,
+                    filters=filters,
+                    ranking=ranking,
+                ),
                 service.answer_threshold,
             )
             caller(ctx).collection(params.collection)

@@ -25,6 +25,9 @@ from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.observe import note_cache_hit
 from knowledge_api.routes.sse import event_stream, events_schema, translation
 from knowledge_api.routes.views import (
+    NEXT_OFFSET,
+    OFFSET,
+    RANKING_RAN,
     RESULT,
     SYNTHESIZER,
     result_view,
@@ -41,6 +44,7 @@ QUERY = search_body(
     "Most results returned.",
     Number("threshold", "Lowest similarity (cosine, 0-1) of a result.", 0.2),
     Boolean("synthesize", "Write an answer from the results.", True),
+    OFFSET,
 )
 
 
@@ -82,6 +86,7 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
     body: dict[str, Any] = {
         "query_id": result.query_id,
         "results": [result_view(hit) for hit in result.hits],
+        "next_offset": result.next_offset,
     }
     if result.outcome is not None:
         body["synthesis"] = result.outcome.text
@@ -94,10 +99,20 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
 
 METRICS = obj(
     {"total_ms": NUMBER, "cache_hit": BOOLEAN, "embedding_ms": NUMBER, "search_ms": NUMBER},
-    {"synthesis_ms": NUMBER, "routed": array(STRING)},
+    {
+        "synthesis_ms": NUMBER,
+        "rerank_ms": NUMBER,
+        "routed": array(STRING),
+        "ranking": RANKING_RAN,
+    },
 )
 RESPONSE = obj(
-    {"query_id": {**STRING, "format": "uuid"}, "results": array(RESULT), "metrics": METRICS},
+    {
+        "query_id": {**STRING, "format": "uuid"},
+        "results": array(RESULT),
+        "next_offset": NEXT_OFFSET,
+        "metrics": METRICS,
+    },
     {"synthesis": STRING, "synthesizer": SYNTHESIZER, "warnings": array(STRING)},
 )
 """The body `render` returns (without `stream`)."""
@@ -108,6 +123,8 @@ def metrics(served: Served[QueryResult]) -> dict[str, Any]:
     body: dict[str, Any] = {"total_ms": served.total_ms, "cache_hit": served.cache_hit, **timings}
     if served.value.routed is not None:
         body["routed"] = list(served.value.routed)
+    if served.value.ranking:
+        body["ranking"] = served.value.ranking
     return body
 
 

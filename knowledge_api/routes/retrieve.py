@@ -27,7 +27,7 @@ from knowledge_api.routes.fields import (
     obj,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.views import FILTERS
+from knowledge_api.routes.views import FILTERS, NEXT_OFFSET, OFFSET, RANKING, RANKING_RAN
 from knowledge_api.usecases import retrieval as use
 from knowledge_api.usecases.retrieval import (
     QueryValidation,
@@ -56,6 +56,8 @@ RETRIEVE = Body(
         max_length=200,
     ),
     FILTERS,
+    OFFSET,
+    RANKING,
 )
 
 
@@ -180,7 +182,10 @@ RETRIEVED = obj(
         "success": TRUE,
         "retrieved_chunks": array(CHUNK),
         "query_embedding": nullable(obj({"vector": array(NUMBER), "model": STRING})),
-        "metrics": obj({"response_time_ms": NUMBER, "retrieval_count": INTEGER}),
+        "next_offset": NEXT_OFFSET,
+        "metrics": obj(
+            {"response_time_ms": NUMBER, "retrieval_count": INTEGER}, {"ranking": RANKING_RAN}
+        ),
     },
     {"warnings": array(STRING)},
 )
@@ -219,9 +224,11 @@ def render_retrieved(found: Retrieved) -> dict[str, Any]:
         "query_embedding": None
         if found.vector is None
         else {"vector": [round(float(x), 6) for x in found.vector], "model": found.model},
+        "next_offset": found.next_offset,
         "metrics": {
             "response_time_ms": found.response_ms,
             "retrieval_count": len(found.hits),
+            "ranking": found.ranking,
         },
     }
     if found.warnings:

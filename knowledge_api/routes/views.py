@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document, SearchHit
+from knowledge_api import ranking
+from knowledge_api.models import (
+    DEFAULT_COLLECTION,
+    SETTINGS_RANKING,
+    SOURCE_TYPES,
+    Document,
+    SearchHit,
+)
+from knowledge_api.ranking import MAX_OFFSET
 from knowledge_api.routes.fields import (
     BOOLEAN,
     INTEGER,
@@ -147,6 +156,42 @@ FILTERS = Filters(
 key)."""
 
 
+@dataclass(frozen=True)
+class RankingChoices(Field):
+    """A request's own ranking (knowledge_api.ranking); the settings' when absent."""
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        return ranking.parse(body[self.name], self.name) if self.name in body else SETTINGS_RANKING
+
+    def schema(self) -> Schema:
+        return ranking.schema()
+
+
+RANKING = RankingChoices("ranking", default=None)
+OFFSET = Integer(
+    "offset",
+    "Results skipped: the page that starts there (`next_offset` of the page before).",
+    0,
+    low=0,
+    high=MAX_OFFSET,
+)
+NEXT_OFFSET = {
+    **nullable(INTEGER),
+    "description": "The offset of the next page; null when no further page can be asked for.",
+}
+RANKING_RAN = obj(
+    {
+        "fusion": enum(*ranking.FUSIONS),
+        "vector_weight": NUMBER,
+        "prf": BOOLEAN,
+        "recency": nullable(obj({"field": STRING, "half_life_days": NUMBER}, {"undated": INTEGER})),
+        "reranker": STRING,
+    }
+)
+"""What ranked the results (KnowledgeService.ranking_ran); recency's `undated` counts the
+passages ranked without the date (counted as old as the oldest)."""
+
+
 def search_body(name: str, query: Field, limit: str, threshold: Field, *own: Field) -> Request:
     """A search request: its query, the fields every search takes, and its own."""
     return Request(
@@ -159,4 +204,5 @@ def search_body(name: str, query: Field, limit: str, threshold: Field, *own: Fie
         STREAM,
         FILTERS,
         COLLECTION,
+        RANKING,
     )

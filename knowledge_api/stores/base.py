@@ -22,11 +22,13 @@ import numpy as np
 from knowledge_api import tracing
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError
 from knowledge_api.models import (
+    SETTINGS_RANKING,
     CollectionInfo,
     Document,
     DocumentPage,
     DocumentSummary,
     EmbedderIdentity,
+    Ranking,
     SearchFilters,
     SearchHit,
     SearchMode,
@@ -83,8 +85,10 @@ class KnowledgeStore(Protocol):
         filters: SearchFilters,
         threshold: float = 0.0,
         mode: SearchMode = "hybrid",
+        ranking: Ranking = SETTINGS_RANKING,
     ) -> list[SearchHit]:
-        """Hits fused from vector and keyword rankings (or one of them, by `mode`)."""
+        """Hits fused from vector and keyword rankings (or one of them, by `mode`), as
+        the request's `ranking` (fusion, vector weight, feedback round) asks."""
 
     async def get_by_id(self, doc_id: str) -> Document | None: ...
 
@@ -199,6 +203,7 @@ class HybridSearch(FromSettings):
     def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
         """Answered queries and their ratings: beside the API keys too."""
         return SQLiteFeedback(sqlite_path)
+
     def job_store(self, sqlite_path: Path) -> JobStore:
         """Where this store's deployment keeps its upload jobs: by default a table of
         the SQLite file at `sqlite_path`, like the keys."""
@@ -212,13 +217,17 @@ class HybridSearch(FromSettings):
         filters: SearchFilters,
         threshold: float = 0.0,
         mode: SearchMode = "hybrid",
+        ranking: Ranking = SETTINGS_RANKING,
     ) -> list[SearchHit]:
-        n = max(self.tuning.candidates, top_k)
-        fused, similarity = await self.fused_candidates(query, vector, n, filters, mode)
-        if mode == "hybrid" and vector is not None and self.tuning.feedback_docs > 0:
-            feedback = {"knowledge.feedback.docs": self.tuning.feedback_docs}
+        tuning = self.tuning.adjusted(ranking)
+        n = max(tuning.candidates, top_k)
+        fused, similarity = await self.fused_candidates(query, vector, n, filters, mode, tuning)
+        if mode == "hybrid" and vector is not None and tuning.feedback_docs > 0:
+            feedback = {"knowledge.feedback.docs": tuning.feedback_docs}
             with tracing.span("knowledge.search.feedback", feedback) as round_:
-                fused, similarity = await self.with_feedback(vector, n, filters, fused, similarity)
+                fused, similarity = await self.with_feedback(
+                    vector, n, filters, fused, similarity, tuning
+                )
                 round_.set_attribute("knowledge.search.hits", len(fused))
         kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
         return await self.hydrate(kept, similarity)
@@ -230,8 +239,10 @@ class HybridSearch(FromSettings):
         n: int,
         filters: SearchFilters,
         mode: SearchMode,
+        tuning: SearchTuning,
     ) -> tuple[list[tuple[Hashable, float]], dict[Hashable, float]]:
-        """Up to n candidates of each ranking fused best first, and the similarity of each."""
+        """Up to n candidates of each ranking fused best first (as `tuning` fuses), and
+        the similarity of each."""
         by_vector: list[Candidate] = []
         by_keyword: list[Candidate] = []
         if vector is not None and mode == "hybrid" and self.concurrent_candidates:
@@ -246,7 +257,7 @@ class HybridSearch(FromSettings):
                 by_vector = await self.traced_vector(vector, n, filters)
             if mode != "vector":
                 by_keyword = await self.traced_keyword(query, n, filters)
-        method = {"knowledge.fusion.method": self.tuning.fusion}
+        method = {"knowledge.fusion.method": tuning.fusion}
         with tracing.span("knowledge.search.fusion", method) as fusing:
             if vector is None:
                 similarity = relative_scores(by_keyword)
@@ -254,7 +265,7 @@ class HybridSearch(FromSettings):
                 similarity = {c.key: c.score for c in by_vector}
                 missing = [c.key for c in by_keyword if c.key not in similarity]
                 similarity.update(await self.similarities(missing, vector))
-            fused = self.fuse(by_vector, by_keyword, similarity)
+            fused = self.fuse(by_vector, by_keyword, similarity, tuning)
             fusing.set_attribute("knowledge.search.hits", len(fused))
         return fused, similarity
 
@@ -295,14 +306,15 @@ class HybridSearch(FromSettings):
         by_vector: Sequence[Candidate],
         by_keyword: Sequence[Candidate],
         similarity: dict[Hashable, float],
+        tuning: SearchTuning,
     ) -> list[tuple[Hashable, float]]:
         """Both lists in one ranking, best first: by score (convex) when both lists
         have hits, otherwise (and with KNOWLEDGE_FUSION=rrf) by rank, which keeps the
         order of a single list."""
-        if self.tuning.fusion == "convex" and by_vector and by_keyword:
-            return convex_fusion(by_vector, by_keyword, similarity, self.tuning.vector_weight)
+        if tuning.fusion == "convex" and by_vector and by_keyword:
+            return convex_fusion(by_vector, by_keyword, similarity, tuning.vector_weight)
         return reciprocal_rank_fusion(
-            [[c.key for c in by_vector], [c.key for c in by_keyword]], k=self.tuning.fusion_k
+            [[c.key for c in by_vector], [c.key for c in by_keyword]], k=tuning.fusion_k
         )
 
     async def with_feedback(
@@ -312,20 +324,21 @@ class HybridSearch(FromSettings):
         filters: SearchFilters,
         fused: list[tuple[Hashable, float]],
         similarity: dict[Hashable, float],
+        tuning: SearchTuning,
     ) -> tuple[list[tuple[Hashable, float]], dict[Hashable, float]]:
         """The fused ranking fused again with a vector search for the query moved
         toward its best hits (pseudo-relevance feedback); similarity stays the cosine
         of the original query. Without stored vectors for those hits, nothing changes."""
-        seeds = await self.hydrate(fused[: self.tuning.feedback_docs], similarity)
+        seeds = await self.hydrate(fused[: tuning.feedback_docs], similarity)
         stored = await self.embeddings_by_hash([hit.chunk.content_hash for hit in seeds])
         if not stored:
             return fused, similarity
-        moved = feedback_vector(vector, list(stored.values()), self.tuning.feedback_weight)
+        moved = feedback_vector(vector, list(stored.values()), tuning.feedback_weight)
         by_feedback = await self.feedback_candidates(moved, n, filters)
         refused = reciprocal_rank_fusion(
             [[c.key for c in by_feedback], [key for key, _ in fused]],
-            k=self.tuning.fusion_k,
-            weights=[self.tuning.feedback_rank_weight, 1.0],
+            k=tuning.fusion_k,
+            weights=[tuning.feedback_rank_weight, 1.0],
         )
         missing = [key for key, _ in refused if key not in similarity]
         similarity = {**similarity, **await self.similarities(missing, vector)}

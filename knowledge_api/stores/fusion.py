@@ -9,11 +9,12 @@ the same pull as the other list's first hit whatever the evidence behind it.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, TypeVar
 
 import numpy as np
 
+from knowledge_api.models import Ranking
 from knowledge_api.registry import FromSettings
 from knowledge_api.settings import Settings
 
@@ -69,6 +70,26 @@ class SearchTuning(FromSettings):
         "fusion_k candidates feedback_docs feedback_weight feedback_rank_weight "
         "fusion vector_weight"
     )
+
+    def adjusted(self, ranking: Ranking) -> SearchTuning:
+        """This tuning with a request's own choices: its fusion, vector weight and
+        whether the feedback round runs (with KNOWLEDGE_FEEDBACK_DOCS hits, or
+        FEEDBACK_DOCS when the setting turned it off)."""
+        feedback = self.feedback_docs
+        if ranking.prf is not None:
+            feedback = (self.feedback_docs or FEEDBACK_DOCS) if ranking.prf else 0
+        return replace(
+            self,
+            fusion=ranking.fusion or self.fusion,
+            vector_weight=(
+                self.vector_weight if ranking.vector_weight is None else ranking.vector_weight
+            ),
+            feedback_docs=feedback,
+        )
+
+
+FEEDBACK_DOCS = 3
+"""Hits of a feedback round a request asks for when KNOWLEDGE_FEEDBACK_DOCS is 0."""
 
 
 DEFAULT_TUNING = SearchTuning.from_settings(Settings())

@@ -11,6 +11,7 @@ import numpy as np
 
 from knowledge_api.models import SearchFilters, SearchMode
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
+from knowledge_api.stores.fusion import SearchTuning
 from knowledge_api.stores.keyword import sparse_query
 from knowledge_api.stores.points import PointStore, by_collection
 from knowledge_api.stores.qdrant_points import (
@@ -45,14 +46,16 @@ class QdrantSearch(PointStore):
         n: int,
         filters: SearchFilters,
         mode: SearchMode,
+        tuning: SearchTuning,
     ) -> tuple[list[tuple[Hashable, float]], dict[Hashable, float]]:
-        if not self.server_fusion or vector is None or mode != "hybrid":
-            return await super().fused_candidates(query, vector, n, filters, mode)
+        # the server fuses by rank, when the settings chose it and the request kept it
+        if not self.server_fusion or tuning.fusion != "rrf" or vector is None or mode != "hybrid":
+            return await super().fused_candidates(query, vector, n, filters, mode, tuning)
         name = await self._chunks(filters.collection)
         if name is None:
             return [], {}
         fusion = fusion_query(self._m, query, vector, search_filter(self._m, filters), n)
-        k = self._m.Rrf(k=self.tuning.fusion_k + 1)  # Qdrant ranks from 0, we from 1
+        k = self._m.Rrf(k=tuning.fusion_k + 1)  # Qdrant ranks from 0, we from 1
         found = await self._read(
             "hybrid search", "query_points", name, query=self._m.RrfQuery(rrf=k), **fusion
         )

@@ -212,7 +212,16 @@ def hit_from_record(
         metadata=restored(metadata),
         score=score,
         similarity=similarity,
+        created_at=stored_date(record, "created_at"),
+        updated_at=stored_date(record, "updated_at"),
     )
+
+
+def stored_date(record: Row, name: str) -> str:
+    """A date of the document the row carries, empty when it carries none."""
+    # keys(): `in` looks among a sqlite3.Row's values
+    value = record[name] if name in record.keys() else None  # noqa: SIM118
+    return "" if value is None else str(value)
 
 
 # -- generation ------------------------------------------------------------------------

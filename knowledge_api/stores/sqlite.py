@@ -61,7 +61,7 @@ log = logging.getLogger("knowledge_api")
 WRITE_BATCH = 500
 """Documents written per transaction by `index_documents`."""
 _HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.title,
-    c.section, c.content, d.source_type, d.source_id, d.metadata"""
+    c.section, c.content, d.source_type, d.source_id, d.metadata, d.created_at, d.updated_at"""
 
 
 class SQLiteStore(HybridSearch):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from knowledge_api import grounding
 from knowledge_api.errors import EmbeddingError
@@ -60,6 +61,8 @@ class GroundedAnswer:
     generation_ms: float = 0.0
     query_id: str = ""
     """The id a rating of this answer refers to (POST /v1/knowledge/feedback)."""
+    ranking: dict[str, Any] = field(default_factory=dict)
+    """The ranking that found the passages (KnowledgeService.ranking_ran)."""
 
 
 def failed(message: str) -> GroundedAnswer:
@@ -124,7 +127,12 @@ async def search(
 ) -> Retrieval:
     searched = f"{params.query} {params.context}" if params.context else params.query
     return await service.retrieve(
-        searched, params.limit, params.search_filters(), threshold, rerank=rerank
+        searched,
+        params.limit,
+        params.search_filters(),
+        threshold,
+        rerank=rerank,
+        ranking=params.ranking,
     )
 
 
@@ -141,7 +149,11 @@ async def finished(
     cited = [n for n, _ in grounded.sources]
     query_id = await service.answered("answer", params, found.hits, cited)
     grounded = replace(
-        grounded, results=tuple(found.hits), retrieval_ms=retrieval_ms, query_id=query_id
+        grounded,
+        results=tuple(found.hits),
+        retrieval_ms=retrieval_ms,
+        query_id=query_id,
+        ranking=found.ranking,
     )
     return grounded, not grounded.warnings
 

@@ -8,12 +8,13 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.models import SOURCE_TYPES as SOURCES
 from knowledge_api.models import SearchHit, SearchParams
+from knowledge_api.ranking import next_offset
 from knowledge_api.service import COMPUTED, Event, KnowledgeService, Plan, Retrieval, Served
 from knowledge_api.synthesis.chain import Outcome
 from knowledge_api.timing import elapsed_ms
@@ -43,6 +44,10 @@ class QueryResult:
     """The sources searched, with semantic routing on."""
     query_id: str = ""
     """The id a rating of this result refers to (POST /v1/knowledge/feedback)."""
+    next_offset: int | None = None
+    """The offset of the next page; None when this page is the last one reachable."""
+    ranking: dict[str, Any] = field(default_factory=dict)
+    """The ranking that ran (KnowledgeService.ranking_ran)."""
 
 
 async def query(
@@ -182,7 +187,13 @@ async def progressive(
 
 async def search(service: KnowledgeService, params: QueryParams) -> Retrieval:
     return await service.retrieve(
-        params.query, params.limit, params.search_filters(), params.threshold, route=True
+        params.query,
+        params.limit,
+        params.search_filters(),
+        params.threshold,
+        route=True,
+        ranking=params.ranking,
+        offset=params.offset,
     )
 
 
@@ -196,7 +207,15 @@ async def search_alone(
 async def search_planned(
     service: KnowledgeService, params: QueryParams, plan: Plan, rerank: bool = True
 ) -> Retrieval:
-    return await service.search(plan, params.query, params.limit, params.threshold, rerank=rerank)
+    return await service.search(
+        plan,
+        params.query,
+        params.limit,
+        params.threshold,
+        rerank=rerank,
+        ranking=params.ranking,
+        offset=params.offset,
+    )
 
 
 async def finished(
@@ -217,6 +236,13 @@ async def finished(
     cited = outcome.citations if outcome is not None else ()
     query_id = await service.answered("query", params, found.hits, cited)
     result = QueryResult(
-        tuple(found.hits), outcome, tuple(warnings), timings, found.routed, query_id
+        tuple(found.hits),
+        outcome,
+        tuple(warnings),
+        timings,
+        found.routed,
+        query_id,
+        next_offset(params.offset, params.limit, found.more),
+        found.ranking,
     )
     return result, not warnings

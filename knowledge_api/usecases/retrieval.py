@@ -12,13 +12,15 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from knowledge_api import ir_metrics
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import Node
-from knowledge_api.models import SearchFilters, SearchHit, document_id
+from knowledge_api.models import SETTINGS_RANKING, Ranking, SearchFilters, SearchHit, document_id
+from knowledge_api.ranking import next_offset
 from knowledge_api.service import KnowledgeService, Retrieval
 from knowledge_api.timing import elapsed_ms
 
@@ -30,6 +32,8 @@ class RetrieveParams:
     top_k: int = 5
     query_embedding_model: str = ""
     filters: Node | None = None
+    offset: int = 0
+    ranking: Ranking = SETTINGS_RANKING
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,10 @@ class Retrieved:
     model: str
     response_ms: float
     warnings: list[str]
+    next_offset: int | None = None
+    """Where the next page starts (None: no page follows that may be asked for)."""
+    ranking: dict[str, Any] = field(default_factory=dict)
+    """The ranking that ran (KnowledgeService.ranking_ran)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +99,24 @@ class Validation:
 async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retrieved:
     started = time.perf_counter()
     model = check_model(service, params.query_embedding_model)
-    found = await search(service, params.query, params.collection, params.top_k, params.filters)
-    return Retrieved(found.hits, found.vector, model, elapsed_ms(started), found.warnings)
+    found = await service.retrieve(
+        params.query,
+        params.top_k,
+        SearchFilters(where=params.filters, collection=params.collection),
+        ranking=params.ranking,
+        offset=params.offset,
+    )
+    if not found.hits:
+        await service.require_collection(params.collection)
+    return Retrieved(
+        found.hits,
+        found.vector,
+        model,
+        elapsed_ms(started),
+        found.warnings,
+        next_offset(params.offset, params.top_k, found.more),
+        found.ranking,
+    )
 
 
 def check_model(service: KnowledgeService, requested: str) -> str:

@@ -1,0 +1,211 @@
+"""Ranking per request (`ranking` on query, answer, retrieve and the chat routes): each
+choice reaches the real SQLite store's shared hybrid search, the response says what
+ranked it, tier 1 keeps rankings apart, and bad choices are 400s naming their path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.errors import InvalidRequest
+from knowledge_api.models import Chunk, Document, Ranking, Recency, SearchFilters, SearchHit
+from knowledge_api.ranking import by_recency
+from knowledge_api.ranking import parse as parse_ranking
+from knowledge_api.service import KnowledgeService
+from knowledge_api.stores.fusion import reciprocal_rank_fusion
+from tests.conftest import ask, corpus, make_settings, query_params
+
+QUESTION = "asset search pagination timeout"
+
+
+async def ranked(service: KnowledgeService, ranking: dict[str, Any], **more: Any) -> dict[str, Any]:
+    body = {"query": QUESTION, "threshold": 0, "synthesize": False, "limit": 6, **more}
+    return await ask(service, query_params({**body, "ranking": ranking}))
+
+
+def ids(body: dict[str, Any]) -> list[str]:
+    return [result["id"] for result in body["results"]]
+
+
+async def by_mode(service: KnowledgeService, mode: Any, limit: int = 6) -> list[str]:
+    found = await service.retrieve(QUESTION, limit, SearchFilters(), 0.0, mode)
+    return [hit.chunk.id for hit in found.hits]
+
+
+async def test_vector_weight_moves_the_order_between_the_two_retrievers(
+    loaded: KnowledgeService,
+) -> None:
+    keyword, vector = await by_mode(loaded, "keyword"), await by_mode(loaded, "vector")
+    assert keyword[:3] != vector[:3]  # the two retrievers disagree on this question
+    by_words = await ranked(loaded, {"vector_weight": 0, "prf": False})
+    by_meaning = await ranked(loaded, {"vector_weight": 1, "prf": False})
+    # a passage the keyword list holds scores above every other with the weight on words
+    assert ids(by_words)[: len(keyword)] == keyword
+    assert ids(by_meaning)[:3] == vector[:3]
+    assert by_words["metrics"]["ranking"] == {
+        "fusion": "convex",
+        "vector_weight": 0,
+        "prf": False,
+        "recency": None,
+        "reranker": "none",
+    }
+
+
+async def test_fusion_and_feedback_are_the_requests_choice(loaded: KnowledgeService) -> None:
+    rrf = await ranked(loaded, {"fusion": "rrf", "prf": False})
+    assert rrf["metrics"]["ranking"]["fusion"] == "rrf"
+    assert rrf["metrics"]["ranking"]["prf"] is False
+    settings = await ranked(loaded, {})
+    assert settings["metrics"]["ranking"]["fusion"] == "convex"
+    assert settings["metrics"]["ranking"]["prf"] is True  # KNOWLEDGE_FEEDBACK_DOCS=3
+    # reciprocal ranks of the two retrievers' own lists
+    vector, keyword = await by_mode(loaded, "vector", 50), await by_mode(loaded, "keyword", 50)
+    expected = [key for key, _ in reciprocal_rank_fusion([vector, keyword])]
+    assert ids(rrf) == expected[:6]
+    assert ids(settings) != ids(rrf)
+
+
+async def test_each_ranking_is_cached_apart(loaded: KnowledgeService) -> None:
+    first = await ranked(loaded, {"vector_weight": 0.1})
+    other = await ranked(loaded, {"vector_weight": 0.9})
+    again = await ranked(loaded, {"vector_weight": 0.1})
+    assert first["metrics"]["cache_hit"] is False
+    assert other["metrics"]["cache_hit"] is False
+    assert again["metrics"]["cache_hit"] is True
+    keys = {query_params({"query": "q", "ranking": r}).cache_key() for r in ({}, {"prf": True})}
+    assert len(keys) == 2
+
+
+def dated(published: dict[str, str]) -> list[Document]:
+    docs = corpus()
+    for doc in docs:
+        if doc.source_id in published:
+            doc.metadata["published"] = published[doc.source_id]
+    return docs
+
+
+async def test_recency_puts_newer_passages_first(service: KnowledgeService) -> None:
+    await service.ingest(
+        dated({"SIAM-101": "2020-01-01", "a1b2c3d": "2026-11-01", "kb-7": "2026-06-01"})
+    )
+    plain = await ranked(service, {})
+    recent = await ranked(service, {"recency": {"field": "published", "half_life_days": 7}})
+    sources = [r["source_id"] for r in recent["results"]]
+    assert sources[:2] == ["a1b2c3d", "kb-7"]  # the newest, however they ranked before
+    assert [r["source_id"] for r in plain["results"]][:2] != sources[:2]
+    ran = recent["metrics"]["ranking"]["recency"]
+    # seven passages (the wiki page has two), three of them dated
+    assert ran == {"field": "published", "half_life_days": 7.0, "undated": 4}
+    # SQLite reads the documents' own dates with each hit
+    stored = await ranked(service, {"recency": {"half_life_days": 30}})
+    assert stored["metrics"]["ranking"]["recency"]["undated"] == 0
+
+
+def hit(name: str, score: float, published: str = "") -> SearchHit:
+    chunk = Chunk(name, "doc", 0, name)
+    metadata = {"published": published} if published else {}
+    return SearchHit(chunk, "doc", "wiki", name, metadata, score, score)
+
+
+def test_recency_halves_relevance_every_half_life() -> None:
+    now = 1_800_000_000_000
+    iso = "2027-01-15T08:00:00+00:00"  # `now` in ISO 8601
+    week_ago = "2027-01-08T08:00:00+00:00"
+    hits = [hit("old", 1.0, week_ago), hit("new", 0.6, iso), hit("undated", 0.9)]
+    order, undated = by_recency(hits, Recency("published", 7), now)
+    assert [h.chunk.id for h in order] == ["new", "old", "undated"]
+    assert undated == 1
+    assert [round(h.score, 3) for h in order] == [0.9, 0.5, 0.3]
+
+
+@pytest.mark.parametrize(
+    ("ranking", "field"),
+    [
+        (None, "ranking"),
+        ("convex", "ranking"),
+        ({"fusion": "best"}, "ranking.fusion"),
+        ({"vector_weight": 1.5}, "ranking.vector_weight"),
+        ({"vector_weight": True}, "ranking.vector_weight"),
+        ({"prf": "yes"}, "ranking.prf"),
+        ({"rerank": None}, "ranking.rerank"),
+        ({"recency": {"half_life_days": 0}}, "ranking.recency.half_life_days"),
+        ({"recency": {}}, "ranking.recency.half_life_days"),
+        ({"recency": {"field": "", "half_life_days": 1}}, "ranking.recency.field"),
+        ({"recency": {"half_life_days": 1, "scale": 2}}, "ranking.recency.scale"),
+        ({"boost": 2}, "ranking.boost"),
+    ],
+)
+def test_bad_choices_name_their_path(ranking: Any, field: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse_ranking(ranking)
+    assert refused.value.details["field"] == field
+
+
+def test_a_full_choice_parses() -> None:
+    chosen = {
+        "fusion": "rrf",
+        "vector_weight": 0.25,
+        "prf": False,
+        "recency": {"field": "updated_at", "half_life_days": 30},
+        "rerank": False,
+    }
+    assert parse_ranking(chosen) == Ranking("rrf", 0.25, False, Recency("updated_at", 30.0), False)
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    app = create_app(make_settings(tmp_path))
+    with TestClient(app) as test_client:
+        test_client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
+        yield test_client
+
+
+CHAT = {"messages": [{"role": "user", "content": "Which audio formats are accepted?"}]}
+ROUTES = [
+    ("/v1/knowledge/query", {"query": QUESTION}),
+    ("/v1/knowledge/answer", {"query": QUESTION}),
+    ("/v1/knowledge/retrieve", {"query": QUESTION, "collection": "default"}),
+    ("/v1/chat/completions", CHAT),
+    ("/v1/chat", {"messages": [{"role": "user", "parts": [{"type": "text", "text": "FLAC?"}]}]}),
+]
+
+
+@pytest.mark.parametrize(("route", "body"), ROUTES)
+def test_every_searching_route_takes_a_ranking(
+    client: TestClient, route: str, body: dict[str, Any]
+) -> None:
+    bad = client.post(route, json={**body, "ranking": {"vector_weight": -1}})
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["error"]["details"]["field"] == "ranking.vector_weight"
+    good = client.post(route, json={**body, "ranking": {"fusion": "rrf", "prf": False}})
+    assert good.status_code == 200, good.text
+
+
+@pytest.mark.parametrize(("route", "body"), ROUTES)
+def test_rerank_without_a_reranker_is_a_400_naming_the_setting(
+    client: TestClient, route: str, body: dict[str, Any]
+) -> None:
+    response = client.post(route, json={**body, "ranking": {"rerank": True}})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["details"]["field"] == "ranking.rerank"
+    assert "KNOWLEDGE_RERANKER" in error["message"]
+    plain = client.post(route, json={**body, "ranking": {"rerank": False}})
+    assert plain.status_code == 200, plain.text
+
+
+def test_retrieve_and_answer_say_what_ranked(client: TestClient) -> None:
+    retrieved = client.post(
+        "/v1/knowledge/retrieve",
+        json={"query": QUESTION, "collection": "default", "ranking": {"vector_weight": 0.5}},
+    ).json()
+    assert retrieved["metrics"]["ranking"]["vector_weight"] == 0.5
+    answered = client.post(
+        "/v1/knowledge/answer", json={"query": QUESTION, "ranking": {"fusion": "rrf"}}
+    ).json()
+    assert answered["metadata"]["ranking"]["fusion"] == "rrf"
