@@ -43,6 +43,7 @@ from knowledge_api.errors import (
     InvalidRequest,
     KnowledgeAPIError,
 )
+from knowledge_api.facets import Facets
 from knowledge_api.filters import as_json
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import Ingestor
@@ -391,6 +392,15 @@ class KnowledgeService:
             )
         asked = rerank and ranking.rerank is not False
         return asked and mode == "hybrid" and self.reranker.name != "none"
+
+    async def facets(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets | None:
+        """How many passages `filters` lets through hold each value of each field
+        (knowledge_api.facets): all of them, not a page; None when none is asked for."""
+        if not fields:
+            return None
+        attributes = {"knowledge.facets.fields": list(fields)}
+        with tracing.span("knowledge.search.facets", attributes):
+            return await self.store.facet_counts(filters, fields)
 
     def _search_attributes(self, plan: Plan, query: str, mode: SearchMode) -> dict[str, Any]:
         if not tracing.recording():

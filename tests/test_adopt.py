@@ -639,6 +639,22 @@ def test_a_filter_beyond_metadata_equality_is_a_400_naming_operator_and_mode(
     assert {r["source_id"] for r in equal["results"]} == {"OTHER-5"}
 
 
+@pytest.mark.parametrize("mode", ["adopted", "read_only"])
+def test_facets_are_a_400_naming_the_mode_and_health_says_so(
+    mode: str, request: pytest.FixtureRequest
+) -> None:
+    client = request.getfixturevalue("adopted_client" if mode == "adopted" else "reader_client")
+    body = {"query": "asset upload", "synthesize": False, "facets": ["source_type"]}
+    response = client.post("/v1/knowledge/query", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    details = error["details"]
+    assert details["field"] == "facets" and details["backend"] == f"existing database ({mode})"
+    assert "cannot count facets" in error["message"]
+    left_out = client.get("/health").json()["store"]["left_out"]
+    assert any(item.startswith("facets") for item in left_out)
+
+
 def test_read_only_mode_searches_the_tables_as_they_are(
     reader_client: TestClient, database: str
 ) -> None:

@@ -12,6 +12,7 @@ import knowledge_api
 PACKAGE = Path(knowledge_api.__file__).parent
 CORE = {
     "errors",
+    "facets",
     "filters",
     "ranking",
     "models",

@@ -16,6 +16,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from knowledge_api import facets
 from knowledge_api.app import create_app
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import (
@@ -985,3 +986,56 @@ async def test_a_requests_own_ranking_reaches_the_search(store: KnowledgeStore) 
     assert ids(by_words) != ids(by_meaning)
     if store.name in DATED_HITS:
         assert all(hit.created_at and hit.updated_at for hit in rrf)
+
+
+# -- facets, against the reference count ---------------------------------------------------
+
+FACET_FIELDS = ("team", "n", "ok", "tag", "source_type", "source_id")
+FACET_CASES: list[tuple[dict[str, Any], tuple[str, ...] | None]] = [
+    ({}, None),
+    ({"team": "qa"}, None),
+    ({}, ("jira", "email")),
+    ({"n": {"$gte": 1, "$lt": 7}}, None),
+    ({"$or": [{"team": "ops"}, {"tag": {"$contains": "alpha"}}]}, ("email", "git")),
+    ({"$not": {"ok": {"$exists": True}}}, None),
+    ({"source_id": {"$ne": "F-0"}, "due": {"$gte": "2026-01-01"}}, None),
+    ({"team": "nobody"}, None),
+]
+
+
+async def test_facets_count_every_matching_passage_as_the_reference(
+    store: KnowledgeStore,
+) -> None:
+    """The same facet cases on every backend; a long document counts once per passage."""
+    docs = [
+        Document(kind, key, f"Release note {key}: the upload queue.", key, dict(meta))
+        for kind, key, meta in FILTERED
+    ]
+    long_text = "\n\n".join(f"Paragraph {i} of the upload queue runbook. " * 12 for i in range(12))
+    docs.append(Document("jira", "F-long", long_text, "Runbook", {"team": "qa", "n": 3.0}))
+    await index(store, docs)
+    assert len(docs[-1].chunks) > 1
+    await index(store, [Document("jira", "elsewhere", "Note.", "x", {"team": "qa"}, "other")])
+    now = datetime.now(UTC).isoformat()
+    for case, sources in FACET_CASES:
+        tree = parse_filter(case)
+        passages = [
+            {**d.metadata, "source_type": d.source_type, "source_id": d.source_id}
+            for d in docs
+            for _ in d.chunks
+            if (sources is None or d.source_type in sources)
+            and matches(
+                tree,
+                {
+                    **d.metadata,
+                    "source_type": d.source_type,
+                    "source_id": d.source_id,
+                    "created_at": now,
+                    "updated_at": now,
+                },
+            )
+        ]
+        found = await store.facet_counts(SearchFilters(sources, tree), FACET_FIELDS)
+        assert found == facets.count(FACET_FIELDS, passages), (case, sources)
+    other = await store.facet_counts(SearchFilters(collection="other"), ("team",))
+    assert dict(other["team"].counts) == {"qa": 1}

@@ -25,11 +25,15 @@ from knowledge_api.routes.http import JSONResponse, read_json, service
 from knowledge_api.routes.observe import note_cache_hit
 from knowledge_api.routes.sse import event_stream, events_schema, translation
 from knowledge_api.routes.views import (
+    FACET_COUNTS,
+    FACETS,
+    FACETS_CUT,
     NEXT_OFFSET,
     OFFSET,
     RANKING_RAN,
     RESULT,
     SYNTHESIZER,
+    facets_view,
     result_view,
     search_body,
     zeroed_on_hit,
@@ -45,6 +49,7 @@ QUERY = search_body(
     Number("threshold", "Lowest similarity (cosine, 0-1) of a result.", 0.2),
     Boolean("synthesize", "Write an answer from the results.", True),
     OFFSET,
+    FACETS,
 )
 
 
@@ -93,6 +98,8 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
         body["synthesizer"] = result.outcome.view()
     if result.warnings:
         body["warnings"] = list(result.warnings)
+    if result.facets is not None:
+        body.update(facets_view(result.facets))
     body["metrics"] = metrics(served)
     return body
 
@@ -102,6 +109,7 @@ METRICS = obj(
     {
         "synthesis_ms": NUMBER,
         "rerank_ms": NUMBER,
+        "facets_ms": NUMBER,
         "routed": array(STRING),
         "ranking": RANKING_RAN,
     },
@@ -113,7 +121,13 @@ RESPONSE = obj(
         "next_offset": NEXT_OFFSET,
         "metrics": METRICS,
     },
-    {"synthesis": STRING, "synthesizer": SYNTHESIZER, "warnings": array(STRING)},
+    {
+        "synthesis": STRING,
+        "synthesizer": SYNTHESIZER,
+        "warnings": array(STRING),
+        "facets": FACET_COUNTS,
+        "facets_cut": FACETS_CUT,
+    },
 )
 """The body `render` returns (without `stream`)."""
 
@@ -133,7 +147,9 @@ def done_event(served: Served[QueryResult]) -> dict[str, Any]:
     note_cache_hit(served.cache_hit)
     body = render(served)
     final: dict[str, Any] = {
-        k: body[k] for k in ("query_id", "synthesis", "synthesizer") if k in body
+        k: body[k]
+        for k in ("query_id", "synthesis", "synthesizer", "facets", "facets_cut")
+        if k in body
     }
     return {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
 

@@ -27,7 +27,17 @@ from knowledge_api.routes.fields import (
     obj,
 )
 from knowledge_api.routes.http import JSONResponse, read_json, service
-from knowledge_api.routes.views import FILTERS, NEXT_OFFSET, OFFSET, RANKING, RANKING_RAN
+from knowledge_api.routes.views import (
+    FACET_COUNTS,
+    FACETS,
+    FACETS_CUT,
+    FILTERS,
+    NEXT_OFFSET,
+    OFFSET,
+    RANKING,
+    RANKING_RAN,
+    facets_view,
+)
 from knowledge_api.usecases import retrieval as use
 from knowledge_api.usecases.retrieval import (
     QueryValidation,
@@ -58,6 +68,7 @@ RETRIEVE = Body(
     FILTERS,
     OFFSET,
     RANKING,
+    FACETS,
 )
 
 
@@ -187,7 +198,7 @@ RETRIEVED = obj(
             {"response_time_ms": NUMBER, "retrieval_count": INTEGER}, {"ranking": RANKING_RAN}
         ),
     },
-    {"warnings": array(STRING)},
+    {"warnings": array(STRING), "facets": FACET_COUNTS, "facets_cut": FACETS_CUT},
 )
 """The body `render_retrieved` returns."""
 QUERY_VALIDATION = obj(
@@ -233,6 +244,8 @@ def render_retrieved(found: Retrieved) -> dict[str, Any]:
     }
     if found.warnings:
         body["warnings"] = found.warnings
+    if found.facets is not None:
+        body.update(facets_view(found.facets))
     return body
 
 

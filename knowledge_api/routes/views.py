@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from knowledge_api import ranking
+from knowledge_api import facets, ranking
+from knowledge_api.facets import Facets
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
     SETTINGS_RANKING,
@@ -23,6 +24,7 @@ from knowledge_api.routes.fields import (
     Boolean,
     Choices,
     CollectionName,
+    Custom,
     Field,
     Filters,
     Integer,
@@ -35,6 +37,7 @@ from knowledge_api.routes.fields import (
 from knowledge_api.routes.fields import (
     Body as Request,
 )
+from knowledge_api.validation import KEY_MAX_LENGTH, KEY_PATTERN
 
 Body = dict[str, Any]
 EXCERPT_CHARS = 240
@@ -190,6 +193,47 @@ RANKING_RAN = obj(
 )
 """What ranked the results (KnowledgeService.ranking_ran); recency's `undated` counts the
 passages ranked without the date (counted as old as the oldest)."""
+
+
+FACETS = Custom(
+    "facets",
+    "Fields whose values are counted over every match of the search (its collection, "
+    "sources and filters), not only the results returned: metadata keys, source_type or "
+    f"source_id. At most {facets.MAX_FIELDS} fields; the {facets.MAX_VALUES} most frequent "
+    "values of each, most frequent first (`facets_cut` names a field that had more).",
+    None,
+    check=facets.parse,
+    shape={
+        "type": ["array", "null"],
+        "items": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": KEY_MAX_LENGTH,
+            "pattern": KEY_PATTERN,
+            "not": {"enum": list(facets.NOT_COUNTED)},
+        },
+        "maxItems": facets.MAX_FIELDS,
+        "uniqueItems": True,
+    },
+)
+"""The facets a search counts (knowledge_api.facets), part of the cache key."""
+FACET_COUNTS = obj(
+    {},
+    extra={**obj({}, extra=INTEGER), "description": "Passages by value, most frequent first."},
+)
+FACETS_CUT = {
+    **obj({}, extra=INTEGER),
+    "description": "Fields that held more values than were returned: their distinct values.",
+}
+
+
+def facets_view(counted: Facets) -> Body:
+    """`facets` (field -> value -> passages) and, when a field was cut, `facets_cut`."""
+    body: Body = {"facets": {name: dict(found.counts) for name, found in counted.items()}}
+    cut = {name: found.distinct for name, found in counted.items() if found.cut}
+    if cut:
+        body["facets_cut"] = cut
+    return body
 
 
 def search_body(name: str, query: Field, limit: str, threshold: Field, *own: Field) -> Request:

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from knowledge_api import tracing
+from knowledge_api import facets, tracing
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError
+from knowledge_api.facets import Facets
 from knowledge_api.models import (
     SETTINGS_RANKING,
     CollectionInfo,
@@ -89,6 +90,10 @@ class KnowledgeStore(Protocol):
     ) -> list[SearchHit]:
         """Hits fused from vector and keyword rankings (or one of them, by `mode`), as
         the request's `ranking` (fusion, vector weight, feedback round) asks."""
+
+    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        """How many passages `filters` lets through hold each value of each field
+        (knowledge_api.facets), counted in the backend's own query."""
 
     async def get_by_id(self, doc_id: str) -> Document | None: ...
 
@@ -231,6 +236,9 @@ class HybridSearch(FromSettings):
                 round_.set_attribute("knowledge.search.hits", len(fused))
         kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
         return await self.hydrate(kept, similarity)
+
+    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        raise facets.unsupported(self.name, "it has no query that counts the matching passages")
 
     async def fused_candidates(
         self,

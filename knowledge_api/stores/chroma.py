@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -21,18 +22,20 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from knowledge_api import facets
 from knowledge_api.errors import (
     BackendConnectionError,
     IndexingError,
     KnowledgeStoreError,
     SearchError,
 )
+from knowledge_api.facets import Facets
 from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.registry import import_extra
 from knowledge_api.settings import Secret
 from knowledge_api.stores import records
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
-from knowledge_api.stores.chroma_filter import chroma_where, chunk_fields
+from knowledge_api.stores.chroma_filter import META_PREFIX, chroma_where, chunk_fields
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
 from knowledge_api.stores.points import CatalogEntry, ChunkPoint, PointStore, Record, unavailable
@@ -269,6 +272,23 @@ class ChromaStore(PointStore):
 
         return await self._run(SearchError, "vector search", query)
 
+    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        """Counted over the metadata of every chunk the search's `where` passes, a page
+        at a time (Chroma counts no groups itself)."""
+
+        def read() -> Facets:
+            chunks = self._chunks(filters.collection)
+            where = chroma_where(filters.source_types, filters.where)
+            passages: list[dict[str, Any]] = []
+            for offset in itertools.count(0, PAGE) if chunks is not None else ():
+                got = chunks.get(where=where, include=["metadatas"], limit=PAGE, offset=offset)
+                passages.extend(facet_fields(meta) for meta in got["metadatas"])
+                if len(got["ids"]) < PAGE:
+                    break
+            return facets.count(fields, passages)
+
+        return await self._run(SearchError, "counting facets", read)
+
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
@@ -435,6 +455,12 @@ def chunk_points(got: GetResult, vectors: bool) -> list[ChunkPoint]:
         )
         for i, (chunk_id, meta) in enumerate(zip(got["ids"], got["metadatas"], strict=True))
     ]
+
+
+def facet_fields(meta: dict[str, Any]) -> dict[str, Any]:
+    """A chunk's fields as facets count them: its metadata and its own."""
+    fields = {k[len(META_PREFIX) :]: v for k, v in meta.items() if k.startswith(META_PREFIX)}
+    return {**fields, "source_type": meta["source_type"], "source_id": meta["source_id"]}
 
 
 def chunk_metadata(doc: Document, chunk: Chunk) -> dict[str, Any]:

@@ -51,6 +51,8 @@ READ_ONLY_WIDEN = 4
 """Read-only vector search asks the RPC for this many times the candidates when filters
 apply: the RPC has no filter arguments, so filters cut its answer afterwards."""
 
+FACETS_LEFT_OUT = "facets (a request with `facets` is a 400: no function counts the passages)"
+
 
 def existing_tables(store: Any, settings: Any) -> ExistingTables:
     """The store of KNOWLEDGE_SCHEMA_MODE over the postgres or supabase store `store`."""
@@ -99,7 +101,7 @@ class AdoptedTables(ExistingTables):
         }
 
     def left_out(self) -> list[str]:
-        missing = ["writes through the service"]
+        missing = ["writes through the service", FACETS_LEFT_OUT]
         if not self.wiki_vectors:
             missing.append("wiki search by meaning (run `knowledge-api migrate --wiki-vectors`)")
         return missing
@@ -165,6 +167,7 @@ class ReadOnlyTables(ExistingTables):
     def left_out(self) -> list[str]:
         return [
             "writes through the service",
+            FACETS_LEFT_OUT,
             "full-text ranking (keywords are matched by ILIKE, a query word at a time)",
             "filters inside the vector search (applied to what match_siam_vectors_gemini returns)",
             "wiki search by meaning (needs `knowledge-api migrate --adopt --wiki-vectors`)",

@@ -10,12 +10,14 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_api import facets
 from knowledge_api.errors import (
     ConfigurationError,
     EmbedderMismatchError,
     KnowledgeStoreError,
     StoreReadOnly,
 )
+from knowledge_api.facets import Facets
 from knowledge_api.filters import require_equalities
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
@@ -74,6 +76,10 @@ class ExistingTables(HybridSearch):
         """The store as a filter it cannot apply names it: its searches take metadata
         equalities only (the tables' functions have no filter tree)."""
         return f"existing database ({self.mode})"
+
+    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        reason = "the tables other pipelines fill have no function that counts passages"
+        raise facets.unsupported(self.filter_backend, reason)
 
     async def open(self) -> None:
         await self.tables.open()

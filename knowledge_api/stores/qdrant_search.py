@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_api import facets
+from knowledge_api.facets import Facets
 from knowledge_api.models import SearchFilters, SearchMode
 from knowledge_api.stores.base import Candidate, cosine_to_similarity
 from knowledge_api.stores.fusion import SearchTuning
@@ -22,6 +24,9 @@ from knowledge_api.stores.qdrant_points import (
     search_filter,
     sparse,
 )
+
+FACET_PAGE = 1000
+"""Points read per page when counting facets."""
 
 
 class QdrantSearch(PointStore):
@@ -80,6 +85,31 @@ class QdrantSearch(PointStore):
             return []
         found = await self._query(filters, sparse(self._m, terms), KEYWORDS, n)
         return [Candidate((filters.collection, str(p.id)), p.score) for p in found]
+
+    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        """Counted over the payload of every point the search's filter passes, a page at
+        a time (Qdrant's own facets count keywords and integers, not every value)."""
+        name = await self._chunks(filters.collection)
+        passages: list[dict[str, Any]] = []
+        offset, where = None, search_filter(self._m, filters)
+        while name is not None:
+            points, offset = await self._read(
+                "counting facets",
+                "scroll",
+                name,
+                scroll_filter=where,
+                limit=FACET_PAGE,
+                offset=offset,
+                with_payload=["metadata", "source_type", "source_id"],
+                with_vectors=False,
+            )
+            passages.extend(
+                {**p.payload["metadata"], **{k: p.payload[k] for k in facets.OWN_FIELDS}}
+                for p in points
+            )
+            if offset is None:
+                break
+        return facets.count(fields, passages)
 
     async def _query(self, filters: SearchFilters, query: Any, using: str, n: int) -> list[Any]:
         name = await self._chunks(filters.collection)

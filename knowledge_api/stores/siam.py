@@ -27,6 +27,7 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
+from knowledge_api.facets import MAX_VALUES, Facets
 from knowledge_api.filters import equalities
 from knowledge_api.models import (
     Chunk,
@@ -53,6 +54,7 @@ from knowledge_api.stores.filter_json import filter_tree
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.jobs import JobStore, SiamJobs
 from knowledge_api.stores.keys import KeyStore, SiamKeys
+from knowledge_api.stores.siam_facets import facets_of
 
 Row = dict[str, Any]
 Condition = tuple[str, str, Any]
@@ -319,6 +321,13 @@ class SiamStore(HybridSearch):
         return [
             Candidate(Passage(str(r["id"]), r), cosine_to_similarity(r["similarity"])) for r in rows
         ]
+
+    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        params = {"facet_fields": list(fields), "facet_limit": MAX_VALUES}
+        rows = await self.call(
+            "knowledge_facets", {**params, **filter_params(filters)}, SearchError
+        )
+        return facets_of(rows, fields)
 
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters

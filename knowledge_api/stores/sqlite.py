@@ -25,6 +25,7 @@ from knowledge_api.errors import (
     IndexingError,
     SearchError,
 )
+from knowledge_api.facets import Facets
 from knowledge_api.models import (
     Chunk,
     CollectionInfo,
@@ -53,6 +54,7 @@ from knowledge_api.stores.keyword import (
     reads_documents,
 )
 from knowledge_api.stores.quantized_index import DEFAULT_PROBES
+from knowledge_api.stores.sqlite_facets import facet_counts
 from knowledge_api.stores.sqlite_file import SQLiteFile
 from knowledge_api.stores.sqlite_vectors import SQLiteVectors
 
@@ -524,6 +526,12 @@ class SQLiteStore(HybridSearch):
             for key, score in ranked
             if key in by_key
         ]
+
+    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        try:
+            return await self.file.read_aside(lambda conn: facet_counts(conn, filters, fields))
+        except sqlite3.Error as e:
+            raise SearchError(f"counting facets failed: {e}", backend=self.name) from e
 
     def _metadata_keys(self, filters: SearchFilters) -> list[int] | None:
         """Row ids allowed by the filter tree (None: no filter)."""

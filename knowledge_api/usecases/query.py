@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.facets import Facets
 from knowledge_api.models import SOURCE_TYPES as SOURCES
 from knowledge_api.models import SearchHit, SearchParams
 from knowledge_api.ranking import next_offset
@@ -27,6 +28,8 @@ log = logging.getLogger("knowledge_api")
 class QueryParams(SearchParams):
     synthesize: bool = True
     """Write an answer from the results."""
+    facets: tuple[str, ...] = ()
+    """Fields whose values are counted over every match (knowledge_api.facets)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,8 @@ class QueryResult:
     """The offset of the next page; None when this page is the last one reachable."""
     ranking: dict[str, Any] = field(default_factory=dict)
     """The ranking that ran (KnowledgeService.ranking_ran)."""
+    facets: Facets | None = None
+    """The counts of the fields the request named, over every match."""
 
 
 async def query(
@@ -76,7 +81,7 @@ def prefetch(
 
 
 async def compute(service: KnowledgeService, params: QueryParams) -> tuple[QueryResult, bool]:
-    found = await search(service, params)
+    found, counted = await asyncio.gather(search(service, params), count(service, params))
     if not found.hits:
         await service.require_collection(params.collection)
     outcome, synthesis_ms = None, 0.0
@@ -84,7 +89,16 @@ async def compute(service: KnowledgeService, params: QueryParams) -> tuple[Query
         started = time.perf_counter()
         outcome = await service.synthesize(params.query, found.hits)
         synthesis_ms = elapsed_ms(started)
-    return await finished(service, params, found, outcome, synthesis_ms)
+    return await finished(service, params, found, outcome, synthesis_ms, counted)
+
+
+async def count(service: KnowledgeService, params: QueryParams) -> tuple[Facets | None, float]:
+    """The request's facets, over the match set its filters define (not the routed
+    sources: routing picks where to look for the best hits, not what matches), and the
+    time they took."""
+    started = time.perf_counter()
+    counted = await service.facets(params.search_filters(), params.facets)
+    return counted, elapsed_ms(started)
 
 
 def events(
@@ -142,6 +156,7 @@ async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGener
         else:
             yield name, data
     assert found is not None
+    counted = await count(service, params)
     outcome, synthesis_ms = None, 0.0
     if params.synthesize:
         started = time.perf_counter()
@@ -151,7 +166,7 @@ async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGener
             else:
                 yield name, data
         synthesis_ms = elapsed_ms(started)
-    yield COMPUTED, await finished(service, params, found, outcome, synthesis_ms)
+    yield COMPUTED, await finished(service, params, found, outcome, synthesis_ms, counted)
 
 
 async def progressive(
@@ -224,11 +239,15 @@ async def finished(
     found: Retrieval,
     outcome: Outcome | None,
     synthesis_ms: float,
+    counted: tuple[Facets | None, float] = (None, 0.0),
 ) -> tuple[QueryResult, bool]:
     """The result, recorded under a new query_id, and whether it may be cached: not
     when something degraded it (tier 1 keeps it under the generation its collection had
     before it was computed)."""
     timings = found.timings()
+    facets, facets_ms = counted
+    if facets is not None:
+        timings["facets_ms"] = facets_ms
     warnings = list(found.warnings)
     if outcome is not None:
         timings["synthesis_ms"] = synthesis_ms
@@ -244,5 +263,6 @@ async def finished(
         query_id,
         next_offset(params.offset, params.limit, found.more),
         found.ranking,
+        facets,
     )
     return result, not warnings

@@ -8,6 +8,7 @@ when expected sources are given, accuracy with nDCG@10, recall@k and MRR.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ import numpy as np
 
 from knowledge_api import ir_metrics
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.facets import Facets
 from knowledge_api.filters import Node
 from knowledge_api.models import SETTINGS_RANKING, Ranking, SearchFilters, SearchHit, document_id
 from knowledge_api.ranking import next_offset
@@ -34,6 +36,7 @@ class RetrieveParams:
     filters: Node | None = None
     offset: int = 0
     ranking: Ranking = SETTINGS_RANKING
+    facets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,8 @@ class Retrieved:
     """Where the next page starts (None: no page follows that may be asked for)."""
     ranking: dict[str, Any] = field(default_factory=dict)
     """The ranking that ran (KnowledgeService.ranking_ran)."""
+    facets: Facets | None = None
+    """The counts of the fields the request named, over every match."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +104,12 @@ class Validation:
 async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retrieved:
     started = time.perf_counter()
     model = check_model(service, params.query_embedding_model)
-    found = await service.retrieve(
-        params.query,
-        params.top_k,
-        SearchFilters(where=params.filters, collection=params.collection),
-        ranking=params.ranking,
-        offset=params.offset,
+    where = SearchFilters(where=params.filters, collection=params.collection)
+    found, counted = await asyncio.gather(
+        service.retrieve(
+            params.query, params.top_k, where, ranking=params.ranking, offset=params.offset
+        ),
+        service.facets(where, params.facets),
     )
     if not found.hits:
         await service.require_collection(params.collection)
@@ -116,6 +121,7 @@ async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retriev
         found.warnings,
         next_offset(params.offset, params.top_k, found.more),
         found.ranking,
+        counted,
     )
 
 
