@@ -143,12 +143,13 @@ def metrics(served: Served[QueryResult]) -> dict[str, Any]:
 
 
 def done_event(served: Served[QueryResult]) -> dict[str, Any]:
-    """The last event: the whole synthesis, its citations, the metrics and warnings."""
+    """The last event: the whole synthesis, its citations, where the next page starts,
+    the counts, the metrics and warnings."""
     note_cache_hit(served.cache_hit)
     body = render(served)
     final: dict[str, Any] = {
         k: body[k]
-        for k in ("query_id", "synthesis", "synthesizer", "facets", "facets_cut")
+        for k in ("query_id", "synthesis", "synthesizer", "next_offset", "facets", "facets_cut")
         if k in body
     }
     return {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
