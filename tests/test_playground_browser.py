@@ -345,6 +345,86 @@ def test_the_filter_box_narrows_the_results_and_a_refused_filter_is_shown_beside
     assert not tab.crashes and not tab.policy_violations()
 
 
+def test_pages_of_results_follow_the_offset_and_the_answer_keeps_citing_the_first(
+    tab: Playground, server: Any
+) -> None:
+    url, token = server
+    tab.enter_key(token)
+    tab.page.fill("#limit", "2")
+    tab.ask("How is a query answered?")
+    tab.answered()
+    first = tab.page.locator("#results > li").evaluate_all("items => items.map(i => i.dataset.id)")
+    assert tab.texts("#results .number") == ["[1]", "[2]"]
+    assert tab.page.inner_text("#page-range") == "Results 1-2"
+    assert tab.page.is_disabled("#previous") and tab.page.is_enabled("#next")
+
+    with tab.page.expect_request(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.page.click("#next")
+    body = sent.value.post_data_json
+    assert body["offset"] == 2 and body["synthesize"] is False and body["limit"] == 2
+    tab.page.wait_for_function(
+        "() => document.querySelector('#page-range').textContent === 'Results 3-4'"
+    )
+    second = tab.page.locator("#results > li").evaluate_all("items => items.map(i => i.dataset.id)")
+    assert tab.texts("#results .number") == ["[3]", "[4]"]
+    assert tab.page.inner_text("#answer") == ANSWER  # the first page's answer stays
+    assert tab.page.is_enabled("#previous")
+
+    whole = tab.page.request.post(  # the browser's own client: respx holds httpx here
+        f"{url}/v1/knowledge/query",
+        data={"query": "How is a query answered?", "limit": 4, "synthesize": False},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert [r["id"] for r in whole.json()["results"]] == first + second  # stable pages
+
+    asked: list[str] = []
+    tab.page.on("request", lambda r: asked.append(r.url) if "/v1/" in r.url else None)
+    tab.page.click("#previous")  # the first page is the one the answer came with
+    assert tab.texts("#results .number") == ["[1]", "[2]"] and asked == []
+    tab.page.click("#next")
+    tab.page.wait_for_function(
+        "() => document.querySelector('#page-range').textContent === 'Results 3-4'"
+    )
+    tab.page.click("#answer a.cite[data-n='1']")  # a citation brings its page back
+    assert tab.texts("#results > li.highlighted .number") == ["[1]"]
+    assert not tab.crashes and not tab.policy_violations()
+
+
+def test_counts_per_value_are_shown_and_a_value_narrows_the_filter(
+    tab: Playground, server: Any
+) -> None:
+    tab.enter_key(server[1])
+    tab.page.fill("#facets", "source_type, path")
+    with tab.page.expect_request(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.ask("How is a query answered?")
+    assert sent.value.post_data_json["facets"] == ["source_type", "path"]
+    tab.answered()
+    assert tab.page.locator("#counts").is_visible()
+    assert tab.texts("#facet-groups h3") == ["source_type", "path"]
+    counts = {
+        (field, value): int(count)
+        for field, value, count in (
+            (b.get_attribute("data-field"), b.get_attribute("data-value"), b.inner_text())
+            for b in tab.page.locator("#facet-groups button").all()
+        )
+        for count in re.findall(r"\((\d+)\)$", count)
+    }
+    assert {v for f, v in counts if f == "path"} == set(SEED)
+    assert {v for f, v in counts if f == "source_type"} == {"wiki"}
+    per_path = sum(n for (f, _), n in counts.items() if f == "path")
+    assert counts[("source_type", "wiki")] == per_path >= len(tab.texts("#results > li"))
+
+    with tab.page.expect_request(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.page.click("#facet-groups button[data-field='path'][data-value='overview.md']")
+    assert sent.value.post_data_json["filters"] == {"path": "overview.md"}
+    assert json.loads(tab.page.input_value("#filters")) == {"path": "overview.md"}
+    tab.answered()
+    assert set(tab.texts("#results .source-id")) == {"overview.md"}
+    narrowed = tab.page.locator("#facet-groups button[data-field='path']").all_inner_texts()
+    assert narrowed == [f"overview.md ({counts[('path', 'overview.md')]})"]
+    assert not tab.crashes and not tab.policy_violations()
+
+
 def test_a_provider_failing_midway_leaves_only_the_next_ones_answer_and_a_warning(
     tab: Playground, server: Any
 ) -> None:

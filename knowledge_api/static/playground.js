@@ -14,10 +14,9 @@ const question = $("question");
 const filters = $("filters");
 const apiKey = $("api-key");
 const answer = $("answer");
-const MAX_OFFSET = 200;
 let asked = null; // the body of the question shown
-let answered = []; // its first page: what the answer's [n] cite
-let shown = { offset: 0, results: [] }; // the page on screen
+let answered = { results: [], next: null }; // its first page: what the answer's [n] cite
+let shown = { offset: 0, ...answered }; // the page on screen; `next`: the next page's offset
 let running = null;
 let paging = null;
 let queryId = null;
@@ -54,8 +53,8 @@ $("rate").addEventListener("click", async (event) => {
   $("rated").textContent = response.ok ? "Thanks: rating sent." : await failure(response);
 });
 
-$("previous").addEventListener("click", () => turnPage(shown.offset - asked.limit));
-$("next").addEventListener("click", () => turnPage(shown.offset + asked.limit));
+$("previous").addEventListener("click", () => turnPage(Math.max(0, shown.offset - asked.limit)));
+$("next").addEventListener("click", () => turnPage(shown.next));
 
 // A counted value narrows the question to it: an equality in the filter box, asked again.
 $("facet-groups").addEventListener("click", (event) => {
@@ -151,14 +150,16 @@ async function ask(body) {
  * page is the one the answer came with. An answer still streaming goes on. */
 async function turnPage(offset) {
   paging?.abort();
-  if (offset <= 0) return showPage(0, answered);
+  if (offset === 0) return showPage(0, answered);
   const controller = new AbortController();
   paging = controller;
   const body = { ...asked, offset, synthesize: false, stream: false };
   delete body.facets; // the same on every page
   try {
     const response = await sent(body, controller);
-    if (response) showPage(offset, (await response.json()).results);
+    if (!response) return;
+    const page = await response.json();
+    showPage(offset, { results: page.results, next: page.next_offset });
   } catch (error) {
     unreachable(error);
   }
@@ -241,8 +242,8 @@ function described(body, fallback, status) {
 }
 
 function clear() {
-  answered = [];
-  shown = { offset: 0, results: [] };
+  answered = { results: [], next: null };
+  shown = { offset: 0, ...answered };
   $("pages").hidden = true;
   $("counts").hidden = true;
   $("facet-groups").replaceChildren();
@@ -284,20 +285,26 @@ function showFilterError(details) {
 }
 
 function showResults(found) {
-  answered = found;
-  showPage(0, found);
+  answered = { results: found, next: null }; // the `done` event says where the next starts
+  showPage(0, answered);
 }
 
-/** A page of results, numbered by rank, with Previous/Next while there is more: a full
- * page may have a next one, up to the largest offset the service takes. */
-function showPage(offset, found) {
-  shown = { offset, results: found };
+/** A page of results, numbered by rank. */
+function showPage(offset, page) {
+  shown = { offset, ...page };
+  const found = page.results;
   $("no-results").hidden = found.length > 0 || offset > 0;
   $("results").replaceChildren(...found.map((result, index) => resultItem(result, offset + index + 1)));
-  const limit = asked.limit;
-  $("pages").hidden = offset === 0 && found.length < limit;
+  showPager();
+}
+
+/** Previous while past the first page, Next while the service names a next one
+ * (`next_offset`: none after the last result, nor past the largest offset it takes). */
+function showPager() {
+  const { offset, results: found, next } = shown;
+  $("pages").hidden = offset === 0 && next == null;
   $("previous").disabled = offset === 0;
-  $("next").disabled = found.length < limit || offset + limit > MAX_OFFSET;
+  $("next").disabled = next == null;
   $("page-range").textContent = found.length
     ? `Results ${offset + 1}-${offset + found.length}`
     : `No results after ${offset}`;
@@ -347,11 +354,11 @@ function showAnswer(text) {
   answer.replaceChildren(
     ...parts.map((part) => {
       const n = Number(part.slice(1, -1));
-      if (!/^\[\d+\]$/.test(part) || n < 1 || n > answered.length) return part;
+      if (!/^\[\d+\]$/.test(part) || n < 1 || n > answered.results.length) return part;
       const link = element("a", "cite", part);
       link.href = `#result-${n}`;
       link.dataset.n = String(n);
-      link.setAttribute("aria-label", `source ${n}: ${answered[n - 1].metadata.title ?? ""}`);
+      link.setAttribute("aria-label", `source ${n}: ${answered.results[n - 1].metadata.title ?? ""}`);
       return link;
     }),
   );
@@ -371,6 +378,11 @@ function showSource(n) {
 }
 
 function finish(done) {
+  answered.next = done.next_offset ?? null;
+  if (shown.offset === 0) {
+    shown.next = answered.next;
+    showPager();
+  }
   if (done.synthesis !== undefined) showAnswer(done.synthesis);
   queryId = done.query_id ?? null;
   $("rate").hidden = !queryId;
