@@ -94,7 +94,8 @@ def gemini() -> Iterator[respx.MockRouter]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, gemini: respx.MockRouter) -> Iterator[Any]:
-    """The service on a free loopback port, keys required: its URL and a read key."""
+    """The service on a free loopback port, keys required: its URL, a read key and a
+    write key."""
     folder: Path = tmp_path_factory.mktemp("playground")
     seed = folder / "docs"
     seed.mkdir()
@@ -104,6 +105,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, gemini: respx.MockRouter) -
         folder, embedder="local", seed_on_empty=True, seed_path=str(seed), auth="keys"
     )
     token = asyncio.run(make_key(settings, "playground", ["read"]))
+    writer = asyncio.run(make_key(settings, "writer", ["write"]))
     config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
     uvicorn_server = uvicorn.Server(config)
     thread = threading.Thread(target=uvicorn_server.run, daemon=True)
@@ -113,7 +115,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, gemini: respx.MockRouter) -
         assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
         time.sleep(0.05)
     port = uvicorn_server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}", token
+    yield f"http://127.0.0.1:{port}", token, writer
     uvicorn_server.should_exit = True
     thread.join(timeout=10)
 
@@ -423,6 +425,43 @@ def test_counts_per_value_are_shown_and_a_value_narrows_the_filter(
     narrowed = tab.page.locator("#facet-groups button[data-field='path']").all_inner_texts()
     assert narrowed == [f"overview.md ({counts[('path', 'overview.md')]})"]
     assert not tab.crashes and not tab.policy_violations()
+
+
+def test_a_counted_number_narrows_to_the_number_and_its_text(tab: Playground, server: Any) -> None:
+    """Counts key a number by its JSON text: "3" is the number 3 and the string "3"."""
+    url, token, writer = server
+    tickets = [
+        {
+            "source_type": "jira",
+            "source_id": key,
+            "content": text,
+            "metadata": {"severity": n},
+            "collection": "counted",
+        }
+        for key, text, n in (
+            ("SEV-1", "The upload queue stalls at night.", 3),
+            ("SEV-2", "The upload queue drops retries.", "3"),
+            ("SEV-3", "The upload queue is slow on Mondays.", 4),
+        )
+    ]
+    stored = tab.page.request.post(
+        f"{url}/v1/knowledge/documents",
+        data={"documents": tickets},
+        headers={"Authorization": f"Bearer {writer}"},
+    )
+    assert stored.status == 201, stored.text()
+    tab.enter_key(token)
+    tab.page.fill("#collection", "counted")
+    tab.page.fill("#facets", "severity")
+    tab.ask("Why is the upload queue slow?")
+    tab.answered()
+    three = "#facet-groups button[data-field='severity'][data-value='3']"
+    assert tab.page.inner_text(three) == "3 (2)"
+    with tab.page.expect_request(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.page.click(three)
+    assert sent.value.post_data_json["filters"] == {"severity": {"$in": ["3", 3]}}
+    tab.answered()
+    assert sorted(tab.texts("#results .source-id")) == ["SEV-1", "SEV-2"]
 
 
 def test_a_provider_failing_midway_leaves_only_the_next_ones_answer_and_a_warning(

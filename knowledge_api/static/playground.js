@@ -62,9 +62,17 @@ $("facet-groups").addEventListener("click", (event) => {
   if (!button) return;
   const where = filterObject();
   if (where === null) return;
-  filters.value = JSON.stringify({ ...where, [button.dataset.field]: button.dataset.value });
+  const value = countedValue(button.dataset.value);
+  filters.value = JSON.stringify({ ...where, [button.dataset.field]: value });
   form.requestSubmit();
 });
+
+/** What matches the passages counted under `text`: counts key a number or boolean by its
+ * JSON text, so "3" stands for the number 3 and the string "3" alike. */
+function countedValue(text) {
+  if (!/^(?:-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false)$/.test(text)) return text;
+  return { $in: [text, JSON.parse(text)] };
+}
 
 answer.addEventListener("click", (event) => {
   const link = event.target.closest("a.cite");
