@@ -350,7 +350,7 @@ def test_the_filter_box_narrows_the_results_and_a_refused_filter_is_shown_beside
 def test_pages_of_results_follow_the_offset_and_the_answer_keeps_citing_the_first(
     tab: Playground, server: Any
 ) -> None:
-    url, token = server
+    url, token, _ = server
     tab.enter_key(token)
     tab.page.fill("#limit", "2")
     tab.ask("How is a query answered?")
