@@ -6,7 +6,7 @@ declares for its status: the status itself, the content type and the body's sche
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,9 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
+from knowledge_api.models import SearchHit
+from knowledge_api.rerankers import rerankers
+from knowledge_api.rerankers.base import OrderingReranker
 from knowledge_api.routes import ROUTES
 from knowledge_api.routes.openapi import document
 from knowledge_api.settings import Settings
@@ -46,6 +49,20 @@ EXAMPLES = 12
 """Per route and mode: enough to reach each field's edges, small enough for `make test`."""
 
 
+class FusedOrder(OrderingReranker):
+    """A reranker that keeps the fused order: with one configured, every request the
+    document declares valid is one the service takes (`ranking.rerank: true` is a 400
+    only where no reranker is configured)."""
+
+    name = "fused-order"
+
+    async def order(self, query: str, hits: Sequence[SearchHit]) -> list[int]:
+        return list(range(len(hits)))
+
+
+rerankers.register(FusedOrder.name, FusedOrder)
+
+
 async def index_corpus(app_settings: Settings) -> None:
     """The corpus goes into the app's SQLite file before the app starts on it."""
     service = build_service(app_settings)
@@ -64,7 +81,7 @@ schema = schemathesis.openapi.from_dict(document(ROUTES))
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """The app, started once, with the corpus indexed; cases are sent through Starlette's
     test client (schemathesis' own ASGI client would run the app's lifespan again)."""
-    app_settings = make_settings(Path(tmp_path_factory.mktemp("fuzz")))
+    app_settings = make_settings(Path(tmp_path_factory.mktemp("fuzz")), reranker=FusedOrder.name)
     asyncio.run(index_corpus(app_settings))
     with TestClient(create_app(app_settings)) as test_client:
         yield test_client

@@ -60,6 +60,16 @@ def test_every_declared_field_is_documented_with_its_limits() -> None:
     assert SCHEMAS["RetrieveRequest"]["properties"]["top_k"]["maximum"] == 100
     assert SCHEMAS["ValidateRequest"]["properties"]["test_queries"]["maxItems"] == 50
     assert SCHEMAS["Document"]["properties"]["content"]["maxLength"] == 60000
+    for body in ("QueryRequest", "RetrieveRequest"):
+        offset = SCHEMAS[body]["properties"]["offset"]
+        assert (offset["type"], offset["minimum"], offset["maximum"]) == ("integer", 0, 200)
+    for body in ("QueryRequest", "AnswerRequest", "RetrieveRequest", "ChatRequest"):
+        ranking = SCHEMAS[body]["properties"]["ranking"]["properties"]
+        assert ranking["fusion"]["enum"] == ["convex", "rrf"]
+        assert (ranking["vector_weight"]["minimum"], ranking["vector_weight"]["maximum"]) == (0, 1)
+        half_life = ranking["recency"]["properties"]["half_life_days"]
+        assert (half_life["exclusiveMinimum"], half_life["maximum"]) == (0, 36500)
+    assert "offset" not in SCHEMAS["AnswerRequest"]["properties"]  # one answer, no pages
 
 
 def test_a_route_taking_either_of_two_bodies_documents_both() -> None:
@@ -252,6 +262,16 @@ PAGE = {"source_type": "wiki", "source_id": "p", "content": "Text."}
         ("/v1/chat", {"messages": [USER], "threshold": 2}),
         ("/v1/chat/completions", {"model": "knowledge", "messages": [USER], "temperature": 0}),
         ("/v1/chat/completions", {"model": "no such/collection", "messages": [USER]}),
+        ("/v1/knowledge/query", {"query": "login", "offset": 200.0}),
+        ("/v1/knowledge/query", {"query": "login", "ranking": None}),
+        ("/v1/knowledge/query", {"query": "login", "ranking": {"prf": None}}),
+        ("/v1/knowledge/query", {"query": "login", "ranking": {"vector_weight": 1}}),
+        ("/v1/knowledge/retrieve", {"query": "login", "collection": "default", "offset": -1}),
+        ("/v1/knowledge/answer", {"query": "login", "ranking": {"recency": {"field": "x"}}}),
+        (
+            "/v1/chat",
+            {"messages": [USER], "ranking": {"recency": {"half_life_days": 1e-300}}},
+        ),
     ],
 )
 def test_the_document_and_the_parsers_agree(client: TestClient, path: str, body: Any) -> None:

@@ -16,8 +16,7 @@ from knowledge_api.compose import build_service
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from tests.conftest import ask, make_settings, query_params
-from tests.test_streaming import server_sent_events
+from tests.conftest import ask, make_settings, query_events, query_params
 
 CANDIDATES = 8
 """Small, so that pages reach past the first candidates with a small corpus."""
@@ -147,16 +146,11 @@ def test_an_offset_out_of_range_is_a_400(client: TestClient, offset: Any, rule: 
         assert error["details"]["field"] == "offset" and rule in error["message"]
 
 
-def test_a_streamed_page_says_where_the_next_starts_in_its_done_event(
-    client: TestClient,
+async def test_a_streamed_page_ends_saying_where_the_next_starts(
+    notes_service: KnowledgeService,
 ) -> None:
-    def done(offset: int) -> dict[str, Any]:
-        body = {"query": QUESTION, "limit": 7, "threshold": 0, "offset": offset, "stream": True}
-        response = client.post("/v1/knowledge/query", json={**body, "synthesize": False})
-        assert response.status_code == 200, response.text
-        [(name, last)] = list(server_sent_events(response.text.splitlines()))[-1:]
-        assert name == "done"
-        return last
-
-    assert done(0)["next_offset"] == 7
-    assert done(PASSAGES - 7)["next_offset"] is None
+    body = {"query": QUESTION, "limit": 4, "offset": 4, "threshold": 0, "synthesize": False}
+    events = [event async for event in query_events(notes_service, query_params(body))]
+    results = next(data for name, data in events if name == "results")["results"]
+    assert [r["id"] for r in results] == ids(await page(notes_service, 4, 4))
+    assert events[-1][0] == "done" and events[-1][1]["next_offset"] == 8

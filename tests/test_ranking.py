@@ -4,21 +4,18 @@ ranked it, tier 1 keeps rankings apart, and bad choices are 400s naming their pa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from knowledge_api.app import create_app
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import Chunk, Document, Ranking, Recency, SearchFilters, SearchHit
 from knowledge_api.ranking import by_recency
 from knowledge_api.ranking import parse as parse_ranking
 from knowledge_api.service import KnowledgeService
 from knowledge_api.stores.fusion import reciprocal_rank_fusion
-from tests.conftest import ask, corpus, make_settings, query_params
+from tests.conftest import ask, corpus, query_params
 
 QUESTION = "asset search pagination timeout"
 
@@ -155,14 +152,6 @@ def test_a_full_choice_parses() -> None:
         "rerank": False,
     }
     assert parse_ranking(chosen) == Ranking("rrf", 0.25, False, Recency("updated_at", 30.0), False)
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(make_settings(tmp_path))
-    with TestClient(app) as test_client:
-        test_client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
-        yield test_client
 
 
 CHAT = {"messages": [{"role": "user", "content": "Which audio formats are accepted?"}]}
