@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from knowledge_api import facets
 from knowledge_api.app import create_app
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.models import Document
+from knowledge_api.models import Document, document_id
 from knowledge_api.service import KnowledgeService
 from tests.conftest import make_settings, query_events, query_params
 
@@ -172,3 +172,24 @@ async def test_a_streamed_query_ends_with_the_facets(service: KnowledgeService) 
     name, done = events[-1]
     assert name == "done"
     assert done["facets"] == {"team": {"dev": 10, "ops": 10, "qa": 9}}
+
+
+def test_counts_follow_every_write(client: TestClient) -> None:
+    body = {"query": "upload queue note", "synthesize": False, "facets": ["team", "source_id"]}
+    before = client.post("/v1/knowledge/query", json=body).json()["facets"]
+    added = {
+        "source_type": "jira",
+        "source_id": "N-new",
+        "content": "Upload queue note.",
+        "metadata": {"team": "sales"},
+    }
+    assert client.post("/v1/knowledge/documents", json=added).status_code in (200, 201)
+    assert (
+        client.delete(
+            f"/v1/knowledge/documents/{document_id('default', 'jira', 'N-1')}"
+        ).status_code
+        == 200
+    )
+    after = client.post("/v1/knowledge/query", json=body).json()["facets"]
+    assert after["team"] == {**before["team"], "sales": 1, "dev": before["team"]["dev"] - 1}
+    assert "N-new" in after["source_id"] and "N-1" not in after["source_id"]

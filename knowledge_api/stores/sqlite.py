@@ -54,8 +54,9 @@ from knowledge_api.stores.keyword import (
     reads_documents,
 )
 from knowledge_api.stores.quantized_index import DEFAULT_PROBES
-from knowledge_api.stores.sqlite_facets import facet_counts
+from knowledge_api.stores.sqlite_facets import FacetColumns
 from knowledge_api.stores.sqlite_file import SQLiteFile
+from knowledge_api.stores.sqlite_filtered import AllowedRows, allowed_rows, best_allowed
 from knowledge_api.stores.sqlite_vectors import SQLiteVectors
 
 T = TypeVar("T")
@@ -83,6 +84,8 @@ class SQLiteStore(HybridSearch):
         self.file = SQLiteFile(self.path, self.name, on_open=self._load_index)
         self.vectors = SQLiteVectors(self.path, ann_min_chunks, ann_probes)
         self._terms = TermFrequencies(keyword_matched_chunks)
+        self._facets = FacetColumns()
+        self._allowed = AllowedRows()
         self._reloads = 0
         self._data_version = 0
         self._generation: tuple[tuple[int, int], tuple[int, dict[str, int]]] = ((-1, -1), (0, {}))
@@ -445,9 +448,10 @@ class SQLiteStore(HybridSearch):
         unfiltered = filters.where is None and self.vectors.covers(
             filters.collection, filters.source_types
         )
+        allowed = self._metadata_keys(filters)
         try:
             return await self.file.read_aside(
-                lambda conn: self._keyword(conn, terms, chunks, unfiltered, n, filters)
+                lambda conn: self._keyword(conn, terms, chunks, unfiltered, n, filters, allowed)
             )
         except sqlite3.Error as e:
             raise SearchError(f"keyword search failed: {e}", backend=self.name) from e
@@ -460,14 +464,18 @@ class SQLiteStore(HybridSearch):
         unfiltered: bool,
         n: int,
         filters: SearchFilters,
+        allowed: frozenset[int] | None,
     ) -> list[Candidate]:
         """The keyword query on the reader thread (see `SQLiteFile.read_aside`):
-        `unfiltered` says every chunk the store holds passes `filters`."""
+        `unfiltered` says every chunk the store holds passes `filters`; `allowed`, the
+        rows a filter tree allows (stores/sqlite_filtered.py)."""
         bounded = self._terms.bounded(conn, terms, chunks)
         match = fts_expression(bounded.terms)
         if not match:
             return []
         first = bounded.first_rowid(conn, match)
+        if allowed is not None:
+            return best_allowed(conn, match, first, allowed, n)
         where, params = filter_sql(filters, indexed=True)
         rows = self._best_then_checked(conn, match, first, where, params, n) if unfiltered else None
         if rows is None:
@@ -528,21 +536,24 @@ class SQLiteStore(HybridSearch):
         ]
 
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
+        self._sync()
+        generation = await self.generation()
         try:
-            return await self.file.read_aside(lambda conn: facet_counts(conn, filters, fields))
+            if self._facets.holds(generation, fields):  # in memory: no thread to wait for
+                allowed = self._metadata_keys(filters)
+                return self._facets.counts(self.file.db(), generation, filters, fields, allowed)
+            return await self.file.read_aside(
+                lambda conn: self._facets.counts(
+                    conn, generation, filters, fields, allowed_rows(conn, filters)
+                )
+            )
         except sqlite3.Error as e:
             raise SearchError(f"counting facets failed: {e}", backend=self.name) from e
 
-    def _metadata_keys(self, filters: SearchFilters) -> list[int] | None:
-        """Row ids allowed by the filter tree (None: no filter)."""
-        if filters.where is None:
-            return None
-        where, params = filter_sql(filters, indexed=True)
-        documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
-        rows = self.file.db().execute(
-            f"SELECT c.rowid FROM chunks c {documents} WHERE {where}", params
-        )
-        return [r[0] for r in rows]
+    def _metadata_keys(self, filters: SearchFilters) -> frozenset[int] | None:
+        """Row ids allowed by the filter tree (None: no filter), read once per search."""
+        generation = (self._data_version, self.file.commits)
+        return self._allowed.of(self.file.db(), filters, generation)
 
     # -- reads --------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ Every change, made here or by another process, reaches the index the same way: t
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +169,7 @@ class SQLiteVectors:
         n: int,
         collection: str,
         source_types: Sequence[str] | None,
-        keys: Sequence[int] | None,
+        keys: Collection[int] | None,
         rescored: bool = True,
     ) -> list[tuple[int, float]]:
         """(key, exact cosine) of the n best rows the filters allow, best first; without
@@ -179,7 +179,7 @@ class SQLiteVectors:
             return []
         if not self.index.exact and keys is not None and len(keys) <= EXACT_FILTERED_ROWS:
             # the keys are the rows the whole filter allows (collection and types too)
-            exact = stored_cosines(conn, keys, query)
+            exact = stored_cosines(conn, list(keys), query)
             return sorted(exact.items(), key=lambda item: -item[1])[:n]
         if self.index.exact or not rescored:
             return self.index.candidates(query, n, collection, source_types, keys)

@@ -1,0 +1,61 @@
+"""A filtered search on the SQLite store: the filter is evaluated first, through its
+indexed query (metadata from `document_values`, migration 006), into the set of chunk
+rows it allows, once per search and generation of the file; the vector side, the
+keyword side and the facets then work within that set.
+
+The keyword side used to filter in its own query, joined to `chunks` to test each
+match: reading a matching chunk's row reads its vector and text, and a query ranks up
+to KNOWLEDGE_KEYWORD_MATCHED_CHUNKS matches, so a selective filter cost more than no
+filter at all (75 ms at 200,000 passages). Now it ranks exactly what the unfiltered
+query ranks, from the FTS index alone, and keeps the allowed ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sqlite3
+from collections.abc import Hashable
+
+from knowledge_api.models import SearchFilters
+from knowledge_api.stores.base import Candidate
+from knowledge_api.stores.keyword import filter_sql, reads_documents
+
+
+def allowed_rows(conn: sqlite3.Connection, filters: SearchFilters) -> frozenset[int] | None:
+    """The chunk row ids the filter tree allows (in the filters' collection and source
+    types); None without a filter tree."""
+    if filters.where is None:
+        return None
+    where, params = filter_sql(filters, indexed=True)
+    documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
+    rows = conn.execute(f"SELECT c.rowid FROM chunks c {documents} WHERE {where}", params)
+    return frozenset(r[0] for r in rows)
+
+
+class AllowedRows:
+    """The last filter's allowed rows, for the generation of the file they were read in:
+    the two sides of one search and its facets ask for the same ones."""
+
+    def __init__(self) -> None:
+        self._last: tuple[Hashable, frozenset[int] | None] = (None, None)
+
+    def of(
+        self, conn: sqlite3.Connection, filters: SearchFilters, generation: Hashable
+    ) -> frozenset[int] | None:
+        if filters.where is None:
+            return None
+        key = (filters, generation)
+        if self._last[0] != key:
+            self._last = (key, allowed_rows(conn, filters))
+        return self._last[1]
+
+
+def best_allowed(
+    conn: sqlite3.Connection, match: str, first: int, allowed: frozenset[int], n: int
+) -> list[Candidate]:
+    """The n best keyword matches (from rowid `first`) among the `allowed` rows, ranked
+    from the FTS index alone."""
+    sql = "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid >= ?"
+    matched = (row for row in conn.execute(sql, (match, first)) if row[0] in allowed)
+    best = heapq.nsmallest(n, matched, key=lambda row: row[1])
+    return [Candidate(row[0], -float(row[1])) for row in best]
