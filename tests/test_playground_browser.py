@@ -10,6 +10,7 @@ Without Chromium or playwright the tests are skipped, saying how to install them
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import threading
@@ -67,9 +68,11 @@ BREAKS = "outage"
 GROQ_PIECES = ["Groq writes this: ", "results are fused [1]."]
 TIMEOUT_MS = 20_000
 DONE = """() => document.querySelector('#answer').getAttribute('aria-busy') === 'false'
-  && (document.querySelector('#badges li') || !document.querySelector('#error').hidden)"""
-"""The stream has ended: the metrics or an error are shown. A function, not a bare
-expression: Playwright evaluates those with eval, which the page's policy refuses."""
+  && (document.querySelector('#badges li') || !document.querySelector('#error').hidden
+      || !document.querySelector('#filters-error').hidden)"""
+"""The stream has ended: the metrics or an error (of the request or of its filter) are
+shown. A function, not a bare expression: Playwright evaluates those with eval, which
+the page's policy refuses."""
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +94,8 @@ def gemini() -> Iterator[respx.MockRouter]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, gemini: respx.MockRouter) -> Iterator[Any]:
-    """The service on a free loopback port, keys required: its URL and a read key."""
+    """The service on a free loopback port, keys required: its URL, a read key and a
+    write key."""
     folder: Path = tmp_path_factory.mktemp("playground")
     seed = folder / "docs"
     seed.mkdir()
@@ -101,6 +105,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, gemini: respx.MockRouter) -
         folder, embedder="local", seed_on_empty=True, seed_path=str(seed), auth="keys"
     )
     token = asyncio.run(make_key(settings, "playground", ["read"]))
+    writer = asyncio.run(make_key(settings, "writer", ["write"]))
     config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
     uvicorn_server = uvicorn.Server(config)
     thread = threading.Thread(target=uvicorn_server.run, daemon=True)
@@ -110,7 +115,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, gemini: respx.MockRouter) -
         assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
         time.sleep(0.05)
     port = uvicorn_server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}", token
+    yield f"http://127.0.0.1:{port}", token, writer
     uvicorn_server.should_exit = True
     thread.join(timeout=10)
 
@@ -291,6 +296,172 @@ def test_the_filters_change_the_request_and_the_results(tab: Playground, server:
     error = tab.page.locator("#error")
     error.wait_for(state="visible")
     assert re.match(r"400 invalid_request: collection: ", error.inner_text())
+
+
+def test_the_filter_box_narrows_the_results_and_a_refused_filter_is_shown_beside_it(
+    tab: Playground, server: Any
+) -> None:
+    tab.enter_key(server[1])
+    where = {"path": "overview.md", "created_at": {"$gte": "2000-01-01"}}
+    tab.page.fill("#filters", json.dumps(where))
+    with tab.page.expect_request(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.ask("How is a query answered?")
+    assert sent.value.post_data_json["filters"] == where
+    tab.answered()
+    assert tab.texts("#results .source-id") and set(tab.texts("#results .source-id")) == {
+        "overview.md"
+    }
+    assert tab.page.locator("#filters-error").is_hidden()
+
+    asked: list[str] = []
+    tab.page.on("request", lambda r: asked.append(r.url) if "/v1/" in r.url else None)
+    tab.page.fill("#filters", '{"path": "overview.md"')
+    tab.ask("How is a query answered?")
+    beside = tab.page.locator("#filters-error")
+    beside.wait_for(state="visible")
+    assert re.fullmatch(r"filters: not JSON: .+", beside.inner_text())
+    assert tab.page.get_attribute("#filters", "aria-invalid") == "true"
+    tab.page.fill("#filters", "[]")
+    tab.ask("How is a query answered?")
+    assert beside.inner_text().startswith("filters: must be a JSON object")
+    assert asked == [], "a filter that is not a JSON object was sent"
+
+    tab.page.fill("#filters", "")
+    assert beside.is_hidden() and tab.page.get_attribute("#filters", "aria-invalid") == "false"
+    wrong = {"$or": [{"path": "api.md"}, {"created_at": {"$gte": "last week"}}]}
+    tab.page.fill("#filters", json.dumps(wrong))
+    tab.ask("How is a query answered?")
+    beside.wait_for(state="visible")
+    assert re.fullmatch(
+        r"400 filters\.\$or\[1\]\.created_at\.\$gte: must be a number or an ISO 8601 date "
+        r"\(request id [0-9a-f]+\)",
+        beside.inner_text(),
+    ), beside.inner_text()
+    assert tab.page.inner_text("#filters-error .path") == "filters.$or[1].created_at.$gte"
+    assert tab.page.locator("#error").is_hidden() and tab.texts("#results > li") == []
+    tab.page.fill("#filters", json.dumps({"path": {"$bogus": 1}}))
+    tab.ask("How is a query answered?")
+    path = "() => document.querySelector('#filters-error .path')?.textContent"
+    tab.page.wait_for_function(f"{path} === 'filters.path.$bogus'")
+    assert "unknown operator '$bogus'" in beside.inner_text()
+    assert not tab.crashes and not tab.policy_violations()
+
+
+def test_pages_of_results_follow_the_offset_and_the_answer_keeps_citing_the_first(
+    tab: Playground, server: Any
+) -> None:
+    url, token, _ = server
+    tab.enter_key(token)
+    tab.page.fill("#limit", "2")
+    tab.ask("How is a query answered?")
+    tab.answered()
+    first = tab.page.locator("#results > li").evaluate_all("items => items.map(i => i.dataset.id)")
+    assert tab.texts("#results .number") == ["[1]", "[2]"]
+    assert tab.page.inner_text("#page-range") == "Results 1-2"
+    assert tab.page.is_disabled("#previous") and tab.page.is_enabled("#next")
+
+    with tab.page.expect_request(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.page.click("#next")
+    body = sent.value.post_data_json
+    assert body["offset"] == 2 and body["synthesize"] is False and body["limit"] == 2
+    tab.page.wait_for_function(
+        "() => document.querySelector('#page-range').textContent === 'Results 3-4'"
+    )
+    second = tab.page.locator("#results > li").evaluate_all("items => items.map(i => i.dataset.id)")
+    assert tab.texts("#results .number") == ["[3]", "[4]"]
+    assert tab.page.inner_text("#answer") == ANSWER  # the first page's answer stays
+    assert tab.page.is_enabled("#previous")
+
+    whole = tab.page.request.post(  # the browser's own client: respx holds httpx here
+        f"{url}/v1/knowledge/query",
+        data={"query": "How is a query answered?", "limit": 4, "synthesize": False},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert [r["id"] for r in whole.json()["results"]] == first + second  # stable pages
+
+    asked: list[str] = []
+    tab.page.on("request", lambda r: asked.append(r.url) if "/v1/" in r.url else None)
+    tab.page.click("#previous")  # the first page is the one the answer came with
+    assert tab.texts("#results .number") == ["[1]", "[2]"] and asked == []
+    tab.page.click("#next")
+    tab.page.wait_for_function(
+        "() => document.querySelector('#page-range').textContent === 'Results 3-4'"
+    )
+    tab.page.click("#answer a.cite[data-n='1']")  # a citation brings its page back
+    assert tab.texts("#results > li.highlighted .number") == ["[1]"]
+    assert not tab.crashes and not tab.policy_violations()
+
+
+def test_counts_per_value_are_shown_and_a_value_narrows_the_filter(
+    tab: Playground, server: Any
+) -> None:
+    tab.enter_key(server[1])
+    tab.page.fill("#facets", "source_type, path")
+    with tab.page.expect_request(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.ask("How is a query answered?")
+    assert sent.value.post_data_json["facets"] == ["source_type", "path"]
+    tab.answered()
+    assert tab.page.locator("#counts").is_visible()
+    assert tab.texts("#facet-groups h3") == ["source_type", "path"]
+    counts = {
+        (field, value): int(count)
+        for field, value, count in (
+            (b.get_attribute("data-field"), b.get_attribute("data-value"), b.inner_text())
+            for b in tab.page.locator("#facet-groups button").all()
+        )
+        for count in re.findall(r"\((\d+)\)$", count)
+    }
+    assert {v for f, v in counts if f == "path"} == set(SEED)
+    assert {v for f, v in counts if f == "source_type"} == {"wiki"}
+    per_path = sum(n for (f, _), n in counts.items() if f == "path")
+    assert counts[("source_type", "wiki")] == per_path >= len(tab.texts("#results > li"))
+
+    with tab.page.expect_request(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.page.click("#facet-groups button[data-field='path'][data-value='overview.md']")
+    assert sent.value.post_data_json["filters"] == {"path": "overview.md"}
+    assert json.loads(tab.page.input_value("#filters")) == {"path": "overview.md"}
+    tab.answered()
+    assert set(tab.texts("#results .source-id")) == {"overview.md"}
+    narrowed = tab.page.locator("#facet-groups button[data-field='path']").all_inner_texts()
+    assert narrowed == [f"overview.md ({counts[('path', 'overview.md')]})"]
+    assert not tab.crashes and not tab.policy_violations()
+
+
+def test_a_counted_number_narrows_to_the_number_and_its_text(tab: Playground, server: Any) -> None:
+    """Counts key a number by its JSON text: "3" is the number 3 and the string "3"."""
+    url, token, writer = server
+    tickets = [
+        {
+            "source_type": "jira",
+            "source_id": key,
+            "content": text,
+            "metadata": {"severity": n},
+            "collection": "counted",
+        }
+        for key, text, n in (
+            ("SEV-1", "The upload queue stalls at night.", 3),
+            ("SEV-2", "The upload queue drops retries.", "3"),
+            ("SEV-3", "The upload queue is slow on Mondays.", 4),
+        )
+    ]
+    stored = tab.page.request.post(
+        f"{url}/v1/knowledge/documents",
+        data={"documents": tickets},
+        headers={"Authorization": f"Bearer {writer}"},
+    )
+    assert stored.status == 201, stored.text()
+    tab.enter_key(token)
+    tab.page.fill("#collection", "counted")
+    tab.page.fill("#facets", "severity")
+    tab.ask("Why is the upload queue slow?")
+    tab.answered()
+    three = "#facet-groups button[data-field='severity'][data-value='3']"
+    assert tab.page.inner_text(three) == "3 (2)"
+    with tab.page.expect_request(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.page.click(three)
+    assert sent.value.post_data_json["filters"] == {"severity": {"$in": ["3", 3]}}
+    tab.answered()
+    assert sorted(tab.texts("#results .source-id")) == ["SEV-1", "SEV-2"]
 
 
 def test_a_provider_failing_midway_leaves_only_the_next_ones_answer_and_a_warning(

@@ -895,8 +895,9 @@ FILTER_CASES: list[dict[str, Any]] = [
     {"$not": {"$not": {"ok": {"$exists": False}}}},
     {"$not": {"n": {"$nin": [1, 3]}}},
     {"$or": [{"tag": {"$ne": "beta"}}, {"n": {"$gte": 3}}], "due": {"$exists": True}},
+    {"source_id": {"$gte": "2026-01-01"}},
 ]
-UNSUPPORTED: dict[str, set[str]] = {}
+UNSUPPORTED: dict[str, set[str]] = {"chroma": {"$gte"}, "qdrant": {"$gte"}}
 """Backend -> operators it refuses (a 400 naming both): the list docs/api.md gives."""
 
 

@@ -144,7 +144,7 @@ def metrics(served: Served[QueryResult]) -> dict[str, Any]:
 
 def done_event(served: Served[QueryResult]) -> dict[str, Any]:
     """The last event: the whole synthesis, its citations, where the next page starts,
-    the metrics and warnings."""
+    the counts, the metrics and warnings."""
     note_cache_hit(served.cache_hit)
     body = render(served)
     final: dict[str, Any] = {

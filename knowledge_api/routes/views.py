@@ -193,6 +193,8 @@ RANKING_RAN = obj(
 )
 """What ranked the results (KnowledgeService.ranking_ran); recency's `undated` counts the
 passages ranked without the date (counted as old as the oldest)."""
+
+
 FACETS = Custom(
     "facets",
     "Fields whose values are counted over every match of the search (its collection, "

@@ -1,6 +1,8 @@
 // The playground: one streamed query (POST /v1/knowledge/query, stream: true) per
 // question. Its events: `results`, `synthesis` deltas (`reset` drops the text so far),
 // then `done` with the whole synthesis and the metrics, or `error` in the error shape.
+// Another page of results is the same query with an `offset` and no synthesis; the
+// answer and its citations stay those of the first page.
 // Text from the service only ever reaches the page as text nodes, never as HTML.
 
 const QUERY = "/v1/knowledge/query";
@@ -9,10 +11,14 @@ const KEY = "knowledge-api-key";
 const $ = (id) => document.getElementById(id);
 const form = $("ask");
 const question = $("question");
+const filters = $("filters");
 const apiKey = $("api-key");
 const answer = $("answer");
-let results = [];
+let asked = null; // the body of the question shown
+let answered = { results: [], next: null }; // its first page: what the answer's [n] cite
+let shown = { offset: 0, ...answered }; // the page on screen; `next`: the next page's offset
 let running = null;
+let paging = null;
 let queryId = null;
 
 apiKey.value = sessionStorage.getItem(KEY) ?? "";
@@ -31,8 +37,11 @@ question.addEventListener("keydown", (event) => {
 
 form.addEventListener("submit", (event) => {
   event.preventDefault();
-  ask(requestBody());
+  const body = requestBody();
+  if (body) ask(body);
 });
+
+filters.addEventListener("input", () => showFilterError(null));
 
 // Thumbs: the answer's rating, sent with its query_id (POST /v1/knowledge/feedback).
 $("rate").addEventListener("click", async (event) => {
@@ -44,6 +53,27 @@ $("rate").addEventListener("click", async (event) => {
   $("rated").textContent = response.ok ? "Thanks: rating sent." : await failure(response);
 });
 
+$("previous").addEventListener("click", () => turnPage(Math.max(0, shown.offset - asked.limit)));
+$("next").addEventListener("click", () => turnPage(shown.next));
+
+// A counted value narrows the question to it: an equality in the filter box, asked again.
+$("facet-groups").addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-field]");
+  if (!button) return;
+  const where = filterObject();
+  if (where === null) return;
+  const value = countedValue(button.dataset.value);
+  filters.value = JSON.stringify({ ...where, [button.dataset.field]: value });
+  form.requestSubmit();
+});
+
+/** What matches the passages counted under `text`: counts key a number or boolean by its
+ * JSON text, so "3" stands for the number 3 and the string "3" alike. */
+function countedValue(text) {
+  if (!/^(?:-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false)$/.test(text)) return text;
+  return { $in: [text, JSON.parse(text)] };
+}
+
 answer.addEventListener("click", (event) => {
   const link = event.target.closest("a.cite");
   if (!link) return;
@@ -51,20 +81,47 @@ answer.addEventListener("click", (event) => {
   showSource(Number(link.dataset.n));
 });
 
-/** The query as the form sets it: no `sources` when no type is checked (all types). */
+/** The query as the form sets it: no `sources` when no type is checked (all types), no
+ * `filters` when the box is empty; null (and the reason next to the box) when the box
+ * holds no JSON object. */
 function requestBody() {
+  const where = filterObject();
+  if (where === null) return null;
   const body = { query: question.value.trim(), stream: true };
+  if (where) body.filters = where;
   const sources = [...form.querySelectorAll("input[name=sources]:checked")].map((c) => c.value);
   if (sources.length) body.sources = sources;
   const collection = $("collection").value.trim();
   if (collection) body.collection = collection;
   const limit = $("limit").valueAsNumber;
-  if (Number.isFinite(limit)) body.limit = limit;
+  body.limit = Number.isFinite(limit) ? limit : 5;
+  const facets = $("facets").value.split(",").map((f) => f.trim()).filter(Boolean);
+  if (facets.length) body.facets = facets;
   return body;
 }
 
-function headers() {
-  const found = { "Content-Type": "application/json", Accept: "text/event-stream" };
+/** The filter box's JSON object; undefined when the box is empty, null when it holds
+ * something else (said next to the box). The service checks the language itself. */
+function filterObject() {
+  const text = filters.value.trim();
+  if (!text) return undefined;
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    showFilterError({ field: "filters", rule: `not JSON: ${error.message}` });
+    return null;
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    const rule = 'must be a JSON object of fields and operators, e.g. {"source_type": "wiki"}';
+    showFilterError({ field: "filters", rule });
+    return null;
+  }
+  return value;
+}
+
+function headers(accept = "text/event-stream") {
+  const found = { "Content-Type": "application/json", Accept: accept };
   const key = apiKey.value.trim();
   if (key) found.Authorization = `Bearer ${key}`;
   return found;
@@ -72,23 +129,18 @@ function headers() {
 
 async function ask(body) {
   running?.abort();
+  paging?.abort();
   const controller = new AbortController();
   running = controller;
+  asked = body;
   clear();
   busy(true);
   try {
-    const response = await fetch(QUERY, {
-      method: "POST",
-      headers: headers(),
-      body: JSON.stringify(body),
-      signal: controller.signal,
-    });
-    if (!response.ok) {
-      showError(await failure(response));
-      return;
-    }
+    const response = await sent(body, controller);
+    if (!response) return;
     let text = "";
     for await (const [name, data] of serverSentEvents(response)) {
+      if (data.facets) showFacets(data.facets);
       if (name === "results") showResults(data.results);
       else if (name === "synthesis") showAnswer((text += data.delta));
       else if (name === "reset") showAnswer((text = ""));
@@ -96,11 +148,53 @@ async function ask(body) {
       else if (name === "error") showError(described(data, "the stream failed"));
     }
   } catch (error) {
-    if (error.name !== "AbortError") {
-      showError(`The service could not be reached (${error.message}). Is it running?`);
-    }
+    unreachable(error);
   } finally {
     if (running === controller) busy(false);
+  }
+}
+
+/** Another page of the question's results (`offset`), without a synthesis; the first
+ * page is the one the answer came with. An answer still streaming goes on. */
+async function turnPage(offset) {
+  paging?.abort();
+  if (offset === 0) return showPage(0, answered);
+  const controller = new AbortController();
+  paging = controller;
+  const body = { ...asked, offset, synthesize: false, stream: false };
+  delete body.facets; // the same on every page
+  try {
+    const response = await sent(body, controller);
+    if (!response) return;
+    const page = await response.json();
+    showPage(offset, { results: page.results, next: page.next_offset });
+  } catch (error) {
+    unreachable(error);
+  }
+}
+
+/** The response to a query; null when it was refused (and the refusal is shown). */
+async function sent(body, controller) {
+  const response = await fetch(QUERY, {
+    method: "POST",
+    headers: headers(body.stream ? "text/event-stream" : "application/json"),
+    body: JSON.stringify(body),
+    signal: controller.signal,
+  });
+  if (response.ok) return response;
+  const refusal = await errorBody(response);
+  const details = refusal?.error?.details;
+  if (response.status === 400 && /^filters\b/.test(details?.field ?? "")) {
+    showFilterError({ ...details, status: response.status });
+  } else {
+    showError(failureText(refusal, response));
+  }
+  return null;
+}
+
+function unreachable(error) {
+  if (error.name !== "AbortError") {
+    showError(`The service could not be reached (${error.message}). Is it running?`);
   }
 }
 
@@ -129,12 +223,18 @@ async function* serverSentEvents(response) {
 
 /** A readable line for a refused request, from the one error shape when it has it. */
 async function failure(response) {
-  let body = null;
+  return failureText(await errorBody(response), response);
+}
+
+async function errorBody(response) {
   try {
-    body = await response.json();
+    return await response.json();
   } catch {
-    // not the error shape (a proxy's page, say): the status line says enough
+    return null; // not the error shape (a proxy's page, say): the status line says enough
   }
+}
+
+function failureText(body, response) {
   let text = described(body, `${response.status} ${response.statusText}`, response.status);
   if (response.status === 401) text += "\nEnter an API key in the API key field and ask again.";
   if (response.status === 403) text += "\nThis key may not do that: check its scopes and collections.";
@@ -150,7 +250,12 @@ function described(body, fallback, status) {
 }
 
 function clear() {
-  results = [];
+  answered = { results: [], next: null };
+  shown = { offset: 0, ...answered };
+  $("pages").hidden = true;
+  $("counts").hidden = true;
+  $("facet-groups").replaceChildren();
+  showFilterError(null);
   $("error").hidden = true;
   $("error").textContent = "";
   $("results").replaceChildren();
@@ -174,16 +279,69 @@ function showError(text) {
   $("error").hidden = false;
 }
 
-function showResults(found) {
-  results = found;
-  $("no-results").hidden = found.length > 0;
-  $("results").replaceChildren(...found.map(resultItem));
+/** A refused filter next to its box: the path inside the filter, then the rule (and for a
+ * backend's refusal, the operator and backend it names). Null clears it. */
+function showFilterError(details) {
+  const box = $("filters-error");
+  filters.setAttribute("aria-invalid", String(Boolean(details)));
+  box.hidden = !details;
+  if (!details) return box.replaceChildren();
+  const parts = [element("code", "path", details.field), `: ${details.rule}`];
+  if (details.status) parts.unshift(`${details.status} `);
+  if (details.request_id) parts.push(` (request id ${details.request_id})`);
+  box.replaceChildren(...parts);
 }
 
-function resultItem(result, index) {
-  const n = index + 1;
+function showResults(found) {
+  answered = { results: found, next: null }; // the `done` event says where the next starts
+  showPage(0, answered);
+}
+
+/** A page of results, numbered by rank. */
+function showPage(offset, page) {
+  shown = { offset, ...page };
+  const found = page.results;
+  $("no-results").hidden = found.length > 0 || offset > 0;
+  $("results").replaceChildren(...found.map((result, index) => resultItem(result, offset + index + 1)));
+  showPager();
+}
+
+/** Previous while past the first page, Next while the service names a next one
+ * (`next_offset`: none after the last result, nor past the largest offset it takes). */
+function showPager() {
+  const { offset, results: found, next } = shown;
+  $("pages").hidden = offset === 0 && next == null;
+  $("previous").disabled = offset === 0;
+  $("next").disabled = next == null;
+  $("page-range").textContent = found.length
+    ? `Results ${offset + 1}-${offset + found.length}`
+    : `No results after ${offset}`;
+}
+
+/** The counts of the matching passages per value of each field asked for; each value a
+ * button that narrows the question to it. */
+function showFacets(facets) {
+  const groups = Object.entries(facets).map(([field, counts]) => {
+    const group = element("div", "facet-group", "");
+    const values = Object.entries(counts).map(([value, count]) => {
+      const button = element("button", "facet", `${value} (${count})`);
+      button.type = "button";
+      button.dataset.field = field;
+      button.dataset.value = value;
+      button.setAttribute("aria-label", `${field} ${value}: ${count} passages; filter by it`);
+      return element("li", "", "", button);
+    });
+    group.append(element("h3", "", field), element("ul", "facet-values", "", ...values));
+    return group;
+  });
+  $("facet-groups").replaceChildren(...groups);
+  $("counts").hidden = groups.length === 0;
+}
+
+function resultItem(result, n) {
   const item = element("li", "", "");
   item.id = `result-${n}`;
+  item.dataset.id = result.id;
   item.tabIndex = -1;
   const head = element("div", "result-head", "");
   head.append(
@@ -204,17 +362,18 @@ function showAnswer(text) {
   answer.replaceChildren(
     ...parts.map((part) => {
       const n = Number(part.slice(1, -1));
-      if (!/^\[\d+\]$/.test(part) || n < 1 || n > results.length) return part;
+      if (!/^\[\d+\]$/.test(part) || n < 1 || n > answered.results.length) return part;
       const link = element("a", "cite", part);
       link.href = `#result-${n}`;
       link.dataset.n = String(n);
-      link.setAttribute("aria-label", `source ${n}: ${results[n - 1].metadata.title ?? ""}`);
+      link.setAttribute("aria-label", `source ${n}: ${answered.results[n - 1].metadata.title ?? ""}`);
       return link;
     }),
   );
 }
 
 function showSource(n) {
+  if (shown.offset > 0) showPage(0, answered); // the answer cites its first page
   const item = $(`result-${n}`);
   if (!item) return;
   for (const other of document.querySelectorAll(".results > li.highlighted")) {
@@ -227,6 +386,11 @@ function showSource(n) {
 }
 
 function finish(done) {
+  answered.next = done.next_offset ?? null;
+  if (shown.offset === 0) {
+    shown.next = answered.next;
+    showPager();
+  }
   if (done.synthesis !== undefined) showAnswer(done.synthesis);
   queryId = done.query_id ?? null;
   $("rate").hidden = !queryId;
@@ -248,9 +412,10 @@ function ms(value) {
   return `${Number(value ?? 0).toFixed(1)} ms`;
 }
 
-function element(tag, className, text) {
+function element(tag, className, text, ...children) {
   const found = document.createElement(tag);
   if (className) found.className = className;
   if (text) found.textContent = text;
+  found.append(...children);
   return found;
 }

@@ -251,6 +251,8 @@ class ChromaStore(PointStore):
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
+        where = chroma_where(filters.source_types, filters.where)  # a refusal is a 400
+
         def query() -> list[Candidate]:
             chunks = self._chunks(filters.collection)
             if chunks is None:
@@ -258,7 +260,7 @@ class ChromaStore(PointStore):
             found = chunks.query(
                 query_embeddings=[np.asarray(vector, dtype=np.float32)],
                 n_results=n,
-                where=chroma_where(filters.source_types, filters.where),
+                where=where,
                 include=["distances"],
             )
             return [
