@@ -72,7 +72,19 @@ def test_a_repeated_body_is_answered_by_the_hit_path_as_the_route_renders_a_hit(
     assert body["metrics"].pop("total_ms") >= 0
     expected["metrics"].pop("total_ms")
     assert body == expected
-    assert body["metrics"] == {"cache_hit": True, "embedding_ms": 0.0, "search_ms": 0.0}
+    ranking = {
+        "fusion": "convex",
+        "vector_weight": 0.8,
+        "prf": True,
+        "recency": None,
+        "reranker": "none",
+    }
+    assert body["metrics"] == {
+        "cache_hit": True,
+        "embedding_ms": 0.0,
+        "search_ms": 0.0,
+        "ranking": ranking,
+    }
     service = loaded_client.app.state.service  # type: ignore[attr-defined]
     assert service.caches.responses.hits == 1  # counted in tier 1's statistics too
 
