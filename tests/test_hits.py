@@ -85,6 +85,7 @@ def test_a_repeated_body_is_answered_by_the_hit_path_as_the_route_renders_a_hit(
         "search_ms": 0.0,
         "ranking": ranking,
     }
+    assert miss.json()["metrics"]["ranking"] == ranking  # what the computed answer said
     service = loaded_client.app.state.service  # type: ignore[attr-defined]
     assert service.caches.responses.hits == 1  # counted in tier 1's statistics too
 
