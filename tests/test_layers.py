@@ -27,6 +27,7 @@ CORE = {
     "text",
     "timing",
     "registry",
+    "sdk",
     "tracing",
     "logs",
     "ledger",
