@@ -53,6 +53,7 @@ lint: install-dev
 bench: install-dev bytecode
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk) || echo "wrk could not be installed: throughput figures are skipped"
 	$(BIN)/python scripts/bench.py --store $(STORE) --corpus $(CORPUS)
+	$(BIN)/python scripts/bench_embedder.py --routes --corpus $(dir $(CORPUS)) --passages 1000
 	$(BIN)/python scripts/bench_overhead.py
 	$(BIN)/python scripts/bench_replicas.py
 	$(BIN)/python scripts/bench_uploads.py --corpus $(CORPUS)

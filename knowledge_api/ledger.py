@@ -24,6 +24,13 @@ class Actor:
     request_id: str | None = None
 
 
+def json_view(record: Any, names: str) -> dict[str, Any]:
+    """`record` as JSON: each of `names` (`name`, or `name:attribute` where they differ)
+    in order."""
+    pairs = (name.partition(":") for name in names.split())
+    return {name: getattr(record, attribute or name) for name, _, attribute in pairs}
+
+
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
     actor: str
@@ -38,15 +45,7 @@ class AuditEntry:
     id: int = 0
 
     def view(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "at": self.at,
-            "key": self.actor,
-            "action": self.action,
-            "collection": self.collection,
-            "changes": self.changes,
-            "request_id": self.request_id,
-        }
+        return json_view(self, "id at key:actor action collection changes request_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,17 +136,7 @@ class Rating:
     id: int = 0
 
     def view(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "at": self.at,
-            "query_id": self.query_id,
-            "rating": self.rating,
-            "comment": self.comment,
-            "cited": self.cited,
-            "expected_source": self.expected_source,
-            "key": self.key,
-            "request_id": self.request_id,
-        }
+        return json_view(self, "id at query_id rating comment cited expected_source key request_id")
 
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"

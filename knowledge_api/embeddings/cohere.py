@@ -8,6 +8,7 @@ from typing import Any
 
 from knowledge_api.embeddings.cloud import CloudEmbedder, Kind
 from knowledge_api.registry import import_extra
+from knowledge_api.sdk import sdk_client
 
 INPUT_TYPES = {"query": "search_query", "document": "search_document"}
 
@@ -26,11 +27,9 @@ class CohereEmbedder(CloudEmbedder):
     def connect(self) -> Any:
         cohere = import_extra("cohere", self.extra)
         httpx = import_extra("httpx", self.extra)
-        return cohere.ClientV2(
-            api_key=self.api_key.get(),
-            base_url=self.base_url,
-            timeout=self.timeout,
-            max_retries=0,
+        return sdk_client(
+            cohere.ClientV2,
+            self,
             httpx_client=httpx.Client(timeout=self.timeout),
             log_warning_experimental_features=False,
         )

@@ -88,11 +88,11 @@ class LocalEmbedder(BatchEmbedder):
             tokenizer.no_padding()
             self.threads = self.threads or os.cpu_count() or 1
             choice = choose(self.requested_precision, cpu_bf16_units() if units is None else units)
-            self.model_file = cache_path(model_dir, choice.graph, self.cache_dir, MODEL)
+            self.model_file = cache_path(model_dir, choice.precision, self.cache_dir, MODEL)
             open_encoder = ENCODERS[choice.runtime]
             encoder = load_or_build(
                 self.model_file,
-                lambda target: build(model_dir, choice.graph, target),
+                lambda target: build(model_dir, choice.precision, target),
                 lambda path: open_encoder(path, choice.precision, self.threads),
             )
         except Exception as e:

@@ -22,6 +22,9 @@ R = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}"
 RELS = "{http://schemas.openxmlformats.org/package/2006/relationships}"
 DC_TITLE = "{http://purl.org/dc/elements/1.1/}title"
 TITLE_PLACEHOLDERS = ("title", "ctrTitle")
+WORD_MARKS = {f"{W}tab": "\t", f"{W}br": "\n", f"{W}cr": "\n"}
+DRAWING_MARKS = {f"{A}br": "\n"}
+"""The elements of a paragraph that stand for a tab or a line break, in Word and in slides."""
 _HEADING_ID = re.compile(r"^heading(\d)$", re.IGNORECASE)
 
 
@@ -115,15 +118,15 @@ def _docx_blocks(body: ElementTree.Element, styles: dict[str, str]) -> Iterator[
 
 def paragraph_text(paragraph: ElementTree.Element) -> str:
     """Its runs' text (hyperlinks' too), tabs and line breaks kept; deleted text left out."""
-    parts = []
-    for element in paragraph.iter():
-        if element.tag == f"{W}t":
-            parts.append(element.text or "")
-        elif element.tag == f"{W}tab":
-            parts.append("\t")
-        elif element.tag in (f"{W}br", f"{W}cr"):
-            parts.append("\n")
-    return "".join(parts)
+    return runs_text(paragraph, f"{W}t", WORD_MARKS)
+
+
+def runs_text(paragraph: ElementTree.Element, text: str, marks: dict[str, str]) -> str:
+    """The text of its `text` elements, each of `marks`' elements as the mark it stands for."""
+    return "".join(
+        (element.text or "") if element.tag == text else marks.get(element.tag, "")
+        for element in paragraph.iter()
+    )
 
 
 def paragraph_style(paragraph: ElementTree.Element, styles: dict[str, str]) -> str:
@@ -199,13 +202,7 @@ def placeholder(shape: ElementTree.Element) -> str:
 
 
 def drawing_text(paragraph: ElementTree.Element) -> str:
-    parts = []
-    for element in paragraph.iter():
-        if element.tag == f"{A}t":
-            parts.append(element.text or "")
-        elif element.tag == f"{A}br":
-            parts.append("\n")
-    return "".join(parts)
+    return runs_text(paragraph, f"{A}t", DRAWING_MARKS)
 
 
 def notes_text(package: Package, slide: str) -> str:

@@ -11,19 +11,20 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from knowledge_api import tracing
-from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import SearchHit
 from knowledge_api.registry import import_extra
 from knowledge_api.rerankers.base import OrderingReranker, RerankError, passage_text
+from knowledge_api.sdk import AsyncSdk, sdk_client
 
 DEFAULT_MODEL = "rerank-v3.5"
 EXTRA = "cohere"
 KEY_ENV = "COHERE_API_KEY"
 
 
-class CohereReranker(OrderingReranker):
+class CohereReranker(AsyncSdk, OrderingReranker):
     name = "cohere"
+    key_env = KEY_ENV
+    extra = EXTRA
 
     settings_fields = "cohere_api_key rerank_model cohere_base_url rerank_timeout"
 
@@ -33,39 +34,15 @@ class CohereReranker(OrderingReranker):
         self.model = model or DEFAULT_MODEL
         self.base_url = base_url
         self.timeout = timeout
-        self.client: Any = None
-        self.http: Any = None
-        self.open_error = ""
 
-    async def open(self) -> None:
-        if not self.api_key or self.client is not None:
-            return
-        try:
-            cohere = import_extra("cohere", EXTRA)
-            http = import_extra("httpx", EXTRA).AsyncClient(timeout=self.timeout)
-            self.http = tracing.traced_client(http)
-            self.client = cohere.AsyncClientV2(
-                api_key=self.api_key.get(),
-                base_url=self.base_url,
-                timeout=self.timeout,
-                max_retries=0,
-                httpx_client=self.http,
-                log_warning_experimental_features=False,
-            )
-        except ConfigurationError as e:
-            self.open_error = e.message
-
-    async def close(self) -> None:
-        if self.http is not None:
-            await self.http.aclose()
-        self.client = self.http = None
-
-    def unavailable(self) -> str | None:
-        if not self.api_key:
-            return f"missing key: set {KEY_ENV}"
-        if self.client is None:
-            return self.open_error or "not opened"
-        return None
+    def connect(self) -> Any:
+        cohere = import_extra("cohere", EXTRA)
+        return sdk_client(
+            cohere.AsyncClientV2,
+            self,
+            httpx_client=self.http,
+            log_warning_experimental_features=False,
+        )
 
     async def order(self, query: str, hits: Sequence[SearchHit]) -> list[int]:
         api_error = import_extra("cohere.core.api_error", EXTRA).ApiError

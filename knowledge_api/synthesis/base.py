@@ -7,10 +7,9 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from knowledge_api import tracing
-from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import SearchHit
-from knowledge_api.registry import FromSettings, import_extra
+from knowledge_api.registry import FromSettings
+from knowledge_api.sdk import AsyncSdk
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +65,10 @@ class Synthesizer(Protocol):
     def health(self) -> dict[str, Any]: ...
 
 
-class RemoteLink(FromSettings):
+class RemoteLink(AsyncSdk, FromSettings):
     """What the LLM links share: a key, an SDK client opened in the lifespan, health."""
 
     name = "remote"
-    key_env = ""
-    extra = ""
 
     def __init__(
         self,
@@ -88,36 +85,6 @@ class RemoteLink(FromSettings):
         self.timeout: float | None = timeout
         self.max_tokens = max_tokens
         self.temperature = temperature
-        self.client: Any = None
-        self.http: Any = None
-        self.error = ""
-
-    def unavailable(self) -> str | None:
-        if not self.api_key:
-            return f"missing key: set {self.key_env}"
-        if self.client is None:
-            return self.error or "not opened"
-        return None
-
-    async def open(self) -> None:
-        if not self.api_key or self.client is not None:
-            return
-        try:
-            http = import_extra("httpx", self.extra).AsyncClient(timeout=self.timeout)
-            self.http = tracing.traced_client(http)
-            self.client = self.connect()
-        except ConfigurationError as e:
-            self.error = e.message
-
-    def connect(self) -> Any:
-        """The SDK client, sending through `self.http`; raises ConfigurationError when
-        the SDK is not installed."""
-        raise NotImplementedError
-
-    async def close(self) -> None:
-        if self.http is not None:
-            await self.http.aclose()
-        self.client = self.http = None
 
     def health(self) -> dict[str, Any]:
         if not self.api_key:
@@ -125,6 +92,6 @@ class RemoteLink(FromSettings):
         else:
             status = "configured" if self.client is not None else "unavailable"
         report = {"name": self.name, "model": self.model, "status": status, "key": self.key_env}
-        if self.error:
-            report["error"] = self.error
+        if self.open_error:
+            report["error"] = self.open_error
         return report

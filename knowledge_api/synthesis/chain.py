@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,28 +49,23 @@ class LinkState:
     """Clock time before which the link is skipped (its circuit is open)."""
 
 
+@dataclass(eq=False)
 class SynthesisChain:
-    def __init__(
-        self,
-        links: Sequence[Synthesizer],
-        subject: str = "",
-        context_chars: int = 6400,
-        breaker_failures: int = 3,
-        breaker_cooldown: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-        deadline: float | None = None,
-    ) -> None:
-        self.links = list(links)
-        self.subject = subject
-        self.context_chars = context_chars
-        self.breaker_failures = breaker_failures
-        self.breaker_cooldown = breaker_cooldown
-        self.clock = clock
-        self.deadline = deadline
-        """Seconds the LLM links may take for the whole answer, together; past it the
-        chain moves on to the offline link (None: no overall limit)."""
+    links: list[Synthesizer]
+    subject: str = ""
+    context_chars: int = 6400
+    breaker_failures: int = 3
+    breaker_cooldown: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    deadline: float | None = None
+    """Seconds the LLM links may take for the whole answer, together; past it the
+    chain moves on to the offline link (None: no overall limit)."""
+    states: dict[str, LinkState] = field(init=False)
+    observer: Observer = field(default=UNOBSERVED, init=False)
+
+    def __post_init__(self) -> None:
+        self.links = list(self.links)
         self.states = {link.name: LinkState() for link in self.links}
-        self.observer: Observer = UNOBSERVED
 
     @classmethod
     def from_settings(cls, settings: Any) -> SynthesisChain:

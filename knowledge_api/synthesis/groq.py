@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from knowledge_api.registry import import_extra
+from knowledge_api.sdk import sdk_client
 from knowledge_api.synthesis.base import CUT_SHORT, Prompt, ProviderError, RemoteLink, Usage
 
 
@@ -24,13 +25,7 @@ class GroqSynthesizer(RemoteLink):
 
     def connect(self) -> Any:
         groq = import_extra("groq", self.extra)
-        return groq.AsyncGroq(
-            api_key=self.api_key.get(),
-            base_url=self.base_url,
-            timeout=self.timeout,
-            max_retries=0,
-            http_client=self.http,
-        )
+        return sdk_client(groq.AsyncGroq, self, http_client=self.http)
 
     async def generate(self, prompt: Prompt, usage: Usage) -> AsyncGenerator[str, None]:
         groq = import_extra("groq", self.extra)
