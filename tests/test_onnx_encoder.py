@@ -14,7 +14,7 @@ import pytest
 
 from knowledge_api.embeddings import local, onnx_model
 from knowledge_api.embeddings.local import LocalEmbedder, load_tokenizer
-from knowledge_api.embeddings.runtimes import ENCODERS, compiled_dir
+from knowledge_api.embeddings.runtimes import ENCODERS
 from knowledge_api.errors import EmbeddingError
 from tests.torch_reference import mean_pooled
 
@@ -128,11 +128,7 @@ def test_a_built_model_is_cached_and_the_second_load_does_not_rebuild(
     assert len(built) == 1 and first.model_file is not None and first.model_file.exists()
     folder = first.model_file.parent
     assert sorted(tmp_path.iterdir()) == [folder, tmp_path / "weights.json"], "no scratch left"
-    assert sorted(p.name for p in folder.iterdir()) == [
-        compiled_dir(first.model_file).name,
-        "model.onnx",
-        "model.onnx.data",
-    ]
+    assert sorted(p.name for p in folder.iterdir()) == ["model.onnx", "model.onnx.data"]
     second = tiny_embedder(tmp_path)
     assert len(built) == 1 and second.model_file == first.model_file
     np.testing.assert_array_equal(second.embed_batch(TEXTS), first.embed_batch(TEXTS))
@@ -239,16 +235,6 @@ def test_the_bf16_model_is_openvinos_ir_with_half_the_bytes_of_weights(
     assert weights < 0.55 * fp32.model_file.with_name("model.onnx.data").stat().st_size
     cosines = np.sum(fp32.embed_batch(TEXTS) * bf16.embed_batch(TEXTS), axis=1)
     assert cosines.min() > 0.99
-
-
-def test_a_second_start_imports_the_compiled_model(tiny_embedder: Any, tmp_path: Path) -> None:
-    first = tiny_embedder(tmp_path)
-    compiled = compiled_dir(first.model_file)
-    blobs = {blob.name: blob.stat().st_mtime_ns for blob in compiled.iterdir()}
-    assert blobs and all(blob.stat().st_size > 0 for blob in compiled.iterdir())
-    again = tiny_embedder(tmp_path)
-    assert {blob.name: blob.stat().st_mtime_ns for blob in compiled.iterdir()} == blobs
-    np.testing.assert_array_equal(again.embed_batch(TEXTS), first.embed_batch(TEXTS))
 
 
 def test_the_cache_key_follows_the_weights(tiny_model_dir: Path, tmp_path: Path) -> None:
