@@ -421,6 +421,12 @@ def test_the_service_runs_on_every_backend(
         results = client.post("/v1/knowledge/query", json=aoma).json()["results"]
         assert results[0]["source_id"] == "https://wiki.example.com/aoma/test-cases"
         assert {r["metadata"]["app_under_test"] for r in results} == {"aoma"}
+        recency = {"field": "created_at", "half_life_days": 30}
+        recent = client.post("/v1/knowledge/query", json={**aoma, "ranking": {"recency": recency}})
+        assert recent.json()["results"] and recent.json()["metrics"]["ranking"]["recency"] == {
+            **recency,
+            "undated": 0,
+        }
         audio = {"query": "Which audio formats are accepted?", "sources": ["knowledge"]}
         body = client.post("/v1/knowledge/query", json=audio).json()
         assert [r["source_id"] for r in body["results"]] == ["kb-7"]
