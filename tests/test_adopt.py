@@ -656,6 +656,23 @@ def test_facets_are_a_400_naming_the_mode_and_health_says_so(
     assert any(item.startswith("facets") for item in left_out)
 
 
+@pytest.mark.parametrize("mode", ["adopted", "read_only"])
+def test_recency_on_the_passages_own_dates_counts_each_undated_and_health_says_so(
+    mode: str, request: pytest.FixtureRequest
+) -> None:
+    """The tables' functions return no dates: recency on created_at still answers, in
+    the order of relevance, and says every passage was ranked without its date."""
+    client = request.getfixturevalue("adopted_client" if mode == "adopted" else "reader_client")
+    plain = query(client, "asset upload timeout")
+    recency = {"field": "created_at", "half_life_days": 1}
+    dated = query(client, "asset upload timeout", ranking={"recency": recency})
+    ids = [r["id"] for r in dated["results"]]
+    assert ids and ids == [r["id"] for r in plain["results"]]
+    assert dated["metrics"]["ranking"]["recency"] == {**recency, "undated": len(ids)}
+    left_out = client.get("/health").json()["store"]["left_out"]
+    assert any(item.startswith("recency on created_at") for item in left_out)
+
+
 def test_read_only_mode_searches_the_tables_as_they_are(
     reader_client: TestClient, database: str
 ) -> None:

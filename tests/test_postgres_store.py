@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -32,8 +33,10 @@ from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, IndexingError
+from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Settings
+from knowledge_api.stores.filter_json import filter_tree
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.schema import migrations
 from knowledge_api.stores.postgres.store import PostgresStore
@@ -245,6 +248,38 @@ async def test_keyword_search_ranks_full_text_and_falls_back_to_ilike(
     assert await found("%") == ["p1"]  # wildcards are literal
     assert await found("_") == ["u1"]
     assert await found("   ") == []
+
+
+async def test_every_search_path_returns_the_documents_dates(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    """Both search functions, with and without a filter tree, by full text and by ILIKE,
+    return the dates of the passage's document (what filters compare), not those of its
+    row, which every write of the document makes anew."""
+    await index(store, [Document("knowledge", "q1", "To be or not to be, the question.", "H")])
+    created = datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)
+    updated = datetime(2021, 6, 7, 8, 9, 10, tzinfo=UTC)
+    await db.execute(
+        "UPDATE knowledge_documents SET created_at = $1, updated_at = $2", created, updated
+    )
+    for where in (None, filter_tree(parse_filter({"source_id": {"$ne": "x"}}))):
+        rows = [
+            *await db.fetch(
+                "SELECT * FROM match_siam_vectors_gemini($1, -1, 5, filter_where => $2)",
+                vector("the question"),
+                where,
+            ),
+            *[
+                row
+                for query in ("question", "to be or not")  # full text; stop words only: ILIKE
+                for row in await db.fetch(
+                    "SELECT * FROM search_siam_vectors_text($1, 5, filter_where => $2)",
+                    query,
+                    where,
+                )
+            ],
+        ]
+        assert [(r["created_at"], r["updated_at"]) for r in rows] == [(created, updated)] * 3
 
 
 async def test_wiki_pages_are_searchable_by_keyword_and_carry_a_page_vector(

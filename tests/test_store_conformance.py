@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ from knowledge_api.errors import (
     IndexingError,
     InvalidRequest,
 )
-from knowledge_api.filters import matches
+from knowledge_api.filters import matches, millis_of
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.ledger import Job, JobFile
@@ -39,11 +40,13 @@ from knowledge_api.models import (
     DocumentPage,
     IndexSummary,
     Ranking,
+    Recency,
     SearchFilters,
     SearchHit,
     SearchMode,
     chunk_id,
 )
+from knowledge_api.ranking import by_recency
 from knowledge_api.settings import Settings
 from knowledge_api.stores import transfer
 from knowledge_api.stores.base import KnowledgeStore
@@ -418,6 +421,12 @@ def test_the_service_runs_on_every_backend(
         results = client.post("/v1/knowledge/query", json=aoma).json()["results"]
         assert results[0]["source_id"] == "https://wiki.example.com/aoma/test-cases"
         assert {r["metadata"]["app_under_test"] for r in results} == {"aoma"}
+        recency = {"field": "created_at", "half_life_days": 30}
+        recent = client.post("/v1/knowledge/query", json={**aoma, "ranking": {"recency": recency}})
+        assert recent.json()["results"] and recent.json()["metrics"]["ranking"]["recency"] == {
+            **recency,
+            "undated": 0,
+        }
         audio = {"query": "Which audio formats are accepted?", "sources": ["knowledge"]}
         body = client.post("/v1/knowledge/query", json=audio).json()
         assert [r["source_id"] for r in body["results"]] == ["kb-7"]
@@ -961,11 +970,6 @@ async def test_a_filter_applies_before_the_limit(store: KnowledgeStore) -> None:
             assert sorted(h.source_id for h in hits) == [f"L-{i}" for i in (11, 19, 27, 3, 35)]
 
 
-DATED_HITS = {"sqlite", "chroma", "qdrant"}
-"""Backends whose hits carry their document's created_at and updated_at (what recency
-by those dates ranks by); the others' search functions return no dates yet."""
-
-
 async def test_a_requests_own_ranking_reaches_the_search(store: KnowledgeStore) -> None:
     await index(store, corpus())
     query = "asset search pagination timeout"
@@ -986,8 +990,39 @@ async def test_a_requests_own_ranking_reaches_the_search(store: KnowledgeStore) 
     assert ids(by_words)[0] == by_keyword[0]
     assert set(ids(by_words)[: len(by_keyword)]) == set(by_keyword)
     assert ids(by_words) != ids(by_meaning)
-    if store.name in DATED_HITS:
-        assert all(hit.created_at and hit.updated_at for hit in rrf)
+    assert all(hit.created_at and hit.updated_at for hit in rrf)
+
+
+@pytest.mark.parametrize("field", ["created_at", "updated_at"])
+async def test_recency_ranks_by_the_documents_own_dates(store: KnowledgeStore, field: str) -> None:
+    """Two passages of equal text written a second apart (dates are kept to the second):
+    each hit carries its document's stored dates, so recency on them (a half-life of a
+    second, more than the tie's place in a fused order weighs) puts the newer first, as
+    the reference order of the stored dates says, with none undated."""
+    text = "Rotate the upload queue credentials every quarter."
+    older = Document("jira", "R-old", text, "Credentials")
+    newer = Document("jira", "R-new", text, "Credentials")
+    await index(store, [older])
+    await asyncio.sleep(1.05 - time.time() % 1)
+    await index(store, [newer])
+    stored = {
+        d.id: d
+        for d in [await store.get_by_id(older.id), await store.get_by_id(newer.id)]
+        if d is not None
+    }
+    reference = sorted(stored.values(), key=lambda d: millis_of(getattr(d, field)), reverse=True)
+    assert [d.source_id for d in reference] == ["R-new", "R-old"]
+    query = "upload queue credentials"
+    for mode in SEARCH_MODES:
+        hits = await store.search(query, vector(query), 5, SearchFilters(), 0.0, mode)
+        assert sorted(h.source_id for h in hits) == ["R-new", "R-old"], mode
+        for hit in hits:
+            own = stored[hit.document_id]
+            assert millis_of(hit.created_at) == millis_of(own.created_at), (mode, hit.created_at)
+            assert millis_of(hit.updated_at) == millis_of(own.updated_at), (mode, hit.updated_at)
+        ranked, undated = by_recency(hits, Recency(field, 1 / 86_400))  # a second
+        assert undated == 0, mode
+        assert [h.source_id for h in ranked] == [d.source_id for d in reference], mode
 
 
 # -- facets, against the reference count ---------------------------------------------------

@@ -218,10 +218,11 @@ def hit_from_record(
 
 
 def stored_date(record: Row, name: str) -> str:
-    """A date of the document the row carries, empty when it carries none."""
+    """A date of the document the row carries (ISO 8601 to the second, as documents
+    read back: a Postgres row holds a datetime), empty when it carries none."""
     # keys(): `in` looks among a sqlite3.Row's values
     value = record[name] if name in record.keys() else None  # noqa: SIM118
-    return "" if value is None else str(value)
+    return "" if value is None else as_timestamp(value)
 
 
 # -- generation ------------------------------------------------------------------------

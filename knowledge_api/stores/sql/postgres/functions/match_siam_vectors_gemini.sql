@@ -24,7 +24,9 @@ CREATE OR REPLACE FUNCTION match_siam_vectors_gemini(
     title text,
     section text,
     chunk_index integer,
-    chunk_count integer
+    chunk_count integer,
+    created_at timestamptz,
+    updated_at timestamptz
 )
 LANGUAGE plpgsql STABLE
 SET hnsw.ef_search = 100
@@ -39,7 +41,9 @@ BEGIN
         SELECT nearest.id, nearest.document_id, nearest.content, nearest.source_type,
                nearest.source_id, nearest.metadata, 1 - nearest.distance, nearest.organization,
                nearest.division, nearest.app_under_test, nearest.title, nearest.section,
-               nearest.chunk_index, nearest.chunk_count
+               nearest.chunk_index, nearest.chunk_count,
+               (SELECT d.created_at FROM knowledge_documents d WHERE d.id = nearest.document_id),
+               (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = nearest.document_id)
         FROM (
             SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
                    v.embedding <=> query_embedding AS distance, v.organization, v.division,
@@ -62,7 +66,9 @@ BEGIN
         SELECT nearest.id, nearest.document_id, nearest.content, nearest.source_type,
                nearest.source_id, nearest.metadata, 1 - nearest.distance, nearest.organization,
                nearest.division, nearest.app_under_test, nearest.title, nearest.section,
-               nearest.chunk_index, nearest.chunk_count
+               nearest.chunk_index, nearest.chunk_count,
+               (SELECT d.created_at FROM knowledge_documents d WHERE d.id = nearest.document_id),
+               (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = nearest.document_id)
         FROM (
             SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
                    v.embedding <=> $7 AS distance, v.organization, v.division,

@@ -22,7 +22,9 @@ CREATE OR REPLACE FUNCTION search_siam_vectors_text(
     title text,
     section text,
     chunk_index integer,
-    chunk_count integer
+    chunk_count integer,
+    created_at timestamptz,
+    updated_at timestamptz
 )
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
@@ -49,7 +51,10 @@ BEGIN
         END IF;
         IF numnode(terms) > 0 THEN
             RETURN QUERY
-            SELECT m.* FROM (
+            SELECT m.*,
+                   (SELECT d.created_at FROM knowledge_documents d WHERE d.id = m.document_id),
+                   (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = m.document_id)
+            FROM (
                 (
                 SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
                        ts_rank(v.fts, terms)::double precision AS rank, v.organization,
@@ -90,7 +95,9 @@ BEGIN
         SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
                (CASE WHEN v.title ILIKE knowledge_like_pattern(query_text) THEN 0.002 ELSE 0.001 END)::double precision,
                v.organization, v.division, v.app_under_test, v.title, v.section, v.chunk_index,
-               v.chunk_count
+               v.chunk_count,
+               (SELECT d.created_at FROM knowledge_documents d WHERE d.id = v.document_id),
+               (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = v.document_id)
         FROM siam_vectors v
         WHERE (v.content ILIKE knowledge_like_pattern(query_text)
                OR v.title ILIKE knowledge_like_pattern(query_text))
@@ -109,7 +116,10 @@ BEGIN
     END IF;
     IF numnode(terms) > 0 THEN
         RETURN QUERY EXECUTE format($sql$
-        SELECT m.* FROM (
+        SELECT m.*,
+               (SELECT d.created_at FROM knowledge_documents d WHERE d.id = m.document_id),
+               (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = m.document_id)
+        FROM (
             (SELECT %1$s FROM siam_vectors v WHERE v.fts @@ $8 AND %2$s LIMIT 2000)
             UNION ALL
             (SELECT %1$s FROM siam_vectors v
@@ -124,7 +134,10 @@ BEGIN
         END IF;
     END IF;
     RETURN QUERY EXECUTE format($sql$
-    SELECT %1$s FROM siam_vectors v
+    SELECT %1$s,
+           (SELECT d.created_at FROM knowledge_documents d WHERE d.id = v.document_id),
+           (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = v.document_id)
+    FROM siam_vectors v
     WHERE (v.content ILIKE knowledge_like_pattern($7) OR v.title ILIKE knowledge_like_pattern($7))
       AND %2$s
     ORDER BY 7 DESC, v.id
