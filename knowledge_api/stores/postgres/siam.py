@@ -36,13 +36,14 @@ from knowledge_api.models import (
     SearchHit,
     SourceInfo,
 )
-from knowledge_api.stores.base import (
+from knowledge_api.stores.base import embedder_mismatch
+from knowledge_api.stores.fusion import (
+    DEFAULT_TUNING,
     Candidate,
-    HybridSearch,
+    SearchTuning,
     cosine_to_similarity,
-    embedder_mismatch,
 )
-from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.postgres.facets import facet_arguments, facets_of
 from knowledge_api.stores.postgres.rows import (
     CHUNK_COLUMNS,
