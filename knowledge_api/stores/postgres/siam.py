@@ -105,13 +105,10 @@ class SiamStore(HybridSearch):
         raise NotImplementedError
 
     async def select(
-        self,
-        table: str,
-        columns: str,
-        *conditions: Condition,
-        order: str | None = None,
-        limit: int | None = None,
+        self, table: str, columns: str, *conditions: Condition, order: str = "", limit: int = 0
     ) -> list[Row]:
+        """Rows of `table` that meet every condition, ordered by `order` (a column; empty:
+        in any order), at most `limit` of them (0: all)."""
         raise NotImplementedError
 
     async def delete_rows(self, table: str, *conditions: Condition) -> int:
