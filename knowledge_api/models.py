@@ -108,6 +108,18 @@ class Document:
         owner = f"\x1f{self.source}" if self.source else ""
         return content_hash(f"{self.title}\x1f{meta}\x1f{chunks}{owner}")
 
+    def leading_columns(self) -> tuple[str, str, str, str, str, str]:
+        """id, collection, source_type, source_id, title, content: the columns a stored
+        document's row begins with, in the SQLite and the Postgres tables alike."""
+        return (
+            self.id,
+            self.collection,
+            self.source_type,
+            self.source_id,
+            self.title,
+            self.content,
+        )
+
 
 @dataclass(slots=True)
 class SearchHit:
