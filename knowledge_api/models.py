@@ -6,6 +6,7 @@ import functools
 import hashlib
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -18,6 +19,8 @@ DEFAULT_COLLECTION = "default"
 _NAMESPACE = uuid.UUID("6f1c2d0e-8b1a-4c55-9d5e-3a1f0b6c7d20")
 
 Metadata = dict[str, Any]
+Progress = Callable[[int], object]
+"""A function a long run calls with the number of items (documents, passages) just done."""
 SearchMode = Literal["hybrid", "vector", "keyword"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "vector", "keyword")
 
