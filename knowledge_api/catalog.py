@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from knowledge_api.errors import CollectionNotFound, EmbeddingError, ExtractionE
 from knowledge_api.ingest.loaders import LoadOptions, load_as, load_jsonl, load_paths
 from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
 from knowledge_api.ledger import Actor, changes
-from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary
+from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, Progress
 from knowledge_api.trail import Trail
 
 log = logging.getLogger("knowledge_api")
@@ -27,7 +27,7 @@ class Catalog(Trail):
     async def ingest(
         self,
         documents: Iterable[Document],
-        progress: Callable[[int], object] | None = None,
+        progress: Progress | None = None,
         source: str | None = None,
     ) -> IndexSummary:
         """Index `documents`; with a `source`, as that source's (see Ingestor.ingest)."""

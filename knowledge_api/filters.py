@@ -91,6 +91,25 @@ class Condition:
     def own(self) -> bool:
         return self.field in OWN_FIELDS
 
+    @property
+    def values(self) -> tuple[Scalar | Instant, ...]:
+        """The values tested: those of `$in`/`$nin`, or the one value."""
+        return self.value if isinstance(self.value, tuple) else (self.value,)
+
+    def texts(self) -> list[str]:
+        """The texts among the values."""
+        return [v for v in self.values if isinstance(v, str)]
+
+    def millis(self) -> list[int]:
+        """The dates among the values, as milliseconds since the epoch."""
+        return [v.millis for v in self.values if isinstance(v, Instant)]
+
+    def positive(self) -> Condition | None:
+        """The `$eq`/`$in` this `$ne`/`$nin` is the negation of; None for another op."""
+        if self.op not in ("$ne", "$nin"):
+            return None
+        return Condition(self.field, "$eq" if self.op == "$ne" else "$in", self.value)
+
 
 @dataclass(frozen=True, slots=True)
 class Combined:

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -18,6 +19,8 @@ DEFAULT_COLLECTION = "default"
 _NAMESPACE = uuid.UUID("6f1c2d0e-8b1a-4c55-9d5e-3a1f0b6c7d20")
 
 Metadata = dict[str, Any]
+Progress = Callable[[int], object]
+"""A function a long run calls with the number of items (documents, passages) just done."""
 SearchMode = Literal["hybrid", "vector", "keyword"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "vector", "keyword")
 
@@ -107,6 +110,18 @@ class Document:
         chunks = "\x1e".join(c.content_hash for c in self.chunks)
         owner = f"\x1f{self.source}" if self.source else ""
         return content_hash(f"{self.title}\x1f{meta}\x1f{chunks}{owner}")
+
+    def leading_columns(self) -> tuple[str, str, str, str, str, str]:
+        """id, collection, source_type, source_id, title, content: the columns a stored
+        document's row begins with, in the SQLite and the Postgres tables alike."""
+        return (
+            self.id,
+            self.collection,
+            self.source_type,
+            self.source_id,
+            self.title,
+            self.content,
+        )
 
 
 @dataclass(slots=True)

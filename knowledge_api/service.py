@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
@@ -29,9 +28,7 @@ from knowledge_api.errors import (
     InvalidRequest,
 )
 from knowledge_api.facets import Facets
-from knowledge_api.filters import as_json
 from knowledge_api.health import Health
-from knowledge_api.ledger import Answered
 from knowledge_api.models import (
     SETTINGS_RANKING,
     Outcome,
@@ -39,10 +36,9 @@ from knowledge_api.models import (
     SearchFilters,
     SearchHit,
     SearchMode,
-    SearchParams,
     normalize_query,
 )
-from knowledge_api.ranking import DEEPEST, by_recency, recency_json
+from knowledge_api.ranking import DEEPEST, by_recency
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.startup import Startup
 from knowledge_api.timing import elapsed_ms, ms
@@ -102,7 +98,7 @@ class Retrieval:
 
 class KnowledgeService(Startup, Health):
     """The query pipeline over what the service holds (engine.py): retrieve, route,
-    keep values in tier 1, write answers from passages, record what was answered."""
+    keep values in tier 1, write answers from passages (trail.py records them)."""
 
     # -- retrieval ------------------------------------------------------------------
 
@@ -333,69 +329,3 @@ class KnowledgeService(Startup, Health):
                     outcome: Outcome = data
                     return outcome
         raise RuntimeError("the synthesis chain ended without an outcome")
-
-    # -- answers and their ratings -----------------------------------------------------
-
-    async def answered(
-        self,
-        kind: str,
-        params: SearchParams,
-        hits: Sequence[SearchHit],
-        cited: Sequence[int] = (),
-    ) -> str:
-        """A new query_id for a query or answer just computed, recorded with the query,
-        the ranking that ran and its results, so a rating of it can be judged later
-        (`knowledge-api eval --feedback`). A record that cannot be written is logged;
-        the answer is served all the same."""
-        query_id = str(uuid.uuid4())
-        answered = Answered(
-            query_id,
-            kind,
-            params.collection,
-            params.query,
-            self.ranking(params),
-            [
-                {
-                    "id": hit.chunk.id,
-                    "document_id": hit.document_id,
-                    "source_type": hit.source_type,
-                    "source_id": hit.source_id,
-                }
-                for hit in hits
-            ],
-            list(cited),
-        )
-        # written beside the answer, not before it: a miss does not wait for the write
-        recording = asyncio.create_task(self._record(answered))
-        self._recording[query_id] = recording
-        recording.add_done_callback(lambda _: self._recording.pop(query_id, None))
-        return query_id
-
-    def ranking(self, params: SearchParams) -> dict[str, Any]:
-        """What ranked a query: the request's own choices and the settings that order
-        results, so a rating says which ranking it judged."""
-        reranking = self.reranker.name != "none" and params.ranking.rerank is not False
-        ran = self.ranking_ran(params.ranking, reranking)
-        return {
-            "embedder": self.embedder.name,
-            **ran,
-            "feedback_docs": self.tuning.adjusted(params.ranking).feedback_docs,
-            "limit": params.limit,
-            "offset": params.offset,
-            "threshold": params.threshold,
-            "sources": list(params.sources) if params.sources else None,
-            "filters": as_json(params.filters),
-        }
-
-    def ranking_ran(self, ranking: Ranking, reranking: bool) -> dict[str, Any]:
-        """The ranking a request's choices and the settings make, as responses report
-        it: fusion, vector_weight, prf (whether the feedback round runs), recency (or
-        None) and the reranker that ran ("none": no reranking)."""
-        tuning = self.tuning.adjusted(ranking)
-        return {
-            "fusion": tuning.fusion,
-            "vector_weight": tuning.vector_weight,
-            "prf": tuning.feedback_docs > 0,
-            "recency": None if ranking.recency is None else recency_json(ranking.recency),
-            "reranker": self.reranker.name if reranking else "none",
-        }

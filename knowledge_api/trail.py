@@ -1,17 +1,23 @@
 """The service's trail: a record of every write (the audit trail), and of every query
-or answer computed, so a reader's rating of it can be judged later."""
+or answer computed with the ranking that ran, so a reader's rating of it can be judged
+later."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from knowledge_api.engine import Engine
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.filters import as_json
 from knowledge_api.ledger import Actor, Answered, AuditEntry, AuditQuery, stamp
+from knowledge_api.models import Ranking, SearchHit, SearchParams
+from knowledge_api.ranking import recency_json
 
 log = logging.getLogger("knowledge_api")
 
@@ -38,6 +44,70 @@ class Trail(Engine):
     async def audit_page(self, query: AuditQuery) -> list[AuditEntry]:
         """A page of the trail, newest first."""
         return await self.audit_log.page(query)
+
+    async def answered(
+        self,
+        kind: str,
+        params: SearchParams,
+        hits: Sequence[SearchHit],
+        cited: Sequence[int] = (),
+    ) -> str:
+        """A new query_id for a query or answer just computed, recorded with the query,
+        the ranking that ran and its results, so a rating of it can be judged later
+        (`knowledge-api eval --feedback`). A record that cannot be written is logged;
+        the answer is served all the same."""
+        query_id = str(uuid.uuid4())
+        answered = Answered(
+            query_id,
+            kind,
+            params.collection,
+            params.query,
+            self.ranking(params),
+            [
+                {
+                    "id": hit.chunk.id,
+                    "document_id": hit.document_id,
+                    "source_type": hit.source_type,
+                    "source_id": hit.source_id,
+                }
+                for hit in hits
+            ],
+            list(cited),
+        )
+        # written beside the answer, not before it: a miss does not wait for the write
+        recording = asyncio.create_task(self._record(answered))
+        self._recording[query_id] = recording
+        recording.add_done_callback(lambda _: self._recording.pop(query_id, None))
+        return query_id
+
+    def ranking(self, params: SearchParams) -> dict[str, Any]:
+        """What ranked a query: the request's own choices and the settings that order
+        results, so a rating says which ranking it judged."""
+        reranking = self.reranker.name != "none" and params.ranking.rerank is not False
+        ran = self.ranking_ran(params.ranking, reranking)
+        return {
+            "embedder": self.embedder.name,
+            **ran,
+            "feedback_docs": self.tuning.adjusted(params.ranking).feedback_docs,
+            "limit": params.limit,
+            "offset": params.offset,
+            "threshold": params.threshold,
+            "sources": list(params.sources) if params.sources else None,
+            "filters": as_json(params.filters),
+        }
+
+    def ranking_ran(self, ranking: Ranking, reranking: bool) -> dict[str, Any]:
+        """The ranking a request's choices and the settings make, as responses report
+        it: fusion, vector_weight, prf (whether the feedback round runs), recency (or
+        None) and the reranker that ran ("none": no reranking)."""
+        tuning = self.tuning.adjusted(ranking)
+        return {
+            "fusion": tuning.fusion,
+            "vector_weight": tuning.vector_weight,
+            "prf": tuning.feedback_docs > 0,
+            "recency": None if ranking.recency is None else recency_json(ranking.recency),
+            "reranker": self.reranker.name if reranking else "none",
+        }
 
     async def _record(self, answered: Answered) -> None:
         try:

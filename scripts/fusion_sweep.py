@@ -6,7 +6,7 @@
 Reads the collection's stored vectors and its FTS5 index straight from the SQLite
 file, embeds the queries with the local model, and ranks in numpy, so one variant
 costs well under a second: the place to try a fusion idea before it goes into
-`stores/base.py`.
+`stores/hybrid.py`.
 
 Every variant is scored on the set as it is and on perturbed copies in which one
 retriever is weak on purpose (keyword queries with words dropped and distractors

@@ -14,8 +14,7 @@ from pytest import approx
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.settings import Settings
-from knowledge_api.stores.base import Candidate
-from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning, feedback_vector
+from knowledge_api.stores.fusion import DEFAULT_TUNING, Candidate, SearchTuning, feedback_vector
 from knowledge_api.stores.sqlite.store import SQLiteStore
 from tests.conftest import make_store
 

@@ -6,12 +6,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from knowledge_api.config.fields import Form, Secret, Twice, setting
 
 MEMORY = r"[1-9][0-9]*\s*(kB|MB|GB|TB)"
 """A memory size as Postgres reads one."""
 SIZE = Form("a size such as 512MB or 2GB", lambda value: bool(re.fullmatch(MEMORY, value)))
+
+
+def collection_prefix(engine: str) -> Any:
+    """The setting of the prefix a points store (Chroma, Qdrant) names its collections
+    with: both name them alike (stores/records.py `chunk_collection`)."""
+    return setting(
+        f"KNOWLEDGE_{engine.upper()}_PREFIX",
+        "knowledge",
+        f"{engine} collection names: <prefix> (documents), <prefix>-<collection> (chunks).",
+    )
 
 
 @dataclass(frozen=True)
@@ -149,11 +160,7 @@ class StoreSettings:
     chroma_token: Secret = setting(
         "KNOWLEDGE_CHROMA_TOKEN", Secret(""), "Bearer token of the Chroma server (if it asks)."
     )
-    chroma_prefix: str = setting(
-        "KNOWLEDGE_CHROMA_PREFIX",
-        "knowledge",
-        "Chroma collection names: <prefix> (documents), <prefix>-<collection> (chunks).",
-    )
+    chroma_prefix: str = collection_prefix("Chroma")
     qdrant_path: str = setting(
         "KNOWLEDGE_QDRANT_PATH",
         "data/qdrant",
@@ -165,11 +172,7 @@ class StoreSettings:
     qdrant_api_key: Secret = setting(
         "KNOWLEDGE_QDRANT_API_KEY", Secret(""), "API key of the Qdrant server."
     )
-    qdrant_prefix: str = setting(
-        "KNOWLEDGE_QDRANT_PREFIX",
-        "knowledge",
-        "Qdrant collection names: <prefix> (documents), <prefix>-<collection> (chunks).",
-    )
+    qdrant_prefix: str = collection_prefix("Qdrant")
     qdrant_fusion: str = setting(
         "KNOWLEDGE_QDRANT_FUSION",
         "auto",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
+from knowledge_api.models import Progress
 from knowledge_api.registry import FromSettings
 
 
@@ -21,7 +22,7 @@ class Embedder(Protocol):
     def load(self) -> None: ...
 
     def embed_documents(
-        self, texts: Sequence[str], progress: Callable[[int], object] | None = None
+        self, texts: Sequence[str], progress: Progress | None = None
     ) -> np.ndarray: ...
 
     def embed_query(self, text: str) -> np.ndarray: ...
@@ -49,9 +50,7 @@ class BatchEmbedder(FromSettings):
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         raise NotImplementedError
 
-    def embed_documents(
-        self, texts: Sequence[str], progress: Callable[[int], object] | None = None
-    ) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), self.batch_size):

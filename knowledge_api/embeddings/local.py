@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from knowledge_api.embeddings.runtimes import (
     cpu_bf16_units,
 )
 from knowledge_api.errors import EmbeddingError
+from knowledge_api.models import Progress
 
 MODEL = "all-MiniLM-L6-v2"
 WINDOW_BATCHES = 8
@@ -103,9 +104,7 @@ class LocalEmbedder(BatchEmbedder):
         self._tokenizer = tokenizer
         self._encoder = encoder
 
-    def embed_documents(
-        self, texts: Sequence[str], progress: Callable[[int], object] | None = None
-    ) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
         """Batches of like token counts, on every stream at once; rows in `texts` order."""
         encoder = self._require_loaded()
         batches: list[list[int]] = []

@@ -16,7 +16,7 @@ import numpy as np
 
 from knowledge_api import tracing
 from knowledge_api.ingest.chunker import chunk_document
-from knowledge_api.models import Document, EmbedderIdentity, IndexSummary
+from knowledge_api.models import Document, EmbedderIdentity, IndexSummary, Progress
 from knowledge_api.stores.base import KnowledgeStore
 
 EmbedFn = Callable[[Sequence[str]], Awaitable[np.ndarray]]
@@ -33,7 +33,7 @@ class Ingestor:
     async def ingest(
         self,
         documents: Iterable[Document],
-        progress: Callable[[int], object] | None = None,
+        progress: Progress | None = None,
         source: str | None = None,
     ) -> IndexSummary:
         """Batches of documents, each written while the next one is embedded: the model
@@ -111,7 +111,7 @@ class Ingestor:
 
     @staticmethod
     async def _written(
-        writing: asyncio.Task[IndexSummary], progress: Callable[[int], object] | None
+        writing: asyncio.Task[IndexSummary], progress: Progress | None
     ) -> IndexSummary:
         summary = await writing
         if progress is not None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
+
+from knowledge_api.models import Progress
 
 PLAIN_EVERY_SECONDS = 5.0
 
@@ -20,7 +22,7 @@ def progress(
     desc: str = "indexing",
     stream: TextIO | None = None,
     every: float = PLAIN_EVERY_SECONDS,
-) -> Iterator[Callable[[int], object]]:
+) -> Iterator[Progress]:
     """A function to call with the number of items just done."""
     stream = stream if stream is not None else sys.stderr
     if stream.isatty():

@@ -120,6 +120,27 @@ def asset_route(path: str, endpoint: Callable[..., Any], page: str, asset: Field
     )
 
 
+def admin_page(
+    path: str,
+    endpoint: Callable[..., Any],
+    summary: str,
+    response: Schema,
+    parameters: tuple[Field, ...],
+) -> ApiRoute:
+    """A page of records kept for the admins (ratings, the audit trail), newest first,
+    chosen by its query parameters: a 400 names one that breaks its rule."""
+    return ApiRoute(
+        path,
+        endpoint,
+        "GET",
+        ADMIN,
+        summary,
+        response=response,
+        parameters=parameters,
+        errors=(400, 503),
+    )
+
+
 CHAT_ERRORS = (400, 403, 404, 413, 415, 503)
 """404: a collection (or a model naming one) that does not exist."""
 ROUTES = [
@@ -318,25 +339,19 @@ ROUTES = [
         statuses=(201,),
         errors=(400, 403, 404, 413, 415, 503),
     ),
-    ApiRoute(
+    admin_page(
         "/v1/knowledge/feedback",
         feedback.ratings,
-        "GET",
-        ADMIN,
         "Readers' ratings, newest first, each with its query.",
-        response=feedback.PAGE,
-        parameters=feedback.PARAMETERS,
-        errors=(400, 503),
+        feedback.PAGE,
+        feedback.PARAMETERS,
     ),
-    ApiRoute(
+    admin_page(
         "/v1/knowledge/audit",
         audit.audit,
-        "GET",
-        ADMIN,
         "The audit trail of writes, newest first, by key, collection and time.",
-        response=audit.RESPONSE,
-        parameters=audit.PARAMETERS,
-        errors=(400, 503),
+        audit.RESPONSE,
+        audit.PARAMETERS,
     ),
     ApiRoute(
         "/v1/knowledge/files",

@@ -1,22 +1,18 @@
-"""The KnowledgeStore protocol, and the hybrid search every backend shares.
+"""The KnowledgeStore protocol: what every backend offers the service.
 
 A store keeps documents, their chunks and the chunks' vectors; it never embeds
 (the service does), so a collection can move between backends with its vectors.
-Backends provide two candidate lists (vector and keyword) and the shared
-`HybridSearch.search` fuses them (stores/fusion.py), cuts by threshold and limit,
-and hydrates hits.
+The backends share their search through `HybridSearch` (stores/hybrid.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Hashable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from knowledge_api import facets, tracing
 from knowledge_api.errors import EmbedderMismatchError
 from knowledge_api.facets import Facets
 from knowledge_api.models import (
@@ -32,28 +28,10 @@ from knowledge_api.models import (
     SearchMode,
     SourceInfo,
 )
-from knowledge_api.registry import FromSettings
-from knowledge_api.stores.fusion import (
-    DEFAULT_TUNING,
-    Candidate,
-    SearchTuning,
-    convex_fusion,
-    feedback_vector,
-    reciprocal_rank_fusion,
-    relative_scores,
-)
-from knowledge_api.stores.tables.audit import AuditLog, SQLiteAudit
-from knowledge_api.stores.tables.feedback import FeedbackLog, SQLiteFeedback
-from knowledge_api.stores.tables.jobs import JobStore, SQLiteJobs
-from knowledge_api.stores.tables.keys import KeyStore, SQLiteKeys
-
-__all__ = [
-    "Candidate",
-    "HybridSearch",
-    "KnowledgeStore",
-    "SearchMode",
-    "cosine_to_similarity",
-]
+from knowledge_api.stores.tables.audit import AuditLog
+from knowledge_api.stores.tables.feedback import FeedbackLog
+from knowledge_api.stores.tables.jobs import JobStore
+from knowledge_api.stores.tables.keys import KeyStore
 
 
 class KnowledgeStore(Protocol):
@@ -164,240 +142,6 @@ class KnowledgeStore(Protocol):
 
     async def collection_stats(self) -> list[CollectionInfo]:
         """Every collection holding documents or sources, by name."""
-
-
-DB_SYSTEMS = {"postgres": "postgresql", "supabase": "postgresql", "chroma": "chromadb"}
-"""db.system.name of the backends whose name is not the semantic conventions' one."""
-
-
-class HybridSearch(FromSettings):
-    """Vector and keyword candidates fused (by score, or by rank with
-    KNOWLEDGE_FUSION=rrf); similarity is the cosine."""
-
-    name = "store"
-    tuning: SearchTuning = DEFAULT_TUNING
-    concurrent_candidates = False
-    """Whether both candidate lists may be asked for at once (a database server that
-    runs the two queries side by side, or a query sent off to a thread); otherwise one
-    after the other."""
-
-    @classmethod
-    def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
-        return {"tuning": SearchTuning.from_settings(settings)}
-
-    def key_store(self, sqlite_path: Path) -> KeyStore:
-        """Where this store's deployment keeps its API keys: by default a table of the
-        SQLite file at `sqlite_path` (the sqlite store's own file)."""
-        return SQLiteKeys(sqlite_path)
-
-    async def generation(self) -> Hashable:
-        raise NotImplementedError
-
-    async def collection_generation(self, collection: str) -> Hashable:
-        """The store's generation, where a backend counts no writes per collection:
-        then any write empties every collection's cached answers."""
-        return await self.generation()
-
-    def audit_log(self, sqlite_path: Path) -> AuditLog:
-        """Where this store's deployment keeps its audit trail: beside its API keys."""
-        return SQLiteAudit(sqlite_path)
-
-    def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
-        """Answered queries and their ratings: beside the API keys too."""
-        return SQLiteFeedback(sqlite_path)
-
-    def job_store(self, sqlite_path: Path) -> JobStore:
-        """Where this store's deployment keeps its upload jobs: by default a table of
-        the SQLite file at `sqlite_path`, like the keys."""
-        return SQLiteJobs(sqlite_path)
-
-    async def search(
-        self,
-        query: str,
-        vector: np.ndarray | None,
-        top_k: int,
-        filters: SearchFilters,
-        threshold: float = 0.0,
-        mode: SearchMode = "hybrid",
-        ranking: Ranking = SETTINGS_RANKING,
-    ) -> list[SearchHit]:
-        tuning = self.tuning.adjusted(ranking)
-        n = max(tuning.candidates, top_k)
-        fused, similarity = await self.fused_candidates(query, vector, n, filters, mode, tuning)
-        if mode == "hybrid" and vector is not None and tuning.feedback_docs > 0:
-            feedback = {"knowledge.feedback.docs": tuning.feedback_docs}
-            with tracing.span("knowledge.search.feedback", feedback) as round_:
-                fused, similarity = await self.with_feedback(
-                    vector, n, filters, fused, similarity, tuning
-                )
-                round_.set_attribute("knowledge.search.hits", len(fused))
-        kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
-        return await self.hydrate(kept, similarity)
-
-    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
-        raise facets.unsupported(self.name, "it has no query that counts the matching passages")
-
-    async def fused_candidates(
-        self,
-        query: str,
-        vector: np.ndarray | None,
-        n: int,
-        filters: SearchFilters,
-        mode: SearchMode,
-        tuning: SearchTuning,
-    ) -> tuple[list[tuple[Hashable, float]], dict[Hashable, float]]:
-        """Up to n candidates of each ranking fused best first (as `tuning` fuses), and
-        the similarity of each."""
-        by_vector: list[Candidate] = []
-        by_keyword: list[Candidate] = []
-        if vector is not None and mode == "hybrid" and self.concurrent_candidates:
-            # keyword first: a store whose vector search holds the event loop (sqlite's
-            # runs in process) has sent its keyword query off to its thread by then
-            by_keyword, by_vector = await asyncio.gather(
-                self.traced_keyword(query, n, filters),
-                self.traced_vector(vector, n, filters),
-            )
-        else:
-            if vector is not None and mode != "keyword":
-                by_vector = await self.traced_vector(vector, n, filters)
-            if mode != "vector":
-                by_keyword = await self.traced_keyword(query, n, filters)
-        method = {"knowledge.fusion.method": tuning.fusion}
-        with tracing.span("knowledge.search.fusion", method) as fusing:
-            if vector is None:
-                similarity = relative_scores(by_keyword)
-            else:
-                similarity = {c.key: c.score for c in by_vector}
-                missing = [c.key for c in by_keyword if c.key not in similarity]
-                similarity.update(await self.similarities(missing, vector))
-            fused = self.fuse(by_vector, by_keyword, similarity, tuning)
-            fusing.set_attribute("knowledge.search.hits", len(fused))
-        return fused, similarity
-
-    def db_attributes(self, operation: str, filters: SearchFilters, n: int) -> dict[str, Any]:
-        """A store search's span attributes (database semantic conventions)."""
-        return {
-            "db.system.name": DB_SYSTEMS.get(self.name, self.name),
-            "db.operation.name": operation,
-            "db.collection.name": filters.collection,
-            "knowledge.search.sources": list(filters.source_types or ("all",)),
-            "knowledge.search.candidates": n,
-        }
-
-    async def traced_vector(
-        self, vector: np.ndarray, n: int, filters: SearchFilters
-    ) -> list[Candidate]:
-        """`vector_candidates` in its span."""
-        if not tracing.recording():
-            return await self.vector_candidates(vector, n, filters)
-        attributes = self.db_attributes("vector_search", filters, n)
-        with tracing.span("knowledge.search.vector", attributes) as searching:
-            found = await self.vector_candidates(vector, n, filters)
-            searching.set_attribute("knowledge.search.hits", len(found))
-        return found
-
-    async def traced_keyword(self, query: str, n: int, filters: SearchFilters) -> list[Candidate]:
-        """`keyword_candidates` in its span."""
-        if not tracing.recording():
-            return await self.keyword_candidates(query, n, filters)
-        attributes = self.db_attributes("keyword_search", filters, n)
-        with tracing.span("knowledge.search.keyword", attributes) as searching:
-            found = await self.keyword_candidates(query, n, filters)
-            searching.set_attribute("knowledge.search.hits", len(found))
-        return found
-
-    def fuse(
-        self,
-        by_vector: Sequence[Candidate],
-        by_keyword: Sequence[Candidate],
-        similarity: dict[Hashable, float],
-        tuning: SearchTuning,
-    ) -> list[tuple[Hashable, float]]:
-        """Both lists in one ranking, best first: by score (convex) when both lists
-        have hits, otherwise (and with KNOWLEDGE_FUSION=rrf) by rank, which keeps the
-        order of a single list."""
-        if tuning.fusion == "convex" and by_vector and by_keyword:
-            return convex_fusion(by_vector, by_keyword, similarity, tuning.vector_weight)
-        return reciprocal_rank_fusion(
-            [[c.key for c in by_vector], [c.key for c in by_keyword]], k=tuning.fusion_k
-        )
-
-    async def with_feedback(
-        self,
-        vector: np.ndarray,
-        n: int,
-        filters: SearchFilters,
-        fused: list[tuple[Hashable, float]],
-        similarity: dict[Hashable, float],
-        tuning: SearchTuning,
-    ) -> tuple[list[tuple[Hashable, float]], dict[Hashable, float]]:
-        """The fused ranking fused again with a vector search for the query moved
-        toward its best hits (pseudo-relevance feedback); similarity stays the cosine
-        of the original query. Without stored vectors for those hits, nothing changes."""
-        seeds = await self.hydrate(fused[: tuning.feedback_docs], similarity)
-        stored = await self.embeddings_by_hash([hit.chunk.content_hash for hit in seeds])
-        if not stored:
-            return fused, similarity
-        moved = feedback_vector(vector, list(stored.values()), tuning.feedback_weight)
-        by_feedback = await self.feedback_candidates(moved, n, filters)
-        refused = reciprocal_rank_fusion(
-            [[c.key for c in by_feedback], [key for key, _ in fused]],
-            k=tuning.fusion_k,
-            weights=[tuning.feedback_rank_weight, 1.0],
-        )
-        missing = [key for key, _ in refused if key not in similarity]
-        similarity = {**similarity, **await self.similarities(missing, vector)}
-        # a hit deleted since the feedback search found it has no similarity: left out
-        return [(key, score) for key, score in refused if key in similarity], similarity
-
-    async def feedback_candidates(
-        self, vector: np.ndarray, n: int, filters: SearchFilters
-    ) -> list[Candidate]:
-        """The feedback search's best n, best first. Its ranking counts by rank alone,
-        so a store may rank them by approximate scores."""
-        return await self.vector_candidates(vector, n, filters)
-
-    async def index_documents(self, documents: Sequence[Document]) -> None:
-        raise NotImplementedError
-
-    async def index_batches(
-        self, batches: AsyncIterable[Sequence[Document]], expected: int = 0
-    ) -> None:
-        """Each set as `index_documents` writes it; a backend with a faster bulk path
-        overrides this."""
-        async for batch in batches:
-            await self.index_documents(batch)
-
-    async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        """Stored vectors by chunk content hash (every KnowledgeStore has it)."""
-        raise NotImplementedError
-
-    async def vector_candidates(
-        self, vector: np.ndarray, n: int, filters: SearchFilters
-    ) -> list[Candidate]:
-        """Best n by cosine similarity (clipped to 0-1), best first."""
-        raise NotImplementedError
-
-    async def keyword_candidates(
-        self, query: str, n: int, filters: SearchFilters
-    ) -> list[Candidate]:
-        """Best n by keyword relevance (higher is better), best first."""
-        raise NotImplementedError
-
-    async def similarities(
-        self, keys: Sequence[Hashable], vector: np.ndarray
-    ) -> dict[Hashable, float]:
-        raise NotImplementedError
-
-    async def hydrate(
-        self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
-    ) -> list[SearchHit]:
-        raise NotImplementedError
-
-
-def cosine_to_similarity(cosine: float) -> float:
-    """Similarity 0-1: opposite and unrelated passages are both simply 0."""
-    return min(max(cosine, 0.0), 1.0)
 
 
 def embedder_mismatch(

@@ -11,15 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from knowledge_api.filters import (
-    DATE_FIELDS,
-    RANGES,
-    Combined,
-    Condition,
-    Instant,
-    Negated,
-    Node,
-)
+from knowledge_api.filters import DATE_FIELDS, RANGES, Combined, Condition, Instant, Negated, Node
 
 Tree = dict[str, Any]
 
@@ -29,8 +21,7 @@ def filter_tree(node: Node) -> Tree:
         return {"op": node.op, "parts": [filter_tree(part) for part in node.parts]}
     if isinstance(node, Negated):
         return {"op": "$not", "part": filter_tree(node.part)}
-    if node.op in ("$ne", "$nin"):
-        positive = Condition(node.field, "$eq" if node.op == "$ne" else "$in", node.value)
+    if (positive := node.positive()) is not None:
         return {"op": "$not", "part": filter_tree(positive)}
     return _own(node) if node.own else _metadata(node)
 
@@ -51,12 +42,7 @@ def _own(condition: Condition) -> Tree:
         if not isinstance(value, Instant):
             return constant(False)  # a text or a timestamp is never a number
         return {**leaf, "kind": "date", "value": value.millis}
-    values = value if isinstance(value, tuple) else (value,)
-    kept: list[Any] = (
-        [v.millis for v in values if isinstance(v, Instant)]
-        if dated
-        else [v for v in values if isinstance(v, str)]
-    )
+    kept: list[Any] = condition.millis() if dated else condition.texts()
     if not kept:
         return constant(False)
     return {**leaf, "op": "$in", "kind": "date" if dated else "text", "values": kept}
@@ -71,5 +57,4 @@ def _metadata(condition: Condition) -> Tree:
         return {**leaf, "kind": "number", "value": value}
     if op in ("$exists", "$contains"):
         return {**leaf, "value": value}
-    values = value if isinstance(value, tuple) else (value,)
-    return {**leaf, "op": "$in", "values": list(values)}
+    return {**leaf, "op": "$in", "values": list(condition.values)}

@@ -56,8 +56,7 @@ def _node(node: Node, columns: Columns, params: list[Any]) -> str:
             assert isinstance(node.part, Condition)
             return _absent(node.part, columns.document, params)
         return f"NOT ({_node(node.part, columns, params)})"
-    if node.op in ("$ne", "$nin"):
-        positive = Condition(node.field, "$eq" if node.op == "$ne" else "$in", node.value)
+    if (positive := node.positive()) is not None:
         if columns.document and _indexed_leaf(positive, columns):
             return _absent(positive, columns.document, params)
         return f"NOT ({_node(positive, columns, params)})"
@@ -76,14 +75,14 @@ def _own(condition: Condition, column: str, params: list[Any]) -> str:
     if op == "$contains":
         params.append(f" {value} ")
         return f"instr(' ' || {column} || ' ', ?) > 0"
-    values = value if isinstance(value, tuple) else (value,)
+    values = condition.values
     if op in COMPARE:
         return (
             _date_compare(column, COMPARE[op], value, params) if isinstance(value, Instant) else "0"
         )
     if any(isinstance(each, Instant) for each in values):
         return balanced([_date_compare(column, "=", each, params) for each in values], "OR")
-    texts = [each for each in values if isinstance(each, str)]
+    texts = condition.texts()
     if not texts:
         return "0"
     params.extend(texts)
@@ -118,7 +117,7 @@ def _metadata(condition: Condition, metadata: str, params: list[Any]) -> str:
             return f"IFNULL({kind} = 'text', 0) AND {dated}"
         params.append(value)
         return f"IFNULL({kind} {JSON_NUMBER} AND {extracted} {COMPARE[op]} ?, 0)"
-    values = value if isinstance(value, tuple) else (value,)
+    values = condition.values
     return balanced(_members(values, kind, extracted, params), "OR")
 
 
@@ -209,7 +208,7 @@ def _value_test(condition: Condition, params: list[Any]) -> str:
             return f"ms {COMPARE[op]} ?"
         params.append(value)
         return f"kind = 'number' AND value {COMPARE[op]} ?"
-    values = value if isinstance(value, tuple) else (value,)
+    values = condition.values
     tests = []
     for kind, group in _kinds(values):
         params.extend(group)
@@ -246,7 +245,7 @@ def _indexed(condition: Condition, document: str, params: list[Any]) -> str:
             return f"{document} IN ({found} AND ms {COMPARE[op]} ?)"
         params.extend((key, value))
         return f"{document} IN ({found} AND kind = 'number' AND value {COMPARE[op]} ?)"
-    values = value if isinstance(value, tuple) else (value,)
+    values = condition.values
     selects = []
     for kind, group in _kinds(values):
         params.extend((key, *group))

@@ -95,6 +95,11 @@ FEEDBACK_DOCS = 3
 DEFAULT_TUNING = SearchTuning.from_settings(Settings())
 
 
+def cosine_to_similarity(cosine: float) -> float:
+    """Similarity 0-1: opposite and unrelated passages are both simply 0."""
+    return min(max(cosine, 0.0), 1.0)
+
+
 def relative_scores(candidates: Sequence[Candidate]) -> dict[Hashable, float]:
     """Keyword scores over the best one (0-1; 0 when none is positive): every backend's
     keyword scale, and every query's, on one range."""

@@ -19,8 +19,8 @@ from typing import Any
 from knowledge_api import text
 from knowledge_api.filters import OWN_FIELDS, conditions
 from knowledge_api.models import Chunk, Metadata, SearchFilters
-from knowledge_api.stores.base import Candidate
 from knowledge_api.stores.filter_sql import Columns, where_sql
+from knowledge_api.stores.fusion import Candidate
 
 BM25_K1 = 1.2
 BM25_B = 0.75

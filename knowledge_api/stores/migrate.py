@@ -6,9 +6,9 @@ migration again only copies what changed since.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
-from knowledge_api.models import Document, EmbedderIdentity, IndexSummary
+from knowledge_api.models import Document, EmbedderIdentity, IndexSummary, Progress
 from knowledge_api.stores.base import KnowledgeStore
 
 BATCH_DOCUMENTS = 256
@@ -19,7 +19,7 @@ async def migrate(
     target: KnowledgeStore,
     embedder: EmbedderIdentity,
     collections: Sequence[str] = (),
-    progress: Callable[[int], object] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, IndexSummary]:
     """Copy `collections` (all of the source's when empty) from source to target.
 
@@ -36,7 +36,7 @@ async def copy_collection(
     source: KnowledgeStore,
     target: KnowledgeStore,
     collection: str,
-    progress: Callable[[int], object] | None = None,
+    progress: Progress | None = None,
 ) -> IndexSummary:
     """The changed documents of `collection` go to the target as one stream, which a
     backend may load in bulk (and in one transaction: postgres)."""

@@ -25,7 +25,7 @@ import orjson
 
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ingest.pipeline import Ingestor, changed_only
-from knowledge_api.models import Chunk, Document, EmbedderIdentity, chunk_id
+from knowledge_api.models import Chunk, Document, EmbedderIdentity, Progress, chunk_id
 from knowledge_api.registry import import_extra
 from knowledge_api.stores.base import KnowledgeStore
 
@@ -80,7 +80,7 @@ async def export_collection(
     embedder: EmbedderIdentity,
     collection: str,
     path: Path,
-    progress: Callable[[int], object] | None = None,
+    progress: Progress | None = None,
 ) -> Transferred:
     """Write every document of `collection`; the file appears whole or not at all."""
     check_writable(path)
@@ -147,7 +147,7 @@ async def import_file(
     path: Path,
     collection: str | None = None,
     embed: EmbedFn | None = None,
-    progress: Callable[[int], object] | None = None,
+    progress: Progress | None = None,
 ) -> Transferred:
     """Read a file written by `export_collection` into `store` (into `collection`, or
     the one it was exported from). The file's vectors are stored as they are when they
@@ -235,7 +235,7 @@ async def write(
     same: bool,
     embed: EmbedFn | None,
     done: Transferred,
-    progress: Callable[[int], object] | None,
+    progress: Progress | None,
 ) -> None:
     if not batch:
         return

@@ -19,13 +19,12 @@ was fitted on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from knowledge_api import calibration, grounding
-from knowledge_api.models import SearchHit
+from knowledge_api.models import Progress, SearchHit
 from knowledge_api.registry import import_extra
 from knowledge_api.service import KnowledgeService
 from knowledge_api.usecases import answers
@@ -211,7 +210,7 @@ async def evaluate_answers(
     service: KnowledgeService,
     folder: Path,
     collection: str = "",
-    progress: Callable[[int], object] | None = None,
+    progress: Progress | None = None,
     limit: int = 5,
     each_passage: bool = True,
 ) -> CalibrationReport:

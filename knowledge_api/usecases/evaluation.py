@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +16,14 @@ from typing import Any
 from knowledge_api.beir import jsonl_records
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ir_metrics import distinct, eval_metrics, mean_metrics, percentiles
-from knowledge_api.models import SEARCH_MODES, SearchFilters, SearchHit, SearchMode, document_id
+from knowledge_api.models import (
+    SEARCH_MODES,
+    Progress,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+    document_id,
+)
 from knowledge_api.service import KnowledgeService
 
 EVAL_METRICS = ("ndcg@10", "leaderboard_ndcg@10", "recall@10", "recall@100", "mrr@10")
@@ -164,7 +171,7 @@ async def evaluate(
     folder: Path,
     modes: Sequence[SearchMode] = SEARCH_MODES,
     collection: str = "",
-    progress: Callable[[int], object] | None = None,
+    progress: Progress | None = None,
     rerank: bool = False,
 ) -> EvalReport:
     """Ingest the corpus into a collection, run every judged query in every mode.
@@ -211,7 +218,7 @@ async def ingested(
     service: KnowledgeService,
     data: BeirSet,
     collection: str = "",
-    progress: Callable[[int], object] | None = None,
+    progress: Progress | None = None,
 ) -> AsyncIterator[Corpus]:
     """The corpus of `data` ingested into `collection`; without one, into a temporary
     collection removed afterwards (a named one is kept, so a later run re-uses its

@@ -23,6 +23,7 @@ from knowledge_api.models import (
     DocumentPage,
     DocumentSummary,
     IndexSummary,
+    Progress,
     SourceInfo,
 )
 from knowledge_api.service import KnowledgeService
@@ -115,7 +116,7 @@ async def plan_mirror(
 
 
 async def mirror(
-    service: KnowledgeService, plan: MirrorPlan, progress: Callable[[int], object] | None = None
+    service: KnowledgeService, plan: MirrorPlan, progress: Progress | None = None
 ) -> MirrorReport:
     """Carry out a plan: write what is new or changed, delete what is gone, note the run."""
     indexed = IndexSummary()

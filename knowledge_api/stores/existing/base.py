@@ -29,7 +29,6 @@ from knowledge_api.models import (
     SearchHit,
     SourceInfo,
 )
-from knowledge_api.stores.base import HybridSearch
 from knowledge_api.stores.existing.rows import (
     SIAM,
     SIAM_COLUMNS,
@@ -44,6 +43,7 @@ from knowledge_api.stores.existing.rows import (
     wiki_metadata,
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.postgres.rows import Condition, Row, as_vector
 from knowledge_api.stores.postgres.siam import SiamStore
 from knowledge_api.stores.records import is_uuid

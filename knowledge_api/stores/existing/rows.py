@@ -18,7 +18,7 @@ from knowledge_api.models import (
     SearchHit,
     document_id,
 )
-from knowledge_api.stores.base import Candidate, cosine_to_similarity
+from knowledge_api.stores.fusion import Candidate, cosine_to_similarity
 from knowledge_api.stores.postgres.rows import TENANCY, Condition, Row, filter_params
 
 SIAM = "siam_vectors"

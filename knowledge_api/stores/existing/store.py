@@ -26,7 +26,6 @@ import numpy as np
 from knowledge_api import text
 from knowledge_api.errors import ConfigurationError, KnowledgeStoreError, SearchError
 from knowledge_api.models import SearchFilters
-from knowledge_api.stores.base import Candidate, cosine_to_similarity
 from knowledge_api.stores.existing.adopt import RECORD, SEARCH_STEP, WIKI_VECTORS
 from knowledge_api.stores.existing.base import ExistingTables
 from knowledge_api.stores.existing.rows import (
@@ -43,7 +42,7 @@ from knowledge_api.stores.existing.rows import (
     siam_filter,
     with_keyword_similarity,
 )
-from knowledge_api.stores.fusion import SearchTuning
+from knowledge_api.stores.fusion import Candidate, SearchTuning, cosine_to_similarity
 from knowledge_api.stores.postgres.rows import Row
 from knowledge_api.stores.postgres.siam import SiamStore
 

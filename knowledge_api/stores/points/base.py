@@ -29,11 +29,8 @@ from knowledge_api.models import (
     SourceInfo,
 )
 from knowledge_api.stores import records
-from knowledge_api.stores.base import (
-    cosine_to_similarity,
-    embedder_mismatch,
-)
-from knowledge_api.stores.fusion import SearchTuning
+from knowledge_api.stores.base import embedder_mismatch
+from knowledge_api.stores.fusion import SearchTuning, cosine_to_similarity
 from knowledge_api.stores.points.engine import (
     COLLECTIONS,
     SOURCES,

@@ -2,8 +2,8 @@
 
 Chunks live in one Chroma collection per knowledge collection (cosine space, HNSW),
 documents in a catalog collection (see `records`). Chroma ranks by vector only, so
-keyword relevance comes from a `KeywordIndex` built from the same chunks when the
-store opens and kept current by every write; writes made by another client of the
+keyword relevance comes from a `KeywordIndex` (chroma_search.py) built from the same
+chunks when the store opens and kept current by every write; writes made by another client of the
 same server are noticed through the generation token and the index is rebuilt.
 
 The client is synchronous: every call runs on a worker thread, off the event loop.
@@ -27,33 +27,28 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.facets import Facets
-from knowledge_api.models import Document, SearchFilters
+from knowledge_api.models import Document
 from knowledge_api.registry import import_extra
 from knowledge_api.stores import records
-from knowledge_api.stores.base import Candidate, cosine_to_similarity
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
-from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
-from knowledge_api.stores.points.base import PointStore
-from knowledge_api.stores.points.chroma_filter import chroma_where
+from knowledge_api.stores.keyword import KeywordIndex
 from knowledge_api.stores.points.chroma_points import (
     chunk_metadata,
     chunk_points,
     close_client,
     content_hashes,
-    counted_facets,
     documents_by_collection,
-    keyword_entries,
     new_client,
     unreachable,
     vectors_by_hash,
 )
+from knowledge_api.stores.points.chroma_search import ChromaSearch
 from knowledge_api.stores.points.engine import CatalogEntry, ChunkPoint, Record, unavailable
 
 T = TypeVar("T")
 
 
-class ChromaStore(PointStore):
+class ChromaStore(ChromaSearch):
     name = "chroma"
     engine = "Chroma"
 
@@ -122,23 +117,6 @@ class ChromaStore(PointStore):
         await self._run(
             IndexingError, "recording the write", lambda: self._catalog.modify(metadata=record)
         )
-
-    async def _opened(self, record: Record) -> None:
-        await self._load_keywords()
-
-    async def _changed(self) -> None:
-        await self._load_keywords()
-
-    def _indexed(self, documents: Sequence[Document]) -> None:
-        entries = [
-            KeywordEntry.of(chunk, doc.collection, doc.source_type, doc.metadata, doc)
-            for doc in documents
-            for chunk in doc.chunks
-        ]
-        self.keywords.replace([doc.id for doc in documents], entries)
-
-    def _deleted(self, doc_id: str) -> None:
-        self.keywords.replace([doc_id], [])
 
     async def _run(self, error: type[KnowledgeStoreError], what: str, call: Callable[[], T]) -> T:
         """Run a client call on a worker thread; engine failures become store errors."""
@@ -246,50 +224,6 @@ class ChromaStore(PointStore):
 
         return await self._run(IndexingError, f"deleting {doc_id!r}", remove)
 
-    # -- search ---------------------------------------------------------------------------
-
-    async def vector_candidates(
-        self, vector: np.ndarray, n: int, filters: SearchFilters
-    ) -> list[Candidate]:
-        where = chroma_where(filters.source_types, filters.where)  # a refusal is a 400
-
-        def query() -> list[Candidate]:
-            chunks = self._chunks(filters.collection)
-            if chunks is None:
-                return []
-            found = chunks.query(
-                query_embeddings=[np.asarray(vector, dtype=np.float32)],
-                n_results=n,
-                where=where,
-                include=["distances"],
-            )
-            return [
-                Candidate((filters.collection, key), cosine_to_similarity(1.0 - distance))
-                for key, distance in zip(found["ids"][0], found["distances"][0], strict=True)
-            ]
-
-        return await self._run(SearchError, "vector search", query)
-
-    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
-        """Counted over the metadata of every chunk the search's `where` passes, a page
-        at a time (Chroma counts no groups itself)."""
-
-        def read() -> Facets:
-            chunks = self._chunks(filters.collection)
-            where = chroma_where(filters.source_types, filters.where)
-            return counted_facets(chunks, where, fields)
-
-        return await self._run(SearchError, "counting facets", read)
-
-    async def keyword_candidates(
-        self, query: str, n: int, filters: SearchFilters
-    ) -> list[Candidate]:
-        await self._ready()  # the index mirrors Chroma: no answers while Chroma is away
-        return [
-            Candidate((filters.collection, c.key), c.score)
-            for c in self.keywords.search(query, n, filters)
-        ]
-
     async def _chunk_points(
         self, collection: str, ids: list[str], vectors: bool = False
     ) -> list[ChunkPoint]:
@@ -302,13 +236,6 @@ class ChromaStore(PointStore):
             return chunk_points(chunks.get(ids=ids, include=include), vectors)
 
         return await self._run(SearchError, "reading chunks", read)
-
-    async def _load_keywords(self) -> None:
-        """Rebuild the keyword index from every chunk stored in Chroma."""
-
-        entries = await asyncio.to_thread(lambda: keyword_entries(self._all_chunks()))
-        self.keywords.clear()
-        self.keywords.replace([], entries)
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -14,15 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from knowledge_api.filters import (
-    RANGES,
-    Combined,
-    Condition,
-    Instant,
-    Negated,
-    Node,
-    unsupported,
-)
+from knowledge_api.filters import RANGES, Combined, Condition, Instant, Negated, Node, unsupported
 from knowledge_api.models import Document
 from knowledge_api.stores import records
 
@@ -73,8 +65,7 @@ def _node(node: Node, negated: bool) -> Where | bool:
     if isinstance(node, Combined):
         parts = [_node(part, negated) for part in node.parts]
         return _all(parts) if (node.op == "$and") != negated else _any(parts)
-    if node.op in ("$ne", "$nin"):
-        positive = Condition(node.field, "$eq" if node.op == "$ne" else "$in", node.value)
+    if (positive := node.positive()) is not None:
         return _node(positive, not negated)
     return _own(node, negated) if node.own else _metadata(node, negated)
 
@@ -109,15 +100,12 @@ def _own(condition: Condition, negated: bool) -> Where | bool:
         if op in RANGES:
             assert isinstance(value, Instant)
             return {name: {COMPLEMENT[op] if negated else op: value.millis}}
-        values = value if isinstance(value, tuple) else (value,)
-        millis = [v.millis for v in values if isinstance(v, Instant)]
-        return {name: {"$nin" if negated else "$in": millis}}
+        return {name: {"$nin" if negated else "$in": condition.millis()}}
     if op in RANGES:
         if isinstance(value, Instant):
             raise unsupported(BACKEND, op, f"a date range on {field}")
         return negated  # a text is never a number
-    values = value if isinstance(value, tuple) else (value,)
-    texts = [v for v in values if isinstance(v, str)]
+    texts = condition.texts()
     if not texts:
         return negated
     return {field: {"$nin" if negated else "$in": texts}}
@@ -140,12 +128,12 @@ def _metadata(condition: Condition, negated: bool) -> Where | bool:
             return {name: {op: operand}}
         kind = "filter.dates" if dated else "filter.numbers"
         return _any([{kind: {"$not_contains": key}}, {name: {COMPLEMENT[op]: operand}}])
-    values = value if isinstance(value, tuple) else (value,)
+    values = condition.values
     numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     if not all(isinstance(v, int) for v in numbers):
         numbers = [float(v) for v in numbers]  # one type per list; Chroma matches 5 to 5.0
     groups = [
-        [v for v in values if isinstance(v, str)],
+        condition.texts(),
         numbers,
         [v for v in values if isinstance(v, bool)],
     ]

@@ -15,7 +15,7 @@ import numpy as np
 from knowledge_api.errors import KnowledgeStoreError
 from knowledge_api.models import Chunk, Document, DocumentSummary, Metadata, SearchHit
 from knowledge_api.stores import records
-from knowledge_api.stores.base import HybridSearch
+from knowledge_api.stores.hybrid import HybridSearch
 
 Record = dict[str, Any]
 Key = tuple[str, str]

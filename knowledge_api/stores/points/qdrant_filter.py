@@ -12,15 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from knowledge_api.filters import (
-    RANGES,
-    Combined,
-    Condition,
-    Instant,
-    Negated,
-    Node,
-    unsupported,
-)
+from knowledge_api.filters import RANGES, Combined, Condition, Instant, Negated, Node, unsupported
 from knowledge_api.models import Document
 from knowledge_api.stores import records
 
@@ -53,8 +45,7 @@ def payload_filter(m: Any, node: Node) -> Any:
         return _all(m, parts) if node.op == "$and" else _any(m, parts)
     if isinstance(node, Negated):
         return _not(m, payload_filter(m, node.part))
-    if node.op in ("$ne", "$nin"):
-        positive = Condition(node.field, "$eq" if node.op == "$ne" else "$in", node.value)
+    if (positive := node.positive()) is not None:
         return _not(m, payload_filter(m, positive))
     return _own(m, node) if node.own else _metadata(m, node)
 
@@ -88,15 +79,12 @@ def _own(m: Any, condition: Condition) -> Any:
         if op in RANGES:
             assert isinstance(value, Instant)
             return m.FieldCondition(key=key, range=m.Range(**{RANGE_NAMES[op]: value.millis}))
-        values = value if isinstance(value, tuple) else (value,)
-        millis = [v.millis for v in values if isinstance(v, Instant)]
-        return m.FieldCondition(key=key, match=m.MatchAny(any=millis))
+        return m.FieldCondition(key=key, match=m.MatchAny(any=condition.millis()))
     if op in RANGES:
         if isinstance(value, Instant):
             raise unsupported(BACKEND, op, f"a date range on {field}")
         return False  # a text is never a number
-    values = value if isinstance(value, tuple) else (value,)
-    texts = [v for v in values if isinstance(v, str)]
+    texts = condition.texts()
     return m.FieldCondition(key=field, match=m.MatchAny(any=texts)) if texts else False
 
 
@@ -114,10 +102,9 @@ def _metadata(m: Any, condition: Condition) -> Any:
             dated = f"filter.ms.{quoted(condition.field)}"
             return m.FieldCondition(key=dated, range=m.Range(**{RANGE_NAMES[op]: value.millis}))
         return m.FieldCondition(key=path, range=m.Range(**{RANGE_NAMES[op]: value}))
-    values = value if isinstance(value, tuple) else (value,)
-    texts = [v for v in values if isinstance(v, str)]
+    texts = condition.texts()
     tests = [m.FieldCondition(key=path, match=m.MatchAny(any=texts))] if texts else []
-    for each in values:
+    for each in condition.values:
         if isinstance(each, bool):
             tests.append(m.FieldCondition(key=path, match=m.MatchValue(value=each)))
         elif isinstance(each, int | float):

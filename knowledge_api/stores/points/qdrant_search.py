@@ -11,9 +11,9 @@ import numpy as np
 
 from knowledge_api import facets
 from knowledge_api.facets import Facets
-from knowledge_api.models import SearchFilters, SearchMode
-from knowledge_api.stores.base import Candidate, cosine_to_similarity
-from knowledge_api.stores.fusion import SearchTuning
+from knowledge_api.models import SearchFilters
+from knowledge_api.stores.fusion import Candidate, cosine_to_similarity
+from knowledge_api.stores.hybrid import Asked, Fused
 from knowledge_api.stores.keyword import sparse_query
 from knowledge_api.stores.points.base import PointStore
 from knowledge_api.stores.points.engine import by_collection
@@ -45,18 +45,11 @@ class QdrantSearch(PointStore):
         """Call a client method that reads; engine failures become store errors."""
         raise NotImplementedError
 
-    async def fused_candidates(
-        self,
-        query: str,
-        vector: np.ndarray | None,
-        n: int,
-        filters: SearchFilters,
-        mode: SearchMode,
-        tuning: SearchTuning,
-    ) -> tuple[list[tuple[Hashable, float]], dict[Hashable, float]]:
+    async def fused_candidates(self, asked: Asked) -> Fused:
+        query, vector, n, filters, mode, tuning = asked
         # the server fuses by rank, when the settings chose it and the request kept it
         if not self.server_fusion or tuning.fusion != "rrf" or vector is None or mode != "hybrid":
-            return await super().fused_candidates(query, vector, n, filters, mode, tuning)
+            return await super().fused_candidates(asked)
         name = await self._chunks(filters.collection)
         if name is None:
             return [], {}

@@ -169,17 +169,7 @@ async def stage_set(conn: Any, documents: Sequence[Document]) -> asyncio.Future[
 
 def document_records(documents: Sequence[Document]) -> Iterator[tuple[Any, ...]]:
     for doc in documents:
-        yield (
-            doc.id,
-            doc.collection,
-            doc.source_type,
-            doc.source_id,
-            doc.title,
-            doc.content,
-            doc.metadata,
-            doc.content_hash,
-            doc.source,
-        )
+        yield (*doc.leading_columns(), doc.metadata, doc.content_hash, doc.source)
 
 
 def passage_records(documents: Sequence[Document]) -> Iterator[tuple[Any, ...]]:

@@ -36,13 +36,14 @@ from knowledge_api.models import (
     SearchHit,
     SourceInfo,
 )
-from knowledge_api.stores.base import (
+from knowledge_api.stores.base import embedder_mismatch
+from knowledge_api.stores.fusion import (
+    DEFAULT_TUNING,
     Candidate,
-    HybridSearch,
+    SearchTuning,
     cosine_to_similarity,
-    embedder_mismatch,
 )
-from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.postgres.facets import facet_arguments, facets_of
 from knowledge_api.stores.postgres.rows import (
     CHUNK_COLUMNS,
@@ -104,13 +105,10 @@ class SiamStore(HybridSearch):
         raise NotImplementedError
 
     async def select(
-        self,
-        table: str,
-        columns: str,
-        *conditions: Condition,
-        order: str | None = None,
-        limit: int | None = None,
+        self, table: str, columns: str, *conditions: Condition, order: str = "", limit: int = 0
     ) -> list[Row]:
+        """Rows of `table` that meet every condition, ordered by `order` (a column; empty:
+        in any order), at most `limit` of them (0: all)."""
         raise NotImplementedError
 
     async def delete_rows(self, table: str, *conditions: Condition) -> int:

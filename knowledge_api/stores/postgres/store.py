@@ -278,12 +278,7 @@ class PostgresStore(SiamStore):
         return [dict(row) for row in rows]
 
     async def select(
-        self,
-        table: str,
-        columns: str,
-        *conditions: Condition,
-        order: str | None = None,
-        limit: int | None = None,
+        self, table: str, columns: str, *conditions: Condition, order: str = "", limit: int = 0
     ) -> list[Row]:
         where, args = where_sql(conditions)
         sql = f"SELECT {columns} FROM {table}{where}"

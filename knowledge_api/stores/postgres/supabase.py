@@ -151,12 +151,7 @@ class SupabaseStore(SiamStore):
         return rows
 
     async def select(
-        self,
-        table: str,
-        columns: str,
-        *conditions: Condition,
-        order: str | None = None,
-        limit: int | None = None,
+        self, table: str, columns: str, *conditions: Condition, order: str = "", limit: int = 0
     ) -> list[Row]:
         def build(client: Any) -> Any:
             query = filtered(client.table(table).select(columns), conditions)

@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Hashable
 
 from knowledge_api.models import SearchFilters
-from knowledge_api.stores.base import Candidate
+from knowledge_api.stores.fusion import Candidate
 from knowledge_api.stores.keyword import filter_sql, reads_documents
 
 

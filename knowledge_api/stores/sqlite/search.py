@@ -11,8 +11,8 @@ from typing import Any
 
 from knowledge_api.models import SearchFilters, SearchHit
 from knowledge_api.stores import records
-from knowledge_api.stores.base import Candidate
 from knowledge_api.stores.fts_terms import TermFrequencies
+from knowledge_api.stores.fusion import Candidate
 from knowledge_api.stores.keyword import filter_sql, fts_expression, reads_documents
 from knowledge_api.stores.sqlite.filtered import best_allowed
 

@@ -35,14 +35,15 @@ from knowledge_api.models import (
     SearchHit,
     SourceInfo,
 )
-from knowledge_api.stores.base import (
-    Candidate,
-    HybridSearch,
-    cosine_to_similarity,
-    embedder_mismatch,
-)
+from knowledge_api.stores.base import embedder_mismatch
 from knowledge_api.stores.fts_terms import MATCHED_CHUNKS, TermFrequencies
-from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.fusion import (
+    DEFAULT_TUNING,
+    Candidate,
+    SearchTuning,
+    cosine_to_similarity,
+)
+from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.keyword import (
     query_terms,
 )

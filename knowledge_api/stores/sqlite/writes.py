@@ -55,12 +55,7 @@ def write_document(conn: sqlite3.Connection, doc: Document) -> None:
                    content_hash = excluded.content_hash,
                    updated_at = excluded.updated_at, source = excluded.source""",
             (
-                doc.id,
-                doc.collection,
-                doc.source_type,
-                doc.source_id,
-                doc.title,
-                doc.content,
+                *doc.leading_columns(),
                 json.dumps(doc.metadata),
                 doc.content_hash,
                 now,
