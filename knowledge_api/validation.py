@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from knowledge_api.errors import InvalidRequest
@@ -20,6 +20,15 @@ NOT_BLANK_PATTERN = "[^" + WHITESPACE.encode("unicode_escape").decode("ascii") +
 COLLECTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _COLLECTION = re.compile(COLLECTION_PATTERN.strip("^$"))
 COLLECTION_RULE = "must be 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
+
+
+def parses(parse: Callable[[str], object], value: str) -> bool:
+    """Whether `parse` (`uuid.UUID`, `ipaddress.ip_address` ...) takes `value`."""
+    try:
+        parse(value)
+    except ValueError:
+        return False
+    return True
 
 
 def require_object(payload: Any, field: str = "body") -> dict[str, Any]:

@@ -272,8 +272,4 @@ class Generation:
 
 def is_uuid(value: str) -> bool:
     """Whether `value` can be a document id of the stores that key documents by UUID."""
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
+    return validation.parses(uuid.UUID, value)

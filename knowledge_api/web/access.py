@@ -30,6 +30,7 @@ from knowledge_api.errors import (
 from knowledge_api.models import ApiKey
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.validation import parses
 
 Handler = Callable[[Request], Awaitable[Response]]
 PUBLIC = "public"
@@ -279,7 +280,7 @@ class TrustedHosts:
         if not host or self.any or host in self.answered:
             return
         name = host_name(host)
-        if name in self.names or is_ip_address(name):
+        if name in self.names or parses(ipaddress.ip_address, name):
             if len(self.answered) < MAX_ANSWERED:
                 self.answered.add(host)
             return
@@ -300,14 +301,6 @@ def host_name(host: str) -> str:
     if host.count(":") == 1:  # name:port (an IPv6 address has more)
         host = host.partition(":")[0]
     return host.rstrip(".")
-
-
-def is_ip_address(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 def rate_limiter(settings: Settings) -> RateLimiter | None:
