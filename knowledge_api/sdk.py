@@ -23,6 +23,34 @@ def sdk_client(factory: Callable[..., Any], owner: Any, **options: Any) -> Any:
     )
 
 
+def genai_client(owner: Any, **http: Any) -> Any:
+    """A google-genai client of `owner`'s key, endpoint and timeout, sending through the
+    httpx client `http` names (`httpx_client=` or `httpx_async_client=`)."""
+    genai = import_extra("google.genai", owner.extra)
+    return genai.Client(
+        api_key=owner.api_key.get(),
+        http_options=genai.types.HttpOptions(
+            base_url=owner.base_url,
+            timeout=int(owner.timeout * 1000) if owner.timeout else None,
+            **http,
+        ),
+    )
+
+
+def cohere_failure(error: Any) -> str:
+    """What a cohere `ApiError` says; a status under 300 means the SDK could not read
+    the body it was sent."""
+    if error.status_code and error.status_code < 300:
+        return f"malformed response: {cohere_message(error.body)}"
+    return f"HTTP {error.status_code}: {cohere_message(error.body)}"
+
+
+def cohere_message(body: Any) -> str:
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])[:200]
+    return str(body)[:200]
+
+
 class AsyncSdk:
     """An SDK client opened in the lifespan: `connect` builds it on `self.http`."""
 

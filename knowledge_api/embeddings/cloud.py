@@ -16,6 +16,7 @@ import numpy as np
 
 from knowledge_api.embeddings.base import BatchEmbedder, normalize_rows
 from knowledge_api.errors import ConfigurationError, EmbeddingError
+from knowledge_api.registry import import_extra
 
 Kind = Literal["query", "document"]
 
@@ -32,6 +33,8 @@ class CloudEmbedder(BatchEmbedder):
         self.timeout = timeout
         self.name = f"{self.provider}:{model}"
         self.client: Any = None
+        self.http: Any = None
+        """The httpx client the SDK sends through, opened with it."""
         self.error = ""
         self.failure = ""
 
@@ -42,12 +45,15 @@ class CloudEmbedder(BatchEmbedder):
             self.error = f"missing key: set {self.key_env}"
             raise EmbeddingError(f"the {self.provider} embedder has no key: set {self.key_env}")
         try:
+            self.http = import_extra("httpx", self.extra).Client(timeout=self.timeout)
             self.client = self.connect()
         except ConfigurationError as e:
             self.error = e.message
             raise EmbeddingError(e.message) from e
 
     def connect(self) -> Any:
+        """The SDK client, sending through `self.http`; raises ConfigurationError when
+        the SDK is not installed."""
         raise NotImplementedError
 
     def request(self, texts: list[str], kind: Kind) -> list[list[float]]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from knowledge_api.embeddings.cloud import CloudEmbedder, Kind
 from knowledge_api.registry import import_extra
-from knowledge_api.sdk import sdk_client
+from knowledge_api.sdk import cohere_failure, sdk_client
 
 INPUT_TYPES = {"query": "search_query", "document": "search_document"}
 
@@ -26,12 +26,8 @@ class CohereEmbedder(CloudEmbedder):
 
     def connect(self) -> Any:
         cohere = import_extra("cohere", self.extra)
-        httpx = import_extra("httpx", self.extra)
         return sdk_client(
-            cohere.ClientV2,
-            self,
-            httpx_client=httpx.Client(timeout=self.timeout),
-            log_warning_experimental_features=False,
+            cohere.ClientV2, self, httpx_client=self.http, log_warning_experimental_features=False
         )
 
     def request(self, texts: list[str], kind: Kind) -> list[list[float]]:
@@ -45,14 +41,6 @@ class CohereEmbedder(CloudEmbedder):
 
     def describe(self, error: Exception) -> str:
         api_error = import_extra("cohere.core.api_error", self.extra).ApiError
-        if isinstance(error, api_error) and error.status_code and error.status_code < 300:
-            return f"malformed response: {message(error.body)}"[:300]
         if isinstance(error, api_error):
-            return f"HTTP {error.status_code}: {message(error.body)}"[:300]
+            return cohere_failure(error)
         return super().describe(error)
-
-
-def message(body: Any) -> str:
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
-    return str(body)[:200]

@@ -7,6 +7,7 @@ from typing import Any
 
 from knowledge_api.embeddings.cloud import CloudEmbedder, Kind
 from knowledge_api.registry import import_extra
+from knowledge_api.sdk import genai_client
 
 TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
 
@@ -23,16 +24,7 @@ class GeminiEmbedder(CloudEmbedder):
     )
 
     def connect(self) -> Any:
-        genai = import_extra("google.genai", self.extra)
-        httpx = import_extra("httpx", self.extra)
-        return genai.Client(
-            api_key=self.api_key.get(),
-            http_options=genai.types.HttpOptions(
-                base_url=self.base_url,
-                timeout=int(self.timeout * 1000),
-                httpx_client=httpx.Client(timeout=self.timeout),
-            ),
-        )
+        return genai_client(self, httpx_client=self.http)
 
     def request(self, texts: list[str], kind: Kind) -> list[list[float]]:
         genai = import_extra("google.genai", self.extra)

@@ -14,7 +14,7 @@ from typing import Any
 from knowledge_api.models import SearchHit
 from knowledge_api.registry import import_extra
 from knowledge_api.rerankers.base import OrderingReranker, RerankError, passage_text
-from knowledge_api.sdk import AsyncSdk, sdk_client
+from knowledge_api.sdk import AsyncSdk, cohere_failure, sdk_client
 
 DEFAULT_MODEL = "rerank-v3.5"
 EXTRA = "cohere"
@@ -55,18 +55,10 @@ class CohereReranker(AsyncSdk, OrderingReranker):
         except TimeoutError as e:
             raise RerankError(f"no ranking within {self.timeout:g} s") from e
         except api_error as e:
-            if e.status_code and e.status_code < 300:  # the SDK could not read the body
-                raise RerankError(f"malformed response: {message(e.body)}") from e
-            raise RerankError(f"HTTP {e.status_code}: {message(e.body)}") from e
+            raise RerankError(cohere_failure(e)) from e
         except ValueError as e:  # a body that is not the JSON Cohere sends
             raise RerankError(f"malformed response: {str(e)[:200]}") from e
         return [result.index for result in response.results or []]
 
     def details(self) -> dict[str, Any]:
         return {"model": self.model, "key": KEY_ENV}
-
-
-def message(body: Any) -> str:
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])[:200]
-    return str(body)[:200]

@@ -12,6 +12,7 @@ from contextlib import aclosing
 from typing import Any
 
 from knowledge_api.registry import import_extra
+from knowledge_api.sdk import genai_client
 from knowledge_api.synthesis.base import CUT_SHORT, Prompt, ProviderError, RemoteLink, Usage
 
 
@@ -26,15 +27,7 @@ class GeminiSynthesizer(RemoteLink):
     )
 
     def connect(self) -> Any:
-        genai = import_extra("google.genai", self.extra)
-        return genai.Client(
-            api_key=self.api_key.get(),
-            http_options=genai.types.HttpOptions(
-                base_url=self.base_url,
-                timeout=int(self.timeout * 1000) if self.timeout else None,
-                httpx_async_client=self.http,
-            ),
-        )
+        return genai_client(self, httpx_async_client=self.http)
 
     async def generate(self, prompt: Prompt, usage: Usage) -> AsyncGenerator[str, None]:
         genai = import_extra("google.genai", self.extra)
