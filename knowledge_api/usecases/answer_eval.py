@@ -19,7 +19,7 @@ was fitted on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +39,8 @@ FOLDS = 5
 class Judged:
     query: str
     status: str
-    raw: float
-    """The weighted factors before calibration."""
-    overall: float
-    level: str
+    confidence: grounding.Confidence
+    """The answer's, as POST /v1/knowledge/answer reports it."""
     grade: int
     """Relevance of the first cited passage (0 when none is cited or it is unjudged)."""
     top_grade: int
@@ -67,43 +65,44 @@ class Samples:
     def _right(self) -> list[bool]:
         return [j.right for j in self.answered]
 
+    def _confidences(self) -> list[grounding.Confidence]:
+        return [j.confidence for j in self.answered]
+
+    def _groups(self) -> list[str]:
+        """Each answer's question: a fold keeps a question's answers together."""
+        return [j.qid for j in self.answered]
+
     def ece(self) -> float:
-        return calibration.ece([j.overall for j in self.answered], self._right())
+        return calibration.ece([c.overall for c in self._confidences()], self._right())
 
     def fold_ece(self) -> list[float]:
         """ECE on each fold (questions kept together) of a Platt mapping refit on the
         other folds."""
-        answered = self.answered
-        if len(answered) < 2 * FOLDS:
+        if len(self.answered) < 2 * FOLDS:
             return []
-        return calibration.cross_validated_ece(
-            [j.raw for j in answered], self._right(), FOLDS, groups=[j.qid for j in answered]
-        )
+        raw = [c.raw for c in self._confidences()]
+        return calibration.cross_validated_ece(raw, self._right(), FOLDS, groups=self._groups())
 
     def base_rate_fold_ece(self) -> list[float]:
-        answered = self.answered
-        return calibration.base_rate_fold_ece(self._right(), FOLDS, [j.qid for j in answered])
+        return calibration.base_rate_fold_ece(self._right(), FOLDS, self._groups())
 
     def pooled_ece(self) -> float | None:
         """ECE of every answer's out-of-fold probability, all answers binned together."""
-        answered = self.answered
-        if len(answered) < 2 * FOLDS:
+        if len(self.answered) < 2 * FOLDS:
             return None
-        return calibration.pooled_ece(
-            [j.raw for j in answered], self._right(), FOLDS, groups=[j.qid for j in answered]
-        )
+        raw = [c.raw for c in self._confidences()]
+        return calibration.pooled_ece(raw, self._right(), FOLDS, groups=self._groups())
 
     def platt(self) -> tuple[float, float] | None:
-        answered = self.answered
-        if len(answered) < 2:
+        if len(self.answered) < 2:
             return None
-        return calibration.fit_platt([j.raw for j in answered], self._right())
+        return calibration.fit_platt([c.raw for c in self._confidences()], self._right())
 
     def bins(self) -> list[calibration.Bin]:
-        return calibration.reliability([j.overall for j in self.answered], self._right())
+        return calibration.reliability([c.overall for c in self._confidences()], self._right())
 
     def levels(self) -> dict[str, tuple[int, float]]:
-        return calibration.level_precision([j.level for j in self.answered], self._right())
+        return calibration.level_precision([c.level for c in self._confidences()], self._right())
 
     def as_json(self) -> dict[str, Any]:
         refit = self.platt()
@@ -119,7 +118,7 @@ class Samples:
             "levels": {
                 level: {"answers": n, "precision": p} for level, (n, p) in self.levels().items()
             },
-            "bins": [vars_of(b) for b in self.bins()],
+            "bins": [asdict(b) for b in self.bins()],
         }
 
     def lines(self, indent: str = "") -> list[str]:
@@ -196,16 +195,6 @@ def accuracy(judged: list[Judged]) -> float:
     return sum(j.right for j in judged) / len(judged) if judged else 0.0
 
 
-def vars_of(b: calibration.Bin) -> dict[str, float]:
-    return {
-        "low": b.low,
-        "high": b.high,
-        "count": b.count,
-        "confidence": b.confidence,
-        "accuracy": b.accuracy,
-    }
-
-
 async def evaluate_answers(
     service: KnowledgeService,
     folder: Path,
@@ -251,9 +240,7 @@ def sample(qid: str, query: str, grounded: answers.GroundedAnswer, qrels: dict[s
     return Judged(
         query=query,
         status=grounded.status,
-        raw=grounded.confidence.raw,
-        overall=grounded.confidence.overall,
-        level=grounded.confidence.level,
+        confidence=grounded.confidence,
         grade=qrels.get(first, 0) if first else 0,
         top_grade=qrels.get(top, 0) if top else 0,
         qid=qid,
