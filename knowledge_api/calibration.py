@@ -95,13 +95,37 @@ def folds_of(count: int, folds: int, groups: Sequence[object] | None = None) -> 
     return [np.flatnonzero(fold == start) for start in range(folds)]
 
 
+@dataclass(frozen=True, slots=True)
+class OutOfFold:
+    """Each item's probability by a Platt fit on the folds it is not in: the error a
+    mapping reaches on items it was not fitted on, read per fold or pooled."""
+
+    right: np.ndarray
+    folds: list[tuple[np.ndarray, np.ndarray]]
+    """Per fold: (its items, their probabilities)."""
+
+    def fold_ece(self, bins: int = BINS) -> list[float]:
+        """The ECE on each fold. With a few dozen items a fold's error is mostly the
+        chance of which items fell in it: see pooled_ece."""
+        return [ece(p.tolist(), self.right[held].tolist(), bins) for held, p in self.folds]
+
+    def pooled_ece(self, bins: int = BINS) -> float:
+        """The ECE of every item's probability taken together: each one comes from a fit
+        that never saw it (nor, with groups, its group), and the bins hold all the items
+        instead of a fifth of them."""
+        predicted = np.zeros(len(self.right))
+        for held, p in self.folds:
+            predicted[held] = p
+        return ece(predicted.tolist(), self.right.tolist(), bins)
+
+
 def out_of_fold(
     scores: Sequence[float],
     right: Sequence[bool],
     folds: int = 5,
     groups: Sequence[object] | None = None,
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per fold: (its items, their probabilities by a Platt fit on the other folds)."""
+) -> OutOfFold:
+    """A Platt fit per fold on the other folds, and its probabilities of the fold's items."""
     x, y = np.asarray(scores, dtype=float), np.asarray(right, dtype=bool)
     predicted = []
     for held in folds_of(len(x), folds, groups):
@@ -110,40 +134,7 @@ def out_of_fold(
         train = np.setdiff1d(np.arange(len(x)), held)
         a, b = fit_platt(x[train], y[train])
         predicted.append((held, 1 / (1 + np.exp(-(a + b * x[held])))))
-    return predicted
-
-
-def cross_validated_ece(
-    scores: Sequence[float],
-    right: Sequence[bool],
-    folds: int = 5,
-    bins: int = BINS,
-    groups: Sequence[object] | None = None,
-) -> list[float]:
-    """The ECE on each fold of a Platt fit on the other folds. With a few dozen items a
-    fold's error is mostly the chance of which items fell in it: see pooled_ece."""
-    y = np.asarray(right, dtype=bool)
-    return [
-        ece(p.tolist(), y[held].tolist(), bins)
-        for held, p in out_of_fold(scores, right, folds, groups)
-    ]
-
-
-def pooled_ece(
-    scores: Sequence[float],
-    right: Sequence[bool],
-    folds: int = 5,
-    bins: int = BINS,
-    groups: Sequence[object] | None = None,
-) -> float:
-    """The ECE of the out-of-fold probabilities of every item taken together: each one
-    comes from a fit that never saw it (nor, with groups, its group), and the bins hold
-    all the items instead of a fifth of them."""
-    y = np.asarray(right, dtype=bool)
-    predicted = np.zeros(len(y))
-    for held, p in out_of_fold(scores, right, folds, groups):
-        predicted[held] = p
-    return ece(predicted.tolist(), y.tolist(), bins)
+    return OutOfFold(y, predicted)
 
 
 def base_rate_fold_ece(

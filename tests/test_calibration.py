@@ -4,12 +4,11 @@ import pytest
 
 from knowledge_api.calibration import (
     base_rate_fold_ece,
-    cross_validated_ece,
     ece,
     fit_platt,
     folds_of,
     level_precision,
-    pooled_ece,
+    out_of_fold,
     reliability,
     sigmoid,
 )
@@ -52,7 +51,7 @@ def test_platt_fit_follows_the_data() -> None:
     a, b = fit_platt(scores, right)
     assert b > 0
     assert sigmoid(a + b * 0.1) < 0.2 < 0.8 < sigmoid(a + b * 0.9)
-    folds = cross_validated_ece(scores, right, folds=5)
+    folds = out_of_fold(scores, right, folds=5).fold_ece()
     assert len(folds) == 5 and all(0 <= e <= 1 for e in folds)
 
 
@@ -77,4 +76,4 @@ def test_pooled_out_of_fold_error_of_a_calibrated_score_is_small() -> None:
     scores = [0.2] * 200 + [0.8] * 200
     right = ([True] + [False] * 4) * 40 + ([True] * 4 + [False]) * 40
     groups = [i // 5 for i in range(400)]
-    assert pooled_ece(scores, right, 5, groups=groups) < 0.01
+    assert out_of_fold(scores, right, 5, groups=groups).pooled_ece() < 0.01

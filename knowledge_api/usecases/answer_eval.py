@@ -20,6 +20,7 @@ was fitted on.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -75,23 +76,25 @@ class Samples:
     def ece(self) -> float:
         return calibration.ece([c.overall for c in self._confidences()], self._right())
 
-    def fold_ece(self) -> list[float]:
-        """ECE on each fold (questions kept together) of a Platt mapping refit on the
-        other folds."""
+    @cached_property
+    def out_of_fold(self) -> calibration.OutOfFold | None:
+        """Platt mappings refit on the other folds (questions kept together); None with
+        fewer answers than two per fold."""
         if len(self.answered) < 2 * FOLDS:
-            return []
+            return None
         raw = [c.raw for c in self._confidences()]
-        return calibration.cross_validated_ece(raw, self._right(), FOLDS, groups=self._groups())
+        return calibration.out_of_fold(raw, self._right(), FOLDS, self._groups())
+
+    def fold_ece(self) -> list[float]:
+        """ECE on each fold of a mapping refit on the other folds."""
+        return self.out_of_fold.fold_ece() if self.out_of_fold else []
 
     def base_rate_fold_ece(self) -> list[float]:
         return calibration.base_rate_fold_ece(self._right(), FOLDS, self._groups())
 
     def pooled_ece(self) -> float | None:
         """ECE of every answer's out-of-fold probability, all answers binned together."""
-        if len(self.answered) < 2 * FOLDS:
-            return None
-        raw = [c.raw for c in self._confidences()]
-        return calibration.pooled_ece(raw, self._right(), FOLDS, groups=self._groups())
+        return self.out_of_fold.pooled_ece() if self.out_of_fold else None
 
     def platt(self) -> tuple[float, float] | None:
         if len(self.answered) < 2:
