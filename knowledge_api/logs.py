@@ -55,21 +55,15 @@ Waiting = tuple[float, str, str, str, int, float, bool | None, str, bool]
 (not rounded yet), cache hit, key name, whether the client left before the end."""
 
 
-def request_fields(
-    method: str,
-    route: str,
-    status: int,
-    ms: float,
-    cache_hit: bool | None,
-    key: str,
-    disconnected: bool = False,
-) -> dict[str, Any]:
-    """What a request's line says beyond its message (`http` of its record)."""
+def request_fields(line: Waiting) -> dict[str, Any]:
+    """What a request's line says beyond its message (`http` of its record), `ms`
+    rounded to a tenth."""
+    _, _, method, route, status, ms, cache_hit, key, disconnected = line
     fields: dict[str, Any] = {
         "method": method,
         "route": route,
         "status": status,
-        "ms": ms,
+        "ms": round(ms, 1),
         "cache_hit": NO_VALUE if cache_hit is None else cache_hit,
         "key": key,
     }
@@ -161,18 +155,19 @@ class JSONFormatter(logging.Formatter):
         escaping (request ids, route templates, methods and key names never do)."""
         lines = []
         known, numbers = KNOWN_PARTS, KNOWN_NUMBERS
-        for created, request_id, method, route, status, exact_ms, cache_hit, key, left in waiting:
-            ms = round(exact_ms, 1)
+        for line in waiting:
+            created, request_id, method, route, status, exact_ms, cache_hit, key, left = line
             parts = known.get((method, route, status, cache_hit, key)) or Parts.of(
                 method, route, status, cache_hit, key
             )
             if left or parts.json_head is None:
-                fields = request_fields(method, route, status, ms, cache_hit, key, left)
+                fields = request_fields(line)
                 message = request_message(fields)
                 for redactor in masks:
                     message = redactor.text(message)
                 lines.append(self.line(created, "INFO", ACCESS, request_id, message, fields))
                 continue
+            ms = round(exact_ms, 1)
             ms_text = numbers.get(ms) or number(ms)
             stamp = f"{UTC_SECONDS.of(created)}.{MILLIS[int(created * 1000) % 1000]}"
             if not masks:  # the message's text around `ms` is the line's too, made once
@@ -385,8 +380,7 @@ class RequestLines:
             return
         handler = self.handler
         if handler is None or self.masks(handler) is None:
-            ms = round(ms, 1)
-            fields = request_fields(method, route, status, ms, cache_hit, key, disconnected)
+            fields = request_fields(entry)
             access_log.info(request_message(fields), extra={"http": fields})
             return
         waiting.append(entry)

@@ -444,10 +444,8 @@ def test_request_lines_from_their_parts_read_as_the_formatter_makes_them(
         (created, "r-6", "POST", "/v1/knowledge/query", 200, 2.3456, True, "reader", False),
     ]
     lines = formatter.request_lines(waiting, [Redactor([SECRET])] if masked else [])
-    for line, (_, request_id, method, route, status, ms, cache_hit, key, left) in zip(
-        lines, waiting, strict=True
-    ):
-        fields = request_fields(method, route, status, round(ms, 1), cache_hit, key, left)
+    for line, entry in zip(lines, waiting, strict=True):
+        request_id, fields = entry[1], request_fields(entry)
         record = logging.LogRecord(ACCESS, logging.INFO, "", 0, request_message(fields), (), None)
         record.created, record.msecs = created, 45.0
         record.request_id, record.http = request_id, fields  # type: ignore[attr-defined]
