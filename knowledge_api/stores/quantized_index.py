@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_api.registry import import_extra
-from knowledge_api.stores.vector_index import covers, label_codes
+from knowledge_api.stores.vector_index import LabelledIndex, label_codes
 
 DEFAULT_PROBES = 16
 TRAINING_ROWS_PER_LIST = 40
@@ -44,7 +44,7 @@ def list_count(rows: int) -> int:
     return max(16, int(math.sqrt(rows)))
 
 
-class QuantizedIndex:
+class QuantizedIndex(LabelledIndex):
     exact = False
 
     def __init__(self, index: Any, labels: np.ndarray, codes: dict[tuple[str, str], int]) -> None:
@@ -107,36 +107,24 @@ class QuantizedIndex:
             self._index.remove_ids(self._faiss.IDSelectorBatch(ids))
             self._label_of[ids] = -1
 
-    def candidates(
-        self,
-        query: np.ndarray,
-        n: int,
-        collection: str,
-        source_types: Sequence[str] | None,
-        keys: Iterable[int] | None,
-    ) -> list[tuple[int, float]]:
-        """(key, approximate cosine) of about the n best rows the filters allow."""
-        allowed = self._allowed(collection, source_types, keys)
-        if allowed is not None and not allowed.any():
+    def search(self, query: np.ndarray, n: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
+        """(key, approximate cosine) of about the n best rows `mask` allows, best first."""
+        if mask is not None and not mask.any():
             return []
-        fraction = 1.0 if allowed is None else allowed.sum() / max(len(self), 1)
+        fraction = 1.0 if mask is None else mask.sum() / max(len(self), 1)
         params = self._faiss.SearchParametersIVF(
             nprobe=min(self._index.nlist, math.ceil(self.probes / fraction))
         )
-        if allowed is not None:
-            bitmap = np.packbits(allowed, bitorder="little")
-            params.sel = self._faiss.IDSelectorBitmap(allowed.size, self._faiss.swig_ptr(bitmap))
+        if mask is not None:
+            bitmap = np.packbits(mask, bitorder="little")
+            params.sel = self._faiss.IDSelectorBitmap(mask.size, self._faiss.swig_ptr(bitmap))
         scores, ids = self._index.search(
             np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1), n, params=params
         )
         found = ids[0] >= 0
         return list(zip(ids[0][found].tolist(), scores[0][found].tolist(), strict=True))
 
-    def covers(self, collection: str, source_types: Sequence[str] | None) -> bool:
-        """Whether every row is in `collection` and of `source_types` (all when None)."""
-        return covers(self._label_codes, collection, source_types)
-
-    def _allowed(
+    def mask(
         self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
     ) -> np.ndarray | None:
         """Row ids (a mask over them) the filters allow; None when they allow every row."""

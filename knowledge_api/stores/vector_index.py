@@ -11,7 +11,41 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 
-class VectorIndex:
+class LabelledIndex:
+    """What both vector indexes share: a code per (collection, source type) label of
+    their rows, so the common filters are a mask over the rows (None: every row), and
+    the candidates of a query a search within that mask."""
+
+    exact: bool
+    """Whether the scores are exact cosines (else approximate: the caller rescores)."""
+    _label_codes: dict[tuple[str, str], int]
+
+    def covers(self, collection: str, source_types: Sequence[str] | None) -> bool:
+        """Whether every row is in `collection` and of `source_types` (all when None)."""
+        return covers(self._label_codes, collection, source_types)
+
+    def mask(
+        self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
+    ) -> np.ndarray | None:
+        raise NotImplementedError
+
+    def search(self, query: np.ndarray, n: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
+        raise NotImplementedError
+
+    def candidates(
+        self,
+        query: np.ndarray,
+        n: int,
+        collection: str,
+        source_types: Sequence[str] | None,
+        keys: Iterable[int] | None,
+    ) -> list[tuple[int, float]]:
+        """(key, cosine) of the n best rows the filters allow, best first (of about the
+        n best, by approximate cosines, when the index is not `exact`)."""
+        return self.search(query, n, self.mask(collection, source_types, keys))
+
+
+class VectorIndex(LabelledIndex):
     exact = True
 
     def __init__(self, dimension: int, capacity: int = 1024) -> None:
@@ -56,10 +90,6 @@ class VectorIndex:
                 self._row[moved] = row
             self._size = last
 
-    def covers(self, collection: str, source_types: Sequence[str] | None) -> bool:
-        """Whether every row is in `collection` and of `source_types` (all when None)."""
-        return covers(self._label_codes, collection, source_types)
-
     def mask(
         self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
     ) -> np.ndarray:
@@ -75,9 +105,9 @@ class VectorIndex:
             mask &= allowed
         return mask
 
-    def search(self, query: np.ndarray, n: int, mask: np.ndarray) -> list[tuple[int, float]]:
+    def search(self, query: np.ndarray, n: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
         """(key, cosine) of the n best rows allowed by `mask`, best first."""
-        rows = np.flatnonzero(mask)
+        rows = np.arange(self._size) if mask is None else np.flatnonzero(mask)
         if rows.size == 0:
             return []
         if rows.size == self._size:
@@ -89,17 +119,6 @@ class VectorIndex:
         top = top[np.argsort(-scores[top], kind="stable")]
         chosen = top if rows.size == self._size else rows[top]
         return list(zip(self._keys[chosen].tolist(), scores[top].tolist(), strict=True))
-
-    def candidates(
-        self,
-        query: np.ndarray,
-        n: int,
-        collection: str,
-        source_types: Sequence[str] | None,
-        keys: Iterable[int] | None,
-    ) -> list[tuple[int, float]]:
-        """(key, cosine) of the n best rows the filters allow, best first."""
-        return self.search(query, n, self.mask(collection, source_types, keys))
 
     def memory_bytes(self) -> int:
         return self._vectors.nbytes + self._keys.nbytes + self._labels.nbytes
