@@ -13,14 +13,14 @@ import json
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from knowledge_api import text
 from knowledge_api.filters import OWN_FIELDS, conditions
 from knowledge_api.models import Chunk, Metadata, SearchFilters
 from knowledge_api.stores.base import Candidate
-from knowledge_api.stores.filter_sql import Columns, where_sql
+from knowledge_api.stores.filter_sql import Columns, drives, where_sql
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -56,14 +56,28 @@ def filter_sql(
         clauses.append(f"{chunks}.source_type IN ({marks})")
         params.extend(filters.source_types)
     if filters.where is not None:
-        own = {"source_type": f"{chunks}.source_type"}
-        own.update({name: f"{documents}.{name}" for name in OWN_FIELDS if name not in own})
-        document = f"{chunks}.document_id" if indexed else ""
-        columns = Columns(own, f"{documents}.metadata", document)
-        where, more = where_sql(filters.where, columns)
+        where, more = where_sql(filters.where, _columns(chunks, documents, indexed))
         clauses.append(f"({where})")
         params.extend(more)
     return " AND ".join(clauses), params
+
+
+def filter_drives(filters: SearchFilters) -> list[tuple[str, list[Any], SearchFilters]] | None:
+    """The documents the filter tree requires, as SELECTs of their ids from the store's
+    `document_values` (filter_sql.drives), each with its parameters and the filters
+    left to test on their chunks; None when the tree has no such test."""
+    if filters.where is None:
+        return None
+    found = drives(filters.where, _columns("c", "d", indexed=True))
+    if found is None:
+        return None
+    return [(sql, params, replace(filters, where=rest)) for sql, params, rest in found]
+
+
+def _columns(chunks: str, documents: str, indexed: bool) -> Columns:
+    own = {"source_type": f"{chunks}.source_type"}
+    own.update({name: f"{documents}.{name}" for name in OWN_FIELDS if name not in own})
+    return Columns(own, f"{documents}.metadata", f"{chunks}.document_id" if indexed else "")
 
 
 def reads_documents(filters: SearchFilters) -> bool:

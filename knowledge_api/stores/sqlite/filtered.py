@@ -18,17 +18,27 @@ from collections.abc import Hashable
 
 from knowledge_api.models import SearchFilters
 from knowledge_api.stores.base import Candidate
-from knowledge_api.stores.keyword import filter_sql, reads_documents
+from knowledge_api.stores.keyword import filter_drives, filter_sql, reads_documents
 
 
 def allowed_rows(conn: sqlite3.Connection, filters: SearchFilters) -> frozenset[int] | None:
     """The chunk row ids the filter tree allows (in the filters' collection and source
-    types); None without a filter tree."""
+    types); None without a filter tree. The documents a metadata test of the tree finds
+    lead, when it has one: only their chunks are tested (keyword.filter_drives)."""
     if filters.where is None:
         return None
-    where, params = filter_sql(filters, indexed=True)
-    documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(filters) else ""
-    rows = conn.execute(f"SELECT c.rowid FROM chunks c {documents} WHERE {where}", params)
+    selects, params = [], []
+    for found, found_params, rest in filter_drives(filters) or [("", [], filters)]:
+        where, more = filter_sql(rest, indexed=True)
+        documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(rest) else ""
+        chunks = (
+            f"({found}) v CROSS JOIN chunks c ON c.document_id = v.document_id"
+            if found
+            else "chunks c"
+        )
+        selects.append(f"SELECT c.rowid FROM {chunks} {documents} WHERE {where}")
+        params.extend((*found_params, *more))
+    rows = conn.execute(" UNION ALL ".join(selects), params)
     return frozenset(r[0] for r in rows)
 
 
