@@ -17,6 +17,7 @@ import heapq
 import json
 import sqlite3
 from collections.abc import Hashable
+from typing import Any
 
 from knowledge_api.models import SearchFilters
 from knowledge_api.stores.base import Candidate
@@ -31,23 +32,26 @@ against 3.8; 10,000: 8.7 against 4.3)."""
 
 def allowed_rows(conn: sqlite3.Connection, filters: SearchFilters) -> frozenset[int] | None:
     """The chunk row ids the filter tree allows (in the filters' collection and source
-    types); None without a filter tree. The documents a metadata test of the tree finds
-    lead, when it has one: only their chunks are tested (keyword.filter_drives)."""
+    types); None without a filter tree."""
     if filters.where is None:
         return None
+    return frozenset(r[0] for r in conn.execute(*allowed_sql(filters)))
+
+
+def allowed_sql(filters: SearchFilters) -> tuple[str, list[Any]]:
+    """The query of the chunk row ids `filters` allow. The documents a metadata test of
+    the tree finds lead, when it has one: only their chunks are tested
+    (keyword.filter_drives)."""
     selects, params = [], []
     for found, found_params, rest in filter_drives(filters) or [("", [], filters)]:
         where, more = filter_sql(rest, indexed=True)
         documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(rest) else ""
-        chunks = (
-            f"({found}) v CROSS JOIN chunks c ON c.document_id = v.document_id"
-            if found
-            else "chunks c"
-        )
+        chunks = "chunks c"
+        if found:
+            chunks = f"({found}) v CROSS JOIN chunks c ON c.document_id = v.document_id"
         selects.append(f"SELECT c.rowid FROM {chunks} {documents} WHERE {where}")
         params.extend((*found_params, *more))
-    rows = conn.execute(" UNION ALL ".join(selects), params)
-    return frozenset(r[0] for r in rows)
+    return " UNION ALL ".join(selects), params
 
 
 class AllowedRows:
