@@ -44,7 +44,9 @@ def allowed_sql(filters: SearchFilters) -> tuple[str, list[Any]]:
     (keyword.filter_drives)."""
     selects, params = [], []
     for found, found_params, rest in filter_drives(filters) or [("", [], filters)]:
-        where, more = filter_sql(rest, indexed=True)
+        # the rest's metadata tests look up the leading document, before its chunks
+        document = "v.document_id" if found else ""
+        where, more = filter_sql(rest, indexed=True, document=document)
         documents = "JOIN documents d ON d.id = c.document_id" if reads_documents(rest) else ""
         chunks = "chunks c"
         if found:
