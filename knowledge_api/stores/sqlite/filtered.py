@@ -35,7 +35,9 @@ def allowed_rows(conn: sqlite3.Connection, filters: SearchFilters) -> frozenset[
     types); None without a filter tree."""
     if filters.where is None:
         return None
-    return frozenset(r[0] for r in conn.execute(*allowed_sql(filters)))
+    cursor = conn.cursor()
+    cursor.row_factory = None  # plain tuples: a Row each cost a third of the query
+    return frozenset(row for (row,) in cursor.execute(*allowed_sql(filters)).fetchall())
 
 
 def allowed_sql(filters: SearchFilters) -> tuple[str, list[Any]]:
