@@ -44,7 +44,8 @@ def allowed_sql(filters: SearchFilters) -> tuple[str, list[Any]]:
     """The query of the chunk row ids `filters` allow. The documents a metadata test of
     the tree finds lead, when it has one: only their chunks are tested
     (keyword.filter_drives)."""
-    selects, params = [], []
+    selects: list[str] = []
+    params: list[Any] = []
     for found, found_params, rest in filter_drives(filters) or [("", [], filters)]:
         # the rest's metadata tests look up the leading document, before its chunks
         document = "v.document_id" if found else ""
