@@ -168,6 +168,24 @@ async def test_filters_stay_exact(tmp_path: Path, vectors: np.ndarray) -> None:
     await store.close()
 
 
+async def test_a_narrow_filter_gives_the_limit_whenever_as_many_match(
+    tmp_path: Path, vectors: np.ndarray
+) -> None:
+    """The quantised index searches a narrow filter's rows through its bitmap: however
+    few rows pass, every mode returns `limit` of them, or all when fewer pass."""
+    await filled(tmp_path / "k.db", vectors)
+    store = await opened(tmp_path / "k.db")
+    query = near(vectors, 1)[0]
+    for count in (3, 10, 12, 30):
+        ids = [f"doc-{7 + 100 * k}" for k in range(count)]  # of the 30 rows of bucket 7
+        where = parse_filter({"bucket": 7, "source_id": {"$in": ids}})
+        for mode in ("vector", "hybrid", "keyword"):
+            hits = await store.search("text", query, 10, SearchFilters(where=where), 0.0, mode)  # type: ignore[arg-type]
+            assert len(hits) == min(10, count), (count, mode)
+            assert {hit.source_id for hit in hits} <= set(ids)
+    await store.close()
+
+
 async def test_writes_of_another_process_are_followed(tmp_path: Path, vectors: np.ndarray) -> None:
     await filled(tmp_path / "k.db", vectors)
     service = await opened(tmp_path / "k.db")

@@ -144,25 +144,29 @@ def _members(values: tuple[Any, ...], kind: str, extracted: str, params: list[An
 def _ranged(parts: tuple[Node, ...], columns: Columns, params: list[Any]) -> list[str]:
     """The tests of an $and's parts, where the bounds of one metadata range (`$gte` and
     `$lt` of one key) are one index range scan, not two sets of most documents."""
+    ranges = _ranges(parts, columns)
+    tests = []
+    for part in parts:
+        group = next((group for group in ranges if part in group), [])
+        if not group:
+            tests.append(_node(part, columns, params))
+        elif part is group[0]:
+            tests.append(f"{columns.document} IN ({_range_found(group, params)})")
+    return tests
+
+
+def _ranges(parts: tuple[Node, ...], columns: Columns) -> list[list[Condition]]:
+    """The bounds of each metadata range among an $and's parts: two or more comparisons
+    of one key (with dates, or with numbers)."""
     bounds: dict[tuple[str, bool], list[Condition]] = {}
     for part in parts:
         if isinstance(part, Condition) and part.op in COMPARE and part.field not in columns.own:
             bounds.setdefault((part.field, isinstance(part.value, Instant)), []).append(part)
-    tests = []
-    for part in parts:
-        group = (
-            bounds.get((part.field, isinstance(part.value, Instant)), [])
-            if isinstance(part, Condition)
-            else []
-        )
-        if len(group) < 2 or part not in group:
-            tests.append(_node(part, columns, params))
-        elif part is group[0]:
-            tests.append(_range_scan(group, columns.document, params))
-    return tests
+    return [group for group in bounds.values() if len(group) >= 2]
 
 
-def _range_scan(group: list[Condition], document: str, params: list[Any]) -> str:
+def _range_found(group: list[Condition], params: list[Any]) -> str:
+    """The documents of one range: a SELECT of their ids by one index range scan."""
     dated = isinstance(group[0].value, Instant)
     params.append(group[0].field)
     tests = []
@@ -170,8 +174,54 @@ def _range_scan(group: list[Condition], document: str, params: list[Any]) -> str
         params.append(each.value.millis if isinstance(each.value, Instant) else each.value)
         tests.append(f"{'ms' if dated else 'value'} {COMPARE[each.op]} ?")
     kind = "" if dated else " AND kind = 'number'"
-    found = f"SELECT document_id FROM document_values WHERE key = ?{kind} AND {' AND '.join(tests)}"
-    return f"{document} IN ({found})"
+    return f"SELECT document_id FROM document_values WHERE key = ?{kind} AND {' AND '.join(tests)}"
+
+
+Drive = tuple[str, list[Any], Node | None]
+"""A SELECT of the ids of the documents that pass one metadata test, its parameters,
+and what is left of the filter to test on them (None: nothing)."""
+
+
+def drives(node: Node, columns: Columns) -> list[Drive] | None:
+    """The metadata tests `node` requires, each with what is left of it to test on the
+    documents that pass it: `node` itself, a part or a range of its top $and, or one
+    such test per part of its top $or; None when `node` requires none.
+
+    A query of the rows a filter allows starts from those few documents, joined to
+    their chunks, instead of testing every chunk's document for membership of the set
+    they make: building that set and looking each chunk up in it cost more than
+    finding the chunks (a 1 % filter at 200,000 passages: 7 ms against 3 ms)."""
+    if not columns.document:
+        return None
+    if isinstance(node, Combined) and node.op == "$or":
+        parts = [drives(part, columns) for part in node.parts]
+        return None if None in parts else [each for part in parts for each in part or []]
+    drive = _drive(node, columns)
+    return None if drive is None else [drive]
+
+
+def _drive(node: Node, columns: Columns) -> Drive | None:
+    params: list[Any] = []
+    if _indexed_leaf(node, columns):
+        assert isinstance(node, Condition)
+        return _found(node, params), params, None
+    if not isinstance(node, Combined) or node.op != "$and":
+        return None
+    ranges = _ranges(node.parts, columns)
+    if ranges:
+        found = _range_found(ranges[0], params)
+        return found, params, _and([p for p in node.parts if p not in ranges[0]])
+    for part in node.parts:
+        if _indexed_leaf(part, columns):
+            assert isinstance(part, Condition)
+            return _found(part, params), params, _and([p for p in node.parts if p is not part])
+    return None
+
+
+def _and(parts: list[Node]) -> Node | None:
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else Combined("$and", tuple(parts))
 
 
 def _indexed_leaf(node: Node, columns: Columns) -> bool:
@@ -229,22 +279,28 @@ def _flags(values: tuple[Any, ...]) -> list[str]:
 
 def _indexed(condition: Condition, document: str, params: list[Any]) -> str:
     """A metadata test as membership of the documents `document_values` finds."""
+    if condition.op == "$exists" and not condition.value:
+        return _absent(Condition(condition.field, "$exists", True), document, params)
+    return f"{document} IN ({_found(condition, params)})"
+
+
+def _found(condition: Condition, params: list[Any]) -> str:
+    """A SELECT of the ids of the documents with a value of the condition's key that
+    passes it (any test but `$ne`, `$nin` and `$exists: false`)."""
     op, value, key = condition.op, condition.value, condition.field
     found = "SELECT document_id FROM document_values WHERE key = ?"
     if op == "$exists":
-        if not value:
-            return _absent(Condition(key, "$exists", True), document, params)
         params.append(key)
-        return f"{document} IN ({found})"
+        return found
     if op == "$contains":
         params.extend((key, f" {value} "))
-        return f"{document} IN ({found} AND kind = 'text' AND instr(' ' || value || ' ', ?) > 0)"
+        return f"{found} AND kind = 'text' AND instr(' ' || value || ' ', ?) > 0"
     if op in COMPARE:
         if isinstance(value, Instant):
             params.extend((key, value.millis))
-            return f"{document} IN ({found} AND ms {COMPARE[op]} ?)"
+            return f"{found} AND ms {COMPARE[op]} ?"
         params.extend((key, value))
-        return f"{document} IN ({found} AND kind = 'number' AND value {COMPARE[op]} ?)"
+        return f"{found} AND kind = 'number' AND value {COMPARE[op]} ?"
     values = condition.values
     selects = []
     for kind, group in _kinds(values):
@@ -254,7 +310,7 @@ def _indexed(condition: Condition, document: str, params: list[Any]) -> str:
     for flag in _flags(values):
         params.append(key)
         selects.append(f"{found} AND kind = '{flag}'")
-    return f"{document} IN ({' UNION ALL '.join(selects)})"
+    return " UNION ALL ".join(selects) or "SELECT document_id FROM document_values WHERE 0"
 
 
 def value_rows(document_id: str, metadata: Mapping[str, Any]) -> list[tuple[Any, ...]]:

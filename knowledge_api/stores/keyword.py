@@ -13,13 +13,13 @@ import json
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from knowledge_api import text
 from knowledge_api.filters import OWN_FIELDS, conditions
 from knowledge_api.models import Chunk, Metadata, SearchFilters
-from knowledge_api.stores.filter_sql import Columns, where_sql
+from knowledge_api.stores.filter_sql import Columns, drives, where_sql
 from knowledge_api.stores.fusion import Candidate
 
 BM25_K1 = 1.2
@@ -44,26 +44,46 @@ def fts_expression(terms: Iterable[str]) -> str:
 
 
 def filter_sql(
-    filters: SearchFilters, chunks: str = "c", documents: str = "d", indexed: bool = False
+    filters: SearchFilters,
+    chunks: str = "c",
+    documents: str = "d",
+    indexed: bool = False,
+    document: str = "",
 ) -> tuple[str, list[Any]]:
     """A WHERE clause for `filters` over a chunks table (collection, source_type,
     document_id) and a documents table (source_id, metadata as JSON, created_at,
     updated_at), given their aliases; metadata through `document_values` when
-    `indexed` (the store's file has it)."""
+    `indexed` (the store's file has it), looked up by the chunks' document id or by
+    `document`, another column that holds it."""
     clauses, params = [f"{chunks}.collection = ?"], [filters.collection]
     if filters.source_types is not None:
         marks = ",".join("?" * len(filters.source_types))
         clauses.append(f"{chunks}.source_type IN ({marks})")
         params.extend(filters.source_types)
     if filters.where is not None:
-        own = {"source_type": f"{chunks}.source_type"}
-        own.update({name: f"{documents}.{name}" for name in OWN_FIELDS if name not in own})
-        document = f"{chunks}.document_id" if indexed else ""
-        columns = Columns(own, f"{documents}.metadata", document)
-        where, more = where_sql(filters.where, columns)
+        looked_up = document or (f"{chunks}.document_id" if indexed else "")
+        where, more = where_sql(filters.where, _columns(chunks, documents, looked_up))
         clauses.append(f"({where})")
         params.extend(more)
     return " AND ".join(clauses), params
+
+
+def filter_drives(filters: SearchFilters) -> list[tuple[str, list[Any], SearchFilters]] | None:
+    """The documents the filter tree requires, as SELECTs of their ids from the store's
+    `document_values` (filter_sql.drives), each with its parameters and the filters
+    left to test on their chunks; None when the tree has no such test."""
+    if filters.where is None:
+        return None
+    found = drives(filters.where, _columns("c", "d", "c.document_id"))
+    if found is None:
+        return None
+    return [(sql, params, replace(filters, where=rest)) for sql, params, rest in found]
+
+
+def _columns(chunks: str, documents: str, document: str) -> Columns:
+    own = {"source_type": f"{chunks}.source_type"}
+    own.update({name: f"{documents}.{name}" for name in OWN_FIELDS if name not in own})
+    return Columns(own, f"{documents}.metadata", document)
 
 
 def reads_documents(filters: SearchFilters) -> bool:

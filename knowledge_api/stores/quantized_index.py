@@ -128,12 +128,17 @@ class QuantizedIndex(LabelledIndex):
         self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
     ) -> np.ndarray | None:
         """Row ids (a mask over them) the filters allow; None when they allow every row."""
-        if keys is None and self.covers(collection, source_types):
+        everywhere = self.covers(collection, source_types)
+        if keys is None and everywhere:
             return None
-        codes = label_codes(self._label_codes, collection, source_types)
-        allowed = np.isin(self._label_of, codes)
+        if everywhere:
+            allowed = self._label_of >= 0
+        else:
+            allowed = np.isin(
+                self._label_of, label_codes(self._label_codes, collection, source_types)
+            )
         if keys is not None:
-            chosen = np.asarray(list(keys), dtype=np.int64)
+            chosen = np.fromiter(keys, dtype=np.int64)
             chosen = chosen[(chosen >= 0) & (chosen < allowed.size)]
             only = np.zeros_like(allowed)
             only[chosen] = True

@@ -29,10 +29,6 @@ from knowledge_api.stores.vector_index import VectorIndex
 Index = VectorIndex | QuantizedIndex
 BATCH_ROWS = 20000
 RESCORED_PER_HIT = 2
-EXACT_FILTERED_ROWS = 5000
-"""A filter leaving at most this many rows is searched exactly over their stored vectors
-(a few MB read by rowid), not by the quantised index, which scans every list for a
-narrow filter."""
 """Shortlist of the quantised index per candidate asked for, rescored exactly."""
 
 
@@ -177,10 +173,6 @@ class SQLiteVectors:
         it last followed the file may be among them."""
         if self.index is None:
             return []
-        if not self.index.exact and keys is not None and len(keys) <= EXACT_FILTERED_ROWS:
-            # the keys are the rows the whole filter allows (collection and types too)
-            exact = stored_cosines(conn, list(keys), query)
-            return sorted(exact.items(), key=lambda item: -item[1])[:n]
         if self.index.exact or not rescored:
             return self.index.candidates(query, n, collection, source_types, keys)
         shortlist = self.index.candidates(
