@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import numpy as np
 import pytest
 
 from knowledge_api import facets
-from knowledge_api.filters import parse
+from knowledge_api.filters import matches, parse
 from knowledge_api.models import Document, SearchFilters, document_id
 from knowledge_api.settings import Settings
 from knowledge_api.stores.postgres.codecs import register_codecs
@@ -151,3 +152,39 @@ async def test_typed_values_hold_numbers_and_dates_only(
         ("day", None, 1772323200000),
         ("n", 12.5, None),
     ]
+
+
+async def test_a_filtered_vector_search_finds_the_nearest_passages_it_lets_through(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    docs = [
+        Document(
+            "jira",
+            f"V-{i}",
+            " ".join(f"w{i * j % 11}" for j in range(1, 2 + i % 4)),
+            f"V {i}",
+            {"n": i % 5},
+        )
+        for i in range(40)
+    ]
+    await index(store, docs)
+    await db.execute("ANALYZE siam_vectors")  # as autovacuum does: the planner knows the rows
+    rows = await db.fetch("SELECT source_id, metadata, embedding FROM siam_vectors")
+    query = vector("w1 w2 w3 w5")
+    few = [{"n": {"$gte": 1, "$lt": 2}}, {"n": 4}, {"$or": [{"n": 0}, {"source_id": "V-3"}]}]
+    for where in [*few, {"n": {"$gte": 0}}]:  # measured exactly, then through the graph
+        tree = parse(where)
+        allowed = {
+            r["source_id"]: cosine(r["embedding"], query)
+            for r in rows
+            if matches(tree, {**r["metadata"], "source_id": r["source_id"]})
+        }
+        nearest = await store.vector_candidates(query, 5, SearchFilters(where=tree))
+        ids = [candidate.key.row["source_id"] for candidate in nearest]  # type: ignore[attr-defined]
+        assert set(ids) <= set(allowed), where
+        found = [allowed[source_id] for source_id in ids]
+        assert found == pytest.approx(sorted(allowed.values(), reverse=True)[:5]), where
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))

@@ -76,6 +76,13 @@ CROSS JOIN LATERAL knowledge_facet_values(v.source_type, v.source_id, v.metadata
 GROUP BY 1, 2, 3, 4;
 ANALYZE siam_vector_facets;
 
+-- A vector search whose filters the planner expects to let few passages through
+-- measures their distances exactly instead of walking the HNSW graph for them.
+\ir functions/knowledge_planned_rows.sql
+DROP FUNCTION match_siam_vectors_gemini(vector, double precision, integer, text[], text, text,
+    text, jsonb, text, integer, jsonb);
+\ir functions/match_siam_vectors_gemini.sql
+
 -- Facets with no filter read the counts; with one, count the passages it lets through.
 \ir functions/knowledge_facets.sql
 
