@@ -125,6 +125,10 @@ async def test_values_and_counts_follow_every_write(
     await db.execute("DELETE FROM siam_vectors WHERE source_id = 'N-8'")
     await assert_kept_in_step(store, db)
 
+    await db.execute("TRUNCATE siam_vectors")
+    await assert_kept_in_step(store, db)
+    assert await db.fetchval("SELECT count(*) FROM siam_vector_values") == 0
+
 
 async def test_typed_values_hold_numbers_and_dates_only(
     store: PostgresStore, db: asyncpg.Connection

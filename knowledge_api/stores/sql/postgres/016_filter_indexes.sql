@@ -24,6 +24,8 @@ CREATE TRIGGER siam_vectors_updated_values
 CREATE TRIGGER siam_vectors_deleted_values
     AFTER DELETE ON siam_vectors REFERENCING OLD TABLE AS old_passages
     FOR EACH STATEMENT EXECUTE FUNCTION knowledge_record_values();
+CREATE TRIGGER siam_vectors_truncated_values
+    AFTER TRUNCATE ON siam_vectors FOR EACH STATEMENT EXECUTE FUNCTION knowledge_record_values();
 
 -- The passages written before.
 INSERT INTO siam_vector_values (id, key, number, ms)
@@ -73,6 +75,8 @@ CREATE TRIGGER siam_vectors_updated_facets
 CREATE TRIGGER siam_vectors_deleted_facets
     AFTER DELETE ON siam_vectors REFERENCING OLD TABLE AS old_passages
     FOR EACH STATEMENT EXECUTE FUNCTION knowledge_count_facets();
+CREATE TRIGGER siam_vectors_truncated_facets
+    AFTER TRUNCATE ON siam_vectors FOR EACH STATEMENT EXECUTE FUNCTION knowledge_count_facets();
 
 INSERT INTO siam_vector_facets (collection, field, kind, value, passages)
 SELECT v.collection, t.field, t.kind, t.value, count(*)

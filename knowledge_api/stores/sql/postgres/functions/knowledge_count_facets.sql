@@ -6,6 +6,10 @@ DECLARE
         CASE WHEN TG_OP <> 'INSERT' THEN
             'SELECT collection, source_type, source_id, metadata, -1 AS n FROM old_passages' END);
 BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        TRUNCATE siam_vector_facets;
+        RETURN NULL;
+    END IF;
     EXECUTE format($sql$
         INSERT INTO siam_vector_facets AS f (collection, field, kind, value, passages)
         SELECT c.collection, t.field, t.kind, t.value, sum(c.n)

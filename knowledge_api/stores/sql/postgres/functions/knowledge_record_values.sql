@@ -1,5 +1,8 @@
 CREATE OR REPLACE FUNCTION knowledge_record_values() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        TRUNCATE siam_vector_values;
+    END IF;
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
         DELETE FROM siam_vector_values x USING old_passages o WHERE x.id = o.id;
     END IF;
