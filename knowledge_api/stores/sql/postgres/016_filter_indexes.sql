@@ -85,8 +85,13 @@ CROSS JOIN LATERAL knowledge_facet_values(v.source_type, v.source_id, v.metadata
 GROUP BY 1, 2, 3, 4;
 ANALYZE siam_vector_facets;
 
+-- The WHERE expression of the search functions' filter arguments ($1 to $6 and the
+-- filter tree), over siam_vectors `v`.
+\ir functions/knowledge_passes_sql.sql
+
 -- A vector search whose filters the planner expects to let few passages through
--- measures their distances exactly instead of walking the HNSW graph for them.
+-- measures their distances exactly instead of walking the HNSW graph for them; the
+-- planner's estimate comes from an EXPLAIN of the filters alone.
 \ir functions/knowledge_planned_rows.sql
 \ir functions/match_siam_vectors_gemini.sql
 

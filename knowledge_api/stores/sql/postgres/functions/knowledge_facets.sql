@@ -23,16 +23,8 @@ DECLARE
         SELECT x.field, x.kind, x.value, count(*) AS passages
         FROM siam_vectors v
         CROSS JOIN LATERAL knowledge_facet_values(v.source_type, v.source_id, v.metadata) x
-        WHERE v.collection = $1
-          AND ($2 IS NULL OR v.source_type = ANY ($2))
-          AND ($3 IS NULL OR v.organization = $3)
-          AND ($4 IS NULL OR v.division = $4)
-          AND ($5 IS NULL OR v.app_under_test = $5)
-          AND ($6 = '{}' OR v.metadata @> $6)
-          AND (%s)
-          AND x.field = ANY ($7)
-        GROUP BY 1, 2, 3$sql$,
-        CASE WHEN filter_where IS NULL THEN 'true' ELSE knowledge_filter_sql(filter_where) END)
+        WHERE %s AND x.field = ANY ($7)
+        GROUP BY 1, 2, 3$sql$, knowledge_passes_sql(filter_where))
     END;
 BEGIN
     RETURN QUERY EXECUTE format($sql$

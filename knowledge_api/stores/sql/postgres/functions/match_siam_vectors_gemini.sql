@@ -33,14 +33,7 @@ SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    passes text := format($sql$v.collection = $1
-              AND ($2 IS NULL OR v.source_type = ANY ($2))
-              AND ($3 IS NULL OR v.organization = $3)
-              AND ($4 IS NULL OR v.division = $4)
-              AND ($5 IS NULL OR v.app_under_test = $5)
-              AND ($6 = '{}' OR v.metadata @> $6)
-              AND (%s)$sql$,
-        CASE WHEN filter_where IS NULL THEN 'true' ELSE knowledge_filter_sql(filter_where) END);
+    passes text := knowledge_passes_sql(filter_where);
 BEGIN
     PERFORM set_config('hnsw.ef_search', ef_search::text, true);
     IF filter_where IS NULL AND filter_source_types IS NULL AND filter_organization IS NULL
@@ -89,9 +82,9 @@ BEGIN
         WHERE 1 - nearest.distance > $9
         ORDER BY nearest.distance
         LIMIT $8$sql$, passes,
-        CASE WHEN knowledge_planned_rows(passes, filter_collection, filter_source_types,
-                      filter_organization, filter_division, filter_app_under_test,
-                      filter_metadata)
+        CASE WHEN knowledge_planned_rows(filter_source_types, filter_organization,
+                      filter_division, filter_app_under_test, filter_metadata,
+                      filter_collection, filter_where)
                   <= sqrt(6.0 * match_count * greatest((SELECT c.reltuples FROM pg_class c
                                                         WHERE c.oid = 'siam_vectors'::regclass), 0))
              THEN 'OFFSET 0' ELSE 'ORDER BY v.embedding <=> $7 LIMIT $8' END)
