@@ -20,11 +20,81 @@
 
 -- A filter tree as a boolean expression over siam_vectors `v`; every test is true or
 -- false, never NULL, so NOT is the complement (a passage without the field passes it).
-\ir functions/knowledge_filter_sql.sql
+CREATE OR REPLACE FUNCTION knowledge_filter_sql(tree jsonb) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    op text := tree ->> 'op';
+    field text := tree ->> 'field';
+    kind text := tree ->> 'kind';
+    own boolean := coalesce((tree ->> 'own')::boolean, false);
+    target text;
+    parts text[];
+BEGIN
+    IF op IN ('$and', '$or') THEN
+        SELECT array_agg('(' || knowledge_filter_sql(part) || ')') INTO parts
+        FROM jsonb_array_elements(tree -> 'parts') AS part;
+        RETURN array_to_string(parts, CASE WHEN op = '$and' THEN ' AND ' ELSE ' OR ' END);
+    ELSIF op = '$not' THEN
+        RETURN 'NOT (' || knowledge_filter_sql(tree -> 'part') || ')';
+    ELSIF op = '$const' THEN
+        RETURN CASE WHEN (tree ->> 'value')::boolean THEN 'true' ELSE 'false' END;
+    END IF;
+    IF own THEN
+        target := CASE field
+            WHEN 'source_type' THEN 'v.source_type'
+            WHEN 'source_id' THEN 'v.source_id'
+            WHEN 'created_at' THEN
+                'knowledge_ms((SELECT d.created_at FROM knowledge_documents d WHERE d.id = v.document_id))'
+            WHEN 'updated_at' THEN
+                'knowledge_ms((SELECT d.updated_at FROM knowledge_documents d WHERE d.id = v.document_id))'
+        END;
+        IF target IS NULL THEN
+            RAISE EXCEPTION 'knowledge_filter_sql: unknown field %', field;
+        END IF;
+        IF field IN ('source_type', 'source_id') AND kind = 'date' THEN
+            target := format('knowledge_instant_ms(%s)', target);
+        END IF;
+        RETURN CASE op
+            WHEN '$in' THEN format('coalesce(%s = ANY (%L::%s[]), false)', target,
+                (SELECT array_agg(x) FROM jsonb_array_elements_text(tree -> 'values') x),
+                CASE WHEN kind = 'date' THEN 'bigint' ELSE 'text' END)
+            WHEN '$contains' THEN format('strpos('' '' || %s || '' '', %L) > 0', target,
+                ' ' || (tree ->> 'value') || ' ')
+            WHEN '$gt' THEN format('coalesce(%s > %L::bigint, false)', target, tree ->> 'value')
+            WHEN '$gte' THEN format('coalesce(%s >= %L::bigint, false)', target, tree ->> 'value')
+            WHEN '$lt' THEN format('coalesce(%s < %L::bigint, false)', target, tree ->> 'value')
+            WHEN '$lte' THEN format('coalesce(%s <= %L::bigint, false)', target, tree ->> 'value')
+        END;
+    END IF;
+    IF op = '$in' THEN
+        SELECT array_agg(format('v.metadata @> %L::jsonb', jsonb_build_object(field, x))) INTO parts
+        FROM jsonb_array_elements(tree -> 'values') x;
+        RETURN '(' || array_to_string(parts, ' OR ') || ')';
+    ELSIF op = '$exists' THEN
+        RETURN format('%sjsonb_exists(v.metadata, %L)',
+            CASE WHEN (tree ->> 'value')::boolean THEN '' ELSE 'NOT ' END, field);
+    ELSIF op = '$contains' THEN
+        RETURN format('CASE WHEN jsonb_typeof(v.metadata -> %1$L) = ''string'' '
+            'THEN strpos('' '' || (v.metadata ->> %1$L) || '' '', %2$L) > 0 ELSE false END',
+            field, ' ' || (tree ->> 'value') || ' ');
+    ELSIF op IN ('$gt', '$gte', '$lt', '$lte') THEN
+        RETURN format('CASE WHEN jsonb_typeof(v.metadata -> %1$L) = %2$L '
+            'THEN coalesce(%3$s %4$s %5$L::%6$s, false) ELSE false END',
+            field,
+            CASE WHEN kind = 'date' THEN 'string' ELSE 'number' END,
+            CASE WHEN kind = 'date' THEN format('knowledge_instant_ms(v.metadata ->> %L)', field)
+                 ELSE format('(v.metadata ->> %L)::numeric', field) END,
+            CASE op WHEN '$gt' THEN '>' WHEN '$gte' THEN '>=' WHEN '$lt' THEN '<' ELSE '<=' END,
+            tree ->> 'value',
+            CASE WHEN kind = 'date' THEN 'bigint' ELSE 'numeric' END);
+    END IF;
+    RAISE EXCEPTION 'knowledge_filter_sql: unknown operator %', op;
+END
+$$;
 
 DROP FUNCTION match_siam_vectors_gemini(vector, double precision, integer, text[], text, text,
     text, jsonb, text, integer);
--- Replaced in 015_search_dates: the current text is functions/match_siam_vectors_gemini.sql.
+-- Replaced in 015_search_dates (then 016_filter_indexes): the current text is functions/match_siam_vectors_gemini.sql.
 CREATE FUNCTION match_siam_vectors_gemini(
     query_embedding vector,
     match_threshold double precision DEFAULT 0.2,

@@ -6,7 +6,99 @@
 -- comments to restore.
 DROP FUNCTION match_siam_vectors_gemini(vector, double precision, integer, text[], text, text,
     text, jsonb, text, integer, jsonb);
-\ir functions/match_siam_vectors_gemini.sql
+-- Replaced in 016_filter_indexes: the current text is functions/match_siam_vectors_gemini.sql.
+CREATE FUNCTION match_siam_vectors_gemini(
+    query_embedding vector,
+    match_threshold double precision DEFAULT 0.2,
+    match_count integer DEFAULT 5,
+    filter_source_types text[] DEFAULT NULL,
+    filter_organization text DEFAULT NULL,
+    filter_division text DEFAULT NULL,
+    filter_app_under_test text DEFAULT NULL,
+    filter_metadata jsonb DEFAULT '{}',
+    filter_collection text DEFAULT 'default',
+    ef_search integer DEFAULT 100,
+    filter_where jsonb DEFAULT NULL
+) RETURNS TABLE (
+    id uuid,
+    document_id uuid,
+    content text,
+    source_type text,
+    source_id text,
+    metadata jsonb,
+    similarity double precision,
+    organization text,
+    division text,
+    app_under_test text,
+    title text,
+    section text,
+    chunk_index integer,
+    chunk_count integer,
+    created_at timestamptz,
+    updated_at timestamptz
+)
+LANGUAGE plpgsql STABLE
+SET hnsw.ef_search = 100
+SET hnsw.iterative_scan = strict_order
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM set_config('hnsw.ef_search', ef_search::text, true);
+    IF filter_where IS NULL THEN
+        RETURN QUERY
+        SELECT nearest.id, nearest.document_id, nearest.content, nearest.source_type,
+               nearest.source_id, nearest.metadata, 1 - nearest.distance, nearest.organization,
+               nearest.division, nearest.app_under_test, nearest.title, nearest.section,
+               nearest.chunk_index, nearest.chunk_count,
+               (SELECT d.created_at FROM knowledge_documents d WHERE d.id = nearest.document_id),
+               (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = nearest.document_id)
+        FROM (
+            SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+                   v.embedding <=> query_embedding AS distance, v.organization, v.division,
+                   v.app_under_test, v.title, v.section, v.chunk_index, v.chunk_count
+            FROM siam_vectors v
+            WHERE v.collection = filter_collection
+              AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+              AND (filter_organization IS NULL OR v.organization = filter_organization)
+              AND (filter_division IS NULL OR v.division = filter_division)
+              AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+              AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
+            ORDER BY v.embedding <=> query_embedding
+            LIMIT match_count
+        ) nearest
+        WHERE 1 - nearest.distance > match_threshold
+        ORDER BY nearest.distance;
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        SELECT nearest.id, nearest.document_id, nearest.content, nearest.source_type,
+               nearest.source_id, nearest.metadata, 1 - nearest.distance, nearest.organization,
+               nearest.division, nearest.app_under_test, nearest.title, nearest.section,
+               nearest.chunk_index, nearest.chunk_count,
+               (SELECT d.created_at FROM knowledge_documents d WHERE d.id = nearest.document_id),
+               (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = nearest.document_id)
+        FROM (
+            SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+                   v.embedding <=> $7 AS distance, v.organization, v.division,
+                   v.app_under_test, v.title, v.section, v.chunk_index, v.chunk_count
+            FROM siam_vectors v
+            WHERE v.collection = $1
+              AND ($2 IS NULL OR v.source_type = ANY ($2))
+              AND ($3 IS NULL OR v.organization = $3)
+              AND ($4 IS NULL OR v.division = $4)
+              AND ($5 IS NULL OR v.app_under_test = $5)
+              AND ($6 = '{}' OR v.metadata @> $6)
+              AND (%s)
+            ORDER BY v.embedding <=> $7
+            LIMIT $8
+        ) nearest
+        WHERE 1 - nearest.distance > $9
+        ORDER BY nearest.distance$sql$, knowledge_filter_sql(filter_where))
+    USING filter_collection, filter_source_types, filter_organization, filter_division,
+          filter_app_under_test, filter_metadata, query_embedding, match_count, match_threshold;
+END
+$$;
 
 DROP FUNCTION search_siam_vectors_text(text, integer, text[], text, text, text, jsonb, text,
     jsonb);

@@ -12,31 +12,23 @@ CREATE OR REPLACE FUNCTION knowledge_facets(
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
 AS $$
+DECLARE
+    unfiltered boolean := filter_where IS NULL AND filter_source_types IS NULL
+        AND filter_organization IS NULL AND filter_division IS NULL
+        AND filter_app_under_test IS NULL AND filter_metadata = '{}';
+    grouped text := CASE WHEN unfiltered THEN $sql$
+        SELECT c.field, c.kind, c.value, c.passages FROM siam_vector_facets c
+        WHERE c.collection = $1 AND c.field = ANY ($7) AND c.passages > 0$sql$
+    ELSE format($sql$
+        SELECT x.field, x.kind, x.value, count(*) AS passages
+        FROM siam_vectors v
+        CROSS JOIN LATERAL knowledge_facet_values(v.source_type, v.source_id, v.metadata) x
+        WHERE %s AND x.field = ANY ($7)
+        GROUP BY 1, 2, 3$sql$, knowledge_passes_sql(filter_where))
+    END;
 BEGIN
     RETURN QUERY EXECUTE format($sql$
-        WITH matched AS MATERIALIZED (
-            SELECT v.source_type, v.source_id, v.metadata FROM siam_vectors v
-            WHERE v.collection = $1
-              AND ($2 IS NULL OR v.source_type = ANY ($2))
-              AND ($3 IS NULL OR v.organization = $3)
-              AND ($4 IS NULL OR v.division = $4)
-              AND ($5 IS NULL OR v.app_under_test = $5)
-              AND ($6 = '{}' OR v.metadata @> $6)
-              AND (%s)
-        ), grouped AS (
-            SELECT f.name AS field, x.kind, x.value, count(*) AS passages
-            FROM matched m
-            CROSS JOIN unnest($7::text[]) AS f(name)
-            CROSS JOIN LATERAL (
-                SELECT CASE WHEN f.name IN ('source_type', 'source_id') THEN 'string'
-                            ELSE jsonb_typeof(m.metadata -> f.name) END AS kind,
-                       CASE f.name WHEN 'source_type' THEN m.source_type
-                                   WHEN 'source_id' THEN m.source_id
-                                   ELSE m.metadata ->> f.name END AS value
-            ) x
-            WHERE x.kind IN ('string', 'number', 'boolean')
-            GROUP BY 1, 2, 3
-        ), ranked AS (
+        WITH grouped AS (%s), ranked AS (
             SELECT g.field, g.kind, g.value, g.passages,
                    row_number() OVER (PARTITION BY g.field
                                       ORDER BY g.passages DESC, g.value COLLATE "C") AS place,
@@ -44,8 +36,7 @@ BEGIN
             FROM grouped g
         )
         SELECT r.field, r.kind, r.value, r.passages, r.distinct_values
-        FROM ranked r WHERE r.place <= $8$sql$,
-        CASE WHEN filter_where IS NULL THEN 'true' ELSE knowledge_filter_sql(filter_where) END)
+        FROM ranked r WHERE r.place <= $8$sql$, grouped)
     USING filter_collection, filter_source_types, filter_organization, filter_division,
           filter_app_under_test, filter_metadata, facet_fields, facet_limit;
 END

@@ -8,10 +8,25 @@ DECLARE
     target text;
     parts text[];
 BEGIN
-    IF op IN ('$and', '$or') THEN
+    IF op = '$and' THEN  -- the ranges of one metadata field: one lookup with every bound
+        SELECT array_agg('(' || knowledge_filter_sql(test) || ')') INTO parts
+        FROM (
+            SELECT part AS test FROM jsonb_array_elements(tree -> 'parts') AS part
+            WHERE NOT (part ->> 'op' IN ('$gt', '$gte', '$lt', '$lte')
+                       AND NOT coalesce((part ->> 'own')::boolean, false))
+            UNION ALL
+            SELECT jsonb_build_object('op', '$range', 'field', part ->> 'field',
+                                      'kind', part ->> 'kind', 'bounds', jsonb_agg(part))
+            FROM jsonb_array_elements(tree -> 'parts') AS part
+            WHERE part ->> 'op' IN ('$gt', '$gte', '$lt', '$lte')
+              AND NOT coalesce((part ->> 'own')::boolean, false)
+            GROUP BY part ->> 'field', part ->> 'kind'
+        ) tests;
+        RETURN array_to_string(parts, ' AND ');
+    ELSIF op = '$or' THEN
         SELECT array_agg('(' || knowledge_filter_sql(part) || ')') INTO parts
         FROM jsonb_array_elements(tree -> 'parts') AS part;
-        RETURN array_to_string(parts, CASE WHEN op = '$and' THEN ' AND ' ELSE ' OR ' END);
+        RETURN array_to_string(parts, ' OR ');
     ELSIF op = '$not' THEN
         RETURN 'NOT (' || knowledge_filter_sql(tree -> 'part') || ')';
     ELSIF op = '$const' THEN
@@ -56,15 +71,19 @@ BEGIN
             'THEN strpos('' '' || (v.metadata ->> %1$L) || '' '', %2$L) > 0 ELSE false END',
             field, ' ' || (tree ->> 'value') || ' ');
     ELSIF op IN ('$gt', '$gte', '$lt', '$lte') THEN
-        RETURN format('CASE WHEN jsonb_typeof(v.metadata -> %1$L) = %2$L '
-            'THEN coalesce(%3$s %4$s %5$L::%6$s, false) ELSE false END',
-            field,
-            CASE WHEN kind = 'date' THEN 'string' ELSE 'number' END,
-            CASE WHEN kind = 'date' THEN format('knowledge_instant_ms(v.metadata ->> %L)', field)
-                 ELSE format('(v.metadata ->> %L)::numeric', field) END,
-            CASE op WHEN '$gt' THEN '>' WHEN '$gte' THEN '>=' WHEN '$lt' THEN '<' ELSE '<=' END,
-            tree ->> 'value',
-            CASE WHEN kind = 'date' THEN 'bigint' ELSE 'numeric' END);
+        RETURN knowledge_filter_sql(jsonb_build_object('op', '$range', 'field', field,
+            'kind', kind, 'bounds', jsonb_build_array(tree)));
+    ELSIF op = '$range' THEN  -- never NULL: an id is in the lookup's ids or not
+        SELECT string_agg(format('x.%s %s %L::%s',
+                   CASE WHEN kind = 'date' THEN 'ms' ELSE 'number' END,
+                   CASE b ->> 'op' WHEN '$gt' THEN '>' WHEN '$gte' THEN '>='
+                                   WHEN '$lt' THEN '<' ELSE '<=' END,
+                   b ->> 'value',
+                   CASE WHEN kind = 'date' THEN 'bigint' ELSE 'numeric' END), ' AND ')
+        INTO target
+        FROM jsonb_array_elements(tree -> 'bounds') AS b;
+        RETURN format('v.id IN (SELECT x.id FROM siam_vector_values x WHERE x.key = %L AND %s)',
+            field, target);
     END IF;
     RAISE EXCEPTION 'knowledge_filter_sql: unknown operator %', op;
 END
