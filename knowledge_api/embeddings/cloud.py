@@ -23,8 +23,18 @@ Kind = Literal["query", "document"]
 
 class CloudEmbedder(BatchEmbedder):
     provider = "cloud"
+    """Names the provider's extra and its settings: `<provider>_api_key`,
+    `<provider>_embedding_model`, `<provider>_base_url`."""
     key_env = ""
     extra = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.extra = cls.provider
+        fields = ("api_key", "embedding_model", "base_url")
+        cls.settings_fields = " ".join(
+            [*(f"{cls.provider}_{field}" for field in fields), "cloud_embedding_timeout"]
+        )
 
     def __init__(self, api_key: Any, model: str, base_url: str, timeout: float) -> None:
         self.api_key = api_key

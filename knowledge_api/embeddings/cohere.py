@@ -16,13 +16,8 @@ INPUT_TYPES = {"query": "search_query", "document": "search_document"}
 class CohereEmbedder(CloudEmbedder):
     provider = "cohere"
     key_env = "COHERE_API_KEY"
-    extra = "cohere"
     dimension = 1024
     batch_size = 96
-
-    settings_fields = (
-        "cohere_api_key cohere_embedding_model cohere_base_url cloud_embedding_timeout"
-    )
 
     def connect(self) -> Any:
         cohere = import_extra("cohere", self.extra)

@@ -15,13 +15,8 @@ TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
 class GeminiEmbedder(CloudEmbedder):
     provider = "gemini"
     key_env = "GOOGLE_GENERATIVE_AI_API_KEY"
-    extra = "gemini"
     dimension = 768
     batch_size = 100
-
-    settings_fields = (
-        "gemini_api_key gemini_embedding_model gemini_base_url cloud_embedding_timeout"
-    )
 
     def connect(self) -> Any:
         return genai_client(self, httpx_client=self.http)
