@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import islice
 
 import numpy as np
@@ -24,11 +25,12 @@ PLAIN_TEXT_FORMATS = ("txt", "text", "rst")
 BATCH_DOCUMENTS = 256
 
 
+@dataclass(frozen=True, slots=True)
 class Ingestor:
-    def __init__(self, store: KnowledgeStore, embedder: EmbedderIdentity, embed: EmbedFn) -> None:
-        self.store = store
-        self.embedder = embedder
-        self.embed = embed
+    store: KnowledgeStore
+    embedder: EmbedderIdentity
+    """Whose vectors the store keeps (recorded with the first write)."""
+    embed: EmbedFn
 
     async def ingest(
         self,
