@@ -345,7 +345,7 @@ def test_readyz_names_an_embedder_not_loaded(client: TestClient) -> None:
 def test_the_probes_are_public_routes() -> None:
     from knowledge_api.routes import ADMIN, PUBLIC, ROUTES
 
-    scopes = {route.path: route.scope for route in ROUTES}
+    scopes = {route.path: route.contract.scope for route in ROUTES}
     assert scopes["/livez"] == scopes["/readyz"] == PUBLIC and scopes["/metrics"] == ADMIN
 
 

@@ -20,7 +20,7 @@ SCHEMAS = DOC["components"]["schemas"]
 
 
 def operation(route: ApiRoute) -> dict[str, Any]:
-    op: dict[str, Any] = DOC["paths"][openapi_path(route.path)][route.method.lower()]
+    op: dict[str, Any] = DOC["paths"][openapi_path(route.path)][route.contract.method.lower()]
     return op
 
 
@@ -33,7 +33,7 @@ def test_the_served_document_is_the_generated_one(client: TestClient) -> None:
 
 def test_every_route_is_an_operation_and_nothing_else_is() -> None:
     listed = {(path, method.upper()) for path, ops in DOC["paths"].items() for method in ops}
-    assert listed == {(openapi_path(r.path), r.method) for r in ROUTES}
+    assert listed == {(openapi_path(r.path), r.contract.method) for r in ROUTES}
     assert "/v1/knowledge/detail/{type}/{id}" in DOC["paths"]
     ids = [op["operationId"] for ops in DOC["paths"].values() for op in ops.values()]
     assert len(ids) == len(set(ids)) == len(ROUTES)
@@ -41,13 +41,13 @@ def test_every_route_is_an_operation_and_nothing_else_is() -> None:
 
 def test_every_declared_field_is_documented_with_its_limits() -> None:
     for route in ROUTES:
-        if route.body is None:
+        if route.contract.body is None:
             assert "requestBody" not in operation(route)
             continue
-        schema = SCHEMAS[route.body.name]
-        assert set(schema["properties"]) == set(route.body.names)
-        assert schema["additionalProperties"] is route.body.others_ignored
-    assert [r.path for r in ROUTES if r.body and r.body.others_ignored] == [
+        schema = SCHEMAS[route.contract.body.name]
+        assert set(schema["properties"]) == set(route.contract.body.names)
+        assert schema["additionalProperties"] is route.contract.body.others_ignored
+    assert [r.path for r in ROUTES if r.contract.body and r.contract.body.others_ignored] == [
         "/v1/chat/completions"  # OpenAI's clients send fields of their own
     ]
     query = SCHEMAS["QueryRequest"]["properties"]
@@ -106,7 +106,7 @@ def test_every_error_response_references_the_one_error_shape() -> None:
     assert error["properties"]["error"]["required"] == ["type", "message", "details"]
     for route in ROUTES:
         for status, response in operation(route)["responses"].items():
-            if int(status) in route.statuses:
+            if int(status) in route.contract.statuses:
                 continue
             assert response["content"] == {
                 "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
@@ -147,22 +147,25 @@ def test_security_follows_each_route_scope() -> None:
     assert (schemes["apiKey"]["in"], schemes["apiKey"]["name"]) == ("header", "X-API-Key")
     for route in ROUTES:
         op = operation(route)
-        if route.scope == PUBLIC:
+        if route.contract.scope == PUBLIC:
             assert op["security"] == [] and "x-required-scope" not in op
             assert {"401", "403"}.isdisjoint(op["responses"])
         else:
-            assert op["security"] == [{"bearer": [route.scope]}, {"apiKey": [route.scope]}]
-            assert op["x-required-scope"] == route.scope
-            assert route.scope in op["description"]
+            assert op["security"] == [
+                {"bearer": [route.contract.scope]},
+                {"apiKey": [route.contract.scope]},
+            ]
+            assert op["x-required-scope"] == route.contract.scope
+            assert route.contract.scope in op["description"]
             assert {"401", "403"} <= set(op["responses"])
     assert operation(route_at("/v1/knowledge/validate", "POST"))["x-required-scope"] == "admin"
 
 
 def test_streaming_routes_offer_an_event_stream() -> None:
     for route in ROUTES:
-        content = operation(route)["responses"][str(route.statuses[0])]["content"]
-        assert ("text/event-stream" in content) is route.streams
-    assert {r.path for r in ROUTES if r.streams} == {
+        content = operation(route)["responses"][str(route.contract.statuses[0])]["content"]
+        assert ("text/event-stream" in content) is route.contract.streams
+    assert {r.path for r in ROUTES if r.contract.streams} == {
         "/v1/knowledge/query",
         "/v1/knowledge/answer",
         "/v1/chat",
@@ -183,10 +186,10 @@ def test_streaming_routes_offer_an_event_stream() -> None:
 
 def test_every_json_route_declares_its_response() -> None:
     for route in ROUTES:
-        if route.media_type == "application/json":
-            assert route.response is not None, route.path
-            content = operation(route)["responses"][str(route.statuses[0])]["content"]
-            assert content["application/json"]["schema"] is route.response
+        if route.contract.media_type == "application/json":
+            assert route.contract.response is not None, route.path
+            content = operation(route)["responses"][str(route.contract.statuses[0])]["content"]
+            assert content["application/json"]["schema"] is route.contract.response
 
 
 def test_the_document_is_valid_openapi_3_1() -> None:
@@ -220,11 +223,11 @@ def test_docs_assets_are_served_from_the_package(client: TestClient) -> None:
 
 
 def route_at(path: str, method: str = "GET") -> ApiRoute:
-    return next(r for r in ROUTES if r.path == path and r.method == method)
+    return next(r for r in ROUTES if r.path == path and r.contract.method == method)
 
 
 def request_schema_accepts(path: str, body: Any) -> bool:
-    route = next(r for r in ROUTES if r.path == path and r.method == "POST")
+    route = next(r for r in ROUTES if r.path == path and r.contract.method == "POST")
     schema = operation(route)["requestBody"]["content"]["application/json"]["schema"]
     validator = jsonschema.Draft202012Validator({**schema, "components": DOC["components"]})
     return bool(validator.is_valid(body))

@@ -29,6 +29,7 @@ from knowledge_api.routes import (
     retrieve,
     support,
 )
+from knowledge_api.routes.openapi import Contract
 from knowledge_api.web import metrics
 from knowledge_api.web.access import ADMIN, PUBLIC, READ, WRITE, guarded
 from knowledge_api.web.fields import Body, Field, Schema
@@ -53,28 +54,25 @@ class ApiRoute(Route):
         events: Schema | None = None,
     ) -> None:
         super().__init__(path, guarded(endpoint, scope), methods=[method])
-        self.method = method
-        self.scope = scope
-        """The scope a caller's key needs (PUBLIC: none)."""
-        self.summary = summary
-        self.body = body
-        self.streams = streams
-        """With `stream: true` the route answers text/event-stream."""
-        self.response = response
-        """JSON Schema of the body answered with `statuses` (None: not JSON)."""
-        self.statuses = statuses
-        self.media_type = media_type
-        self.events = events
-        """JSON Schema of one event (`event`, `data`) of a streamed answer."""
-        self.parameters = parameters
-        """Declared path and query parameters (a path's own names are path parameters)."""
-        self.errors = self.own_errors() if errors is None else errors
-        """Statuses the route itself answers in the error shape (access adds its own)."""
+        errors = self.own_errors(body) if errors is None else errors
+        self.contract = Contract(
+            method,
+            scope,
+            summary,
+            body,
+            streams,
+            response,
+            statuses,
+            parameters,
+            errors,
+            media_type,
+            events,
+        )
 
-    def own_errors(self) -> tuple[int, ...]:
+    def own_errors(self, body: Body | None) -> tuple[int, ...]:
         """A body can be malformed, too large or of another type; a path parameter can
         name nothing; anything that reaches the store can find it unavailable."""
-        found = [400, 413, 415] if self.body else []
+        found = [400, 413, 415] if body else []
         if self.param_convertors:
             found.append(404)
         return (*found, 503)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol, runtime_checkable
 
@@ -88,23 +89,36 @@ PUBLIC = "public"
 """`routes.PUBLIC` (the route table imports this module, so not the other way)."""
 
 
-@runtime_checkable
-class Declared(Protocol):
-    """What the document reads of a route (`routes.ApiRoute`)."""
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """What a route declares (`routes.ApiRoute`), as the document reads it."""
 
-    path: str
     method: str
     scope: str
+    """The scope a caller's key needs (PUBLIC: none)."""
     summary: str
     body: Body | None
     streams: bool
+    """With `stream: true` the route answers text/event-stream."""
     response: Schema | None
-    media_type: str
-    events: Schema | None
+    """JSON Schema of the body answered with `statuses` (None: not JSON)."""
     statuses: tuple[int, ...]
     parameters: tuple[Field, ...]
+    """Declared path and query parameters (a path's own names are path parameters)."""
     errors: tuple[int, ...]
+    """Statuses the route itself answers in the error shape (access adds its own)."""
+    media_type: str
+    events: Schema | None
+    """JSON Schema of one event (`event`, `data`) of a streamed answer."""
+
+
+@runtime_checkable
+class Declared(Protocol):
+    """A route the document covers: its path, its convertors and its contract."""
+
+    path: str
     param_convertors: dict[str, Convertor[Any]]
+    contract: Contract
 
 
 def document(routes: Iterable[Declared]) -> dict[str, Any]:
@@ -112,7 +126,9 @@ def document(routes: Iterable[Declared]) -> dict[str, Any]:
     routes = list(routes)
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
-        paths.setdefault(openapi_path(route.path), {})[route.method.lower()] = operation(route)
+        paths.setdefault(openapi_path(route.path), {})[route.contract.method.lower()] = operation(
+            route
+        )
     return {
         "openapi": "3.1.0",
         "info": {
@@ -137,8 +153,8 @@ def openapi_path(path: str) -> str:
 def body_schemas(routes: Sequence[Declared]) -> dict[str, Schema]:
     schemas: dict[str, Schema] = {}
     for route in routes:
-        if route.body is not None:
-            for body in (route.body, *route.body.alternatives):
+        if route.contract.body is not None:
+            for body in (route.contract.body, *route.contract.body.alternatives):
                 schemas[body.name] = body.schema()
     return schemas
 
@@ -146,27 +162,33 @@ def body_schemas(routes: Sequence[Declared]) -> dict[str, Schema]:
 def operation(route: Declared) -> dict[str, Any]:
     op: dict[str, Any] = {
         "operationId": operation_id(route),
-        "summary": route.summary,
-        "description": scope_description(route.scope),
-        "security": security(route.scope),
+        "summary": route.contract.summary,
+        "description": scope_description(route.contract.scope),
+        "security": security(route.contract.scope),
     }
-    if route.scope != PUBLIC:
-        op["x-required-scope"] = route.scope
+    if route.contract.scope != PUBLIC:
+        op["x-required-scope"] = route.contract.scope
     parameters = [parameter(route, name) for name in route.param_convertors]
     parameters += [
-        query_parameter(f) for f in route.parameters if f.name not in route.param_convertors
+        query_parameter(f)
+        for f in route.contract.parameters
+        if f.name not in route.param_convertors
     ]
     if parameters:
         op["parameters"] = parameters
-    if route.body is not None:
-        op["requestBody"] = request_body(route.body)
+    if route.contract.body is not None:
+        op["requestBody"] = request_body(route.contract.body)
     op["responses"] = {**success_responses(route), **error_responses(route)}
     return op
 
 
 def operation_id(route: Declared) -> str:
     words = re.findall(r"[a-z]+", openapi_path(route.path).replace("/v1/knowledge", ""))
-    return "_".join([route.method.lower(), *words]) if words else route.method.lower()
+    return (
+        "_".join([route.contract.method.lower(), *words])
+        if words
+        else route.contract.method.lower()
+    )
 
 
 def scope_description(scope: str) -> str:
@@ -184,7 +206,7 @@ def security(scope: str) -> list[dict[str, list[str]]]:
 
 
 def declared(route: Declared, name: str) -> Field | None:
-    return next((f for f in route.parameters if f.name == name), None)
+    return next((f for f in route.contract.parameters if f.name == name), None)
 
 
 def parameter(route: Declared, name: str) -> dict[str, Any]:
@@ -222,24 +244,28 @@ def request_body(body: Body) -> dict[str, Any]:
 
 
 def success_responses(route: Declared) -> dict[str, Any]:
-    content: dict[str, Any] = {route.media_type: {"schema": route.response or STRING}}
-    description = route.summary
-    if route.streams:
-        content["text/event-stream"] = {"schema": route.events or EVENT}
+    content: dict[str, Any] = {
+        route.contract.media_type: {"schema": route.contract.response or STRING}
+    }
+    description = route.contract.summary
+    if route.contract.streams:
+        content["text/event-stream"] = {"schema": route.contract.events or EVENT}
         description += " With `stream: true`, Server-Sent Events (text/event-stream)."
-    return {str(s): {"description": description, "content": content} for s in route.statuses}
+    return {
+        str(s): {"description": description, "content": content} for s in route.contract.statuses
+    }
 
 
 def error_responses(route: Declared) -> dict[str, Any]:
-    statuses = set(route.errors) | set(EVERY_ROUTE_ERRORS)
-    if route.scope != PUBLIC:
+    statuses = set(route.contract.errors) | set(EVERY_ROUTE_ERRORS)
+    if route.contract.scope != PUBLIC:
         statuses |= set(ACCESS_ERRORS)
     return {
         str(status): {
             "description": ERROR_STATUSES[status],
             "content": {"application/json": {"schema": {"$ref": ERROR}}},
         }
-        for status in sorted(statuses - set(route.statuses))
+        for status in sorted(statuses - set(route.contract.statuses))
     }
 
 
