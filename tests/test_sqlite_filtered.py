@@ -172,3 +172,18 @@ async def test_the_keyword_side_ranks_the_same_with_the_rows_in_its_query_or_not
     kept_in_python = await store.keyword_candidates("queue upload retry", 7, filters)
     assert [c.key for c in in_query] == [c.key for c in kept_in_python] == reference
     assert [c.score for c in in_query] == pytest.approx([c.score for c in kept_in_python])
+
+
+def test_the_chunks_documents_give_the_rows_of_the_documents_asked_in_scope() -> None:
+    documents = filtered.ChunkDocuments()
+    documents.set([1, 2, 5], ["a", "a", "b"], [("c", "wiki")] * 2 + [("c", "jira")])
+    documents.set([9], ["z"], [("other", "wiki")])
+    assert rows_of(documents.rows(["a", "b", "unknown"], "c", None)) == {1, 2, 5}
+    assert rows_of(documents.rows(["a", "b"], "c", ["jira"])) == {5}
+    assert rows_of(documents.rows(["z"], "c", None)) == set()
+    documents.set([2], ["b"], [("c", "jira")])  # row 2 now holds a chunk of b
+    documents.remove([5, 40])
+    assert rows_of(documents.rows(["a"], "c", None)) == {1}
+    assert rows_of(documents.rows(["b"], "c", None)) == {2}
+    assert rows_of(documents.rows(["z"], "other", None)) == {9}
+    assert rows_of(filtered.ChunkDocuments().rows(["a"], "c", None)) == set()
