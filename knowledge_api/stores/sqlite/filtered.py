@@ -67,9 +67,20 @@ class ChunkDocuments:
     def set(
         self, rows: Sequence[int], documents: Sequence[str], labels: Sequence[tuple[str, str]]
     ) -> None:
-        if not len(rows):
+        if len(rows):
+            ids = np.asarray(rows, dtype=np.int64)
+            self.set_hashed(ids, hashed(documents), self.labelled(labels))
+
+    def labelled(self, labels: Sequence[tuple[str, str]]) -> np.ndarray:
+        """The code of each label."""
+        codes = self._label_codes
+        return np.array([codes.setdefault(label, len(codes)) for label in labels], dtype=np.int32)
+
+    def set_hashed(self, ids: np.ndarray, hashes: np.ndarray, labels: np.ndarray) -> None:
+        """`set` by the documents' hashes and the labels' codes: a store's start reads
+        every chunk's in pieces, then sets them at once (each setting sorts the hashes)."""
+        if not ids.size:
             return
-        hashes = _hashed(documents)
         codes = self._coded(hashes)
         if (codes < 0).any():
             fresh = np.sort(hashes[codes < 0])  # np.unique hashes them again: 7 times slower
@@ -81,12 +92,10 @@ class ChunkDocuments:
             self._codes = np.concatenate([self._codes, np.arange(first, first + fresh.size)])
             self._codes = self._codes[order]
             codes = self._coded(hashes)
-        ids = np.asarray(rows, dtype=np.int64)
         self._of = _grown(self._of, int(ids.max()) + 1)
         self._of[ids] = codes
         self._label_of = _grown(self._label_of, self._codes.size)
-        label_code = self._label_codes
-        self._label_of[codes] = [label_code.setdefault(label, len(label_code)) for label in labels]
+        self._label_of[codes] = labels
 
     def remove(self, rows: Sequence[int]) -> None:
         ids = np.asarray(rows, dtype=np.int64)
@@ -97,7 +106,7 @@ class ChunkDocuments:
     ) -> np.ndarray:
         """The mask over row ids of the chunks of `documents` in `collection` and of
         `source_types` (all when None)."""
-        codes = self._coded(_hashed(documents))
+        codes = self._coded(hashed(documents))
         codes = codes[codes >= 0]
         labels = label_codes(self._label_codes, collection, source_types)
         chosen = np.zeros(self._codes.size + 1, dtype=bool)  # the last one: no document
@@ -112,7 +121,8 @@ class ChunkDocuments:
         return np.where(self._hashes[at] == hashes, self._codes[at], -1)
 
 
-def _hashed(documents: Sequence[str]) -> np.ndarray:
+def hashed(documents: Sequence[str]) -> np.ndarray:
+    """The hash of each document id."""
     return np.fromiter(map(hash, documents), dtype=np.int64, count=len(documents))
 
 

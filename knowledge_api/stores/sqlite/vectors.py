@@ -26,7 +26,7 @@ import numpy as np
 
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.stores.quantized_index import TRAINING_ROWS_PER_LIST, QuantizedIndex, list_count
-from knowledge_api.stores.sqlite.filtered import ChunkDocuments
+from knowledge_api.stores.sqlite.filtered import ChunkDocuments, hashed
 from knowledge_api.stores.vector_index import VectorIndex
 
 Index = VectorIndex | QuantizedIndex
@@ -237,12 +237,21 @@ def stored_cosines(
 
 
 def _documents(conn: sqlite3.Connection) -> ChunkDocuments:
-    """Each chunk row's document and label, from the `chunks_document` index alone, in
-    one piece (each piece sorts the documents known so far)."""
+    """Each chunk row's document and label, from the `chunks_document` index alone, read
+    in pieces (never every id text in memory at once) and set at once."""
     documents = ChunkDocuments()
-    sql = "SELECT rowid, document_id, collection, source_type FROM chunks"
-    rows = conn.execute(sql).fetchall()
-    documents.set([r[0] for r in rows], [r[1] for r in rows], [(r[2], r[3]) for r in rows])
+    pieces = []
+    cursor = _rows(conn, "SELECT rowid, document_id, collection, source_type FROM chunks")
+    while rows := cursor.fetchmany():
+        pieces.append(
+            (
+                np.array([r[0] for r in rows], dtype=np.int64),
+                hashed([r[1] for r in rows]),
+                documents.labelled([(r[2], r[3]) for r in rows]),
+            )
+        )
+    if pieces:
+        documents.set_hashed(*(np.concatenate(column) for column in zip(*pieces, strict=True)))
     return documents
 
 
