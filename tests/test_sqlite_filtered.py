@@ -1,6 +1,8 @@
 """A filtered search on the SQLite store: the rows a filter allows are read from indexes
-alone and start from the documents its metadata tests find; the keyword side ranks
-the same matches whether the allowed rows go into its query or are kept in Python."""
+alone and start from the documents its metadata tests find, or are the chunks of those
+documents by the store's in-memory map of each chunk's document, which follows writes
+of any connection; the keyword side ranks the same matches whether the allowed rows go
+into its query or are kept in Python."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 
 from knowledge_api.filters import parse
 from knowledge_api.models import Chunk, Document, SearchFilters
-from knowledge_api.stores.keyword import filter_sql
+from knowledge_api.stores.keyword import filter_documents, filter_sql
 from knowledge_api.stores.sqlite import filtered
 from knowledge_api.stores.sqlite.filtered import allowed_rows, allowed_sql
 from knowledge_api.stores.sqlite.store import SQLiteStore
@@ -72,13 +74,63 @@ def plain_rows(store: SQLiteStore, filters: SearchFilters) -> set[int]:
     return {r[0] for r in store.file.db().execute(sql, params)}
 
 
-@pytest.mark.parametrize("case", CASES)
-async def test_allowed_rows_are_those_of_the_plain_query(store: SQLiteStore, case: Any) -> None:
+def rows_of(mask: np.ndarray | None) -> set[int]:
+    assert mask is not None
+    return set(np.flatnonzero(mask).tolist())
+
+
+def assert_allowed_as_plain(store: SQLiteStore, case: Any) -> None:
+    """By the SQL query and by the chunks' documents in memory, in the default
+    collection (all source types or one) and in an empty one."""
+    documents = store.vectors.documents
     for scope in (SearchFilters(), SearchFilters(source_types=("wiki",))):
         filters = SearchFilters(scope.source_types, parse(case))
-        found = allowed_rows(store.file.db(), filters)
-        assert found and found == plain_rows(store, filters), case
-    assert allowed_rows(store.file.db(), SearchFilters(where=parse(case), collection="x")) == set()
+        reference = plain_rows(store, filters)
+        assert reference, case
+        assert rows_of(allowed_rows(store.file.db(), filters)) == reference, case
+        assert rows_of(allowed_rows(store.file.db(), filters, documents)) == reference, case
+    elsewhere = SearchFilters(where=parse(case), collection="x")
+    assert rows_of(allowed_rows(store.file.db(), elsewhere, documents)) == set()
+    assert rows_of(allowed_rows(store.file.db(), elsewhere)) == set()
+
+
+@pytest.mark.parametrize("case", CASES)
+async def test_allowed_rows_are_those_of_the_plain_query(store: SQLiteStore, case: Any) -> None:
+    assert_allowed_as_plain(store, case)
+
+
+async def test_trees_of_metadata_tests_are_read_as_documents() -> None:
+    """The in-memory path is taken by trees of metadata tests with one that leads, the
+    SQL query by the others."""
+    by_documents = [case for case in CASES if filter_documents(SearchFilters(where=parse(case)))]
+    assert by_documents == [CASES[i] for i in (0, 1, 2, 3, 5, 7)]
+
+
+async def test_the_chunks_documents_follow_writes_of_another_connection(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    other = SQLiteStore(tmp_path / "f.db")
+    await other.open()
+    try:
+        moved = document(3)  # bucket 3 becomes 4
+        moved.metadata["bucket"] = 4
+        await other.index_documents([moved, document(1003), document(1013)])
+        await other.delete(document(13).id)
+        await other.delete(document(23).id)
+    finally:
+        await other.close()
+    store._sync()
+    for case in CASES[:8]:
+        assert_allowed_as_plain(store, case)
+    filters = SearchFilters(where=parse({"bucket": 3}))
+    found = rows_of(allowed_rows(store.file.db(), filters, store.vectors.documents))
+    ids = {
+        r[0]
+        for r in store.file.db().execute(
+            f"SELECT document_id FROM chunks WHERE rowid IN ({','.join(map(str, found))})"
+        )
+    }
+    assert document(1003).id in ids and document(13).id not in ids and document(3).id not in ids
 
 
 @pytest.mark.parametrize(
@@ -97,6 +149,12 @@ async def test_allowed_rows_are_read_from_indexes_alone(store: SQLiteStore, case
     plan = [r[3] for r in store.file.db().execute(f"EXPLAIN QUERY PLAN {sql}", params)]
     reads = [step for step in plan if step.startswith(("SEARCH", "SCAN"))]
     assert reads and all("USING COVERING INDEX" in step for step in reads), plan
+    query = filter_documents(SearchFilters(where=parse(case)))
+    assert query is not None
+    plan = [r[3] for r in store.file.db().execute(f"EXPLAIN QUERY PLAN {query[0]}", query[1])]
+    reads = [step for step in plan if step.startswith(("SEARCH", "SCAN"))]
+    assert reads and all("USING COVERING INDEX" in step for step in reads), plan
+    assert not any("chunks" in step or "documents " in step for step in plan), plan
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -114,3 +172,18 @@ async def test_the_keyword_side_ranks_the_same_with_the_rows_in_its_query_or_not
     kept_in_python = await store.keyword_candidates("queue upload retry", 7, filters)
     assert [c.key for c in in_query] == [c.key for c in kept_in_python] == reference
     assert [c.score for c in in_query] == pytest.approx([c.score for c in kept_in_python])
+
+
+def test_the_chunks_documents_give_the_rows_of_the_documents_asked_in_scope() -> None:
+    documents = filtered.ChunkDocuments()
+    documents.set([1, 2, 5], ["a", "a", "b"], [("c", "wiki")] * 2 + [("c", "jira")])
+    documents.set([9], ["z"], [("other", "wiki")])
+    assert rows_of(documents.rows(["a", "b", "unknown"], "c", None)) == {1, 2, 5}
+    assert rows_of(documents.rows(["a", "b"], "c", ["jira"])) == {5}
+    assert rows_of(documents.rows(["z"], "c", None)) == set()
+    documents.set([2], ["b"], [("c", "jira")])  # row 2 now holds a chunk of b
+    documents.remove([5, 40])
+    assert rows_of(documents.rows(["a"], "c", None)) == {1}
+    assert rows_of(documents.rows(["b"], "c", None)) == {2}
+    assert rows_of(documents.rows(["z"], "other", None)) == {9}
+    assert rows_of(filtered.ChunkDocuments().rows(["a"], "c", None)) == set()

@@ -21,7 +21,10 @@ def test_search_is_exact_and_filtered_by_label_and_keys() -> None:
     assert [k for k, _ in hits] == [1, 2]
     assert hits[0][1] == np.float32(1.0)
     assert [k for k, _ in index.search(unit(1, 0), 5, index.mask("c", ["jira"], None))] == [2]
-    assert [k for k, _ in index.search(unit(1, 0), 5, index.mask("c", None, [2]))] == [2]
+    only_2 = np.array([False, False, True, False])  # a mask over row ids
+    assert [k for k, _ in index.search(unit(1, 0), 5, index.mask("c", None, only_2))] == [2]
+    short = np.array([False, True])  # row ids past its end are not allowed
+    assert [k for k, _ in index.search(unit(1, 0), 5, index.mask("c", None, short))] == [1]
     assert index.search(unit(1, 0), 5, index.mask("c", ["email"], None)) == []
 
 

@@ -80,6 +80,26 @@ def filter_drives(filters: SearchFilters) -> list[tuple[str, list[Any], SearchFi
     return [(sql, params, replace(filters, where=rest)) for sql, params, rest in found]
 
 
+def filter_documents(filters: SearchFilters) -> tuple[str, list[Any]] | None:
+    """The query of the ids of the documents the filter tree allows, read from
+    `document_values` alone, when each test of the tree is on metadata and one leads
+    (filter_drives); None otherwise. The filters' collection and source types are left
+    to the caller."""
+    if filters.where is None or any(c.field in OWN_FIELDS for c in conditions(filters.where)):
+        return None
+    selects: list[str] = []
+    params: list[Any] = []
+    for found, found_params, rest in filter_drives(filters) or []:
+        where, more = (
+            ("1", [])
+            if rest.where is None
+            else where_sql(rest.where, _columns("c", "d", "v.document_id"))
+        )
+        selects.append(f"SELECT v.document_id FROM ({found}) v WHERE {where}")
+        params.extend((*found_params, *more))
+    return (" UNION ALL ".join(selects), params) if selects else None
+
+
 def _columns(chunks: str, documents: str, document: str) -> Columns:
     own = {"source_type": f"{chunks}.source_type"}
     own.update({name: f"{documents}.{name}" for name in OWN_FIELDS if name not in own})

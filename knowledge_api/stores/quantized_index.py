@@ -125,25 +125,22 @@ class QuantizedIndex(LabelledIndex):
         return list(zip(ids[0][found].tolist(), scores[0][found].tolist(), strict=True))
 
     def mask(
-        self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
+        self, collection: str, source_types: Sequence[str] | None, allowed: np.ndarray | None
     ) -> np.ndarray | None:
-        """Row ids (a mask over them) the filters allow; None when they allow every row."""
+        """Row ids (a mask over them) the filters and `allowed` (a mask over row ids)
+        allow; None when they allow every row."""
         everywhere = self.covers(collection, source_types)
-        if keys is None and everywhere:
+        if allowed is None and everywhere:
             return None
         if everywhere:
-            allowed = self._label_of >= 0
+            mask = self._label_of >= 0
         else:
-            allowed = np.isin(
-                self._label_of, label_codes(self._label_codes, collection, source_types)
-            )
-        if keys is not None:
-            chosen = np.fromiter(keys, dtype=np.int64)
-            chosen = chosen[(chosen >= 0) & (chosen < allowed.size)]
-            only = np.zeros_like(allowed)
-            only[chosen] = True
-            allowed &= only
-        return allowed
+            mask = np.isin(self._label_of, label_codes(self._label_codes, collection, source_types))
+        if allowed is not None:
+            size = min(mask.size, allowed.size)
+            mask[size:] = False
+            mask[:size] &= allowed[:size]
+        return mask
 
     def _reserve(self, size: int) -> None:
         if size > len(self._label_of):

@@ -25,7 +25,7 @@ class LabelledIndex:
         return covers(self._label_codes, collection, source_types)
 
     def mask(
-        self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
+        self, collection: str, source_types: Sequence[str] | None, allowed: np.ndarray | None
     ) -> np.ndarray | None:
         raise NotImplementedError
 
@@ -38,11 +38,12 @@ class LabelledIndex:
         n: int,
         collection: str,
         source_types: Sequence[str] | None,
-        keys: Iterable[int] | None,
+        allowed: np.ndarray | None,
     ) -> list[tuple[int, float]]:
-        """(key, cosine) of the n best rows the filters allow, best first (of about the
-        n best, by approximate cosines, when the index is not `exact`)."""
-        return self.search(query, n, self.mask(collection, source_types, keys))
+        """(key, cosine) of the n best rows the filters allow (`allowed`: a mask over
+        row ids, None for all), best first (of about the n best, by approximate
+        cosines, when the index is not `exact`)."""
+        return self.search(query, n, self.mask(collection, source_types, allowed))
 
 
 class VectorIndex(LabelledIndex):
@@ -91,18 +92,17 @@ class VectorIndex(LabelledIndex):
             self._size = last
 
     def mask(
-        self, collection: str, source_types: Sequence[str] | None, keys: Iterable[int] | None
+        self, collection: str, source_types: Sequence[str] | None, allowed: np.ndarray | None
     ) -> np.ndarray:
-        """Rows in `collection`, of `source_types` (all when None), among `keys` (all when None)."""
+        """Rows in `collection`, of `source_types` (all when None), whose row ids
+        `allowed` holds (a mask over row ids; all when None)."""
         codes = label_codes(self._label_codes, collection, source_types)
         if len(codes) == len(self._label_codes):
             mask = np.ones(self._size, dtype=bool)
         else:
             mask = np.isin(self._labels[: self._size], codes)
-        if keys is not None:
-            allowed = np.zeros(self._size, dtype=bool)
-            allowed[[self._row[k] for k in keys if k in self._row]] = True
-            mask &= allowed
+        if allowed is not None:
+            mask &= allowed_at(allowed, self._keys[: self._size])
         return mask
 
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
@@ -164,3 +164,12 @@ def _grow(array: np.ndarray, capacity: int) -> np.ndarray:
     grown = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
     grown[: len(array)] = array
     return grown
+
+
+def allowed_at(allowed: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Whether the mask over row ids `allowed` holds each of `keys` (row ids past its
+    end: no)."""
+    inside = keys < allowed.size
+    found = np.zeros(keys.size, dtype=bool)
+    found[inside] = allowed[keys[inside]]
+    return found

@@ -14,7 +14,7 @@ facet reads again what it needs.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,17 +56,17 @@ class FacetColumns:
         generation: Hashable,
         filters: SearchFilters,
         fields: tuple[str, ...],
-        allowed: Collection[int] | None,
+        allowed: np.ndarray | None,
     ) -> Facets:
         """The facets of the rows in the filters' collection and source types and, when
-        `allowed` is given, among those row ids (the filter tree's)."""
+        `allowed` is given, among the row ids it holds (the filter tree's mask)."""
         columns = self.columns
         if columns.generation != generation:
             columns = self.columns = _scope(conn, generation)
         mask = _scope_mask(columns, filters)
         if allowed is not None:
             chosen = np.zeros(len(columns.rows), dtype=bool)
-            places, known = _located(columns.rows, np.fromiter(allowed, dtype=np.int64))
+            places, known = _located(columns.rows, np.flatnonzero(allowed))
             chosen[places[known]] = True
             mask &= chosen
         return {name: _count(conn, columns, name, mask) for name in fields}

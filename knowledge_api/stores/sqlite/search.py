@@ -9,6 +9,8 @@ import sqlite3
 from collections.abc import Hashable
 from typing import Any
 
+import numpy as np
+
 from knowledge_api.models import SearchFilters, SearchHit
 from knowledge_api.stores import records
 from knowledge_api.stores.fts_terms import TermFrequencies
@@ -29,7 +31,7 @@ def keyword_candidates(
     unfiltered: bool,
     n: int,
     filters: SearchFilters,
-    allowed: frozenset[int] | None,
+    allowed: np.ndarray | None,
 ) -> list[Candidate]:
     """The keyword query on the reader thread (see `SQLiteFile.read_aside`):
     `unfiltered` says every chunk the store holds passes `filters`; `allowed`, the

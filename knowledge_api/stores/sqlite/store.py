@@ -316,10 +316,12 @@ class SQLiteStore(HybridSearch):
         except sqlite3.Error as e:
             raise SearchError(f"counting facets failed: {e}", backend=self.name) from e
 
-    def _metadata_keys(self, filters: SearchFilters) -> frozenset[int] | None:
-        """Row ids allowed by the filter tree (None: no filter), read once per search."""
+    def _metadata_keys(self, filters: SearchFilters) -> np.ndarray | None:
+        """Row ids allowed by the filter tree, a mask over them (None: no filter), read
+        once per search."""
         generation = (self._data_version, self.file.commits)
-        return self._allowed.of(self.file.db(), filters, generation)
+        documents = self.vectors.documents if self.vectors.index is not None else None
+        return self._allowed.of(self.file.db(), filters, generation, documents)
 
     # -- reads --------------------------------------------------------------------
 

@@ -10,13 +10,15 @@ entry it holds; at start-up it is loaded, brought up to date from `vector_log`, 
 against the row count of `chunks`, and rebuilt when anything disagrees.
 
 Every change, made here or by another process, reaches the index the same way: through
-`vector_log` (migration 003), which triggers fill on each chunk insert and delete.
+`vector_log` (migration 003), which triggers fill on each chunk insert and delete. Each
+chunk row's document (`ChunkDocuments`, which a filter on metadata reads its rows
+from) follows the same way.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,13 @@ import numpy as np
 
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.stores.quantized_index import TRAINING_ROWS_PER_LIST, QuantizedIndex, list_count
+from knowledge_api.stores.sqlite.filtered import ChunkDocuments, hashed
 from knowledge_api.stores.vector_index import VectorIndex
 
 Index = VectorIndex | QuantizedIndex
 BATCH_ROWS = 20000
+COLUMNS = "rowid, collection, source_type, embedding, document_id"
+"""A chunk's columns the index and `documents` hold."""
 RESCORED_PER_HIT = 2
 """Shortlist of the quantised index per candidate asked for, rescored exactly."""
 
@@ -38,6 +43,7 @@ class SQLiteVectors:
         self.ann_min_chunks = ann_min_chunks
         self.ann_probes = ann_probes
         self.index: Index | None = None
+        self.documents = ChunkDocuments()
         self.seq = 0
         """The last `vector_log` entry the index holds."""
         self.saved_seq = -1
@@ -61,15 +67,16 @@ class SQLiteVectors:
         self.seq = _last_seq(conn)
         count = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
         self.note = ""
+        self.documents = _documents(conn)
         if count >= self.ann_min_chunks and str(self.path) != ":memory:":
             try:
                 self.index = self._persisted(conn, dimension, count) or self._build(conn, count)
                 return
             except ConfigurationError as e:
                 self.note = f"searched exactly: {e}"
-        rows = _rows(conn, "SELECT rowid, collection, source_type, embedding FROM chunks")
+        rows = _rows(conn, f"SELECT {COLUMNS} FROM chunks")
         index = VectorIndex(dimension, capacity=max(1024, count))
-        for keys, vectors, labels in _batches(rows, dimension):
+        for keys, vectors, labels, _ in _batches(rows, dimension):
             index.add(keys, vectors, labels)
         self.index = index
 
@@ -114,8 +121,8 @@ class SQLiteVectors:
         )
         index = QuantizedIndex.trained(sample, count)
         index.probes = self.ann_probes
-        rows = _rows(conn, "SELECT rowid, collection, source_type, embedding FROM chunks")
-        for keys, vectors, labels in _batches(rows, sample.shape[1]):
+        rows = _rows(conn, f"SELECT {COLUMNS} FROM chunks")
+        for keys, vectors, labels, _ in _batches(rows, sample.shape[1]):
             index.add(keys, vectors, labels)
         self.index = index
         self.note = "quantised index built"
@@ -145,14 +152,16 @@ class SQLiteVectors:
             part = keys[start : start + 500]
             rows = _rows(
                 conn,
-                f"""SELECT rowid, collection, source_type, embedding FROM chunks
-                    WHERE rowid IN ({",".join("?" * len(part))})""",
+                f"""SELECT {COLUMNS} FROM chunks WHERE rowid IN ({",".join("?" * len(part))})""",
                 part,
             )
-            for batch_keys, vectors, labels in _batches(rows, self.index.dimension):
+            for batch_keys, vectors, labels, documents in _batches(rows, self.index.dimension):
                 self.index.add(batch_keys, vectors, labels)
+                self.documents.set(batch_keys, documents, labels)
                 present.update(batch_keys)
-        self.index.remove([k for k in keys if k not in present])
+        gone = [k for k in keys if k not in present]
+        self.index.remove(gone)
+        self.documents.remove(gone)
         self.seq = max(self.seq, max(r[1] for r in changed))
         return len(keys)
 
@@ -165,18 +174,19 @@ class SQLiteVectors:
         n: int,
         collection: str,
         source_types: Sequence[str] | None,
-        keys: Collection[int] | None,
+        allowed: np.ndarray | None,
         rescored: bool = True,
     ) -> list[tuple[int, float]]:
-        """(key, exact cosine) of the n best rows the filters allow, best first; without
+        """(key, exact cosine) of the n best rows the filters and `allowed` (a mask over
+        row ids) allow, best first; without
         `rescored`, a quantised index's own (approximate) cosines, and rows deleted since
         it last followed the file may be among them."""
         if self.index is None:
             return []
         if self.index.exact or not rescored:
-            return self.index.candidates(query, n, collection, source_types, keys)
+            return self.index.candidates(query, n, collection, source_types, allowed)
         shortlist = self.index.candidates(
-            query, n * RESCORED_PER_HIT, collection, source_types, keys
+            query, n * RESCORED_PER_HIT, collection, source_types, allowed
         )
         exact = stored_cosines(conn, [key for key, _ in shortlist], query)
         return sorted(exact.items(), key=lambda item: -item[1])[:n]
@@ -226,6 +236,25 @@ def stored_cosines(
     return dict(zip([r[0] for r in rows], scores.tolist(), strict=True))
 
 
+def _documents(conn: sqlite3.Connection) -> ChunkDocuments:
+    """Each chunk row's document and label, from the `chunks_document` index alone, read
+    in pieces (never every id text in memory at once) and set at once."""
+    documents = ChunkDocuments()
+    pieces = []
+    cursor = _rows(conn, "SELECT rowid, document_id, collection, source_type FROM chunks")
+    while rows := cursor.fetchmany():
+        pieces.append(
+            (
+                np.array([r[0] for r in rows], dtype=np.int64),
+                hashed([r[1] for r in rows]),
+                documents.labelled([(r[2], r[3]) for r in rows]),
+            )
+        )
+    if pieces:
+        documents.set_hashed(*(np.concatenate(column) for column in zip(*pieces, strict=True)))
+    return documents
+
+
 def _last_seq(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT coalesce(max(seq), 0) FROM vector_log").fetchone()[0])
 
@@ -243,12 +272,13 @@ def _rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> sql
 
 def _batches(
     cursor: sqlite3.Cursor, dimension: int
-) -> Iterator[tuple[list[int], np.ndarray, list[tuple[str, str]]]]:
-    """(keys, float32 vectors, labels) of rowid, collection, source_type, embedding rows."""
+) -> Iterator[tuple[list[int], np.ndarray, list[tuple[str, str]], list[str]]]:
+    """(keys, float32 vectors, labels, document ids) of rows of `COLUMNS`."""
     while rows := cursor.fetchmany():
         vectors = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32)
         yield (
             [r[0] for r in rows],
             vectors.reshape(len(rows), dimension),
             [(r[1], r[2]) for r in rows],
+            [r[4] for r in rows],
         )
