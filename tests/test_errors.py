@@ -13,7 +13,7 @@ from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import EmbedderMismatchError
-from knowledge_api.routes import ROUTES
+from knowledge_api.routes import ROUTES, ApiRoute
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores.sqlite.store import SQLiteStore
@@ -49,7 +49,8 @@ def test_every_route_answers_errors_in_one_shape(client: TestClient, route: Rout
     }
     for method in sorted(set(METHODS) - allowed):
         assert_error_shape(client.request(method, path), 405)
-    if getattr(getattr(route, "body", None), "media_type", "") == "multipart/form-data":
+    body = route.contract.body if isinstance(route, ApiRoute) else None
+    if getattr(body, "media_type", "") == "multipart/form-data":
         as_json = {"content-type": "application/json"}
         assert_error_shape(client.post(path, content=b"{}", headers=as_json), 415)
         as_form = {"content-type": "multipart/form-data; boundary=b"}
