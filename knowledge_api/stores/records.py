@@ -222,7 +222,12 @@ def stored_date(record: Row, name: str) -> str:
     read back: a Postgres row holds a datetime), empty when it carries none."""
     # keys(): `in` looks among a sqlite3.Row's values
     value = record[name] if name in record.keys() else None  # noqa: SIM118
-    return "" if value is None else as_timestamp(value)
+    if value is None or value == "":
+        return ""
+    try:
+        return as_timestamp(value)
+    except ValueError:  # text that is no ISO 8601 date (an imported file's): as stored
+        return str(value)
 
 
 # -- generation ------------------------------------------------------------------------
