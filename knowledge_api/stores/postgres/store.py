@@ -207,10 +207,15 @@ class PostgresStore(SiamStore):
             await self._analyze()
 
     async def _analyze(self) -> None:
-        """Refresh the planner's statistics; the documents are stored whatever happens."""
+        """Refresh the planner's statistics; the documents are stored whatever happens.
+        The side tables of filters and facets too: a filtered search's choice between an
+        exact and a graph search rests on their estimates."""
         try:
             async with self._connection(KnowledgeStoreError) as conn:
-                await conn.execute("ANALYZE knowledge_documents, siam_vectors")
+                await conn.execute(
+                    "ANALYZE knowledge_documents, siam_vectors, siam_vector_values,"
+                    " siam_vector_facets"
+                )
                 rows = await conn.fetchval(
                     "SELECT reltuples FROM pg_class WHERE oid = 'siam_vectors'::regclass"
                 )
