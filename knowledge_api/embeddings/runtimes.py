@@ -132,7 +132,6 @@ class OpenVinoEncoder:
             raise failures[0]
 
 
-
 class OnnxRuntimeEncoder:
     runtime = "onnxruntime"
 
