@@ -93,8 +93,10 @@ def _own(condition: Condition, negated: bool) -> Where | bool:
     op, value, field = condition.op, condition.value, condition.field
     if op == "$exists":
         return bool(value) != negated
-    if op == "$contains":
+    if op == "$contains" and field == "source_id":
         return {"filter.source_words": {"$not_contains" if negated else "$contains": value}}
+    if op == "$contains":  # a source type is one word (models.SOURCE_TYPES): the word it holds
+        return {field: {"$ne" if negated else "$eq": value}}
     if field in ("created_at", "updated_at"):
         name = "created_ms" if field == "created_at" else "updated_ms"
         if op in RANGES:

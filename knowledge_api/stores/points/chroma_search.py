@@ -63,12 +63,13 @@ class ChromaSearch(PointStore):
 
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
         """Counted over the metadata of every chunk the search's `where` passes, a page
-        at a time (Chroma counts no groups itself)."""
+        at a time (Chroma counts no groups itself). A filter Chroma cannot express is
+        the request's 400, raised before the worker thread (whose failures are the
+        store's)."""
+        where = chroma_where(filters.source_types, filters.where)
 
         def read() -> Facets:
-            chunks = self._chunks(filters.collection)
-            where = chroma_where(filters.source_types, filters.where)
-            return counted_facets(chunks, where, fields)
+            return counted_facets(self._chunks(filters.collection), where, fields)
 
         return await self._run(SearchError, "counting facets", read)
 

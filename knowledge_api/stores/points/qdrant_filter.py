@@ -72,8 +72,9 @@ def _own(m: Any, condition: Condition) -> Any:
     op, value, field = condition.op, condition.value, condition.field
     if op == "$exists":
         return bool(value)
-    if op == "$contains":
-        return m.FieldCondition(key="filter.source_words", match=m.MatchValue(value=value))
+    if op == "$contains":  # a source type is one word (models.SOURCE_TYPES): the word it holds
+        key = "filter.source_words" if field == "source_id" else field
+        return m.FieldCondition(key=key, match=m.MatchValue(value=value))
     if field in ("created_at", "updated_at"):
         key = "created_ms" if field == "created_at" else "updated_ms"
         if op in RANGES:
