@@ -258,7 +258,9 @@ def operand_of(name: str, op: str, operand: Any, path: str) -> Value:
             dict.fromkeys(scalar_of(name, x, f"{path}[{i}]") for i, x in enumerate(operand))
         )
     if op == "$contains":
-        if not isinstance(operand, str) or not operand or " " in operand or name in DATE_FIELDS:
+        if name in DATE_FIELDS:
+            raise InvalidRequest(path, f"{name} is a date, not words: compare it with $gte, $lt")
+        if not isinstance(operand, str) or not operand or " " in operand:
             raise InvalidRequest(path, "must be one word: a non-empty string without spaces")
         return text_of(operand, path)
     if op in RANGES:

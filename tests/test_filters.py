@@ -108,7 +108,7 @@ def test_dates_are_instants_a_bare_date_midnight_utc(text: str, millis: int) -> 
         ({"a\u0000": "x"}, "filters", "field names"),
         ({"a": "x\u0000"}, "filters.a", "NUL"),
         ({"created_at": "2026-02-30"}, "filters.created_at", "valid ISO 8601"),
-        ({"updated_at": {"$contains": "2026"}}, "filters.updated_at.$contains", "one word"),
+        ({"updated_at": {"$contains": "2026"}}, "filters.updated_at.$contains", "is a date"),
     ],
 )
 def test_a_bad_filter_is_a_400_naming_its_path(value: Any, field: str, words: str) -> None:
