@@ -448,6 +448,32 @@ def test_the_service_runs_on_every_backend(
 
 
 @pytest.mark.parametrize("name", list(BACKENDS))
+def test_result_pages_compose_the_longer_page_on_every_backend(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Three pages of two results are the first six, in order, each saying where the
+    next starts; facets count the whole match set on every page."""
+    with TestClient(create_app(BACKENDS[name](request, tmp_path))) as client:
+        documents = [as_json(doc) for doc in corpus()]
+        assert client.post("/v1/knowledge/documents", json={"documents": documents}).is_success
+        asked = {"query": "search latency and timeouts", "synthesize": False, "threshold": 0}
+        whole = client.post("/v1/knowledge/query", json={**asked, "limit": 6}).json()
+        assert len(whole["results"]) == 6
+        paged, offsets, counted = [], [], []
+        for offset in (0, 2, 4):
+            page = {**asked, "limit": 2, "offset": offset, "facets": ["source_type"]}
+            body = client.post("/v1/knowledge/query", json=page).json()
+            paged += [r["id"] for r in body["results"]]
+            offsets.append(body["next_offset"])
+            counted.append(body["facets"])
+        assert paged == [r["id"] for r in whole["results"]]
+        assert offsets[:2] == [2, 4]
+        assert counted[0] == counted[1] == counted[2]
+        every = client.post("/v1/knowledge/query", json={**asked, "limit": 20}).json()
+        assert sum(counted[0]["source_type"].values()) == len(every["results"]) > 6
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
 def test_a_key_reaches_only_its_collections_on_every_route(
     name: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
