@@ -126,6 +126,35 @@ def test_openai_streaming_chunks_end_with_done(tmp_path: Path) -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
+def test_an_agents_history_with_tool_calls_is_a_conversation(client: TestClient) -> None:
+    """OpenAI's shape of a turn that called a tool: the assistant's `content` is null
+    and a `tool` message answers it; both are part of the conversation, not a 400."""
+    messages = [
+        {"role": "system", "content": "Answer from the knowledge base."},
+        {"role": "user", "content": "When is the 4.2 release?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "Friday."},
+        {"role": "assistant", "content": "It moves to Friday."},
+        {"role": "user", "content": "why does it move?"},
+    ]
+    body = {"model": "knowledge", "messages": messages, "threshold": 0.0}
+    completion = client.post("/v1/chat/completions", json=body)
+    assert completion.status_code == 200, completion.text
+    assert "4.2" in completion.json()["rewrite"]["question"]
+    bad = {**body, "messages": [{"role": "robot", "content": "hi"}, messages[1]]}
+    refused = client.post("/v1/chat/completions", json=bad).json()["error"]
+    assert refused["details"]["field"] == "messages[0].role"
+    assert refused["details"]["rule"] == (
+        "must be one of user, assistant, system, developer, tool, function"
+    )
+
+
 def test_a_model_naming_no_collection_is_a_404_that_lists_them(client: TestClient) -> None:
     body = {"model": "defualt", "messages": [{"role": "user", "content": QUESTION}]}
     response = client.post("/v1/chat/completions", json=body)

@@ -101,9 +101,11 @@ def text_of(message: Any, where: str) -> tuple[str, str]:
     """(role, text) of an AI SDK UIMessage (`parts`) or an OpenAI message (`content`)."""
     body = validation.require_object(message, where)
     role = body.get("role")
-    if role not in ("user", "assistant", "system", "developer", "tool"):
-        raise InvalidRequest(f"{where}.role", "must be user, assistant or system")
-    content = body.get("parts", body.get("content", ""))
+    if role not in ROLES:
+        raise InvalidRequest(f"{where}.role", f"must be one of {', '.join(ROLES)}")
+    content = body.get("parts", body.get("content"))
+    if content is None:  # OpenAI: an assistant message that only calls tools has no text
+        return role, ""
     if isinstance(content, str):
         return role, content
     if not isinstance(content, list):
@@ -178,11 +180,11 @@ async def question(
     return replace(scope, query=rewrite.question, context=rewrite.context), rewrite
 
 
-ROLES = ("user", "assistant", "system", "developer", "tool")
+ROLES = ("user", "assistant", "system", "developer", "tool", "function")
 NOT_BLANK = {"type": "string", "pattern": validation.NOT_BLANK_PATTERN}
-SAID: Schema = {"type": ["string", "array"]}
+SAID: Schema = {"type": ["string", "array", "null"]}
 """A message's `parts` (AI SDK) or `content` (OpenAI): text, or parts of which those of
-type text count (`text_of`)."""
+type text count (`text_of`); null where OpenAI's assistant message only calls tools."""
 HAS_TEXT = {
     "anyOf": [
         NOT_BLANK,
