@@ -1,3 +1,5 @@
+import struct
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -189,6 +191,62 @@ def test_a_broken_file_is_skipped_with_its_reason_and_the_rest_load(tmp_path: Pa
     reasons = {Path(s.path).name: s.reason for s in loaded.skipped}
     assert reasons == {"broken.docx": "unreadable DOCX", "broken.pdf": "unreadable PDF"}
     assert all(s.detail for s in loaded.skipped)
+
+
+def damaged(path: Path, member: str, damage: bytes) -> Path:
+    """`path`, an Office file, with the compressed data of one part overwritten in its
+    middle by `damage`: the zip's directory and sizes still read, its deflate stream
+    (or its end) does not."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(member)
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = struct.unpack("<HH", data[info.header_offset + 26 :][:4])
+    start = info.header_offset + 30 + name_length + extra_length
+    middle = start + info.compress_size // 2
+    data[middle : middle + len(damage)] = damage
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("damage", [b"\xff" * 8, b"\x00" * 64])
+def test_an_office_file_with_damaged_compressed_data_is_skipped(
+    tmp_path: Path, damage: bytes
+) -> None:
+    """A part whose compressed data is corrupt (zlib's error) or ends early (EOFError)
+    is the file's `unreadable` reason, as a bad zip is, not an error of the whole load."""
+    docx = damaged(write_docx(tmp_path / "report.docx"), "word/document.xml", damage)
+    pptx = damaged(write_pptx(tmp_path / "deck.pptx"), "ppt/slides/slide1.xml", damage)
+    (tmp_path / "a.md").write_text("# A\n\nFine.")
+    loaded = load_paths([tmp_path], LoadOptions())
+    assert [d.metadata["path"] for d in loaded] == ["a.md"]
+    reasons = {Path(s.path).name: s.reason for s in loaded.skipped}
+    assert reasons == {"report.docx": "unreadable DOCX", "deck.pptx": "unreadable PPTX"}
+    assert {docx.name, pptx.name} == set(reasons)
+
+
+@pytest.mark.parametrize(
+    ("local", "central", "value", "said"),
+    [(8, 10, 9, "compression"), (6, 8, 1, "encrypted")],
+    ids=["deflate64", "encrypted"],
+)
+def test_an_office_file_python_cannot_unzip_is_skipped(
+    tmp_path: Path, local: int, central: int, value: int, said: str
+) -> None:
+    """A part compressed by a method zipfile does not implement (9, Deflate64, as some
+    archivers write) or encrypted (flag bit 0) is the file's `unreadable` reason: the
+    field set in the part's local header (at `local`) and its directory entry (`central`)."""
+    docx = write_docx(tmp_path / "report.docx")
+    with zipfile.ZipFile(docx) as archive:
+        info = archive.getinfo("word/document.xml")
+    data = bytearray(docx.read_bytes())
+    entry = data.find(b"PK\x01\x02")  # the central directory's entries
+    while not data[entry + 46 :].startswith(b"word/document.xml"):
+        entry = data.find(b"PK\x01\x02", entry + 4)
+    for at in (info.header_offset + local, entry + central):
+        data[at : at + 2] = struct.pack("<H", struct.unpack("<H", data[at : at + 2])[0] | value)
+    docx.write_bytes(bytes(data))
+    (skipped,) = load_paths([docx], LoadOptions()).skipped
+    assert skipped.reason == "unreadable DOCX" and said in skipped.detail, skipped.detail
 
 
 def test_pdf_without_text_is_skipped(tmp_path: Path) -> None:

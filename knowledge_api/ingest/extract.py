@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -290,6 +291,8 @@ def check_zip(path: Path, kind: str) -> None:
             expanded = sum(member.file_size for member in archive.infolist())
     except (zipfile.BadZipFile, ValueError) as e:
         raise ExtractionError(f"unreadable {kind}", f"not a zip archive ({e})") from e
+    except NotImplementedError as e:  # a zip version or compression Python does not read
+        raise ExtractionError(f"unreadable {kind}", f"an unsupported zip archive ({e})") from e
     if expanded > MAX_UNZIPPED_BYTES:
         raise ExtractionError(
             "zip bomb",
@@ -298,13 +301,29 @@ def check_zip(path: Path, kind: str) -> None:
         )
 
 
+UNREADABLE_OFFICE = (
+    KeyError,
+    ValueError,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+    zipfile.BadZipFile,
+    ElementTree.ParseError,
+)
+"""What reading an Office file's parts raises when the file is damaged: a part missing
+(KeyError), a bad CRC (BadZipFile), compressed data cut or corrupted (EOFError,
+zlib.error), a compression method Python does not read (NotImplementedError), an
+encrypted part (zipfile's RuntimeError), XML that does not parse."""
+
+
 def docx_file(path: Path) -> Extracted:
     """Word's heading styles become Markdown headings, list styles list items, and
     tables Markdown tables, in the order they appear."""
     check_zip(path, "DOCX")
     try:
         title, body = office.docx(path)
-    except (KeyError, ValueError, zipfile.BadZipFile, ElementTree.ParseError) as e:
+    except UNREADABLE_OFFICE as e:
         raise ExtractionError("unreadable DOCX", f"{type(e).__name__}: {e}") from e
     blocks = [text for text in map(_docx_block, body) if text]
     title_blocks = [text[2:] for text in blocks if text.startswith("# ")]
@@ -339,7 +358,7 @@ def pptx_file(path: Path) -> Extracted:
     check_zip(path, "PPTX")
     try:
         title, slides = office.pptx(path)
-    except (KeyError, ValueError, zipfile.BadZipFile, ElementTree.ParseError) as e:
+    except UNREADABLE_OFFICE as e:
         raise ExtractionError("unreadable PPTX", f"{type(e).__name__}: {e}") from e
     if not title and slides:
         title = slides[0].title
