@@ -88,8 +88,10 @@ def value_key(value: Any) -> str | None:
 
 
 def number_key(text: str) -> str:
-    """The key of a number a database gives back as text (`12`, `12.0`, `2.5e3`)."""
-    if text.lstrip("-").isdigit():
+    """The key of a number a database gives back as text (`12`, `12.0`, `2.5e3`). An
+    integer text beyond 64 bits was a float (no integer that large is stored): 1e300
+    comes back from Postgres as 301 digits."""
+    if text.lstrip("-").isdigit() and -(2**63) <= int(text) < 2**63:
         return str(int(text))
     found = value_key(float(text))
     assert found is not None

@@ -1148,7 +1148,7 @@ async def test_recency_ranks_by_the_documents_own_dates(store: KnowledgeStore, f
 
 # -- facets, against the reference count ---------------------------------------------------
 
-FACET_FIELDS = ("team", "n", "ok", "tag", "source_type", "source_id")
+FACET_FIELDS = ("team", "n", "ok", "tag", "source_type", "source_id", "size")
 FACET_CASES: list[tuple[dict[str, Any], tuple[str, ...] | None]] = [
     ({}, None),
     ({"team": "qa"}, None),
@@ -1188,6 +1188,12 @@ async def test_facets_count_every_matching_passage_as_the_reference(
         for kind, key, meta in FILTERED
     ]
     long_text = "\n\n".join(f"Paragraph {i} of the upload queue runbook. " * 12 for i in range(12))
+    # numbers at the ends of what is stored: counted under one text on every backend
+    extremes = [2**63 - 1, -(2**63), 1e300, 1e19, 1e-300, 2.5]
+    docs += [
+        Document("git", f"F-size-{i}", f"Release note size {i}.", f"S{i}", {"size": size})
+        for i, size in enumerate(extremes)
+    ]
     docs.append(Document("jira", "F-long", long_text, "Runbook", {"team": "qa", "n": 3.0}))
     await index(store, docs)
     assert len(docs[-1].chunks) > 1
