@@ -1071,6 +1071,29 @@ async def test_random_filter_trees_match_the_reference(store: KnowledgeStore) ->
             assert refused(e), case
 
 
+async def test_integers_beyond_doubles_compare_exactly(store: KnowledgeStore) -> None:
+    """Ids of 64 bits (snowflakes) differ in digits a double does not hold: equality
+    finds the one asked for, not its neighbours."""
+    ids = [1790000000000000000, 1790000000000000001, 2**63 - 1, -(2**63)]
+    await index(
+        store,
+        [
+            Document("jira", f"I-{i}", f"Ticket {i} of the queue.", f"I-{i}", {"tid": n})
+            for i, n in enumerate(ids)
+        ],
+    )
+    query = "ticket of the queue"
+    for i, n in enumerate(ids):
+        where = SearchFilters(where=parse_filter({"tid": n}))
+        hits = await store.search(query, vector(query), 10, where)
+        assert [h.source_id for h in hits] == [f"I-{i}"], n
+    both = SearchFilters(where=parse_filter({"tid": {"$in": ids[:2]}}))
+    assert {h.source_id for h in await store.search(query, vector(query), 10, both)} == {
+        "I-0",
+        "I-1",
+    }
+
+
 async def test_a_filter_applies_before_the_limit(store: KnowledgeStore) -> None:
     """Five matches of forty passages: `limit: 5` finds all five, in every mode."""
     many = [

@@ -89,6 +89,12 @@ def _own(m: Any, condition: Condition) -> Any:
     return m.FieldCondition(key=field, match=m.MatchAny(any=texts)) if texts else False
 
 
+EXACT_DOUBLES = 2**53
+"""Beyond, not every integer is a double, and a range compares as doubles: an integer
+value that large (a snowflake id) is matched as an integer, exactly (a range would
+miss it, or match its neighbours that round to the same double)."""
+
+
 def _metadata(m: Any, condition: Condition) -> Any:
     op, value = condition.op, condition.value
     path = f"metadata.{quoted(condition.field)}"
@@ -106,8 +112,8 @@ def _metadata(m: Any, condition: Condition) -> Any:
     texts = condition.texts()
     tests = [m.FieldCondition(key=path, match=m.MatchAny(any=texts))] if texts else []
     for each in condition.values:
-        if isinstance(each, bool):
+        if isinstance(each, bool) or (isinstance(each, int) and abs(each) > EXACT_DOUBLES):
             tests.append(m.FieldCondition(key=path, match=m.MatchValue(value=each)))
-        elif isinstance(each, int | float):
+        elif isinstance(each, int | float):  # a range: 3 matches 3.0 too
             tests.append(m.FieldCondition(key=path, range=m.Range(gte=each, lte=each)))
     return _any(m, tests)
