@@ -1071,6 +1071,38 @@ async def test_random_filter_trees_match_the_reference(store: KnowledgeStore) ->
             assert refused(e), case
 
 
+async def test_keys_beyond_ascii_filter_in_every_mode(store: KnowledgeStore) -> None:
+    """A metadata key of non-ASCII letters is found by every test, in every search mode
+    (Chroma's keyword side once missed it: its JSON escaped the key, which a JSON path
+    does not read)."""
+    docs = [
+        Document("jira", "U-0", "Note zero of the queue.", "U-0", {"équipe": "x"}),
+        Document("git", "U-1", "Note one of the queue.", "U-1", {"équipe": "y z"}),
+        Document("wiki", "U-2", "Note two of the queue.", "U-2", {}),
+    ]
+    await index(store, docs)
+    cases: list[dict[str, Any]] = [
+        {"équipe": "x"},
+        {"$not": {"équipe": "x"}},
+        {"équipe": {"$exists": False}},
+        {"$or": [{"équipe": {"$in": ["y z"]}}, {"source_type": "wiki"}]},
+        {"équipe": {"$contains": "z"}},
+    ]
+    for case in cases:
+        tree = parse_filter(case)
+        passed = {
+            d.source_id
+            for d in docs
+            if matches(tree, {**d.metadata, "source_type": d.source_type, "source_id": d.source_id})
+        }
+        for mode in SEARCH_MODES:
+            query = "note of the queue"
+            hits = await store.search(
+                query, vector(query), 10, SearchFilters(where=tree), 0.0, mode
+            )
+            assert {h.source_id for h in hits} == passed, (case, mode)
+
+
 async def test_integers_beyond_doubles_compare_exactly(store: KnowledgeStore) -> None:
     """Ids of 64 bits (snowflakes) differ in digits a double does not hold: equality
     finds the one asked for, not its neighbours."""

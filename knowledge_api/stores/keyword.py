@@ -203,7 +203,7 @@ class KeywordEntry:
             self.source_id,
             self.created_at,
             self.updated_at,
-            json.dumps(self.metadata),
+            json.dumps(self.metadata, ensure_ascii=False),  # a path finds "é", not "\u00e9"
             self.title,
             self.section,
             self.content,
