@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import socket
 import sys
@@ -1101,6 +1102,29 @@ async def test_keys_beyond_ascii_filter_in_every_mode(store: KnowledgeStore) -> 
                 query, vector(query), 10, SearchFilters(where=tree), 0.0, mode
             )
             assert {h.source_id for h in hits} == passed, (case, mode)
+
+
+async def test_fractions_compare_with_integers_exactly(store: KnowledgeStore) -> None:
+    """A fraction compared with integer values (scores 0, 1, 2 against 0.5): Chroma cut
+    the fraction to an integer, so `$gte 0.5` let 0 through and `$eq 0.1` found 0."""
+    scores = [0, 1, 2, -1, 0.5, -0.5, 0.0]
+    await index(
+        store,
+        [
+            Document("jira", f"S-{i}", f"Score note {i} of the queue.", f"S-{i}", {"score": n})
+            for i, n in enumerate(scores)
+        ],
+    )
+    query = "score note of the queue"
+    for bound, op in itertools.product([0.5, -0.5, 0.1, 1.5, -1.5], [*RANGES, "$eq", "$ne"]):
+        case = {"score": {op: bound}}
+        tree = parse_filter(case)
+        passed = {f"S-{i}" for i, n in enumerate(scores) if matches(tree, {"score": n})}
+        hits = await store.search(query, vector(query), 20, SearchFilters(where=tree))
+        assert {h.source_id for h in hits} == passed, case
+        negated = SearchFilters(where=parse_filter({"$not": case}))
+        hits = await store.search(query, vector(query), 20, negated)
+        assert {h.source_id for h in hits} == {f"S-{i}" for i in range(len(scores))} - passed
 
 
 async def test_integers_beyond_doubles_compare_exactly(store: KnowledgeStore) -> None:

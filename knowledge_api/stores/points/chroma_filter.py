@@ -12,6 +12,7 @@ not `n > 3` is `n` not a number, or `n <= 3`. Chroma's `$ne`, `$nin` and
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from knowledge_api.filters import RANGES, Combined, Condition, Instant, Negated, Node, unsupported
@@ -24,6 +25,7 @@ Where = dict[str, Any]
 NOTHING: Where = {"chunk_index": {"$lt": 0}}
 """A `where` no chunk passes."""
 COMPLEMENT = {"$gt": "$lte", "$gte": "$lt", "$lt": "$gte", "$lte": "$gt"}
+INT64 = 2**63
 
 
 def chunk_fields(doc: Document) -> dict[str, Any]:
@@ -126,20 +128,54 @@ def _metadata(condition: Condition, negated: bool) -> Where | bool:
         name, operand = (
             (f"ms.{key}", value.millis) if isinstance(value, Instant) else (field, value)
         )
+        assert isinstance(operand, int | float)  # a range's operand (filters.operand_of)
         if not negated:
-            return {name: {op: operand}}
+            return _compared(name, op, operand)
         kind = "filter.dates" if dated else "filter.numbers"
-        return _any([{kind: {"$not_contains": key}}, {name: {COMPLEMENT[op]: operand}}])
+        return _any([{kind: {"$not_contains": key}}, _compared(name, COMPLEMENT[op], operand)])
     values = condition.values
     numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-    if not all(isinstance(v, int) for v in numbers):
-        numbers = [float(v) for v in numbers]  # one type per list; Chroma matches 5 to 5.0
     groups = [
         condition.texts(),
-        numbers,
+        [whole for v in numbers if (whole := _whole(v)) is not None],  # 5 matches 5.0 too
         [v for v in values if isinstance(v, bool)],
     ]
     tests: list[Where | bool] = [
         {field: {"$nin" if negated else "$in": group}} for group in groups if group
     ]
+    fractions = [v for v in numbers if _whole(v) is None]
+    tests += [_compared(field, "$ne" if negated else "$eq", v) for v in fractions]
     return _all(tests) if negated else _any(tests)
+
+
+def _whole(number: int | float) -> int | None:
+    """The number as the integer Chroma compares exactly (with integers and floats
+    alike); None for a fraction or a float beyond 64 bits."""
+    if isinstance(number, int):
+        return number
+    return int(number) if number.is_integer() and -INT64 <= number < INT64 else None
+
+
+def _compared(name: str, op: str, number: int | float) -> Where | bool:
+    """`name op number` as Chroma must be asked it. Chroma compares an integer value
+    with a float operand cut to an integer (toward zero, saturating at 64 bits), so
+    `{"$gte": 0.5}` lets 0 through and `{"$lt": 0.5}` keeps it out; an integer operand
+    it compares with a float value exactly. So a fraction's test is corrected by the
+    integers either side of it: `n >= 0.5` is `n >= 0.5 and n != 0`."""
+    whole = _whole(number)
+    if whole is not None:
+        return {name: {op: whole}}
+    floor = math.floor(number)  # the 64-bit integers either side of it, if any:
+    below = min(floor, INT64 - 1) if floor >= -INT64 else None
+    above = max(floor + 1, -INT64) if floor + 1 < INT64 else None
+    cut = min(max(math.trunc(number), -INT64), INT64 - 1)
+    if op in ("$eq", "$ne"):
+        if op == "$eq":
+            return _all([{name: {"$eq": number}}, {name: {"$ne": cut}}])
+        return _any([{name: {"$ne": number}}, {name: {"$eq": cut}}])
+    test: Where = {name: {op: number}}
+    if op in ("$gt", "$lt"):  # add the integer next to it that the cut left out
+        nearest = above if op == "$gt" else below
+        return _any([test, {name: {"$eq": nearest}}]) if nearest is not None else test
+    farthest = below if op == "$gte" else above  # take out the one the cut let in
+    return _all([test, {name: {"$ne": farthest}}]) if farthest is not None else test
