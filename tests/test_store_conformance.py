@@ -1148,6 +1148,13 @@ async def test_integers_beyond_doubles_compare_exactly(store: KnowledgeStore) ->
         "I-0",
         "I-1",
     }
+    above = SearchFilters(where=parse_filter({"tid": {"$gt": ids[0]}}))
+    try:  # a range on them: exact, or refused where the store compares doubles
+        hits = await store.search(query, vector(query), 10, above)
+    except InvalidRequest as e:
+        assert (store.name, e.details["operator"]) == ("qdrant", "$gt")
+        return
+    assert {h.source_id for h in hits} == {"I-1", "I-2"}
 
 
 async def test_a_filter_applies_before_the_limit(store: KnowledgeStore) -> None:

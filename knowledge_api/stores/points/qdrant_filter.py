@@ -108,6 +108,8 @@ def _metadata(m: Any, condition: Condition) -> Any:
         if isinstance(value, Instant):
             dated = f"filter.ms.{quoted(condition.field)}"
             return m.FieldCondition(key=dated, range=m.Range(**{RANGE_NAMES[op]: value.millis}))
+        if isinstance(value, int) and abs(value) > EXACT_DOUBLES:
+            raise unsupported(BACKEND, op, "a range bound beyond 2^53 (it compares doubles)")
         return m.FieldCondition(key=path, range=m.Range(**{RANGE_NAMES[op]: value}))
     texts = condition.texts()
     tests = [m.FieldCondition(key=path, match=m.MatchAny(any=texts))] if texts else []
