@@ -941,7 +941,7 @@ UNSUPPORTED: dict[str, set[str]] = {"chroma": {"$gte"}, "qdrant": {"$gte"}}
 """Backend -> operators it refuses among FILTER_CASES (a 400 naming both)."""
 UNSUPPORTED_ANYWHERE = {"chroma": set(RANGES), "qdrant": set(RANGES)}
 """Backend -> operators it may refuse (a date range on a passage's source_type or
-source_id): the list docs/api.md gives."""
+source_id; on Qdrant, a range bound beyond 2^53): the list docs/api.md gives."""
 
 
 async def filtered_store(store: KnowledgeStore) -> None:
