@@ -17,6 +17,8 @@ WHITESPACE = (
 differs, with \\x1c-\\x1f and \\x85 out and \\ufeff in), as the inside of a class."""
 NOT_BLANK_PATTERN = "[^" + WHITESPACE.encode("unicode_escape").decode("ascii") + "]"
 """A JSON Schema pattern for text that is not blank the way `text` sees it."""
+NO_NUL_PATTERN = "^[^\\u0000]*$"
+"""A JSON Schema pattern for text without the NUL character, as `text` takes it."""
 COLLECTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _COLLECTION = re.compile(COLLECTION_PATTERN.strip("^$"))
 COLLECTION_RULE = "must be 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
@@ -60,6 +62,8 @@ def text(
         raise error(field, "must not be empty or whitespace")
     if len(value) > max_length:
         raise error(field, f"must be at most {max_length} characters", length=len(value))
+    if "\x00" in value:  # Postgres keeps no NUL in a text: one store would fail on it
+        raise error(field, "must not contain the NUL character")
     return value
 
 

@@ -155,6 +155,14 @@ def test_an_agents_history_with_tool_calls_is_a_conversation(client: TestClient)
     )
 
 
+def test_a_nul_in_a_message_is_dropped_before_the_search(client: TestClient) -> None:
+    """Postgres keeps no NUL in a text: the question made from the conversation has none."""
+    body = {"messages": [{"role": "user", "content": "When is the 4.2\u0000 release?"}]}
+    completion = client.post("/v1/chat/completions", json=body)
+    assert completion.status_code == 200, completion.text
+    assert completion.json()["rewrite"]["question"] == "When is the 4.2 release?"
+
+
 def test_a_model_naming_no_collection_is_a_404_that_lists_them(client: TestClient) -> None:
     body = {"model": "defualt", "messages": [{"role": "user", "content": QUESTION}]}
     response = client.post("/v1/chat/completions", json=body)

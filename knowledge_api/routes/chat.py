@@ -106,18 +106,19 @@ def text_of(message: Any, where: str) -> tuple[str, str]:
     content = body.get("parts", body.get("content"))
     if content is None:  # OpenAI: an assistant message that only calls tools has no text
         return role, ""
-    if isinstance(content, str):
-        return role, content
-    if not isinstance(content, list):
+    if isinstance(content, list):
+        content = "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+        )
+    if not isinstance(content, str):
         raise InvalidRequest(f"{where}", "needs `parts` (AI SDK) or `content` (OpenAI)")
-    texts = [
-        part["text"]
-        for part in content
-        if isinstance(part, dict)
-        and part.get("type") == "text"
-        and isinstance(part.get("text"), str)
-    ]
-    return role, "\n".join(texts)
+    # a NUL carries nothing in a conversation, and Postgres keeps none in a text: the
+    # question made from it would fail there (messages are free-form, not refused)
+    return role, content.replace("\x00", "")
 
 
 def cited_of(message: Any, text: str) -> tuple[str, ...]:

@@ -53,11 +53,13 @@ class Text(Field):
         return value.strip() if self.strip else value
 
     def schema(self) -> Schema:
+        text = {"type": "string", "maxLength": self.max_length}
+        no_nul = {"pattern": validation.NO_NUL_PATTERN}
         if not self.required:
-            return {"type": "string", "maxLength": self.max_length}
+            return {**text, **no_nul}
         # blank is refused as missing: at least one character `str.strip` keeps
-        pattern = validation.NOT_BLANK_PATTERN
-        return {"type": "string", "minLength": 1, "maxLength": self.max_length, "pattern": pattern}
+        blank = {"pattern": validation.NOT_BLANK_PATTERN}
+        return {**text, "minLength": 1, "allOf": [blank, no_nul]}
 
 
 @dataclass(frozen=True)
