@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.validation import KEY_MAX_LENGTH, plain_key, within_int64
+from knowledge_api.validation import KEY_MAX_LENGTH, plain_key, within_int64, without_nul
 
 MAX_CONDITIONS = 64
 MAX_DEPTH = 8
@@ -295,8 +295,7 @@ def number_of(value: int | float, path: str) -> int | float:
 
 
 def text_of(value: str, path: str) -> str:
-    if "\x00" in value:
-        raise InvalidRequest(path, "must not contain the NUL character")
+    without_nul(value, path)
     if len(value) > VALUE_MAX_LENGTH:
         raise InvalidRequest(path, f"must be at most {VALUE_MAX_LENGTH} characters")
     return value

@@ -62,7 +62,13 @@ def text(
         raise error(field, "must not be empty or whitespace")
     if len(value) > max_length:
         raise error(field, f"must be at most {max_length} characters", length=len(value))
-    if "\x00" in value:  # Postgres keeps no NUL in a text: one store would fail on it
+    return without_nul(value, field, error)
+
+
+def without_nul(value: str, field: str, error: type[InvalidRequest] = InvalidRequest) -> str:
+    """The text, refused when it holds a NUL: Postgres keeps none in a text, and SQLite's
+    JSON paths end at it, so one store or another would fail on it."""
+    if "\x00" in value:
         raise error(field, "must not contain the NUL character")
     return value
 
@@ -157,8 +163,8 @@ def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
         if not isinstance(item, str | int | float | bool) or item is None:
             raise InvalidRequest(f"{field}.{key}", "must be a string, number or boolean")
         check_int64(item, f"{field}.{key}")
-        if isinstance(item, str) and "\x00" in item:
-            raise InvalidRequest(f"{field}.{key}", "must not contain the NUL character")
+        if isinstance(item, str):
+            without_nul(item, f"{field}.{key}")
     # -0.0 is kept as 0.0 on every backend: Postgres's jsonb has no negative zero
     return {
         key: 0.0 if item == 0 and isinstance(item, float) else item for key, item in value.items()

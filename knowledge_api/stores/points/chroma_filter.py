@@ -169,9 +169,9 @@ def _compared(name: str, op: str, number: int | float) -> Where | bool:
     below = min(floor, INT64 - 1) if floor >= -INT64 else None
     above = max(floor + 1, -INT64) if floor + 1 < INT64 else None
     cut = min(max(math.trunc(number), -INT64), INT64 - 1)
-    if op in ("$eq", "$ne"):
-        if op == "$eq":
-            return _all([{name: {"$eq": number}}, {name: {"$ne": cut}}])
+    if op == "$eq":
+        return _all([{name: {"$eq": number}}, {name: {"$ne": cut}}])
+    if op == "$ne":
         return _any([{name: {"$ne": number}}, {name: {"$eq": cut}}])
     test: Where = {name: {op: number}}
     if op in ("$gt", "$lt"):  # add the integer next to it that the cut left out
