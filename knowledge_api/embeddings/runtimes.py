@@ -6,7 +6,12 @@ about half of fp32's CPU time (avx512_bf16 on a Zen 4; a third with AMX), within
 0.99997 cosine of it. The compiled model has as many
 inference streams as the embedder may use cores, one thread each: a query runs on one
 stream, an ingestion batch on each. ONNX Runtime runs only the dynamic int8 model
-(its quantised attention operator is its own), from the `int8` extra.
+(its quantised attention operator is its own), from the `int8` extra. Where the CPU
+has no VNNI unit (`avx512_vnni`, `avx_vnni`: an AVX2-only CPU), ONNX Runtime multiplies
+u8 by s8 with instructions whose 16-bit sums saturate, which full 8-bit weights
+overflow: there the int8 model is built with 7-bit weights (`int8-7bit`, ONNX
+Runtime's `reduce_range`), which cannot (the 872 bundled paragraphs: lowest cosine to
+fp32 0.99376 with 8-bit weights on an AVX2 EPYC, 0.99650 with 7-bit ones).
 
 The choice is made once, at load, and /health shows it with its reason.
 """
@@ -25,6 +30,8 @@ from knowledge_api.registry import import_extra
 Feed = dict[str, np.ndarray]
 BF16_UNITS = ("amx_bf16", "avx512_bf16")
 """The CPU flags (Linux /proc/cpuinfo names) of units that multiply bf16 matrices."""
+VNNI_UNITS = ("avx512_vnni", "avx_vnni")
+"""The CPU flags of units that sum u8 x s8 products in 32 bits (no saturation)."""
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
 
@@ -33,16 +40,28 @@ class Choice:
     runtime: str
     precision: str
     reason: str
+    build: str = ""
+    """The built model it runs (onnx_model.BUILDS), when not named after `precision`."""
+
+    @property
+    def model(self) -> str:
+        return self.build or self.precision
 
 
 def choose(requested: str, units: Iterable[str]) -> Choice:
     """The runtime and precision for KNOWLEDGE_EMBEDDING_PRECISION=`requested` on a CPU
-    whose bf16 units are `units` (empty where it has none)."""
+    whose bf16 and VNNI units are `units` (empty where it has none)."""
     if requested not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {requested!r}")
-    found = [unit for unit in BF16_UNITS if unit in set(units)]
+    units = set(units)
+    found = [unit for unit in BF16_UNITS if unit in units]
     if requested == "int8":
-        return Choice("onnxruntime", "int8", "int8 as configured (dynamic int8 attention)")
+        why = "int8 as configured (dynamic int8 attention"
+        if any(unit in units for unit in VNNI_UNITS):
+            return Choice("onnxruntime", "int8", f"{why})")
+        return Choice(
+            "onnxruntime", "int8", f"{why}, 7-bit weights: the CPU has no VNNI)", "int8-7bit"
+        )
     if requested == "fp32":
         return Choice("openvino", "fp32", "fp32 as configured")
     if found:
@@ -52,12 +71,16 @@ def choose(requested: str, units: Iterable[str]) -> Choice:
     return Choice("openvino", "fp32", f"{why} the CPU has no bf16 units (amx_bf16, avx512_bf16)")
 
 
+def cpu_flags() -> set[str]:
+    try:
+        return set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return set()
+
+
 def cpu_bf16_units() -> list[str]:
     """The bf16 units this CPU has, as the kernel names them and OpenVINO agrees."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        flags = set()
+    flags = cpu_flags()
     try:
         import openvino
 
@@ -65,6 +88,11 @@ def cpu_bf16_units() -> list[str]:
     except Exception:
         return []
     return [unit for unit in BF16_UNITS if unit in flags and "BF16" in capabilities]
+
+
+def cpu_units() -> list[str]:
+    """What `choose` reads of this CPU: its bf16 units and its VNNI units."""
+    return [*cpu_bf16_units(), *(unit for unit in VNNI_UNITS if unit in cpu_flags())]
 
 
 class Encoder(Protocol):
