@@ -51,9 +51,12 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         with redacted_logs(redactor):
-            await knowledge.start(seed=True)
             try:
+                # every refusal to start before the model loads or a document is written
+                await knowledge.open()
                 await require_a_key(settings, knowledge)
+                await knowledge.load()
+                await knowledge.seed_in_background()
                 async with periodic_sync(knowledge), upload_jobs(knowledge) as uploads:
                     app.state.uploads = uploads
                     async with mcp.running():

@@ -13,7 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_api import tracing
-from knowledge_api.errors import CollectionNotFound, EmbeddingError, ExtractionError
+from knowledge_api.errors import (
+    CollectionNotFound,
+    EmbeddingError,
+    ExtractionError,
+    KnowledgeAPIError,
+)
 from knowledge_api.ingest.loaders import LoadOptions, load_as, load_jsonl, load_paths
 from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
 from knowledge_api.ledger import Actor, changes
@@ -100,20 +105,34 @@ class Catalog(Trail):
         if not self.embedder_ready:
             log.warning("not seeding the empty store: the embedder is unavailable")
             return
-        loaded = load_paths([self.seed_path()], LoadOptions())
-        summary = await self.ingest(loaded)
-        await self.audit(
-            Actor("service"),
-            "seed",
-            loaded.documents[0].collection if loaded.documents else None,
-            changes(loaded.documents, summary),
-        )
+        try:
+            loaded = await asyncio.to_thread(load_paths, [self.seed_path()], LoadOptions())
+            self.seeding = {"done": 0, "total": len(loaded.documents)}
+
+            def progress(documents: int) -> None:
+                self.seeding["done"] += documents
+
+            summary = await self.ingest(loaded, progress)
+            await self.audit(
+                Actor("service"),
+                "seed",
+                loaded.documents[0].collection if loaded.documents else None,
+                changes(loaded.documents, summary),
+            )
+        except (KnowledgeAPIError, OSError) as e:
+            self.seeding["error"] = f"{type(e).__name__}: {e}"
+            log.error("seeding the empty store from %s failed: %s", self.seed_path(), e)
+            return
         log.info(
             "seeded the empty store from %s: %d documents, %d passages",
             self.seed_path(),
             summary.documents,
             summary.chunks,
         )
+        self.seeding = {}
+
+    def seeding_progress(self) -> str:
+        return f"{self.seeding.get('done', 0)} of {self.seeding.get('total', '?')} documents"
 
     def seed_path(self) -> Path:
         if self.settings.seed_path:

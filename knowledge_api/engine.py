@@ -1,6 +1,6 @@
 """What the service holds: its seams (store, embedder, reranker, synthesis chain,
 caches), the logs kept beside the store (keys, audit trail, answers and ratings, upload
-jobs), and the one thread model calls run on.
+jobs), and the threads model calls run on.
 
 KnowledgeService (service.py) is built on it, a concept a module: trail.py (the audit
 trail, answers recorded for their ratings), catalog.py (documents and ingestion),
@@ -62,7 +62,14 @@ class Engine:
         self.tier1 = ResponseTier(self.caches, store.collection_generation)
         self.started = time.monotonic()
         self.embedder_ready = False
+        self.seeding: dict[str, Any] = {}
+        """The seed of an empty store while it runs: {"done", "total"} documents, and
+        "error" if it failed (/health); empty otherwise."""
+        self._seeding: asyncio.Task[None] | None = None
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder")
+        self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder-queries")
+        """Queries have a thread of their own: one never waits behind an ingestion batch
+        (an upload, a sync, the seed of an empty store) that may take seconds."""
         self.query_batcher = QueryBatcher(
             self._embed_queries,
             settings.query_batch_window_ms,
@@ -105,14 +112,17 @@ class Engine:
         return self.embedder.answer_threshold if configured == "auto" else float(configured)
 
     async def _in_model_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Model calls run one at a time on their own thread, off the event loop."""
+        """Loading and document batches run one at a time on their own thread, off the
+        event loop (queries on another: `_query_thread`)."""
         return await asyncio.get_running_loop().run_in_executor(self._model_thread, fn, *args)
 
     async def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """One micro-batch of concurrent queries (QueryBatcher), on the model thread.
+        """One micro-batch of concurrent queries (QueryBatcher), on the query thread.
         Traced, each query's embed span says the size of the batch it was in (the
         batch runs in the batcher's task, outside any request's trace)."""
-        vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_queries, texts)
+        loop = asyncio.get_running_loop()
+        embed = self.embedder.embed_queries
+        vectors: np.ndarray = await loop.run_in_executor(self._query_thread, embed, texts)
         if tracing.recording():
             if len(self._batch_sizes) > 4 * self.settings.query_queue_size:
                 self._batch_sizes.clear()  # queries whose callers left never take theirs

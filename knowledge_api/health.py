@@ -50,5 +50,6 @@ class Health(Engine):
             "embedder": embedder,
             "synthesizer": synthesizer,
             "reranker": reranker,
+            **({"seeding": dict(self.seeding)} if self.seeding else {}),
             **extra,
         }

@@ -1,8 +1,10 @@
-"""Opening and closing the service: the model loaded, the store and the logs beside it
-opened, the empty store seeded; each closed in turn when the service stops."""
+"""Opening and closing the service: the store and the logs beside it opened, the
+models loaded, the empty store seeded in the background; each closed in turn when the
+service stops."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from knowledge_api.catalog import Catalog
@@ -12,10 +14,26 @@ log = logging.getLogger("knowledge_api")
 
 
 class Startup(Catalog):
-    async def start(self, seed: bool = False) -> None:
-        """Load the model and open the store. A failure of either degrades the service
-        (reported by /health and in responses) instead of stopping it."""
+    async def start(self) -> None:
+        """Open the store, then load the models (commands and scripts; the app opens
+        and loads in two steps, checking its keys between them)."""
+        await self.open()
+        await self.load()
+
+    async def open(self) -> None:
+        """Open the store and the logs beside it, no model: a refusal the store can
+        tell (it holds another embedder's vectors) comes within a second of start,
+        before a model loads or anything is written. A store that cannot open degrades
+        the service (reported by /health, 503 on requests) instead of stopping it."""
         single_threaded_blas()
+        try:
+            await self.open_storage()
+        except BackendConnectionError as e:
+            log.error("store unavailable: %s", e)
+
+    async def load(self) -> None:
+        """Load the models. A failure degrades the service (reported by /health and in
+        responses) instead of stopping it."""
         await self.synthesizer.open()
         # before the embedder: loading the local model turns the model hub off for the
         # whole process, and a cross-encoder given by model id may need to fetch it
@@ -25,13 +43,24 @@ class Startup(Catalog):
             self.embedder_ready = True
         except EmbeddingError as e:
             log.error("embedder unavailable, searching by keyword only: %s", e)
-        try:
-            await self.open_storage()
-        except BackendConnectionError as e:
-            log.error("store unavailable: %s", e)
+
+    async def seed_in_background(self) -> None:
+        """With KNOWLEDGE_SEED_ON_EMPTY and an empty store, index the seed documents in
+        the background: the service answers meanwhile, from what is indexed so far, and
+        /health says how far the seed is (`seeding`)."""
+        if not self.settings.seed_on_empty:
             return
-        if seed and self.settings.seed_on_empty and await self.store.count() == 0:
-            await self._seed()
+        try:
+            empty = await self.store.count() == 0
+        except BackendConnectionError:
+            return  # the store did not open: /health says so
+        if empty:
+            self._seeding = asyncio.create_task(self._seed())
+
+    async def seeded(self) -> None:
+        """Once the seed started by `seed_in_background` is over (at once without one)."""
+        if self._seeding is not None:
+            await asyncio.shield(self._seeding)
 
     async def load_embedder(self) -> None:
         """Load the model after `open_storage`, for a command that found work for it."""
@@ -50,6 +79,14 @@ class Startup(Catalog):
         await self.jobs.open()
 
     async def stop(self) -> None:
+        if self._seeding is not None and not self._seeding.done():
+            self._seeding.cancel()
+            log.warning(
+                "stopped while seeding the empty store (%s): the next start does not seed "
+                "a store that holds documents; `knowledge-api ingest %s` indexes the rest",
+                self.seeding_progress(),
+                self.seed_path(),
+            )
         await self.query_batcher.close()
         await self.prefetcher.close()
         for task in self._learning.values():
@@ -64,6 +101,7 @@ class Startup(Catalog):
         await self.store.close()
         await self.caches.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
+        self._query_thread.shutdown(wait=False, cancel_futures=True)
 
 
 def single_threaded_blas() -> None:

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import json
 import logging
+import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -108,6 +111,27 @@ def make_settings(tmp_path: Path, **changes: object) -> Settings:
         "allowed_hosts": "testserver",  # the Host Starlette's TestClient sends
     }
     return base.replace(**{**defaults, **changes})
+
+
+def seeded(client: TestClient) -> None:
+    """The seed of an empty store runs in the background: wait for its end."""
+    client.portal.call(client.app.state.service.seeded)  # type: ignore[attr-defined]
+
+
+def seeded_at(url: str, key: str = "", timeout_s: float = 300) -> None:
+    """The same, for a service running at `url`: /health shows `seeding` until then
+    (to a caller who may read: `key` where keys are required)."""
+    deadline = time.monotonic() + timeout_s
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    def health() -> dict[str, Any]:  # urllib: respx, where a test has it on, lets it by
+        request = urllib.request.Request(f"{url}/health", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())  # type: ignore[no-any-return]
+
+    while seeding := health().get("seeding"):
+        assert "error" not in seeding and time.monotonic() < deadline, seeding
+        time.sleep(0.1)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
 from knowledge_api.usecases.kb_sync import KBSync
-from tests.conftest import make_settings
+from tests.conftest import make_settings, seeded
 from tests.kb_host import Host, serve
 from tests.pg import postgres_settings, supabase_settings
 from tests.test_access import bearer, make_key
@@ -286,6 +286,7 @@ def test_seeding_the_empty_store_is_recorded(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, seed_on_empty=True, seed_path=str(seed))
     with TestClient(create_app(settings)) as client:
         service: KnowledgeService = client.app.state.service  # type: ignore[attr-defined]
+        seeded(client)
         [entry] = client.portal.call(service.audit_page, AuditQuery())
     assert (entry.actor, entry.action, entry.changes["indexed"]) == ("service", "seed", 1)
 

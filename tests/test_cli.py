@@ -18,6 +18,7 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.cli.serve import ready_message
 from tests.conftest import make_settings, make_store
+from tests.conftest import seeded as wait_for_seed
 from tests.test_faults import free_port
 
 PACKAGE_ROOT = Path(knowledge_api.__file__).parent.parent
@@ -111,6 +112,7 @@ def test_errors_exit_2_with_a_message(
 def test_first_start_seeds_the_bundled_docs_once(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, seed_on_empty=True)
     with TestClient(create_app(settings)) as client:
+        wait_for_seed(client)
         seeded = client.get("/health").json()["store"]["documents"]
         assert seeded >= 3
         body = client.post(

@@ -14,7 +14,7 @@ from knowledge_api.cli import main
 from knowledge_api.client import AsyncKnowledgeClient, KnowledgeClient
 from knowledge_api.errors import CollectionNotFound, InvalidQuery, NotFound, Unauthorized
 from knowledge_api.settings import Settings
-from tests.conftest import corpus
+from tests.conftest import corpus, seeded_at
 from tests.test_access import make_key
 from tests.test_faults import free_port, serve
 
@@ -85,6 +85,7 @@ def test_cli_query_asks_a_running_service(
     monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "no-such-embedder")  # would fail if loaded
     try:
         url = f"http://127.0.0.1:{port}"
+        seeded_at(url)
         assert main(["query", "How is a query answered?", "--url", url, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["results"]
         assert main(["query", "   ", "--url", url]) == 2

@@ -22,7 +22,7 @@ import uvicorn
 
 import knowledge_api
 from knowledge_api.app import create_app
-from tests.conftest import make_settings
+from tests.conftest import make_settings, seeded_at
 from tests.test_access import make_key
 
 DOCS = Path(knowledge_api.__file__).parent / "docs"
@@ -52,6 +52,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
         assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
         time.sleep(0.05)
     port = running.servers[0].sockets[0].getsockname()[1]
+    seeded_at(f"http://127.0.0.1:{port}", token)
     yield f"http://127.0.0.1:{port}", token
     running.should_exit = True
     thread.join(timeout=10)

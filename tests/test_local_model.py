@@ -13,7 +13,7 @@ from knowledge_api.app import create_app
 from knowledge_api.embeddings.local import LocalEmbedder
 from knowledge_api.embeddings.runtimes import cpu_bf16_units
 from knowledge_api.errors import EmbeddingError
-from tests.conftest import corpus, make_settings
+from tests.conftest import corpus, make_settings, seeded
 from tests.torch_reference import TorchEmbedder
 
 pytestmark = pytest.mark.model
@@ -216,6 +216,7 @@ def test_default_threshold_answers_the_bundled_docs_and_refuses_strangers(
     app = create_app(settings)
     app.state.service.embedder = model
     with TestClient(app) as client:
+        seeded(client)
 
         def status(question: str) -> str:
             body = client.post("/v1/knowledge/answer", json={"query": question}).json()

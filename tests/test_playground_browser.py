@@ -28,6 +28,7 @@ import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.models import SOURCE_TYPES
 from tests import providers
+from tests.conftest import seeded_at
 from tests.providers import (
     GEMINI_GENERATE,
     GROQ_CHAT,
@@ -115,6 +116,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, gemini: respx.MockRouter) -
         assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
         time.sleep(0.05)
     port = uvicorn_server.servers[0].sockets[0].getsockname()[1]
+    seeded_at(f"http://127.0.0.1:{port}", token)
     yield f"http://127.0.0.1:{port}", token, writer
     uvicorn_server.should_exit = True
     thread.join(timeout=10)

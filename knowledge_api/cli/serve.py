@@ -10,7 +10,7 @@ import contextlib
 import os
 import socket
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -43,7 +43,7 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
         timeout_keep_alive=settings.keep_alive_timeout,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
-    server = ReadyServer(config, ready_message(settings), app)
+    server = ReadyServer(config, lambda: ready_message(settings, app.app.state.service), app)
     try:
         server.run(sockets=[shared_socket(settings.host, settings.port)])
     except SystemExit:  # uvicorn's exit status 3 when the app does not start
@@ -53,18 +53,25 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def ready_message(settings: Settings) -> str:
-    """What `make run` shows once the service answers: where, and one request to try."""
+def ready_message(settings: Settings, service: Any = None) -> str:
+    """What `make run` shows once the service answers: where, and one request to try;
+    whether the bundled docs are still being indexed (a first start)."""
     host = settings.host
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     url = f"http://[{host}]:{settings.port}" if ":" in host else f"http://{host}:{settings.port}"
     key = " -H 'Authorization: Bearer <API key>'" if settings.auth_required else ""
     body = '{"query": "How do I add documents?"}'
+    seeding = ""
+    if service is not None and service.seeding:
+        seeding = (
+            f"\nseeding the empty store in the background ({service.seeding_progress()} so "
+            f"far): queries answer from what is indexed; /health says how far it is"
+        )
     return (
         f"knowledge-api {__version__} is ready at {url}\n"
         f"try: curl -s {url}/v1/knowledge/query -H 'Content-Type: application/json'{key} "
-        f"-d '{body}'"
+        f"-d '{body}'{seeding}"
     )
 
 
@@ -204,7 +211,10 @@ class ReadyServer(uvicorn.Server):
     connections without one are closed."""
 
     def __init__(
-        self, config: uvicorn.Config, ready: str = "", draining: Draining | None = None
+        self,
+        config: uvicorn.Config,
+        ready: Callable[[], str] | None = None,
+        draining: Draining | None = None,
     ) -> None:
         super().__init__(config)
         self.ready = ready
@@ -213,8 +223,8 @@ class ReadyServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
-            if self.ready:
-                print(self.ready, flush=True)
+            if self.ready is not None:
+                print(self.ready(), flush=True)
             tell_pm2_ready()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:

@@ -26,6 +26,7 @@ RESPONSE = obj(
         "store": PART,
         "embedder": PART,
         "synthesizer": PART,
+        "seeding": obj({"done": NUMBER, "total": NUMBER}, {"error": STRING}),
     },
     extra=PART,
 )
