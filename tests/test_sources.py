@@ -105,6 +105,56 @@ def test_a_mass_delete_stops_unless_allowed(
     assert "handbook\t1 documents" in run(capsys, "sources")[1]
 
 
+def test_a_dry_run_of_a_prune_the_guard_refuses_says_so_and_exits_1(
+    environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "ingest", "docs", "--name", "handbook")[0] == 0
+    for name in ("alpha.md", "beta.md", "gamma.md"):
+        (docs / name).unlink()
+    status, out = run(capsys, "ingest", "docs", "--name", "handbook", "--prune", "--dry-run")
+    assert status == 1
+    assert "delete alpha.md" in out and "the real run would be refused" in out
+    assert "would lose 3 of its 4 documents" in out and "--allow-mass-delete" in out
+    allowed = ("--prune", "--dry-run", "--allow-mass-delete")
+    status, out = run(capsys, "ingest", "docs", "--name", "handbook", *allowed)
+    assert status == 0 and "refused" not in out
+    assert "handbook\t4 documents" in run(capsys, "sources")[1]
+
+
+def test_files_truncated_to_0_bytes_are_unread_and_keep_their_documents(
+    environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 0-byte file is unread, as an upload of 0 bytes is: a prune keeps its document."""
+    assert run(capsys, "ingest", "docs")[0] == 0
+    for name in FILES:
+        (docs / name).write_bytes(b"")
+    status, out = run(capsys, "ingest", "docs", "--prune")
+    assert status == 1
+    assert "4 files skipped: docs/alpha.md (empty file)" in out and ", 0 deleted" in out
+    assert "4 documents" in run(capsys, "sources")[1]
+    status, out = run(capsys, "query", "zeppelin maintenance logbook")
+    assert status == 0 and "zeppelin" in out
+
+
+def test_emptied_documents_count_against_the_mass_delete_guard(
+    environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Files left with no text would keep their documents with no passage: they count as
+    lost, as deleted ones do."""
+    assert run(capsys, "ingest", "docs", "--name", "handbook")[0] == 0
+    for name in ("alpha.md", "beta.md", "gamma.md"):
+        (docs / name).write_text("\n\n   \n")
+    status, out = run(capsys, "ingest", "docs", "--name", "handbook", "--prune", "--dry-run")
+    assert status == 1 and "update alpha.md (emptied: no text left)" in out
+    status, out = run(capsys, "ingest", "docs", "--name", "handbook", "--prune")
+    assert status == 1
+    assert "would lose 3 of its 4 documents (3 of them emptied)" in out
+    status, out = run(capsys, "query", "zeppelin maintenance logbook")
+    assert status == 0 and "zeppelin" in out
+    allowed = ("--prune", "--allow-mass-delete")
+    assert run(capsys, "ingest", "docs", "--name", "handbook", *allowed)[0] == 0
+
+
 def test_a_file_that_cannot_be_read_keeps_its_document(
     environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -284,3 +334,4 @@ def test_deleting_a_named_source_leaves_the_same_name_of_another(
         response = client.get("/v1/knowledge/detail/wiki/kestrel.md")
         assert response.status_code == 200
         assert "live kestrel runbook" in response.json()["content"]
+

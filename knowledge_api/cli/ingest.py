@@ -132,10 +132,15 @@ def index_documents(
         plan = await sources.plan_mirror(
             service, documents, name, collection, args.prune, kept, root
         )
+        refused = plan.refusal(settings.prune_max_fraction, args.allow_mass_delete)
         if args.dry_run:
             print("\n".join(plan.lines() or ["nothing to change"]))
+            if refused is not None:  # exit as the real run would
+                print(f"error: the real run would be refused: {refused.message}", file=sys.stderr)
+                return 1
             return 0
-        plan.check_deletions(settings.prune_max_fraction, args.allow_mass_delete)
+        if refused is not None:
+            raise refused
         indexing = started
         if plan.changed:
             await service.load_embedder()

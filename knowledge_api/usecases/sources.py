@@ -72,23 +72,42 @@ class MirrorPlan:
         """One line per document the mirror would write or delete, naming its file."""
         return (
             [f"add {doc.source_id}" for doc in self.added]
-            + [f"update {doc.source_id}" for doc in self.updated]
+            + [
+                f"update {doc.source_id}" + ("" if doc.chunks else " (emptied: no text left)")
+                for doc in self.updated
+            ]
             + [f"delete {source_id}" for source_id in sorted(self.deleted.values())]
         )
 
-    def check_deletions(self, max_fraction: float, allowed: bool) -> None:
-        """Refuse a plan deleting more than `max_fraction` of the source, unless `allowed`."""
-        if allowed or not self.deleted or len(self.deleted) <= max_fraction * self.stored:
-            return
-        raise MassDeleteRefused(
-            f"the source {self.source!r} would lose {len(self.deleted)} of its {self.stored} "
-            f"documents, more than KNOWLEDGE_PRUNE_MAX_FRACTION ({max_fraction:g}) allows; "
-            "nothing was changed. If the source really lost them, run again with "
+    @property
+    def emptied(self) -> list[Document]:
+        """The stored documents the mirror would keep with no passage left."""
+        return [doc for doc in self.updated if not doc.chunks]
+
+    def refusal(self, max_fraction: float, allowed: bool) -> MassDeleteRefused | None:
+        """Why a plan deleting (or emptying) more than `max_fraction` of the source is
+        refused unless `allowed`; None when it is not."""
+        lost = len(self.deleted) + len(self.emptied)
+        if allowed or not lost or lost <= max_fraction * self.stored:
+            return None
+        emptied = f" ({len(self.emptied)} of them emptied)" if self.emptied else ""
+        return MassDeleteRefused(
+            f"the source {self.source!r} would lose {lost} of its {self.stored} "
+            f"documents{emptied}, more than KNOWLEDGE_PRUNE_MAX_FRACTION ({max_fraction:g}) "
+            "allows; nothing was changed. If the source really lost them, run again with "
             "--allow-mass-delete",
             source=self.source,
             deleted=len(self.deleted),
+            emptied=len(self.emptied),
             stored=self.stored,
         )
+
+    def check_deletions(self, max_fraction: float, allowed: bool) -> None:
+        """Refuse a plan deleting or emptying more than `max_fraction` of the source,
+        unless `allowed`."""
+        refused = self.refusal(max_fraction, allowed)
+        if refused is not None:
+            raise refused
 
 
 @dataclass(frozen=True, slots=True)
