@@ -26,6 +26,9 @@ from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, Pro
 from knowledge_api.trail import Trail
 
 log = logging.getLogger("knowledge_api")
+SEED_SOURCE = "bundled-docs"
+"""The source the documents seeded into an empty store are recorded under: pruned or
+deleted as one, like any source."""
 
 
 class Catalog(Trail):
@@ -124,7 +127,7 @@ class Catalog(Trail):
             log.warning("not seeding the empty store: the embedder is unavailable")
             return
         loaded = load_paths([self.seed_path()], LoadOptions())
-        summary = await self.ingest(loaded)
+        summary = await self.ingest(loaded, source=SEED_SOURCE)
         await self.audit(
             Actor("service"),
             "seed",

@@ -335,3 +335,13 @@ def test_deleting_a_named_source_leaves_the_same_name_of_another(
         assert response.status_code == 200
         assert "live kestrel runbook" in response.json()["content"]
 
+
+def test_the_seeded_docs_are_one_source_deleted_as_one(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, seed_on_empty=True)
+    with TestClient(create_app(settings)) as client:
+        seeded = client.get("/health").json()["store"]["documents"]
+        listed = client.get("/v1/knowledge/sources").json()["sources"]
+        assert [(s["name"], s["documents"]) for s in listed] == [("bundled-docs", seeded)]
+        response = client.delete("/v1/knowledge/sources/bundled-docs")
+        assert response.status_code == 200 and response.json()["deleted"] == seeded
+        assert client.get("/health").json()["store"]["documents"] == 0
