@@ -14,6 +14,7 @@ import numpy as np
 
 from knowledge_api import tracing
 from knowledge_api.errors import (
+    AmbiguousDocument,
     CollectionNotFound,
     EmbeddingError,
     ExtractionError,
@@ -26,6 +27,9 @@ from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, Pro
 from knowledge_api.trail import Trail
 
 log = logging.getLogger("knowledge_api")
+SEED_SOURCE = "bundled-docs"
+"""The source the documents seeded into an empty store are recorded under: pruned or
+deleted as one, like any source."""
 
 
 class Catalog(Trail):
@@ -76,9 +80,27 @@ class Catalog(Trail):
     async def document(self, doc_id: str) -> Document | None:
         return await self.store.get_by_id(doc_id)
 
-    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
-        """A document by source id, document id or the id of one of its chunks."""
-        return await self.store.find_document(source_type, key, collection)
+    async def find_document(
+        self, source_type: str, key: str, collection: str, source: str | None = None
+    ) -> Document | None:
+        """A document by source id, document id or the id of one of its chunks; with a
+        `source`, only that source's. AmbiguousDocument when the source id is one
+        several sources produced and no source is named."""
+        found = await self.store.find_documents(source_type, key, collection)
+        if source is not None:
+            found = [doc for doc in found if doc.source == source]
+        if len(found) > 1:
+            sources = [doc.source for doc in found]
+            raise AmbiguousDocument(
+                f"{len(found)} sources hold a {source_type} record {key!r} in collection "
+                f"{collection!r} ({', '.join(repr(name) for name in sources)}): name one "
+                "with source",
+                type=source_type,
+                id=key,
+                collection=collection,
+                sources=sources,
+            )
+        return found[0] if found else None
 
     async def delete_document(self, doc_id: str) -> bool:
         return await self.store.delete(doc_id)
@@ -112,7 +134,7 @@ class Catalog(Trail):
             def progress(documents: int) -> None:
                 self.seeding["done"] += documents
 
-            summary = await self.ingest(loaded, progress)
+            summary = await self.ingest(loaded, progress, SEED_SOURCE)
             await self.audit(
                 Actor("service"),
                 "seed",

@@ -130,6 +130,11 @@ class EmbedderMismatchError(ConfigurationError):
     """The store holds vectors of another embedder; mixing vector spaces is refused."""
 
 
+class AmbiguousDocument(KnowledgeAPIError, status=409, type="ambiguous_document"):
+    """A source id that several sources produced a document of: `details.sources` lists
+    them, and the lookup names one with `source`."""
+
+
 class CollectionNotFound(NotFound, type="collection_not_found"):
     """A collection no document is in; the message and `details.available` list those
     that exist, narrowed to the caller's own by `seen_by`."""

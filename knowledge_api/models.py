@@ -30,11 +30,14 @@ def content_hash(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def document_id(collection: str, source_type: str, source_id: str) -> str:
-    """Stable uuid of a document: re-ingesting the same source finds the same row.
-    Remembered: a document's id is asked for many times while it is chunked and
-    compared (a mirror of 10,000 unchanged files asked 80,000 times)."""
-    return uuid5(_NAMESPACE.bytes, f"{collection}\x1f{source_type}\x1f{source_id}")
+def document_id(collection: str, source_type: str, source_id: str, source: str = "") -> str:
+    """Stable uuid of a document: re-ingesting the same source finds the same row. The
+    source that produced it is part of it, so two sources holding the same relative path
+    (two repositories' README.md) keep a document each; a document of no source keeps
+    the id it always had. Remembered: a document's id is asked for many times while it
+    is chunked and compared (a mirror of 10,000 unchanged files asked 80,000 times)."""
+    owner = f"\x1f{source}" if source else ""
+    return uuid5(_NAMESPACE.bytes, f"{collection}\x1f{source_type}\x1f{source_id}{owner}")
 
 
 def chunk_id(doc_id: str, index: int) -> str:
@@ -100,7 +103,7 @@ class Document:
 
     @property
     def id(self) -> str:
-        return document_id(self.collection, self.source_type, self.source_id)
+        return document_id(self.collection, self.source_type, self.source_id, self.source)
 
     @property
     def content_hash(self) -> str:
@@ -212,6 +215,9 @@ class SourceInfo:
     name: str
     documents: int
     last_run: str
+    root: str = ""
+    """The folder (resolved) or base URL its files were read from, empty for a source of
+    no files: another source reading one of them is refused."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ async def test_a_changed_file_replaces_its_chunks_and_reuses_unchanged_vectors(
     write_docs(tmp_path / "kb", a="# A\n\nKeep this.\n\n## New\n\nFresh words.")
     summary = await service.ingest(load_paths(paths, LoadOptions()))
     assert (summary.documents, summary.chunks, summary.embedded) == (1, 2, 1)
-    doc = await service.store.find_document("wiki", "a.md", "default")
+    doc = await service.find_document("wiki", "a.md", "default")
     assert doc is not None and [c.section for c in doc.chunks] == ["", "New"]
     hits = await service.store.search("obsolete", None, 5, SearchFilters())
     assert hits == []
@@ -70,7 +70,7 @@ async def test_a_failed_write_leaves_the_previous_version_whole(
     # the second chunk has no vector: the store must refuse the whole document
     with pytest.raises(IndexingError):
         await service.store.index_document(broken)
-    stored = await service.store.find_document("wiki", "page", "default")
+    stored = await service.find_document("wiki", "page", "default")
     assert stored is not None and stored.content == original.content
     assert [c.content for c in stored.chunks] == ["First.", "Second."]
     hits = await service.store.search("first second", None, 5, SearchFilters())
@@ -133,7 +133,7 @@ async def test_repeated_source_in_one_batch_keeps_the_last_version(
     docs = [Document("jira", "K-1", "old text", "K"), Document("jira", "K-1", "new text", "K")]
     summary = await service.ingest(docs)
     assert summary.documents == 1 and summary.skipped == 1
-    stored = await service.store.find_document("jira", "K-1", "default")
+    stored = await service.find_document("jira", "K-1", "default")
     assert stored is not None and stored.content == "new text"
 
 

@@ -184,6 +184,26 @@ async def test_add_document_indexes_a_document(open_settings: Settings) -> None:
         assert json.loads(text_of(doc))["title"] == "Export disabled"
 
 
+async def test_get_document_names_the_sources_of_a_shared_source_id(tmp_path: Path) -> None:
+    """Two sources' README.md: get_document without a source is an error listing both;
+    with one, that source's record."""
+    settings = make_settings(tmp_path)
+    service = build_service(settings)
+    await service.start()
+    try:
+        for source, text in (("/srv/repoA", "Repo A builds firmware."), ("/srv/repoB", "B.")):
+            await service.ingest([Document("wiki", "README.md", text)], source=source)
+    finally:
+        await service.stop()
+    async with serving(settings) as app, connected(app) as client:
+        asked = {"type": "wiki", "id": "README.md"}
+        result = await client.call_tool("get_document", asked)
+        assert result.is_error and "'/srv/repoA'" in text_of(result)
+        assert "'/srv/repoB'" in text_of(result) and "source" in text_of(result)
+        result = await client.call_tool("get_document", {**asked, "source": "/srv/repoA"})
+        assert json.loads(text_of(result))["content"] == "Repo A builds firmware."
+
+
 @pytest.fixture
 async def keyed(tmp_path: Path) -> tuple[Settings, dict[str, str]]:
     settings = make_settings(tmp_path, auth="keys")

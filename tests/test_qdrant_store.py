@@ -135,8 +135,8 @@ async def test_ids_that_are_not_uuids_are_simply_not_found(local: QdrantStore) -
     await index(local, corpus())
     assert await local.get_by_id("SIAM-101") is None
     assert await local.delete("not-a-uuid") is False
-    found = await local.find_document("jira", "SIAM-101", "default")
-    assert found is not None and found.title == "Login timeout"
+    [found] = await local.find_documents("jira", "SIAM-101", "default")
+    assert found.title == "Login timeout"
 
 
 class FakeQdrant:

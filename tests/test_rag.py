@@ -279,10 +279,13 @@ def test_consistency_and_variance_across_differing_runs() -> None:
 
 
 def test_metadata_is_incorrect_for_a_chunk_from_another_collection() -> None:
-    assert rag.metadata_complete(hit("a", 0.5), "default") is True
+    stored = {document_id("default", "wiki", "a"), document_id("default", "wiki", "a", "/srv")}
+    assert rag.metadata_complete(hit("a", 0.5), stored) is True
+    sourced = hit("a", 0.5, doc=document_id("default", "wiki", "a", "/srv"))
+    assert rag.metadata_complete(sourced, stored) is True  # a document of a source
     stranger = hit("a", 0.5, doc=document_id("other", "wiki", "a"))
-    assert rag.metadata_complete(stranger, "default") is False
-    assert rag.metadata_complete(hit("a", 1.5), "default") is False
+    assert rag.metadata_complete(stranger, stored) is False
+    assert rag.metadata_complete(hit("a", 1.5), stored) is False
 
 
 # -- collections on the documents API and the CLI ----------------------------------------

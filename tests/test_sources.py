@@ -9,13 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.settings import Settings
 from tests.conftest import make_settings
-from tests.pg import fresh_database
+from tests.pg import SERVICE_ROLE_KEY, SUPABASE_URL, fresh_database
 
 FILES = {
     "alpha.md": "# Alpha\n\nAlpha rotates the signing keys every month.",
@@ -104,6 +105,56 @@ def test_a_mass_delete_stops_unless_allowed(
     assert "handbook\t1 documents" in run(capsys, "sources")[1]
 
 
+def test_a_dry_run_of_a_prune_the_guard_refuses_says_so_and_exits_1(
+    environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "ingest", "docs", "--name", "handbook")[0] == 0
+    for name in ("alpha.md", "beta.md", "gamma.md"):
+        (docs / name).unlink()
+    status, out = run(capsys, "ingest", "docs", "--name", "handbook", "--prune", "--dry-run")
+    assert status == 1
+    assert "delete alpha.md" in out and "the real run would be refused" in out
+    assert "would lose 3 of its 4 documents" in out and "--allow-mass-delete" in out
+    allowed = ("--prune", "--dry-run", "--allow-mass-delete")
+    status, out = run(capsys, "ingest", "docs", "--name", "handbook", *allowed)
+    assert status == 0 and "refused" not in out
+    assert "handbook\t4 documents" in run(capsys, "sources")[1]
+
+
+def test_files_truncated_to_0_bytes_are_unread_and_keep_their_documents(
+    environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 0-byte file is unread, as an upload of 0 bytes is: a prune keeps its document."""
+    assert run(capsys, "ingest", "docs")[0] == 0
+    for name in FILES:
+        (docs / name).write_bytes(b"")
+    status, out = run(capsys, "ingest", "docs", "--prune")
+    assert status == 1
+    assert "4 files skipped: docs/alpha.md (empty file)" in out and ", 0 deleted" in out
+    assert "4 documents" in run(capsys, "sources")[1]
+    status, out = run(capsys, "query", "zeppelin maintenance logbook")
+    assert status == 0 and "zeppelin" in out
+
+
+def test_emptied_documents_count_against_the_mass_delete_guard(
+    environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Files left with no text would keep their documents with no passage: they count as
+    lost, as deleted ones do."""
+    assert run(capsys, "ingest", "docs", "--name", "handbook")[0] == 0
+    for name in ("alpha.md", "beta.md", "gamma.md"):
+        (docs / name).write_text("\n\n   \n")
+    status, out = run(capsys, "ingest", "docs", "--name", "handbook", "--prune", "--dry-run")
+    assert status == 1 and "update alpha.md (emptied: no text left)" in out
+    status, out = run(capsys, "ingest", "docs", "--name", "handbook", "--prune")
+    assert status == 1
+    assert "would lose 3 of its 4 documents (3 of them emptied)" in out
+    status, out = run(capsys, "query", "zeppelin maintenance logbook")
+    assert status == 0 and "zeppelin" in out
+    allowed = ("--prune", "--allow-mass-delete")
+    assert run(capsys, "ingest", "docs", "--name", "handbook", *allowed)[0] == 0
+
+
 def test_a_file_that_cannot_be_read_keeps_its_document(
     environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -169,3 +220,128 @@ def test_ids_are_the_uuid5_they_always_were() -> None:
         doc_id = document_id("default", "wiki", source_id)
         assert doc_id == str(uuid.uuid5(_NAMESPACE, f"default\x1fwiki\x1f{source_id}"))
         assert chunk_id(doc_id, 7) == str(uuid.uuid5(uuid.UUID(doc_id), "7"))
+
+
+@pytest.fixture(params=["sqlite", "postgres", "supabase", "chroma", "qdrant"])
+def every_backend(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    """The CLI's environment on each of the five backends, and the same settings for an app."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    monkeypatch.setenv("KNOWLEDGE_STORE", request.param)
+    if request.param == "postgres":
+        url = fresh_database(request.getfixturevalue("postgres_server"))
+        monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
+    elif request.param == "supabase":
+        request.getfixturevalue("postgrest")
+        monkeypatch.setenv("SUPABASE_URL", SUPABASE_URL)
+        monkeypatch.setenv("SUPABASE_SERVICE_ROLE_KEY", SERVICE_ROLE_KEY)
+        monkeypatch.setenv("KNOWLEDGE_SUPABASE_BACKOFF", "0")
+    monkeypatch.setenv("KNOWLEDGE_CHROMA_PATH", str(tmp_path / "chroma"))
+    monkeypatch.setenv("KNOWLEDGE_QDRANT_PATH", str(tmp_path / "qdrant"))
+    return Settings.from_env(env_file=None)
+
+
+STORE_FIELDS = [
+    "store",
+    "db_path",
+    "database_url",
+    "supabase_url",
+    "supabase_service_role_key",
+    "supabase_backoff",
+    "chroma_path",
+    "qdrant_path",
+]
+
+
+def app_of(settings: Settings, tmp_path: Path) -> Starlette:
+    """The app of tests (loopback, no keys) on the store the CLI used."""
+    return create_app(make_settings(tmp_path, **{f: getattr(settings, f) for f in STORE_FIELDS}))
+
+
+def folder(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir(parents=True)
+    for name, text in files.items():
+        (root / name).write_text(text)
+    return root
+
+
+def test_two_repositories_keep_their_readme_each(
+    every_backend: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each repository's README.md is a document of its own; asked for by source id, the
+    detail route names both sources (409) until one is chosen."""
+    repo_a = folder(tmp_path / "repoA", {"README.md": "# A\n\nRepo A builds the kestrel firmware."})
+    repo_b = folder(tmp_path / "repoB", {"README.md": "# B\n\nRepo B holds the osprey manuals."})
+    assert run(capsys, "ingest", "repoA", "--collection", "clash")[0] == 0
+    assert run(capsys, "ingest", "repoB", "--collection", "clash")[0] == 0
+    listed = run(capsys, "sources")[1]
+    assert f"clash\t{repo_a.resolve()}\t1 documents" in listed
+    assert f"clash\t{repo_b.resolve()}\t1 documents" in listed
+    with TestClient(app_of(every_backend, tmp_path)) as client:
+        detail = "/v1/knowledge/detail/wiki/README.md"
+        response = client.get(detail, params={"collection": "clash"})
+        assert response.status_code == 409
+        error = response.json()["error"]
+        assert error["type"] == "ambiguous_document"
+        assert error["details"]["sources"] == sorted([str(repo_a.resolve()), str(repo_b.resolve())])
+        chosen = {"collection": "clash", "source": str(repo_a.resolve())}
+        response = client.get(detail, params=chosen)
+        assert response.status_code == 200
+        assert "kestrel firmware" in response.json()["content"]
+        ask = {"query": "kestrel firmware osprey manuals", "collection": "clash", "threshold": 0}
+        found = client.post("/v1/knowledge/query", json=ask).json()["results"]
+        texts = " ".join(r["content"] for r in found if r["source_id"] == "README.md")
+        assert "kestrel firmware" in texts and "osprey manuals" in texts
+
+
+def test_one_file_through_a_second_source_is_refused(
+    every_backend: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same resolved file reached through two sources, either way round: the second
+    run changes nothing, exits 1 and names both sources."""
+    live = folder(tmp_path / "live", {"kestrel.md": "# Kestrel\n\nThe kestrel manual, live."})
+    assert run(capsys, "ingest", "live")[0] == 0
+    status, out = run(capsys, "ingest", "live/kestrel.md", "--name", "kestrel-manual")
+    assert status == 1
+    assert "'kestrel-manual'" in out and repr(str(live.resolve())) in out and "kestrel.md" in out
+    assert "kestrel-manual" not in run(capsys, "sources")[1]
+    status, out = run(capsys, "ingest", "live/kestrel.md", "--name", "kestrel-manual", "--dry-run")
+    assert status == 1 and "kestrel-manual" in out
+
+    # the other way round: the named source first, then the folder holding its file
+    other = folder(tmp_path / "other", {"osprey.md": "# Osprey\n\nThe osprey manual."})
+    assert run(capsys, "ingest", "other/osprey.md", "--name", "osprey-manual")[0] == 0
+    status, out = run(capsys, "ingest", "other")
+    assert status == 1 and "'osprey-manual'" in out and repr(str(other.resolve())) in out
+
+
+def test_deleting_a_named_source_leaves_the_same_name_of_another(
+    every_backend: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ingest manuals/kestrel.md --name kestrel-manual` beside `live/kestrel.md`: two files,
+    two documents; deleting kestrel-manual leaves the live one."""
+    folder(tmp_path / "live", {"kestrel.md": "# Kestrel\n\nThe live kestrel runbook."})
+    folder(tmp_path / "manuals", {"kestrel.md": "# Kestrel\n\nThe printed kestrel manual."})
+    assert run(capsys, "ingest", "live")[0] == 0
+    assert run(capsys, "ingest", "manuals/kestrel.md", "--name", "kestrel-manual")[0] == 0
+    with TestClient(app_of(every_backend, tmp_path)) as client:
+        response = client.delete("/v1/knowledge/sources/kestrel-manual")
+        assert response.status_code == 200, response.text
+        response = client.get("/v1/knowledge/detail/wiki/kestrel.md")
+        assert response.status_code == 200
+        assert "live kestrel runbook" in response.json()["content"]
+
+
+def test_the_seeded_docs_are_one_source_deleted_as_one(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, seed_on_empty=True)
+    with TestClient(create_app(settings)) as client:
+        seeded = client.get("/health").json()["store"]["documents"]
+        listed = client.get("/v1/knowledge/sources").json()["sources"]
+        assert [(s["name"], s["documents"]) for s in listed] == [("bundled-docs", seeded)]
+        response = client.delete("/v1/knowledge/sources/bundled-docs")
+        assert response.status_code == 200 and response.json()["deleted"] == seeded
+        assert client.get("/health").json()["store"]["documents"] == 0

@@ -6,14 +6,16 @@ import asyncio
 import itertools
 import random
 import socket
+import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import numpy as np
 import orjson
 import pytest
@@ -47,12 +49,14 @@ from knowledge_api.models import (
     SearchHit,
     SearchMode,
     chunk_id,
+    document_id,
 )
 from knowledge_api.ranking import by_recency
 from knowledge_api.settings import Settings
 from knowledge_api.stores import transfer
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.stores.fusion import reciprocal_rank_fusion
+from tests import pg
 from tests.conftest import corpus, make_settings, make_store, pairs
 from tests.documents import pdf_bytes
 from tests.pg import postgres_settings, supabase_settings
@@ -186,9 +190,9 @@ async def test_get_find_and_delete(store: KnowledgeStore) -> None:
     assert stored is not None and stored.content == wiki.content and len(stored.chunks) == 2
     assert stored.metadata == {"app_under_test": "aoma"} and stored.created_at
     for key in (wiki.source_id, wiki.id, stored.chunks[1].id):
-        found = await store.find_document("wiki", key, "default")
-        assert found is not None and found.id == wiki.id
-    assert await store.find_document("jira", wiki.source_id, "default") is None
+        found = await store.find_documents("wiki", key, "default")
+        assert [doc.id for doc in found] == [wiki.id]
+    assert await store.find_documents("jira", wiki.source_id, "default") == []
     assert await store.delete(wiki.id) is True
     assert await store.delete(wiki.id) is False
     assert await store.get_by_id(wiki.id) is None
@@ -203,8 +207,8 @@ async def test_unicode_and_very_long_documents(store: KnowledgeStore) -> None:
     doc = Document("wiki", "ünïcode/页面", long_text, "Ünïcode 页面")
     summary = await index(store, [doc])
     assert summary.chunks > 10
-    stored = await store.find_document("wiki", "ünïcode/页面", "default")
-    assert stored is not None and stored.content == long_text and stored.title == "Ünïcode 页面"
+    [stored] = await store.find_documents("wiki", "ünïcode/页面", "default")
+    assert stored.content == long_text and stored.title == "Ünïcode 页面"
     hits = await search(store, "Größenänderung")
     assert hits and hits[0].source_id == "ünïcode/页面"
 
@@ -567,10 +571,142 @@ async def test_a_source_records_its_documents_and_its_runs(store: KnowledgeStore
     ]
     assert all(s.last_run for s in listed)
     assert await store.sources("elsewhere") == []
-    # a document another source produces now is that source's
+    # a document another source produces too is a document of its own
     await index_source(store, pages(1), "/srv/other")
-    assert len(await store.source_documents("default", "/srv/docs")) == 2
+    assert len(await store.source_documents("default", "/srv/docs")) == 3
     assert len(await store.source_documents("default", "/srv/other")) == 3
+
+
+def readme(text: str) -> Document:
+    return Document("wiki", "README.md", text, "README", {"path": "README.md"})
+
+
+async def test_two_sources_keep_a_document_each_of_one_relative_path(
+    store: KnowledgeStore,
+) -> None:
+    """Two repositories' README.md are two documents: neither replaces the other, and
+    deleting one source leaves the other's."""
+    await index_source(store, [readme("Repository A builds the kestrel firmware.")], "/srv/repoA")
+    await index_source(store, [readme("Repository B holds the osprey manuals.")], "/srv/repoB")
+    await index(store, [readme("A README posted on its own.")])
+    counts = {s.name: s.documents for s in await store.sources()}
+    assert counts == {"/srv/repoA": 1, "/srv/repoB": 1}
+    found = await store.find_documents("wiki", "README.md", "default")
+    assert [(d.source, d.content) for d in found] == [
+        ("", "A README posted on its own."),
+        ("/srv/repoA", "Repository A builds the kestrel firmware."),
+        ("/srv/repoB", "Repository B holds the osprey manuals."),
+    ]
+    # a document of no source keeps the id it always had
+    assert found[0].id == document_id("default", "wiki", "README.md")
+    assert len({d.id for d in found}) == 3
+    hits = await search(store, "kestrel firmware osprey manuals", k=10)
+    assert {h.document_id for h in hits} >= {found[1].id, found[2].id}
+    assert await store.delete_source("default", "/srv/repoB") == 1
+    left = await store.find_documents("wiki", "README.md", "default")
+    assert [d.source for d in left] == ["", "/srv/repoA"]
+    hits = await search(store, "kestrel firmware", k=10)
+    assert found[1].id in {h.document_id for h in hits}
+
+
+class EarlierDocument(Document):
+    """A document as the version before sourced ids stored it: its id never names its
+    source."""
+
+    @property
+    def id(self) -> str:
+        return document_id(self.collection, self.source_type, self.source_id)
+
+
+def database_url(name: str, settings: Settings, request: pytest.FixtureRequest) -> str:
+    """The Postgres database under a postgres or supabase store of the suite."""
+    if name == "postgres":
+        return settings.database_url.get()
+    return str(request.getfixturevalue("postgrest").dsn)
+
+
+async def stored_before_sourced_ids(
+    name: str, store: KnowledgeStore, settings: Settings, request: pytest.FixtureRequest
+) -> None:
+    """Put a store back as the version before sourced ids left it (their migration not
+    applied), so that the next open (or `knowledge-api migrate`) migrates it."""
+    if name == "sqlite":
+        with sqlite3.connect(settings.db_path) as conn:
+            conn.execute("ALTER TABLE sources DROP COLUMN root")
+            conn.execute("PRAGMA user_version = 7")
+    elif name in ("postgres", "supabase"):
+        conn = await asyncpg.connect(database_url(name, settings, request))
+        try:
+            await conn.execute(
+                "DELETE FROM knowledge_schema_migrations WHERE version = 17; "
+                "ALTER TABLE knowledge_documents ADD CONSTRAINT "
+                "knowledge_documents_collection_source_type_source_id_key "
+                "UNIQUE (collection, source_type, source_id)"
+            )
+        finally:
+            await conn.close()
+    else:
+        record = await store._read_record()  # type: ignore[attr-defined]
+        del record["document_ids"]
+        await store._write_record(record)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+async def test_documents_of_a_source_take_ids_naming_it_without_embedding_again(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A store written when ids named no source is migrated on open: each document of a
+    source takes its new id, its chunks the ids that follow, with the vectors and dates
+    they had; documents of no source keep theirs."""
+    settings = BACKENDS[name](request, tmp_path)
+    store = make_store(name, settings)
+    await store.open()
+    earlier = [EarlierDocument(**as_fields(doc)) for doc in pages(3)]
+    await index_source(store, earlier, "/srv/docs")
+    await index(store, corpus())
+    before = {doc.source_id: await store.get_by_id(doc.id) for doc in earlier}
+    await stored_before_sourced_ids(name, store, settings, request)
+    await store.close()
+    if name == "supabase":  # the service never migrates it: `knowledge-api migrate` does
+        await pg.migrated(database_url(name, settings, request), EMBEDDER.dimension)
+    store = make_store(name, settings)
+    await store.open()
+    try:
+        owned = await store.source_documents("default", "/srv/docs")
+        assert sorted(owned.values()) == ["page-000.md", "page-001.md", "page-002.md"]
+        for doc_id, source_id in owned.items():
+            old = before[source_id]
+            assert old is not None and doc_id == document_id(
+                "default", "wiki", source_id, "/srv/docs"
+            )
+            assert await store.get_by_id(document_id("default", "wiki", source_id)) is None
+            [new] = await store.find_documents("wiki", source_id, "default")
+            assert new.id == doc_id and new.source == "/srv/docs"
+            assert (new.created_at, new.content, new.metadata) == (
+                old.created_at,
+                old.content,
+                old.metadata,
+            )
+            assert [c.id for c in new.chunks] == [
+                chunk_id(doc_id, c.chunk_index) for c in old.chunks
+            ]
+            exported = {d.id: d for d in [d async for d in store.iter_documents("default")]}
+            for chunk, was in zip(exported[doc_id].chunks, old.chunks, strict=True):
+                written = EMBEDDER.embed_documents([was.embedded_text])[0]
+                assert np.allclose(chunk.embedding, written)
+        for doc in corpus():  # no source: the same id
+            assert await store.get_by_id(doc.id) is not None
+        hits = await search(store, "Page 1 about topic 1", k=3)
+        assert hits[0].document_id == document_id("default", "wiki", "page-001.md", "/srv/docs")
+        # the rule of one document per source id went with the migration
+        await index_source(store, pages(1), "/srv/other")
+        assert len(await store.find_documents("wiki", "page-000.md", "default")) == 2
+    finally:
+        await store.close()
+
+
+def as_fields(doc: Document) -> dict[str, Any]:
+    return {f.name: getattr(doc, f.name) for f in fields(Document)}
 
 
 async def test_listing_pages_by_cursor_in_a_stable_order(store: KnowledgeStore) -> None:
@@ -792,6 +928,31 @@ async def test_a_mirror_adds_updates_and_prunes_on_every_backend(
         emptied = await use.plan_mirror(service, [], "/srv/docs", "default", prune=True)
         with pytest.raises(use.MassDeleteRefused):
             emptied.check_deletions(0.5, allowed=False)
+    finally:
+        await service.stop()
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+async def test_the_first_mirror_of_a_path_adopts_its_documents_of_no_source(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Documents indexed before sources were kept are written again under the source's
+    name by its first mirror (no vector computed again), not left beside as copies."""
+    from knowledge_api.compose import build_service
+    from knowledge_api.usecases import sources as use
+
+    service = build_service(BACKENDS[name](request, tmp_path))
+    await service.open_storage()
+    await service.load_embedder()
+    try:
+        await service.ingest(pages(2))
+        plan = await use.plan_mirror(service, pages(2), "/srv/docs", "default", prune=True)
+        report = await use.mirror(service, plan)
+        assert (report.indexed.documents, report.indexed.embedded) == (2, 0)
+        found = await service.store.find_documents("wiki", "page-000.md", "default")
+        assert [doc.source for doc in found] == ["/srv/docs"]
+        assert len(await service.store.source_documents("default", "")) == 0
+        assert sum((await service.collections()).values()) == 2
     finally:
         await service.stop()
 

@@ -103,6 +103,21 @@ def test_real_files_are_indexed_by_a_job(client: TestClient, tmp_path: Path) -> 
     assert not (tmp_path / "uploads" / job_id).exists()  # the files are gone with the job
 
 
+def test_one_file_name_uploaded_to_two_sources_is_two_documents(client: TestClient) -> None:
+    """Uploads of kestrel.md to two sources: neither replaces the other's, and deleting one
+    source leaves the other's."""
+    for source, text in (("live", b"The live runbook of the kestrel."), ("manuals", b"Paper.")):
+        job = wait_for(
+            client, submit(client, [("kestrel.md", b"# Kestrel\n\n" + text)], source=source)
+        )
+        assert job["status"] == "done", job
+    listed = client.get("/v1/knowledge/sources").json()["sources"]
+    assert [(s["name"], s["documents"]) for s in listed] == [("live", 1), ("manuals", 1)]
+    assert client.delete("/v1/knowledge/sources/manuals").json()["deleted"] == 1
+    detail = client.get("/v1/knowledge/detail/wiki/kestrel.md")
+    assert detail.status_code == 200 and "live runbook" in detail.json()["content"]
+
+
 def test_the_same_file_twice_embeds_nothing_the_second_time(
     client: TestClient, tmp_path: Path
 ) -> None:

@@ -46,12 +46,21 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
             options.collection,
             args,
             kept=unread_files(path, found.skipped),
+            root=files_root(path, options),
         )
         skipped += found.skipped
     if skipped:
         print(skipped_summary(skipped))
         return 1
     return status
+
+
+def files_root(path: Path, options: LoadOptions) -> str:
+    """Where the source of PATH reads its files: the base URL their source ids are under,
+    else the resolved folder they are relative to."""
+    if options.base_url:
+        return options.base_url.rstrip("/")
+    return (path if path.is_dir() else path.parent).resolve().as_posix()
 
 
 def parse_meta(pairs: list[str]) -> dict[str, str]:
@@ -110,6 +119,7 @@ def index_documents(
     args: argparse.Namespace,
     kept: Callable[[str], bool] = lambda source_id: False,
     command: str = "cli ingest",
+    root: str = "",
 ) -> int:
     """Mirror `documents` as `source` and print the summary line on stdout. What to do is
     asked of the store alone, so a run with nothing new never loads the model."""
@@ -119,11 +129,18 @@ def index_documents(
     name = validation.source_name(source, "--name")
 
     async def run(service: KnowledgeService) -> int:
-        plan = await sources.plan_mirror(service, documents, name, collection, args.prune, kept)
+        plan = await sources.plan_mirror(
+            service, documents, name, collection, args.prune, kept, root
+        )
+        refused = plan.refusal(settings.prune_max_fraction, args.allow_mass_delete)
         if args.dry_run:
             print("\n".join(plan.lines() or ["nothing to change"]))
+            if refused is not None:  # exit as the real run would
+                print(f"error: the real run would be refused: {refused.message}", file=sys.stderr)
+                return 1
             return 0
-        plan.check_deletions(settings.prune_max_fraction, args.allow_mass_delete)
+        if refused is not None:
+            raise refused
         indexing = started
         if plan.changed:
             await service.load_embedder()

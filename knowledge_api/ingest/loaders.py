@@ -114,6 +114,10 @@ def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
     whose suffix says its type): an uploaded file is stored under another name."""
     suffix = PurePosixPath(name).suffix.lower()
     try:
+        if path.stat().st_size == 0:
+            # unread, as an upload of 0 bytes is: a file truncated by a failed copy or a
+            # mount half come up must not empty its document
+            raise ExtractionError("empty file", "0 bytes")
         if suffix in JSONL:
             return list(load_jsonl(path, options))
         extract = extractor(suffix)

@@ -259,7 +259,7 @@ ROUTES = [
         "The full record behind a result.",
         response=detail.RESPONSE,
         parameters=detail.PARAMETERS,
-        errors=(400, 404, 503),
+        errors=(400, 404, 409, 503),
     ),
     ApiRoute(
         "/v1/knowledge/documents",

@@ -5,27 +5,38 @@ from starlette.responses import Response
 
 from knowledge_api.errors import NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
+from knowledge_api.routes.catalog import source_filter
 from knowledge_api.routes.views import DOCUMENT, document_view
+from knowledge_api.validation import SOURCE_PATTERN
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import CollectionName, OneOf, Text
+from knowledge_api.web.fields import CollectionName, Custom, OneOf, Text
 from knowledge_api.web.http import JSONResponse, service
 
 TYPE = OneOf("type", "The result's source_type.", allowed=SOURCE_TYPES)
 ID = Text("id", "The result's source_id (it may contain '/').", max_length=500, strip=False)
 COLLECTION = CollectionName("collection", "The collection it is in.", DEFAULT_COLLECTION)
-PARAMETERS = (TYPE, ID, COLLECTION)
-"""The path's type and id, and the query's collection."""
+SOURCE = Custom(
+    "source",
+    "The source whose record to show, when several sources hold one of this source_id "
+    "(a 409 `ambiguous_document` lists them in `details.sources`); empty: the record of "
+    "no source.",
+    None,
+    check=source_filter,
+    shape={"type": "string", "pattern": f"^$|{SOURCE_PATTERN}"},
+)
+PARAMETERS = (TYPE, ID, COLLECTION, SOURCE)
+"""The path's type and id, and the query's collection and source."""
 RESPONSE = DOCUMENT
 
 
 async def detail(request: Request) -> Response:
     source_type = TYPE.parse(request.path_params, TYPE.default)
     key = request.path_params["id"]
-    collection = access(request).collection(
-        COLLECTION.parse(dict(request.query_params), COLLECTION.default)
-    )
+    query = dict(request.query_params)
+    collection = access(request).collection(COLLECTION.parse(query, COLLECTION.default))
+    source = SOURCE.parse(query, SOURCE.default)
     knowledge = service(request)
-    doc = await knowledge.find_document(source_type, key, collection)
+    doc = await knowledge.find_document(source_type, key, collection, source)
     if doc is None:
         await knowledge.require_collection(collection)
         raise NotFound(

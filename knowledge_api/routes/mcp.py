@@ -248,6 +248,13 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             DEFAULT_COLLECTION
         ),
         offset: Offset = 0,
+        source: Annotated[
+            str | None,
+            Field(
+                description="The source whose record to show, when several sources hold "
+                "one of this source_id (the error lists them); empty: the record of no source."
+            ),
+        ] = None,
     ) -> str:
         """The full record behind a search or answer result: its whole content, title,
         metadata and chunks."""
@@ -255,8 +262,9 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             source_type = detail.TYPE.parse({"type": type}, detail.TYPE.default)
             key = detail.ID.parse({"id": id}, detail.ID.default)
             name = detail.COLLECTION.parse({"collection": collection}, DEFAULT_COLLECTION)
+            owner = detail.SOURCE.parse({"source": source}, None)
             caller(ctx).collection(name)
-            doc = await service.find_document(source_type, key, name)
+            doc = await service.find_document(source_type, key, name, owner)
             if doc is None:
                 await service.require_collection(name)
                 raise NotFound(

@@ -72,8 +72,9 @@ class KnowledgeStore(Protocol):
 
     async def get_by_id(self, doc_id: str) -> Document | None: ...
 
-    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
-        """A document by source id, document id or the id of one of its chunks."""
+    async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
+        """The documents `key` names: those whose source id it is (one per source that
+        produced one, by source), else the one whose id or whose chunk's id it is."""
 
     async def delete(self, doc_id: str) -> bool: ...
 
@@ -127,8 +128,9 @@ class KnowledgeStore(Protocol):
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         """Delete these documents with their chunks; how many existed."""
 
-    async def record_source(self, collection: str, source: str) -> None:
-        """Note that `source` ran now (its documents are those indexed with its name)."""
+    async def record_source(self, collection: str, source: str, root: str = "") -> None:
+        """Note that `source` ran now (its documents are those indexed with its name),
+        reading files from `root` (kept when empty: a run that names none)."""
 
     async def delete_source(self, collection: str, source: str) -> int:
         """Delete every document of the source, and the source; how many documents went."""

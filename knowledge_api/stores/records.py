@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from knowledge_api.models import Chunk, Document, EmbedderIdentity, Metadata, Se
 
 Record = dict[str, Any]
 Row = Mapping[str, Any] | sqlite3.Row
+R = TypeVar("R", bound=Row)
 """A stored row or record read back, indexed by column name."""
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{1,38}[A-Za-z0-9]")
@@ -278,3 +279,11 @@ class Generation:
 def is_uuid(value: str) -> bool:
     """Whether `value` can be a document id of the stores that key documents by UUID."""
     return validation.parses(uuid.UUID, value)
+
+
+def named(rows: Sequence[R], key: str) -> list[R]:
+    """Of the rows a lookup by `key` found (ordered with those whose source id `key` is
+    first): those whose source id it is, one per source, else the first (the document
+    whose id, or whose chunk's id, `key` is)."""
+    by_source_id = [row for row in rows if row["source_id"] == key]
+    return by_source_id or list(rows[:1])

@@ -22,7 +22,6 @@ from knowledge_api.models import (
     SearchFilters,
     SearchHit,
     SearchMode,
-    document_id,
 )
 from knowledge_api.service import KnowledgeService
 
@@ -234,9 +233,7 @@ async def ingested(
     finally:
         if not collection:
             for doc in documents:
-                await service.delete_document(
-                    document_id(corpus.name, doc.source_type, doc.source_id)
-                )
+                await service.delete_document(doc.id)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from knowledge_api import ir_metrics
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.facets import Facets
 from knowledge_api.filters import Node
-from knowledge_api.models import SETTINGS_RANKING, Ranking, SearchFilters, SearchHit, document_id
+from knowledge_api.models import SETTINGS_RANKING, Ranking, SearchFilters, SearchHit
 from knowledge_api.ranking import next_offset
 from knowledge_api.service import KnowledgeService, Retrieval
 from knowledge_api.timing import elapsed_ms
@@ -169,7 +169,7 @@ async def validate(service: KnowledgeService, params: ValidateParams) -> Validat
             validate_query(
                 query,
                 runs,
-                params.collection,
+                await stored_in(service, runs[0], params.collection),
                 params.expected_sources.get(query),
                 params.top_k,
                 settings.validate_min_similarity,
@@ -178,10 +178,22 @@ async def validate(service: KnowledgeService, params: ValidateParams) -> Validat
     return overall(results, settings.validate_pass_score)
 
 
+async def stored_in(
+    service: KnowledgeService, hits: Sequence[SearchHit], collection: str
+) -> set[str]:
+    """The ids of the hits' documents that the store holds in `collection`."""
+    found = set()
+    for doc_id in {hit.document_id for hit in hits}:
+        doc = await service.document(doc_id)
+        if doc is not None and doc.collection == collection:
+            found.add(doc_id)
+    return found
+
+
 def validate_query(
     query: str,
     runs: Sequence[Sequence[SearchHit]],
-    collection: str,
+    in_collection: Container[str],
     expected: frozenset[str] | None,
     top_k: int,
     min_similarity: float,
@@ -201,7 +213,7 @@ def validate_query(
         query=query,
         hits=hits,
         relevance_valid=bool(hits) and max(similarities) >= min_similarity,
-        metadata_correct=bool(hits) and all(metadata_complete(h, collection) for h in hits),
+        metadata_correct=bool(hits) and all(metadata_complete(h, in_collection) for h in hits),
         consistency_score=consistency(runs),
         relevance_score=statistics.fmean(similarities) if hits else 0.0,
         consistency_variance=score_variance(runs),
@@ -210,14 +222,15 @@ def validate_query(
     )
 
 
-def metadata_complete(hit: SearchHit, collection: str) -> bool:
-    """Every field of the chunk is there, and its document is really in `collection`."""
+def metadata_complete(hit: SearchHit, in_collection: Container[str]) -> bool:
+    """Every field of the chunk is there, and its document is really in the collection
+    (among the ids `in_collection` holds: the stored documents of the collection)."""
     chunk = hit.chunk
     return (
         bool(chunk.content.strip() and chunk.id and source_url(hit))
         and chunk.chunk_index >= 0
         and 0.0 <= hit.similarity <= 1.0
-        and document_id(collection, hit.source_type, hit.source_id) == hit.document_id
+        and hit.document_id in in_collection
     )
 
 

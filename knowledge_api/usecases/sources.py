@@ -25,10 +25,19 @@ from knowledge_api.models import (
     IndexSummary,
     Progress,
     SourceInfo,
+    document_id,
 )
 from knowledge_api.service import KnowledgeService
 
 MAX_PAGE = 500
+
+
+class SourceOverlap(KnowledgeAPIError):
+    """A source would index files another source of the collection indexes already: the
+    same file would be two documents, and deleting either source would take one of them."""
+
+    status = 409
+    type = "source_overlap"
 
 
 class MassDeleteRefused(KnowledgeAPIError):
@@ -49,6 +58,11 @@ class MirrorPlan:
     """Document id -> source id of the stored documents the source no longer produces."""
     stored: int = 0
     """Documents the source held before."""
+    root: str = ""
+    """The folder (resolved) or base URL the source reads its files from ('' for none)."""
+    adopted: list[str] = field(default_factory=list)
+    """Ids of documents of no source (stored before sources were kept) that documents
+    added now replace: deleted once those are written."""
 
     @property
     def changed(self) -> list[Document]:
@@ -58,23 +72,42 @@ class MirrorPlan:
         """One line per document the mirror would write or delete, naming its file."""
         return (
             [f"add {doc.source_id}" for doc in self.added]
-            + [f"update {doc.source_id}" for doc in self.updated]
+            + [
+                f"update {doc.source_id}" + ("" if doc.chunks else " (emptied: no text left)")
+                for doc in self.updated
+            ]
             + [f"delete {source_id}" for source_id in sorted(self.deleted.values())]
         )
 
-    def check_deletions(self, max_fraction: float, allowed: bool) -> None:
-        """Refuse a plan deleting more than `max_fraction` of the source, unless `allowed`."""
-        if allowed or not self.deleted or len(self.deleted) <= max_fraction * self.stored:
-            return
-        raise MassDeleteRefused(
-            f"the source {self.source!r} would lose {len(self.deleted)} of its {self.stored} "
-            f"documents, more than KNOWLEDGE_PRUNE_MAX_FRACTION ({max_fraction:g}) allows; "
-            "nothing was changed. If the source really lost them, run again with "
+    @property
+    def emptied(self) -> list[Document]:
+        """The stored documents the mirror would keep with no passage left."""
+        return [doc for doc in self.updated if not doc.chunks]
+
+    def refusal(self, max_fraction: float, allowed: bool) -> MassDeleteRefused | None:
+        """Why a plan deleting (or emptying) more than `max_fraction` of the source is
+        refused unless `allowed`; None when it is not."""
+        lost = len(self.deleted) + len(self.emptied)
+        if allowed or not lost or lost <= max_fraction * self.stored:
+            return None
+        emptied = f" ({len(self.emptied)} of them emptied)" if self.emptied else ""
+        return MassDeleteRefused(
+            f"the source {self.source!r} would lose {lost} of its {self.stored} "
+            f"documents{emptied}, more than KNOWLEDGE_PRUNE_MAX_FRACTION ({max_fraction:g}) "
+            "allows; nothing was changed. If the source really lost them, run again with "
             "--allow-mass-delete",
             source=self.source,
             deleted=len(self.deleted),
+            emptied=len(self.emptied),
             stored=self.stored,
         )
+
+    def check_deletions(self, max_fraction: float, allowed: bool) -> None:
+        """Refuse a plan deleting or emptying more than `max_fraction` of the source,
+        unless `allowed`."""
+        refused = self.refusal(max_fraction, allowed)
+        if refused is not None:
+            raise refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,20 +124,29 @@ async def plan_mirror(
     collection: str,
     prune: bool,
     kept: Callable[[str], bool] = lambda source_id: False,
+    root: str = "",
 ) -> MirrorPlan:
     """What mirroring `documents` as `source` would do; with `prune`, the stored documents
     it no longer produces are to be deleted, except those whose source id `kept` keeps (a
-    file that could not be read this time)."""
+    file that could not be read this time). With a `root` (where the source reads its
+    files: their source ids are relative to it, or URLs under it), SourceOverlap when
+    another source of the collection indexes one of these files already."""
     incoming = list(documents)
     for doc in incoming:
         doc.source = source
+    if root:
+        await refuse_overlap(service, incoming, source, collection, root)
     store = service.store
     changed = await service.changed(incoming)
     known = await store.document_hashes([doc.id for doc in changed])
     owned = await store.source_documents(collection, source)
-    plan = MirrorPlan(collection, source, unchanged=len(incoming) - len(changed), stored=len(owned))
+    plan = MirrorPlan(
+        collection, source, unchanged=len(incoming) - len(changed), stored=len(owned), root=root
+    )
     for doc in changed:
         (plan.updated if doc.id in known else plan.added).append(doc)
+    unsourced = [document_id(d.collection, d.source_type, d.source_id) for d in plan.added]
+    plan.adopted = list(await store.document_hashes(unsourced))
     if prune:
         produced = {doc.id for doc in incoming}
         plan.deleted = {
@@ -122,9 +164,51 @@ async def mirror(
     indexed = IndexSummary()
     if plan.changed:
         indexed = await service.ingest(plan.changed, progress, source=plan.source)
+    if plan.adopted:
+        await service.store.delete_documents(plan.adopted)
     deleted = await service.store.delete_documents(list(plan.deleted)) if plan.deleted else 0
-    await service.store.record_source(plan.collection, plan.source)
+    await service.store.record_source(plan.collection, plan.source, plan.root)
     return MirrorReport(indexed, plan.unchanged, deleted)
+
+
+async def refuse_overlap(
+    service: KnowledgeService, incoming: list[Document], source: str, collection: str, root: str
+) -> None:
+    """SourceOverlap, naming both sources and a file, when another source of `collection`
+    indexes one of the files `incoming` holds (the same resolved path or URL)."""
+    files = {location(root, doc.source_id) for doc in incoming}
+    for other in await service.store.sources(collection):
+        if other.name == source or not other.root:
+            continue
+        theirs = {found for file in files if (found := source_id_under(other.root, file))}
+        if not theirs:
+            continue
+        owned = await service.store.source_documents(collection, other.name)
+        held = sorted(theirs & set(owned.values()))
+        if held:
+            raise SourceOverlap(
+                f"{len(held)} of the files the source {source!r} reads are indexed by the "
+                f"source {other.name!r} already (as {held[0]!r}, in {other.root}): one file "
+                f"would be two documents. Index them through one source: delete "
+                f"{other.name!r} first (knowledge-api sources, DELETE /v1/knowledge/sources/"
+                "{name}) or leave these files out",
+                source=source,
+                other=other.name,
+                files=held[:10],
+            )
+
+
+def location(root: str, source_id: str) -> str:
+    """The resolved path or URL of a file a source reads from `root`."""
+    return source_id if "://" in source_id else f"{root.rstrip('/')}/{source_id}"
+
+
+def source_id_under(root: str, file: str) -> str | None:
+    """The source id a source reading from `root` gives `file`; None when not under it."""
+    prefix = root.rstrip("/") + "/"
+    if not file.startswith(prefix):
+        return None
+    return file if "://" in root else file[len(prefix) :]
 
 
 # -- listings --------------------------------------------------------------------------

@@ -144,7 +144,7 @@ class ExistingTables(HybridSearch):
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         raise self.refused()
 
-    async def record_source(self, collection: str, source: str) -> None:
+    async def record_source(self, collection: str, source: str, root: str = "") -> None:
         raise self.refused()
 
     async def delete_source(self, collection: str, source: str) -> int:
@@ -227,10 +227,15 @@ class ExistingTables(HybridSearch):
     # -- reads ----------------------------------------------------------------------
 
     async def get_by_id(self, doc_id: str) -> Document | None:
-        """Documents are named by source here (find_document); ids name passages."""
+        """Documents are named by source here (find_documents); ids name passages."""
         return None
 
-    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
+    async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
+        """One at most: a database other pipelines fill keeps no sources."""
+        found = await self._find_document(source_type, key, collection)
+        return [found] if found else []
+
+    async def _find_document(self, source_type: str, key: str, collection: str) -> Document | None:
         if collection != DEFAULT_COLLECTION:
             return None
         if source_type == "wiki":

@@ -27,12 +27,14 @@ from knowledge_api.models import (
     EmbedderIdentity,
     SearchHit,
     SourceInfo,
+    chunk_id,
 )
 from knowledge_api.stores import records
 from knowledge_api.stores.base import embedder_mismatch
 from knowledge_api.stores.fusion import SearchTuning, cosine_to_similarity
 from knowledge_api.stores.points.engine import (
     COLLECTIONS,
+    ROOTS,
     SOURCES,
     CatalogEntry,
     ChunkPoint,
@@ -46,6 +48,10 @@ from knowledge_api.stores.reconnect import Reconnect
 from knowledge_api.stores.records import is_uuid
 
 DOCUMENT_PAGE = 100
+IDENTITY = "document_ids"
+"""The key of the store record saying what a document's id names; SOURCED once the
+documents of a source carry ids that name it (models.document_id)."""
+SOURCED = "sourced"
 
 
 class PointStore(PointEngine):
@@ -73,6 +79,7 @@ class PointStore(PointEngine):
             self._embedder = records.stored_embedder(record)
             self.writes.token = str(record.get("generation", ""))
             self._collection_tokens = collection_tokens(record)
+            await self._rekeyed(record)
             await self._opened(record)
         except ConfigurationError:
             await self.close()
@@ -125,16 +132,22 @@ class PointStore(PointEngine):
             await self._wrote()
 
     async def _wrote(
-        self, sources: Record | None = None, touched: Iterable[str] = (), retry: bool = True
+        self,
+        sources: Record | None = None,
+        roots: Record | None = None,
+        touched: Iterable[str] = (),
+        retry: bool = True,
     ) -> None:
         """Store a new generation token beside the embedder record, as the token of
-        the `touched` collections too (the sources' runs kept as they are unless given);
-        then check that no other writer stored an older record over it."""
+        the `touched` collections too (the sources' runs and roots kept as they are
+        unless given); then check that no other writer stored an older record over it."""
         assert self._embedder is not None
         touched = set(touched)
         current = await self._read_record()
         if sources is None:
             sources = sources_of(current)
+        if roots is None:
+            roots = sources_of(current, ROOTS)
         prior = collection_tokens(current)
         token = self.writes.wrote()
         tokens = {**prior, **dict.fromkeys(touched, token)}
@@ -145,7 +158,9 @@ class PointStore(PointEngine):
                 **records.embedder_record(self._embedder),
                 "generation": token,
                 SOURCES: json.dumps(sources, sort_keys=True),
+                ROOTS: json.dumps(roots, sort_keys=True),
                 COLLECTIONS: json.dumps(tokens, sort_keys=True),
+                IDENTITY: SOURCED,
             }
         )
         if touched and retry:
@@ -155,6 +170,34 @@ class PointStore(PointEngine):
             lost = {name for name in touched if name in prior and now.get(name) == prior[name]}
             if lost:
                 await self._wrote(touched=lost, retry=False)
+
+    async def _rekeyed(self, record: Record) -> None:
+        """A store written before a document's id named its source: the documents of a
+        source are written again under their new ids (models.document_id) with their
+        chunks' vectors and dates, then their old records go; no vector is computed
+        again. Written first, deleted after: a run cut short is finished by the next."""
+        if not record or record.get(IDENTITY) == SOURCED or self._embedder is None:
+            return
+        touched = set()
+        for collection in sorted(await self.collections()):
+            moved = [
+                entry
+                for entry in await self._catalog_of(collection)
+                if records.source_of(entry.record)
+            ]
+            for start in range(0, len(moved), DOCUMENT_PAGE):
+                part = moved[start : start + DOCUMENT_PAGE]
+                documents = await self._documents(part, vectors=True)
+                for doc in documents:
+                    for chunk in doc.chunks:
+                        chunk.id, chunk.document_id = chunk_id(doc.id, chunk.chunk_index), doc.id
+                old = {entry.id for entry in part}
+                await self._write([doc for doc in documents if doc.id not in old], {})
+                for entry, doc in zip(part, documents, strict=True):
+                    if entry.id != doc.id:
+                        await self._remove(entry.id)
+                        touched.add(collection)
+        await self._wrote(touched=touched)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -247,29 +290,37 @@ class PointStore(PointEngine):
                     await self._wrote(touched=set(touched))
         return len(touched)
 
-    async def record_source(self, collection: str, source: str) -> None:
+    async def record_source(self, collection: str, source: str, root: str = "") -> None:
         async with self._write_lock:
             await self._ready()
-            runs = sources_of(await self._read_record())
+            record = await self._read_record()
+            runs = sources_of(record)
             runs.setdefault(collection, {})[source] = records.now()
-            await self._wrote(runs)
+            roots = sources_of(record, ROOTS)
+            if root:
+                roots.setdefault(collection, {})[source] = root
+            await self._wrote(runs, roots)
 
     async def delete_source(self, collection: str, source: str) -> int:
         deleted = await self.delete_documents(list(await self.source_documents(collection, source)))
         async with self._write_lock:
-            runs = sources_of(await self._read_record())
+            record = await self._read_record()
+            runs, roots = sources_of(record), sources_of(record, ROOTS)
+            roots.get(collection, {}).pop(source, None)
             if runs.get(collection, {}).pop(source, None) is not None:
-                await self._wrote({name: named for name, named in runs.items() if named})
+                await self._wrote(named_only(runs), named_only(roots))
         return deleted
 
     async def sources(self, collection: str | None = None) -> list[SourceInfo]:
         await self._ready()
-        runs = sources_of(await self._read_record())
+        record = await self._read_record()
+        runs, roots = sources_of(record), sources_of(record, ROOTS)
         found = []
         for name in sorted(runs if collection is None else [collection]):
             owned = Counter(records.source_of(e.record) for e in await self._catalog_of(name))
+            rooted = roots.get(name, {})
             found += [
-                SourceInfo(name, source, owned[source], last_run)
+                SourceInfo(name, source, owned[source], last_run, rooted.get(source, ""))
                 for source, last_run in sorted(runs.get(name, {}).items())
             ]
         return found
@@ -362,17 +413,22 @@ class PointStore(PointEngine):
             for doc in sorted(page, key=lambda d: d.id):
                 yield doc
 
-    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
+    async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
         """By source id first, then by document id or the id of one of its chunks."""
         await self._ready()
         found = await self._by_source(source_type, key, collection)
-        if found is not None:
-            return found
+        if found:
+            return sorted(found, key=lambda doc: doc.source)
         owner = await self._chunk_owner(collection, key)
         doc = await self.get_by_id(owner or key)
         if doc is None or doc.source_type != source_type or doc.collection != collection:
-            return None
-        return doc
+            return []
+        return [doc]
+
+
+def named_only(by_collection: Record) -> Record:
+    """The collections that still name a source."""
+    return {name: named for name, named in by_collection.items() if named}
 
 
 def stamped(documents: Sequence[Document], created: Mapping[str, str]) -> list[Document]:

@@ -245,12 +245,11 @@ class ChromaStore(ChromaSearch):
 
         return await self._run(SearchError, "listing documents", read)
 
-    async def _by_source(self, source_type: str, key: str, collection: str) -> Document | None:
+    async def _by_source(self, source_type: str, key: str, collection: str) -> list[Document]:
         where = {
             "$and": [{"collection": collection}, {"source_type": source_type}, {"source_id": key}]
         }
-        found = await self._documents(await self._catalog_entries(where=where))
-        return found[0] if found else None
+        return await self._documents(await self._catalog_entries(where=where))
 
     async def _chunk_owner(self, collection: str, chunk_id: str) -> str | None:
         def owner() -> str | None:

@@ -81,8 +81,13 @@ def collection_tokens(record: Record) -> dict[str, str]:
     return cast(dict[str, str], json.loads(record.get(COLLECTIONS) or "{}"))
 
 
-def sources_of(record: Record) -> dict[str, dict[str, str]]:
-    found = json.loads(record.get(SOURCES) or "{}")
+ROOTS = "source_roots"
+"""The key of the store record holding where each source reads its files, as JSON:
+{collection: {source: folder or base URL}}."""
+
+
+def sources_of(record: Record, key: str = SOURCES) -> dict[str, dict[str, str]]:
+    found = json.loads(record.get(key) or "{}")
     return cast(dict[str, dict[str, str]], found)
 
 
@@ -153,7 +158,8 @@ class PointEngine(HybridSearch):
         there is none."""
         raise NotImplementedError
 
-    async def _by_source(self, source_type: str, key: str, collection: str) -> Document | None:
+    async def _by_source(self, source_type: str, key: str, collection: str) -> list[Document]:
+        """The documents of `collection` with this source type and source id (one per source)."""
         raise NotImplementedError
 
     async def _chunk_owner(self, collection: str, chunk_id: str) -> str | None:

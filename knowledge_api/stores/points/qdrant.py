@@ -57,6 +57,8 @@ STORE_POINT = str(uuid.uuid5(uuid.NAMESPACE_URL, "knowledge-api:store"))
 SERVER_FUSION_SINCE = (1, 16)
 """The first Qdrant server whose RRF takes a k, so its fusion ranks like ours."""
 BATCH = 256
+SOURCES_NAMING = 1000
+"""At most this many documents of one source id are read back (one per source)."""
 
 
 class QdrantStore(QdrantSearch):
@@ -275,7 +277,7 @@ class QdrantStore(QdrantSearch):
         )
         return [str(point.id) async for point in self._scroll(self.prefix, where)]
 
-    async def _by_source(self, source_type: str, key: str, collection: str) -> Document | None:
+    async def _by_source(self, source_type: str, key: str, collection: str) -> list[Document]:
         m = self._m
         where = m.Filter(
             must=[
@@ -286,9 +288,9 @@ class QdrantStore(QdrantSearch):
             ]
         )
         found, _ = await self._read(
-            "finding a document", "scroll", self.prefix, scroll_filter=where, limit=1
+            "finding a document", "scroll", self.prefix, scroll_filter=where, limit=SOURCES_NAMING
         )
-        return (await self._documents([catalog_entry(found[0])]))[0] if found else None
+        return await self._documents([catalog_entry(point) for point in found])
 
     async def _chunk_owner(self, collection: str, chunk_id: str) -> str | None:
         name = await self._chunks(collection)

@@ -167,7 +167,11 @@ def hit_from_row(row: Mapping[str, Any], score: float, similarity: float) -> Sea
 
 def source_from_row(r: Mapping[str, Any]) -> SourceInfo:
     return SourceInfo(
-        r["collection"], r["name"], int(r["documents"]), records.as_timestamp(r["last_run"])
+        r["collection"],
+        r["name"],
+        int(r["documents"]),
+        records.as_timestamp(r["last_run"]),
+        r.get("root") or "",
     )
 
 

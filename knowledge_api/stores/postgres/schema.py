@@ -11,11 +11,13 @@ step and a new one end with the same functions.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
 
 from knowledge_api.errors import ConfigurationError
+from knowledge_api.models import chunk_id, document_id
 
 MIGRATION_LOCK = 7_304_251_911  # pg_advisory_xact_lock key: one migrator at a time
 INCLUDE = re.compile(r"^\\ir (\S+)$", re.MULTILINE)
@@ -82,6 +84,8 @@ async def migrate(conn: Any, dimension: int) -> list[str]:
             if version in done:
                 continue
             await conn.execute(sql.replace("{{dimension}}", str(dimension)))
+            if version in STEPS:
+                await STEPS[version](conn)
             await conn.execute(
                 "INSERT INTO knowledge_schema_migrations (version, name) VALUES ($1, $2)",
                 version,
@@ -89,3 +93,41 @@ async def migrate(conn: Any, dimension: int) -> list[str]:
             )
             applied.append(name)
     return applied
+
+
+async def rekey_sourced_documents(conn: Any) -> None:
+    """The documents of a source take the ids that name it (models.document_id), their
+    passages the ids that follow (the passages' and pages' references follow by ON
+    UPDATE CASCADE, migration 017): ids are uuid5, which SQL computes only with an
+    extension, so they are computed here."""
+    rows = await conn.fetch(
+        "SELECT id, collection, source_type, source_id, source FROM knowledge_documents "
+        "WHERE source <> ''"
+    )
+    moved = {
+        str(r["id"]): document_id(r["collection"], r["source_type"], r["source_id"], r["source"])
+        for r in rows
+    }
+    moved = {old: new for old, new in moved.items() if old != new}
+    if not moved:
+        return
+    await conn.execute(
+        "UPDATE knowledge_documents d SET id = m.new "
+        "FROM unnest($1::uuid[], $2::uuid[]) AS m(old, new) WHERE d.id = m.old",
+        list(moved),
+        list(moved.values()),
+    )
+    passages = await conn.fetch(
+        "SELECT id, document_id, chunk_index FROM siam_vectors WHERE document_id = ANY($1::uuid[])",
+        list(moved.values()),
+    )
+    await conn.execute(
+        "UPDATE siam_vectors v SET id = m.new "
+        "FROM unnest($1::uuid[], $2::uuid[]) AS m(old, new) WHERE v.id = m.old",
+        [str(p["id"]) for p in passages],
+        [chunk_id(str(p["document_id"]), p["chunk_index"]) for p in passages],
+    )
+
+
+STEPS: dict[int, Callable[[Any], Awaitable[None]]] = {17: rekey_sourced_documents}
+"""What a migration needs done beside its SQL, run right after it in its transaction."""

@@ -63,7 +63,7 @@ from knowledge_api.stores.postgres.rows import (
     summary_from_row,
     write_batches,
 )
-from knowledge_api.stores.records import is_uuid
+from knowledge_api.stores.records import is_uuid, named
 from knowledge_api.stores.tables.audit import AuditLog, SiamAudit
 from knowledge_api.stores.tables.feedback import FeedbackLog, SiamFeedback
 from knowledge_api.stores.tables.jobs import JobStore, SiamJobs
@@ -226,8 +226,8 @@ class SiamStore(HybridSearch):
             self._wrote()
         return deleted
 
-    async def record_source(self, collection: str, source: str) -> None:
-        params = {"source_collection": collection, "source_name": source}
+    async def record_source(self, collection: str, source: str, root: str = "") -> None:
+        params = {"source_collection": collection, "source_name": source, "source_root": root}
         await self.call("knowledge_record_source", params, IndexingError)
 
     async def delete_source(self, collection: str, source: str) -> int:
@@ -323,13 +323,13 @@ class SiamStore(HybridSearch):
         rows = await self.select("knowledge_documents", DOCUMENT_COLUMNS, ("id", "eq", doc_id))
         return await self._with_chunks(rows[0]) if rows else None
 
-    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
+    async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
         rows = await self.call(
             "knowledge_find_document",
             {"find_source_type": source_type, "find_key": key, "find_collection": collection},
             SearchError,
         )
-        return await self._with_chunks(rows[0]) if rows else None
+        return [await self._with_chunks(row) for row in named(rows, key)]
 
     async def _with_chunks(self, row: Row) -> Document:
         by_document = ("document_id", "eq", str(row["id"]))

@@ -19,12 +19,12 @@ from knowledge_api.stores import records
 def sources(conn: sqlite3.Connection, collection: str | None) -> list[SourceInfo]:
     rows = conn.execute(
         """SELECT s.collection, s.name, s.last_run, (SELECT count(*) FROM documents d
-               WHERE d.collection = s.collection AND d.source = s.name) AS documents
+               WHERE d.collection = s.collection AND d.source = s.name) AS documents, s.root
            FROM sources s WHERE ? IS NULL OR s.collection = ?
            ORDER BY s.collection, s.name""",
         (collection, collection),
     )
-    return [SourceInfo(r[0], r[1], r[3], r[2]) for r in rows]
+    return [SourceInfo(r[0], r[1], r[3], r[2], r[4]) for r in rows]
 
 
 def list_documents(conn: sqlite3.Connection, page: DocumentPage) -> list[DocumentSummary]:
@@ -71,17 +71,18 @@ def collection_stats(conn: sqlite3.Connection) -> list[CollectionInfo]:
     return [CollectionInfo(r[0], r[1], r[2], r[3], r[4] or "") for r in rows]
 
 
-def find_document(
+def find_documents(
     conn: sqlite3.Connection, source_type: str, key: str, collection: str
-) -> Document | None:
-    """The document `key` names: its source id first, else its id or one of its chunks'."""
-    row = conn.execute(
+) -> list[Document]:
+    """The documents `key` names: those whose source id it is, else the one whose id or
+    chunk's id it is."""
+    rows = conn.execute(
         """SELECT * FROM documents WHERE source_type = ? AND collection = ? AND (
            source_id = ? OR id = ? OR id = (SELECT document_id FROM chunks WHERE id = ?))
-           ORDER BY source_id = ? DESC LIMIT 1""",
+           ORDER BY source_id = ? DESC, source""",
         (source_type, collection, key, key, key, key),
-    ).fetchone()
-    return None if row is None else document(conn, row)
+    ).fetchall()
+    return [document(conn, row) for row in records.named(rows, key)]
 
 
 def document(conn: sqlite3.Connection, row: sqlite3.Row) -> Document:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from knowledge_api.errors import BackendConnectionError, IndexingError
+from knowledge_api.models import chunk_id, document_id
 from knowledge_api.stores.reconnect import Reconnect
 
 T = TypeVar("T")
@@ -189,12 +190,24 @@ def file_identity(path: Path) -> tuple[int, int] | None:
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Apply the numbered migrations newer than the file's user_version."""
+    """Apply the numbered migrations newer than the file's user_version. They run with
+    the ids of models.py as SQL functions, and without foreign keys: a migration that
+    makes a table again drops the old one, which would take the rows that refer to it
+    (SQLite changes the setting outside a transaction only)."""
     current = conn.execute("PRAGMA user_version").fetchone()[0]
     folder = resources.files("knowledge_api.stores.sql").joinpath("sqlite")
-    for script in sorted(folder.iterdir(), key=lambda p: p.name):
-        version = int(script.name.split("_", 1)[0])
-        if version > current:
+    scripts = sorted(folder.iterdir(), key=lambda p: p.name)
+    pending = [(int(s.name.split("_", 1)[0]), s) for s in scripts]
+    pending = [(version, script) for version, script in pending if version > current]
+    if not pending:
+        return
+    conn.create_function("knowledge_document_id", 4, document_id, deterministic=True)
+    conn.create_function("knowledge_chunk_id", 2, chunk_id, deterministic=True)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        for version, script in pending:
             conn.executescript(
                 f"BEGIN; {script.read_text()}; PRAGMA user_version = {version}; COMMIT;"
             )
+    finally:
+        conn.execute("PRAGMA foreign_keys = ON")

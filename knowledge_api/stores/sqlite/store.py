@@ -201,8 +201,8 @@ class SQLiteStore(HybridSearch):
         ids = list(dict.fromkeys(doc_ids))
         return await self._write_sql(lambda c: writes.delete_documents(c, ids), "delete documents")
 
-    async def record_source(self, collection: str, source: str) -> None:
-        work = partial(writes.record_source, collection=collection, source=source)
+    async def record_source(self, collection: str, source: str, root: str = "") -> None:
+        work = partial(writes.record_source, collection=collection, source=source, root=root)
         await self._write_sql(work, f"record the source {source!r}")
 
     async def delete_source(self, collection: str, source: str) -> int:
@@ -329,8 +329,8 @@ class SQLiteStore(HybridSearch):
         row = self.file.db().execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
         return None if row is None else catalog.document(self.file.db(), row)
 
-    async def find_document(self, source_type: str, key: str, collection: str) -> Document | None:
-        return catalog.find_document(self.file.db(), source_type, key, collection)
+    async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
+        return catalog.find_documents(self.file.db(), source_type, key, collection)
 
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return dict(self._select_in("SELECT id, content_hash FROM documents WHERE id IN", doc_ids))

@@ -108,11 +108,12 @@ def delete_documents(conn: sqlite3.Connection, ids: list[str]) -> int:
     )
 
 
-def record_source(conn: sqlite3.Connection, collection: str, source: str) -> int:
+def record_source(conn: sqlite3.Connection, collection: str, source: str, root: str) -> int:
     conn.execute(
-        """INSERT INTO sources (collection, name, last_run) VALUES (?, ?, ?)
-           ON CONFLICT (collection, name) DO UPDATE SET last_run = excluded.last_run""",
-        (collection, source, records.now()),
+        """INSERT INTO sources (collection, name, last_run, root) VALUES (?, ?, ?, ?)
+           ON CONFLICT (collection, name) DO UPDATE SET last_run = excluded.last_run,
+               root = CASE excluded.root WHEN '' THEN sources.root ELSE excluded.root END""",
+        (collection, source, records.now(), root),
     )
     return 0
 

@@ -23,14 +23,30 @@ ALTER TABLE knowledge_sources ENABLE ROW LEVEL SECURITY;
 
 -- Note that a source ran now. (Two columns: PostgREST answers a one-column table as
 -- bare values.)
-\ir functions/knowledge_record_source.sql
+CREATE OR REPLACE FUNCTION knowledge_record_source(source_collection text, source_name text)
+RETURNS TABLE (name text, last_run timestamptz)
+LANGUAGE sql AS $$
+    INSERT INTO knowledge_sources AS s (collection, name) VALUES (source_collection, source_name)
+    ON CONFLICT (collection, name) DO UPDATE SET last_run = now()
+    RETURNING s.name, s.last_run
+$$;
 
 -- Delete every document of a source (their passages and pages go with them), and the
 -- source: how many documents went.
 \ir functions/knowledge_delete_source.sql
 
 -- The sources (of one collection, or all) with their documents counted.
-\ir functions/knowledge_list_sources.sql
+CREATE OR REPLACE FUNCTION knowledge_list_sources(source_collection text DEFAULT NULL)
+RETURNS TABLE (collection text, name text, documents bigint, last_run timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT s.collection, s.name,
+           (SELECT count(*) FROM knowledge_documents d
+            WHERE d.collection = s.collection AND d.source = s.name),
+           s.last_run
+    FROM knowledge_sources s
+    WHERE source_collection IS NULL OR s.collection = source_collection
+    ORDER BY s.collection, s.name
+$$;
 
 -- One page of a collection's documents in id order (keyset: ids after `after_id`),
 -- without their text; each with its passages counted.

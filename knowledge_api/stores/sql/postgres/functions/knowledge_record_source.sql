@@ -1,7 +1,11 @@
-CREATE OR REPLACE FUNCTION knowledge_record_source(source_collection text, source_name text)
+CREATE OR REPLACE FUNCTION knowledge_record_source(
+    source_collection text, source_name text, source_root text DEFAULT ''
+)
 RETURNS TABLE (name text, last_run timestamptz)
 LANGUAGE sql AS $$
-    INSERT INTO knowledge_sources AS s (collection, name) VALUES (source_collection, source_name)
-    ON CONFLICT (collection, name) DO UPDATE SET last_run = now()
+    INSERT INTO knowledge_sources AS s (collection, name, root)
+    VALUES (source_collection, source_name, source_root)
+    ON CONFLICT (collection, name) DO UPDATE SET last_run = now(),
+        root = CASE excluded.root WHEN '' THEN s.root ELSE excluded.root END
     RETURNING s.name, s.last_run
 $$;
