@@ -16,6 +16,7 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.settings import Settings
 from tests.conftest import make_settings
+from tests.conftest import seeded as wait_for_seed
 from tests.pg import SERVICE_ROLE_KEY, SUPABASE_URL, fresh_database
 
 FILES = {
@@ -339,6 +340,7 @@ def test_deleting_a_named_source_leaves_the_same_name_of_another(
 def test_the_seeded_docs_are_one_source_deleted_as_one(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, seed_on_empty=True)
     with TestClient(create_app(settings)) as client:
+        wait_for_seed(client)
         seeded = client.get("/health").json()["store"]["documents"]
         listed = client.get("/v1/knowledge/sources").json()["sources"]
         assert [(s["name"], s["documents"]) for s in listed] == [("bundled-docs", seeded)]
