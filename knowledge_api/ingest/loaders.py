@@ -9,13 +9,15 @@ so the caller can say so.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from knowledge_api.beir import jsonl_records
 from knowledge_api.errors import ConfigurationError, ExtractionError, InvalidRequest
+from knowledge_api.ingest import mail
 from knowledge_api.ingest.extract import (
     SNIFF_BYTES,
     Extracted,
@@ -35,6 +37,7 @@ __all__ = [
     "html_to_markdown",
     "load_as",
     "load_file",
+    "load_files",
     "load_jsonl",
     "load_paths",
     "markdown_title",
@@ -48,6 +51,8 @@ class LoadOptions:
     collection: str = DEFAULT_COLLECTION
     metadata: dict[str, Any] = field(default_factory=dict)
     base_url: str = ""
+    max_file_mb: int = 50
+    """Largest attachment of an e-mail read (KNOWLEDGE_MAX_FILE_MB)."""
 
 
 @dataclass(frozen=True)
@@ -82,14 +87,41 @@ def load_paths(paths: list[Path], options: LoadOptions) -> Loaded:
     for path in paths:
         if not path.exists():
             raise InvalidRequest(str(path), "no such file or folder")
+    files = (
+        (file, file.relative_to(path if path.is_dir() else path.parent).as_posix())
+        for path in paths
+        for file in walk(path)
+    )
+    return load_files(files, options)
+
+
+def load_files(files: Iterable[tuple[Path, str]], options: LoadOptions) -> Loaded:
+    """The documents of the files, each (path, the name it is read as). E-mail
+    messages are gathered across the files, so a thread spread over several is one
+    document; a message or an attachment that cannot be read is skipped on its own."""
     loaded = Loaded()
-    for path in paths:
-        root = path if path.is_dir() else path.parent
-        for file in walk(path):
-            try:
-                loaded.documents.extend(load_file(file, options, root))
-            except ExtractionError as e:
-                loaded.skipped.append(Skipped(str(file), e.reason, e.detail))
+    threads = mail.Threads(
+        source_type=options.source_type or mail.SOURCE_TYPE,
+        collection=options.collection,
+        metadata=options.metadata,
+        max_file_bytes=options.max_file_mb * 2**20,
+    )
+    paths: dict[str, str] = {}
+    for file, name in files:
+        if mail.in_maildir_tmp(file):
+            continue  # a message still being delivered
+        paths[name] = str(file)
+        try:
+            with reading():
+                if mail.is_mail(file, name):
+                    threads.read(file, name)
+                else:
+                    loaded.documents.extend(load_as(file, name, options))
+        except ExtractionError as e:
+            loaded.skipped.append(Skipped(str(file), e.reason, e.detail))
+    loaded.documents.extend(threads.documents())
+    for problem in threads.problems:
+        loaded.skipped.append(Skipped(paths[problem.file], problem.reason, problem.detail))
     return loaded
 
 
@@ -113,13 +145,20 @@ def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
     """The documents of the file at `path` read as the file `name` (a relative path,
     whose suffix says its type): an uploaded file is stored under another name."""
     suffix = PurePosixPath(name).suffix.lower()
-    try:
+    with reading():
         if suffix in JSONL:
             return list(load_jsonl(path, options))
         extract = extractor(suffix)
         if extract is None:
             raise unknown_type(path, suffix)
         return [file_document(name, extract(path), options)]
+
+
+@contextmanager
+def reading() -> Iterator[None]:
+    """The errors of reading a file as ExtractionError, the reason it was skipped."""
+    try:
+        yield
     except ConfigurationError as e:  # an optional extractor is not installed
         raise ExtractionError("extractor not installed", e.message) from e
     except InvalidRequest as e:  # a bad JSONL record
