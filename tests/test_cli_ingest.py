@@ -198,3 +198,35 @@ def test_skipped_summary_is_bounded() -> None:
     many = [Skipped(f"f{n}.bin", "binary") for n in range(12)]
     line = skipped_summary(many, shown=2)
     assert line == "12 files skipped: f0.bin (binary), f1.bin (binary), and 10 more"
+
+
+def test_a_mailbox_is_indexed_as_threads_and_its_broken_message_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mail = tmp_path / "mail"
+    mail.mkdir()
+    opening = (
+        b"From: Alice <alice@vendor.example>\nTo: bob@shop.example\nSubject: Renewal\n"
+        b"Message-ID: <r1@vendor.example>\nDate: Tue, 06 Oct 2026 09:30:00 +0000\n\n"
+        b"The renewal price for 2027 is 12,000 EUR a year.\n"
+    )
+    reply = (
+        b"From: bob@shop.example\nTo: Alice <alice@vendor.example>\nSubject: Re: Renewal\n"
+        b"Message-ID: <r2@shop.example>\nIn-Reply-To: <r1@vendor.example>\n"
+        b"Date: Wed, 07 Oct 2026 10:00:00 +0000\n\nCan we sign for three years?\n"
+        b"> The renewal price for 2027 is 12,000 EUR a year.\n"
+    )
+    broken = b"From: x@y\nSubject: Broken\nContent-Type: multipart/mixed\n\nno boundary\n"
+    separator = b"From MAILER-DAEMON Thu Jan  1 00:00:00 2026\n"
+    (mail / "INBOX.mbox").write_bytes(
+        separator + opening + b"\n" + separator + broken + b"\n" + separator + reply + b"\n"
+    )
+    assert main(["ingest", "mail"]) == 1
+    out, err = capsys.readouterr()
+    summary, skipped = out.splitlines()
+    assert summary.startswith("1 documents indexed")
+    assert skipped == "1 file skipped: mail/INBOX.mbox (broken MIME)"
+    assert "skipped mail/INBOX.mbox: broken MIME (message 2: NoBoundaryInMultipartDefect)" in (err)
+    assert main(["query", "--sources", "email", "what is the renewal price for 2027?"]) == 0
+    found = capsys.readouterr().out
+    assert "12,000 EUR" in found and "email: r1@vendor.example" in found

@@ -1,6 +1,10 @@
 import mailbox
+import struct
+import sys
 from email.message import EmailMessage
 from pathlib import Path
+
+import pytest
 
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.mail import own_text
@@ -210,3 +214,90 @@ def test_own_text_drops_quotes_the_wrote_line_and_the_signature() -> None:
     )
     assert own_text(text) == "Yes, Friday works."
     assert own_text("Hi\n-----Original Message-----\nFrom: x\nold text") == "Hi"
+
+
+def write_msg(path: Path, headers: str, body: str, attachment: tuple[str, bytes]) -> Path:
+    """An Outlook .msg file (an OLE compound file of MAPI properties), the few
+    properties a reader needs: class, subject, body, sender, transport headers."""
+    from extract_msg.ole_writer import OleWriter
+
+    def utf16(text: str) -> bytes:
+        return text.encode("utf-16-le")
+
+    def entry(tag: int, value: int) -> bytes:
+        return struct.pack("<IIII", tag, 6, value, 0)
+
+    writer = OleWriter()
+    strings = {
+        0x001A: "IPM.Note",
+        0x0037: "Re: Contract renewal",
+        0x1000: body,
+        0x007D: headers,
+        0x0C1A: "Alice Vendor",
+        0x0C1F: "alice@vendor.example",
+        0x0E04: "bob@shop.example",
+    }
+    properties = b"\0" * 8 + struct.pack("<IIII", 0, 1, 0, 1) + b"\0" * 8
+    for key, text in strings.items():
+        writer.addEntry(f"__substg1.0_{key:04X}001F", utf16(text))
+        properties += entry(key << 16 | 0x1F, len(utf16(text)) + 2)
+    writer.addEntry("__properties_version1.0", properties)
+    writer.addEntry("__nameid_version1.0", storage=True)
+    for stream in ("00020102", "00030102", "00040102"):
+        writer.addEntry(f"__nameid_version1.0/__substg1.0_{stream}", b"")
+    folder = "__attach_version1.0_#00000000"
+    name, data = attachment
+    writer.addEntry(folder, storage=True)
+    writer.addEntry(f"{folder}/__substg1.0_3707001F", utf16(name))
+    writer.addEntry(f"{folder}/__substg1.0_37010102", data)
+    writer.addEntry(
+        f"{folder}/__properties_version1.0",
+        b"\0" * 8
+        + entry(0x37050003, 1)
+        + entry(0x3707001F, len(utf16(name)) + 2)
+        + entry(0x37010102, len(data)),
+    )
+    writer.write(str(path))
+    return path
+
+
+MSG_HEADERS = (
+    "From: Alice Vendor <alice@vendor.example>\r\nTo: bob@shop.example\r\n"
+    "Subject: Re: Contract renewal\r\nMessage-ID: <m3@vendor.example>\r\n"
+    "In-Reply-To: <m2@shop.example>\r\nReferences: <m1@vendor.example> <m2@shop.example>\r\n"
+    "Date: Thu, 08 Oct 2026 08:00:00 +0000\r\n\r\n"
+)
+
+
+def test_an_outlook_message_joins_its_thread_with_its_attachment(tmp_path: Path) -> None:
+    pytest.importorskip("extract_msg", reason="pip install 'knowledge-api[mail]'")
+    write(tmp_path / "renewal.eml", RENEWAL)
+    write(tmp_path / "reply.eml", REPLY)
+    signed = ("signed.txt", b"The contract is signed for three years.")
+    body = "Yes: three years at 11,000 EUR.\r\n\r\n-- \r\nAlice Vendor"
+    write_msg(tmp_path / "answer.msg", MSG_HEADERS, body, signed)
+    loaded = load_paths([tmp_path], LoadOptions())
+    assert not loaded.skipped
+    thread, attachment = loaded.documents
+    assert thread.metadata["message_ids"] == "m1@vendor.example m2@shop.example m3@vendor.example"
+    assert thread.metadata["last_date"] == "2026-10-08T08:00:00+00:00"
+    assert "three years at 11,000 EUR." in thread.content
+    assert "Alice Vendor\n" not in thread.content.split("11,000 EUR.")[1]
+    assert attachment.source_id == "m3@vendor.example/signed.txt"
+    assert attachment.metadata["thread"] == "m1@vendor.example"
+    assert attachment.content == "The contract is signed for three years."
+
+
+def test_an_outlook_message_without_its_reader_is_skipped_saying_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "answer.msg").write_bytes(b"not read")
+    write(tmp_path / "renewal.eml", RENEWAL)
+    monkeypatch.setitem(sys.modules, "extract_msg", None)
+    loaded = load_paths([tmp_path], LoadOptions())
+    (skipped,) = loaded.skipped
+    assert (skipped.reason, skipped.detail) == (
+        "extractor not installed",
+        "extract_msg is not installed: pip install 'knowledge-api[mail]'",
+    )
+    assert [doc.title for doc in loaded] == ["Contract renewal"]

@@ -151,6 +151,7 @@ class Threads:
             raw_subject = str(msg.subject or "")
             sent = msg.date
             transport = msg.header
+            sent_date = message_date(header(transport, "date")) if transport is not None else None
             mail = Mail(
                 message_id=strip_id(str(msg.messageId or "")) or synthetic_id(raw_subject, text),
                 parents=parent_ids(transport) if transport is not None else [],
@@ -159,7 +160,7 @@ class Threads:
                 sender=str(msg.sender or ""),
                 to=str(msg.to or ""),
                 cc=str(msg.cc or ""),
-                date=sent.astimezone(UTC) if isinstance(sent, datetime) else None,
+                date=sent.astimezone(UTC) if isinstance(sent, datetime) else sent_date,
                 text=own_text(text),
                 folder=folder,
                 file=name,
