@@ -17,7 +17,7 @@ from typing import Any
 
 from knowledge_api.beir import jsonl_records
 from knowledge_api.errors import ConfigurationError, ExtractionError, InvalidRequest
-from knowledge_api.ingest import mail
+from knowledge_api.ingest import mail, metrics, tables
 from knowledge_api.ingest.extract import (
     SNIFF_BYTES,
     Extracted,
@@ -29,6 +29,8 @@ from knowledge_api.ingest.extract import (
 from knowledge_api.models import DEFAULT_COLLECTION, Document
 
 JSONL = (".jsonl",)
+RULES = (".yaml", ".yml")
+DASHBOARDS = (".json",)
 
 __all__ = [
     "LoadOptions",
@@ -146,12 +148,38 @@ def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
     whose suffix says its type): an uploaded file is stored under another name."""
     suffix = PurePosixPath(name).suffix.lower()
     with reading():
+        parts = structured(path, name, suffix)
+        if parts is not None:
+            return [
+                file_document(name, part.extracted, options, part.key, part.source_type)
+                for part in parts
+            ]
         if suffix in JSONL:
             return list(load_jsonl(path, options))
         extract = extractor(suffix)
         if extract is None:
             raise unknown_type(path, suffix)
         return [file_document(name, extract(path), options)]
+
+
+def structured(path: Path, name: str, suffix: str) -> list[tables.Part] | None:
+    """The documents of a file holding several, told apart by content: KPI files,
+    rule files and dashboards (metrics), sheets (tables); None for a BEIR corpus."""
+    if suffix in tables.SHEETS:
+        sheets = tables.sheets(path, suffix)
+        kpis = [sheet for sheet in sheets if metrics.is_kpi(sheet.header)]
+        others = [sheet for sheet in sheets if sheet not in kpis]
+        title = PurePosixPath(name).stem.replace("-", " ").replace("_", " ")
+        found = [part for sheet in kpis for part in metrics.kpi_parts(sheet)]
+        return found + (tables.table_parts(others, title) if others else [])
+    if suffix in JSONL:
+        sheet = metrics.jsonl_sheet(path)
+        return metrics.kpi_parts(sheet) if sheet is not None else None
+    if suffix in RULES:
+        return metrics.rule_parts(path)
+    if suffix in DASHBOARDS:
+        return metrics.dashboard_parts(path, name)
+    return None
 
 
 @contextmanager
@@ -176,7 +204,14 @@ def unknown_type(path: Path, suffix: str) -> ExtractionError:
     return ExtractionError("unknown type", f"{kind}: not a supported document format")
 
 
-def file_document(relative: str, extracted: Extracted, options: LoadOptions) -> Document:
+def file_document(
+    relative: str,
+    extracted: Extracted,
+    options: LoadOptions,
+    key: str = "",
+    source_type: str = "wiki",
+) -> Document:
+    """The document of a file, or of the part `key` of a file that holds several."""
     path = PurePosixPath(relative)
     url = f"{options.base_url.rstrip('/')}/{relative}" if options.base_url else ""
     metadata = {
@@ -185,11 +220,11 @@ def file_document(relative: str, extracted: Extracted, options: LoadOptions) -> 
         **extracted.metadata,
         **options.metadata,
     }
-    if url:
+    if url and "url" not in extracted.metadata:  # a rule's runbook is its link
         metadata["url"] = url
     return Document(
-        source_type=options.source_type or "wiki",
-        source_id=url or relative,
+        source_type=options.source_type or source_type,
+        source_id=(url or relative) + (f"#{key}" if key else ""),
         content=extracted.content,
         title=extracted.title or path.stem.replace("-", " ").replace("_", " "),
         metadata=metadata,
