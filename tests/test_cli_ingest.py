@@ -43,13 +43,13 @@ def test_skipped_files_are_named_and_exit_1(
     (docs / "a.md").write_text("# Alpha\n\nAlpha rotates the keys every month.")
     (docs / "b.pdf").write_bytes(pdf_bytes([["Beta handles invoices."]]))
     (docs / "broken.pdf").write_bytes(b"%PDF-1.4 truncated")
-    (docs / "logo.png").write_bytes(PNG)
+    (docs / "logo.ico").write_bytes(PNG)
     assert main(["ingest", "docs"]) == 1
     out, err = capsys.readouterr()
     summary, skipped = out.splitlines()
     assert summary.startswith("2 documents indexed (2 chunks, 2 embedded), 0 unchanged skipped")
-    assert skipped == "2 files skipped: docs/broken.pdf (unreadable PDF), docs/logo.png (binary)"
-    assert "skipped docs/logo.png: binary (NUL bytes in its content)" in err.splitlines()
+    assert skipped == "2 files skipped: docs/broken.pdf (unreadable PDF), docs/logo.ico (binary)"
+    assert "skipped docs/logo.ico: binary (NUL bytes in its content)" in err.splitlines()
     assert "skipped docs/broken.pdf: unreadable PDF (" in err
 
 
@@ -82,11 +82,11 @@ def test_nothing_skipped_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_only_skipped_files_do_not_start_the_service(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], no_service: None
 ) -> None:
-    (tmp_path / "logo.png").write_bytes(PNG)
-    assert main(["ingest", "logo.png"]) == 1
+    (tmp_path / "logo.ico").write_bytes(PNG)
+    assert main(["ingest", "logo.ico"]) == 1
     summary, skipped = capsys.readouterr().out.splitlines()
     assert summary.startswith("0 documents indexed (0 chunks, 0 embedded), 0 unchanged skipped")
-    assert skipped == "1 file skipped: logo.png (binary)"
+    assert skipped == "1 file skipped: logo.ico (binary)"
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from pathlib import Path
 from knowledge_api import validation
 from knowledge_api.cli.running import with_service, with_storage
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.ingest import ocr
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.progress import progress
@@ -51,6 +52,8 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
         skipped += found.skipped
     if skipped:
         print(skipped_summary(skipped))
+        if any(file.reason == ocr.OFF for file in skipped):
+            print(f"OCR is {ocr.state()[1]}")
         return 1
     return status
 

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from knowledge_api.errors import ConfigurationError, ExtractionError
-from knowledge_api.ingest.extract import extractor, html_to_markdown, literal
+from knowledge_api.ingest.extract import IMAGES, extractor, html_to_markdown, literal
 from knowledge_api.models import Document
 from knowledge_api.registry import import_extra
 
@@ -178,8 +178,8 @@ class Threads:
         """An attachment of a type the extractors read, as a document of its own."""
         suffix = PurePosixPath(filename).suffix.lower()
         extract = extractor(suffix)
-        if extract is None:
-            return  # images, archives, calendar invites: not knowledge of the thread
+        if extract is None or suffix in IMAGES:
+            return  # logos, archives, calendar invites: not knowledge of the thread
         where = f"{filename} of message <{mail.message_id}>"
         if len(data) > self.max_file_bytes:
             limit = self.max_file_bytes // 2**20

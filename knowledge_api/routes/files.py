@@ -126,11 +126,7 @@ def job_view(job: Job) -> dict[str, Any]:
         "source": job.source,
         "files": {"done": len(settled), "total": len(job.files)},
         "chunks": {"done": job.chunks_done, "total": job.chunks_total, "embedded": job.embedded},
-        "errors": [
-            {"file": file.name, "reason": file.reason}
-            for file in job.files
-            if file.reason
-        ],
+        "errors": [{"file": file.name, "reason": file.reason} for file in job.files if file.reason],
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }
