@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from email import policy
-from email.message import EmailMessage, Message
+from email.header import decode_header, make_header
+from email.message import Message
 from email.parser import BytesParser
 from email.utils import getaddresses, parsedate_to_datetime
 from pathlib import Path, PurePosixPath
@@ -48,7 +49,9 @@ _REPLY_PREFIX = re.compile(r"^\s*((re|fwd?|aw|wg|sv|tr)\s*(\[\d+\])?\s*:\s*)+", 
 _WROTE = re.compile(r"^On\b[^\n]*(\n[^\n]*)?\bwrote:[ \t]*$", re.MULTILINE)
 _BLANKS = re.compile(r"\n{3,}")
 _ID = re.compile(r"<([^<>\s]+)>")
-_PARSER = BytesParser(policy=policy.default)
+_PARSER = BytesParser(policy=policy.compat32)
+"""compat32: headers kept as text and decoded here when read (the default policy parses
+every header into objects, ten times the cost of the rest of reading a message)."""
 
 
 @dataclass
@@ -117,7 +120,7 @@ class Threads:
     def add(self, mail: Mail) -> None:
         self.messages.setdefault(mail.message_id, mail)
 
-    def mail(self, message: EmailMessage, name: str, folder: str) -> Mail:
+    def mail(self, message: Message, name: str, folder: str) -> Mail:
         mail = Mail(
             message_id=message_id(message),
             parents=parent_ids(message),
@@ -131,11 +134,10 @@ class Threads:
             folder=folder,
             file=name,
         )
-        for part in message.iter_attachments():
-            filename = part.get_filename() or ""
+        for part in attachments(message):
             data = part.get_payload(decode=True)
             if isinstance(data, bytes):
-                self.attach(mail, filename, data)
+                self.attach(mail, part.get_filename() or "", data)
         return mail
 
     def outlook(self, path: Path, name: str, folder: str) -> Mail:
@@ -307,12 +309,11 @@ def raw_messages(path: Path, name: str) -> Iterator[tuple[int, bytes, bool | Non
         yield number + 1, b"".join(lines), True if ended else None
 
 
-def parse(raw: bytes, last: bool | None = False) -> EmailMessage:
+def parse(raw: bytes, last: bool | None = False) -> Message:
     """A message, or ExtractionError("broken MIME") when its structure is broken
     ("cut-off mailbox" when the last message of an mbox ends inside it: mid-line, or
     within a multipart before its closing boundary)."""
     message = _PARSER.parsebytes(raw)
-    assert isinstance(message, EmailMessage)
     defects = [defect for part in message.walk() for defect in part.defects]
     if last is None or (last and any(isinstance(d, CUT_OFF) for d in defects)):
         raise ExtractionError("cut-off mailbox", "it ends inside its last message")
@@ -325,15 +326,19 @@ def parse(raw: bytes, last: bool | None = False) -> EmailMessage:
 
 
 def header(message: Message, name: str) -> str:
-    """A header's text; one that does not parse is read as it was written."""
+    """A header's text, its encoded words (RFC 2047) decoded; one that does not decode
+    is read as it was written."""
+    value = message.get(name)
+    if value is None:
+        return ""
     try:
-        value = message.get(name)
-    except (ValueError, IndexError, TypeError):
-        value = message.get_all(name, [""])[0] if hasattr(message, "get_all") else ""
-    return " ".join(str(value or "").split())
+        text = str(make_header(decode_header(str(value))))
+    except (ValueError, LookupError, UnicodeError, email.errors.HeaderParseError):
+        text = str(value)
+    return " ".join(text.split())
 
 
-def message_id(message: EmailMessage) -> str:
+def message_id(message: Message) -> str:
     found = strip_id(header(message, "message-id"))
     return found or synthetic_id(header(message, "subject"), header(message, "date"))
 
@@ -369,13 +374,26 @@ def message_date(value: str) -> datetime | None:
     return found.astimezone(UTC)
 
 
-def body_text(message: EmailMessage) -> str:
-    """The message's text: its plain part, else its HTML part as text."""
-    body = message.get_body(preferencelist=("plain", "html"))
-    if body is None:
-        return ""
-    text = decoded(body)
-    return html_text(text) if body.get_content_subtype() == "html" else text
+def body_text(message: Message) -> str:
+    """The message's text: its first plain part, else its first HTML part as text."""
+    leaves = [part for part in message.walk() if not part.is_multipart()]
+    texts = [part for part in leaves if part.get_content_maintype() == "text"]
+    bodies = [part for part in texts if not is_attachment(part)]
+    for subtype in ("plain", "html"):
+        body = next((part for part in bodies if part.get_content_subtype() == subtype), None)
+        if body is not None:
+            text = decoded(body)
+            return html_text(text) if subtype == "html" else text
+    return ""
+
+
+def attachments(message: Message) -> list[Message]:
+    return [part for part in message.walk() if not part.is_multipart() and is_attachment(part)]
+
+
+def is_attachment(part: Message) -> bool:
+    """A part sent as a file: marked as an attachment, or named."""
+    return part.get_content_disposition() == "attachment" or part.get_filename() is not None
 
 
 def decoded(part: Message) -> str:
