@@ -54,7 +54,7 @@ _PARSER = BytesParser(policy=policy.compat32)
 every header into objects, ten times the cost of the rest of reading a message)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Mail:
     """A message as its thread keeps it: headers and its own text, nothing else."""
 

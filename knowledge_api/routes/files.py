@@ -42,7 +42,8 @@ FILES = Body(
     Custom(
         FILE,
         f"One or more files (up to {MAX_FILES}), each a `file` part with its file name: "
-        ".md, .txt, .html, .pdf, .docx, .pptx or .jsonl.",
+        ".md, .txt, .html, .pdf, .docx, .pptx, .jsonl, .eml, .mbox, .msg, .csv, .xlsx, "
+        ".yaml, .json, .png, .jpg or .tiff.",
         shape={**array(BINARY), "minItems": 1, "maxItems": MAX_FILES},
     ),
     *FIELDS,
