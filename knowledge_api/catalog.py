@@ -18,6 +18,7 @@ from knowledge_api.ingest.loaders import Loaded, LoadOptions, load_files, load_j
 from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
 from knowledge_api.ledger import Actor, changes
 from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, Progress
+from knowledge_api.settings import column_roles
 from knowledge_api.trail import Trail
 
 log = logging.getLogger("knowledge_api")
@@ -49,6 +50,7 @@ class Catalog(Trail):
             source_type=source_type,
             collection=collection,
             max_file_mb=self.settings.max_file_mb,
+            kpi_columns=column_roles(self.settings.kpi_columns) or {},
         )
         return await asyncio.to_thread(read_chunked, path, name, options)
 

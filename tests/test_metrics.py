@@ -9,6 +9,7 @@ import pytest
 
 from knowledge_api.ingest.chunker import MAX_CHARS, chunk_document
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
+from knowledge_api.settings import column_roles
 
 KPIS = """metric,period,value,region,description,unit,owner
 churn,2026-09,2.4,EU,Share of paying customers who cancelled in the month,%,Growth team
@@ -180,3 +181,17 @@ def test_an_excel_workbook_is_a_document_per_sheet(tmp_path: Path) -> None:
     assert "| Acme Hosting | 2027-03-31 | 12000 |" in vendors.content
     assert docs["uptime"].source_type == "metrics"
     assert "| 2026-10 (October 2026) | 99.95 |" in docs["uptime"].content
+
+
+def test_kpi_columns_named_otherwise_are_mapped_by_the_setting(tmp_path: Path) -> None:
+    (tmp_path / "finance.csv").write_text(
+        "kpi,month,amount,value\nrevenue,2026-10,88000,high\nrevenue,2026-11,91000,high\n"
+    )
+    table = load_paths([tmp_path], LoadOptions()).documents
+    assert [doc.source_type for doc in table] == ["wiki"]  # no metric column: a table
+    roles = column_roles("metric=KPI, period=Month, value=Amount")
+    assert roles is not None
+    (doc,) = load_paths([tmp_path], LoadOptions(kpi_columns=roles)).documents
+    assert (doc.title, doc.source_type) == ("revenue", "metrics")
+    assert "| period | value | value_ |" in doc.content
+    assert "| 2026-11 (November 2026) | 91000 | high |" in doc.content

@@ -19,7 +19,7 @@ from knowledge_api.ingest.progress import progress
 from knowledge_api.ledger import MAX_AUDITED_IDS, changes, local_user
 from knowledge_api.models import Document, IndexSummary
 from knowledge_api.service import KnowledgeService
-from knowledge_api.settings import Settings
+from knowledge_api.settings import Settings, column_roles
 
 
 def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
@@ -32,6 +32,7 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
         metadata=parse_meta(args.meta),
         base_url=args.base_url,
         max_file_mb=settings.max_file_mb,
+        kpi_columns=column_roles(settings.kpi_columns) or {},
     )
     if args.name and len(args.paths) > 1:
         raise InvalidRequest("--name", "names one source: give a single PATH with it")

@@ -9,7 +9,7 @@ so the caller can say so.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -55,6 +55,8 @@ class LoadOptions:
     base_url: str = ""
     max_file_mb: int = 50
     """Largest attachment of an e-mail read (KNOWLEDGE_MAX_FILE_MB)."""
+    kpi_columns: Mapping[str, str] = field(default_factory=dict)
+    """The columns of KPI files named otherwise than their role (KNOWLEDGE_KPI_COLUMNS)."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,7 @@ def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
     whose suffix says its type): an uploaded file is stored under another name."""
     suffix = PurePosixPath(name).suffix.lower()
     with reading():
-        parts = structured(path, name, suffix)
+        parts = structured(path, name, options)
         if parts is not None:
             return [
                 file_document(name, part.extracted, options, part.key, part.source_type)
@@ -162,19 +164,22 @@ def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
         return [file_document(name, extract(path), options)]
 
 
-def structured(path: Path, name: str, suffix: str) -> list[tables.Part] | None:
+def structured(path: Path, name: str, options: LoadOptions) -> list[tables.Part] | None:
     """The documents of a file holding several, told apart by content: KPI files,
     rule files and dashboards (metrics), sheets (tables); None for a BEIR corpus."""
+    suffix = PurePosixPath(name).suffix.lower()
+    roles = options.kpi_columns
     if suffix in tables.SHEETS:
         sheets = tables.sheets(path, suffix)
-        kpis = [sheet for sheet in sheets if metrics.is_kpi(sheet.header)]
-        others = [sheet for sheet in sheets if sheet not in kpis]
+        kpis = [kpi for kpi in (metrics.as_kpi(sheet, roles) for sheet in sheets) if kpi]
+        others = [sheet for sheet in sheets if not metrics.is_kpi(sheet.header, roles)]
         title = PurePosixPath(name).stem.replace("-", " ").replace("_", " ")
         found = [part for sheet in kpis for part in metrics.kpi_parts(sheet)]
         return found + (tables.table_parts(others, title) if others else [])
     if suffix in JSONL:
-        sheet = metrics.jsonl_sheet(path)
-        return metrics.kpi_parts(sheet) if sheet is not None else None
+        sheet = metrics.jsonl_sheet(path, roles)
+        kpi = metrics.as_kpi(sheet, roles) if sheet is not None else None
+        return metrics.kpi_parts(kpi) if kpi is not None else None
     if suffix in RULES:
         return metrics.rule_parts(path)
     if suffix in DASHBOARDS:

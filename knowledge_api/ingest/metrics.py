@@ -9,6 +9,7 @@ knowledge, a sample is not.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import date
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -26,9 +27,24 @@ DEFINITION = ("description", "unit", "owner", "formula", "query")
 QUERY_KEYS = ("expr", "rawSql", "query", "expression", "rawQuery")
 
 
-def is_kpi(columns: list[str]) -> bool:
-    names = {column.strip().lower() for column in columns}
+def role_names(columns: list[str], roles: Mapping[str, str]) -> list[str]:
+    """The columns in lower case, each column `roles` maps to named by its role (a
+    column named as a role mapped elsewhere gets a `_` after its name)."""
+    by_column = {column: role for role, column in roles.items()}
+    names = [column.strip().lower() for column in columns]
+    return [by_column.get(name, f"{name}_" if name in roles else name) for name in names]
+
+
+def is_kpi(columns: list[str], roles: Mapping[str, str]) -> bool:
+    names = role_names(columns, roles)
     return all(name in names for name in KPI_COLUMNS)
+
+
+def as_kpi(sheet: Sheet, roles: Mapping[str, str]) -> Sheet | None:
+    """The sheet with its columns named by their roles if it is a KPI file, else None."""
+    if not is_kpi(sheet.header, roles):
+        return None
+    return Sheet(sheet.name, role_names(sheet.header, roles), sheet.rows)
 
 
 def kpi_parts(sheet: Sheet) -> list[Part]:
@@ -73,7 +89,7 @@ def period_text(period: str) -> str:
     return f"{period} ({month:%B %Y})" if month else period
 
 
-def jsonl_sheet(path: Path) -> Sheet | None:
+def jsonl_sheet(path: Path, roles: Mapping[str, str]) -> Sheet | None:
     """A JSON lines file of KPI records as a sheet; None if its first record is not one
     (a BEIR corpus, say)."""
     records: list[dict[str, Any]] = []
@@ -86,7 +102,7 @@ def jsonl_sheet(path: Path) -> Sheet | None:
             if not records:
                 return None
             raise ExtractionError("bad record", f"line {number}: {e.msg}") from e
-        if not isinstance(record, dict) or (not records and not is_kpi(list(record))):
+        if not isinstance(record, dict) or (not records and not is_kpi(list(record), roles)):
             return None
         records.append(record)
     if not records:
