@@ -6,6 +6,7 @@ is off: such a file is skipped saying so, and /health and the ingest summary say
 from __future__ import annotations
 
 import importlib
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,8 @@ def image_text(image: Any) -> str:
         text: str = pytesseract.image_to_string(image.convert("L"))
     except (pytesseract.TesseractError, RuntimeError) as e:
         raise ExtractionError("OCR failed", str(e).strip()) from e
-    return " ".join(text.split(" ")).strip()
+    lines = (line.strip() for line in text.splitlines())
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
 def image_pages(path: Path) -> list[str]:
