@@ -1,4 +1,5 @@
 import mailbox
+import random
 import struct
 import sys
 from email.message import EmailMessage
@@ -301,3 +302,48 @@ def test_an_outlook_message_without_its_reader_is_skipped_saying_what_to_install
         "extract_msg is not installed: pip install 'knowledge-api[mail]'",
     )
     assert [doc.title for doc in loaded] == ["Contract renewal"]
+
+
+def test_a_damaged_outlook_file_is_skipped_as_unreadable(tmp_path: Path) -> None:
+    pytest.importorskip("extract_msg", reason="pip install 'knowledge-api[mail]'")
+    (tmp_path / "broken.msg").write_bytes(b"\xd0\xcf\x11\xe0 not an OLE file")
+    (skipped,) = load_paths([tmp_path], LoadOptions()).skipped
+    assert skipped.reason == "unreadable MSG"
+
+
+def test_damaged_messages_are_read_or_named_never_a_crash(tmp_path: Path) -> None:
+    """Random cuts, bytes and header fragments in real messages: each file is read, or
+    skipped with a reason (ExtractionError), never an exception of another kind."""
+    seeds = [RENEWAL.as_bytes(), REPLY.as_bytes()]
+    quoted = message("Quote", "See attached.\n> old\n-- \nsig", msg_id="q@x", html="<p>Hi</p>")
+    quoted.add_attachment(
+        pdf_bytes([["Quote"]]), maintype="application", subtype="pdf", filename="quote.pdf"
+    )
+    seeds.append(quoted.as_bytes())
+    fragments = [
+        b"=?utf-8?b?",
+        b"\n",
+        b'; charset="x"',
+        b"boundary=",
+        b"\r\n--",
+        b"Date: 99 Foo 99999 99:99:99 +9999\n",
+        b"filename*=utf-8''%FF%FE",
+    ]
+    rng = random.Random(7)
+    for n in range(300):
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 20)):
+            at = rng.randrange(len(data))
+            step = rng.random()
+            if step < 0.4:
+                data[at] = rng.randrange(256)
+            elif step < 0.7:
+                del data[at : at + rng.randint(1, 50)]
+            else:
+                data[at:at] = rng.choice(fragments)
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        name = "box.mbox" if n % 3 == 0 else "message.eml"
+        (folder / name).write_bytes((b"From x\n" if n % 3 == 0 else b"") + bytes(data))
+        loaded = load_paths([folder], LoadOptions())
+        assert len(loaded.documents) + len(loaded.skipped) >= 1

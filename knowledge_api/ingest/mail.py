@@ -148,32 +148,41 @@ class Threads:
         except Exception as e:  # olefile and extract-msg raise many kinds on a bad file
             raise ExtractionError("unreadable MSG", f"{type(e).__name__}: {e}") from e
         try:
-            html = msg.htmlBody if not msg.body else None
-            text = msg.body or (html_text(html) if html else "")
-            raw_subject = str(msg.subject or "")
-            sent = msg.date
-            transport = msg.header
-            sent_date = message_date(header(transport, "date")) if transport is not None else None
-            mail = Mail(
-                message_id=strip_id(str(msg.messageId or "")) or synthetic_id(raw_subject, text),
-                parents=parent_ids(transport) if transport is not None else [],
-                subject=normal_subject(raw_subject),
-                reply=bool(_REPLY_PREFIX.match(raw_subject)),
-                sender=str(msg.sender or ""),
-                to=str(msg.to or ""),
-                cc=str(msg.cc or ""),
-                date=sent.astimezone(UTC) if isinstance(sent, datetime) else sent_date,
-                text=own_text(text),
-                folder=folder,
-                file=name,
-            )
-            for attachment in msg.attachments:
-                data = getattr(attachment, "data", None)
-                filename = str(getattr(attachment, "longFilename", "") or "")
-                if isinstance(data, bytes):
-                    self.attach(mail, filename, data)
+            return self.outlook_mail(msg, name, folder)
+        except ExtractionError:
+            raise
+        except Exception as e:  # a property extract-msg cannot decode
+            raise ExtractionError("unreadable MSG", f"{type(e).__name__}: {e}") from e
         finally:
             msg.close()
+
+    def outlook_mail(self, msg: Any, name: str, folder: str) -> Mail:
+        """The message of an opened .msg file: its transport headers name its parents
+        and give its date when the file holds no submit time."""
+        html = msg.htmlBody if not msg.body else None
+        text = msg.body or (html_text(html) if html else "")
+        raw_subject = str(msg.subject or "")
+        sent = msg.date
+        transport = msg.header
+        sent_date = message_date(header(transport, "date")) if transport is not None else None
+        mail = Mail(
+            message_id=strip_id(str(msg.messageId or "")) or synthetic_id(raw_subject, text),
+            parents=parent_ids(transport) if transport is not None else [],
+            subject=normal_subject(raw_subject),
+            reply=bool(_REPLY_PREFIX.match(raw_subject)),
+            sender=str(msg.sender or ""),
+            to=str(msg.to or ""),
+            cc=str(msg.cc or ""),
+            date=sent.astimezone(UTC) if isinstance(sent, datetime) else sent_date,
+            text=own_text(text),
+            folder=folder,
+            file=name,
+        )
+        for attachment in msg.attachments:
+            data = getattr(attachment, "data", None)
+            filename = str(getattr(attachment, "longFilename", "") or "")
+            if isinstance(data, bytes):
+                self.attach(mail, filename, data)
         return mail
 
     def attach(self, mail: Mail, filename: str, data: bytes) -> None:
@@ -367,7 +376,7 @@ def normal_subject(subject: str) -> str:
 def message_date(value: str) -> datetime | None:
     try:
         found = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if found.tzinfo is None:
         found = found.replace(tzinfo=UTC)
