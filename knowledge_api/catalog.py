@@ -20,10 +20,11 @@ from knowledge_api.errors import (
     ExtractionError,
     KnowledgeAPIError,
 )
-from knowledge_api.ingest.loaders import LoadOptions, load_as, load_jsonl, load_paths
+from knowledge_api.ingest.loaders import Loaded, LoadOptions, load_files, load_jsonl, load_paths
 from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
 from knowledge_api.ledger import Actor, changes
 from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, Progress
+from knowledge_api.settings import column_roles
 from knowledge_api.trail import Trail
 
 log = logging.getLogger("knowledge_api")
@@ -50,12 +51,16 @@ class Catalog(Trail):
         alone: a run that finds nothing new never needs the model."""
         return await changed_documents(self.store, documents)
 
-    async def read_upload(
-        self, path: Path, name: str, source_type: str, collection: str
-    ) -> list[Document]:
+    async def read_upload(self, path: Path, name: str, source_type: str, collection: str) -> Loaded:
         """The documents of an uploaded file (kept at `path`, sent as `name`), chunked
-        so its job knows the passages to do; ExtractionError when it holds none."""
-        options = LoadOptions(source_type=source_type, collection=collection)
+        so its job knows the passages to do, and what of it was left out (a mailbox's
+        broken messages); ExtractionError when it holds none."""
+        options = LoadOptions(
+            source_type=source_type,
+            collection=collection,
+            max_file_mb=self.settings.max_file_mb,
+            kpi_columns=column_roles(self.settings.kpi_columns) or {},
+        )
         return await asyncio.to_thread(read_chunked, path, name, options)
 
     @staticmethod
@@ -162,8 +167,11 @@ class Catalog(Trail):
         return Path(str(resources.files("knowledge_api").joinpath("docs")))
 
 
-def read_chunked(path: Path, name: str, options: LoadOptions) -> list[Document]:
-    documents = chunked(load_as(path, name, options))
-    if not documents:
+def read_chunked(path: Path, name: str, options: LoadOptions) -> Loaded:
+    loaded = load_files([(path, name)], options)
+    if not loaded.documents:
+        if loaded.skipped:
+            first = loaded.skipped[0]
+            raise ExtractionError(first.reason, first.detail)
         raise ExtractionError("no documents", "the file holds no record")
-    return documents
+    return Loaded(chunked(loaded.documents), loaded.skipped)

@@ -7,6 +7,7 @@ import time
 
 from knowledge_api import __version__
 from knowledge_api.engine import Body, Engine
+from knowledge_api.ingest import ocr
 from knowledge_api.timing import utc_now
 
 
@@ -50,6 +51,7 @@ class Health(Engine):
             "embedder": embedder,
             "synthesizer": synthesizer,
             "reranker": reranker,
+            "ingest": ocr.health(),
             **({"seeding": dict(self.seeding)} if self.seeding else {}),
             **extra,
         }

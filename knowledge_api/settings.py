@@ -19,13 +19,40 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from knowledge_api.config.fields import Secret, check, parsed, read_env_file, setting, specs
+from knowledge_api.config.fields import (
+    Form,
+    Secret,
+    check,
+    parsed,
+    read_env_file,
+    setting,
+    specs,
+)
 from knowledge_api.config.providers import ProviderSettings
 from knowledge_api.config.stores import StoreSettings
 from knowledge_api.config.support import SupportSettings
 from knowledge_api.config.traces import TraceSettings
 
 ON_OFF = ("on", "off")
+KPI_ROLES = ("metric", "period", "value", "description", "unit", "owner", "formula", "query")
+
+
+def column_roles(text: str) -> dict[str, str] | None:
+    """`ROLE=COLUMN` pairs separated by commas as {role: column in lower case}; None
+    when a pair is malformed or names a role twice or one that is not a KPI role."""
+    roles: dict[str, str] = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        role, sep, column = (item.strip().lower() for item in pair.partition("="))
+        if not sep or role not in KPI_ROLES or not column or role in roles:
+            return None
+        roles[role] = column
+    return roles
+
+
+KPI_COLUMNS = Form(
+    f"ROLE=COLUMN pairs separated by commas, each ROLE once, one of {', '.join(KPI_ROLES)}",
+    lambda value: column_roles(value) is not None,
+)
 
 
 @dataclass(frozen=True)
@@ -272,8 +299,17 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
         "KNOWLEDGE_MAX_FILE_MB",
         50,
         "Largest file of an upload (POST /v1/knowledge/files), in MB; a larger one is an "
-        "error of its job, the other files are indexed.",
+        "error of its job, the other files are indexed. Also the largest attachment of an "
+        "e-mail read by ingest or an upload.",
         positive=True,
+    )
+    kpi_columns: str = setting(
+        "KNOWLEDGE_KPI_COLUMNS",
+        "",
+        "Columns of KPI files (CSV, JSON lines, Excel) named otherwise than their role, "
+        "as ROLE=COLUMN pairs (metric=kpi,period=month,value=amount); a role not named "
+        "is read from the column of its own name.",
+        form=KPI_COLUMNS,
     )
     upload_dir: str = setting(
         "KNOWLEDGE_UPLOAD_DIR",

@@ -43,13 +43,13 @@ def test_skipped_files_are_named_and_exit_1(
     (docs / "a.md").write_text("# Alpha\n\nAlpha rotates the keys every month.")
     (docs / "b.pdf").write_bytes(pdf_bytes([["Beta handles invoices."]]))
     (docs / "broken.pdf").write_bytes(b"%PDF-1.4 truncated")
-    (docs / "logo.png").write_bytes(PNG)
+    (docs / "logo.ico").write_bytes(PNG)
     assert main(["ingest", "docs"]) == 1
     out, err = capsys.readouterr()
     summary, skipped = out.splitlines()
     assert summary.startswith("2 documents indexed (2 chunks, 2 embedded), 0 unchanged skipped")
-    assert skipped == "2 files skipped: docs/broken.pdf (unreadable PDF), docs/logo.png (binary)"
-    assert "skipped docs/logo.png: binary (NUL bytes in its content)" in err.splitlines()
+    assert skipped == "2 files skipped: docs/broken.pdf (unreadable PDF), docs/logo.ico (binary)"
+    assert "skipped docs/logo.ico: binary (NUL bytes in its content)" in err.splitlines()
     assert "skipped docs/broken.pdf: unreadable PDF (" in err
 
 
@@ -82,11 +82,11 @@ def test_nothing_skipped_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_only_skipped_files_do_not_start_the_service(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], no_service: None
 ) -> None:
-    (tmp_path / "logo.png").write_bytes(PNG)
-    assert main(["ingest", "logo.png"]) == 1
+    (tmp_path / "logo.ico").write_bytes(PNG)
+    assert main(["ingest", "logo.ico"]) == 1
     summary, skipped = capsys.readouterr().out.splitlines()
     assert summary.startswith("0 documents indexed (0 chunks, 0 embedded), 0 unchanged skipped")
-    assert skipped == "1 file skipped: logo.png (binary)"
+    assert skipped == "1 file skipped: logo.ico (binary)"
 
 
 @pytest.mark.parametrize(
@@ -198,3 +198,35 @@ def test_skipped_summary_is_bounded() -> None:
     many = [Skipped(f"f{n}.bin", "binary") for n in range(12)]
     line = skipped_summary(many, shown=2)
     assert line == "12 files skipped: f0.bin (binary), f1.bin (binary), and 10 more"
+
+
+def test_a_mailbox_is_indexed_as_threads_and_its_broken_message_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mail = tmp_path / "mail"
+    mail.mkdir()
+    opening = (
+        b"From: Alice <alice@vendor.example>\nTo: bob@shop.example\nSubject: Renewal\n"
+        b"Message-ID: <r1@vendor.example>\nDate: Tue, 06 Oct 2026 09:30:00 +0000\n\n"
+        b"The renewal price for 2027 is 12,000 EUR a year.\n"
+    )
+    reply = (
+        b"From: bob@shop.example\nTo: Alice <alice@vendor.example>\nSubject: Re: Renewal\n"
+        b"Message-ID: <r2@shop.example>\nIn-Reply-To: <r1@vendor.example>\n"
+        b"Date: Wed, 07 Oct 2026 10:00:00 +0000\n\nCan we sign for three years?\n"
+        b"> The renewal price for 2027 is 12,000 EUR a year.\n"
+    )
+    broken = b"From: x@y\nSubject: Broken\nContent-Type: multipart/mixed\n\nno boundary\n"
+    separator = b"From MAILER-DAEMON Thu Jan  1 00:00:00 2026\n"
+    (mail / "INBOX.mbox").write_bytes(
+        separator + opening + b"\n" + separator + broken + b"\n" + separator + reply + b"\n"
+    )
+    assert main(["ingest", "mail"]) == 1
+    out, err = capsys.readouterr()
+    summary, skipped = out.splitlines()
+    assert summary.startswith("1 documents indexed")
+    assert skipped == "1 file skipped: mail/INBOX.mbox (broken MIME)"
+    assert "skipped mail/INBOX.mbox: broken MIME (message 2: NoBoundaryInMultipartDefect)" in (err)
+    assert main(["query", "--sources", "email", "what is the renewal price for 2027?"]) == 0
+    found = capsys.readouterr().out
+    assert "12,000 EUR" in found and "email: r1@vendor.example" in found

@@ -123,7 +123,7 @@ def test_markdown_comments_are_dropped_outside_code(tmp_path: Path) -> None:
 
 def test_binary_and_unknown_files_are_skipped_and_named(tmp_path: Path) -> None:
     (tmp_path / "guide.md").write_text("# Guide\n\nText.")
-    (tmp_path / "logo.png").write_bytes(PNG)
+    (tmp_path / "logo.ico").write_bytes(PNG)
     (tmp_path / "fake.md").write_bytes(b"# Looks like Markdown\x00\x01\x02")
     (tmp_path / "latin.txt").write_bytes("caf\xe9".encode("latin-1"))
     (tmp_path / "Makefile").write_text("all:\n\ttrue\n")
@@ -135,7 +135,7 @@ def test_binary_and_unknown_files_are_skipped_and_named(tmp_path: Path) -> None:
         f"{tmp_path / 'Makefile'} (unknown type)",
         f"{tmp_path / 'fake.md'} (binary)",
         f"{tmp_path / 'latin.txt'} (not UTF-8)",
-        f"{tmp_path / 'logo.png'} (binary)",
+        f"{tmp_path / 'logo.ico'} (binary)",
     ]
     assert loaded.skipped[2].detail == "undecodable byte at offset 3"
 

@@ -203,6 +203,24 @@ def test_a_file_over_the_limit_is_an_error_the_others_are_indexed(tmp_path: Path
     assert job["files"] == {"done": 2, "total": 2}
 
 
+def test_a_mailbox_with_a_broken_message_is_indexed_and_the_message_listed(
+    client: TestClient,
+) -> None:
+    separator = b"From MAILER-DAEMON Thu Jan  1 00:00:00 2026\n"
+    good = (
+        b"From: alice@vendor.example\nSubject: Renewal\nMessage-ID: <r1@vendor.example>\n\n"
+        b"Herons renew in March.\n"
+    )
+    broken = b"From: x@y\nSubject: Broken\nContent-Type: multipart/mixed\n\nno boundary\n"
+    box = separator + good + b"\n" + separator + broken + b"\n"
+    job = wait_for(client, submit(client, [("INBOX.mbox", box)], source_type="email"))
+    assert job["status"] == "done" and job["files"] == {"done": 1, "total": 1}
+    assert job["errors"] == [
+        {"file": "INBOX.mbox", "reason": "broken MIME: message 2: NoBoundaryInMultipartDefect"}
+    ]
+    assert any("Herons renew in March." in c for c in found(client, "herons renew"))
+
+
 @pytest.mark.parametrize(
     ("send", "status", "field"),
     [

@@ -12,13 +12,14 @@ from pathlib import Path
 from knowledge_api import validation
 from knowledge_api.cli.running import with_service, with_storage
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.ingest import ocr
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.progress import progress
 from knowledge_api.ledger import MAX_AUDITED_IDS, changes, local_user
 from knowledge_api.models import Document, IndexSummary
 from knowledge_api.service import KnowledgeService
-from knowledge_api.settings import Settings
+from knowledge_api.settings import Settings, column_roles
 
 
 def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
@@ -30,6 +31,8 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
         collection=validation.collection_name(args.collection, "--collection"),
         metadata=parse_meta(args.meta),
         base_url=args.base_url,
+        max_file_mb=settings.max_file_mb,
+        kpi_columns=column_roles(settings.kpi_columns) or {},
     )
     if args.name and len(args.paths) > 1:
         raise InvalidRequest("--name", "names one source: give a single PATH with it")
@@ -51,6 +54,8 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
         skipped += found.skipped
     if skipped:
         print(skipped_summary(skipped))
+        if any(file.reason == ocr.OFF for file in skipped):
+            print(f"OCR is {ocr.state()[1]}")
         return 1
     return status
 

@@ -49,13 +49,16 @@ def serve_command(commands: Commands) -> None:
 
 def ingest_command(commands: Commands) -> None:
     command = commands.add_parser(
-        "ingest", help="index Markdown, text, HTML, PDF, DOCX, PPTX and JSONL files"
+        "ingest",
+        help="index Markdown, text, HTML, PDF, DOCX, PPTX, JSONL, e-mail, metrics, "
+        "spreadsheet and image files",
     )
     command.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     command.add_argument(
         "--source-type",
         choices=SOURCE_TYPES,
-        help="default: wiki for documents, knowledge for JSONL",
+        help="default: wiki for documents and tables, knowledge for JSONL, email for mail, "
+        "metrics for KPI, rule and dashboard files",
     )
     command.add_argument(
         "--meta",

@@ -21,7 +21,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from knowledge_api.errors import ExtractionError
-from knowledge_api.ingest import office
+from knowledge_api.ingest import ocr, office
 from knowledge_api.registry import import_extra
 
 MARKDOWN = (".md", ".markdown")
@@ -30,6 +30,7 @@ HTML = (".html", ".htm", ".xhtml")
 PDF = (".pdf",)
 DOCX = (".docx",)
 PPTX = (".pptx",)
+IMAGES = ocr.IMAGES
 DOCUMENTS_EXTRA = "documents"
 SNIFF_BYTES = 8192
 MAX_UNZIPPED_BYTES = 256 * 2**20
@@ -91,6 +92,7 @@ def extractor(suffix: str) -> Callable[[Path], Extracted] | None:
         PDF: pdf_file,
         DOCX: docx_file,
         PPTX: pptx_file,
+        IMAGES: image_file,
     }
     for suffixes, function in table.items():
         if suffix in suffixes:
@@ -264,7 +266,8 @@ def literal(text: str) -> str:
 
 def pdf_file(path: Path) -> Extracted:
     """One document per PDF, each page under a `## Page N` heading: a passage's section
-    then says which page to open, and the chunker never joins text of two pages."""
+    then says which page to open, and the chunker never joins text of two pages. A page
+    without a text layer (a scan) is read by OCR when it is on."""
     pypdf = import_extra("pypdf", DOCUMENTS_EXTRA)
     try:
         reader = pypdf.PdfReader(path)
@@ -276,11 +279,32 @@ def pdf_file(path: Path) -> Extracted:
         raise
     except Exception as e:  # pypdf raises many kinds on a damaged file
         raise ExtractionError("unreadable PDF", f"{type(e).__name__}: {e}") from e
+    metadata: dict[str, Any] = {"pages": len(pages)}
+    scanned = [n for n, text in enumerate(pages) if not text]
+    if scanned and ocr.state()[0]:
+        for n in scanned:
+            pages[n] = literal(ocr.scanned_page(reader.pages[n]))
+        metadata["ocr_pages"] = len(scanned)
+    elif scanned and any(pages):
+        metadata["pages_without_text"] = len(scanned)  # OCR is off: the text pages are kept
     if not any(pages):
-        raise ExtractionError("no text", "a scanned PDF without a text layer?")
+        if not ocr.state()[0] and any(ocr.has_images(reader.pages[n]) for n in scanned):
+            ocr.require()  # "OCR off", saying why
+        raise ExtractionError("no text", "no page holds text, nor words OCR could read")
     body = "\n\n".join(f"## Page {n}\n\n{text}" for n, text in enumerate(pages, 1) if text)
     title = str(info.title or "").strip() if info is not None else ""
-    return Extracted(title, body, {"pages": len(pages)})
+    return Extracted(title, body, metadata)
+
+
+def image_file(path: Path) -> Extracted:
+    """An image's words by OCR, a page of a multi-page TIFF under `## Page N`."""
+    pages = [literal(text) for text in ocr.image_pages(path)]
+    if not any(pages):
+        raise ExtractionError("no text", "OCR found no words in the image")
+    if len(pages) == 1:
+        return Extracted("", pages[0], {"ocr_pages": 1})
+    body = "\n\n".join(f"## Page {n}\n\n{text}" for n, text in enumerate(pages, 1) if text)
+    return Extracted("", body, {"ocr_pages": len(pages)})
 
 
 def check_zip(path: Path, kind: str) -> None:

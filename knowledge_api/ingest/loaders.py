@@ -9,13 +9,15 @@ so the caller can say so.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from knowledge_api.beir import jsonl_records
 from knowledge_api.errors import ConfigurationError, ExtractionError, InvalidRequest
+from knowledge_api.ingest import mail, metrics, tables
 from knowledge_api.ingest.extract import (
     SNIFF_BYTES,
     Extracted,
@@ -27,6 +29,8 @@ from knowledge_api.ingest.extract import (
 from knowledge_api.models import DEFAULT_COLLECTION, Document
 
 JSONL = (".jsonl",)
+RULES = (".yaml", ".yml")
+DASHBOARDS = (".json",)
 
 __all__ = [
     "LoadOptions",
@@ -35,6 +39,7 @@ __all__ = [
     "html_to_markdown",
     "load_as",
     "load_file",
+    "load_files",
     "load_jsonl",
     "load_paths",
     "markdown_title",
@@ -48,6 +53,10 @@ class LoadOptions:
     collection: str = DEFAULT_COLLECTION
     metadata: dict[str, Any] = field(default_factory=dict)
     base_url: str = ""
+    max_file_mb: int = 50
+    """Largest attachment of an e-mail read (KNOWLEDGE_MAX_FILE_MB)."""
+    kpi_columns: Mapping[str, str] = field(default_factory=dict)
+    """The columns of KPI files named otherwise than their role (KNOWLEDGE_KPI_COLUMNS)."""
 
 
 @dataclass(frozen=True)
@@ -82,14 +91,41 @@ def load_paths(paths: list[Path], options: LoadOptions) -> Loaded:
     for path in paths:
         if not path.exists():
             raise InvalidRequest(str(path), "no such file or folder")
+    files = (
+        (file, file.relative_to(path if path.is_dir() else path.parent).as_posix())
+        for path in paths
+        for file in walk(path)
+    )
+    return load_files(files, options)
+
+
+def load_files(files: Iterable[tuple[Path, str]], options: LoadOptions) -> Loaded:
+    """The documents of the files, each (path, the name it is read as). E-mail
+    messages are gathered across the files, so a thread spread over several is one
+    document; a message or an attachment that cannot be read is skipped on its own."""
     loaded = Loaded()
-    for path in paths:
-        root = path if path.is_dir() else path.parent
-        for file in walk(path):
-            try:
-                loaded.documents.extend(load_file(file, options, root))
-            except ExtractionError as e:
-                loaded.skipped.append(Skipped(str(file), e.reason, e.detail))
+    threads = mail.Threads(
+        source_type=options.source_type or mail.SOURCE_TYPE,
+        collection=options.collection,
+        metadata=options.metadata,
+        max_file_bytes=options.max_file_mb * 2**20,
+    )
+    paths: dict[str, str] = {}
+    for file, name in files:
+        if mail.in_maildir_tmp(file):
+            continue  # a message still being delivered
+        paths[name] = str(file)
+        try:
+            with reading():
+                if mail.is_mail(file, name):
+                    threads.read(file, name)
+                else:
+                    loaded.documents.extend(load_as(file, name, options))
+        except ExtractionError as e:
+            loaded.skipped.append(Skipped(str(file), e.reason, e.detail))
+    loaded.documents.extend(threads.documents())
+    for problem in threads.problems:
+        loaded.skipped.append(Skipped(paths[problem.file], problem.reason, problem.detail))
     return loaded
 
 
@@ -113,17 +149,53 @@ def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
     """The documents of the file at `path` read as the file `name` (a relative path,
     whose suffix says its type): an uploaded file is stored under another name."""
     suffix = PurePosixPath(name).suffix.lower()
-    try:
+    with reading():
         if path.stat().st_size == 0:
             # unread, as an upload of 0 bytes is: a file truncated by a failed copy or a
             # mount half come up must not empty its document
             raise ExtractionError("empty file", "0 bytes")
+        parts = structured(path, name, options)
+        if parts is not None:
+            return [
+                file_document(name, part.extracted, options, part.key, part.source_type)
+                for part in parts
+            ]
         if suffix in JSONL:
             return list(load_jsonl(path, options))
         extract = extractor(suffix)
         if extract is None:
             raise unknown_type(path, suffix)
         return [file_document(name, extract(path), options)]
+
+
+def structured(path: Path, name: str, options: LoadOptions) -> list[tables.Part] | None:
+    """The documents of a file holding several, told apart by content: KPI files,
+    rule files and dashboards (metrics), sheets (tables); None for a BEIR corpus."""
+    suffix = PurePosixPath(name).suffix.lower()
+    roles = options.kpi_columns
+    if suffix in tables.SHEETS:
+        sheets = tables.sheets(path, suffix)
+        kpis = [kpi for kpi in (metrics.as_kpi(sheet, roles) for sheet in sheets) if kpi]
+        others = [sheet for sheet in sheets if not metrics.is_kpi(sheet.header, roles)]
+        title = PurePosixPath(name).stem.replace("-", " ").replace("_", " ")
+        found = [part for sheet in kpis for part in metrics.kpi_parts(sheet)]
+        return found + (tables.table_parts(others, title) if others else [])
+    if suffix in JSONL:
+        sheet = metrics.jsonl_sheet(path, roles)
+        kpi = metrics.as_kpi(sheet, roles) if sheet is not None else None
+        return metrics.kpi_parts(kpi) if kpi is not None else None
+    if suffix in RULES:
+        return metrics.rule_parts(path)
+    if suffix in DASHBOARDS:
+        return metrics.dashboard_parts(path, name)
+    return None
+
+
+@contextmanager
+def reading() -> Iterator[None]:
+    """The errors of reading a file as ExtractionError, the reason it was skipped."""
+    try:
+        yield
     except ConfigurationError as e:  # an optional extractor is not installed
         raise ExtractionError("extractor not installed", e.message) from e
     except InvalidRequest as e:  # a bad JSONL record
@@ -141,7 +213,14 @@ def unknown_type(path: Path, suffix: str) -> ExtractionError:
     return ExtractionError("unknown type", f"{kind}: not a supported document format")
 
 
-def file_document(relative: str, extracted: Extracted, options: LoadOptions) -> Document:
+def file_document(
+    relative: str,
+    extracted: Extracted,
+    options: LoadOptions,
+    key: str = "",
+    source_type: str = "wiki",
+) -> Document:
+    """The document of a file, or of the part `key` of a file that holds several."""
     path = PurePosixPath(relative)
     url = f"{options.base_url.rstrip('/')}/{relative}" if options.base_url else ""
     metadata = {
@@ -150,11 +229,11 @@ def file_document(relative: str, extracted: Extracted, options: LoadOptions) -> 
         **extracted.metadata,
         **options.metadata,
     }
-    if url:
+    if url and "url" not in extracted.metadata:  # a rule's runbook is its link
         metadata["url"] = url
     return Document(
-        source_type=options.source_type or "wiki",
-        source_id=url or relative,
+        source_type=options.source_type or source_type,
+        source_id=(url or relative) + (f"#{key}" if key else ""),
         content=extracted.content,
         title=extracted.title or path.stem.replace("-", " ").replace("_", " "),
         metadata=metadata,

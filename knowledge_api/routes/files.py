@@ -42,7 +42,8 @@ FILES = Body(
     Custom(
         FILE,
         f"One or more files (up to {MAX_FILES}), each a `file` part with its file name: "
-        ".md, .txt, .html, .pdf, .docx, .pptx or .jsonl.",
+        ".md, .txt, .html, .pdf, .docx, .pptx, .jsonl, .eml, .mbox, .msg, .csv, .xlsx, "
+        ".yaml, .json, .png, .jpg or .tiff.",
         shape={**array(BINARY), "minItems": 1, "maxItems": MAX_FILES},
     ),
     *FIELDS,
@@ -126,11 +127,7 @@ def job_view(job: Job) -> dict[str, Any]:
         "source": job.source,
         "files": {"done": len(settled), "total": len(job.files)},
         "chunks": {"done": job.chunks_done, "total": job.chunks_total, "embedded": job.embedded},
-        "errors": [
-            {"file": file.name, "reason": file.reason}
-            for file in job.files
-            if file.state == "failed"
-        ],
+        "errors": [{"file": file.name, "reason": file.reason} for file in job.files if file.reason],
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }

@@ -196,14 +196,16 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
     indexed: list[Document] = []
     for file in pending:
         try:
-            documents = await service.read_upload(
+            loaded = await service.read_upload(
                 folder / file.stored, file.name, job.source_type, job.collection
             )
         except ExtractionError as e:
             file.state, file.reason = "failed", f"{e.reason}: {e.detail}" if e.detail else e.reason
         else:
-            file.chunks = sum(len(doc.chunks) for doc in documents)
-            read.append((file, documents))
+            # a mailbox indexed but for some of its messages: those are listed as its errors
+            file.reason = "; ".join(f"{s.reason}: {s.detail}" for s in loaded.skipped)
+            file.chunks = sum(len(doc.chunks) for doc in loaded.documents)
+            read.append((file, loaded.documents))
     job.chunks_total = sum(file.chunks for file in job.files if file.state != "failed")
     await jobs.save(job)
     for file, documents in read:
