@@ -6,7 +6,7 @@ collections it may read."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -52,11 +52,12 @@ def model_view(model: str, info: CollectionInfo) -> dict[str, object]:
 
 
 def unix(stamp: str) -> int:
-    """An ISO 8601 time as Unix seconds; 0 for none."""
+    """An ISO 8601 time (UTC when it names no offset) as Unix seconds; 0 for none."""
     try:
-        return int(datetime.fromisoformat(stamp).timestamp()) if stamp else 0
+        parsed = datetime.fromisoformat(stamp)
     except ValueError:
         return 0
+    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp())
 
 
 def model_name(info: CollectionInfo) -> str:
