@@ -1,4 +1,4 @@
-"""The HTTP side of Gemini, Groq and Cohere, answered by respx.
+"""The HTTP side of Gemini, Groq, OpenAI (and Azure OpenAI) and Cohere, answered by respx.
 
 The real SDKs send real requests; these helpers build what the providers send back:
 SSE bodies of streamed answers, error bodies, streams that stall or break midway.
@@ -29,6 +29,11 @@ COHERE_KEY = "co-secret-key-3333"
 GEMINI_GENERATE = r"^https://gemini\.test/v1/models/gemini-2\.0-flash:streamGenerateContent"
 GROQ_CHAT = f"{GROQ_URL}/openai/v1/chat/completions"
 COHERE_RERANK = f"{COHERE_URL}/v2/rerank"
+OPENAI_KEY = "sk-secret-key-4444"
+OPENAI_CHAT = "https://api.openai.com/v1/chat/completions"
+AZURE_URL = "https://answers.openai.azure.com"
+AZURE_DEPLOYMENT = "answers-4o"
+AZURE_CHAT = f"{AZURE_URL}/openai/deployments/{AZURE_DEPLOYMENT}/chat/completions"
 
 
 def llm_settings(tmp_path: Path, **changes: Any) -> Settings:
@@ -104,6 +109,40 @@ def groq_answer(pieces: Sequence[str], tokens: int = 77) -> httpx.Response:
 
 def groq_error(status: int, message: str = "failure") -> httpx.Response:
     return httpx.Response(status, json={"error": {"message": message, "type": "server_error"}})
+
+
+# -- OpenAI (and every server of its shape) -------------------------------------------
+
+
+def openai_chunk(text: str | None, finish: str | None = None) -> bytes:
+    delta = {} if text is None else {"content": text}
+    chunk = {
+        "id": "chatcmpl-2",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def openai_usage(tokens: int) -> bytes:
+    """The last chunk when `stream_options.include_usage` is asked: no choices, the usage."""
+    counted = {"prompt_tokens": tokens - 1, "completion_tokens": 1, "total_tokens": tokens}
+    chunk = {"id": "chatcmpl-2", "object": "chat.completion.chunk", "created": 1}
+    chunk.update(model="gpt-4o-mini", choices=[], usage=counted)
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def openai_answer(pieces: Sequence[str], tokens: int = 55) -> httpx.Response:
+    body = b"".join(openai_chunk(piece) for piece in pieces)
+    body += openai_chunk(None, "stop") + openai_usage(tokens) + b"data: [DONE]\n\n"
+    return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+
+def openai_error(status: int, message: str = "failure") -> httpx.Response:
+    error = {"message": message, "type": "server_error", "code": None}
+    return httpx.Response(status, json={"error": error})
 
 
 # -- Cohere -----------------------------------------------------------------------------

@@ -349,7 +349,7 @@ async def test_citations_past_the_context_are_removed(
         ("gemini,groq", "must end with extractive"),
         ("extractive,gemini", "must end with extractive"),
         ("gemini,gemini,extractive", "names a link twice"),
-        ("openai,extractive", "not a known synthesizer"),
+        ("mistral,extractive", "not a known synthesizer"),
     ],
 )
 def test_the_chain_is_checked_at_start(tmp_path: Path, chain: str, message: str) -> None:

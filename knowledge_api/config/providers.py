@@ -13,6 +13,18 @@ class ProviderSettings:
         "GOOGLE_GENERATIVE_AI_API_KEY", Secret(""), "Gemini API key (synthesis, gemini embedder)."
     )
     groq_api_key: Secret = setting("GROQ_API_KEY", Secret(""), "Groq API key (synthesis).")
+    openai_api_key: Secret = setting(
+        "KNOWLEDGE_OPENAI_API_KEY",
+        Secret(""),
+        "Key of the openai link, sent to KNOWLEDGE_OPENAI_BASE_URL (OpenAI, Azure OpenAI, "
+        "a gateway); a server of one's own needs none.",
+    )
+    openai_platform_key: Secret = setting(
+        "OPENAI_API_KEY",
+        Secret(""),
+        "OpenAI's key: the openai link's when KNOWLEDGE_OPENAI_API_KEY is not set, sent "
+        "to OpenAI's own API only.",
+    )
     cohere_api_key: Secret = setting(
         "COHERE_API_KEY", Secret(""), "Cohere API key (cohere embedder and reranker)."
     )
@@ -24,6 +36,18 @@ class ProviderSettings:
     groq_base_url: str = setting(
         "KNOWLEDGE_GROQ_BASE_URL", "https://api.groq.com", "Groq API endpoint."
     )
+    openai_base_url: str = setting(
+        "KNOWLEDGE_OPENAI_BASE_URL",
+        "https://api.openai.com/v1",
+        "Endpoint of the openai link: OpenAI's API, any OpenAI-compatible server (Ollama, "
+        "vLLM, llama.cpp, LM Studio, OpenRouter), or the Azure OpenAI endpoint.",
+    )
+    openai_api_version: str = setting(
+        "KNOWLEDGE_OPENAI_API_VERSION",
+        "",
+        "Azure OpenAI's api-version: set, the openai link speaks to Azure (the base URL is "
+        "the resource's endpoint, the model its deployment).",
+    )
     cohere_base_url: str = setting(
         "KNOWLEDGE_COHERE_BASE_URL", "https://api.cohere.com", "Cohere API endpoint."
     )
@@ -32,6 +56,11 @@ class ProviderSettings:
     )
     groq_model: str = setting(
         "KNOWLEDGE_GROQ_MODEL", "llama-3.3-70b-versatile", "Groq model that writes answers."
+    )
+    openai_model: str = setting(
+        "KNOWLEDGE_OPENAI_MODEL",
+        "gpt-4o-mini",
+        "Model of the openai link (on Azure, the deployment's name).",
     )
     gemini_timeout: float = setting(
         "KNOWLEDGE_GEMINI_TIMEOUT",
@@ -43,11 +72,20 @@ class ProviderSettings:
     groq_timeout: float = setting(
         "KNOWLEDGE_GROQ_TIMEOUT", 5.0, "The same limit for Groq.", positive=True
     )
+    openai_timeout: float = setting(
+        "KNOWLEDGE_OPENAI_TIMEOUT", 5.0, "The same limit for the openai link.", positive=True
+    )
     gemini_max_tokens: int = setting(
         "KNOWLEDGE_GEMINI_MAX_TOKENS", 500, "Most output tokens of a Gemini answer.", positive=True
     )
     groq_max_tokens: int = setting(
         "KNOWLEDGE_GROQ_MAX_TOKENS", 500, "Most output tokens of a Groq answer.", positive=True
+    )
+    openai_max_tokens: int = setting(
+        "KNOWLEDGE_OPENAI_MAX_TOKENS",
+        500,
+        "Most output tokens of an answer of the openai link.",
+        positive=True,
     )
     llm_temperature: float = setting(
         "KNOWLEDGE_LLM_TEMPERATURE",

@@ -1,5 +1,5 @@
 """Listwise reranking by an LLM: the first link of the synthesis chain that is ready
-(Gemini or Groq, skipping links without a key or with an open circuit) reads the
+(Gemini, Groq or the openai link, skipping links without a key or with an open circuit) reads the
 numbered passages and answers with their order as JSON, `{"ranking": [3, 1, 2]}`.
 
 The answer must be exactly that object, its numbers a permutation of some of the

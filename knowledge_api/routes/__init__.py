@@ -23,6 +23,7 @@ from knowledge_api.routes import (
     feedback,
     files,
     health,
+    models,
     openapi,
     playground,
     query,
@@ -220,6 +221,27 @@ ROUTES = [
         chat.COMPLETION_REQUEST,
         response=chat.COMPLETION,
         events=chat.COMPLETION_EVENTS,
+    ),
+    ApiRoute(
+        "/v1/models",
+        models.models,
+        "GET",
+        READ,
+        "OpenAI's model list: the collections the key may read, as chat models (knowledge "
+        "for the default one), for chat clients' model pickers.",
+        response=models.MODELS,
+        errors=(503,),
+    ),
+    ApiRoute(
+        "/v1/models/{id}",
+        models.model,
+        "GET",
+        READ,
+        "One model of GET /v1/models: 403 for a collection the key may not read, 404 for "
+        "one that does not exist.",
+        response=models.MODEL,
+        parameters=(models.ID,),
+        errors=(403, 404, 503),
     ),
     ApiRoute(
         "/v1/knowledge/retrieve",

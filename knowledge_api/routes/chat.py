@@ -22,6 +22,7 @@ from starlette.responses import Response, StreamingResponse
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.models import DEFAULT_COLLECTION, SETTINGS_RANKING, Ranking, SearchHit
+from knowledge_api.routes import models
 from knowledge_api.routes.views import FILTERS, RANKING
 from knowledge_api.service import KnowledgeService, Served
 from knowledge_api.usecases import answers, conversation
@@ -235,8 +236,8 @@ COMPLETION_REQUEST = Body(
     "ChatCompletionRequest",
     Custom(
         "model",
-        "A collection, or knowledge for the default one.",
-        "knowledge",
+        "A collection, or knowledge for the default one (GET /v1/models lists them).",
+        models.DEFAULT_MODEL,
         shape={"type": "string", "pattern": validation.COLLECTION_PATTERN},
     ),
     CONVERSATION,
@@ -380,7 +381,7 @@ async def completions(request: Request) -> Response:
     model, stream = values["model"], values["stream"]
     if not validation.valid_collection(model):
         raise InvalidRequest("model", "must name a collection, or knowledge for the default")
-    collection = DEFAULT_COLLECTION if model == "knowledge" else model
+    collection = models.collection_of(model)
     said, scope = asked(
         values["messages"],
         knowledge.answer_threshold,

@@ -7,3 +7,4 @@ synthesizers: Registry[Synthesizer] = Registry("synthesizer", "KNOWLEDGE_SYNTHES
 synthesizers.register("extractive", "knowledge_api.synthesis.extractive:ExtractiveSynthesizer")
 synthesizers.register("gemini", "knowledge_api.synthesis.gemini:GeminiSynthesizer")
 synthesizers.register("groq", "knowledge_api.synthesis.groq:GroqSynthesizer")
+synthesizers.register("openai", "knowledge_api.synthesis.openai:OpenAISynthesizer")

@@ -11,7 +11,8 @@ from typing import Any
 
 from knowledge_api.registry import import_extra
 from knowledge_api.sdk import sdk_client
-from knowledge_api.synthesis.base import CUT_SHORT, Prompt, ProviderError, RemoteLink, Usage
+from knowledge_api.synthesis.base import Prompt, RemoteLink, Usage
+from knowledge_api.synthesis.completions import completion_text
 
 
 class GroqSynthesizer(RemoteLink):
@@ -27,42 +28,22 @@ class GroqSynthesizer(RemoteLink):
         groq = import_extra("groq", self.extra)
         return sdk_client(groq.AsyncGroq, self, http_client=self.http)
 
-    async def generate(self, prompt: Prompt, usage: Usage) -> AsyncGenerator[str, None]:
-        groq = import_extra("groq", self.extra)
-        try:
-            stream = await self.client.chat.completions.create(
+    def generate(self, prompt: Prompt, usage: Usage) -> AsyncGenerator[str, None]:
+        return completion_text(
+            import_extra("groq", self.extra),
+            lambda: self.client.chat.completions.create(
                 model=self.model,
                 messages=[{"role": "user", "content": prompt.text}],
                 temperature=self.temperature,
                 max_completion_tokens=self.max_tokens,
                 stream=True,
-            )
-            finished = False
-            async with stream:
-                async for chunk in stream:
-                    usage.tokens = chunk_tokens(chunk) or usage.tokens
-                    if chunk.choices and (piece := chunk.choices[0].delta.content):
-                        yield piece
-                    finished = finished or bool(chunk.choices and chunk.choices[0].finish_reason)
-            if not finished:
-                raise ProviderError(CUT_SHORT)
-        except groq.APIStatusError as e:
-            raise ProviderError(f"HTTP {e.status_code}: {error_message(e.body)}") from e
-        except groq.APIError as e:
-            raise ProviderError(f"{type(e).__name__}: {e.message}") from e
-        except ValueError as e:  # a body that is not the JSON Groq sends
-            raise ProviderError(f"malformed response: {str(e)[:200]}") from e
+            ),
+            usage,
+            chunk_tokens,
+        )
 
 
 def chunk_tokens(chunk: Any) -> int | None:
     """Groq reports usage in the last chunk, under x_groq (or usage when asked)."""
     usage = chunk.usage or (chunk.x_groq.usage if chunk.x_groq else None)
     return usage.total_tokens if usage else None
-
-
-def error_message(body: Any) -> str:
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])[:200]
-    return str(body)[:200]

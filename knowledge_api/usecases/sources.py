@@ -18,6 +18,7 @@ import orjson
 
 from knowledge_api.errors import CollectionNotFound, InvalidRequest, KnowledgeAPIError
 from knowledge_api.models import (
+    DEFAULT_COLLECTION,
     CollectionInfo,
     Document,
     DocumentPage,
@@ -218,6 +219,19 @@ async def collections(
     service: KnowledgeService, visible: Callable[[str], bool]
 ) -> list[CollectionInfo]:
     return [info for info in await service.store.collection_stats() if visible(info.name)]
+
+
+async def chat_models(
+    service: KnowledgeService, visible: Callable[[str], bool]
+) -> list[CollectionInfo]:
+    """The collections a chat client may name as its model, among those `visible`: the
+    default one first, even empty (an empty knowledge base is still one to ask), then
+    each other collection that holds documents (one that has only a source's record
+    answers nothing)."""
+    found = {info.name: info for info in await collections(service, visible)}
+    default = found.pop(DEFAULT_COLLECTION, CollectionInfo(DEFAULT_COLLECTION, 0, 0, 0, ""))
+    others = [info for info in found.values() if info.documents != 0]
+    return [default, *others] if visible(DEFAULT_COLLECTION) else others
 
 
 async def require_collection(
