@@ -200,11 +200,23 @@ def extract(query: str, hits: Sequence[SearchHit]) -> Synthesis:
 
 
 def candidates(query: str, hits: Sequence[SearchHit]) -> list[list[str]]:
-    """Per result, the sentences that may answer; none from a passage that does not
-    name what the question names (asked about Kestrel, Osprey's steps are not an
-    answer)."""
+    """Per result, the sentences that may answer. When the question names something
+    (Kestrel, PM2, /livez), none from a passage that does not name it (asked about
+    Kestrel, Osprey's steps are not an answer), and none that holds no word of what
+    is asked of it besides the name ("Run `kestrel apply`" does not say how to roll
+    Kestrel back)."""
     names = named(query)
-    return [candidate_sentences(hit.chunk.content) if names_any(hit, names) else [] for hit in hits]
+    asked = stems(query) - stems(" ".join(names))
+    return [
+        [
+            sentence
+            for sentence in candidate_sentences(hit.chunk.content)
+            if not names or not asked or asked & stems(sentence)
+        ]
+        if names_any(hit, names)
+        else []
+        for hit in hits
+    ]
 
 
 _NAME = re.compile(r"[A-Za-z0-9_$/.-]*[A-Za-z0-9_$]")
@@ -215,7 +227,7 @@ def named(query: str) -> set[str]:
     acronyms (PM2, HTTP) and words shaped like code (/livez, store_read_only)."""
     found = set()
     for i, word in enumerate(_NAME.findall(query)):
-        if len(word) < 2 or word.casefold() in text.STOPWORDS:
+        if len(word) < 2 or word.casefold() in text.STOPWORDS or not re.search("[A-Za-z]", word):
             continue
         if (i > 0 and word[0].isupper()) or word.isupper() or any(c in word for c in "_/$."):
             found.add(word.casefold())
