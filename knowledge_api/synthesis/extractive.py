@@ -2,12 +2,14 @@
 cited as [n]. It only quotes; it never writes a claim of its own.
 
 Each sentence of the results is scored against the query: by meaning (the cosine of
-its embedding with the query's, when the service hands over its embedder) and by
-words (the share of the query's stemmed content words it contains). Boilerplate
-(navigation, copyright lines, code, headings alone, fragments) is never a candidate,
-and a sentence that only repeats the question's words answers nothing. When no
-sentence reaches the bar, the answer says the knowledge base has no relevant passage
-and cites nothing, instead of quoting something weak.
+its embedding with the query's, read in its section, when the service hands over its
+embedder) and by words (the share of the query's stemmed content words it contains).
+Boilerplate (navigation, copyright lines, code, headings alone, fragments) is never a
+candidate, and a sentence that only repeats the question's words answers nothing; one
+that completes them (with a command, a setting, a number) does. A question that names
+something (Kestrel, PM2) is answered only from passages that name it. When no sentence
+reaches the bar, the answer says the knowledge base has no relevant passage and cites
+nothing, instead of quoting something weak.
 """
 
 from __future__ import annotations

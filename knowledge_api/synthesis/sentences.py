@@ -243,11 +243,13 @@ def heading_alone(sentence: str, words: list[str]) -> bool:
 
 
 def code_like(line: str) -> bool:
-    """Mostly symbols, or a statement/call rather than words; a line with inline code
-    and a sentence's words around it is prose."""
+    """Mostly symbols, or a statement/call rather than words; in a line with inline code
+    and a sentence's words around it, the words around it."""
     line = _LINK.sub(r"\1", line)
-    if "`" in line and len(text.words(_INLINE_CODE.sub(" ", line))) >= MIN_WORDS:
-        return False
+    if "`" in line and "```" not in line:
+        around = _INLINE_CODE.sub(" ", line)
+        if len(text.words(around)) >= MIN_WORDS:
+            line = around  # the prose around the spans is judged, not the code in them
     line = line.replace("`", "")
     symbols = sum(ch in _CODE_CHARS for ch in line)
     letters = sum(ch.isalpha() for ch in line)

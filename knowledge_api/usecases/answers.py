@@ -30,6 +30,11 @@ UNCITED = (
     "the answer written by {model} cited none of them. Try rephrasing the question."
 )
 NO_CONFIDENCE = grounding.Confidence(0.0, 0.0, 0.0, 0.0)
+SENTENCE_MARGIN = 0.1
+"""How far below the threshold a passage may be and still ground an answer by its
+sentence closest to the question: a long passage is diluted, not unrelated (a
+changelog line on Thai dates, 0.45 from "what is the daily life of thai people" in
+a passage 0.20 from it, is not an answer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +129,15 @@ async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGene
 async def passages(service: KnowledgeService, params: AnswerParams) -> Retrieval:
     """The passages an answer may be written from: those whose similarity reaches the
     threshold, and, when they are fewer than the limit, those of the first `limit`
-    found whose sentence closest to the question reaches it. A passage of many bullets
-    is far from a question in meaning that one of its sentences answers ("How do I add
-    documents over HTTP?": the passage 0.39, "To index one document, send it as the
-    body." 0.45). They keep the order they were found in."""
+    found at SENTENCE_MARGIN below it whose sentence closest to the question reaches
+    it. A passage of many bullets is far from a question in meaning that one of its
+    sentences answers ("How do I add documents over HTTP?": the passage 0.39, "To index
+    one document, send it as the body." 0.45). They keep the order they were found in."""
     found = await search(service, params, params.threshold)
     if len(found.hits) >= params.limit or params.threshold <= 0:
         return found
-    nearest = await search(service, params, 0.0)
+    floor = params.threshold - SENTENCE_MARGIN
+    nearest = await search(service, params, max(floor, 0.0))
     below = [hit for hit in nearest.hits if hit.similarity < params.threshold]
     support = await service.sentence_support(params.query, below) if below else None
     admitted = {
