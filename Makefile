@@ -71,6 +71,7 @@ bench: install-dev bytecode
 	$(BIN)/python scripts/bench_replicas.py
 	$(BIN)/python scripts/bench_uploads.py --corpus $(CORPUS)
 	$(BIN)/python scripts/conversation_eval.py
+	$(BIN)/python scripts/answer_set.py
 	$(BIN)/python scripts/bench_filters.py --stores sqlite,postgres --sizes 5000,200000 --keep .bench/filters
 	$(BIN)/python scripts/bench_sources.py --documents 10000 --runs 3
 

@@ -41,6 +41,7 @@ from knowledge_api.models import (
 from knowledge_api.ranking import DEEPEST, by_recency
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.startup import Startup
+from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
 from knowledge_api.timing import elapsed_ms, ms
 
 __all__ = [
@@ -320,6 +321,15 @@ class KnowledgeService(Startup, Health):
         """The chain's events: ("delta", text) as text arrives, ("reset", why) when a
         link failed mid-answer, then ("done", Outcome)."""
         return self.synthesizer.stream(query, hits)
+
+    async def sentence_support(self, query: str, hits: Sequence[SearchHit]) -> list[float] | None:
+        """Per passage, the cosine with the question of its sentence closest to it, as
+        the offline link reads sentences (its vectors kept for the answer); None
+        without the model."""
+        offline = self.synthesizer.links[-1]
+        if not isinstance(offline, ExtractiveSynthesizer):
+            return None
+        return await offline.support(query, hits)
 
     async def synthesize(self, query: str, hits: Sequence[SearchHit]) -> Outcome:
         """The chain's answer, whole."""

@@ -19,7 +19,9 @@ under it ("Sources: [1] Title > Section"), so the rewrite can read what was cite
 The set is split: the odd-numbered conversations of the first 49 were used to tune the
 offline rewrite; the even-numbered ones and those marked `added_after_tuning` (written
 once it was tuned, to ask what the first set asks too little: follow-ups whose own words
-fit many documents, "which errors does it raise?") were not. Both are reported. Then
+fit many documents, "which errors does it raise?"; then "and X?" after a question that
+kept its subject and moved its focus) were not. Both are reported, and the held-out
+follow-ups of the form "and X?" / "what about X?" apart. Then
 the time of one offline rewrite, p50 and p95 over every follow-up.
 
     .venv/bin/python scripts/conversation_eval.py [--file tests/conversations.json]
@@ -94,6 +96,11 @@ def follow_ups(path: Path, titles: dict[str, str]) -> list[FollowUp]:
                 Turn("assistant", f"(the answer) [1]\n\nSources:\n[1] {title}", (title,)),
             ]
     return found
+
+
+def elliptic(f: FollowUp) -> bool:
+    """A follow-up of the form "and X?" / "what about X?"."""
+    return bool(conversation.ELLIPSIS.match(f.turns[-1].text))
 
 
 def joined(turns: Sequence[Turn]) -> str:
@@ -184,6 +191,7 @@ async def run(path: Path, misses: bool) -> None:
             "held out, added after": rows(lambda f: f.conversation in added),
             "held out, 1 turn back": rows(lambda f: not f.tuned and f.refers == 1),
             "held out, 2 turns back": rows(lambda f: not f.tuned and f.refers == 2),
+            'held out, "and X?"': rows(lambda f: not f.tuned and elliptic(f)),
             "all": rows(lambda f: True),
         }
     )

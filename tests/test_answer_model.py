@@ -13,8 +13,9 @@ from starlette.testclient import TestClient
 from knowledge_api import grounding
 from knowledge_api.app import create_app
 from knowledge_api.embeddings.local import LocalEmbedder
+from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from tests import providers
-from tests.conftest import corpus
+from tests.conftest import corpus, make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
 from tests.test_extractive import hit
 
@@ -81,3 +82,27 @@ def test_an_llm_answer_graded_with_the_real_model(
     assert grounded["confidence"]["overall"] > 0.5  # calibrated: better than a coin toss
     assert other["confidence"]["entailment_score"] < grounded["confidence"]["entailment_score"]
     assert other["confidence"]["overall"] < grounded["confidence"]["overall"]
+
+
+def test_a_passage_whose_sentence_answers_grounds_an_answer_below_its_own_similarity(
+    model: LocalEmbedder, tmp_path: Path
+) -> None:
+    """The bundled docs' passage on POST /v1/knowledge/documents is 0.39 from "How do I
+    add documents over HTTP?" (its bullets dilute it) and its first sentence 0.45: the
+    answer is written from it at the default 0.4, not refused."""
+    app = create_app(make_settings(tmp_path, embedder="local", synthesizer="extractive"))
+    app.state.service.embedder = model
+    with TestClient(app) as client:
+        service = app.state.service
+        docs = load_paths([service.seed_path()], LoadOptions()).documents
+        client.portal.call(service.ingest, docs)
+        asked = client.post(
+            "/v1/knowledge/answer", json={"query": "How do I add documents over HTTP?"}
+        )
+        unrelated = client.post(
+            "/v1/knowledge/answer", json={"query": "Who won the football world cup in 1998?"}
+        )
+    answer = asked.json()
+    assert answer["status"] == "success", answer
+    assert "To index one document, send it as the body." in answer["answer"]
+    assert unrelated.json()["status"] == "insufficient_context"

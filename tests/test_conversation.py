@@ -97,6 +97,35 @@ def test_and_x_asks_the_previous_question_about_x() -> None:
     assert kept.question == "What SQL functions does Postgres use?"
 
 
+def test_and_a_name_replaces_the_entity_asked_about_not_the_focus() -> None:
+    """ "and Kestrel?" asks the previous question of Kestrel: the name takes the
+    subject's place (with its article), never the place of what was asked of it."""
+    rolled = offline(said("How do I roll back an Osprey wave?", ("..", ()), "and Kestrel?"))
+    assert rolled.question == "How do I roll back a Kestrel wave?"
+    after_a_bare_question = offline(
+        said(
+            "How do I roll back an Osprey wave?",
+            ("..", ("Osprey > Rolling back",)),
+            "What does the cache of your last answer say?",
+            ("..", ("Osprey > Cache",)),
+            "and Kestrel?",
+        )
+    )
+    assert "Kestrel" in after_a_bare_question.question
+    assert "cache of your last answer" in after_a_bare_question.question
+    assert after_a_bare_question.cited == ()  # Osprey's documents are not Kestrel's
+    moved = offline(
+        said(
+            "How do I configure the Chroma store?",
+            ("..", ()),
+            "How are its collections laid out?",
+            ("..", ()),
+            "what about Qdrant?",
+        )
+    )
+    assert moved.question == "How are Qdrant collections laid out?"
+
+
 def test_the_sources_an_earlier_answer_cited_are_searched_with_the_question() -> None:
     cited = ("Falcon guide > Setup", "Gateways > Falcon")
     rewrite = offline(said("What is Falcon?", ("A gateway [1][2].", cited), "How is it set up?"))

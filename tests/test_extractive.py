@@ -213,3 +213,52 @@ def test_a_clearly_better_sentence_further_down_is_not_outranked_by_position() -
 def test_code_the_sentence_already_names_is_not_repeated() -> None:
     page = "For the zone name alone, use `get_localzone_name()`:\n\n    >>> get_localzone_name()\n"
     assert candidate_sentences(page) == ["For the zone name alone, use `get_localzone_name()`:"]
+
+
+def test_prose_holding_inline_code_is_an_answer_not_code() -> None:
+    page = (
+        "`KNOWLEDGE_FUSION=rrf` fuses by reciprocal rank instead of by score.\n\n"
+        "Restart Falcon with `systemctl restart falcon`.\n\n"
+        "`x = load(path)`"
+    )
+    assert candidate_sentences(page) == [
+        "`KNOWLEDGE_FUSION=rrf` fuses by reciprocal rank instead of by score.",
+        "Restart Falcon with `systemctl restart falcon`.",
+    ]
+
+
+def test_a_short_list_item_is_one_sentence_without_its_marker() -> None:
+    page = (
+        "- `threshold` (number, default 0.2): from 0 to 1. The lowest similarity a result "
+        "may have.\n"
+        "- **stdio**: one client on stdin. Use an `https://` URL with a key.\n"
+    )
+    assert candidate_sentences(page) == [
+        "`threshold` (number, default 0.2): from 0 to 1. The lowest similarity a result may have.",
+        "stdio: one client on stdin. Use an `https://` URL with a key.",
+    ]
+
+
+def test_the_sentence_completing_the_question_is_not_dropped_for_repeating_it() -> None:
+    """The command repeats "restart" and "Falcon": it still answers."""
+    notes = hit(
+        "Restart Falcon with `systemctl restart falcon`. "
+        "Its health check is `GET /falcon/ping`, which answers 200 when the queue is up."
+    )
+    synthesis = extract("How do I restart Falcon?", [notes])
+    assert synthesis.text.startswith("Restart Falcon with `systemctl restart falcon`. [1]")
+    replaced = extract(
+        "What happens when I post the same source_type and source_id again?",
+        [hit("Posting the same `source_type` and `source_id` again replaces that document.")],
+    )
+    assert replaced.citations == [1]
+
+
+def test_a_passage_about_another_entity_is_not_quoted_as_the_asked_ones() -> None:
+    osprey = hit(
+        "Roll back an Osprey wave with `osprey rollback --wave N`, which reinstalls the "
+        "previous release on every server of the wave."
+    )
+    asked = extract("How do I roll back Kestrel?", [osprey])
+    assert asked.text == NO_RESULTS and asked.citations == []
+    assert extract("How do I roll back an Osprey wave?", [osprey]).citations == [1]

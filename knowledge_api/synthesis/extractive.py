@@ -2,16 +2,19 @@
 cited as [n]. It only quotes; it never writes a claim of its own.
 
 Each sentence of the results is scored against the query: by meaning (the cosine of
-its embedding with the query's, when the service hands over its embedder) and by
-words (the share of the query's stemmed content words it contains). Boilerplate
-(navigation, copyright lines, code, headings alone, fragments) is never a candidate,
-and a sentence that only repeats the question's words answers nothing. When no
-sentence reaches the bar, the answer says the knowledge base has no relevant passage
-and cites nothing, instead of quoting something weak.
+its embedding with the query's, read in its section, when the service hands over its
+embedder) and by words (the share of the query's stemmed content words it contains).
+Boilerplate (navigation, copyright lines, code, headings alone, fragments) is never a
+candidate, and a sentence that only repeats the question's words answers nothing; one
+that completes them (with a command, a setting, a number) does. A question that names
+something (Kestrel, PM2) is answered only from passages that name it. When no sentence
+reaches the bar, the answer says the knowledge base has no relevant passage and cites
+nothing, instead of quoting something weak.
 """
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -41,8 +44,12 @@ KEEP_WITHIN = 0.1
 """Further sentences are kept when they score within this of the best one."""
 MIN_NEW_WORDS = 0.5
 """Share of a sentence's content words (counted with repeats) that are not the
-question's: below it, the sentence repeats the question instead of answering it, and
-its score is scaled down in proportion."""
+question's: below it, a sentence that does not complete the question repeats it (a
+keyword-stuffed line, the question itself in an FAQ), and its score is scaled down in
+proportion."""
+NEW_NEEDED = 2
+"""Distinct words of its own that complete the question in a sentence that says none
+of the question's words twice."""
 MAX_EMBEDDED = 12
 """Sentences embedded per answer at most; the model's cost grows with each."""
 CACHED_SENTENCES = 20_000
@@ -98,9 +105,17 @@ class ExtractiveSynthesizer:
         return {"name": self.name, "status": "available"}
 
     async def extract(self, query: str, hits: Sequence[SearchHit]) -> Synthesis:
-        sentences = [candidate_sentences(hit.chunk.content) for hit in hits]
+        sentences = candidates(query, hits)
         meaning = await self.cosines(query, hits, sentences)
-        return compose(score(query, sentences, meaning), meaning is not None)
+        return compose(score(query, hits, sentences, meaning), meaning is not None)
+
+    async def support(self, query: str, hits: Sequence[SearchHit]) -> list[float] | None:
+        """Per result, the cosine of its sentence closest to the query (0 for a passage
+        without candidates); None without an embedder, or when it fails."""
+        meaning = await self.cosines(query, hits, candidates(query, hits))
+        if meaning is None:
+            return None
+        return [max(0.0, float(cosines.max())) if cosines.size else 0.0 for cosines in meaning]
 
     async def cosines(
         self, query: str, hits: Sequence[SearchHit], sentences: list[list[str]]
@@ -111,9 +126,11 @@ class ExtractiveSynthesizer:
         passage that answers often is embedded once."""
         if self.embed is None or not any(sentences):
             return None
-        chosen = worth_embedding(query, sentences)
-        missing = list(dict.fromkeys(embedded(s) for s in chosen))
-        missing = [s for s in missing if s not in self._vectors]
+        headings = [hit.chunk.section for hit in hits]
+        chosen = worth_embedding(query, headings, sentences)
+        texts = {place: embedded(sentences[place[0]][place[1]]) for place in chosen}
+        wanted = [*texts.values(), *(h for h in headings if h)]
+        missing = [t for t in dict.fromkeys(wanted) if t not in self._vectors]
         try:
             vectors = await self.embed([query, *missing])
         except EmbeddingError:
@@ -121,14 +138,23 @@ class ExtractiveSynthesizer:
         for sentence, vector in zip(missing, vectors[1:], strict=True):
             self._remember(sentence, vector)
         query_vector = vectors[0]
+
+        def cosine(passage: str) -> float:
+            return float(self._vectors[passage] @ query_vector) if passage else 0.0
+
+        def in_section(sentence: float, section: float) -> float:
+            return (sentence + max(sentence, section)) / 2
+
         return [
             np.array(
                 [
-                    float(self._vectors[embedded(s)] @ query_vector) if s in chosen else 0.0
-                    for s in passage
+                    in_section(cosine(texts[(n, position)]), cosine(headings[n]))
+                    if (n, position) in texts
+                    else 0.0
+                    for position in range(len(passage))
                 ]
             )
-            for passage in sentences
+            for n, passage in enumerate(sentences)
         ]
 
     def _remember(self, sentence: str, vector: np.ndarray) -> None:
@@ -138,16 +164,23 @@ class ExtractiveSynthesizer:
             self._vectors.popitem(last=False)
 
 
-def worth_embedding(query: str, sentences: list[list[str]]) -> set[str]:
-    """The MAX_EMBEDDED sentences sharing most words with the query (earlier results and
-    earlier sentences first on ties): the model's time goes where an answer can be."""
+def worth_embedding(
+    query: str, headings: list[str], sentences: list[list[str]]
+) -> set[tuple[int, int]]:
+    """The places (result, sentence) of the MAX_EMBEDDED sentences sharing most words
+    with the query, their section's included: each result's best first, then the
+    others (earlier results and earlier sentences first on ties). The model's time goes
+    where an answer can be, and no result goes without its best sentence."""
     wanted = stems(query)
-    ranked = sorted(
-        (-len(wanted & stems(s)), n, position, s)
-        for n, passage in enumerate(sentences)
-        for position, s in enumerate(passage)
-    )
-    return {s for *_, s in ranked[:MAX_EMBEDDED]}
+    ranked = []
+    for n, passage in enumerate(sentences):
+        heading = stems(headings[n])
+        shared = [-len(wanted & (stems(s) | heading)) for s in passage]
+        best = min(range(len(passage)), key=lambda i: shared[i], default=-1)
+        ranked += [
+            (position != best, shared[position], n, position) for position in range(len(passage))
+        ]
+    return {(n, position) for *_, n, position in sorted(ranked)[:MAX_EMBEDDED]}
 
 
 def embedded(sentence: str) -> str:
@@ -156,17 +189,67 @@ def embedded(sentence: str) -> str:
 
 
 def stems(passage: str) -> set[str]:
-    return {text.stem(t) for t in text.content_terms(passage)}
+    """Stemmed content words; a name in snake case gives its parts too
+    (`KNOWLEDGE_API_HOST`: knowledge_api_host, api, host), so "the API host" finds it."""
+    terms = text.content_terms(passage)
+    parts = [p for t in terms if "_" in t for p in t.split("_") if p not in text.STOPWORDS]
+    return {text.stem(t) for t in [*terms, *parts] if t}
 
 
 def extract(query: str, hits: Sequence[SearchHit]) -> Synthesis:
     """The answer by words alone (no embedder)."""
-    sentences = [candidate_sentences(hit.chunk.content) for hit in hits]
-    return compose(score(query, sentences, None), False)
+    return compose(score(query, hits, candidates(query, hits), None), False)
+
+
+def candidates(query: str, hits: Sequence[SearchHit]) -> list[list[str]]:
+    """Per result, the sentences that may answer. When the question names something
+    (Kestrel, PM2, /livez), none from a passage that does not name it (asked about
+    Kestrel, Osprey's steps are not an answer), and none that holds no word of what
+    is asked of it besides the name ("Run `kestrel apply`" does not say how to roll
+    Kestrel back)."""
+    names = named(query)
+    asked = stems(query) - stems(" ".join(names))
+    return [
+        [
+            sentence
+            for sentence in candidate_sentences(hit.chunk.content)
+            if not names or not asked or asked & stems(sentence)
+        ]
+        if names_any(hit, names)
+        else []
+        for hit in hits
+    ]
+
+
+_NAME = re.compile(r"[A-Za-z0-9_$/.-]*[A-Za-z0-9_$]")
+
+
+def named(query: str) -> set[str]:
+    """What a question names: words capitalised past its first (Kestrel, SQLite),
+    acronyms (PM2, HTTP) and words shaped like code (/livez, store_read_only)."""
+    found = set()
+    for i, word in enumerate(_NAME.findall(query)):
+        if len(word) < 2 or word.casefold() in text.STOPWORDS or not re.search("[A-Za-z]", word):
+            continue
+        if (i > 0 and word[0].isupper()) or word.isupper() or any(c in word for c in "_/$."):
+            found.add(word.casefold())
+    return found
+
+
+def names_any(hit: SearchHit, names: set[str]) -> bool:
+    """Whether the passage, its title or its section holds one of `names` (or there are
+    none)."""
+    if not names:
+        return True
+    passage = " ".join((hit.chunk.title, hit.chunk.section, hit.chunk.content)).casefold()
+    return any(name in passage for name in names)
 
 
 def score(
-    query: str, sentences: list[list[str]], meaning: list[np.ndarray] | None
+    query: str,
+    hits: Sequence[SearchHit],
+    sentences: list[list[str]],
+    meaning: list[np.ndarray] | None,
 ) -> list[Candidate]:
     """Every candidate sentence with its score, best first."""
     wanted = stems(query)
@@ -179,20 +262,36 @@ def score(
             if meaning is not None:
                 cosine = max(0.0, float(meaning[n - 1][position]))
                 value = MEANING_WEIGHT * cosine + (1 - MEANING_WEIGHT) * coverage
-            value *= novelty(sentence, wanted)
+            value *= novelty(sentence, query, wanted)
             value -= RANK_PENALTY * (n - 1)
             scored.append(Candidate(value, n, position, sentence))
     return sorted(scored, key=lambda c: (-c.score, c.n, c.position))
 
 
-def novelty(sentence: str, wanted: set[str]) -> float:
+def novelty(sentence: str, question: str, wanted: set[str]) -> float:
     """1 for a sentence that says something beyond the question's words, less for one
-    that mostly repeats them (a keyword-stuffed line, a heading)."""
+    that mostly repeats them. Repeating them is no fault when the sentence completes
+    them: with a value the question does not hold ("Restart Falcon with `systemctl
+    restart falcon`."), or with words of its own, saying none of the question's twice
+    ("Posting the same source again replaces that document.")."""
+    if values(sentence) - values(question):
+        return 1.0
     tokens = [text.stem(w) for w in text.words(sentence) if w not in text.STOPWORDS]
     if not tokens:
         return 0.0
-    new = sum(token not in wanted for token in tokens) / len(tokens)
-    return min(1.0, new / MIN_NEW_WORDS)
+    repeated = [token for token in tokens if token in wanted]
+    own = set(tokens) - wanted
+    if len(own) >= NEW_NEEDED and len(repeated) == len(set(repeated)):
+        return 1.0
+    return min(1.0, (len(tokens) - len(repeated)) / len(tokens) / MIN_NEW_WORDS)
+
+
+_VALUE = re.compile(r"`[^`\n]+`|\b\d[\d.,:]*\b")
+
+
+def values(passage: str) -> set[str]:
+    """The inline code and numbers of a text: commands, settings, defaults, limits."""
+    return {v.strip("`").casefold() for v in _VALUE.findall(passage)}
 
 
 def bar(by_meaning: bool) -> float:

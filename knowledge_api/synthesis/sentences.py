@@ -5,7 +5,11 @@ references, fragments of a few words).
 
 A sentence that introduces code ("Limit the threads in one block:") is kept with the
 code's first statement quoted after it: in documentation the answer to "how do I" is
-often that line, and the sentence alone promises it without giving it.
+often that line, and the sentence alone promises it without giving it. Prose that holds
+inline code (`systemctl restart falcon`, `KNOWLEDGE_FUSION=rrf` fuses by rank) is prose,
+not code: the command, the setting or the value is the answer. A list item short enough
+to quote whole is one sentence: "`threshold` (default 0.2): from 0 to 1." cut after
+"0.2)" would leave "from 0 to 1." without what it is about.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ MIN_WORDS = 4
 """Fewer words than this is a fragment (a label, a link), not an answer."""
 MAX_CODE_CHARS = 100
 """Longest code statement quoted after the sentence that introduces it."""
+MAX_ITEM_CHARS = 320
+"""A list item up to this long is one sentence (as long as an answer quotes one)."""
 
 _COMMENT = re.compile(r"<!--.*?(-->|$)", re.DOTALL)
 _FENCE = re.compile(r"^(```|~~~).*?(^\1[^\n]*$|\Z)", re.DOTALL | re.MULTILINE)
@@ -50,7 +56,12 @@ _STATEMENT = re.compile(
 """A line of Python; a prose line that starts with "from", "for" or "if" is not one."""
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
-_URL = re.compile(r"<?\bhttps?://\S+")
+_URL = re.compile(r"(?<!`)<?\bhttps?://[^\s`]+")
+"""A bare address; one in inline code (`https://`) is what the sentence is about."""
+_INLINE_CODE = re.compile(r"`[^`\n]+`")
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+"""The marker of a list item."""
+_EMPHASIS = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
 _POINTER = re.compile(
     r"^\W*(see|for details|for (more|further|additional|full|complete) (information|info|details"
     r"|examples|documentation)|please (see|refer|read|check)"
@@ -76,8 +87,32 @@ def candidate_sentences(passage: str) -> list[str]:
     prose = _FENCE.sub("\n\n", "\n".join(lines))
     kept = (_QUOTE.sub("", line) for line in prose.splitlines())
     kept = (line for line in kept if not boilerplate_line(line))
-    found = (readable(s) for s in joined_abbreviations(text.sentences("\n".join(kept))))
+    found = (readable(s) for s in joined_abbreviations(split(list(kept))))
     return [s for s in found if not boilerplate_sentence(s)]
+
+
+def split(lines: list[str]) -> list[str]:
+    """The sentences of prose lines, a list item short enough to quote whole as one."""
+    parts: list[str] = []
+    block: list[str] = []
+
+    def flush() -> None:
+        if not block:
+            return
+        joined = "\n".join(block)
+        if _ITEM.match(block[0]) and len(" ".join(joined.split())) <= MAX_ITEM_CHARS:
+            parts.append(joined)
+        else:
+            parts.extend(text.sentences(joined))
+        block.clear()
+
+    for line in lines:
+        if not line.strip() or _ITEM.match(line):
+            flush()
+        if line.strip():
+            block.append(line)
+    flush()
+    return parts
 
 
 def without_headings(lines: list[str]) -> list[str]:
@@ -161,8 +196,9 @@ def joined_abbreviations(parts: list[str]) -> list[str]:
 
 
 def readable(sentence: str) -> str:
-    """Links as their text, images and bare addresses left out."""
-    return _URL.sub("", _LINK.sub(r"\1", _IMAGE.sub("", sentence))).strip()
+    """Links as their text, images, bare addresses, list markers and bold left out."""
+    plain = _URL.sub("", _LINK.sub(r"\1", _IMAGE.sub("", sentence)))
+    return _EMPHASIS.sub(r"\1", _ITEM.sub("", plain.strip())).strip()
 
 
 def boilerplate_line(line: str) -> bool:
@@ -207,8 +243,14 @@ def heading_alone(sentence: str, words: list[str]) -> bool:
 
 
 def code_like(line: str) -> bool:
-    """Mostly symbols, or a statement/call rather than words."""
-    line = _LINK.sub(r"\1", line).replace("`", "")
+    """Mostly symbols, or a statement/call rather than words; in a line with inline code
+    and a sentence's words around it, the words around it."""
+    line = _LINK.sub(r"\1", line)
+    if "`" in line and "```" not in line:
+        around = _INLINE_CODE.sub(" ", line)
+        if len(text.words(around)) >= MIN_WORDS:
+            line = around  # the prose around the spans is judged, not the code in them
+    line = line.replace("`", "")
     symbols = sum(ch in _CODE_CHARS for ch in line)
     letters = sum(ch.isalpha() for ch in line)
     if letters == 0 or symbols / max(1, len(line)) > 0.2:

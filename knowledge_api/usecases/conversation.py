@@ -9,7 +9,10 @@ KNOWLEDGE_REWRITE_TIMEOUT, and when it fails or is late the offline rewrite answ
 the rewrite says why (`fallback`). Offline, references are resolved to the subjects of
 earlier turns: a pronoun ("how is it configured?") to the latest subject, an ordinal
 ("the first one", "the latter") to the subject of that earlier question, an ellipsis
-("and Qdrant?") to the previous question about the new subject; a question without a
+("and Qdrant?") to the previous question about the new subject (a name alone replaces
+the subject, the entity asked about, even when the previous question kept it and moved
+its focus: "and Kestrel?" after "How do I roll back an Osprey wave?" is "How do I roll
+back a Kestrel wave?"); a question without a
 name of its own stays on the current subject. The documents of the sources cited in
 the answer to the turn referred to are searched with the question.
 """
@@ -217,9 +220,12 @@ def resolve_one(text: str, earlier: list[Resolved], answers: list[tuple[str, ...
     if lead := ELLIPSIS.match(text):
         rest = LEADING.sub("", text[lead.end() :].strip(" ?!.,"))
         if rest and not asks(rest):
-            if previous.inherited and previous.focus:  # the subject stays, the focus moves
+            entity = all(is_name(word, first=False) for word in WORD.findall(rest))
+            if previous.inherited and previous.focus and not entity:  # the focus moves
                 question = swapped(previous.question, previous.focus, rest)
                 return Resolved(question, previous.subject, rest, previous.cited or cited, True)
+            if not mentions(previous.question, previous.subject):  # "and Kestrel?"
+                return Resolved(about(previous.question, rest), rest, rest)
             return Resolved(swapped(previous.question, previous.subject, rest), rest, rest)
         text = text[lead.end() :].strip() or text
     words = [w.lower() for w in WORD.findall(text)]
@@ -233,6 +239,12 @@ def resolve_one(text: str, earlier: list[Resolved], answers: list[tuple[str, ...
         question = text if own else about(text, previous.subject)  # "what are the defaults?"
         return Resolved(question, previous.subject, own, cited, True)
     return Resolved(text, subject_of(text), own)
+
+
+def mentions(question: str, subject: str) -> bool:
+    """Whether a question says its subject (one of the subject's words) in so many words."""
+    said = {word.lower() for word in WORD.findall(question)}
+    return any(word.lower() in said for word in WORD.findall(subject))
 
 
 def about(text: str, subject: str) -> str:
@@ -272,6 +284,8 @@ def swapped(question: str, old: str, new: str) -> str:
     for word in WORD.findall(question):
         if word.lower() in gone:
             if not placed:
+                if kept and kept[-1].lower() in ("a", "an"):  # "an Osprey wave", "a Kestrel wave"
+                    kept[-1] = article(new, kept[-1])
                 kept.append(new)
                 placed = True
             continue
@@ -279,6 +293,12 @@ def swapped(question: str, old: str, new: str) -> str:
     if not placed:
         kept.append(new)
     return " ".join(kept) + "?"
+
+
+def article(word: str, written: str) -> str:
+    """The indefinite article before `word`, capitalised as `written` was."""
+    chosen = "an" if word[:1].lower() in "aeiou" else "a"
+    return chosen.capitalize() if written[:1].isupper() else chosen
 
 
 def asks(text: str) -> bool:
