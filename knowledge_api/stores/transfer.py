@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -394,7 +394,8 @@ def source(body: dict[str, Any]) -> str:
 
 
 def date(body: dict[str, Any], field: str) -> str:
-    """An ISO 8601 instant with its offset, as stores write them; empty: none."""
+    """An ISO 8601 instant with its offset, in UTC to the second as stores write them;
+    empty: none (the store stamps the time of the write)."""
     value = validation.text(body, field, max_length=64, default="")
     if value:
         try:
@@ -403,6 +404,7 @@ def date(body: dict[str, Any], field: str) -> str:
             parsed = None
         if parsed is None or parsed.tzinfo is None:
             raise InvalidRequest(field, "must be an ISO 8601 date and time with its offset")
+        return parsed.astimezone(UTC).isoformat(timespec="seconds")  # as stores write them
     return value
 
 
