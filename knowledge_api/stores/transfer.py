@@ -327,7 +327,7 @@ def read_document(
         body = validation.require_object(found, "line")
         validation.reject_unknown(body, DOCUMENT_FIELDS)
         doc = Document(
-            source_type=source_type(body),
+            source_type=validation.one_of(body, "source_type", allowed=SOURCE_TYPES),
             source_id=validation.text(body, "source_id", max_length=ANY_LENGTH),
             content=validation.text(body, "content", max_length=ANY_LENGTH, default=""),
             title=validation.text(body, "title", max_length=ANY_LENGTH, default=""),
@@ -379,13 +379,6 @@ def metadata(body: dict[str, Any]) -> dict[str, Any]:
             validation.scalar_mapping({f"metadata.{key}": listed}, f"metadata.{key}").values()
         )
     return checked
-
-
-def source_type(body: dict[str, Any]) -> str:
-    value = validation.text(body, "source_type", max_length=64)
-    if value not in SOURCE_TYPES:
-        raise InvalidRequest("source_type", f"must be one of: {', '.join(SOURCE_TYPES)}")
-    return value
 
 
 def source(body: dict[str, Any]) -> str:
