@@ -265,3 +265,20 @@ def test_a_damaged_compressed_file_is_one_error_line(
     assert status == 2
     assert err.startswith(f"error: {name}: {says}") and err.count("\n") == 1, err
     assert stored_documents(tmp_path / "restored.db") == 0
+
+
+def test_a_bad_file_of_another_embedder_is_refused_before_the_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = exported(tmp_path, capsys)
+    lines[0]["embedder"] = {"name": "fake:hash-32", "dimension": 32}  # type: ignore[index]
+    for line in lines[1:]:
+        for chunk in line["chunks"]:  # type: ignore[attr-defined]
+            chunk["vector"] = vector(np.ones(32))
+    lines[-1]["source_type"] = "tweets"
+    name = written(tmp_path, lines)
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "restored.db"))
+    status, _, err = run(capsys, "import", name)
+    assert status == 2 and err.startswith(f"error: {name}:{len(lines)} source_type: ")
+    assert "embedding the documents again" not in err
+    assert stored_documents(tmp_path / "restored.db") == 0

@@ -243,14 +243,16 @@ async def import_file(
     collection: str | None = None,
     embed: EmbedFn | None = None,
     progress: Progress | None = None,
+    checked: EmbedderIdentity | None = None,
 ) -> Transferred:
     """Read a file written by `export_collection` into `store` (into `collection`, or
     the one it was exported from). The file's vectors are stored as they are when they
     are `embedder`'s; otherwise `embed` embeds the documents again. Every line is
-    checked before anything is written."""
+    checked before anything is written (`checked`: the file's embedder, as `check_file`
+    found it for a caller that checked the file already)."""
     embedder = EmbedderIdentity(embedder.name, embedder.dimension)  # an embedder names itself
     await store.check_embedder(embedder.name, embedder.dimension)
-    file_embedder = check_file(path, collection)
+    file_embedder = checked or check_file(path, collection)
     same = file_embedder == embedder
     if not same and embed is None:
         raise InvalidRequest(
