@@ -193,6 +193,7 @@ class DocumentSummary:
     metadata: Metadata
     chunks: int
     updated_at: str
+    created_at: str
 
 
 @dataclass(frozen=True, slots=True)

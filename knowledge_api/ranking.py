@@ -4,8 +4,9 @@ read, each unset choice left to the settings.
 
 `{"fusion": "convex"|"rrf", "vector_weight": 0-1, "prf": bool, "recency": {"field":
 "created_at", "half_life_days": N}, "rerank": bool}`, every key optional. Recency
-multiplies a hit's relevance by 0.5 for every half-life of age of its date: the stored
-document's `created_at` or `updated_at`, or a metadata key holding an ISO 8601 date.
+multiplies a hit's relevance (on the scale of similarities, see `by_recency`) by 0.5
+for every half-life of age of its date: the stored document's `created_at` or
+`updated_at`, or a metadata key holding an ISO 8601 date.
 """
 
 from __future__ import annotations
@@ -166,14 +167,17 @@ def by_recency(
     hits: Sequence[SearchHit], chosen: Recency, now_ms: int | None = None
 ) -> tuple[list[SearchHit], int]:
     """`hits` in the order of their relevance times 0.5 ** (age / half-life), and how
-    many have no such date. Relevance is the ranked order's scores: the hit in place i
-    takes the i-th best score, so an order a reranker decided keeps its scale. A hit
-    without the date counts as old as the oldest dated one; a date in the future as
-    now. Equal scores keep the ranked order."""
+    many have no such date. Relevance is on the scale of similarities (the cosine, or
+    the keyword score relative to the best without a vector), whatever ranked the hits:
+    the hit in place i takes the i-th best similarity, so the order fusion, the
+    feedback round or a reranker decided stands, and a half-life weighs the same
+    against it. (Rank fusion's scores lie a few percent apart: multiplied, any age
+    would outweigh them.) A hit without the date counts as old as the oldest dated one;
+    a date in the future as now. Equal scores keep the ranked order."""
     if not hits:
         return [], 0
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    relevance = sorted((hit.score for hit in hits), reverse=True)
+    relevance = sorted((hit.similarity for hit in hits), reverse=True)
     dates = [dated_millis(hit, chosen.field) for hit in hits]
     known = [at for at in dates if at is not None]
     oldest = min(known, default=now)

@@ -285,6 +285,8 @@ class KnowledgeService(Startup, Health):
             hits=reranked.hits,
             warnings=found.warnings + reranked.warnings,
             rerank_ms=elapsed_ms(started),
+            # what really ran: a reranker that could not rank left the fused order
+            ranking={**found.ranking, "reranker": self.reranker.name if reranked.ran else "none"},
         )
 
     async def _query_vector(self, normalized: str, warnings: list[str]) -> np.ndarray | None:

@@ -105,6 +105,16 @@ def boolean(payload: dict[str, Any], field: str, *, default: bool) -> bool:
     return value
 
 
+def one_of(
+    payload: dict[str, Any], field: str, *, allowed: Collection[str], default: Any = REQUIRED
+) -> str:
+    """One value of `allowed`."""
+    value = text(payload, field, max_length=64, default=default)
+    if value not in allowed:
+        raise InvalidRequest(field, f"must be one of: {', '.join(allowed)}")
+    return value
+
+
 def choices(
     payload: dict[str, Any], field: str, *, allowed: Collection[str]
 ) -> tuple[str, ...] | None:

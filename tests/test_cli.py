@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -197,6 +198,29 @@ def test_a_refused_start_says_why_in_one_line_and_exits_2(tmp_path: Path, refusa
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert done.stderr.splitlines()[-1].startswith(said), done.stderr
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    """It printed the traceback of the bind."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        env = {
+            **os.environ,
+            "KNOWLEDGE_EMBEDDER": "fake",
+            "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
+            "KNOWLEDGE_API_PORT": str(port),
+            "KNOWLEDGE_SEED_ON_EMPTY": "false",
+            "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        command = [sys.executable, "-m", "knowledge_api", "serve"]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    (said,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert said.startswith(f"error: cannot listen on 127.0.0.1:{port} (Address already in use)")
+    assert "KNOWLEDGE_API_PORT" in said
 
 
 def test_the_ready_line_names_the_key_header_when_keys_are_required() -> None:

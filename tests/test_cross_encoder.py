@@ -4,7 +4,13 @@ saved to a folder, so nothing is downloaded."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import knowledge_api
 from knowledge_api.compose import build_service
 from knowledge_api.models import SearchFilters, SearchHit
 from knowledge_api.rerankers.cross_encoder import CrossEncoderReranker
@@ -21,6 +28,7 @@ from tests.conftest import CORPUS, ask, corpus, make_settings, query_params
 pytest.importorskip("sentence_transformers")
 
 QUESTION = "which audio formats does asset ingestion accept"
+PACKAGE_ROOT = Path(knowledge_api.__file__).parent.parent
 TOP = 5
 
 
@@ -139,9 +147,71 @@ async def test_a_model_that_does_not_load_leaves_the_fused_order(tmp_path: Path)
         assert ids(found.hits) == ids(hits[:4])
         [warning] = found.warnings
         assert warning.startswith("reranker cross-encoder unavailable (cannot load")
+        assert found.ranking["reranker"] == "none"  # what ran: the fused order
         health = await service.health()
         assert health["status"] == "degraded"
         assert health["reranker"]["status"] == "unavailable"
         assert str(missing) in health["reranker"]["error"]
     finally:
         await service.stop()
+
+
+LOAD = """
+import asyncio, json, sys
+from knowledge_api.rerankers.cross_encoder import CrossEncoderReranker
+
+async def load(model):
+    reranker = CrossEncoderReranker(model)
+    await reranker.open()
+    await reranker.close()
+    return reranker.health()
+
+print(json.dumps([asyncio.run(load(model)) for model in sys.argv[1:]]))
+"""
+
+
+def test_without_the_hub_an_id_gives_up_at_once_and_a_folder_still_loads(
+    tmp_path: Path, model_path: Path
+) -> None:
+    """The hub here accepts connections and never answers, as a network that drops
+    them: an id in no local cache was retried for more than a minute (68 s measured)
+    before the service ran without it; now one request to the hub, which answers
+    nothing within a second, and /health says so. A folder never asks the hub."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(50)
+        hole.settimeout(0.1)
+        calls: list[socket.socket] = []
+        done = threading.Event()
+
+        def count() -> None:
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    calls.append(hole.accept()[0])
+
+        counter = threading.Thread(target=count)
+        counter.start()
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": f"http://127.0.0.1:{hole.getsockname()[1]}",
+            "HF_HOME": str(tmp_path / "hf"),  # an empty cache
+            "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        env.pop("HF_HUB_OFFLINE", None)
+        command = [sys.executable, "-c", LOAD, "example/not-cached", str(model_path)]
+        try:
+            ran = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        finally:
+            done.set()
+            counter.join()
+            for call in calls:
+                call.close()
+    assert ran.returncode == 0, ran.stderr
+    by_id, by_folder = json.loads(ran.stdout.splitlines()[-1])
+    assert by_id["status"] == "unavailable"
+    assert by_id["error"].startswith(
+        "cannot load example/not-cached: not in the local model cache, and the model hub "
+        f"({env['HF_ENDPOINT']}) is unreachable"
+    )
+    assert by_folder["status"] == "ok"
+    assert len(calls) == 1  # the one look at the hub, none for the folder

@@ -4,18 +4,28 @@ ranked it, tier 1 keeps rankings apart, and bad choices are 400s naming their pa
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.models import Chunk, Document, Ranking, Recency, SearchFilters, SearchHit
+from knowledge_api.models import (
+    Chunk,
+    Document,
+    Ranking,
+    Recency,
+    SearchFilters,
+    SearchHit,
+    chunk_id,
+)
 from knowledge_api.ranking import by_recency
 from knowledge_api.ranking import parse as parse_ranking
 from knowledge_api.service import KnowledgeService
 from knowledge_api.stores.fusion import reciprocal_rank_fusion
-from tests.conftest import ask, corpus, query_params
+from tests.conftest import ask, corpus, fake_embedder, query_params
 
 QUESTION = "asset search pagination timeout"
 
@@ -87,17 +97,28 @@ def dated(published: dict[str, str]) -> list[Document]:
 
 
 async def test_recency_puts_newer_passages_first(service: KnowledgeService) -> None:
+    """A passage of a fifth of the best similarity, four weeks newer, comes first with
+    a week's half-life; one of no similarity at all (kb-7, cosine 0) stays where it is,
+    however new."""
     await service.ingest(
-        dated({"SIAM-101": "2020-01-01", "a1b2c3d": "2026-11-01", "kb-7": "2026-06-01"})
+        dated(
+            {
+                "SIAM-101": "2020-01-01",
+                "a1b2c3d": "2026-11-01",
+                "latency-weekly": "2026-11-25",
+                "kb-7": "2026-11-27",
+            }
+        )
     )
     plain = await ranked(service, {})
     recent = await ranked(service, {"recency": {"field": "published", "half_life_days": 7}})
     sources = [r["source_id"] for r in recent["results"]]
-    assert sources[:2] == ["a1b2c3d", "kb-7"]  # the newest, however they ranked before
+    assert sources[:2] == ["latency-weekly", "a1b2c3d"]  # newest first among the relevant
     assert [r["source_id"] for r in plain["results"]][:2] != sources[:2]
+    assert "kb-7" not in sources
     ran = recent["metrics"]["ranking"]["recency"]
-    # seven passages (the wiki page has two), three of them dated
-    assert ran == {"field": "published", "half_life_days": 7.0, "undated": 4}
+    # seven passages (the wiki page has two), four of them dated
+    assert ran == {"field": "published", "half_life_days": 7.0, "undated": 3}
     # SQLite reads the documents' own dates with each hit
     stored = await ranked(service, {"recency": {"half_life_days": 30}})
     assert stored["metrics"]["ranking"]["recency"]["undated"] == 0
@@ -118,6 +139,89 @@ def test_recency_halves_relevance_every_half_life() -> None:
     assert [h.chunk.id for h in order] == ["new", "old", "undated"]
     assert undated == 1
     assert [round(h.score, 3) for h in order] == [0.9, 0.5, 0.3]
+
+
+def test_recency_weighs_similarities_not_rank_fusion_scores() -> None:
+    """Rank fusion's scores lie a few percent apart: multiplied by recency, 49 days
+    outweighed a similarity of 0.65 against 0.38 with a 365-day half-life."""
+    now = 1_800_000_000_000
+    fifty_days_ago = "2026-11-26T08:00:00+00:00"
+    a_day_ago = "2027-01-14T08:00:00+00:00"
+    hits = [
+        SearchHit(
+            Chunk("match", "doc", 0, "x"),
+            "doc",
+            "wiki",
+            "match",
+            {"opened": fifty_days_ago},
+            1 / 61,
+            0.65,
+        ),
+        SearchHit(
+            Chunk("newer", "doc", 0, "x"),
+            "doc",
+            "wiki",
+            "newer",
+            {"opened": a_day_ago},
+            1 / 62,
+            0.38,
+        ),
+    ]
+    order, _ = by_recency(hits, Recency("opened", 365), now)
+    assert [h.chunk.id for h in order] == ["match", "newer"]
+    assert order[0].score == pytest.approx(0.65 * 0.5 ** (50 / 365))  # 50 days old
+    order, _ = by_recency(hits, Recency("opened", 7), now)
+    assert [h.chunk.id for h in order] == ["newer", "match"]
+
+
+async def index_at(
+    service: KnowledgeService, query: str, passages: dict[str, tuple[float, int]]
+) -> None:
+    """One passage per name, at the given cosine from `query`'s vector, opened the given
+    number of days ago; no word of the query in any of them."""
+    embedder = fake_embedder(service)
+    toward = embedder.embed_query(query).astype(np.float64)
+    rng = np.random.default_rng(7)
+    today = datetime.now(UTC)
+    docs = []
+    for name, (cosine, age) in passages.items():
+        away = rng.standard_normal(toward.size)
+        away -= (away @ toward) * toward
+        away /= np.linalg.norm(away)
+        opened = (today - timedelta(days=age)).isoformat(timespec="seconds")
+        doc = Document("wiki", name, f"Passage {name}.", metadata={"opened": opened})
+        vector = (cosine * toward + (1 - cosine**2) ** 0.5 * away).astype(np.float32)
+        doc.chunks = [Chunk(chunk_id(doc.id, 0), doc.id, 0, doc.content, embedding=vector)]
+        docs.append(doc)
+    await service.store.index_documents(docs)
+
+
+@pytest.mark.parametrize("prf", [True, False])
+async def test_a_half_life_weighs_the_same_with_and_without_the_feedback_round(
+    service: KnowledgeService, prf: bool
+) -> None:
+    query = "quarterly outage report"
+    await index_at(
+        service,
+        query,
+        {
+            "match": (0.65, 60),
+            "newer": (0.38, 11),
+            "c": (0.55, 60),
+            "d": (0.45, 60),
+            "e": (0.3, 60),
+        },
+    )
+
+    async def order(half_life: float) -> list[str]:
+        ranking = Ranking(prf=prf, recency=Recency("opened", half_life))
+        found = await service.retrieve(query, 5, SearchFilters(), 0.0, "hybrid", ranking=ranking)
+        assert found.ranking["prf"] is prf
+        return [hit.source_id for hit in found.hits]
+
+    slow, fast = await order(365), await order(7)
+    assert slow.index("match") < slow.index("newer")  # 0.65 x 2^(-49/365) = 0.59 > 0.38
+    assert fast.index("newer") < fast.index("match")
 
 
 @pytest.mark.parametrize(

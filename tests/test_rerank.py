@@ -97,6 +97,7 @@ async def test_the_first_rerank_top_hits_are_reordered_and_cut_to_the_limit(
     # the store was asked for rerank_top hits although the limit is 3
     assert ids(body) == list(reversed(fused[:4]))[:3]
     assert body["metrics"]["rerank_ms"] >= 0 and "warnings" not in body
+    assert body["metrics"]["ranking"]["reranker"] == "reverse"
 
 
 async def test_hits_after_the_reranked_ones_keep_their_fused_order(
@@ -149,6 +150,7 @@ async def test_a_failing_reranker_keeps_the_fused_order_with_a_warning_and_no_ca
         [warning] = body["warnings"]
         assert warning.startswith(f"reranking by {name} failed (") and why in warning
         assert warning.endswith("): fused order")
+        assert body["metrics"]["ranking"]["reranker"] == "none"  # what ran: no reranker
         again = await ask(service, request(limit=3))
         assert again["metrics"]["cache_hit"] is False
         health = await service.health()

@@ -806,8 +806,10 @@ def test_listing_routes_on_every_backend(
             "collection",
             "metadata",
             "chunks",
+            "created_at",
             "updated_at",
         }
+        assert seen[0]["created_at"] and seen[0]["created_at"] <= seen[0]["updated_at"]
         only = client.get(
             "/v1/knowledge/documents", params={"collection": "a", "source": "team/x"}, headers=read
         ).json()
@@ -897,6 +899,39 @@ async def test_export_then_import_gives_the_same_search_results(
     assert copied.documents == len(stored)
     hits = await search(store, "which audio formats are accepted, WAV FLAC MP3", collection="copy")
     assert hits[0].source_id == "kb-7"
+
+
+async def test_a_restore_keeps_both_dates_of_every_document(
+    store: KnowledgeStore, tmp_path: Path
+) -> None:
+    """Imported, a document keeps the created_at and updated_at of its export (and a
+    listing shows both); ingested again, it keeps its created_at and is updated now."""
+    await index_source(store, corpus(), "/srv/corpus")
+    path = tmp_path / "default.jsonl"
+    await transfer.export_collection(store, EMBEDDER, "default", path)
+    header, *lines = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    dates = {}
+    for day, line in enumerate(lines, start=1):
+        line["created_at"] = f"2020-01-{day:02d}T03:04:05+00:00"
+        line["updated_at"] = f"2021-02-{day:02d}T06:07:08+02:00"  # read as UTC
+        dates[line["source_id"]] = (line["created_at"], f"2021-02-{day:02d}T04:07:08+00:00")
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in [header, *lines]))
+    stored = [doc async for doc in store.iter_documents("default")]
+    await store.delete_documents([doc.id for doc in stored])
+
+    await transfer.import_file(store, EMBEDDER, path)
+    restored = [doc async for doc in store.iter_documents("default")]
+    assert {d.source_id: (d.created_at, d.updated_at) for d in restored} == dates
+    listed = await store.list_documents(DocumentPage("default", limit=100))
+    assert {d.source_id: (d.created_at, d.updated_at) for d in listed} == dates
+    (hit,) = await search(store, "when is the 4.2 release", k=1)
+    assert hit.created_at == dates[hit.source_id][0]
+
+    first = restored[0]
+    await index(store, [Document(first.source_type, first.source_id, "Changed text.")])
+    again = await store.get_by_id(first.id)
+    assert again is not None and again.created_at == dates[first.source_id][0]
+    assert again.updated_at > "2025"
 
 
 @pytest.mark.parametrize("name", list(BACKENDS))

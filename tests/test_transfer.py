@@ -5,10 +5,14 @@ so) when not; and `migrate-store` into another file of the same backend, a backu
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
+import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -139,3 +143,142 @@ def test_migrate_store_backs_up_into_another_file(
     assert status == 0 and out.startswith(f"default: {len(corpus())} documents copied")
     monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "backup.db"))
     assert answers(capsys) == found
+
+
+def exported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
+    """The lines of an export of the corpus (header first), as JSON."""
+    assert run(capsys, "ingest", "docs")[0] == 0
+    assert run(capsys, "export", "--collection", "default", "--output", "c.jsonl")[0] == 0
+    lines = (tmp_path / "c.jsonl").read_bytes().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def written(tmp_path: Path, lines: list[dict[str, object]], name: str = "bad.jsonl") -> str:
+    (tmp_path / name).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return name
+
+
+def vector(values: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode()
+
+
+def stored_documents(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT count(*) FROM documents").fetchone()[0])
+
+
+def set_chunk(doc: dict[str, Any], **values: object) -> None:
+    doc["chunks"][0].update(values)
+
+
+BAD_LINES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
+    "nan": ("chunks[0].vector", lambda d: set_chunk(d, vector=vector(np.full(64, np.nan)))),
+    "inf": ("chunks[0].vector", lambda d: set_chunk(d, vector=vector(np.full(64, np.inf)))),
+    "zero": ("chunks[0].vector", lambda d: set_chunk(d, vector=vector(np.zeros(64)))),
+    "dimension": ("chunks[0].vector", lambda d: set_chunk(d, vector=vector(np.ones(32)))),
+    "dots": ("collection", lambda d: d.update(collection="../x")),
+    "empty collection": ("collection", lambda d: d.update(collection="")),
+    "source type": ("source_type", lambda d: d.update(source_type="tweets")),
+    "negative index": ("chunks[0].chunk_index", lambda d: set_chunk(d, chunk_index=-1)),
+    "nul content": ("content", lambda d: d.update(content="a\x00b")),
+    "nul title": ("chunks[0].title", lambda d: set_chunk(d, title="a\x00b")),
+    "nul metadata": ("metadata.team", lambda d: d.update(metadata={"team": "a\x00b"})),
+    "nested metadata": ("metadata.team", lambda d: d.update(metadata={"team": {"a": 1}})),
+    "date": ("created_at", lambda d: d.update(created_at="yesterday")),
+    "duplicate index": (
+        "chunks",
+        lambda d: d["chunks"].extend([dict(d["chunks"][0]), dict(d["chunks"][0])]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LINES))
+def test_a_bad_line_writes_nothing_and_is_named(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = exported(tmp_path, capsys)
+    field, spoil = BAD_LINES[case]
+    spoil(lines[-1])  # the last document: the ones before it come first
+    name = written(tmp_path, lines)
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "restored.db"))
+    status, _, err = run(capsys, "import", name)
+    assert status == 2, err
+    assert err.startswith(f"error: {name}:{len(lines)} {field}: ") and err.count("\n") == 1
+    assert stored_documents(tmp_path / "restored.db") == 0
+
+
+def test_a_document_named_twice_is_refused_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = exported(tmp_path, capsys)
+    name = written(tmp_path, [*lines, lines[1]])
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "restored.db"))
+    status, _, err = run(capsys, "import", name)
+    assert status == 2 and f"{name}:{len(lines) + 1}: repeats the document of line 2" in err
+    assert stored_documents(tmp_path / "restored.db") == 0
+
+
+def test_vectors_are_kept_at_unit_length(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stores score by dot product: a vector of 1e38s would match every query at 1.0."""
+    lines = exported(tmp_path, capsys)
+    loud = lines[1]
+    for chunk in loud["chunks"]:  # type: ignore[attr-defined]
+        chunk["vector"] = vector(np.full(64, 1e38))
+    name = written(tmp_path, lines)
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "restored.db"))
+    assert run(capsys, "import", name)[0] == 0
+    assert run(capsys, "export", "--collection", "default", "--output", "again.jsonl")[0] == 0
+    again = [json.loads(line) for line in (tmp_path / "again.jsonl").read_bytes().splitlines()]
+    (kept,) = [line for line in again[1:] if line["source_id"] == loud["source_id"]]
+    for chunk in kept["chunks"]:
+        stored = np.frombuffer(base64.b64decode(chunk["vector"]), dtype="<f4")
+        assert np.allclose(stored, np.full(64, 1 / 8), atol=1e-6)  # 1/sqrt(64)
+
+
+@pytest.mark.parametrize(
+    ("name", "spoil", "says"),
+    [
+        ("c.jsonl.gz", lambda data: data[: len(data) // 2], "is truncated"),
+        ("c.jsonl.gz", lambda data: b"not gzip at all" + data, "is not a readable .gz file"),
+        ("c.jsonl.zst", lambda data: data[: len(data) // 2], "is truncated"),
+        ("c.jsonl.zst", lambda data: data[:-3], "is truncated"),
+        ("c.jsonl.zst", lambda data: b"not zstd at all" + data, "is not a readable .zst file"),
+    ],
+)
+def test_a_damaged_compressed_file_is_one_error_line(
+    name: str,
+    spoil: Callable[[bytes], bytes],
+    says: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert run(capsys, "ingest", "docs")[0] == 0
+    assert run(capsys, "export", "--collection", "default", "--output", name)[0] == 0
+    (tmp_path / name).write_bytes(spoil((tmp_path / name).read_bytes()))
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "restored.db"))
+    status, _, err = run(capsys, "import", name)
+    assert status == 2
+    assert err.startswith(f"error: {name}: {says}") and err.count("\n") == 1, err
+    assert stored_documents(tmp_path / "restored.db") == 0
+
+
+def test_a_bad_file_of_another_embedder_is_refused_before_the_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = exported(tmp_path, capsys)
+    lines[0]["embedder"] = {"name": "fake:hash-32", "dimension": 32}  # type: ignore[index]
+    for line in lines[1:]:
+        for chunk in line["chunks"]:  # type: ignore[attr-defined]
+            chunk["vector"] = vector(np.ones(32))
+    lines[-1]["source_type"] = "tweets"
+    name = written(tmp_path, lines)
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "restored.db"))
+    status, _, err = run(capsys, "import", name)
+    assert status == 2 and err.startswith(f"error: {name}:{len(lines)} source_type: ")
+    assert "embedding the documents again" not in err
+    assert stored_documents(tmp_path / "restored.db") == 0

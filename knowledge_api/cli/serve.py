@@ -18,7 +18,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from knowledge_api import __version__
-from knowledge_api.errors import KnowledgeAPIError, RequestTimeout
+from knowledge_api.errors import ConfigurationError, KnowledgeAPIError, RequestTimeout
 from knowledge_api.settings import Settings
 
 GRACEFUL_SHUTDOWN_S = 8
@@ -84,7 +84,15 @@ def shared_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ConfigurationError(
+            f"cannot listen on {host}:{port} ({e.strerror}): another program holds the port, "
+            "or the address is not this machine's; set KNOWLEDGE_API_PORT or --port "
+            "(KNOWLEDGE_API_HOST or --host)"
+        ) from e
     return sock
 
 

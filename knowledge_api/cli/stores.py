@@ -49,8 +49,8 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
     collection = args.collection and validation.collection_name(args.collection, "--collection")
     if not args.file.is_file():
         raise InvalidRequest(str(args.file), "no such file")
-    with transfer.opened(args.file, "rb") as lines:
-        vectors = transfer.read_header(next(iter(lines), b""), args.file)
+    # every line checked before a model loads or a store opens
+    vectors = transfer.check_file(args.file, collection or None)
 
     async def read(service: KnowledgeService) -> int:
         embed = None
@@ -65,7 +65,13 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
             embed = service.embed_documents
         with progress(total=None, unit="document", desc="importing") as update:
             done = await transfer.import_file(
-                service.store, service.identity, args.file, collection or None, embed, update
+                service.store,
+                service.identity,
+                args.file,
+                collection or None,
+                embed,
+                update,
+                checked=vectors,
             )
         imported = {"documents": done.documents, "chunks": done.chunks, "embedded": done.embedded}
         await service.audit(local_user(), "cli import", collection or None, imported)

@@ -25,6 +25,8 @@ log = logging.getLogger("knowledge_api.rerankers")
 class Reranked:
     hits: list[SearchHit]
     warnings: list[str] = field(default_factory=list)
+    ran: bool = True
+    """False when the fused order stood because the reranker could not rank."""
 
 
 class RerankError(Exception):
@@ -98,13 +100,15 @@ class OrderingReranker(FromSettings):
         if len(head) < 2:
             return Reranked(hits)
         if reason := self.unavailable():
-            return Reranked(hits, [f"reranker {self.name} unavailable ({reason}): fused order"])
+            warning = f"reranker {self.name} unavailable ({reason}): fused order"
+            return Reranked(hits, [warning], ran=False)
         try:
             order = checked_order(await self.order(query, head), len(head))
         except Exception as e:
             why = describe(e)
             self.failed(why)
-            return Reranked(hits, [f"reranking by {self.name} failed ({why}): fused order"])
+            warning = f"reranking by {self.name} failed ({why}): fused order"
+            return Reranked(hits, [warning], ran=False)
         self.error, self.failures = "", 0
         return Reranked(reordered(head, order) + tail)
 

@@ -92,6 +92,7 @@ DOCUMENT_SUMMARY = obj(
         "collection": STRING,
         "metadata": obj({}, extra=SCALAR),
         "chunks": {**INTEGER, "minimum": 0},
+        "created_at": STRING,
         "updated_at": STRING,
     }
 )
@@ -169,6 +170,7 @@ async def documents(request: Request) -> Response:
                     "collection": doc.collection,
                     "metadata": doc.metadata,
                     "chunks": doc.chunks,
+                    "created_at": doc.created_at,
                     "updated_at": doc.updated_at,
                 }
                 for doc in found

@@ -138,6 +138,16 @@ def restored(metadata: Mapping[str, Any]) -> Metadata:
     return {k: v if validation.is_int64(v) else float(v) for k, v in metadata.items()}
 
 
+def carried_dates(doc: Document) -> tuple[datetime | None, datetime | None]:
+    """The dates a document carries (read from a store or an export), None where it
+    carries none: the store stamps the write's time there."""
+    return parsed_date(doc.created_at), parsed_date(doc.updated_at)
+
+
+def parsed_date(value: str) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
 def as_timestamp(value: Any) -> str:
     """ISO 8601 to the second, from text or a datetime."""
     if isinstance(value, str):

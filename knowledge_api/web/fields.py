@@ -114,10 +114,7 @@ class OneOf(Field):
     allowed: tuple[str, ...] = ()
 
     def parse(self, body: dict[str, Any], default: Any) -> Any:
-        value = validation.text(body, self.name, max_length=64, default=default)
-        if value not in self.allowed:
-            raise InvalidRequest(self.name, f"must be one of: {', '.join(self.allowed)}")
-        return value
+        return validation.one_of(body, self.name, allowed=self.allowed, default=default)
 
     def schema(self) -> Schema:
         return {"type": "string", "enum": list(self.allowed)}

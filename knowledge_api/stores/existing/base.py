@@ -332,5 +332,14 @@ def listed_row(
     """A row of another pipeline's table as a listing shows it (one passage or page)."""
     title = row.get("title") or metadata.get("title") or ""
     return DocumentSummary(
-        str(row["id"]), DEFAULT_COLLECTION, source_type, source_id, "", str(title), metadata, 1, ""
+        str(row["id"]),
+        DEFAULT_COLLECTION,
+        source_type,
+        source_id,
+        "",
+        str(title),
+        metadata,
+        1,
+        "",
+        "",
     )

@@ -432,10 +432,15 @@ def named_only(by_collection: Record) -> Record:
 
 
 def stamped(documents: Sequence[Document], created: Mapping[str, str]) -> list[Document]:
-    """The documents with their timestamps: created when first written (a rewrite keeps
-    it), updated now. Their chunks carry them too, for filters on them."""
+    """The documents with their timestamps: those a document carries (read from a store
+    or an export), else created when first written (a rewrite keeps it) and updated now.
+    Their chunks carry them too, for filters on them."""
     stamp = records.now()
     return [
-        replace(doc, created_at=created.get(doc.id) or doc.created_at or stamp, updated_at=stamp)
+        replace(
+            doc,
+            created_at=doc.created_at or created.get(doc.id) or stamp,
+            updated_at=doc.updated_at or stamp,
+        )
         for doc in documents
     ]

@@ -64,6 +64,7 @@ class CatalogEntry:
             records.decoded(record["metadata"]),
             int(record["chunk_count"]),
             records.as_timestamp(record["updated_at"]),
+            records.as_timestamp(record["created_at"]),
         )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from knowledge_api.models import Document
+from knowledge_api.stores import records
 from knowledge_api.stores.postgres.rows import require_embeddings
 
 LOAD_TIMEOUT = 3600.0
@@ -39,6 +40,8 @@ DOCUMENT_COLUMNS = (
     "metadata",
     "content_hash",
     "source",
+    "created_at",
+    "updated_at",
 )
 PASSAGE_COLUMNS = (
     "id",
@@ -169,7 +172,13 @@ async def stage_set(conn: Any, documents: Sequence[Document]) -> asyncio.Future[
 
 def document_records(documents: Sequence[Document]) -> Iterator[tuple[Any, ...]]:
     for doc in documents:
-        yield (*doc.leading_columns(), doc.metadata, doc.content_hash, doc.source)
+        yield (
+            *doc.leading_columns(),
+            doc.metadata,
+            doc.content_hash,
+            doc.source,
+            *records.carried_dates(doc),
+        )
 
 
 def passage_records(documents: Sequence[Document]) -> Iterator[tuple[Any, ...]]:

@@ -96,6 +96,8 @@ def document_payload(doc: Document) -> Row:
         "metadata": doc.metadata,
         "content_hash": doc.content_hash,
         "source": doc.source,
+        "created_at": doc.created_at or None,
+        "updated_at": doc.updated_at or None,
         "chunks": [
             {
                 "id": chunk.id,
@@ -186,6 +188,7 @@ def summary_from_row(r: Mapping[str, Any]) -> DocumentSummary:
         records.decoded(r["metadata"]),
         int(r["chunks"]),
         records.as_timestamp(r["updated_at"]),
+        records.as_timestamp(r["created_at"]),
     )
 
 

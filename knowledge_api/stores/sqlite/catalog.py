@@ -37,7 +37,8 @@ def list_documents(conn: sqlite3.Connection, page: DocumentPage) -> list[Documen
         params.append(page.source)
     rows = conn.execute(
         f"""SELECT id, collection, source_type, source_id, source, title, metadata,
-               updated_at, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id)
+               updated_at, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id),
+               created_at
            FROM documents d WHERE {" AND ".join(conditions)} ORDER BY id LIMIT ?""",
         (*params, page.limit),
     )
@@ -52,6 +53,7 @@ def list_documents(conn: sqlite3.Connection, page: DocumentPage) -> list[Documen
             json.loads(r["metadata"]),
             r[8],
             records.as_timestamp(r["updated_at"]),
+            records.as_timestamp(r["created_at"]),
         )
         for r in rows
     ]

@@ -43,6 +43,8 @@ def write_documents(file: SQLiteFile, docs: Sequence[Document]) -> None:
 
 
 def write_document(conn: sqlite3.Connection, doc: Document) -> None:
+    """A document that carries its dates (read from a store or an export) keeps them;
+    another is updated now, and created now when it is new."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
     try:
         conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
@@ -53,14 +55,16 @@ def write_document(conn: sqlite3.Connection, doc: Document) -> None:
                ON CONFLICT (id) DO UPDATE SET title = excluded.title,
                    content = excluded.content, metadata = excluded.metadata,
                    content_hash = excluded.content_hash,
+                   created_at = iif(?, excluded.created_at, created_at),
                    updated_at = excluded.updated_at, source = excluded.source""",
             (
                 *doc.leading_columns(),
                 json.dumps(doc.metadata),
                 doc.content_hash,
-                now,
-                now,
+                doc.created_at or now,
+                doc.updated_at or now,
                 doc.source,
+                bool(doc.created_at),
             ),
         )
         conn.execute("DELETE FROM document_values WHERE document_id = ?", (doc.id,))

@@ -6,17 +6,24 @@ BEGIN
     -- writers queue here first, so two of them never wait on each other's rows
     PERFORM 1 FROM knowledge_store_state FOR UPDATE;
 
+    -- a document staged with its dates (read from a store or an export) keeps them;
+    -- another is updated now, and created now when it is new
     INSERT INTO knowledge_documents AS k (id, collection, source_type, source_id, title,
-        content, metadata, organization, division, app_under_test, content_hash, source)
+        content, metadata, organization, division, app_under_test, content_hash, source,
+        created_at, updated_at)
     SELECT d.id, d.collection, d.source_type, d.source_id, d.title, d.content, d.metadata,
            knowledge_text_field(d.metadata, 'organization'),
            knowledge_text_field(d.metadata, 'division'),
-           knowledge_text_field(d.metadata, 'app_under_test'), d.content_hash, d.source
+           knowledge_text_field(d.metadata, 'app_under_test'), d.content_hash, d.source,
+           coalesce(d.created_at, now()), coalesce(d.updated_at, now())
     FROM knowledge_staged_documents d
     ON CONFLICT (id) DO UPDATE SET title = excluded.title, content = excluded.content,
         metadata = excluded.metadata, organization = excluded.organization,
         division = excluded.division, app_under_test = excluded.app_under_test,
-        content_hash = excluded.content_hash, source = excluded.source, updated_at = now();
+        content_hash = excluded.content_hash, source = excluded.source,
+        created_at = coalesce((SELECT s.created_at FROM knowledge_staged_documents s
+                               WHERE s.id = excluded.id), k.created_at),
+        updated_at = excluded.updated_at;
 
     DELETE FROM siam_vectors v USING knowledge_staged_documents d WHERE v.document_id = d.id;
 

@@ -10,7 +10,9 @@ BEGIN
         content text NOT NULL,
         metadata jsonb NOT NULL,
         content_hash text NOT NULL,
-        source text NOT NULL DEFAULT ''
+        source text NOT NULL DEFAULT '',
+        created_at timestamptz,
+        updated_at timestamptz
     ) ON COMMIT DROP;
     CREATE TEMP TABLE IF NOT EXISTS knowledge_staged_passages (
         id uuid NOT NULL,
