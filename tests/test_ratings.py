@@ -21,6 +21,7 @@ from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.ledger import Rating
 from knowledge_api.models import SearchHit
+from knowledge_api.routes import audit
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.query import QueryParams
 from tests.conftest import corpus, make_settings
@@ -123,6 +124,23 @@ def test_a_bad_rating_is_refused_naming_the_field(
     assert refused.status_code == status, refused.text
     if field:
         assert refused.json()["error"]["details"]["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        (f"cursor={audit.cursor_of(2**63)}", "cursor"),  # past a 64-bit id
+        ("since=9999-12-31T23:59:59-14:00", "since"),
+        ("key=reader", "key"),  # not a parameter of this listing
+    ],
+)
+def test_bad_listing_parameters_are_400_naming_the_field(
+    keyed: tuple[TestClient, dict[str, str], Settings], query: str, field: str
+) -> None:
+    client, tokens, _ = keyed
+    refused = client.get(f"/v1/knowledge/feedback?{query}", headers=bearer(tokens["boss"]))
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["details"]["field"] == field
 
 
 def test_a_key_rates_only_answers_of_its_collections(

@@ -197,6 +197,8 @@ def test_a_file_over_the_limit_is_an_error_the_others_are_indexed(tmp_path: Path
         ({"files": [("file", ("a.md", b"# A"))], "data": {"colection": "x"}}, 400, "colection"),
         ({"files": [("file", ("a.md", b"# A"))], "data": {"source_type": "blog"}}, 400, None),
         ({"files": [("file", ("a.md", b"# A"))], "data": {"collection": "../x"}}, 400, None),
+        ({"files": [("file", ("a.md", b"# A"))], "data": {"source": " "}}, 400, "source"),
+        ({"files": [("file", ("a.md", b"# A"))], "data": {"source": ""}}, 400, "source"),
     ],
 )
 def test_a_bad_upload_is_refused_and_leaves_nothing_behind(
