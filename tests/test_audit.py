@@ -21,6 +21,7 @@ from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.ledger import Actor, AuditEntry, AuditQuery, stamp
 from knowledge_api.models import Document
+from knowledge_api.routes import audit
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
@@ -136,6 +137,10 @@ def test_the_trail_pages_newest_first_and_filters_by_key_collection_and_time(
         ("cursor=zzz", "cursor"),
         ("since=yesterday", "since"),
         ("collection=../x", "collection"),
+        ("since=9999-12-31T23:59:59-14:00", "since"),  # past year 9999 in UTC
+        ("until=0001-01-01T00:00:00%2B14:00", "until"),  # before year 1 in UTC
+        (f"cursor={audit.cursor_of(2**63)}", "cursor"),  # past a 64-bit id
+        ("colection=ops", "colection"),
     ],
 )
 def test_bad_audit_parameters_are_400_naming_the_field(
@@ -145,6 +150,18 @@ def test_bad_audit_parameters_are_400_naming_the_field(
     refused = client.get(f"/v1/knowledge/audit?{query}", headers=bearer(tokens["boss"]))
     assert refused.status_code == 400
     assert refused.json()["error"]["details"]["field"] == field
+
+
+def test_an_empty_bound_is_no_bound_as_the_document_allows(
+    secured: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, tokens = secured
+    admin = bearer(tokens["boss"])
+    everything = client.get("/v1/knowledge/audit", headers=admin).json()["entries"]
+    assert everything  # the keys made
+    for query in ("until=", "since=", "since=&until="):
+        page = client.get(f"/v1/knowledge/audit?{query}", headers=admin)
+        assert page.status_code == 200 and page.json()["entries"] == everything
 
 
 def test_the_trail_is_for_admins_only(secured: tuple[TestClient, dict[str, str]]) -> None:
@@ -191,6 +208,9 @@ def test_command_line_writes_and_key_management_are_recorded(
     assert json.loads(out[0])["action"] == "cli ingest" and out[1].startswith("next_cursor: ")
     assert main(["audit", "--since", "tomorrow"]) == 2
     assert "since: must be an ISO 8601 date" in capsys.readouterr().err
+    assert main(["audit", "--since", "9999-12-31T23:59:59-14:00"]) == 2
+    [said] = capsys.readouterr().err.splitlines()
+    assert said.startswith("error: ") and "since: must be a moment of the years 1 to 9999" in said
 
 
 async def test_a_kb_sync_records_what_it_indexed_and_removed(
@@ -364,7 +384,11 @@ def test_a_source_deleted_over_http_is_recorded(
         "DELETE /v1/knowledge/sources/{name}",
         "purge-1",
     )
-    assert entry["changes"] == {"source": "/srv/wiki", "deleted": 2}
+    assert entry["changes"] == {
+        "source": "/srv/wiki",
+        "ids": sorted(d.id for d in docs),
+        "documents": 2,
+    }
 
 
 def test_an_upload_and_its_job_are_recorded(tmp_path: Path) -> None:
