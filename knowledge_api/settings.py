@@ -328,6 +328,13 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
         "0 = no limit. Past it: 429 with Retry-After.",
         min=0,
     )
+    ratings_per_minute: int = setting(
+        "KNOWLEDGE_RATINGS_PER_MINUTE",
+        20,
+        "Ratings (POST /v1/knowledge/feedback) each API key (or client address, without "
+        "keys) may send a minute, per process; 0 = no limit. Past it: 429 with Retry-After.",
+        min=0,
+    )
     cors_origins: str = setting(
         "KNOWLEDGE_CORS_ORIGINS",
         "",

@@ -15,7 +15,7 @@ from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import Rating
 from knowledge_api.routes.audit import CURSOR, LIMIT, SINCE, actor, cursor_of
 from knowledge_api.usecases import feedback as use
-from knowledge_api.web.access import access
+from knowledge_api.web.access import Gate, access, caller_name
 from knowledge_api.web.fields import (
     INTEGER,
     STRING,
@@ -107,6 +107,9 @@ PARAMETERS = (LIMIT, CURSOR, SINCE)
 
 async def rate(request: Request) -> Response:
     values = FEEDBACK.parse(await read_json(request))
+    gate: Gate = request.app.state.gate
+    if gate.ratings is not None:
+        gate.ratings.take(caller_name(request))
     who = actor(request)
     rating = Rating(
         values["query_id"],
@@ -117,7 +120,9 @@ async def rate(request: Request) -> Response:
         values["expected_source"] or None,
         who.request_id,
     )
-    rating_id, _ = await use.rate(service(request), rating, access(request).collection)
+    rating_id, answered = await use.rate(service(request), rating, access(request).collection)
+    changed = {"id": rating_id, "query_id": rating.query_id, "rating": rating.rating}
+    await service(request).audit(who, "POST /v1/knowledge/feedback", answered.collection, changed)
     return JSONResponse(
         {"success": True, "id": rating_id, "query_id": rating.query_id}, status_code=201
     )
