@@ -268,6 +268,13 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
         "takes a document of the largest content on top of it.",
         positive=True,
     )
+    max_chat_bytes: int = setting(
+        "KNOWLEDGE_MAX_CHAT_BYTES",
+        1048576,
+        "Largest body of the chat routes (POST /v1/chat, /v1/chat/completions), which "
+        "resend the whole conversation (413 above); only its latest turns are read.",
+        positive=True,
+    )
     max_file_mb: int = setting(
         "KNOWLEDGE_MAX_FILE_MB",
         50,
