@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -418,3 +419,36 @@ def test_an_upload_and_its_job_are_recorded(tmp_path: Path) -> None:
     assert sent.changes == {"job_id": job_id, "files": ["kestrel.md", "heron.md"]}
     assert (indexed.actor, indexed.action) == (f"job:{job_id}", "upload job")
     assert indexed.changes["documents"] == 2 and indexed.changes["job_id"] == job_id
+
+
+def test_an_import_lists_every_document_of_the_file_it_stored_after_a_killed_run_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a", "b", "c"):
+        (docs / f"{name}.md").write_text(f"# {name}\n\nThe {name} runbook restarts the gateway.")
+    assert main(["ingest", "docs"]) == 0
+    assert main(["export", "--collection", "default", "--output", "backup.jsonl"]) == 0
+    header, first, *_ = Path("backup.jsonl").read_text().splitlines()
+    Path("first.jsonl").write_text(f"{header}\n{first}\n")
+
+    async def killed(*args: Any) -> None:
+        """The import was killed once its document was committed, before its record."""
+
+    with monkeypatch.context() as inside:
+        inside.setattr(KnowledgeService, "audit", killed)
+        assert main(["import", "first.jsonl", "--collection", "copy"]) == 0
+    assert main(["import", "backup.jsonl", "--collection", "copy"]) == 0  # the rerun
+    capsys.readouterr()
+    assert main(["audit", "--limit", "1"]) == 0
+    [rerun] = [json.loads(line) for line in capsys.readouterr().out.splitlines()[:1]]
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        stored = {r[0] for r in conn.execute("SELECT id FROM documents WHERE collection = 'copy'")}
+    assert (rerun["action"], rerun["collection"]) == ("cli import", "copy")
+    assert len(stored) == 3 and set(rerun["changes"]["ids"]) == stored
+    changes = rerun["changes"]
+    assert (changes["documents"], changes["indexed"], changes["unchanged"]) == (3, 2, 1)
