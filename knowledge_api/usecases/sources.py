@@ -165,10 +165,10 @@ async def delete_source(
     when the collection itself holds nothing)."""
     known = {info.name for info in await service.store.sources(collection)}
     owned = await service.store.source_documents(collection, name)
-    if not owned and name not in known:
+    deleted = await service.store.delete_source(collection, name)  # 409 where read-only
+    if not deleted and name not in known:
         await require_collection(service, collection, visible)
         return None
-    await service.store.delete_source(collection, name)
     return sorted(owned)
 
 
