@@ -13,9 +13,9 @@ from knowledge_api.web.fields import NUMBER, STRING, enum, obj
 from knowledge_api.web.http import JSONResponse, service
 
 MINIMAL = ("status", "service", "version", "timestamp")
-STORE_PARTS = ("store", "embedder", "synthesizer", "reranker", "cache", "uptime_s")
-"""The parts whose details a key limited to some collections sees; of any other part
-(a sync, a connector), only its status."""
+DETAILED_PARTS = ("store", "embedder", "synthesizer", "reranker", "cache", "uptime_s")
+"""The parts a key limited to some collections sees whole (the store but its backend
+and status aside, see `limited`); of any other part (a sync), only its status."""
 
 PART = obj({"status": STRING}, extra=True)
 """A part's own report (store, embedder, synthesizer, sync): its status and details."""
@@ -61,7 +61,7 @@ def limited(body: dict[str, Any]) -> dict[str, Any]:
     of each part beyond the store's and the providers'."""
     store = body["store"]
     seen = {
-        name: value if name in STORE_PARTS else {"status": value.get("status")}
+        name: value if name in DETAILED_PARTS else {"status": value.get("status")}
         for name, value in body.items()
         if name not in MINIMAL
     }
