@@ -83,15 +83,20 @@ MAX_AUDITED_IDS = 1000
 def changes(
     documents: Sequence[Document] | None = None,
     summary: IndexSummary | None = None,
+    *,
+    ids: Sequence[str] | None = None,
     **more: Any,
 ) -> dict[str, Any]:
-    """What a write changed, as its audit record says it: the documents' ids (at most
-    MAX_AUDITED_IDS), the index summary's counts, and any other counts or ids."""
+    """What a write changed, as its audit record says it: the documents' ids (of
+    `documents`, or `ids`; at most MAX_AUDITED_IDS) and how many they are, the index
+    summary's counts, and any other counts or ids."""
     changed: dict[str, Any] = {}
     if documents is not None:
-        ids = list(dict.fromkeys(doc.id for doc in documents))
-        changed["ids"] = ids[:MAX_AUDITED_IDS]
-        changed["documents"] = len(ids)
+        ids = [doc.id for doc in documents]
+    if ids is not None:
+        distinct = list(dict.fromkeys(ids))
+        changed["ids"] = distinct[:MAX_AUDITED_IDS]
+        changed["documents"] = len(distinct)
     if summary is not None:
         changed.update(
             indexed=summary.documents,

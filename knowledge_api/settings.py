@@ -295,6 +295,13 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
         "takes a document of the largest content on top of it.",
         positive=True,
     )
+    max_chat_bytes: int = setting(
+        "KNOWLEDGE_MAX_CHAT_BYTES",
+        1048576,
+        "Largest body of the chat routes (POST /v1/chat, /v1/chat/completions), which "
+        "resend the whole conversation (413 above); only its latest turns are read.",
+        positive=True,
+    )
     max_file_mb: int = setting(
         "KNOWLEDGE_MAX_FILE_MB",
         50,
@@ -362,6 +369,13 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
         0,
         "Requests per minute each API key (or client address, without keys) may make; "
         "0 = no limit. Past it: 429 with Retry-After.",
+        min=0,
+    )
+    ratings_per_minute: int = setting(
+        "KNOWLEDGE_RATINGS_PER_MINUTE",
+        20,
+        "Ratings (POST /v1/knowledge/feedback) each API key (or client address, without "
+        "keys) may send a minute, per process; 0 = no limit. Past it: 429 with Retry-After.",
         min=0,
     )
     cors_origins: str = setting(

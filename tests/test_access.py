@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -9,12 +11,14 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.config.fields import Secret
 from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.models import ApiKey
+from knowledge_api.routes import ROUTES
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
 from knowledge_api.web import access as access_module
@@ -311,3 +315,40 @@ def test_a_refusal_on_the_hit_path_is_counted_once(
             client.post(QUERY, json=ASK, headers=bearer("kapi_x")).status_code for _ in range(5)
         ]
     assert guesses == [401] * 4 + [429]
+
+
+async def test_health_shows_a_key_limited_to_collections_nothing_of_the_whole_store(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path, auth="keys")
+    everything = await make_key(settings, "reader", ["read"])
+    ops_only = await make_key(settings, "ops-reader", ["read"], ("ops",))
+    with TestClient(create_app(settings)) as client:
+        full = client.get("/health", headers=bearer(everything)).json()
+        limited = client.get("/health", headers=bearer(ops_only)).json()
+    assert {"path", "documents", "chunks"} <= set(full["store"])
+    assert limited["store"] == {"backend": "sqlite", "status": full["store"]["status"]}
+    assert str(settings.db_path) not in json.dumps(limited)
+    assert {"embedder", "synthesizer", "cache"} <= set(limited)
+
+
+def scope_table() -> dict[str, set[str]]:
+    """api.md's table of scopes: each scope's row, and the routes it lists."""
+    text = (Path(knowledge_api.__file__).parent / "docs" / "api.md").read_text()
+    table = text[text.index("| scope | routes |") :].split("\n\n")[0]
+    rows: dict[str, set[str]] = {}
+    for line in table.splitlines()[2:]:
+        scope, routes = (cell.strip() for cell in line.strip("|").split("|"))
+        assert scope not in rows, f"two rows of {scope}"
+        rows[scope.strip("`")] = set(re.findall(r"`([A-Z]+ /[^`]*)`", routes))
+    return rows
+
+
+def test_the_scope_table_has_one_row_per_scope_listing_every_route() -> None:
+    rows = scope_table()
+    assert set(rows) == {"none", "read", "write", "admin"}
+    expected: dict[str, set[str]] = {scope: set() for scope in rows}
+    for route in ROUTES:
+        scope = "none" if route.contract.scope == "public" else route.contract.scope
+        expected[scope].add(f"{route.contract.method} {route.path.replace(':path', '')}")
+    assert rows == expected

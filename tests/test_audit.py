@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,7 @@ from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.ledger import Actor, AuditEntry, AuditQuery, stamp
 from knowledge_api.models import Document
+from knowledge_api.routes import audit
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
@@ -136,6 +138,10 @@ def test_the_trail_pages_newest_first_and_filters_by_key_collection_and_time(
         ("cursor=zzz", "cursor"),
         ("since=yesterday", "since"),
         ("collection=../x", "collection"),
+        ("since=9999-12-31T23:59:59-14:00", "since"),  # past year 9999 in UTC
+        ("until=0001-01-01T00:00:00%2B14:00", "until"),  # before year 1 in UTC
+        (f"cursor={audit.cursor_of(2**63)}", "cursor"),  # past a 64-bit id
+        ("colection=ops", "colection"),
     ],
 )
 def test_bad_audit_parameters_are_400_naming_the_field(
@@ -145,6 +151,18 @@ def test_bad_audit_parameters_are_400_naming_the_field(
     refused = client.get(f"/v1/knowledge/audit?{query}", headers=bearer(tokens["boss"]))
     assert refused.status_code == 400
     assert refused.json()["error"]["details"]["field"] == field
+
+
+def test_an_empty_bound_is_no_bound_as_the_document_allows(
+    secured: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, tokens = secured
+    admin = bearer(tokens["boss"])
+    everything = client.get("/v1/knowledge/audit", headers=admin).json()["entries"]
+    assert everything  # the keys made
+    for query in ("until=", "since=", "since=&until="):
+        page = client.get(f"/v1/knowledge/audit?{query}", headers=admin)
+        assert page.status_code == 200 and page.json()["entries"] == everything
 
 
 def test_the_trail_is_for_admins_only(secured: tuple[TestClient, dict[str, str]]) -> None:
@@ -191,6 +209,9 @@ def test_command_line_writes_and_key_management_are_recorded(
     assert json.loads(out[0])["action"] == "cli ingest" and out[1].startswith("next_cursor: ")
     assert main(["audit", "--since", "tomorrow"]) == 2
     assert "since: must be an ISO 8601 date" in capsys.readouterr().err
+    assert main(["audit", "--since", "9999-12-31T23:59:59-14:00"]) == 2
+    [said] = capsys.readouterr().err.splitlines()
+    assert said.startswith("error: ") and "since: must be a moment of the years 1 to 9999" in said
 
 
 async def test_a_kb_sync_records_what_it_indexed_and_removed(
@@ -365,7 +386,11 @@ def test_a_source_deleted_over_http_is_recorded(
         "DELETE /v1/knowledge/sources/{name}",
         "purge-1",
     )
-    assert entry["changes"] == {"source": "/srv/wiki", "deleted": 2}
+    assert entry["changes"] == {
+        "source": "/srv/wiki",
+        "ids": sorted(d.id for d in docs),
+        "documents": 2,
+    }
 
 
 def test_an_upload_and_its_job_are_recorded(tmp_path: Path) -> None:
@@ -395,3 +420,36 @@ def test_an_upload_and_its_job_are_recorded(tmp_path: Path) -> None:
     assert sent.changes == {"job_id": job_id, "files": ["kestrel.md", "heron.md"]}
     assert (indexed.actor, indexed.action) == (f"job:{job_id}", "upload job")
     assert indexed.changes["documents"] == 2 and indexed.changes["job_id"] == job_id
+
+
+def test_an_import_lists_every_document_of_the_file_it_stored_after_a_killed_run_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a", "b", "c"):
+        (docs / f"{name}.md").write_text(f"# {name}\n\nThe {name} runbook restarts the gateway.")
+    assert main(["ingest", "docs"]) == 0
+    assert main(["export", "--collection", "default", "--output", "backup.jsonl"]) == 0
+    header, first, *_ = Path("backup.jsonl").read_text().splitlines()
+    Path("first.jsonl").write_text(f"{header}\n{first}\n")
+
+    async def killed(*args: Any) -> None:
+        """The import was killed once its document was committed, before its record."""
+
+    with monkeypatch.context() as inside:
+        inside.setattr(KnowledgeService, "audit", killed)
+        assert main(["import", "first.jsonl", "--collection", "copy"]) == 0
+    assert main(["import", "backup.jsonl", "--collection", "copy"]) == 0  # the rerun
+    capsys.readouterr()
+    assert main(["audit", "--limit", "1"]) == 0
+    [rerun] = [json.loads(line) for line in capsys.readouterr().out.splitlines()[:1]]
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        stored = {r[0] for r in conn.execute("SELECT id FROM documents WHERE collection = 'copy'")}
+    assert (rerun["action"], rerun["collection"]) == ("cli import", "copy")
+    assert len(stored) == 3 and set(rerun["changes"]["ids"]) == stored
+    changes = rerun["changes"]
+    assert (changes["documents"], changes["indexed"], changes["unchanged"]) == (3, 2, 1)

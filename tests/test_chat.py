@@ -10,6 +10,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from knowledge_api.errors import InvalidRequest
+from knowledge_api.routes import chat
+from knowledge_api.usecases.conversation import MAX_TURNS
 from tests.conftest import corpus, make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
 
@@ -170,3 +173,57 @@ def test_a_model_naming_no_collection_is_a_404_that_lists_them(client: TestClien
     error = response.json()["error"]
     assert error["type"] == "collection_not_found" and "'defualt'" in error["message"]
     assert error["details"]["available"] == ["default"]
+
+
+def long_chat(turns: int, words: int = 200) -> list[dict[str, Any]]:
+    """A conversation of `turns` questions and answers (about 1.3 KB each), the latest
+    asking QUESTION."""
+    said = " ".join(["the gateway timeout was raised again"] * (words // 6))
+    history: list[dict[str, Any]] = []
+    for n in range(turns):
+        history += [ui_message("user", f"{n}: {said}?"), ui_message("assistant", f"{said}.")]
+    return [*history, ui_message("user", QUESTION)]
+
+
+def test_a_long_chat_is_answered_on_both_routes_up_to_its_own_limit(tmp_path: Path) -> None:
+    """A client resends the whole conversation: past 64 KiB (KNOWLEDGE_MAX_BODY_BYTES)
+    it is still answered, from its latest turns, up to KNOWLEDGE_MAX_CHAT_BYTES."""
+    settings = make_settings(tmp_path, answer_threshold="0.3", max_chat_bytes=400_000)
+    messages = long_chat(60)
+    openai = [{"role": m["role"], "content": m["parts"][0]["text"]} for m in messages]
+    assert 200_000 > len(json.dumps(openai)) > 2 * settings.max_body_bytes
+    with TestClient(create_app(settings)) as client:
+        client.portal.call(client.app.state.service.ingest, corpus())  # type: ignore[attr-defined]
+        response, chunks = ui_chunks(client, {"messages": messages, "threshold": 0.0})
+        assert response.status_code == 200
+        [meta] = [c for c in chunks if c["type"] == "message-metadata"]
+        assert meta["messageMetadata"]["status"] == "success"
+        completion = client.post("/v1/chat/completions", json={"messages": openai})
+        assert completion.status_code == 200, completion.text
+        assert completion.json()["choices"][0]["message"]["content"]
+        too_long = long_chat(160)
+        for path, body in (
+            ("/v1/chat", {"messages": too_long}),
+            ("/v1/chat/completions", {"messages": too_long}),
+        ):
+            refused = client.post(path, json=body)
+            assert refused.status_code == 413, refused.text
+            assert refused.json()["error"]["details"]["limit"] == 400_000
+        other = client.post("/v1/knowledge/query", json={"query": "x" * 70_000})
+        assert other.status_code == 413  # the other routes keep KNOWLEDGE_MAX_BODY_BYTES
+
+
+def test_only_the_turns_a_question_is_made_from_are_read() -> None:
+    """Each message is checked, but only the latest MAX_TURNS + 1 questions (and the
+    answers between them) are read into turns."""
+    messages = long_chat(30)
+    read = chat.turns(messages)
+    questions = [turn for turn in read if turn.role == "user"]
+    assert len(questions) == MAX_TURNS + 1 and questions[-1].text == QUESTION
+    assert questions[0].text.startswith(f"{30 - MAX_TURNS}: ")
+    assert read[0] == questions[0] and len(read) == 2 * MAX_TURNS + 1
+    short = messages[-3:]
+    assert [turn.text for turn in chat.turns(short)] == [m["parts"][0]["text"] for m in short]
+    broken = [{"role": "robot", "content": "hi"}, *messages]
+    with pytest.raises(InvalidRequest, match=r"messages\[0\]\.role"):
+        chat.turns(broken)  # an old message is still checked

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -17,6 +18,7 @@ from starlette.testclient import TestClient
 import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
+from knowledge_api.cli.parser import parser
 from knowledge_api.cli.serve import ready_message
 from tests.conftest import make_settings, make_store
 from tests.conftest import seeded as wait_for_seed
@@ -97,6 +99,17 @@ def test_version_and_exit_statuses(
     monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "db-is-a-folder"))
     assert main(["keys", "list"]) == 1  # a failure, not a usage error
     assert "cannot open" in capsys.readouterr().err
+
+
+def test_the_help_line_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    tree = parser()
+    [commands] = [a for a in tree._actions if isinstance(a, argparse._SubParsersAction)]
+    line = re.search(r"knowledge-api ([a-z-]+(?: \| [a-z-]+)*)", shown)
+    assert line is not None and line.group(1).split(" | ") == list(commands.choices)
+    assert {"mcp", "export", "import", "sources", "audit"} <= set(commands.choices)
 
 
 def test_errors_exit_2_with_a_message(

@@ -59,8 +59,9 @@ def test_every_route_answers_errors_in_one_shape(client: TestClient, route: Rout
         as_json = {"content-type": "application/json"}
         assert_error_shape(client.post(path, content=b"[]", headers=as_json), 400)
         assert_error_shape(client.post(path, content=b"{", headers=as_json), 400)
-        # over KNOWLEDGE_MAX_BODY_BYTES, and what /documents takes on top of it
-        assert_error_shape(client.post(path, content=b"x" * 500_000, headers=as_json), 413)
+        # over KNOWLEDGE_MAX_BODY_BYTES, what /documents takes on top of it, and the chat
+        # routes' KNOWLEDGE_MAX_CHAT_BYTES
+        assert_error_shape(client.post(path, content=b"x" * 1_100_000, headers=as_json), 413)
         as_text = {"content-type": "text/plain"}
         error = assert_error_shape(
             client.post(path, content=b'{"query": "x"}', headers=as_text), 415

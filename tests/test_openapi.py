@@ -275,6 +275,8 @@ PAGE = {"source_type": "wiki", "source_id": "p", "content": "Text."}
             "/v1/chat",
             {"messages": [USER], "ranking": {"recency": {"half_life_days": 1e-300}}},
         ),
+        ("/v1/knowledge/feedback", {"query_id": "0", "rating": "up"}),
+        ("/v1/knowledge/feedback", {"query_id": "chatcmpl-x", "rating": "up"}),
     ],
 )
 def test_the_document_and_the_parsers_agree(client: TestClient, path: str, body: Any) -> None:

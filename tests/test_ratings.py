@@ -21,7 +21,11 @@ from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.ledger import Rating
 from knowledge_api.models import SearchHit
+from knowledge_api.routes import audit
+from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.stores.tables.feedback import SQLiteFeedback
+from knowledge_api.usecases import feedback
 from knowledge_api.usecases.query import QueryParams
 from tests.conftest import corpus, make_settings
 from tests.test_access import bearer, make_key
@@ -125,6 +129,23 @@ def test_a_bad_rating_is_refused_naming_the_field(
         assert refused.json()["error"]["details"]["field"] == field
 
 
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        (f"cursor={audit.cursor_of(2**63)}", "cursor"),  # past a 64-bit id
+        ("since=9999-12-31T23:59:59-14:00", "since"),
+        ("key=reader", "key"),  # not a parameter of this listing
+    ],
+)
+def test_bad_listing_parameters_are_400_naming_the_field(
+    keyed: tuple[TestClient, dict[str, str], Settings], query: str, field: str
+) -> None:
+    client, tokens, _ = keyed
+    refused = client.get(f"/v1/knowledge/feedback?{query}", headers=bearer(tokens["boss"]))
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["details"]["field"] == field
+
+
 def test_a_key_rates_only_answers_of_its_collections(
     keyed: tuple[TestClient, dict[str, str], Settings],
 ) -> None:
@@ -194,14 +215,20 @@ async def test_answers_and_ratings_are_kept_on_every_backend(
         ).hits
         query_id = await service.answered("answer", QueryParams("login timeout"), hits, [1])
         await service.recorded()
-        await service.feedback_log.rate(Rating(query_id, "up", "reader", "ok", [1], None, "r-1"))
+        first = await service.feedback_log.rate(Rating(query_id, "down", "reader", "no"))
+        again = await service.feedback_log.rate(
+            Rating(query_id, "up", "reader", "ok", [1], None, "r-1")
+        )  # the key's rating of the query again: it replaces the first
+        assert again == first
+        other = await service.feedback_log.rate(Rating(query_id, "down", "writer"))
+        assert other != first
     finally:
         await service.stop()
     service = build_service(settings)  # another process
     await service.open_storage()
     try:
         found = await service.feedback_log.find(query_id)
-        [rating] = await service.feedback_log.ratings(10)
+        theirs, rating = await service.feedback_log.ratings(10)
     finally:
         await service.stop()
     assert found is not None and found.query == "login timeout" and found.cited == [1]
@@ -213,7 +240,7 @@ async def test_answers_and_ratings_are_kept_on_every_backend(
         [1],
         "r-1",
     )
-    assert rating.at.endswith("Z")
+    assert rating.at.endswith("Z") and rating.comment == "ok" and theirs.key == "writer"
 
 
 def test_eval_feedback_judges_todays_ranking_by_the_ratings(
@@ -266,3 +293,83 @@ def test_eval_feedback_judges_todays_ranking_by_the_ratings(
     assert "no rated answer to judge" in capsys.readouterr().out
     assert main(["eval"]) == 2
     assert "pass --feedback" in capsys.readouterr().err
+
+
+def test_a_key_rates_a_query_once_within_its_limit_and_each_rating_is_audited(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path, auth="keys", ratings_per_minute=3)
+    tokens = {
+        name: asyncio.run(make_key(settings, name, scopes))
+        for name, scopes in (("reader", ["read"]), ("other", ["read"]), ("boss", ["admin"]))
+    }
+    reader, other, boss = (bearer(tokens[name]) for name in ("reader", "other", "boss"))
+    with TestClient(create_app(settings)) as client:
+        client.portal.call(client.app.state.service.ingest, corpus())  # type: ignore[attr-defined]
+        query_id = client.post("/v1/knowledge/query", json=ASK, headers=reader).json()["query_id"]
+        up = {"query_id": query_id, "rating": "up"}
+        down = {"query_id": query_id, "rating": "down", "expected_source": "kb-7"}
+        first = client.post("/v1/knowledge/feedback", json=up, headers=reader)
+        second = client.post("/v1/knowledge/feedback", json=down, headers=reader)
+        theirs = client.post("/v1/knowledge/feedback", json=up, headers=other)
+        assert [r.status_code for r in (first, second, theirs)] == [201] * 3
+        assert second.json()["id"] == first.json()["id"] != theirs.json()["id"]
+        ratings = client.get("/v1/knowledge/feedback", headers=boss).json()["ratings"]
+        assert sorted((r["key"], r["rating"]) for r in ratings) == [
+            ("other", "up"),
+            ("reader", "down"),
+        ]
+        flooded = [
+            client.post("/v1/knowledge/feedback", json=up, headers=reader).status_code
+            for _ in range(3)
+        ]
+        assert flooded == [201, 429, 429]  # 3 a minute: the fourth of this key is refused
+        refused = client.post("/v1/knowledge/feedback", json=up, headers=reader)
+        assert "KNOWLEDGE_RATINGS_PER_MINUTE" in refused.json()["error"]["message"]
+        assert "Retry-After" in refused.headers
+        entries = client.get("/v1/knowledge/audit?collection=default", headers=boss).json()[
+            "entries"
+        ]
+    rated = [e for e in entries if e["action"] == "POST /v1/knowledge/feedback"]
+    assert [(e["key"], e["changes"]["rating"]) for e in rated] == [
+        ("reader", "up"),
+        ("other", "up"),
+        ("reader", "down"),
+        ("reader", "up"),
+    ]
+    assert rated[-1]["changes"] == {"id": first.json()["id"], "query_id": query_id, "rating": "up"}
+
+
+async def test_eval_feedback_reads_one_rating_per_key_and_every_keys_sources(
+    service: KnowledgeService,
+) -> None:
+    """The newest rating of a query no longer decides it alone: each key's rating
+    counts once, and every source one of them names is relevant."""
+    await service.ingest(corpus())
+    hits = (await service.retrieve("login timeout", 3, QueryParams("x").search_filters())).hits
+    query_id = await service.answered("query", QueryParams("login timeout"), hits)
+    await service.recorded()
+    await service.feedback_log.rate(Rating(query_id, "down", "ops", expected_source="a1b2c3d"))
+    await service.feedback_log.rate(Rating(query_id, "up", "reader", cited=[1]))
+    [judgement] = await feedback.judged_set(service)
+    assert judgement.relevant == {"a1b2c3d": 1, hits[0].source_id: 1}
+
+
+async def test_a_file_rated_before_keeps_each_keys_newest_rating(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute(SQLiteFeedback.SCHEMA[1])  # the table as it was, without the rule
+        conn.executemany(
+            "INSERT INTO answer_ratings (at, query_id, rating, key) VALUES ('t', 'q', ?, ?)",
+            [("up", "reader"), ("down", "reader"), ("up", "other")],
+        )
+    log = SQLiteFeedback(db)
+    await log.open()
+    try:
+        kept = await log.ratings(10)
+    finally:
+        await log.close()
+    assert sorted((r.key, r.rating, r.id) for r in kept) == [
+        ("other", "up", 3),
+        ("reader", "down", 2),
+    ]

@@ -850,6 +850,12 @@ def test_listing_routes_on_every_backend(
         assert gone.status_code == 200, gone.text
         assert gone.json() == {"success": True, "collection": "a", "source": "team/x", "deleted": 2}
         error("/v1/knowledge/sources/team/x?collection=a", 404, write, "DELETE")
+        typo = client.delete("/v1/knowledge/sources//srv/b?collection=bb", headers=write)
+        assert typo.json()["error"]["type"] == "collection_not_found", typo.text
+        assert typo.status_code == 404 and typo.json()["error"]["details"]["available"] == [
+            "a",
+            "b",
+        ]
         spaced = client.delete("/v1/knowledge/sources//srv/a%20docs?collection=a", headers=write)
         assert spaced.json()["deleted"] == 5
         emptied = client.get("/v1/knowledge/documents?collection=a", headers=read)

@@ -230,6 +230,8 @@ def test_a_mailbox_with_a_broken_message_is_indexed_and_the_message_listed(
         ({"files": [("file", ("a.md", b"# A"))], "data": {"colection": "x"}}, 400, "colection"),
         ({"files": [("file", ("a.md", b"# A"))], "data": {"source_type": "blog"}}, 400, None),
         ({"files": [("file", ("a.md", b"# A"))], "data": {"collection": "../x"}}, 400, None),
+        ({"files": [("file", ("a.md", b"# A"))], "data": {"source": " "}}, 400, "source"),
+        ({"files": [("file", ("a.md", b"# A"))], "data": {"source": ""}}, 400, "source"),
     ],
 )
 def test_a_bad_upload_is_refused_and_leaves_nothing_behind(

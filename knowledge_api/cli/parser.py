@@ -1,4 +1,4 @@
-"""knowledge-api serve | ingest | ingest-git | query | sync | eval | keys | migrate(-store)"""
+"""The command line: `knowledge-api COMMAND`, each command declared by a function below."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="knowledge-api", description=__doc__)
+    root = argparse.ArgumentParser(prog="knowledge-api")
     root.add_argument("--version", action="version", version=f"knowledge-api {__version__}")
     commands = root.add_subparsers(required=True, metavar="COMMAND")
     for declare in (
@@ -37,6 +37,8 @@ def parser() -> argparse.ArgumentParser:
         migrate_command,
     ):
         declare(commands)
+    # from the commands declared, so that the line names every one of them
+    root.description = "knowledge-api " + " | ".join(commands.choices)
     return root
 
 

@@ -73,7 +73,16 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
                 update,
                 checked=vectors,
             )
-        imported = {"documents": done.documents, "chunks": done.chunks, "embedded": done.embedded}
+        # every document of the file now stored, this run's or found unchanged: a rerun
+        # after an import killed midway audits what the killed run committed unaudited
+        imported = {
+            "ids": done.ids,
+            "documents": done.documents + done.skipped,
+            "indexed": done.documents,
+            "unchanged": done.skipped,
+            "chunks": done.chunks,
+            "embedded": done.embedded,
+        }
         await service.audit(local_user(), "cli import", collection or None, imported)
         again = f", {done.embedded} passages embedded again" if embed else ", nothing embedded"
         print(

@@ -11,6 +11,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import Actor, AuditQuery, stamp
 from knowledge_api.validation import COLLECTION_PATTERN, collection_name
@@ -18,6 +19,8 @@ from knowledge_api.web.fields import STRING, Custom, array, nullable, obj
 from knowledge_api.web.http import JSONResponse, service
 
 MAX_PAGE = 200
+MAX_ID = 2**63 - 1
+"""The largest entry id a store keeps (a signed 64-bit integer)."""
 
 
 def actor(request: Request) -> Actor:
@@ -47,7 +50,7 @@ def position(value: Any) -> int | None:
     try:
         decoded = base64.urlsafe_b64decode(str(value) + "=" * (-len(str(value)) % 4)).decode()
         kind, _, entry_id = decoded.partition(":")
-        if kind == "audit" and entry_id.isdigit():
+        if kind == "audit" and entry_id.isdigit() and int(entry_id) <= MAX_ID:
             return int(entry_id)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
@@ -56,8 +59,9 @@ def position(value: Any) -> int | None:
 
 def moment(name: str) -> Any:
     def parse(value: Any) -> str | None:
-        """A date (its midnight, UTC) or a date and time (UTC unless it says)."""
-        if value is None:
+        """A date (its midnight, UTC) or a date and time (UTC unless it says), within
+        years 1 to 9999 once in UTC; empty, as absent: no bound."""
+        if value is None or value == "":
             return None
         try:
             text = str(value).replace("Z", "+00:00")
@@ -66,9 +70,13 @@ def moment(name: str) -> Any:
                 if "T" in text or " " in text
                 else datetime.combine(date.fromisoformat(text), datetime.min.time())
             )
+            return stamp(parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC))
         except ValueError:
             raise InvalidRequest(name, "must be an ISO 8601 date or date and time") from None
-        return stamp(parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC))
+        except OverflowError:
+            raise InvalidRequest(
+                name, "must be a moment of the years 1 to 9999 once in UTC"
+            ) from None
 
     return parse
 
@@ -97,8 +105,16 @@ COLLECTION = Custom(
     optional_collection,
     {"type": "string", "pattern": COLLECTION_PATTERN},
 )
-SINCE = Custom("since", "At or after (ISO 8601 date or time, UTC).", None, moment("since"), STRING)
-UNTIL = Custom("until", "Before (ISO 8601 date or time, UTC).", None, moment("until"), STRING)
+SINCE = Custom(
+    "since",
+    "At or after (ISO 8601 date or time, UTC; empty: no bound).",
+    None,
+    moment("since"),
+    STRING,
+)
+UNTIL = Custom(
+    "until", "Before (ISO 8601 date or time, UTC; empty: no bound).", None, moment("until"), STRING
+)
 PARAMETERS = (LIMIT, CURSOR, KEY, COLLECTION, SINCE, UNTIL)
 ENTRY = obj(
     {
@@ -115,7 +131,9 @@ RESPONSE = obj({"entries": array(ENTRY), "next_cursor": nullable(STRING)})
 
 
 def query_of(values: dict[str, Any]) -> AuditQuery:
-    """An audit page asked for by query parameters (also `knowledge-api audit`'s)."""
+    """An audit page asked for by query parameters (also `knowledge-api audit`'s); an
+    unknown parameter is refused, as every listing refuses it."""
+    validation.reject_unknown(values, [field.name for field in PARAMETERS])
     return AuditQuery(
         limit=LIMIT.parse(values, LIMIT.default),
         before=CURSOR.parse(values, None),

@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
+from knowledge_api.ledger import changes
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, DocumentPage
 from knowledge_api.routes.audit import actor
 from knowledge_api.usecases import sources as use
@@ -210,15 +211,16 @@ async def delete_source(request: Request) -> Response:
     name = validation.source_name(request.path_params["name"], "name")
     params = query(request)
     validation.reject_unknown(params, ("collection",))
-    collection = access(request).collection(COLLECTION.parse(params, COLLECTION.default))
-    deleted = await use.delete_source(service(request), collection, name)
+    caller = access(request)
+    collection = caller.collection(COLLECTION.parse(params, COLLECTION.default))
+    deleted = await use.delete_source(service(request), collection, name, caller.reaches)
     if deleted is None:
         raise NotFound(
             f"no source {name!r} in collection {collection!r}", source=name, collection=collection
         )
-    changed = {"source": name, "deleted": deleted}
+    changed = {"source": name, **changes(ids=deleted)}
     action = "DELETE /v1/knowledge/sources/{name}"
     await service(request).audit(actor(request), action, collection, changed)
     return JSONResponse(
-        {"success": True, "collection": collection, "source": name, "deleted": deleted}
+        {"success": True, "collection": collection, "source": name, "deleted": len(deleted)}
     )

@@ -98,15 +98,23 @@ COMPLETION_EVENTS = {
 # -- the conversation ---------------------------------------------------------------
 
 
-def text_of(message: Any, where: str) -> tuple[str, str]:
-    """(role, text) of an AI SDK UIMessage (`parts`) or an OpenAI message (`content`)."""
+def said_in(message: Any, where: str) -> tuple[str, str | list[Any] | None]:
+    """(role, what it says) of an AI SDK UIMessage (`parts`) or an OpenAI message
+    (`content`), checked: 400 naming the message when it is malformed."""
     body = validation.require_object(message, where)
     role = body.get("role")
     if role not in ROLES:
         raise InvalidRequest(f"{where}.role", f"must be one of {', '.join(ROLES)}")
     content = body.get("parts", body.get("content"))
+    if content is not None and not isinstance(content, str | list):
+        raise InvalidRequest(f"{where}", "needs `parts` (AI SDK) or `content` (OpenAI)")
+    return role, content
+
+
+def text_of(content: str | list[Any] | None) -> str:
+    """The text of a message's `parts` or `content` (`said_in`)."""
     if content is None:  # OpenAI: an assistant message that only calls tools has no text
-        return role, ""
+        return ""
     if isinstance(content, list):
         content = "\n".join(
             part["text"]
@@ -115,11 +123,9 @@ def text_of(message: Any, where: str) -> tuple[str, str]:
             and part.get("type") == "text"
             and isinstance(part.get("text"), str)
         )
-    if not isinstance(content, str):
-        raise InvalidRequest(f"{where}", "needs `parts` (AI SDK) or `content` (OpenAI)")
     # a NUL carries nothing in a conversation, and Postgres keeps none in a text: the
     # question made from it would fail there (messages are free-form, not refused)
-    return role, content.replace("\x00", "")
+    return content.replace("\x00", "")
 
 
 def cited_of(message: Any, text: str) -> tuple[str, ...]:
@@ -142,16 +148,31 @@ def cited_of(message: Any, text: str) -> tuple[str, ...]:
 
 
 def turns(messages: Any, where: str = "messages") -> list[Turn]:
-    """The conversation as the client sends it back: 400 naming the message when one is
-    malformed."""
+    """The latest turns of the conversation as the client sends it back, those a
+    question is made from (`conversation.MAX_TURNS` user turns before the latest, and
+    what follows them); every message is checked (400 naming one that is malformed),
+    only those turns are read."""
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest(where, "must be a non-empty list of messages")
-    said = []
-    for i, message in enumerate(messages):
-        role, text = text_of(message, f"{where}[{i}]")
-        cited = cited_of(message, text) if role == "assistant" else ()
-        said.append(Turn(role, text, cited))
-    return said
+    said = [said_in(message, f"{where}[{i}]") for i, message in enumerate(messages)]
+    texts: dict[int, str] = {}
+    questions = 0
+    start = 0
+    for i in range(len(said) - 1, -1, -1):  # back to the oldest user turn read
+        role, content = said[i]
+        if role == "user":
+            texts[i] = text_of(content)
+            questions += bool(texts[i].strip())
+            if questions > conversation.MAX_TURNS:
+                start = i
+                break
+    read = []
+    for i in range(start, len(said)):
+        role, content = said[i]
+        text = texts[i] if i in texts else text_of(content)
+        cited = cited_of(messages[i], text) if role == "assistant" else ()
+        read.append(Turn(role, text, cited))
+    return read
 
 
 def asked(
@@ -281,7 +302,8 @@ def said_text(grounded: GroundedAnswer) -> str:
 async def chat(request: Request) -> Response:
     knowledge = service(request)
     defaults = {"threshold": knowledge.answer_threshold}
-    values = UI_CHAT.parse(await read_json(request), defaults=defaults)
+    body = await read_json(request, limit=knowledge.settings.max_chat_bytes)
+    values = UI_CHAT.parse(body, defaults=defaults)
     said, scope = asked(
         values["messages"],
         values["threshold"],
@@ -377,7 +399,9 @@ def failure_text(error: Exception) -> str:
 
 async def completions(request: Request) -> Response:
     knowledge = service(request)
-    values = COMPLETION_REQUEST.parse(await read_json(request))
+    values = COMPLETION_REQUEST.parse(
+        await read_json(request, limit=knowledge.settings.max_chat_bytes)
+    )
     model, stream = values["model"], values["stream"]
     if not validation.valid_collection(model):
         raise InvalidRequest("model", "must name a collection, or knowledge for the default")

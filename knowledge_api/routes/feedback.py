@@ -3,17 +3,19 @@ ratings, newest first."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import Rating
-from knowledge_api.routes.audit import LIMIT, actor, cursor_of, moment, position
+from knowledge_api.routes.audit import CURSOR, LIMIT, SINCE, actor, cursor_of
 from knowledge_api.usecases import feedback as use
-from knowledge_api.web.access import access
+from knowledge_api.web.access import Gate, access, caller_name
 from knowledge_api.web.fields import (
     INTEGER,
     STRING,
@@ -28,17 +30,19 @@ from knowledge_api.web.fields import (
 from knowledge_api.web.http import JSONResponse, read_json, service
 
 MAX_CITED = 100
+HEX = "[0-9a-fA-F]"
+QUERY_ID_PATTERN = f"^({use.CHAT_PREFIX})?{HEX}{{8}}(-{HEX}{{4}}){{3}}-{HEX}{{12}}$"
+"""A UUID as the service writes it (hyphenated), or an OpenAI completion id: the
+document and the parser hold the same rule."""
 
 
 def query_id(value: Any) -> str:
     """A query_id the service returned (or an OpenAI completion id, chatcmpl-<id>)."""
-    text = use.query_id_of(value) if isinstance(value, str) else ""
-    try:
-        return str(uuid.UUID(text))
-    except ValueError:
+    if not isinstance(value, str) or re.fullmatch(QUERY_ID_PATTERN, value) is None:
         raise InvalidRequest(
             "query_id", "must be the query_id of a response (a UUID, or chatcmpl-<UUID>)"
-        ) from None
+        )
+    return str(uuid.UUID(use.query_id_of(value)))
 
 
 def cited(value: Any) -> list[int] | None:
@@ -61,7 +65,7 @@ FEEDBACK = Body(
         "query_id",
         "The query_id of the answer or query rated (or the OpenAI completion id).",
         check=query_id,
-        shape={**STRING, "minLength": 1},
+        shape={**STRING, "pattern": QUERY_ID_PATTERN},
     ),
     OneOf("rating", "Whether the answer was right.", allowed=("up", "down")),
     Text("comment", "What was right or wrong.", "", max_length=2000),
@@ -98,13 +102,14 @@ RATING = obj(
     }
 )
 PAGE = obj({"ratings": array(RATING), "next_cursor": nullable(STRING)})
-SINCE = Custom("since", "At or after (ISO 8601 date or time, UTC).", None, moment("since"), STRING)
-CURSOR = Custom("cursor", "next_cursor of the page before.", None, position, STRING)
 PARAMETERS = (LIMIT, CURSOR, SINCE)
 
 
 async def rate(request: Request) -> Response:
     values = FEEDBACK.parse(await read_json(request))
+    gate: Gate = request.app.state.gate
+    if gate.ratings is not None:
+        gate.ratings.take(caller_name(request))
     who = actor(request)
     rating = Rating(
         values["query_id"],
@@ -115,7 +120,9 @@ async def rate(request: Request) -> Response:
         values["expected_source"] or None,
         who.request_id,
     )
-    rating_id, _ = await use.rate(service(request), rating, access(request).collection)
+    rating_id, answered = await use.rate(service(request), rating, access(request).collection)
+    changed = {"id": rating_id, "query_id": rating.query_id, "rating": rating.rating}
+    await service(request).audit(who, "POST /v1/knowledge/feedback", answered.collection, changed)
     return JSONResponse(
         {"success": True, "id": rating_id, "query_id": rating.query_id}, status_code=201
     )
@@ -123,6 +130,7 @@ async def rate(request: Request) -> Response:
 
 async def ratings(request: Request) -> Response:
     params = dict(request.query_params)
+    validation.reject_unknown(params, [field.name for field in PARAMETERS])
     limit = LIMIT.parse(params, LIMIT.default)
     page = await service(request).feedback_log.ratings(
         limit, CURSOR.parse(params, None), SINCE.parse(params, None)

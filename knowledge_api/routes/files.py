@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.ledger import DONE, FAILED, QUEUED, RUNNING, Job
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
@@ -22,7 +23,6 @@ from knowledge_api.web.fields import (
     CollectionName,
     Custom,
     OneOf,
-    Text,
     array,
     enum,
     obj,
@@ -32,10 +32,37 @@ from knowledge_api.web.multipart import receive
 
 FILE = "file"
 BINARY = {"type": "string", "format": "binary"}
+MAX_SOURCE = 500
+
+
+def source(value: Any) -> str:
+    """The source's name as sent; blank is refused, not taken as a source named ""
+    that no route could name again."""
+    name = validation.source_name(value, "source")
+    if not name.strip():
+        raise InvalidRequest("source", "must not be blank (leave the field out: `upload`)")
+    if len(name) > MAX_SOURCE:
+        raise InvalidRequest("source", f"must be at most {MAX_SOURCE} characters")
+    return name
+
+
 FIELDS = (
     CollectionName("collection", "The collection to index into.", DEFAULT_COLLECTION),
     OneOf("source_type", "Where the documents come from.", "wiki", allowed=SOURCE_TYPES),
-    Text("source", "The source the documents belong to.", "upload", max_length=500),
+    Custom(
+        "source",
+        "The source the documents belong to (not blank).",
+        "upload",
+        source,
+        {
+            "type": "string",
+            "maxLength": MAX_SOURCE,
+            "allOf": [
+                {"pattern": validation.NOT_BLANK_PATTERN},
+                {"pattern": validation.SOURCE_PATTERN},
+            ],
+        },
+    ),
 )
 FILES = Body(
     "FileUpload",

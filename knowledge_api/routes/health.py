@@ -1,5 +1,8 @@
 """GET /health: open to anyone; its details (store, embedder, providers, cache) only to
-callers who may read when keys are required."""
+callers who may read when keys are required, and what the store holds (its counts, its
+place) only to keys that may read every collection."""
+
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -10,6 +13,9 @@ from knowledge_api.web.fields import NUMBER, STRING, enum, obj
 from knowledge_api.web.http import JSONResponse, service
 
 MINIMAL = ("status", "service", "version", "timestamp")
+DETAILED_PARTS = ("store", "embedder", "synthesizer", "reranker", "cache", "uptime_s")
+"""The parts a key limited to some collections sees whole (the store but its backend
+and status aside, see `limited`); of any other part (a sync), only its status."""
 
 PART = obj({"status": STRING}, extra=True)
 """A part's own report (store, embedder, synthesizer, sync): its status and details."""
@@ -41,9 +47,27 @@ class NotReady(KnowledgeAPIError):
 async def health(request: Request) -> Response:
     """200 while the store answers (even degraded); 503 when it does not."""
     body = await service(request).health()
-    if not access(request).allows(READ):
+    caller = access(request)
+    if not caller.allows(READ):
         body = {key: body[key] for key in MINIMAL}
+    elif caller.collections is not None:
+        body = limited(body)
     return JSONResponse(body, status_code=503 if body["status"] == "unhealthy" else 200)
+
+
+def limited(body: dict[str, Any]) -> dict[str, Any]:
+    """/health as a key limited to some collections sees it: the store's backend and
+    status without its store-wide counts, its place (a path, a URL) or its error (which
+    may name them), and the status
+    of each part beyond the store's and the providers'."""
+    store = body["store"]
+    seen = {
+        name: value if name in DETAILED_PARTS else {"status": value.get("status")}
+        for name, value in body.items()
+        if name not in MINIMAL
+    }
+    seen["store"] = {key: store[key] for key in ("backend", "status") if key in store}
+    return {**{key: body[key] for key in MINIMAL}, **seen}
 
 
 ALIVE = obj({"status": enum("alive")})

@@ -33,6 +33,7 @@ import orjson
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ingest.pipeline import Ingestor, changed_only
+from knowledge_api.ledger import MAX_AUDITED_IDS
 from knowledge_api.models import (
     SOURCE_TYPES,
     Chunk,
@@ -78,6 +79,9 @@ class Transferred:
     embedded: int = 0
     """Passages embedded again (the file's vectors are of another embedder)."""
     sources: set[tuple[str, str]] = field(default_factory=set)
+    ids: list[str] = field(default_factory=list)
+    """The ids of the file's documents now stored, written or found unchanged (the first
+    MAX_AUDITED_IDS: what an audit record lists)."""
 
 
 @contextmanager
@@ -456,6 +460,7 @@ async def write(
     if not batch:
         return
     done.sources |= {(doc.collection, doc.source) for doc in batch if doc.source}
+    room = max(0, MAX_AUDITED_IDS - len(done.ids))
     if same:
         changed = await changed_only(store, batch)
         await store.index_documents(changed)
@@ -469,5 +474,6 @@ async def write(
         done.chunks += summary.chunks
         done.embedded += summary.embedded
         done.skipped += summary.skipped
+    done.ids += [doc.id for doc in batch[:room]]  # written or found stored: all are now
     if progress is not None:
         progress(len(batch))

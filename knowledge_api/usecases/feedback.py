@@ -3,9 +3,11 @@ make (`knowledge-api eval --feedback`).
 
 A rating refers to the query_id of a query or answer the service returned; it is
 resolved in the store, where the query, its ranking and its results were recorded
-when it was computed. The judged set: a rating up makes the cited sources (those the
-reader named, else those the answer cited, else the first result) relevant; a rating
-down with an expected source makes that source relevant. Each judged query is then
+when it was computed. A key rates a query once (a later rating replaces its earlier
+one). The judged set: a rating up makes the cited sources (those the reader named, else
+those the answer cited, else the first result) relevant; a rating down with an
+expected source makes that source relevant; each key's rating of a query counts once,
+and the query's relevant sources are those any of them names. Each judged query is then
 searched again with today's ranking and scored (nDCG@10, recall, MRR), so a change of
 ranking can be checked against what readers said.
 """
@@ -78,17 +80,30 @@ def judged(answered: Answered, rating: Rating) -> Judged | None:
 
 
 async def judged_set(service: KnowledgeService, since: str | None = None) -> list[Judged]:
-    """Every usable rating since `since`, newest first; the newest rating of a query
-    is its judgement."""
+    """The judgement of every query rated since `since`, newest rated first: one rating
+    per key (its newest), the sources any of them makes relevant."""
     found: dict[str, Judged] = {}
+    counted: set[tuple[str, str]] = set()
+    answers: dict[str, Answered | None] = {}
     before: int | None = None
     while page := await service.feedback_log.ratings(500, before, since):
         for rating in page:
-            if rating.query_id in found:
+            if (rating.query_id, rating.key) in counted:
                 continue
-            answered = await service.find_answered(rating.query_id)
-            if answered is not None and (judgement := judged(answered, rating)):
-                found[rating.query_id] = judgement
+            counted.add((rating.query_id, rating.key))
+            if rating.query_id not in answers:
+                answers[rating.query_id] = await service.find_answered(rating.query_id)
+            answered = answers[rating.query_id]
+            if answered is None or (judgement := judged(answered, rating)) is None:
+                continue
+            if (earlier := found.get(rating.query_id)) is not None:
+                judgement = Judged(
+                    judgement.query_id,
+                    judgement.query,
+                    judgement.collection,
+                    {**earlier.relevant, **judgement.relevant},
+                )
+            found[rating.query_id] = judgement
         before = page[-1].id
     return list(found.values())
 

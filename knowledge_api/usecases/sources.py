@@ -255,11 +255,19 @@ async def sources(service: KnowledgeService, collection: str | None) -> list[Sou
     return await service.store.sources(collection)
 
 
-async def delete_source(service: KnowledgeService, collection: str, name: str) -> int | None:
-    """How many documents of the source went; None when there is no such source."""
+async def delete_source(
+    service: KnowledgeService, collection: str, name: str, visible: Callable[[str], bool]
+) -> list[str] | None:
+    """The ids of the source's documents, deleted with it; None when the collection
+    has no such source (404 `collection_not_found`, listing those the caller may read,
+    when the collection itself holds nothing)."""
     known = {info.name for info in await service.store.sources(collection)}
-    deleted = await service.store.delete_source(collection, name)
-    return deleted if deleted or name in known else None
+    owned = await service.store.source_documents(collection, name)
+    deleted = await service.store.delete_source(collection, name)  # 409 where read-only
+    if not deleted and name not in known:
+        await require_collection(service, collection, visible)
+        return None
+    return sorted(owned)
 
 
 async def documents(

@@ -118,6 +118,8 @@ class Gate:
     """Its key store."""
     limiter: RateLimiter | None
     hosts: TrustedHosts
+    ratings: RateLimiter | None = None
+    """KNOWLEDGE_RATINGS_PER_MINUTE: the ratings each caller may send."""
 
 
 async def admit(
@@ -218,11 +220,20 @@ MAX_BUCKETS = 10_000
 
 
 class RateLimiter:
-    """A token bucket per caller: `per_minute` requests a minute, refilled evenly."""
+    """A token bucket per caller: `per_minute` requests (or `what`) a minute, refilled
+    evenly; `setting` names the limit in the refusal."""
 
-    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        per_minute: int,
+        clock: Callable[[], float] = time.monotonic,
+        what: str = "requests",
+        setting: str = "KNOWLEDGE_RATE_LIMIT",
+    ) -> None:
         self.per_minute = per_minute
         self.clock = clock
+        self.what = what
+        self.setting = setting
         self._buckets: dict[str, tuple[float, float]] = {}
 
     def take(self, caller: str) -> None:
@@ -234,7 +245,8 @@ class RateLimiter:
             self._buckets[caller] = (tokens, now)
             wait = math.ceil((1.0 - tokens) / rate)
             raise RateLimited(
-                f"rate limit of {self.per_minute} requests a minute reached; retry in {wait} s",
+                f"rate limit of {self.per_minute} {self.what} a minute ({self.setting}) "
+                f"reached; retry in {wait} s",
                 wait,
             )
         self._buckets[caller] = (tokens - 1.0, now)
@@ -305,6 +317,22 @@ def host_name(host: str) -> str:
 
 def rate_limiter(settings: Settings) -> RateLimiter | None:
     return RateLimiter(settings.rate_limit) if settings.rate_limit else None
+
+
+def ratings_limiter(settings: Settings) -> RateLimiter | None:
+    per_minute = settings.ratings_per_minute
+    if not per_minute:
+        return None
+    return RateLimiter(per_minute, what="ratings", setting="KNOWLEDGE_RATINGS_PER_MINUTE")
+
+
+def caller_name(request: Request) -> str:
+    """Whom a limit counts a request against: its key, or its client address when no
+    key speaks for it (keys off)."""
+    caller = access(request)
+    if caller is EVERYONE or caller is ANONYMOUS:
+        return f"client {request.client.host if request.client else '-'}"
+    return caller.name
 
 
 def cors(settings: Settings) -> list[Middleware]:

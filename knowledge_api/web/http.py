@@ -44,11 +44,11 @@ def service(request: Request) -> KnowledgeService:
     return svc
 
 
-async def read_json(request: Request, extra_bytes: int = 0) -> Any:
+async def read_json(request: Request, extra_bytes: int = 0, limit: int | None = None) -> Any:
     """The parsed body; 415 unless it is declared JSON (a form or text/plain POST, which
     any web page may send cross-site without a preflight, is refused); 413 past the size
-    limit (checked before reading it all), KNOWLEDGE_MAX_BODY_BYTES plus `extra_bytes`
-    for a route whose content may be longer."""
+    limit (checked before reading it all): `limit`, or KNOWLEDGE_MAX_BODY_BYTES plus
+    `extra_bytes` for a route whose content may be longer."""
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json" and not media_type.endswith("+json"):
         raise UnsupportedMediaType(
@@ -56,7 +56,8 @@ async def read_json(request: Request, extra_bytes: int = 0) -> Any:
             content_type=media_type,
         )
     settings = request.app.state.settings
-    limit: int = settings.max_body_bytes + extra_bytes
+    if limit is None:
+        limit = settings.max_body_bytes + extra_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body is {declared} bytes; the limit is {limit}", limit=limit)

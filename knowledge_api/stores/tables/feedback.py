@@ -4,9 +4,10 @@ When a query or an answer is computed (a tier-1 miss), its `query_id` is recorde
 the query, the ranking that ran and the ids of its results in order (`Answered`); a hit
 serves the same value, with the same id, and writes nothing. A reader's rating of it
 (`Rating`: up or down, a comment, the citations it found right, the source it expected)
-refers to that id. Like the API keys and the audit trail, both live in the Postgres
-schema with the postgres and supabase stores (any replica resolves an id) and in the
-SQLite file otherwise.
+refers to that id; a key rates a query once, a later rating of it replacing the key's
+earlier one (its id stays, its moment and values are the new ones). Like the API keys
+and the audit trail, both live in the Postgres schema with the postgres and supabase
+stores (any replica resolves an id) and in the SQLite file otherwise.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class FeedbackLog(Protocol):
     async def find(self, query_id: str) -> Answered | None: ...
 
     async def rate(self, rating: Rating) -> int:
-        """Store a rating; its id."""
+        """Store a rating, replacing the key's earlier rating of the query; its id."""
 
     async def ratings(
         self, limit: int, before: int | None = None, since: str | None = None
@@ -61,6 +62,13 @@ class SQLiteFeedback(SQLiteTables):
             cited TEXT,
             expected_source TEXT,
             request_id TEXT)""",
+        # a key's earlier ratings of a query, kept before one rating per key per query
+        # was the rule: the newest stays (once, before the index exists)
+        """DELETE FROM answer_ratings
+            WHERE NOT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'answer_ratings_once')
+              AND id NOT IN (SELECT max(id) FROM answer_ratings GROUP BY query_id, key)""",
+        """CREATE UNIQUE INDEX IF NOT EXISTS answer_ratings_once
+            ON answer_ratings (query_id, key)""",
     )
 
     WHAT = "ratings"
@@ -105,7 +113,11 @@ class SQLiteFeedback(SQLiteTables):
         r = rating
         rows = await self._run(
             "INSERT INTO answer_ratings (at, query_id, rating, key, comment, cited, "
-            "expected_source, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            "expected_source, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (query_id, key) DO UPDATE SET at = excluded.at, "
+            "rating = excluded.rating, comment = excluded.comment, cited = excluded.cited, "
+            "expected_source = excluded.expected_source, request_id = excluded.request_id "
+            "RETURNING id",
             (
                 r.at or stamp(),
                 r.query_id,

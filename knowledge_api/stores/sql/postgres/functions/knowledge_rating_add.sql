@@ -4,9 +4,13 @@ CREATE OR REPLACE FUNCTION knowledge_rating_add(
 )
 RETURNS TABLE (id bigint)
 LANGUAGE sql AS $$
-    INSERT INTO knowledge_ratings (query_id, rating, key, comment, cited, expected_source,
-                                   request_id)
+    INSERT INTO knowledge_ratings AS r (query_id, rating, key, comment, cited,
+                                        expected_source, request_id)
     VALUES (rating_query_id::uuid, rating_value, rating_key, rating_comment, rating_cited,
             rating_expected_source, rating_request_id)
-    RETURNING id
+    ON CONFLICT (query_id, key) DO UPDATE
+        SET at = now(), rating = EXCLUDED.rating, comment = EXCLUDED.comment,
+            cited = EXCLUDED.cited, expected_source = EXCLUDED.expected_source,
+            request_id = EXCLUDED.request_id
+    RETURNING r.id
 $$;
