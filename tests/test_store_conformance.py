@@ -934,7 +934,9 @@ async def test_a_restore_keeps_both_dates_of_every_document(
     assert hit.created_at == dates[hit.source_id][0]
 
     first = restored[0]
-    await index(store, [Document(first.source_type, first.source_id, "Changed text.")])
+    changed = Document(first.source_type, first.source_id, "Changed text.", source=first.source)
+    assert changed.id == first.id
+    await index(store, [changed])
     again = await store.get_by_id(first.id)
     assert again is not None and again.created_at == dates[first.source_id][0]
     assert again.updated_at > "2025"
