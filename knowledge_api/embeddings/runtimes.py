@@ -40,12 +40,8 @@ class Choice:
     runtime: str
     precision: str
     reason: str
-    build: str = ""
-    """The built model it runs (onnx_model.BUILDS), when not named after `precision`."""
-
-    @property
-    def model(self) -> str:
-        return self.build or self.precision
+    build: str = "openvino"
+    """The built model it runs (onnx_model.BUILDS)."""
 
 
 def choose(requested: str, units: Iterable[str]) -> Choice:
@@ -58,7 +54,7 @@ def choose(requested: str, units: Iterable[str]) -> Choice:
     if requested == "int8":
         why = "int8 as configured (dynamic int8 attention"
         if any(unit in units for unit in VNNI_UNITS):
-            return Choice("onnxruntime", "int8", f"{why})")
+            return Choice("onnxruntime", "int8", f"{why})", "int8")
         return Choice(
             "onnxruntime", "int8", f"{why}, 7-bit weights: the CPU has no VNNI)", "int8-7bit"
         )
