@@ -21,6 +21,8 @@ from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, Pro
 from knowledge_api.trail import Trail
 
 log = logging.getLogger("knowledge_api")
+EMBED_SLICE = 512
+"""Texts one call of the model thread embeds (a multiple of the local model's window)."""
 
 
 class Catalog(Trail):
@@ -46,8 +48,13 @@ class Catalog(Trail):
     ) -> list[Document]:
         """The documents of an uploaded file (kept at `path`, sent as `name`), chunked
         so its job knows the passages to do; ExtractionError when it holds none."""
-        options = LoadOptions(source_type=source_type, collection=collection)
-        return await asyncio.to_thread(read_chunked, path, name, options)
+        settings = self.settings
+        options = LoadOptions(
+            source_type=source_type, collection=collection, max_chars=settings.max_file_chars
+        )
+        return await asyncio.to_thread(
+            read_chunked, path, name, options, settings.max_file_passages
+        )
 
     @staticmethod
     def corpus(path: Path, collection: str) -> list[Document]:
@@ -55,9 +62,18 @@ class Catalog(Trail):
         return list(load_jsonl(path, LoadOptions(collection=collection)))
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """The texts' vectors, EMBED_SLICE texts a call of the model thread: the queries
+        that come while a large file is embedded take their turn between two slices."""
         start = time.perf_counter()
         with tracing.span("knowledge.embed", self._embed_attributes("documents", len(texts))):
-            vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_documents, texts)
+            embed = self.embedder.embed_documents
+            vectors: np.ndarray = await self._in_model_thread(embed, texts[:EMBED_SLICE])
+            if len(texts) > EMBED_SLICE:
+                rest = [
+                    await self._in_model_thread(embed, texts[i : i + EMBED_SLICE])
+                    for i in range(EMBED_SLICE, len(texts), EMBED_SLICE)
+                ]
+                vectors = np.concatenate([vectors, *rest])
         self.observer.embedding("documents", time.perf_counter() - start)
         return vectors
 
@@ -100,7 +116,7 @@ class Catalog(Trail):
         if not self.embedder_ready:
             log.warning("not seeding the empty store: the embedder is unavailable")
             return
-        loaded = load_paths([self.seed_path()], LoadOptions())
+        loaded = load_paths([self.seed_path()], LoadOptions(max_chars=self.settings.max_file_chars))
         summary = await self.ingest(loaded)
         await self.audit(
             Actor("service"),
@@ -121,8 +137,15 @@ class Catalog(Trail):
         return Path(str(resources.files("knowledge_api").joinpath("docs")))
 
 
-def read_chunked(path: Path, name: str, options: LoadOptions) -> list[Document]:
+def read_chunked(path: Path, name: str, options: LoadOptions, max_passages: int) -> list[Document]:
     documents = chunked(load_as(path, name, options))
     if not documents:
         raise ExtractionError("no documents", "the file holds no record")
+    passages = sum(len(doc.chunks) for doc in documents)
+    if passages > max_passages:
+        raise ExtractionError(
+            "too many passages",
+            f"its text makes {passages:,} passages, more than {max_passages:,} "
+            "(KNOWLEDGE_MAX_FILE_PASSAGES)",
+        )
     return documents

@@ -275,6 +275,19 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
         "error of its job, the other files are indexed.",
         positive=True,
     )
+    max_file_chars: int = setting(
+        "KNOWLEDGE_MAX_FILE_CHARS",
+        4_000_000,
+        "Most characters of text one file (uploaded or ingested) may hold, each paragraph "
+        "counting its line break; a file past it is an error of its own, read no further.",
+        positive=True,
+    )
+    max_file_passages: int = setting(
+        "KNOWLEDGE_MAX_FILE_PASSAGES",
+        10_000,
+        "Most passages one uploaded file may make; a file past it is an error of its job.",
+        positive=True,
+    )
     upload_dir: str = setting(
         "KNOWLEDGE_UPLOAD_DIR",
         "",

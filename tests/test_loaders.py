@@ -5,11 +5,19 @@ from pathlib import Path
 import pytest
 
 from knowledge_api.errors import ConfigurationError, InvalidRequest
-from knowledge_api.ingest import extract
+from knowledge_api.ingest import extract, office
 from knowledge_api.ingest.chunker import chunk_document
 from knowledge_api.ingest.extract import literal
 from knowledge_api.ingest.loaders import LoadOptions, html_to_markdown, load_paths
-from tests.documents import PNG, pdf_bytes, write_docx, write_pptx
+from tests.documents import (
+    PNG,
+    bare_docx,
+    pdf_bytes,
+    repeated_slide_pptx,
+    spanning_docx,
+    write_docx,
+    write_pptx,
+)
 
 DOC_PAGE = """<!DOCTYPE html>
 <html><head><title>Rotating keys - Handbook</title><script>var tracking = 1;</script></head>
@@ -450,3 +458,50 @@ def test_a_corpus_record_with_an_integer_past_64_bits_is_skipped_saying_so(
     (skipped,) = loaded.skipped
     assert skipped.reason == "bad record"
     assert "corpus.jsonl:2 metadata.n[1]" in skipped.detail and "64-bit" in skipped.detail
+
+
+def test_a_cell_spanning_millions_of_columns_is_read_as_a_row_of_a_table_word_makes(
+    tmp_path: Path,
+) -> None:
+    """`<w:gridSpan w:val="100000"/>` in a file of a few hundred bytes made a row of
+    100,000 copies of the cell's text; a row is read as at most office.MAX_COLUMNS cells."""
+    path = spanning_docx(tmp_path / "span.docx", 100_000)
+    assert path.stat().st_size < 1000
+    (doc,) = load_paths([path], LoadOptions())
+    header = doc.content.splitlines()[0]
+    assert header.count("spanned") == office.MAX_COLUMNS
+    assert len(doc.content) < 5000
+
+
+def test_a_slide_listed_again_and_again_is_read_once(tmp_path: Path) -> None:
+    path = repeated_slide_pptx(tmp_path / "deck.pptx", 20_000)
+    (doc,) = load_paths([path], LoadOptions())
+    assert doc.metadata["slides"] == 1
+    assert doc.content == "## Slide 1: Only slide"
+
+
+@pytest.mark.parametrize("suffix", [".docx", ".md"])
+def test_a_file_of_more_text_than_the_limit_is_skipped_naming_the_setting(
+    tmp_path: Path, suffix: str
+) -> None:
+    """A Word file of 200,000 empty paragraphs (a few kilobytes zipped) stops being read
+    once its paragraphs pass KNOWLEDGE_MAX_FILE_CHARS, each counting its line break; a
+    Markdown file longer than it is skipped too."""
+    if suffix == ".docx":
+        path = bare_docx(tmp_path / "empty.docx", "<w:p/>" * 200_000)
+        assert path.stat().st_size < 10_000
+    else:
+        path = tmp_path / "long.md"
+        path.write_text("word " * 20_001)
+    loaded = load_paths([path], LoadOptions(max_chars=100_000))
+    assert loaded.documents == []
+    (skipped,) = loaded.skipped
+    assert skipped.reason == "too long"
+    assert "100,000 characters (KNOWLEDGE_MAX_FILE_CHARS)" in skipped.detail
+
+
+def test_text_within_the_limit_is_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "long.md"
+    path.write_text("word " * 19_999)
+    (doc,) = load_paths([path], LoadOptions(max_chars=100_000))
+    assert len(doc.content) == 5 * 19_999

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import queue
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -19,12 +21,21 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError
-from knowledge_api.ingest import extract
+from knowledge_api.ingest import extract, pipeline
+from knowledge_api.ingest.chunker import chunk_document
 from knowledge_api.ledger import Job
+from knowledge_api.models import Document
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import uploads
 from tests.conftest import corpus, make_settings
-from tests.documents import pdf_bytes, write_docx, write_pptx
+from tests.documents import (
+    bare_docx,
+    pdf_bytes,
+    repeated_slide_pptx,
+    spanning_docx,
+    write_docx,
+    write_pptx,
+)
 
 FILES = "/v1/knowledge/files"
 QUERY = "/v1/knowledge/query"
@@ -186,6 +197,71 @@ def test_a_file_over_the_limit_is_an_error_the_others_are_indexed(tmp_path: Path
         {"file": "big.md", "reason": "too large: over the 1 MB limit (KNOWLEDGE_MAX_FILE_MB)"}
     ]
     assert job["files"] == {"done": 2, "total": 2}
+
+
+def test_hostile_office_files_make_bounded_text_or_an_error_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    """A Word cell spanning 10,000,000 columns, a deck listing one slide 100,000 times,
+    a file of empty paragraphs past KNOWLEDGE_MAX_FILE_CHARS and a file of more
+    passages than KNOWLEDGE_MAX_FILE_PASSAGES: each file a few kilobytes."""
+    settings = make_settings(
+        tmp_path, max_file_chars=200_000, max_file_passages=50, upload_dir=str(tmp_path / "up")
+    )
+    files = [
+        ("span.docx", spanning_docx(tmp_path / "span.docx", 10_000_000).read_bytes()),
+        ("deck.pptx", repeated_slide_pptx(tmp_path / "deck.pptx", 100_000).read_bytes()),
+        ("empty.docx", bare_docx(tmp_path / "e.docx", "<w:p/>" * 200_000).read_bytes()),
+        ("sections.md", "".join(f"# Part {n}\n\nTern {n}.\n\n" for n in range(60)).encode()),
+    ]
+    with TestClient(create_app(settings)) as client:
+        job = wait_for(client, submit(client, files))
+    assert job["status"] == "done"
+    assert job["errors"] == [
+        {
+            "file": "empty.docx",
+            "reason": "too long: its text is longer than 200,000 characters "
+            "(KNOWLEDGE_MAX_FILE_CHARS)",
+        },
+        {
+            "file": "sections.md",
+            "reason": "too many passages: its text makes 60 passages, more than 50 "
+            "(KNOWLEDGE_MAX_FILE_PASSAGES)",
+        },
+    ]
+    assert job["chunks"]["done"] == 2  # one passage from each of the two bombs
+
+
+def test_queries_are_answered_while_a_file_is_cut_into_passages(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each time the job cuts a document into passages, the cutting waits until the
+    test has had a query answered: on the event loop it would hold the query up (the
+    wait gives up after a while and says so), on a worker thread it does not."""
+    turns: queue.Queue[threading.Event] = queue.Queue()
+    held_up: list[str] = []
+
+    def waiting_chunker(doc: Document, *args: Any, **kwargs: Any) -> Any:
+        turn = threading.Event()
+        turns.put(turn)
+        if not turn.wait(timeout=15):
+            held_up.append(doc.source_id)
+        return chunk_document(doc, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "chunk_document", waiting_chunker)
+    job_id = submit(client, [("kestrel.md", b"# Kestrel\n\nKestrel rotates the keys.")])
+    cut = 0
+    while client.get(f"/v1/knowledge/jobs/{job_id}").json()["status"] not in ("done", "failed"):
+        try:
+            turn = turns.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        found(client, "how are keys rotated")
+        turn.set()
+        cut += 1
+    assert held_up == []
+    assert cut == 2  # read for its job, then again as the ingest plans its writes
+    assert any("rotates" in c for c in found(client, "kestrel keys"))
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
         collection=validation.collection_name(args.collection, "--collection"),
         metadata=parse_meta(args.meta),
         base_url=args.base_url,
+        max_chars=settings.max_file_chars,
     )
     if args.name and len(args.paths) > 1:
         raise InvalidRequest("--name", "names one source: give a single PATH with it")

@@ -23,6 +23,7 @@ from knowledge_api.ingest.extract import (
     html_to_markdown,
     is_binary,
     markdown_title,
+    too_long,
 )
 from knowledge_api.models import DEFAULT_COLLECTION, Document
 
@@ -48,6 +49,9 @@ class LoadOptions:
     collection: str = DEFAULT_COLLECTION
     metadata: dict[str, Any] = field(default_factory=dict)
     base_url: str = ""
+    max_chars: int | None = None
+    """The most characters of text one file may hold (KNOWLEDGE_MAX_FILE_CHARS); a
+    longer one is an error of its own. None: no limit."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,10 @@ def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
         extract = extractor(suffix)
         if extract is None:
             raise unknown_type(path, suffix)
-        return [file_document(name, extract(path), options)]
+        extracted = extract(path, options.max_chars)
+        if options.max_chars is not None and len(extracted.content) > options.max_chars:
+            raise too_long(options.max_chars)
+        return [file_document(name, extracted, options)]
     except ConfigurationError as e:  # an optional extractor is not installed
         raise ExtractionError("extractor not installed", e.message) from e
     except InvalidRequest as e:  # a bad JSONL record
