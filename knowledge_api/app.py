@@ -40,7 +40,11 @@ def create_app(
     knowledge.observe(metrics.observer)
 
     gate = access.Gate(
-        settings, knowledge, access.rate_limiter(settings), access.TrustedHosts.of(settings)
+        settings,
+        knowledge,
+        access.rate_limiter(settings),
+        access.TrustedHosts.of(settings),
+        access.write_origins(settings),
     )
     redactor = Redactor(settings.secrets())
     mcp = mcp_endpoint.McpEndpoint(knowledge, settings)

@@ -344,7 +344,8 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
     cors_origins: str = setting(
         "KNOWLEDGE_CORS_ORIGINS",
         "",
-        "Comma-separated origins a browser may call from (* for any); empty = no CORS.",
+        "Comma-separated origins a browser may call from (* for any); empty = no CORS. "
+        "A write from a page of an origin neither listed nor the service's own: 403.",
     )
     mcp_max_chars: int = setting(
         "KNOWLEDGE_MCP_MAX_CHARS",
