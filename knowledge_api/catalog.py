@@ -13,8 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_api import tracing
-from knowledge_api.errors import CollectionNotFound, EmbeddingError, ExtractionError
-from knowledge_api.ingest.loaders import LoadOptions, load_as, load_jsonl, load_paths
+from knowledge_api.errors import (
+    CollectionNotFound,
+    EmbeddingError,
+    ExtractionError,
+    InvalidRequest,
+)
+from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_as, load_jsonl, load_paths
 from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
 from knowledge_api.ledger import Actor, changes
 from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, Progress
@@ -45,9 +50,11 @@ class Catalog(Trail):
 
     async def read_upload(
         self, path: Path, name: str, source_type: str, collection: str
-    ) -> list[Document]:
+    ) -> tuple[list[Document], str]:
         """The documents of an uploaded file (kept at `path`, sent as `name`), chunked
-        so its job knows the passages to do; ExtractionError when it holds none."""
+        so its job knows the passages to do, and which of its records were left out
+        (`records_left_out`; a JSON-lines record that breaks the rules of a document),
+        or ""; ExtractionError when it holds none."""
         settings = self.settings
         options = LoadOptions(
             source_type=source_type, collection=collection, max_chars=settings.max_file_chars
@@ -58,8 +65,12 @@ class Catalog(Trail):
 
     @staticmethod
     def corpus(path: Path, collection: str) -> list[Document]:
-        """The documents of a BEIR corpus file, in `collection`."""
-        return list(load_jsonl(path, LoadOptions(collection=collection)))
+        """The documents of a BEIR corpus file, in `collection`; a bad record fails it."""
+        refused: list[Skipped] = []
+        documents = list(load_jsonl(path, LoadOptions(collection=collection), refused, str(path)))
+        if refused:
+            raise InvalidRequest(refused[0].path, refused[0].detail)
+        return documents
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """The texts' vectors, EMBED_SLICE texts a call of the model thread: the queries
@@ -137,10 +148,14 @@ class Catalog(Trail):
         return Path(str(resources.files("knowledge_api").joinpath("docs")))
 
 
-def read_chunked(path: Path, name: str, options: LoadOptions, max_passages: int) -> list[Document]:
-    documents = chunked(load_as(path, name, options))
+def read_chunked(
+    path: Path, name: str, options: LoadOptions, max_passages: int
+) -> tuple[list[Document], str]:
+    refused: list[Skipped] = []
+    documents = chunked(load_as(path, name, options, refused))
     if not documents:
-        raise ExtractionError("no documents", "the file holds no record")
+        why = f"{refused[0].path}: {refused[0].detail}" if refused else "the file holds no record"
+        raise ExtractionError("no documents", why)
     passages = sum(len(doc.chunks) for doc in documents)
     if passages > max_passages:
         raise ExtractionError(
@@ -148,4 +163,17 @@ def read_chunked(path: Path, name: str, options: LoadOptions, max_passages: int)
             f"its text makes {passages:,} passages, more than {max_passages:,} "
             "(KNOWLEDGE_MAX_FILE_PASSAGES)",
         )
-    return documents
+    return documents, records_left_out(refused)
+
+
+def records_left_out(refused: Sequence[Skipped], shown: int = 10) -> str:
+    """`2 records left out: line 3: metadata.x: ...; line 9: ...`, or "" for none: the
+    records of a JSON-lines file that break the rules of a document."""
+    if not refused:
+        return ""
+    lines = "; ".join(
+        f"line {record.path.rpartition(':')[2]}: {record.detail}" for record in refused[:shown]
+    )
+    more = f"; and {len(refused) - shown} more" if len(refused) > shown else ""
+    records = "record" if len(refused) == 1 else "records"
+    return f"{len(refused)} {records} left out: {lines}{more}"

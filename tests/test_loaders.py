@@ -9,6 +9,7 @@ from knowledge_api.ingest import extract, office
 from knowledge_api.ingest.chunker import chunk_document
 from knowledge_api.ingest.extract import literal
 from knowledge_api.ingest.loaders import LoadOptions, html_to_markdown, load_paths
+from tests import hostile_records
 from tests.documents import (
     PNG,
     bare_docx,
@@ -314,13 +315,44 @@ def test_jsonl_corpus_records(tmp_path: Path) -> None:
     assert docs[0].metadata == {"k": 1}
 
 
-def test_a_bad_jsonl_line_skips_the_file_naming_the_line(tmp_path: Path) -> None:
+def test_a_bad_jsonl_record_is_left_out_naming_its_line_the_others_are_read(
+    tmp_path: Path,
+) -> None:
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"_id": "d1", "text": "ok"}\n{"title": "no id"}\n')
     loaded = load_paths([corpus], LoadOptions())
-    assert loaded.documents == []
+    assert [doc.source_id for doc in loaded.documents] == ["d1"]
     (skipped,) = loaded.skipped
-    assert skipped.reason == "bad record" and "corpus.jsonl:2" in skipped.detail
+    assert (skipped.path, skipped.reason) == (f"{corpus}:2", "bad record")
+    assert skipped.detail == "_id: is required"
+
+
+def test_every_record_posting_would_refuse_is_left_out_naming_its_field(
+    tmp_path: Path,
+) -> None:
+    """NaN, infinities, nested values, empty, `$` and control-character keys, NULs, ids
+    of 3,000 characters: a JSON-lines file stored what POST /v1/knowledge/documents
+    refuses (one NaN made every filtered query of a Chroma collection fail)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(hostile_records.corpus_lines()) + "\n")
+    loaded = load_paths([corpus], LoadOptions())
+    assert [doc.source_id for doc in loaded.documents] == ["good", "good-too"]
+    expected = [
+        (field, rule) for _, _, field, rule in hostile_records.BAD + hostile_records.NOT_JSON
+    ]
+    assert [s.path for s in loaded.skipped] == [
+        f"{corpus}:{n}" for n in range(2, 2 + len(expected))
+    ]
+    for skipped, (field, rule) in zip(loaded.skipped, expected, strict=True):
+        assert skipped.reason == "bad record"
+        assert skipped.detail.startswith(f"{field}: ") and rule in skipped.detail, skipped
+
+
+def test_a_file_whose_name_or_metadata_break_the_rules_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A\n\nAlpha.")
+    loaded = load_paths([tmp_path / "a.md"], LoadOptions(metadata={"$team": "qa"}))
+    (skipped,) = loaded.skipped
+    assert skipped.reason == "bad document" and "not starting with '$'" in skipped.detail
 
 
 def test_missing_path_is_a_clear_error_before_anything_is_read(
@@ -452,12 +484,13 @@ def test_a_corpus_record_with_an_integer_past_64_bits_is_skipped_saying_so(
 ) -> None:
     (tmp_path / "corpus.jsonl").write_text(
         '{"_id": "a", "text": "Kept.", "metadata": {"n": 9223372036854775807}}\n'
-        '{"_id": "b", "text": "Big.", "metadata": {"n": [1, 1' + "0" * 30 + "]}}\n"
+        '{"_id": "b", "text": "Big.", "metadata": {"n": 1' + "0" * 30 + "}}\n"
     )
     loaded = load_paths([tmp_path], LoadOptions())
+    assert [doc.source_id for doc in loaded.documents] == ["a"]
     (skipped,) = loaded.skipped
-    assert skipped.reason == "bad record"
-    assert "corpus.jsonl:2 metadata.n[1]" in skipped.detail and "64-bit" in skipped.detail
+    assert skipped.reason == "bad record" and skipped.path.endswith("corpus.jsonl:2")
+    assert skipped.detail.startswith("metadata.n: ") and "64-bit" in skipped.detail
 
 
 def test_a_cell_spanning_millions_of_columns_is_read_as_a_row_of_a_table_word_makes(

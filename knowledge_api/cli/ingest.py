@@ -62,7 +62,7 @@ def parse_meta(pairs: list[str]) -> dict[str, str]:
         if not sep or not key:
             raise InvalidRequest("--meta", f"takes KEY=VALUE, got {pair!r}")
         meta[key] = value
-    return meta
+    return validation.scalar_mapping({"--meta": meta}, "--meta")
 
 
 def unread_files(path: Path, skipped: list[Skipped]) -> Callable[[str], bool]:

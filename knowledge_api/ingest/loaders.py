@@ -4,17 +4,21 @@ A folder is walked recursively in sorted order (hidden files and folders, such a
 `.git`, are not walked). Each file goes to the extractor of its suffix (see
 extract.py). A file of unknown type, a binary file, or one that fails to parse is
 skipped with its reason and the rest of the run goes on: `Loaded.skipped` lists them
-so the caller can say so.
+so the caller can say so. Every document is held to the rules POST
+/v1/knowledge/documents applies (`validation.document_fields`): a file that breaks them
+is skipped, a JSON-lines record that does is left out (`path:line`, naming the field)
+and the file's other records are read.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from knowledge_api.beir import jsonl_records
+from knowledge_api import validation
 from knowledge_api.errors import ConfigurationError, ExtractionError, InvalidRequest
 from knowledge_api.ingest.extract import (
     SNIFF_BYTES,
@@ -28,6 +32,10 @@ from knowledge_api.ingest.extract import (
 from knowledge_api.models import DEFAULT_COLLECTION, Document
 
 JSONL = (".jsonl",)
+RECORD_FIELDS = {"source_id": "_id", "content": "text", "title": "title", "metadata": "metadata"}
+"""A JSON-lines record's fields, by the document field each becomes."""
+FILE_FIELDS = {"source_id": "name", "content": "text", "title": "title", "metadata": "metadata"}
+"""A file's document as its errors name its fields: its name, its text."""
 
 __all__ = [
     "LoadOptions",
@@ -48,6 +56,7 @@ class LoadOptions:
     """Default: wiki for documents, knowledge for JSONL records."""
     collection: str = DEFAULT_COLLECTION
     metadata: dict[str, Any] = field(default_factory=dict)
+    """Added to every document's (held to the rules of metadata by whoever sets it)."""
     base_url: str = ""
     max_chars: int | None = None
     """The most characters of text one file may hold (KNOWLEDGE_MAX_FILE_CHARS); a
@@ -91,7 +100,7 @@ def load_paths(paths: list[Path], options: LoadOptions) -> Loaded:
         root = path if path.is_dir() else path.parent
         for file in walk(path):
             try:
-                loaded.documents.extend(load_file(file, options, root))
+                loaded.documents.extend(load_file(file, options, root, loaded.skipped))
             except ExtractionError as e:
                 loaded.skipped.append(Skipped(str(file), e.reason, e.detail))
     return loaded
@@ -108,18 +117,23 @@ def walk(path: Path) -> Iterator[Path]:
             yield file
 
 
-def load_file(path: Path, options: LoadOptions, root: Path) -> list[Document]:
-    """The documents of one file, or ExtractionError saying why there are none."""
-    return load_as(path, path.relative_to(root).as_posix(), options)
+def load_file(
+    path: Path, options: LoadOptions, root: Path, refused: list[Skipped]
+) -> list[Document]:
+    """The documents of one file, or ExtractionError saying why there are none; its
+    records left out are added to `refused`."""
+    return load_as(path, path.relative_to(root).as_posix(), options, refused)
 
 
-def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
+def load_as(path: Path, name: str, options: LoadOptions, refused: list[Skipped]) -> list[Document]:
     """The documents of the file at `path` read as the file `name` (a relative path,
-    whose suffix says its type): an uploaded file is stored under another name."""
+    whose suffix says its type): an uploaded file is stored under another name. The
+    records of a JSON-lines file that break the rules of a document are left out,
+    each added to `refused` as `name:line`."""
     suffix = PurePosixPath(name).suffix.lower()
     try:
         if suffix in JSONL:
-            return list(load_jsonl(path, options))
+            return list(load_jsonl(path, options, refused, str(path)))
         extract = extractor(suffix)
         if extract is None:
             raise unknown_type(path, suffix)
@@ -129,8 +143,8 @@ def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
         return [file_document(name, extracted, options)]
     except ConfigurationError as e:  # an optional extractor is not installed
         raise ExtractionError("extractor not installed", e.message) from e
-    except InvalidRequest as e:  # a bad JSONL record
-        raise ExtractionError("bad record", e.message) from e
+    except InvalidRequest as e:  # its name or metadata break the rules of a document
+        raise ExtractionError("bad document", e.message) from e
     except OSError as e:
         raise ExtractionError("unreadable", str(e)) from e
 
@@ -155,26 +169,47 @@ def file_document(relative: str, extracted: Extracted, options: LoadOptions) -> 
     }
     if url:
         metadata["url"] = url
+    title = extracted.title or path.stem.replace("-", " ").replace("_", " ")
+    # the title is the file's own (a heading, its properties): shortened, never refused
+    fields = {
+        "name": url or relative,
+        "text": extracted.content,
+        "title": title[: validation.TITLE_MAX_LENGTH],
+        "metadata": metadata,
+    }
     return Document(
         source_type=options.source_type or "wiki",
-        source_id=url or relative,
-        content=extracted.content,
-        title=extracted.title or path.stem.replace("-", " ").replace("_", " "),
-        metadata=metadata,
         collection=options.collection,
+        **validation.document_fields(fields, FILE_FIELDS, max_content=None),
     )
 
 
-def load_jsonl(path: Path, options: LoadOptions) -> Iterator[Document]:
-    """BEIR corpus layout: one {"_id", "title", "text", "metadata"?} object a line."""
-    for record in jsonl_records(path, "corpus"):
-        given = record.get("metadata")
-        extra: dict[str, Any] = given if isinstance(given, dict) else {}
-        yield Document(
-            source_type=options.source_type or "knowledge",
-            source_id=record["_id"],
-            content=record["text"],
-            title=str(record.get("title") or ""),
-            metadata={**extra, **options.metadata},
-            collection=options.collection,
-        )
+def load_jsonl(
+    path: Path, options: LoadOptions, refused: list[Skipped], shown: str
+) -> Iterator[Document]:
+    """BEIR corpus layout: one {"_id", "title", "text", "metadata"?} object a line. A
+    line that is no such record, or one that breaks the rules of a document, is added
+    to `refused` as `shown:line`, naming the field, and the other lines are read."""
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield jsonl_document(line, options)
+            except InvalidRequest as e:
+                refused.append(Skipped(f"{shown}:{number}", "bad record", e.message))
+
+
+def jsonl_document(line: str, options: LoadOptions) -> Document:
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise InvalidRequest("line", f"must be a JSON object ({e})") from e
+    record = validation.require_object(record, "line")
+    if isinstance(record.get("_id"), int) and not isinstance(record["_id"], bool):
+        record["_id"] = str(record["_id"])  # BEIR ids are strings; some dumps write numbers
+    fields = validation.document_fields(record, RECORD_FIELDS, max_content=None)
+    fields["metadata"] = {**fields["metadata"], **options.metadata}
+    return Document(
+        source_type=options.source_type or "knowledge", collection=options.collection, **fields
+    )

@@ -129,7 +129,7 @@ def job_view(job: Job) -> dict[str, Any]:
         "errors": [
             {"file": file.name, "reason": file.reason}
             for file in job.files
-            if file.state == "failed"
+            if file.state == "failed" or file.reason  # indexed, some of its records not
         ],
         "created_at": job.created_at,
         "updated_at": job.updated_at,

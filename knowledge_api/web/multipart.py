@@ -9,6 +9,7 @@ other files of the body still count; the body goes on being read to its end.
 from __future__ import annotations
 
 import asyncio
+import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -17,7 +18,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 from starlette.requests import Request
 
-from knowledge_api.errors import InvalidRequest, RequestTimeout, UnsupportedMediaType
+from knowledge_api.errors import IndexingError, InvalidRequest, RequestTimeout, UnsupportedMediaType
 
 MAX_FIELD_BYTES = 1024
 """A form field (collection, source, source_type) is a short name."""
@@ -147,6 +148,39 @@ async def receive(
     boundary = options.get(b"boundary")
     if not boundary:
         raise InvalidRequest("content-type", "multipart/form-data needs its boundary")
+    try:
+        return await _receive(
+            request, folder, boundary, max_file_bytes, max_files, idle_timeout, file_field
+        )
+    except (TimeoutError, ConnectionError):
+        raise
+    except OSError as e:  # the upload folder cannot take the files: the disk is full, ...
+        raise unwritable(folder, e) from e
+
+
+def unwritable(folder: Path, error: OSError) -> IndexingError:
+    """503 naming the folder and why it cannot be written, as a JSON write that meets a
+    full disk is answered."""
+    cause = "the disk is full" if error.errno in FULL else "it cannot be written"
+    return IndexingError(
+        f"the upload could not be kept in {folder.parent}: {cause} ({error.strerror or error})",
+        path=str(folder.parent),
+    )
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+"""A full disk, or the user's quota spent."""
+
+
+async def _receive(
+    request: Request,
+    folder: Path,
+    boundary: bytes,
+    max_file_bytes: int,
+    max_files: int,
+    idle_timeout: float,
+    file_field: str,
+) -> Received:
     folder.mkdir(parents=True, exist_ok=True)
     parts = _Parts(folder, file_field, max_file_bytes, max_files)
     parser = MultipartParser(
