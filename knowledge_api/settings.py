@@ -297,7 +297,28 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
     body_timeout: float = setting(
         "KNOWLEDGE_BODY_TIMEOUT",
         10.0,
-        "Seconds a client may take to send a request body (408 past it).",
+        "Seconds a client may take to send a request body (408 past it); an upload's "
+        "body gets this long plus the time KNOWLEDGE_UPLOAD_MIN_RATE allows what it sent.",
+        positive=True,
+    )
+    upload_min_rate: int = setting(
+        "KNOWLEDGE_UPLOAD_MIN_RATE",
+        64,
+        "Slowest an upload's body may arrive, in KiB/s on average after its first "
+        "KNOWLEDGE_BODY_TIMEOUT seconds (408 past it).",
+        positive=True,
+    )
+    max_uploads: int = setting(
+        "KNOWLEDGE_MAX_UPLOADS",
+        16,
+        "Most uploads one process receives at once; past it: 429 with Retry-After.",
+        positive=True,
+    )
+    max_uploads_per_key: int = setting(
+        "KNOWLEDGE_MAX_UPLOADS_PER_KEY",
+        4,
+        "Most uploads one API key (one client address, without keys) sends at once; "
+        "past it: 429 with Retry-After.",
         positive=True,
     )
     header_timeout: float = setting(

@@ -13,11 +13,12 @@ import subprocess
 import threading
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
@@ -557,3 +558,88 @@ def test_a_job_store_gone_mid_job_keeps_the_files_and_the_worker(
         retried = wait_for(client, stuck)  # and tried the stopped job again, no restart
         assert retried["status"] == "done" and retried["errors"] == []
         assert any("Albatross" in c for c in found(client, "albatross"))
+
+
+def form_head(name: str = "slow.md") -> bytes:
+    return (
+        b'--drip\r\nContent-Disposition: form-data; name="file"; filename="%b"\r\n\r\n'
+        % name.encode()
+    )
+
+
+FORM_TAIL = b"\r\n--drip--\r\n"
+FORM_TYPE = {"content-type": "multipart/form-data; boundary=drip"}
+
+
+async def posted(app: Any, client: str, body: AsyncIterator[bytes]) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app, client=(client, 4000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        return await http.post(FILES, content=body, headers=FORM_TYPE)
+
+
+async def test_an_upload_dripping_a_byte_at_a_time_gets_408(tmp_path: Path) -> None:
+    """1,500 uploads sending a byte every 8 s held 3,031 descriptors as long as they
+    liked, as each byte reset the wait: past its first KNOWLEDGE_BODY_TIMEOUT seconds,
+    a body must keep KNOWLEDGE_UPLOAD_MIN_RATE on average. (The drip ends after 40
+    bytes, so without the rule the upload is taken.)"""
+    settings = make_settings(
+        tmp_path, body_timeout=0.5, upload_min_rate=1, upload_dir=str(tmp_path / "up")
+    )
+    app = create_app(settings)
+
+    async def drip() -> AsyncIterator[bytes]:
+        yield form_head()
+        for _ in range(40):
+            await asyncio.sleep(0.1)  # each byte well within KNOWLEDGE_BODY_TIMEOUT
+            yield b"a"
+        yield FORM_TAIL
+
+    async with app.router.lifespan_context(app):
+        response = await posted(app, "10.0.0.1", drip())
+    assert response.status_code == 408, response.text
+    error = response.json()["error"]
+    assert error["type"] == "request_timeout"
+    assert "slower than 1 KiB/s (KNOWLEDGE_UPLOAD_MIN_RATE)" in error["message"]
+    assert not any((tmp_path / "up").glob("*/*"))
+
+
+async def test_uploads_at_once_are_capped_per_caller_and_per_process(tmp_path: Path) -> None:
+    """Without keys a caller is its client address."""
+    settings = make_settings(
+        tmp_path, max_uploads=2, max_uploads_per_key=1, upload_dir=str(tmp_path / "up")
+    )
+    app = create_app(settings)
+    release = asyncio.Event()
+
+    def held(started: asyncio.Event) -> AsyncIterator[bytes]:
+        async def body() -> AsyncIterator[bytes]:
+            yield form_head()
+            started.set()  # the route is reading the body: its slot is taken
+            await release.wait()
+            yield b"# Slow\n\nSlow herons." + FORM_TAIL
+
+        return body()
+
+    async def whole() -> AsyncIterator[bytes]:
+        yield form_head("quick.md") + b"# Quick\n\nQuick terns." + FORM_TAIL
+
+    async with app.router.lifespan_context(app):
+        first_started, other_started = asyncio.Event(), asyncio.Event()
+        first = asyncio.create_task(posted(app, "10.0.0.1", held(first_started)))
+        await first_started.wait()
+        same_caller = await posted(app, "10.0.0.1", whole())
+        other = asyncio.create_task(posted(app, "10.0.0.2", held(other_started)))
+        await other_started.wait()
+        third_caller = await posted(app, "10.0.0.3", whole())
+        release.set()
+        settled = [await first, await other]
+        again = await posted(app, "10.0.0.1", whole())
+    for refused, setting in (
+        (same_caller, "KNOWLEDGE_MAX_UPLOADS_PER_KEY"),
+        (third_caller, "KNOWLEDGE_MAX_UPLOADS"),
+    ):
+        assert refused.status_code == 429, refused.text
+        assert refused.headers["retry-after"] == "5"
+        assert f"({setting})" in refused.json()["error"]["message"]
+    assert [r.status_code for r in settled] == [202, 202]
+    assert again.status_code == 202

@@ -169,9 +169,15 @@ async def admit(
     if collection:
         caller.collection(collection)
     if limiter is not None:
-        keyless = caller is EVERYONE or caller is ANONYMOUS
-        limiter.take(f"client {client}" if keyless else caller.name)
+        limiter.take(budget_of(caller, client))
     return caller
+
+
+def budget_of(caller: Access, client: str) -> str:
+    """Whose budget a request spends (rate limits, uploads at once): its key's, or its
+    client address's when it has none."""
+    keyless = caller is EVERYONE or caller is ANONYMOUS
+    return f"client {client}" if keyless else caller.name
 
 
 def remembered_caller(knowledge: KnowledgeService, headers: Mapping[str, str]) -> Access | None:
