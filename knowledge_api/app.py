@@ -23,6 +23,7 @@ from knowledge_api.web import access
 from knowledge_api.web.hot import QueryHits
 from knowledge_api.web.http import EXCEPTION_HANDLERS
 from knowledge_api.web.metrics import Metrics
+from knowledge_api.web.multipart import Receiving
 from knowledge_api.web.observe import RequestObserver
 from knowledge_api.web.redact import RedactSecrets, redacted_logs
 from knowledge_api.web.streams import StreamLimits
@@ -44,6 +45,7 @@ def create_app(
         knowledge,
         access.rate_limiter(settings),
         access.TrustedHosts.of(settings),
+        access.write_origins(settings),
         access.ratings_limiter(settings),
     )
     redactor = Redactor(settings.secrets())
@@ -94,6 +96,7 @@ def create_app(
     app.state.service = knowledge
     app.state.gate = gate
     app.state.metrics = metrics
+    app.state.receiving = Receiving(settings.max_uploads, settings.max_uploads_per_key)
     return app
 
 

@@ -18,9 +18,10 @@ from knowledge_api.errors import (
     CollectionNotFound,
     EmbeddingError,
     ExtractionError,
+    InvalidRequest,
     KnowledgeAPIError,
 )
-from knowledge_api.ingest.loaders import Loaded, LoadOptions, load_files, load_jsonl, load_paths
+from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_files, load_jsonl, load_paths
 from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
 from knowledge_api.ledger import Actor, changes
 from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, Progress
@@ -31,6 +32,8 @@ log = logging.getLogger("knowledge_api")
 SEED_SOURCE = "bundled-docs"
 """The source the documents seeded into an empty store are recorded under: pruned or
 deleted as one, like any source."""
+EMBED_SLICE = 512
+"""Texts one call of the model thread embeds (a multiple of the local model's window)."""
 
 
 class Catalog(Trail):
@@ -51,27 +54,47 @@ class Catalog(Trail):
         alone: a run that finds nothing new never needs the model."""
         return await changed_documents(self.store, documents)
 
-    async def read_upload(self, path: Path, name: str, source_type: str, collection: str) -> Loaded:
+    async def read_upload(
+        self, path: Path, name: str, source_type: str, collection: str
+    ) -> tuple[list[Document], str]:
         """The documents of an uploaded file (kept at `path`, sent as `name`), chunked
-        so its job knows the passages to do, and what of it was left out (a mailbox's
-        broken messages); ExtractionError when it holds none."""
+        so its job knows the passages to do, and what of it was left out (a JSON-lines
+        record that breaks the rules of a document, a mailbox's broken message), or "";
+        ExtractionError when it holds none."""
+        settings = self.settings
         options = LoadOptions(
             source_type=source_type,
             collection=collection,
-            max_file_mb=self.settings.max_file_mb,
-            kpi_columns=column_roles(self.settings.kpi_columns) or {},
+            max_file_mb=settings.max_file_mb,
+            kpi_columns=column_roles(settings.kpi_columns) or {},
+            max_chars=settings.max_file_chars,
         )
-        return await asyncio.to_thread(read_chunked, path, name, options)
+        return await asyncio.to_thread(
+            read_chunked, path, name, options, settings.max_file_passages
+        )
 
     @staticmethod
     def corpus(path: Path, collection: str) -> list[Document]:
-        """The documents of a BEIR corpus file, in `collection`."""
-        return list(load_jsonl(path, LoadOptions(collection=collection)))
+        """The documents of a BEIR corpus file, in `collection`; a bad record fails it."""
+        refused: list[Skipped] = []
+        documents = list(load_jsonl(path, LoadOptions(collection=collection), refused, str(path)))
+        if refused:
+            raise InvalidRequest(refused[0].path, refused[0].detail)
+        return documents
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """The texts' vectors, EMBED_SLICE texts a call of the model thread: the queries
+        that come while a large file is embedded take their turn between two slices."""
         start = time.perf_counter()
         with tracing.span("knowledge.embed", self._embed_attributes("documents", len(texts))):
-            vectors: np.ndarray = await self._in_model_thread(self.embedder.embed_documents, texts)
+            embed = self.embedder.embed_documents
+            vectors: np.ndarray = await self._in_model_thread(embed, texts[:EMBED_SLICE])
+            if len(texts) > EMBED_SLICE:
+                rest = [
+                    await self._in_model_thread(embed, texts[i : i + EMBED_SLICE])
+                    for i in range(EMBED_SLICE, len(texts), EMBED_SLICE)
+                ]
+                vectors = np.concatenate([vectors, *rest])
         self.observer.embedding("documents", time.perf_counter() - start)
         return vectors
 
@@ -133,7 +156,8 @@ class Catalog(Trail):
             log.warning("not seeding the empty store: the embedder is unavailable")
             return
         try:
-            loaded = await asyncio.to_thread(load_paths, [self.seed_path()], LoadOptions())
+            options = LoadOptions(max_chars=self.settings.max_file_chars)
+            loaded = await asyncio.to_thread(load_paths, [self.seed_path()], options)
             self.seeding = {"done": 0, "total": len(loaded.documents)}
 
             def progress(documents: int) -> None:
@@ -167,11 +191,44 @@ class Catalog(Trail):
         return Path(str(resources.files("knowledge_api").joinpath("docs")))
 
 
-def read_chunked(path: Path, name: str, options: LoadOptions) -> Loaded:
+def read_chunked(
+    path: Path, name: str, options: LoadOptions, max_passages: int
+) -> tuple[list[Document], str]:
     loaded = load_files([(path, name)], options)
     if not loaded.documents:
-        if loaded.skipped:
-            first = loaded.skipped[0]
+        first = next((s for s in loaded.skipped if s.reason != "bad record"), None)
+        if first is not None:
             raise ExtractionError(first.reason, first.detail)
-        raise ExtractionError("no documents", "the file holds no record")
-    return Loaded(chunked(loaded.documents), loaded.skipped)
+        refused = loaded.skipped
+        why = f"{refused[0].path}: {refused[0].detail}" if refused else "the file holds no record"
+        raise ExtractionError("no documents", why)
+    documents = chunked(loaded.documents)
+    passages = sum(len(doc.chunks) for doc in documents)
+    if passages > max_passages:
+        raise ExtractionError(
+            "too many passages",
+            f"its text makes {passages:,} passages, more than {max_passages:,} "
+            "(KNOWLEDGE_MAX_FILE_PASSAGES)",
+        )
+    return documents, left_out(loaded.skipped)
+
+
+def left_out(skipped: Sequence[Skipped]) -> str:
+    """What of a file indexed was left out, or "": its parts that could not be read
+    (a mailbox's broken message), then its records that break the rules of a document."""
+    records = [s for s in skipped if s.reason == "bad record"]
+    parts = [f"{s.reason}: {s.detail}" for s in skipped if s.reason != "bad record"]
+    return "; ".join([*parts, records_left_out(records)] if records else parts)
+
+
+def records_left_out(refused: Sequence[Skipped], shown: int = 10) -> str:
+    """`2 records left out: line 3: metadata.x: ...; line 9: ...`, or "" for none: the
+    records of a JSON-lines file that break the rules of a document."""
+    if not refused:
+        return ""
+    lines = "; ".join(
+        f"line {record.path.rpartition(':')[2]}: {record.detail}" for record in refused[:shown]
+    )
+    more = f"; and {len(refused) - shown} more" if len(refused) > shown else ""
+    records = "record" if len(refused) == 1 else "records"
+    return f"{len(refused)} {records} left out: {lines}{more}"

@@ -318,6 +318,19 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
         "is read from the column of its own name.",
         form=KPI_COLUMNS,
     )
+    max_file_chars: int = setting(
+        "KNOWLEDGE_MAX_FILE_CHARS",
+        4_000_000,
+        "Most characters of text one file (uploaded or ingested) may hold, each paragraph "
+        "counting its line break; a file past it is an error of its own, read no further.",
+        positive=True,
+    )
+    max_file_passages: int = setting(
+        "KNOWLEDGE_MAX_FILE_PASSAGES",
+        10_000,
+        "Most passages one uploaded file may make; a file past it is an error of its job.",
+        positive=True,
+    )
     upload_dir: str = setting(
         "KNOWLEDGE_UPLOAD_DIR",
         "",
@@ -327,7 +340,28 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
     body_timeout: float = setting(
         "KNOWLEDGE_BODY_TIMEOUT",
         10.0,
-        "Seconds a client may take to send a request body (408 past it).",
+        "Seconds a client may take to send a request body (408 past it); an upload's "
+        "body gets this long plus the time KNOWLEDGE_UPLOAD_MIN_RATE allows what it sent.",
+        positive=True,
+    )
+    upload_min_rate: int = setting(
+        "KNOWLEDGE_UPLOAD_MIN_RATE",
+        64,
+        "Slowest an upload's body may arrive, in KiB/s on average after its first "
+        "KNOWLEDGE_BODY_TIMEOUT seconds (408 past it).",
+        positive=True,
+    )
+    max_uploads: int = setting(
+        "KNOWLEDGE_MAX_UPLOADS",
+        16,
+        "Most uploads one process receives at once; past it: 429 with Retry-After.",
+        positive=True,
+    )
+    max_uploads_per_key: int = setting(
+        "KNOWLEDGE_MAX_UPLOADS_PER_KEY",
+        4,
+        "Most uploads one API key (one client address, without keys) sends at once; "
+        "past it: 429 with Retry-After.",
         positive=True,
     )
     header_timeout: float = setting(
@@ -381,7 +415,8 @@ class Settings(ProviderSettings, SupportSettings, StoreSettings, TraceSettings):
     cors_origins: str = setting(
         "KNOWLEDGE_CORS_ORIGINS",
         "",
-        "Comma-separated origins a browser may call from (* for any); empty = no CORS.",
+        "Comma-separated origins a browser may call from (* for any); empty = no CORS. "
+        "A write from a page of an origin neither listed nor the service's own: 403.",
     )
     mcp_max_chars: int = setting(
         "KNOWLEDGE_MCP_MAX_CHARS",

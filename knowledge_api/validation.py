@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+import sys
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -155,23 +157,35 @@ def within_int64(value: int, field: str) -> int:
     return value
 
 
+METADATA_KEY_PATTERN = (
+    '^[^$\\u0000-\\u001f\\u007f"\\\\][^\\u0000-\\u001f\\u007f"\\\\]{0,'
+    + str(KEY_MAX_LENGTH - 1)
+    + "}$"
+)
+"""A metadata key, as a JSON Schema pattern: a plain key (KEY_PATTERN) that does not
+start with `$`, which the filter language keeps for its operators."""
+
+
 def scalar_mapping(payload: dict[str, Any], field: str) -> dict[str, Any]:
     """An object of string, number or boolean values, each storable and filterable
     everywhere: keys of 1-200 characters without control characters, quotes or
-    backslashes, integers within 64 bits (-0.0 is read as 0.0)."""
+    backslashes, not starting with `$` (a filter could not name them), finite numbers
+    (Chroma fails every filtered query of a collection holding a NaN), integers within
+    64 bits (-0.0 is read as 0.0)."""
     value = payload.get(field, {})
     if not isinstance(value, dict):
         raise InvalidRequest(field, "must be an object")
     for key, item in value.items():
-        if not _PLAIN_KEY.fullmatch(key):
+        if not isinstance(key, str) or not _PLAIN_KEY.fullmatch(key) or key.startswith("$"):
             rule = (
                 f"keys must be 1-{KEY_MAX_LENGTH} characters without control characters (NUL "
-                "included), "
-                "quotes or backslashes"
+                "included), quotes or backslashes, not starting with '$'"
             )
-            raise InvalidRequest(field, rule, key=key)
+            raise InvalidRequest(field, rule, key=str(key)[:KEY_MAX_LENGTH])
         if not isinstance(item, str | int | float | bool) or item is None:
             raise InvalidRequest(f"{field}.{key}", "must be a string, number or boolean")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise InvalidRequest(f"{field}.{key}", "must be a finite number (not NaN or infinity)")
         check_int64(item, f"{field}.{key}")
         if isinstance(item, str):
             without_nul(item, f"{field}.{key}")
@@ -225,3 +239,37 @@ def source_name(value: Any, field: str = "source") -> str:
     ):
         raise InvalidRequest(field, SOURCE_RULE, value=value)
     return value
+
+
+SOURCE_ID_MAX_LENGTH = 500
+TITLE_MAX_LENGTH = 500
+CONTENT_MAX_LENGTH = 60000
+"""The longest content POST /v1/knowledge/documents takes in one JSON body; a file's
+documents are bounded by KNOWLEDGE_MAX_FILE_CHARS instead."""
+DOCUMENT_FIELDS = {
+    "source_id": "source_id",
+    "content": "content",
+    "title": "title",
+    "metadata": "metadata",
+}
+
+
+def document_fields(
+    payload: dict[str, Any],
+    names: dict[str, str] = DOCUMENT_FIELDS,
+    max_content: int | None = CONTENT_MAX_LENGTH,
+) -> dict[str, Any]:
+    """A document's source_id, content, title and metadata held to the rules of POST
+    /v1/knowledge/documents (its declaration, routes/documents.py, is made of these
+    checks and limits), read from `payload` under `names` (a JSON-lines record's `_id`
+    and `text`): every door that makes documents (the route, uploads, `ingest` of files
+    and records) applies them, so none stores what another refuses. A failure names the
+    field as the payload does; `max_content` None: content of any length (a file's,
+    which KNOWLEDGE_MAX_FILE_CHARS bounds)."""
+    longest = max_content if max_content is not None else sys.maxsize
+    return {
+        "source_id": text(payload, names["source_id"], max_length=SOURCE_ID_MAX_LENGTH).strip(),
+        "content": text(payload, names["content"], max_length=longest),
+        "title": text(payload, names["title"], max_length=TITLE_MAX_LENGTH, default="").strip(),
+        "metadata": scalar_mapping(payload, names["metadata"]),
+    }

@@ -136,7 +136,7 @@ def embedding_alone(files: list[tuple[str, bytes]], folder: Path) -> tuple[int, 
     for name, data in files:
         path = folder / name
         path.write_bytes(data)
-        for doc in chunked(load_as(path, name, LoadOptions())):
+        for doc in chunked(load_as(path, name, LoadOptions(), [])):
             texts += [chunk.embedded_text for chunk in doc.chunks]
     embedder = build_embedder(Settings.from_env(environ={}, env_file=None))
     embedder.load()

@@ -240,6 +240,76 @@ def test_cors_for_any_origin_allows_no_credentials(tmp_path: Path) -> None:
     assert "access-control-allow-credentials" not in response.headers
 
 
+FILES = "/v1/knowledge/files"
+EVIL = "http://evil.example"
+UPLOAD = [("file", ("kestrel.md", b"# Kestrel\n\nKestrel rotates the keys."))]
+DOCUMENT = {"source_type": "wiki", "source_id": "kestrel", "content": "Kestrel rotates."}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Origin": EVIL}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}],
+    ids=["another-origin", "opaque-origin", "cross-site-without-origin"],
+)
+def test_a_page_of_another_site_cannot_write(tmp_path: Path, headers: dict[str, str]) -> None:
+    """On the default loopback service without keys, a page of any site could post a
+    form (no CORS preflight) and have its text indexed: every write from a browser
+    page must come from the service's own pages or KNOWLEDGE_CORS_ORIGINS, as /mcp's
+    requests must; reads are answered as before (the browser keeps them from the page)."""
+    settings = make_settings(
+        tmp_path, cors_origins="https://chat.example.com", upload_dir=str(tmp_path / "up")
+    )
+    with TestClient(create_app(settings)) as client:
+        upload = client.post(FILES, headers=headers, files=UPLOAD)
+        created = client.post(DOCUMENTS, json=DOCUMENT, headers=headers)
+        stored = client.post(DOCUMENTS, json=DOCUMENT)
+        doc_id = stored.json()["ids"][0]
+        deleted = client.delete(f"{DOCUMENTS}/{doc_id}", headers=headers)
+        read = client.get(f"{DOCUMENTS}/{doc_id}", headers=headers)
+        listed = client.get("/v1/knowledge/jobs/x", headers=headers)
+    for response in (upload, created, deleted):
+        error = error_of(response, 403)
+        if "Origin" in headers:
+            assert "KNOWLEDGE_CORS_ORIGINS" in error["message"]
+            assert error["details"]["origin"] == headers["Origin"]
+        else:
+            assert "Sec-Fetch-Site: cross-site" in error["message"]
+    assert stored.status_code == 201 and read.status_code == 200
+    assert listed.status_code == 404
+    assert not any((tmp_path / "up").glob("*/*"))  # the refused upload kept nothing
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"},
+        {"Origin": "http://localhost:3006"},
+        {"Origin": "http://127.0.0.1:8080"},
+        {"Origin": "https://chat.example.com", "Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+    ],
+    ids=["no-browser", "own-page", "localhost", "loopback-port", "listed", "same-site"],
+)
+def test_writes_from_the_services_own_pages_listed_origins_and_programs_are_taken(
+    tmp_path: Path, headers: dict[str, str]
+) -> None:
+    settings = make_settings(
+        tmp_path, cors_origins="https://chat.example.com", upload_dir=str(tmp_path / "up")
+    )
+    with TestClient(create_app(settings)) as client:
+        upload = client.post(FILES, headers=headers, files=UPLOAD)
+        created = client.post(DOCUMENTS, json=DOCUMENT, headers=headers)
+        deleted = client.delete(f"{DOCUMENTS}/{created.json()['ids'][0]}", headers=headers)
+    assert (upload.status_code, created.status_code, deleted.status_code) == (202, 201, 200)
+
+
+def test_any_origin_listed_takes_writes_from_any_page(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path, cors_origins="*"))) as client:
+        created = client.post(DOCUMENTS, json=DOCUMENT, headers={"Origin": EVIL})
+    assert created.status_code == 201
+
+
 def test_keys_cli_prints_the_token_once_and_never_lists_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -13,6 +13,7 @@ from knowledge_api.cli import main
 from knowledge_api.cli.ingest import skipped_summary
 from knowledge_api.ingest.progress import progress
 from knowledge_api.service import KnowledgeService
+from tests import hostile_records
 from tests.documents import PNG, commit, git_repo, pdf_bytes, write_docx
 
 
@@ -33,6 +34,28 @@ def no_service(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(KnowledgeService, "start", refuse)
     monkeypatch.setattr(KnowledgeService, "load_embedder", refuse)
+
+
+def test_each_bad_record_of_a_jsonl_file_is_named_the_rest_indexed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ingest x.jsonl` holds each record to the rules of POST /v1/knowledge/documents."""
+    (tmp_path / "corpus.jsonl").write_text("\n".join(hostile_records.corpus_lines()) + "\n")
+    assert main(["ingest", "corpus.jsonl"]) == 1
+    out, err = capsys.readouterr()
+    assert "2 documents indexed" in out
+    assert "skipped corpus.jsonl:2: bad record (metadata.team: must be a string" in err
+    assert "skipped corpus.jsonl:5: bad record (metadata: keys must be" in err
+    assert main(["query", "--collection", "default", "kestrel ingest keys"]) == 0
+    assert "weekly" in capsys.readouterr().out
+
+
+def test_meta_is_held_to_the_rules_of_metadata(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.md").write_text("# A\n\nAlpha.")
+    assert main(["ingest", "a.md", "--meta", "$team=qa"]) == 2
+    assert "--meta: keys must be" in capsys.readouterr().err
 
 
 def test_skipped_files_are_named_and_exit_1(

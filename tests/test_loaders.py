@@ -5,11 +5,20 @@ from pathlib import Path
 import pytest
 
 from knowledge_api.errors import ConfigurationError, InvalidRequest
-from knowledge_api.ingest import extract
+from knowledge_api.ingest import extract, office
 from knowledge_api.ingest.chunker import chunk_document
 from knowledge_api.ingest.extract import literal
 from knowledge_api.ingest.loaders import LoadOptions, html_to_markdown, load_paths
-from tests.documents import PNG, pdf_bytes, write_docx, write_pptx
+from tests import hostile_records
+from tests.documents import (
+    PNG,
+    bare_docx,
+    pdf_bytes,
+    repeated_slide_pptx,
+    spanning_docx,
+    write_docx,
+    write_pptx,
+)
 
 DOC_PAGE = """<!DOCTYPE html>
 <html><head><title>Rotating keys - Handbook</title><script>var tracking = 1;</script></head>
@@ -306,13 +315,44 @@ def test_jsonl_corpus_records(tmp_path: Path) -> None:
     assert docs[0].metadata == {"k": 1}
 
 
-def test_a_bad_jsonl_line_skips_the_file_naming_the_line(tmp_path: Path) -> None:
+def test_a_bad_jsonl_record_is_left_out_naming_its_line_the_others_are_read(
+    tmp_path: Path,
+) -> None:
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"_id": "d1", "text": "ok"}\n{"title": "no id"}\n')
     loaded = load_paths([corpus], LoadOptions())
-    assert loaded.documents == []
+    assert [doc.source_id for doc in loaded.documents] == ["d1"]
     (skipped,) = loaded.skipped
-    assert skipped.reason == "bad record" and "corpus.jsonl:2" in skipped.detail
+    assert (skipped.path, skipped.reason) == (f"{corpus}:2", "bad record")
+    assert skipped.detail == "_id: is required"
+
+
+def test_every_record_posting_would_refuse_is_left_out_naming_its_field(
+    tmp_path: Path,
+) -> None:
+    """NaN, infinities, nested values, empty, `$` and control-character keys, NULs, ids
+    of 3,000 characters: a JSON-lines file stored what POST /v1/knowledge/documents
+    refuses (one NaN made every filtered query of a Chroma collection fail)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(hostile_records.corpus_lines()) + "\n")
+    loaded = load_paths([corpus], LoadOptions())
+    assert [doc.source_id for doc in loaded.documents] == ["good", "good-too"]
+    expected = [
+        (field, rule) for _, _, field, rule in hostile_records.BAD + hostile_records.NOT_JSON
+    ]
+    assert [s.path for s in loaded.skipped] == [
+        f"{corpus}:{n}" for n in range(2, 2 + len(expected))
+    ]
+    for skipped, (field, rule) in zip(loaded.skipped, expected, strict=True):
+        assert skipped.reason == "bad record"
+        assert skipped.detail.startswith(f"{field}: ") and rule in skipped.detail, skipped
+
+
+def test_a_file_whose_name_or_metadata_break_the_rules_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A\n\nAlpha.")
+    loaded = load_paths([tmp_path / "a.md"], LoadOptions(metadata={"$team": "qa"}))
+    (skipped,) = loaded.skipped
+    assert skipped.reason == "bad document" and "not starting with '$'" in skipped.detail
 
 
 def test_missing_path_is_a_clear_error_before_anything_is_read(
@@ -444,9 +484,57 @@ def test_a_corpus_record_with_an_integer_past_64_bits_is_skipped_saying_so(
 ) -> None:
     (tmp_path / "corpus.jsonl").write_text(
         '{"_id": "a", "text": "Kept.", "metadata": {"n": 9223372036854775807}}\n'
-        '{"_id": "b", "text": "Big.", "metadata": {"n": [1, 1' + "0" * 30 + "]}}\n"
+        '{"_id": "b", "text": "Big.", "metadata": {"n": 1' + "0" * 30 + "}}\n"
     )
     loaded = load_paths([tmp_path], LoadOptions())
+    assert [doc.source_id for doc in loaded.documents] == ["a"]
     (skipped,) = loaded.skipped
-    assert skipped.reason == "bad record"
-    assert "corpus.jsonl:2 metadata.n[1]" in skipped.detail and "64-bit" in skipped.detail
+    assert skipped.reason == "bad record" and skipped.path.endswith("corpus.jsonl:2")
+    assert skipped.detail.startswith("metadata.n: ") and "64-bit" in skipped.detail
+
+
+def test_a_cell_spanning_millions_of_columns_is_read_as_a_row_of_a_table_word_makes(
+    tmp_path: Path,
+) -> None:
+    """`<w:gridSpan w:val="100000"/>` in a file of a few hundred bytes made a row of
+    100,000 copies of the cell's text; a row is read as at most office.MAX_COLUMNS cells."""
+    path = spanning_docx(tmp_path / "span.docx", 100_000)
+    assert path.stat().st_size < 1000
+    (doc,) = load_paths([path], LoadOptions())
+    header = doc.content.splitlines()[0]
+    assert header.count("spanned") == office.MAX_COLUMNS
+    assert len(doc.content) < 5000
+
+
+def test_a_slide_listed_again_and_again_is_read_once(tmp_path: Path) -> None:
+    path = repeated_slide_pptx(tmp_path / "deck.pptx", 20_000)
+    (doc,) = load_paths([path], LoadOptions())
+    assert doc.metadata["slides"] == 1
+    assert doc.content == "## Slide 1: Only slide"
+
+
+@pytest.mark.parametrize("suffix", [".docx", ".md"])
+def test_a_file_of_more_text_than_the_limit_is_skipped_naming_the_setting(
+    tmp_path: Path, suffix: str
+) -> None:
+    """A Word file of 200,000 empty paragraphs (a few kilobytes zipped) stops being read
+    once its paragraphs pass KNOWLEDGE_MAX_FILE_CHARS, each counting its line break; a
+    Markdown file longer than it is skipped too."""
+    if suffix == ".docx":
+        path = bare_docx(tmp_path / "empty.docx", "<w:p/>" * 200_000)
+        assert path.stat().st_size < 10_000
+    else:
+        path = tmp_path / "long.md"
+        path.write_text("word " * 20_001)
+    loaded = load_paths([path], LoadOptions(max_chars=100_000))
+    assert loaded.documents == []
+    (skipped,) = loaded.skipped
+    assert skipped.reason == "too long"
+    assert "100,000 characters (KNOWLEDGE_MAX_FILE_CHARS)" in skipped.detail
+
+
+def test_text_within_the_limit_is_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "long.md"
+    path.write_text("word " * 19_999)
+    (doc,) = load_paths([path], LoadOptions(max_chars=100_000))
+    assert len(doc.content) == 5 * 19_999

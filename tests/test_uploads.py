@@ -5,26 +5,42 @@ their job; a restart in the middle of a job."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
+import os
+import queue
+import subprocess
+import threading
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError
-from knowledge_api.ingest import extract
+from knowledge_api.ingest import extract, pipeline
+from knowledge_api.ingest.chunker import chunk_document
 from knowledge_api.ledger import Job
+from knowledge_api.models import Document
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import uploads
+from tests import hostile_records
 from tests.conftest import corpus, make_settings
-from tests.documents import pdf_bytes, write_docx, write_pptx
+from tests.documents import (
+    bare_docx,
+    pdf_bytes,
+    repeated_slide_pptx,
+    spanning_docx,
+    write_docx,
+    write_pptx,
+)
 
 FILES = "/v1/knowledge/files"
 QUERY = "/v1/knowledge/query"
@@ -221,6 +237,125 @@ def test_a_mailbox_with_a_broken_message_is_indexed_and_the_message_listed(
     assert any("Herons renew in March." in c for c in found(client, "herons renew"))
 
 
+def test_hostile_office_files_make_bounded_text_or_an_error_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    """A Word cell spanning 10,000,000 columns, a deck listing one slide 100,000 times,
+    a file of empty paragraphs past KNOWLEDGE_MAX_FILE_CHARS and a file of more
+    passages than KNOWLEDGE_MAX_FILE_PASSAGES: each file a few kilobytes."""
+    settings = make_settings(
+        tmp_path, max_file_chars=200_000, max_file_passages=50, upload_dir=str(tmp_path / "up")
+    )
+    files = [
+        ("span.docx", spanning_docx(tmp_path / "span.docx", 10_000_000).read_bytes()),
+        ("deck.pptx", repeated_slide_pptx(tmp_path / "deck.pptx", 100_000).read_bytes()),
+        ("empty.docx", bare_docx(tmp_path / "e.docx", "<w:p/>" * 200_000).read_bytes()),
+        ("sections.md", "".join(f"# Part {n}\n\nTern {n}.\n\n" for n in range(60)).encode()),
+    ]
+    with TestClient(create_app(settings)) as client:
+        job = wait_for(client, submit(client, files))
+    assert job["status"] == "done"
+    assert job["errors"] == [
+        {
+            "file": "empty.docx",
+            "reason": "too long: its text is longer than 200,000 characters "
+            "(KNOWLEDGE_MAX_FILE_CHARS)",
+        },
+        {
+            "file": "sections.md",
+            "reason": "too many passages: its text makes 60 passages, more than 50 "
+            "(KNOWLEDGE_MAX_FILE_PASSAGES)",
+        },
+    ]
+    assert job["chunks"]["done"] == 2  # one passage from each of the two bombs
+
+
+def test_queries_are_answered_while_a_file_is_cut_into_passages(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each time the job cuts a document into passages, the cutting waits until the
+    test has had a query answered: on the event loop it would hold the query up (the
+    wait gives up after a while and says so), on a worker thread it does not."""
+    turns: queue.Queue[threading.Event] = queue.Queue()
+    held_up: list[str] = []
+
+    def waiting_chunker(doc: Document, *args: Any, **kwargs: Any) -> Any:
+        turn = threading.Event()
+        turns.put(turn)
+        if not turn.wait(timeout=15):
+            held_up.append(doc.source_id)
+        return chunk_document(doc, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "chunk_document", waiting_chunker)
+    job_id = submit(client, [("kestrel.md", b"# Kestrel\n\nKestrel rotates the keys.")])
+    cut = 0
+    while client.get(f"/v1/knowledge/jobs/{job_id}").json()["status"] not in ("done", "failed"):
+        try:
+            turn = turns.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        found(client, "how are keys rotated")
+        turn.set()
+        cut += 1
+    assert held_up == []
+    assert cut >= 1  # read for its job (and cut again as the ingest plans its writes)
+    assert any("rotates" in c for c in found(client, "kestrel keys"))
+
+
+@pytest.mark.parametrize(
+    ("number", "case"),
+    list(enumerate(hostile_records.BAD)),
+    ids=[c[0] for c in hostile_records.BAD],
+)
+def test_posting_refuses_what_a_jsonl_upload_leaves_out(
+    client: TestClient, number: int, case: tuple[str, dict[str, Any], str, str]
+) -> None:
+    """The route's refusal names the same field (under its own name) and the same rule
+    as the loaders' (the JSON-lines door, below)."""
+    _, given, field, rule = case
+    response = client.post(
+        "/v1/knowledge/documents", json=hostile_records.as_document(given, number)
+    )
+    assert response.status_code == 400, response.text
+    head, _, rest = field.partition(".")
+    named = hostile_records.POSTED_NAMES.get(head, head) + (f".{rest}" if rest else "")
+    error = response.json()["error"]
+    assert error["details"]["field"] == named and rule in error["message"], error
+
+
+def test_a_jsonl_upload_leaves_out_each_bad_record_naming_it_and_indexes_the_rest(
+    client: TestClient,
+) -> None:
+    lines = hostile_records.corpus_lines()
+    corpus = ("\n".join(lines) + "\n").encode()
+    job = wait_for(client, submit(client, [("corpus.jsonl", corpus)]))
+    assert job["status"] == "done" and job["chunks"]["done"] == 2, job
+    ((error),) = job["errors"]
+    bad = len(lines) - 2
+    assert error["file"] == "corpus.jsonl"
+    assert error["reason"].startswith(f"{bad} records left out: line 2: metadata.team: ")
+    assert error["reason"].endswith(f"; and {bad - 10} more")
+    assert any("weekly" in c for c in found(client, "kestrel ingest keys"))
+
+
+def test_a_nul_in_a_file_name_is_an_error_of_its_file(client: TestClient) -> None:
+    """Sent as it is (httpx would write it `%00`): no store keeps a NUL in a text, so on
+    Postgres the job's record could not be written (503)."""
+    body = b"".join(
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="%b"\r\n\r\n%b\r\n'
+        % (name, data)
+        for name, data in ((b"a\x00b.md", b"# A"), (b"c.md", b"# C\n\nTern."))
+    )
+    headers = {"content-type": "multipart/form-data; boundary=b"}
+    response = client.post(FILES, content=body + b"--b--\r\n", headers=headers)
+    assert response.status_code == 202, response.text
+    job = wait_for(client, response.json()["job_id"])
+    assert job["status"] == "done"
+    assert job["errors"] == [
+        {"file": "a\\x00b.md", "reason": "unsafe file name: it holds the NUL character"}
+    ]
+
+
 @pytest.mark.parametrize(
     ("send", "status", "field"),
     [
@@ -356,18 +491,83 @@ def test_a_job_its_service_abandoned_fails_no_other(
         assert job["status"] == "queued" and "reason" not in job
 
 
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real file system of 1 MiB (tmpfs), where writes fail with ENOSPC once it is full."""
+    disk = tmp_path / "tiny"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(
+            "mounting a tmpfs needs root (or CAP_SYS_ADMIN): run as root, or in a container "
+            f"started with --cap-add SYS_ADMIN ({mounted.stderr.decode().strip()})"
+        )
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_a_full_disk_during_an_upload_is_a_503_naming_it(tiny_disk: Path, tmp_path: Path) -> None:
+    """ENOSPC while the body is written to disk was a 500 "this is a bug"; JSON writes
+    that meet a full disk are answered 503 naming it, and so is an upload now. What was
+    written is removed, so the next upload that fits is taken."""
+    settings = make_settings(tmp_path, upload_dir=str(tiny_disk / "uploads"))
+    with TestClient(create_app(settings)) as client:
+        full = client.post(FILES, files=parts([("big.md", b"# Big\n\n" + b"word " * 400_000)]))
+        assert full.status_code == 503, full.text
+        error = full.json()["error"]
+        assert error["type"] == "indexing_failed"
+        assert error["message"].startswith(
+            f"the upload could not be kept in {tiny_disk / 'uploads'}: the disk is full"
+        )
+        assert list((tiny_disk / "uploads").iterdir()) == []
+        job = wait_for(client, submit(client, [("tern.md", b"# Tern\n\nTerns dive.")]))
+        assert job["status"] == "done"
+
+
+def test_a_job_stopped_by_a_full_disk_goes_on_once_there_is_room(
+    tiny_disk: Path, tmp_path: Path
+) -> None:
+    """The store's disk fills while a job runs: its writes fail (SQLITE_FULL), the job
+    stays queued with its files, and is tried again until they succeed, not until a
+    restart."""
+    settings = make_settings(
+        tmp_path, db_path=tiny_disk / "knowledge.db", upload_dir=str(tmp_path / "uploads")
+    )
+    with TestClient(create_app(settings)) as client:
+        client.app.state.uploads.retry_after = 0.2  # type: ignore[attr-defined]
+        filler = tiny_disk / "filler"
+        with contextlib.suppress(OSError), filler.open("wb", buffering=0) as out:
+            while True:
+                out.write(bytes(4096))
+        # room for the job's record, not for its passages
+        os.truncate(filler, filler.stat().st_size - 32 * 1024)
+        text = "# Heron\n\n" + "Herons wade in the shallows at dawn. " * 2000
+        job_id = submit(client, [("heron.md", text.encode())])
+        time.sleep(1)  # a few tries, each refused by the full disk
+        assert client.get(f"/v1/knowledge/jobs/{job_id}").json()["status"] in ("queued", "running")
+        filler.unlink()
+        job = wait_for(client, job_id)
+    assert job["status"] == "done" and job["errors"] == [], job
+
+
 class Unwritable:
     """A job store whose writes fail, as a store that went away."""
 
     def __init__(self, jobs: Any) -> None:
         self.jobs = jobs
         self.broken = False
+        self.refused = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.jobs, name)
 
     async def save(self, job: Any) -> None:
         if self.broken and job.status != "queued":
+            self.refused += 1
             raise BackendConnectionError("upload jobs unavailable: disk I/O error")
         await self.jobs.save(job)
 
@@ -380,12 +580,101 @@ def test_a_job_store_gone_mid_job_keeps_the_files_and_the_worker(
         store = Unwritable(uploads_of.jobs)
         uploads_of.jobs = client.app.state.service.jobs = store  # type: ignore[attr-defined]
         store.broken = True
+        uploads_of.retry_after = 0.2
         stuck = submit(client, [("a.md", b"# A\n\nAlbatross.")])
         deadline = time.monotonic() + 10
-        while uploads_of.queue.qsize() and time.monotonic() < deadline:
+        while not store.refused and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.2)
-        assert (settings.uploads_path / stuck).is_dir()  # kept for the next start
+        assert (settings.uploads_path / stuck).is_dir()  # kept for its next try
+        assert client.get(f"/v1/knowledge/jobs/{stuck}").json()["status"] == "queued"
         store.broken = False
         done = wait_for(client, submit(client, [("b.md", b"# B\n\nBittern.")]))
         assert done["status"] == "done"  # the worker went on
+        retried = wait_for(client, stuck)  # and tried the stopped job again, no restart
+        assert retried["status"] == "done" and retried["errors"] == []
+        assert any("Albatross" in c for c in found(client, "albatross"))
+
+
+def form_head(name: str = "slow.md") -> bytes:
+    return (
+        b'--drip\r\nContent-Disposition: form-data; name="file"; filename="%b"\r\n\r\n'
+        % name.encode()
+    )
+
+
+FORM_TAIL = b"\r\n--drip--\r\n"
+FORM_TYPE = {"content-type": "multipart/form-data; boundary=drip"}
+
+
+async def posted(app: Any, client: str, body: AsyncIterator[bytes]) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app, client=(client, 4000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        return await http.post(FILES, content=body, headers=FORM_TYPE)
+
+
+async def test_an_upload_dripping_a_byte_at_a_time_gets_408(tmp_path: Path) -> None:
+    """1,500 uploads sending a byte every 8 s held 3,031 descriptors as long as they
+    liked, as each byte reset the wait: past its first KNOWLEDGE_BODY_TIMEOUT seconds,
+    a body must keep KNOWLEDGE_UPLOAD_MIN_RATE on average. (The drip ends after 40
+    bytes, so without the rule the upload is taken.)"""
+    settings = make_settings(
+        tmp_path, body_timeout=0.5, upload_min_rate=1, upload_dir=str(tmp_path / "up")
+    )
+    app = create_app(settings)
+
+    async def drip() -> AsyncIterator[bytes]:
+        yield form_head()
+        for _ in range(40):
+            await asyncio.sleep(0.1)  # each byte well within KNOWLEDGE_BODY_TIMEOUT
+            yield b"a"
+        yield FORM_TAIL
+
+    async with app.router.lifespan_context(app):
+        response = await posted(app, "10.0.0.1", drip())
+    assert response.status_code == 408, response.text
+    error = response.json()["error"]
+    assert error["type"] == "request_timeout"
+    assert "slower than 1 KiB/s (KNOWLEDGE_UPLOAD_MIN_RATE)" in error["message"]
+    assert not any((tmp_path / "up").glob("*/*"))
+
+
+async def test_uploads_at_once_are_capped_per_caller_and_per_process(tmp_path: Path) -> None:
+    """Without keys a caller is its client address."""
+    settings = make_settings(
+        tmp_path, max_uploads=2, max_uploads_per_key=1, upload_dir=str(tmp_path / "up")
+    )
+    app = create_app(settings)
+    release = asyncio.Event()
+
+    def held(started: asyncio.Event) -> AsyncIterator[bytes]:
+        async def body() -> AsyncIterator[bytes]:
+            yield form_head()
+            started.set()  # the route is reading the body: its slot is taken
+            await release.wait()
+            yield b"# Slow\n\nSlow herons." + FORM_TAIL
+
+        return body()
+
+    async def whole() -> AsyncIterator[bytes]:
+        yield form_head("quick.md") + b"# Quick\n\nQuick terns." + FORM_TAIL
+
+    async with app.router.lifespan_context(app):
+        first_started, other_started = asyncio.Event(), asyncio.Event()
+        first = asyncio.create_task(posted(app, "10.0.0.1", held(first_started)))
+        await first_started.wait()
+        same_caller = await posted(app, "10.0.0.1", whole())
+        other = asyncio.create_task(posted(app, "10.0.0.2", held(other_started)))
+        await other_started.wait()
+        third_caller = await posted(app, "10.0.0.3", whole())
+        release.set()
+        settled = [await first, await other]
+        again = await posted(app, "10.0.0.1", whole())
+    for refused, setting in (
+        (same_caller, "KNOWLEDGE_MAX_UPLOADS_PER_KEY"),
+        (third_caller, "KNOWLEDGE_MAX_UPLOADS"),
+    ):
+        assert refused.status_code == 429, refused.text
+        assert refused.headers["retry-after"] == "5"
+        assert f"({setting})" in refused.json()["error"]["message"]
+    assert [r.status_code for r in settled] == [202, 202]
+    assert again.status_code == 202

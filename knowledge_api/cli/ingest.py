@@ -33,6 +33,7 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
         base_url=args.base_url,
         max_file_mb=settings.max_file_mb,
         kpi_columns=column_roles(settings.kpi_columns) or {},
+        max_chars=settings.max_file_chars,
     )
     if args.name and len(args.paths) > 1:
         raise InvalidRequest("--name", "names one source: give a single PATH with it")
@@ -75,7 +76,7 @@ def parse_meta(pairs: list[str]) -> dict[str, str]:
         if not sep or not key:
             raise InvalidRequest("--meta", f"takes KEY=VALUE, got {pair!r}")
         meta[key] = value
-    return meta
+    return validation.scalar_mapping({"--meta": meta}, "--meta")
 
 
 def unread_files(path: Path, skipped: list[Skipped]) -> Callable[[str], bool]:

@@ -83,9 +83,15 @@ def read_text(path: Path) -> str:
         raise ExtractionError("not UTF-8", f"undecodable byte at offset {e.start}") from e
 
 
-def extractor(suffix: str) -> Callable[[Path], Extracted] | None:
+Extractor = Callable[[Path, int | None], Extracted]
+"""Reads a file's text; the second argument, the most characters it may hold (None: no
+limit), lets the formats whose text can be far larger than the file (Office files,
+PDF) stop reading once past it (`too_long`). The caller checks the others' length."""
+
+
+def extractor(suffix: str) -> Extractor | None:
     """The extractor of a file suffix (lower case, with its dot); None if unknown."""
-    table: dict[tuple[str, ...], Callable[[Path], Extracted]] = {
+    table: dict[tuple[str, ...], Extractor] = {
         MARKDOWN: markdown_file,
         TEXT: text_file,
         HTML: html_file,
@@ -100,11 +106,11 @@ def extractor(suffix: str) -> Callable[[Path], Extracted] | None:
     return None
 
 
-def text_file(path: Path) -> Extracted:
+def text_file(path: Path, max_chars: int | None = None) -> Extracted:
     return Extracted("", read_text(path))
 
 
-def markdown_file(path: Path) -> Extracted:
+def markdown_file(path: Path, max_chars: int | None = None) -> Extracted:
     content = strip_comments(read_text(path))
     return Extracted(markdown_title(content), content)
 
@@ -137,7 +143,7 @@ def strip_comments(markdown: str) -> str:
     return "".join(parts)
 
 
-def html_file(path: Path) -> Extracted:
+def html_file(path: Path, max_chars: int | None = None) -> Extracted:
     """Bytes, not text: the page's own <meta charset> says how to decode it."""
     return html_to_markdown(read_bytes(path))
 
@@ -264,16 +270,20 @@ def literal(text: str) -> str:
     return _MARKUP_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", text)
 
 
-def pdf_file(path: Path) -> Extracted:
+def pdf_file(path: Path, max_chars: int | None = None) -> Extracted:
     """One document per PDF, each page under a `## Page N` heading: a passage's section
     then says which page to open, and the chunker never joins text of two pages. A page
     without a text layer (a scan) is read by OCR when it is on."""
     pypdf = import_extra("pypdf", DOCUMENTS_EXTRA)
+    budget = Budget(max_chars)
     try:
         reader = pypdf.PdfReader(path)
         if reader.is_encrypted:
             raise ExtractionError("encrypted PDF")
-        pages = [literal(page.extract_text() or "").strip() for page in reader.pages]
+        pages = []
+        for page in reader.pages:
+            pages.append(literal(page.extract_text() or "").strip())
+            budget.spend(len(pages[-1]) + 2)
         info = reader.metadata
     except ExtractionError:
         raise
@@ -296,8 +306,9 @@ def pdf_file(path: Path) -> Extracted:
     return Extracted(title, body, metadata)
 
 
-def image_file(path: Path) -> Extracted:
-    """An image's words by OCR, a page of a multi-page TIFF under `## Page N`."""
+def image_file(path: Path, max_chars: int | None = None) -> Extracted:
+    """An image's words by OCR, a page of a multi-page TIFF under `## Page N` (the
+    caller holds the text to `max_chars`: OCR makes a few thousand per page)."""
     pages = [literal(text) for text in ocr.image_pages(path)]
     if not any(pages):
         raise ExtractionError("no text", "OCR found no words in the image")
@@ -341,26 +352,37 @@ zlib.error), a compression method Python does not read (NotImplementedError), an
 encrypted part (zipfile's RuntimeError), XML that does not parse."""
 
 
-def docx_file(path: Path) -> Extracted:
+def docx_file(path: Path, max_chars: int | None = None) -> Extracted:
     """Word's heading styles become Markdown headings, list styles list items, and
     tables Markdown tables, in the order they appear."""
     check_zip(path, "DOCX")
+    budget = Budget(max_chars)
     try:
-        title, body = office.docx(path)
+        with office.opened(path) as package:
+            title = package.title()
+            blocks = [text for b in office.docx_blocks(package) if (text := _docx_block(b, budget))]
     except UNREADABLE_OFFICE as e:
         raise ExtractionError("unreadable DOCX", f"{type(e).__name__}: {e}") from e
-    blocks = [text for text in map(_docx_block, body) if text]
     title_blocks = [text[2:] for text in blocks if text.startswith("# ")]
     if not title and title_blocks:
         title = title_blocks[0]
     return Extracted(title.strip(), "\n\n".join(blocks))
 
 
-def _docx_block(block: office.Paragraph | office.Table) -> str:
+def _docx_block(block: office.Paragraph | office.Table, budget: Budget) -> str:
     if isinstance(block, office.Table):
-        return markdown_table([[_one_line(cell) for cell in row] for row in block.rows])
+        return _table(block, budget)
     text = block.text.strip()
+    budget.spend(len(text) + 2)
     return _docx_paragraph(text, block.style) if text else ""
+
+
+def _table(table: office.Table, budget: Budget) -> str:
+    """The table in Markdown, its size counted before it is written out."""
+    rows = [[_one_line(cell) for cell in row] for row in table.rows]
+    width = max((len(row) for row in rows), default=0)
+    budget.spend(sum(3 * width + 2 + sum(map(len, row)) for row in rows))
+    return markdown_table(rows)
 
 
 def _docx_paragraph(text: str, style: str) -> str:
@@ -376,27 +398,60 @@ def _docx_paragraph(text: str, style: str) -> str:
     return text
 
 
-def pptx_file(path: Path) -> Extracted:
+def pptx_file(path: Path, max_chars: int | None = None) -> Extracted:
     """Each slide under a `## Slide N: title` heading with its text, its tables and its
     speaker notes, so a passage cites its slide."""
     check_zip(path, "PPTX")
+    budget = Budget(max_chars)
+    title, first, slides = "", "", []
     try:
-        title, slides = office.pptx(path)
+        with office.opened(path) as package:
+            title = package.title()
+            for number, slide in enumerate(office.slides(package), 1):
+                first = first or (slide.title if number == 1 else "")
+                slides.append(_pptx_slide(number, slide, budget))
     except UNREADABLE_OFFICE as e:
         raise ExtractionError("unreadable PPTX", f"{type(e).__name__}: {e}") from e
-    if not title and slides:
-        title = slides[0].title
-    content = "\n\n".join(_pptx_slide(n, slide) for n, slide in enumerate(slides, 1))
-    return Extracted(title.strip(), content, {"slides": len(slides)})
+    return Extracted((title or first).strip(), "\n\n".join(slides), {"slides": len(slides)})
 
 
-def _pptx_slide(number: int, slide: office.Slide) -> str:
+def _pptx_slide(number: int, slide: office.Slide, budget: Budget) -> str:
     lines = [f"## Slide {number}: {slide.title}" if slide.title else f"## Slide {number}"]
+    budget.spend(len(lines[0]) + len(slide.notes) + 2)
     for block in slide.blocks:
         if isinstance(block, office.Table):
-            lines.append(markdown_table([[_one_line(c) for c in row] for row in block.rows]))
-        elif block.text.strip():
-            lines.append(literal(block.text.strip()))
+            lines.append(_table(block, budget))
+        elif text := block.text.strip():
+            budget.spend(len(text) + 2)
+            lines.append(literal(text))
     if slide.notes:
         lines.append(f"Notes: {slide.notes}")
     return "\n\n".join(lines)
+
+
+MAX_FILE_CHARS_SETTING = "KNOWLEDGE_MAX_FILE_CHARS"
+
+
+def too_long(max_chars: int) -> ExtractionError:
+    """The error of a file whose text would be longer than `max_chars`."""
+    return ExtractionError(
+        "too long",
+        f"its text is longer than {max_chars:,} characters ({MAX_FILE_CHARS_SETTING})",
+    )
+
+
+class Budget:
+    """The characters a file's text may still take, counted as it is read (each
+    paragraph, empty or not, with the line break that ends it): a file whose text would
+    pass `max_chars` stops being read there. None: no limit."""
+
+    def __init__(self, max_chars: int | None) -> None:
+        self.max_chars = max_chars
+        self.left = max_chars
+
+    def spend(self, chars: int) -> None:
+        if self.left is None or self.max_chars is None:
+            return
+        self.left -= chars
+        if self.left < 0:
+            raise too_long(self.max_chars)

@@ -4,18 +4,22 @@ A folder is walked recursively in sorted order (hidden files and folders, such a
 `.git`, are not walked). Each file goes to the extractor of its suffix (see
 extract.py). A file of unknown type, a binary file, or one that fails to parse is
 skipped with its reason and the rest of the run goes on: `Loaded.skipped` lists them
-so the caller can say so.
+so the caller can say so. Every document is held to the rules POST
+/v1/knowledge/documents applies (`validation.document_fields`): a file that breaks them
+is skipped, a JSON-lines record that does is left out (`path:line`, naming the field)
+and the file's other records are read.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from knowledge_api.beir import jsonl_records
+from knowledge_api import validation
 from knowledge_api.errors import ConfigurationError, ExtractionError, InvalidRequest
 from knowledge_api.ingest import mail, metrics, tables
 from knowledge_api.ingest.extract import (
@@ -25,12 +29,17 @@ from knowledge_api.ingest.extract import (
     html_to_markdown,
     is_binary,
     markdown_title,
+    too_long,
 )
 from knowledge_api.models import DEFAULT_COLLECTION, Document
 
 JSONL = (".jsonl",)
 RULES = (".yaml", ".yml")
 DASHBOARDS = (".json",)
+RECORD_FIELDS = {"source_id": "_id", "content": "text", "title": "title", "metadata": "metadata"}
+"""A JSON-lines record's fields, by the document field each becomes."""
+FILE_FIELDS = {"source_id": "name", "content": "text", "title": "title", "metadata": "metadata"}
+"""A file's document as its errors name its fields: its name, its text."""
 
 __all__ = [
     "LoadOptions",
@@ -52,11 +61,15 @@ class LoadOptions:
     """Default: wiki for documents, knowledge for JSONL records."""
     collection: str = DEFAULT_COLLECTION
     metadata: dict[str, Any] = field(default_factory=dict)
+    """Added to every document's (held to the rules of metadata by whoever sets it)."""
     base_url: str = ""
     max_file_mb: int = 50
     """Largest attachment of an e-mail read (KNOWLEDGE_MAX_FILE_MB)."""
     kpi_columns: Mapping[str, str] = field(default_factory=dict)
     """The columns of KPI files named otherwise than their role (KNOWLEDGE_KPI_COLUMNS)."""
+    max_chars: int | None = None
+    """The most characters of text one file may hold (KNOWLEDGE_MAX_FILE_CHARS); a
+    longer one is an error of its own. None: no limit."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +133,7 @@ def load_files(files: Iterable[tuple[Path, str]], options: LoadOptions) -> Loade
                 if mail.is_mail(file, name):
                     threads.read(file, name)
                 else:
-                    loaded.documents.extend(load_as(file, name, options))
+                    loaded.documents.extend(load_as(file, name, options, loaded.skipped))
         except ExtractionError as e:
             loaded.skipped.append(Skipped(str(file), e.reason, e.detail))
     loaded.documents.extend(threads.documents())
@@ -140,14 +153,19 @@ def walk(path: Path) -> Iterator[Path]:
             yield file
 
 
-def load_file(path: Path, options: LoadOptions, root: Path) -> list[Document]:
-    """The documents of one file, or ExtractionError saying why there are none."""
-    return load_as(path, path.relative_to(root).as_posix(), options)
+def load_file(
+    path: Path, options: LoadOptions, root: Path, refused: list[Skipped]
+) -> list[Document]:
+    """The documents of one file, or ExtractionError saying why there are none; its
+    records left out are added to `refused`."""
+    return load_as(path, path.relative_to(root).as_posix(), options, refused)
 
 
-def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
+def load_as(path: Path, name: str, options: LoadOptions, refused: list[Skipped]) -> list[Document]:
     """The documents of the file at `path` read as the file `name` (a relative path,
-    whose suffix says its type): an uploaded file is stored under another name."""
+    whose suffix says its type): an uploaded file is stored under another name. The
+    records of a JSON-lines file that break the rules of a document are left out,
+    each added to `refused` as `name:line`."""
     suffix = PurePosixPath(name).suffix.lower()
     with reading():
         if path.stat().st_size == 0:
@@ -161,11 +179,14 @@ def load_as(path: Path, name: str, options: LoadOptions) -> list[Document]:
                 for part in parts
             ]
         if suffix in JSONL:
-            return list(load_jsonl(path, options))
+            return list(load_jsonl(path, options, refused, str(path)))
         extract = extractor(suffix)
         if extract is None:
             raise unknown_type(path, suffix)
-        return [file_document(name, extract(path), options)]
+        extracted = extract(path, options.max_chars)
+        if options.max_chars is not None and len(extracted.content) > options.max_chars:
+            raise too_long(options.max_chars)
+        return [file_document(name, extracted, options)]
 
 
 def structured(path: Path, name: str, options: LoadOptions) -> list[tables.Part] | None:
@@ -198,8 +219,8 @@ def reading() -> Iterator[None]:
         yield
     except ConfigurationError as e:  # an optional extractor is not installed
         raise ExtractionError("extractor not installed", e.message) from e
-    except InvalidRequest as e:  # a bad JSONL record
-        raise ExtractionError("bad record", e.message) from e
+    except InvalidRequest as e:  # its name or metadata break the rules of a document
+        raise ExtractionError("bad document", e.message) from e
     except OSError as e:
         raise ExtractionError("unreadable", str(e)) from e
 
@@ -231,26 +252,47 @@ def file_document(
     }
     if url and "url" not in extracted.metadata:  # a rule's runbook is its link
         metadata["url"] = url
+    title = extracted.title or path.stem.replace("-", " ").replace("_", " ")
+    # the title is the file's own (a heading, its properties): shortened, never refused
+    fields = {
+        "name": (url or relative) + (f"#{key}" if key else ""),
+        "text": extracted.content,
+        "title": title[: validation.TITLE_MAX_LENGTH],
+        "metadata": metadata,
+    }
     return Document(
         source_type=options.source_type or source_type,
-        source_id=(url or relative) + (f"#{key}" if key else ""),
-        content=extracted.content,
-        title=extracted.title or path.stem.replace("-", " ").replace("_", " "),
-        metadata=metadata,
         collection=options.collection,
+        **validation.document_fields(fields, FILE_FIELDS, max_content=None),
     )
 
 
-def load_jsonl(path: Path, options: LoadOptions) -> Iterator[Document]:
-    """BEIR corpus layout: one {"_id", "title", "text", "metadata"?} object a line."""
-    for record in jsonl_records(path, "corpus"):
-        given = record.get("metadata")
-        extra: dict[str, Any] = given if isinstance(given, dict) else {}
-        yield Document(
-            source_type=options.source_type or "knowledge",
-            source_id=record["_id"],
-            content=record["text"],
-            title=str(record.get("title") or ""),
-            metadata={**extra, **options.metadata},
-            collection=options.collection,
-        )
+def load_jsonl(
+    path: Path, options: LoadOptions, refused: list[Skipped], shown: str
+) -> Iterator[Document]:
+    """BEIR corpus layout: one {"_id", "title", "text", "metadata"?} object a line. A
+    line that is no such record, or one that breaks the rules of a document, is added
+    to `refused` as `shown:line`, naming the field, and the other lines are read."""
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield jsonl_document(line, options)
+            except InvalidRequest as e:
+                refused.append(Skipped(f"{shown}:{number}", "bad record", e.message))
+
+
+def jsonl_document(line: str, options: LoadOptions) -> Document:
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise InvalidRequest("line", f"must be a JSON object ({e})") from e
+    record = validation.require_object(record, "line")
+    if isinstance(record.get("_id"), int) and not isinstance(record["_id"], bool):
+        record["_id"] = str(record["_id"])  # BEIR ids are strings; some dumps write numbers
+    fields = validation.document_fields(record, RECORD_FIELDS, max_content=None)
+    fields["metadata"] = {**fields["metadata"], **options.metadata}
+    return Document(
+        source_type=options.source_type or "knowledge", collection=options.collection, **fields
+    )

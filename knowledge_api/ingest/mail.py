@@ -202,7 +202,7 @@ class Threads:
             with tempfile.TemporaryDirectory() as folder:
                 kept = Path(folder) / f"attachment{suffix}"
                 kept.write_bytes(data)
-                extracted = extract(kept)
+                extracted = extract(kept, None)
         except ConfigurationError as e:
             self.problems.append(Problem(mail.file, "extractor not installed", e.message))
             return

@@ -11,6 +11,7 @@ import posixpath
 import re
 import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
@@ -26,6 +27,10 @@ WORD_MARKS = {f"{W}tab": "\t", f"{W}br": "\n", f"{W}cr": "\n"}
 DRAWING_MARKS = {f"{A}br": "\n"}
 """The elements of a paragraph that stand for a tab or a line break, in Word and in slides."""
 _HEADING_ID = re.compile(r"^heading(\d)$", re.IGNORECASE)
+MAX_COLUMNS = 64
+"""Most cells a table row is read as: Word's grid has at most 63 columns, PowerPoint's
+75 less often used. A cell spanning more (`<w:gridSpan w:val="10000000"/>` in a file of
+a few hundred bytes) or a row of more cells is no table either program makes."""
 
 
 @dataclass(frozen=True)
@@ -54,12 +59,13 @@ class Package:
 
     def __init__(self, archive: zipfile.ZipFile) -> None:
         self.archive = archive
+        self.names = frozenset(archive.namelist())
 
     def xml(self, name: str) -> ElementTree.Element:
         return ElementTree.fromstring(self.archive.read(name))
 
     def has(self, name: str) -> bool:
-        return name in self.archive.namelist()
+        return name in self.names
 
     def title(self) -> str:
         if not self.has("docProps/core.xml"):
@@ -85,15 +91,41 @@ class Package:
 # -- Word -----------------------------------------------------------------------------------
 
 
-def docx(path: Path) -> tuple[str, list[Paragraph | Table]]:
-    """The document's title (its properties') and its body: paragraphs and tables in
-    the order they appear."""
+@contextmanager
+def opened(path: Path) -> Iterator[Package]:
     with zipfile.ZipFile(path) as archive:
-        package = Package(archive)
-        styles = style_names(package)
-        body = package.xml("word/document.xml").find(f"{W}body")
-        blocks = list(_docx_blocks(body, styles)) if body is not None else []
-        return package.title(), blocks
+        yield Package(archive)
+
+
+def docx_blocks(package: Package) -> Iterator[Paragraph | Table]:
+    """The document's body: paragraphs and tables in the order they appear, each read
+    as the parser reaches its end and then dropped, so a body of millions of paragraphs
+    is never held whole and its reader can stop at any of them."""
+    styles = style_names(package)
+    for child in body_children(package, "word/document.xml", f"{W}body"):
+        if child.tag == f"{W}p":
+            yield Paragraph(paragraph_text(child), paragraph_style(child, styles))
+        elif child.tag == f"{W}tbl":
+            yield Table([_docx_row(row) for row in child.findall(f"{W}tr")])
+
+
+def body_children(package: Package, part: str, body: str) -> Iterator[ElementTree.Element]:
+    """The children of the part's `body` element (the root's child), each whole."""
+    depth = 0
+    parent: ElementTree.Element | None = None
+    with package.archive.open(part) as source:
+        for event, element in ElementTree.iterparse(source, events=("start", "end")):
+            if event == "start":
+                depth += 1
+                if depth == 2 and element.tag == body:
+                    parent = element
+                continue
+            depth -= 1
+            if depth == 2 and parent is not None:
+                yield element
+                parent.remove(element)
+            elif depth == 1:
+                parent = None
 
 
 def style_names(package: Package) -> dict[str, str]:
@@ -106,14 +138,6 @@ def style_names(package: Package) -> dict[str, str]:
         if name is not None:
             names[style.get(f"{W}styleId", "")] = name.get(f"{W}val", "").lower()
     return names
-
-
-def _docx_blocks(body: ElementTree.Element, styles: dict[str, str]) -> Iterator[Paragraph | Table]:
-    for child in body:
-        if child.tag == f"{W}p":
-            yield Paragraph(paragraph_text(child), paragraph_style(child, styles))
-        elif child.tag == f"{W}tbl":
-            yield Table([_docx_row(row) for row in child.findall(f"{W}tr")])
 
 
 def paragraph_text(paragraph: ElementTree.Element) -> str:
@@ -140,29 +164,39 @@ def paragraph_style(paragraph: ElementTree.Element, styles: dict[str, str]) -> s
 
 
 def _docx_row(row: ElementTree.Element) -> list[str]:
-    """A row's cells; a cell spanning several columns counts for each, as in Word's grid."""
-    cells = []
+    """A row's cells; a cell spanning several columns counts for each, as in Word's grid
+    (up to MAX_COLUMNS)."""
+    cells: list[str] = []
     for cell in row.findall(f"{W}tc"):
         text = "\n".join(paragraph_text(p) for p in cell.iter(f"{W}p"))
         span = cell.find(f"{W}tcPr/{W}gridSpan")
-        cells += [text] * (int(span.get(f"{W}val", "1")) if span is not None else 1)
-    return cells
+        columns = int(span.get(f"{W}val", "1")) if span is not None else 1
+        cells += [text] * max(1, min(columns, MAX_COLUMNS - len(cells)))
+    return clamped(cells)
+
+
+def clamped(cells: list[str]) -> list[str]:
+    """A row of at most MAX_COLUMNS cells: the text of any further cells joins the last."""
+    if len(cells) <= MAX_COLUMNS:
+        return cells
+    return [*cells[: MAX_COLUMNS - 1], " ".join(cells[MAX_COLUMNS - 1 :])]
 
 
 # -- PowerPoint -------------------------------------------------------------------------------
 
 
-def pptx(path: Path) -> tuple[str, list[Slide]]:
-    """The presentation's title (its properties') and its slides, in order."""
-    with zipfile.ZipFile(path) as archive:
-        package = Package(archive)
-        presentation = "ppt/presentation.xml"
-        related = package.related(presentation)
-        slides = []
-        for slide_id in package.xml(presentation).iter(f"{P}sldId"):
-            _, part = related[slide_id.get(f"{R}id", "")]
-            slides.append(read_slide(package, part))
-        return package.title(), slides
+def slides(package: Package) -> Iterator[Slide]:
+    """The presentation's slides, in order, each read when its reader reaches it. A
+    slide listed again (a file may list one part 100,000 times; PowerPoint never lists
+    one twice) is read once, where it first comes."""
+    presentation = "ppt/presentation.xml"
+    related = package.related(presentation)
+    seen = set()
+    for slide_id in package.xml(presentation).iter(f"{P}sldId"):
+        _, part = related[slide_id.get(f"{R}id", "")]
+        if part not in seen:
+            seen.add(part)
+            yield read_slide(package, part)
 
 
 def read_slide(package: Package, part: str) -> Slide:
@@ -182,7 +216,7 @@ def read_slide(package: Package, part: str) -> Slide:
         elif shape.tag == f"{P}graphicFrame":
             for table in shape.iter(f"{A}tbl"):
                 rows = [
-                    [cell_text(cell) for cell in row.findall(f"{A}tc")]
+                    clamped([cell_text(cell) for cell in row.findall(f"{A}tc")])
                     for row in table.findall(f"{A}tr")
                 ]
                 blocks.append(Table(rows))

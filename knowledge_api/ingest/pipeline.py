@@ -73,8 +73,10 @@ class Ingestor:
         return total
 
     async def _embedded(self, batch: list[Document]) -> tuple[list[Document], IndexSummary]:
-        """The batch's new or changed documents, every chunk with its vector."""
-        changed = await changed_only(self.store, chunked(batch))
+        """The batch's new or changed documents, every chunk with its vector. Chunking
+        runs on a worker thread: a file of megabytes of text takes seconds to cut, and
+        the event loop serves queries meanwhile."""
+        changed = await changed_only(self.store, await asyncio.to_thread(chunked, batch))
         chunks = [chunk for doc in changed for chunk in doc.chunks]
         vectors = await self.store.embeddings_by_hash(list({c.content_hash for c in chunks}))
         missing = {c.content_hash: c.embedded_text for c in chunks if c.content_hash not in vectors}

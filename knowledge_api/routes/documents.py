@@ -30,22 +30,27 @@ from knowledge_api.web.fields import (
 from knowledge_api.web.http import JSONResponse, read_json, service
 
 MAX_BATCH = 100
-MAX_CONTENT = 60000
+MAX_CONTENT = validation.CONTENT_MAX_LENGTH
 CONTENT_BYTES = 6 * MAX_CONTENT
 r"""The most a document's content can take in a JSON body (a character escaped as
 `\uXXXX` is 6 bytes): the body limit grows by this much, so a document of the longest
 content fits."""
 DOCUMENT = Body(
+    # its fields' rules are validation.document_fields', which the other doors apply
     "Document",
     OneOf("source_type", "Where the document comes from.", allowed=SOURCE_TYPES),
-    Text("source_id", "Its id there: a Jira key, a commit, a URL.", max_length=500),
+    Text(
+        "source_id",
+        "Its id there: a Jira key, a commit, a URL.",
+        max_length=validation.SOURCE_ID_MAX_LENGTH,
+    ),
     Text(
         "content",
         "Its text (Markdown headings give passages their section).",
         max_length=MAX_CONTENT,
         strip=False,
     ),
-    Text("title", "Its title.", "", max_length=500),
+    Text("title", "Its title.", "", max_length=validation.TITLE_MAX_LENGTH),
     Scalars("metadata", "Metadata values, e.g. app_under_test.", None),
     CollectionName("collection", "The collection to index into.", DEFAULT_COLLECTION),
 )

@@ -15,7 +15,7 @@ from knowledge_api.ledger import DONE, FAILED, QUEUED, RUNNING, Job
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
 from knowledge_api.routes.audit import actor
 from knowledge_api.usecases.uploads import MAX_FILES, Sent, Upload, UploadJobs
-from knowledge_api.web.access import access
+from knowledge_api.web.access import access, budget_of
 from knowledge_api.web.fields import (
     INTEGER,
     STRING,
@@ -28,7 +28,7 @@ from knowledge_api.web.fields import (
     obj,
 )
 from knowledge_api.web.http import JSONResponse, service
-from knowledge_api.web.multipart import receive
+from knowledge_api.web.multipart import Pace, Receiving, receive
 
 FILE = "file"
 BINARY = {"type": "string", "format": "binary"}
@@ -106,6 +106,11 @@ def uploads(request: Request) -> UploadJobs:
     return jobs
 
 
+def receiving(request: Request) -> Receiving:
+    found: Receiving = request.app.state.receiving
+    return found
+
+
 async def upload(request: Request) -> Response:
     """The body is read to disk first: a form's fields may come after its files."""
     service(request).jobs.check_writable()
@@ -113,10 +118,11 @@ async def upload(request: Request) -> Response:
     settings = request.app.state.settings
     job_id = jobs.new_job_id()
     folder = jobs.folder_of(job_id)
+    client = request.client.host if request.client else "-"
+    pace = Pace(settings.body_timeout, settings.upload_min_rate * 1024)
     try:
-        received = await receive(
-            request, folder, settings.max_file_mb * 2**20, MAX_FILES, settings.body_timeout
-        )
+        with receiving(request).slot(budget_of(access(request), client)):
+            received = await receive(request, folder, settings.max_file_mb * 2**20, MAX_FILES, pace)
         values = FORM.parse(received.fields, "form")
         access(request).collection(values["collection"])
         if not received.files:
@@ -154,7 +160,11 @@ def job_view(job: Job) -> dict[str, Any]:
         "source": job.source,
         "files": {"done": len(settled), "total": len(job.files)},
         "chunks": {"done": job.chunks_done, "total": job.chunks_total, "embedded": job.embedded},
-        "errors": [{"file": file.name, "reason": file.reason} for file in job.files if file.reason],
+        "errors": [
+            {"file": file.name, "reason": file.reason}
+            for file in job.files
+            if file.state == "failed" or file.reason  # indexed, some of its records not
+        ],
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }

@@ -17,10 +17,9 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from knowledge_api.errors import Forbidden
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from knowledge_api.web.access import LOOPBACK_NAMES, READ, authorize
+from knowledge_api.web.access import READ, Origins, authorize
 
 PATH = "/mcp"
 
@@ -33,7 +32,9 @@ class McpEndpoint:
     def __init__(self, service: KnowledgeService, settings: Settings) -> None:
         self.service = service
         self.settings = settings
-        self.origins = Origins(settings)
+        self.origins = Origins(
+            settings, settings.mcp_allowed_origins, "KNOWLEDGE_MCP_ALLOWED_ORIGINS"
+        )
         self._server: asyncio.Future[Any] | None = None
         self._stopping: asyncio.Event | None = None
         self._runner: asyncio.Task[None] | None = None
@@ -46,7 +47,7 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         await authorize(request, READ)
-        self.origins.check(request.headers.get("origin"))
+        self.origins.check(request.headers, PATH)
         server = await self.server()
         await server.session_manager.asgi_app(scope, receive, send)
 
@@ -87,27 +88,6 @@ class McpEndpoint:
                 self._stopping.set()
                 await asyncio.gather(self._runner, return_exceptions=True)
             self._server = self._stopping = self._runner = None
-
-
-class Origins:
-    """The browser origins /mcp accepts: pages of localhost and of the bound host (any
-    port), and KNOWLEDGE_MCP_ALLOWED_ORIGINS (`:*` for any port). A request without
-    Origin is no browser's cross-origin request and is accepted."""
-
-    def __init__(self, settings: Settings) -> None:
-        names = [f"[{n}]" if ":" in n else n for n in (*LOOPBACK_NAMES, settings.host)]
-        given = [o.strip() for o in settings.mcp_allowed_origins.split(",") if o.strip()]
-        listed = [*(f"http://{name}:*" for name in names), *given]
-        self.exact = frozenset([*(f"http://{name}" for name in names), *listed])
-        self.any_port = tuple(o[:-1] for o in listed if o.endswith(":*"))
-
-    def check(self, origin: str | None) -> None:
-        if origin and origin not in self.exact and not origin.startswith(self.any_port):
-            raise Forbidden(
-                f"/mcp does not accept requests from pages of {origin[:100]!r}: add the "
-                "origin to KNOWLEDGE_MCP_ALLOWED_ORIGINS",
-                origin=origin[:100],
-            )
 
 
 def build_server(service: KnowledgeService, settings: Settings) -> Any:

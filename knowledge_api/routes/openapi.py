@@ -43,10 +43,12 @@ ERROR_SCHEMA = obj(
 ERROR_STATUSES = {
     400: "Invalid request: the message names the field and the rule it broke.",
     401: "No credentials, or unknown ones.",
-    403: "The credentials lack the route's scope.",
+    403: "The credentials lack the route's scope; or a browser page of an origin the "
+    "service does not accept (KNOWLEDGE_CORS_ORIGINS) sent a write.",
     404: "Nothing found at this path or with this id.",
     405: "The path does not take this method.",
-    408: "The body stopped arriving (KNOWLEDGE_BODY_TIMEOUT), or the headers in time "
+    408: "The body stopped arriving (KNOWLEDGE_BODY_TIMEOUT), an upload's arrived too slowly "
+    "(KNOWLEDGE_UPLOAD_MIN_RATE), or the headers did not arrive in time "
     "(KNOWLEDGE_HEADER_TIMEOUT).",
     409: "The store serves tables other pipelines own: writes are refused.",
     413: "The body exceeds the size limit.",

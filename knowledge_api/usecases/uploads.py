@@ -6,7 +6,9 @@ The job's record in the store (stores/tables/jobs.py) says where it is: queued, 
 indexed). It is saved after each file, so a service that stops mid-job finds it at its
 next start and goes on from the first file not indexed (files already indexed are not
 read again, and their passages' vectors are found by content hash); a job whose files
-are gone is marked failed, saying so. The folder is removed when the job ends.
+are gone is marked failed, saying so. A job whose writes fail (a full disk, a store
+gone) stops with its files and is tried again every RETRY_AFTER_S seconds until they
+succeed. The folder is removed when the job ends.
 """
 
 from __future__ import annotations
@@ -22,14 +24,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from knowledge_api.errors import ExtractionError, KnowledgeAPIError
+from knowledge_api.errors import (
+    EmbeddingError,
+    ExtractionError,
+    KnowledgeAPIError,
+    KnowledgeStoreError,
+)
 from knowledge_api.ledger import DONE, FAILED, QUEUED, RUNNING, Actor, Job, JobFile, changes
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
 
 log = logging.getLogger("knowledge_api.uploads")
+NUL = "\x00"
 MAX_FILES = 1000
 """Most files one upload may hold."""
+RETRY_AFTER_S = 10.0
+"""A job stopped because writes failed (a full disk, a store gone) is tried again this
+long after, and again until they succeed."""
 ABANDONED_AFTER = timedelta(hours=6)
 """A job saves its record after each file; one that has not for this long, on a service
 that is not this one, has lost its service."""
@@ -65,6 +76,7 @@ class UploadJobs:
         self.max_file_mb = service.settings.max_file_mb
         self.owner = f"{socket.gethostname()}:{self.folder.resolve()}"
         self.queue: asyncio.Queue[str] = asyncio.Queue()
+        self.retry_after = RETRY_AFTER_S
 
     def folder_of(self, job_id: str) -> Path:
         return self.folder / job_id
@@ -115,18 +127,29 @@ class UploadJobs:
             job_id = await self.queue.get()
             try:
                 job = await self.jobs.get(job_id)
-                if job is not None and job.status == QUEUED:
+                if job is not None and job.status in (QUEUED, RUNNING):  # running: stopped
                     await self.run(job)
-            except KnowledgeAPIError as e:  # its record cannot be written: the files stay,
-                # and the job is resumed from its last record at the next start
-                log.error("upload job %s stopped: %s", job_id, e.message)
+            except KnowledgeAPIError as e:  # its writes failed: the files stay, and the job
+                # goes on from its last record once they succeed
+                log.error(
+                    "upload job %s stopped: %s; tried again in %g s",
+                    job_id,
+                    e.message,
+                    self.retry_after,
+                )
+                asyncio.get_running_loop().call_later(
+                    self.retry_after, self.queue.put_nowait, job_id
+                )
             except Exception:  # a bug: logged, and the next job runs
                 log.exception("upload job %s stopped", job_id)
 
     async def run(self, job: Job) -> None:
         try:
             await run_job(self.service, job, self.folder_of(job.id))
-        except Exception as e:  # a bug or a store gone: the job says so, the worker goes on
+        except Exception as e:
+            if writes_failed(e):
+                raise  # tried again (work)
+            # a bug: the job says so, the worker goes on
             log.exception("upload job %s failed", job.id)
             job.status = FAILED
             job.reason = e.message if isinstance(e, KnowledgeAPIError) else f"{type(e).__name__}"
@@ -153,14 +176,26 @@ async def upload_jobs(service: KnowledgeService) -> AsyncIterator[UploadJobs]:
         await asyncio.gather(task, return_exceptions=True)
 
 
+def writes_failed(error: Exception) -> bool:
+    """Whether the store or its disk could not take a write (a full disk, a store
+    gone): a job is tried again later, not failed. (An embedder that did not load stays
+    so until a restart, which resumes the job.)"""
+    return (
+        isinstance(error, KnowledgeStoreError)
+        and error.status == 503
+        and not isinstance(error, EmbeddingError)
+    )
+
+
 def abandoned(job: Job) -> bool:
     updated = datetime.fromisoformat(job.updated_at)
     return datetime.now(UTC) - updated > ABANDONED_AFTER
 
 
 def job_file(sent: Sent, max_file_mb: int) -> JobFile:
-    """The file's entry in its job: failed at once when it cannot be read at all."""
-    entry = JobFile(sent.name, sent.path.name, sent.size)
+    """The file's entry in its job: failed at once when it cannot be read at all. A NUL
+    in the name it was sent with is written `\\x00` (no store keeps a NUL in a text)."""
+    entry = JobFile(sent.name.replace(NUL, "\\x00"), sent.path.name, sent.size)
     reason = refusal(sent, max_file_mb)
     if reason:
         entry.state, entry.reason = "failed", reason
@@ -171,6 +206,8 @@ def refusal(sent: Sent, max_file_mb: int) -> str:
     """Why a file is refused before it is read, or ""."""
     if not sent.name.strip():
         return "no file name"
+    if NUL in sent.name:
+        return "unsafe file name: it holds the NUL character"
     if not safe_name(sent.name):
         return "unsafe file name: an absolute path or one with '..' is not accepted"
     if sent.too_large:
@@ -196,22 +233,23 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
     indexed: list[Document] = []
     for file in pending:
         try:
-            loaded = await service.read_upload(
+            documents, left_out = await service.read_upload(
                 folder / file.stored, file.name, job.source_type, job.collection
             )
         except ExtractionError as e:
             file.state, file.reason = "failed", f"{e.reason}: {e.detail}" if e.detail else e.reason
         else:
-            # a mailbox indexed but for some of its messages: those are listed as its errors
-            file.reason = "; ".join(f"{s.reason}: {s.detail}" for s in loaded.skipped)
-            file.chunks = sum(len(doc.chunks) for doc in loaded.documents)
-            read.append((file, loaded.documents))
+            file.chunks = sum(len(doc.chunks) for doc in documents)
+            file.reason = left_out
+            read.append((file, documents))
     job.chunks_total = sum(file.chunks for file in job.files if file.state != "failed")
     await jobs.save(job)
     for file, documents in read:
         try:
             summary = await service.ingest(documents, source=job.source)
         except KnowledgeAPIError as e:
+            if writes_failed(e):
+                raise  # the file stays pending, for the job's next try
             file.state, file.reason = "failed", e.message
         else:
             file.state = "done"

@@ -37,6 +37,10 @@ PUBLIC = "public"
 READ, WRITE, ADMIN = "read", "write", "admin"
 SCOPES = (READ, WRITE, ADMIN)
 METRICS_SCRAPER = "metrics-token"
+WRITES = frozenset(("POST", "PUT", "PATCH", "DELETE"))
+"""The methods a page of any site may send without a CORS preflight (a form's POST),
+or that change something: a browser's request with them must come from a page the
+service accepts (`Origins`)."""
 HEADERS = ("Authorization", "X-API-Key", "Content-Type", "X-Request-ID")
 
 
@@ -84,6 +88,9 @@ def guarded(handler: Handler, scope: str) -> Handler:
 
     async def guard(request: Request) -> Response:
         await authorize(request, scope)
+        if request.method in WRITES:
+            gate: Gate = request.app.state.gate
+            gate.origins.check(request.headers, f"{request.method} {request.url.path[:100]}")
         try:
             return await handler(request)
         except CollectionNotFound as e:  # lists only the collections the caller may reach
@@ -118,6 +125,8 @@ class Gate:
     """Its key store."""
     limiter: RateLimiter | None
     hosts: TrustedHosts
+    origins: Origins
+    """The pages whose writes are accepted: the service's own, KNOWLEDGE_CORS_ORIGINS."""
     ratings: RateLimiter | None = None
     """KNOWLEDGE_RATINGS_PER_MINUTE: the ratings each caller may send."""
 
@@ -162,9 +171,15 @@ async def admit(
     if collection:
         caller.collection(collection)
     if limiter is not None:
-        keyless = caller is EVERYONE or caller is ANONYMOUS
-        limiter.take(f"client {client}" if keyless else caller.name)
+        limiter.take(budget_of(caller, client))
     return caller
+
+
+def budget_of(caller: Access, client: str) -> str:
+    """Whose budget a request spends (rate limits, uploads at once): its key's, or its
+    client address's when it has none."""
+    keyless = caller is EVERYONE or caller is ANONYMOUS
+    return f"client {client}" if keyless else caller.name
 
 
 def remembered_caller(knowledge: KnowledgeService, headers: Mapping[str, str]) -> Access | None:
@@ -302,6 +317,55 @@ class TrustedHosts:
             "KNOWLEDGE_ALLOWED_HOSTS",
             host=name[:100],
         )
+
+
+class Origins:
+    """The browser origins a door accepts: pages of localhost and of the bound host
+    (any port), the page's own origin (an Origin naming the Host it was sent to: a page
+    the service served), and the origins `listed` in the setting named `setting` (`:*`
+    for any port, `*` for any origin). Browsers send Origin with every POST, PUT, PATCH
+    and DELETE, so a request without it comes from no page of another site, unless its
+    Sec-Fetch-Site says cross-site; it is accepted (curl, the SDK, other services)."""
+
+    def __init__(self, settings: Settings, listed: str, setting: str) -> None:
+        names = [f"[{n}]" if ":" in n else n for n in (*LOOPBACK_NAMES, settings.host)]
+        given = [o.strip() for o in listed.split(",") if o.strip()]
+        allowed = [*(f"http://{name}:*" for name in names), *given]
+        self.exact = frozenset([*(f"http://{name}" for name in names), *allowed])
+        self.any_port = tuple(o[:-1] for o in allowed if o.endswith(":*"))
+        self.any = "*" in given
+        self.setting = setting
+
+    def check(self, headers: Mapping[str, str], door: str) -> None:
+        """Nothing when `door` (`/mcp`, `POST /v1/knowledge/files`) accepts a request
+        with these headers; 403 naming the origin and the setting otherwise."""
+        origin = headers.get("origin")
+        if not origin:
+            if headers.get("sec-fetch-site", "").lower() == "cross-site":
+                raise Forbidden(
+                    f"{door} accepts no request from a page of another site "
+                    "(Sec-Fetch-Site: cross-site) that does not say its origin",
+                    origin=None,
+                )
+            return
+        if self.accepts(origin, headers.get("host", "")):
+            return
+        raise Forbidden(
+            f"{door} accepts no request from pages of {origin[:100]!r}: add the origin "
+            f"to {self.setting}",
+            origin=origin[:100],
+            setting=self.setting,
+        )
+
+    def accepts(self, origin: str, host: str) -> bool:
+        if self.any or origin in self.exact or origin.startswith(self.any_port):
+            return True
+        own = origin.partition("://")[2].lower()
+        return bool(host) and own == host.lower()
+
+
+def write_origins(settings: Settings) -> Origins:
+    return Origins(settings, settings.cors_origins, "KNOWLEDGE_CORS_ORIGINS")
 
 
 def host_name(host: str) -> str:

@@ -135,7 +135,7 @@ class Scalars(Field):
         key = {
             "minLength": 1,
             "maxLength": validation.KEY_MAX_LENGTH,
-            "pattern": validation.KEY_PATTERN,
+            "pattern": validation.METADATA_KEY_PATTERN,
         }
         scalar = {"type": ["string", "number", "boolean"], "pattern": r"^[^\u0000]*$"}
         return {"type": "object", "propertyNames": key, "additionalProperties": scalar}

@@ -9,6 +9,10 @@ other files of the body still count; the body goes on being read to its end.
 from __future__ import annotations
 
 import asyncio
+import errno
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -17,7 +21,13 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 from starlette.requests import Request
 
-from knowledge_api.errors import InvalidRequest, RequestTimeout, UnsupportedMediaType
+from knowledge_api.errors import (
+    IndexingError,
+    InvalidRequest,
+    RateLimited,
+    RequestTimeout,
+    UnsupportedMediaType,
+)
 
 MAX_FIELD_BYTES = 1024
 """A form field (collection, source, source_type) is a short name."""
@@ -126,16 +136,89 @@ class _Parts:
             out.close()
 
 
+RETRY_AFTER_S = 5
+
+
+class Receiving:
+    """The uploads whose bodies are being received: each holds a connection and open
+    files for as long as its client sends, so a process receives at most `most` at
+    once and one caller (a key, or a client address without keys) `per_caller`; one
+    more is 429 with Retry-After, before its body is read."""
+
+    def __init__(self, most: int, per_caller: int) -> None:
+        self.most = most
+        self.per_caller = per_caller
+        self.open = 0
+        self.by_caller: Counter[str] = Counter()
+
+    @contextmanager
+    def slot(self, caller: str) -> Iterator[None]:
+        if self.open >= self.most:
+            raise RateLimited(
+                f"{self.most} uploads are being received, the most this process takes at "
+                f"once (KNOWLEDGE_MAX_UPLOADS): retry in {RETRY_AFTER_S} s",
+                RETRY_AFTER_S,
+                max_uploads=self.most,
+            )
+        if self.by_caller[caller] >= self.per_caller:
+            raise RateLimited(
+                f"this caller already sends {self.per_caller} uploads, the most one key (or "
+                "client address, without keys) sends at once (KNOWLEDGE_MAX_UPLOADS_PER_KEY): "
+                f"retry in {RETRY_AFTER_S} s",
+                RETRY_AFTER_S,
+                max_uploads_per_key=self.per_caller,
+            )
+        self.open += 1
+        self.by_caller[caller] += 1
+        try:
+            yield
+        finally:
+            self.open -= 1
+            self.by_caller[caller] -= 1
+            if not self.by_caller[caller]:
+                del self.by_caller[caller]
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How slowly a body may arrive: a client that sends nothing for `idle` seconds,
+    or whose body, once its first `idle` seconds are over, arrives on average slower
+    than `min_rate` bytes a second gets 408. (A byte every few seconds would otherwise
+    hold a connection and a file open for as long as it likes.)"""
+
+    idle: float
+    min_rate: float
+
+    def deadlines(self, started: float, now: float, received: int) -> tuple[float, float]:
+        """When the wait for the next chunk ends: nothing came (`idle`), or the body is
+        behind its rate."""
+        return now + self.idle, started + self.idle + received / self.min_rate
+
+    def too_slow(self, stalled: bool, seconds: float, received: int) -> RequestTimeout:
+        if stalled:
+            return RequestTimeout(
+                f"the upload stalled: nothing arrived for {self.idle:g} s (KNOWLEDGE_BODY_TIMEOUT)",
+                timeout_s=self.idle,
+            )
+        rate = self.min_rate / 1024
+        return RequestTimeout(
+            f"the upload arrived slower than {rate:g} KiB/s (KNOWLEDGE_UPLOAD_MIN_RATE): "
+            f"{received} bytes in {seconds:.0f} s",
+            min_rate_kib_s=rate,
+            received_bytes=received,
+        )
+
+
 async def receive(
     request: Request,
     folder: Path,
     max_file_bytes: int,
     max_files: int,
-    idle_timeout: float,
+    pace: Pace,
     file_field: str = "file",
 ) -> Received:
     """The form's fields and files, each file written under `folder`. A client that
-    sends nothing for `idle_timeout` seconds gets 408; a body that is not a well-formed
+    sends too slowly (`pace`) gets 408; a body that is not a well-formed
     multipart/form-data one, 400 or 415."""
     media_type, options = parse_options_header(request.headers.get("content-type", ""))
     if media_type != b"multipart/form-data":
@@ -147,6 +230,39 @@ async def receive(
     boundary = options.get(b"boundary")
     if not boundary:
         raise InvalidRequest("content-type", "multipart/form-data needs its boundary")
+    try:
+        return await _receive(
+            request, folder, boundary, max_file_bytes, max_files, pace, file_field
+        )
+    except (TimeoutError, ConnectionError):
+        raise
+    except OSError as e:  # the upload folder cannot take the files: the disk is full, ...
+        raise unwritable(folder, e) from e
+
+
+def unwritable(folder: Path, error: OSError) -> IndexingError:
+    """503 naming the folder and why it cannot be written, as a JSON write that meets a
+    full disk is answered."""
+    cause = "the disk is full" if error.errno in FULL else "it cannot be written"
+    return IndexingError(
+        f"the upload could not be kept in {folder.parent}: {cause} ({error.strerror or error})",
+        path=str(folder.parent),
+    )
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+"""A full disk, or the user's quota spent."""
+
+
+async def _receive(
+    request: Request,
+    folder: Path,
+    boundary: bytes,
+    max_file_bytes: int,
+    max_files: int,
+    pace: Pace,
+    file_field: str,
+) -> Received:
     folder.mkdir(parents=True, exist_ok=True)
     parts = _Parts(folder, file_field, max_file_bytes, max_files)
     parser = MultipartParser(
@@ -162,18 +278,19 @@ async def receive(
         },
     )
     stream = request.stream()
+    loop = asyncio.get_running_loop()
+    started, received = loop.time(), 0
     try:
         while True:
+            idle, behind = pace.deadlines(started, loop.time(), received)
             try:
-                async with asyncio.timeout(idle_timeout):
+                async with asyncio.timeout_at(min(idle, behind)):
                     chunk = await anext(stream, None)
             except TimeoutError as e:
-                raise RequestTimeout(
-                    f"the upload stalled: nothing arrived for {idle_timeout:g} s",
-                    timeout_s=idle_timeout,
-                ) from e
+                raise pace.too_slow(idle <= behind, loop.time() - started, received) from e
             if chunk is None:
                 break
+            received += len(chunk)
             parser.write(chunk)
             if parts.ops:
                 await asyncio.to_thread(parts.flush)
