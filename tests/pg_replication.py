@@ -92,10 +92,13 @@ class Replicated:
     def stop_standby(self, mode: str = "immediate") -> None:
         self.run("pg_ctl", "-D", str(self.standby), "-m", mode, "-w", "stop")
 
-    def psql(self, port: int, sql: str, database: str = DATABASE) -> str:
+    def psql(self, port: int, *statements: str, database: str = DATABASE) -> str:
+        """The output of `statements`, each run on its own (ALTER SYSTEM takes no
+        transaction around it)."""
+        commands = [arg for sql in statements for arg in ("-c", sql)]
         return self.run(
             "psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(port),
-            "-U", "postgres", "-d", database, "-c", sql,
+            "-U", "postgres", "-d", database, *commands,
         ).strip()  # fmt: skip
 
     def fresh_database(self) -> str:
