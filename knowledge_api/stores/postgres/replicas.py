@@ -18,12 +18,12 @@ import contextlib
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from knowledge_api.errors import ConfigurationError, KnowledgeStoreError
+from knowledge_api.errors import ConfigurationError
 from knowledge_api.registry import import_extra
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.reconnect import reason
@@ -64,6 +64,9 @@ class Replica:
         self.url = url
         self.name = host_port(url)
         self.pool: Any = None
+        """The connections reads use."""
+        self.watcher: Any = None
+        """The watch's own connection: a check never waits behind reads for one."""
         self.state = "down"
         self.replayed = -1
         self.lag_bytes: int | None = None
@@ -82,6 +85,9 @@ class Replica:
         if self.pool is not None:
             self.pool.terminate()
             self.pool = None
+        if self.watcher is not None:
+            self.watcher.terminate()
+            self.watcher = None
         self.take_out(why)
 
     def take_out(self, why: str) -> None:
@@ -131,6 +137,9 @@ class Replicas:
         """Reads served, by replica name ("" for the primary)."""
         self._turn = 0
         self._watch: asyncio.Task[None] | None = None
+        self._primary_url = ""
+        self._primary: Any = None
+        """The watch's own connection to the primary."""
 
     def __bool__(self) -> bool:
         return bool(self.replicas)
@@ -187,13 +196,14 @@ class Replicas:
 
     # -- the watch ------------------------------------------------------------------
 
-    async def start(self, primary_position: Callable[[], Awaitable[int]]) -> None:
+    async def start(self, primary_url: str) -> None:
         """Check every replica once (a service starts with those that answer), then keep
-        checking them in the background."""
+        checking them in the background, against the primary at `primary_url`."""
         if not self.replicas or self._watch is not None:
             return
-        await self.check(primary_position)
-        self._watch = asyncio.create_task(self.watch(primary_position))
+        self._primary_url = primary_url
+        await self.check()
+        self._watch = asyncio.create_task(self.watch())
 
     async def stop(self) -> None:
         if self._watch is not None:
@@ -205,22 +215,27 @@ class Replicas:
             if replica.pool is not None:
                 await replica.pool.close()
                 replica.pool = None
+            if replica.watcher is not None:
+                await replica.watcher.close()
+                replica.watcher = None
+        if self._primary is not None:
+            await self._primary.close()
+            self._primary = None
 
-    async def watch(self, primary_position: Callable[[], Awaitable[int]]) -> None:
+    async def watch(self) -> None:
         while True:
             await asyncio.sleep(self.check_seconds)
             try:
-                await self.check(primary_position)
+                await self.check()
             except Exception:  # the watch outlives any one failed check
                 log.exception("checking the read replicas failed")
 
-    async def check(self, primary_position: Callable[[], Awaitable[int]]) -> None:
+    async def check(self) -> None:
         """Read the primary's position, then each replica's that is due (a replica
         down is probed every PROBE_SECONDS)."""
-        try:
-            primary = await primary_position()
-        except KnowledgeStoreError:
-            return  # the primary's own reconnection says so; the replicas keep their states
+        primary = await self.primary_position()
+        if primary is None:
+            return  # the store's own reconnection says so; the replicas keep their states
         now = time.monotonic()
         self.remember(now, primary)
         due = [replica for replica in self.replicas if replica.due(now)]
@@ -232,9 +247,26 @@ class Replicas:
         while len(self.samples) > 1 and self.samples[0][0] < now - keep:
             self.samples.popleft()
 
+    async def primary_position(self) -> int | None:
+        """The primary's position now, on the watch's own connection (None: it failed)."""
+        asyncpg = require_asyncpg()
+        try:
+            if self._primary is None:
+                self._primary = await asyncpg.connect(self._primary_url, timeout=CHECK_TIMEOUT)
+            position: int = await self._primary.fetchval(PRIMARY_POSITION, timeout=CHECK_TIMEOUT)
+        except (TimeoutError, *connection_errors(asyncpg), asyncpg.PostgresError, ValueError):
+            if self._primary is not None:
+                self._primary.terminate()
+                self._primary = None
+            return None
+        return position
+
     async def check_one(self, replica: Replica, primary: int, now: float) -> None:
         asyncpg = require_asyncpg()
         try:
+            if replica.watcher is None:
+                replica.watcher = await asyncpg.connect(replica.url, timeout=CHECK_TIMEOUT)
+            row = await replica.watcher.fetchrow(REPLICA_POSITION, timeout=CHECK_TIMEOUT)
             if replica.pool is None:
                 replica.pool = await asyncpg.create_pool(
                     replica.url,
@@ -243,7 +275,6 @@ class Replicas:
                     init=register_codecs,
                     timeout=CHECK_TIMEOUT,
                 )
-            row = await replica.pool.fetchrow(REPLICA_POSITION, timeout=CHECK_TIMEOUT)
         except TimeoutError:
             replica.fail(f"no answer within {CHECK_TIMEOUT:g} s")
             return

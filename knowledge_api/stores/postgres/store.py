@@ -134,7 +134,8 @@ class PostgresStore(SiamStore):
     async def open(self) -> None:
         await self._connect()
         await self._acknowledged(None)  # the schema as opened (migrated, perhaps) is read
-        await self.replicas.start(self._position)
+        if self.replicas:
+            await self.replicas.start(await self._url())
 
     async def close(self) -> None:
         await self.replicas.stop()
