@@ -171,12 +171,12 @@ def bench_search(cluster: Replicated, folder: Path, args: argparse.Namespace) ->
         runs["replica"].append(asyncio.run(search_p50(replica, queries)))
     p50 = {name: statistics.median(values) for name, values in runs.items()}
     print(f"search p50 ({args.searches} searches x {args.rounds} rounds, median of the rounds):")
-    print(f"  no replica configured          {p50['primary']:7.2f} ms")
+    print(f"  no replica configured                {p50['primary']:7.2f} ms")
     print(
         f"  replica checked, read on the primary {p50['checked']:7.2f} ms "
         f"(the check adds {p50['checked'] - p50['primary']:+.2f} ms)"
     )
-    print(f"  read on the replica            {p50['replica']:7.2f} ms")
+    print(f"  read on the replica                  {p50['replica']:7.2f} ms")
     print(f"  choosing a replica (Replicas.route) alone: p50 {route_p50_us():.2f} us")
 
 
@@ -265,6 +265,7 @@ async def load(url: str, args: argparse.Namespace, collections: list[str]) -> No
 
 
 def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # each figure as soon as it is measured
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=2000)
     parser.add_argument("--searches", type=int, default=300, help="searches per round")

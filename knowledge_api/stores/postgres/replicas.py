@@ -183,7 +183,8 @@ class Replicas:
             async with pool.acquire(timeout=READ_TIMEOUT) as conn:
                 rows: list[Any] = await conn.fetch(sql, *args, timeout=READ_TIMEOUT)
         except TimeoutError:
-            replica.fail(f"no answer within {READ_TIMEOUT:g} s")
+            if replica.pool is pool:
+                replica.fail(f"no answer within {READ_TIMEOUT:g} s")
             return None
         except connection_errors(asyncpg) as e:
             if replica.pool is pool:
