@@ -30,7 +30,17 @@ from knowledge_api.stores.postgres.replicas import (
     read_urls,
 )
 from tests.conftest import corpus, make_settings
+from tests.pg import run_sync
 from tests.pg_replication import Replicated
+from tests.test_adopt import (  # gemini: a fixture
+    adopted,
+    adopted_settings,
+    eventually_found,
+    gemini,  # noqa: F401
+    pipeline_writes,
+    seed,
+)
+from tests.test_adopt import query as adopted_query
 
 QUERY = "/v1/knowledge/query"
 DOCUMENTS = "/v1/knowledge/documents"
@@ -349,3 +359,23 @@ def test_a_replica_whose_replay_is_paused_is_bypassed_and_comes_back(
         wait_for(lambda: found(client, "gamma", "nothing-here") is False and (
             reads(client).get("replica", 0) > before.get("replica", 0)), 5)  # fmt: skip
         assert found(client, "default", token)
+
+
+@pytest.mark.usefixtures("gemini")
+def test_an_adopted_database_is_searched_on_its_replica(
+    cluster: Replicated, tmp_path: Path
+) -> None:
+    """The spec's tables, filled by another pipeline and adopted on the primary, read
+    from the standby; a pipeline's later write is found once replayed."""
+    url = cluster.fresh_database()
+    run_sync(seed(url))
+    run_sync(adopted(url))
+    replica = Secret(cluster.standby_url)
+    settings = adopted_settings(tmp_path, url, database_read_urls=replica)
+    with TestClient(create_app(settings)) as client:
+        wait_for(lambda: replica_state(client)["state"] == "up")
+        results = adopted_query(client, "asset upload timeout")["results"]
+        assert results[0]["source_id"] == "AOMA-101"
+        run_sync(pipeline_writes(url, "The metadata ingestion backlog grows on Mondays."))
+        assert eventually_found(client, "metadata ingestion backlog", "AOMA-202")
+        assert reads(client).get("replica", 0) > 0
