@@ -319,8 +319,17 @@ class PostgresStore(SiamStore):
     async def _fetch(
         self, sql: str, args: Sequence[Any], error: type[KnowledgeStoreError], on: Reading | None
     ) -> list[Row]:
-        """The rows of a read: on a replica that may serve `on`, else on the primary."""
-        replica = self.replicas.route(on) if on is not None and self.replicas else None
+        """The rows of a read: on a replica that may serve `on`, else on the primary.
+        The generations of the service's schema are polled first (at most every half
+        second): another process's write they show is waited for like this process's
+        own, so no read misses a write made more than that long ago, whichever process
+        made it. (Tables other pipelines own have none: their writes are seen once
+        replayed, within KNOWLEDGE_REPLICA_MAX_LAG_MS.)"""
+        replica = None
+        if on is not None and self.replicas:
+            if self.manage_schema:
+                await self._generations()
+            replica = self.replicas.route(on)
         if replica is not None:
             found = await self.replicas.fetch(replica, sql, args)
             if found is not None:
