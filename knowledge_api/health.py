@@ -31,11 +31,16 @@ class Health(Engine):
         reranker = self.reranker.health()
         extra = {name: report() for name, report in self.health_reports.items()}
         extra_ok = all(report.get("status") in ("ok", "pending") for report in extra.values())
+        replica_down = any(r.get("state") == "down" for r in store.get("replicas", ()))
         if store.get("status") == "unavailable":
             status = "unhealthy"
-        elif not extra_ok or any(
-            report.get("status") != "ok"
-            for report in (store, embedder, synthesizer, reranker, cache)
+        elif (
+            not extra_ok
+            or replica_down
+            or any(
+                report.get("status") != "ok"
+                for report in (store, embedder, synthesizer, reranker, cache)
+            )
         ):
             status = "degraded"
         else:

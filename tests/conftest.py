@@ -25,6 +25,7 @@ from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.usecases import query as query_use
 from knowledge_api.usecases.query import QueryParams
 from tests.pg import postgres_server, postgrest  # noqa: F401 (fixtures)
+from tests.pg_replication import replicated  # noqa: F401 (fixture)
 from tests.redis_server import redis_server  # noqa: F401 (fixture)
 
 CORPUS = [

@@ -241,6 +241,90 @@ async def test_server_mode_through_the_client(version: str, fusion: str) -> None
         assert [q.get("using") for q in queries] == ["dense", "keywords"]
 
 
+async def test_cluster_settings_reach_the_server_in_each_request() -> None:
+    """No Qdrant cluster runs here: the settings are checked in what the client sends.
+    Each collection is created with them, every read (query, scroll, retrieve) asks
+    the read consistency, and a count, which takes none, is sent without it."""
+    server = FakeQdrant("1.16.2")
+    store = QdrantStore(
+        url=URL,
+        api_key=Secret(API_KEY),
+        shards=6,
+        replication=3,
+        write_consistency=2,
+        read_consistency="majority",
+        tuning=RRF,
+    )
+    with respx.mock(assert_all_called=False) as mock:
+        mock.route(host="qdrant.test").mock(side_effect=server)
+        await store.open()
+        await index(store, corpus()[:1])
+        await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
+        await store.health_check()
+        await store.close()
+    created = {
+        r.url.path: json.loads(r.content)
+        for r in server.requests
+        if r.method == "PUT" and r.url.path.count("/") == 2
+    }
+    assert set(created) == {"/collections/knowledge", "/collections/knowledge-default"}
+    for body in created.values():
+        assert (body["shard_number"], body["replication_factor"]) == (6, 3)
+        assert body["write_consistency_factor"] == 2
+    reads = [
+        r
+        for r in server.requests
+        if r.method == "POST"
+        and r.url.path.endswith(("/points/query", "/points/scroll", "/points"))
+    ]
+    assert {r.url.path.rsplit("/", 1)[-1] for r in reads} >= {"query", "points"}
+    assert all(r.url.params.get("consistency") == "majority" for r in reads)
+    counts = [r for r in server.requests if r.url.path.endswith("/points/count")]
+    assert counts and all("consistency" not in r.url.params for r in counts)
+
+
+async def test_without_cluster_settings_the_server_chooses() -> None:
+    server = FakeQdrant("1.16.2")
+    store = QdrantStore(url=URL, api_key=Secret(API_KEY))
+    with respx.mock(assert_all_called=False) as mock:
+        mock.route(host="qdrant.test").mock(side_effect=server)
+        await store.open()
+        await index(store, corpus()[:1])
+        await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
+        await store.close()
+    created = [json.loads(r.content) for r in server.requests if r.method == "PUT"]
+    assert not any("shard_number" in body or "replication_factor" in body for body in created)
+    assert all("consistency" not in r.url.params for r in server.requests)
+
+
+async def test_local_mode_takes_the_cluster_settings_and_answers_alike() -> None:
+    store = QdrantStore(":memory:", shards=2, replication=2, write_consistency=2,
+                        read_consistency="2")  # fmt: skip
+    await store.open()
+    await index(store, corpus())
+    for query, source_id in KNOWN_ANSWERS.items():
+        hits = await store.search(query, vector(query), 5, SearchFilters())
+        assert hits[0].source_id == source_id, query
+    await store.close()
+
+
+def test_a_write_consistency_beyond_the_replication_is_refused() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        QdrantStore(":memory:", replication=2, write_consistency=3)
+    message = refused.value.message
+    assert "KNOWLEDGE_QDRANT_WRITE_CONSISTENCY" in message
+    assert "KNOWLEDGE_QDRANT_REPLICATION" in message
+
+
+@pytest.mark.parametrize("value", ["most", "0", "-1"])
+def test_a_read_consistency_is_a_level_or_a_number_of_copies(value: str) -> None:
+    from knowledge_api.settings import Settings
+
+    env = {"KNOWLEDGE_QDRANT_READ_CONSISTENCY": value}
+    with pytest.raises(ConfigurationError, match="KNOWLEDGE_QDRANT_READ_CONSISTENCY must be"):
+        Settings.from_env(environ=env, env_file=None)
+
+
 async def test_an_unanswering_server_degrades_visibly() -> None:
     store = QdrantStore(url="https://admin:hunter2@qdrant.test:6333", api_key=Secret(API_KEY))
     with respx.mock() as mock:

@@ -86,10 +86,23 @@ def qdrant_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     return make_settings(tmp_path, store="qdrant", qdrant_path=str(tmp_path / "qdrant"))
 
 
+def replicated_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """The postgres store reading from a streaming standby of its primary: every read
+    made right after a write must see it (tests/pg_replication.py)."""
+    cluster = request.getfixturevalue("replicated")
+    return make_settings(
+        tmp_path,
+        store="postgres",
+        database_url=Secret(cluster.fresh_database()),
+        database_read_urls=Secret(cluster.standby_url),
+    )
+
+
 # backend name -> settings for a fresh, empty store of that backend (one per test)
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Settings]] = {
     "sqlite": sqlite_settings,
     "postgres": postgres_settings,
+    "postgres-replica": replicated_settings,
     "supabase": supabase_settings,
     "chroma": chroma_settings,
     "qdrant": qdrant_settings,
@@ -99,7 +112,7 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Settings]] = {
 @pytest.fixture(params=list(BACKENDS))
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KnowledgeStore]:
     settings = BACKENDS[request.param](request, tmp_path)
-    backend = make_store(request.param, settings)
+    backend = make_store(settings.store, settings)
     await backend.open()
     yield backend
     await backend.close()
@@ -448,7 +461,10 @@ def test_the_service_runs_on_every_backend(
         again = client.post("/v1/knowledge/query", json=audio).json()
         assert again["results"] == [] and again["metrics"]["cache_hit"] is False
         health = client.get("/health").json()
-        assert health["store"]["backend"] == name and health["store"]["documents"] == 5
+        assert (
+            health["store"]["backend"] == name.removesuffix("-replica")
+            and health["store"]["documents"] == 5
+        )
         assert health["status"] == "healthy"
 
 

@@ -61,6 +61,27 @@ class StoreSettings:
         "Postgres URL of the postgres store and of `knowledge-api migrate` "
         "(empty = an embedded Postgres in KNOWLEDGE_POSTGRES_DATA_DIR).",
     )
+    database_read_urls: Secret = setting(
+        "KNOWLEDGE_DATABASE_READ_URLS",
+        Secret(""),
+        "Postgres URLs of read replicas of KNOWLEDGE_DATABASE_URL, comma-separated (postgres "
+        "store): searches, listings, facets and documents are read there once a replica has "
+        "replayed the collection's last write; writes and everything else go to the primary.",
+    )
+    replica_check_ms: int = setting(
+        "KNOWLEDGE_REPLICA_CHECK_MS",
+        100,
+        "Milliseconds between two readings of each read replica's replay position (a "
+        "collection just written is read from the primary until then).",
+        positive=True,
+    )
+    replica_max_lag_ms: int = setting(
+        "KNOWLEDGE_REPLICA_MAX_LAG_MS",
+        5000,
+        "A read replica further behind the primary than this many milliseconds is taken "
+        "out of the reads until it catches up.",
+        positive=True,
+    )
     postgres_data_dir: Path = setting(
         "KNOWLEDGE_POSTGRES_DATA_DIR",
         Path("data/postgres"),
@@ -173,6 +194,36 @@ class StoreSettings:
         "KNOWLEDGE_QDRANT_API_KEY", Secret(""), "API key of the Qdrant server."
     )
     qdrant_prefix: str = collection_prefix("Qdrant")
+    qdrant_shards: int = setting(
+        "KNOWLEDGE_QDRANT_SHARDS",
+        0,
+        "Shards of each collection the store creates on a Qdrant cluster (0 = the server's "
+        "default, one per node).",
+        min=0,
+    )
+    qdrant_replication: int = setting(
+        "KNOWLEDGE_QDRANT_REPLICATION",
+        0,
+        "Copies of each shard on a Qdrant cluster (replication_factor; 0 = the server's "
+        "default, 1).",
+        min=0,
+    )
+    qdrant_write_consistency: int = setting(
+        "KNOWLEDGE_QDRANT_WRITE_CONSISTENCY",
+        0,
+        "Replicas that must acknowledge a write before Qdrant answers it "
+        "(write_consistency_factor, at most KNOWLEDGE_QDRANT_REPLICATION; 0 = the server's "
+        "default, 1).",
+        min=0,
+    )
+    qdrant_read_consistency: str = setting(
+        "KNOWLEDGE_QDRANT_READ_CONSISTENCY",
+        "",
+        "Replicas a Qdrant cluster asks for each read: empty (the server's default, one), "
+        "all, majority, quorum or a number of replicas.",
+        choices=("", "all", "majority", "quorum"),
+        form=Form("a positive number", lambda value: value.isdigit() and int(value) > 0),
+    )
     qdrant_fusion: str = setting(
         "KNOWLEDGE_QDRANT_FUSION",
         "auto",

@@ -80,6 +80,10 @@ class KnowledgeStore(Protocol):
 
     async def health_check(self) -> dict[str, Any]: ...
 
+    def reads(self) -> dict[str, int]:
+        """Reads a primary or a read replica served, by replica host:port ("": the primary)."""
+        ...
+
     async def count(self) -> int:
         """Number of documents stored."""
 

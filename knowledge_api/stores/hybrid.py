@@ -87,6 +87,11 @@ class HybridSearch(FromSettings):
         then any write empties every collection's cached answers."""
         return await self.generation()
 
+    def reads(self) -> dict[str, int]:
+        """Reads served by where they were served: a read replica's host:port, or ""
+        for the primary; empty for a store without read replicas."""
+        return {}
+
     def audit_log(self, sqlite_path: Path) -> AuditLog:
         """Where this store's deployment keeps its audit trail: beside its API keys."""
         return SQLiteAudit(sqlite_path)

@@ -137,12 +137,27 @@ class ServiceState:
         yield circuits
         if tracing.recording():
             yield dropped_spans()
+        reads = self.service.store.reads()
+        if reads:
+            yield store_reads(reads)
         documents = GaugeMetricFamily(
             "knowledge_documents", "Documents by collection.", labels=["collection"]
         )
         for collection, count in sorted(self.documents.items()):
             documents.add_metric([collection], count)
         yield documents
+
+
+def store_reads(reads: dict[str, int]) -> Metric:
+    counter = CounterMetricFamily(
+        "knowledge_store_reads",
+        "Store reads (searches, listings, facets, documents) by where they were served: "
+        "the primary or a read replica (host:port).",
+        labels=["target", "replica"],
+    )
+    for replica, count in sorted(reads.items()):
+        counter.add_metric(["replica" if replica else "primary", replica], count)
+    return counter
 
 
 def dropped_spans() -> Metric:

@@ -44,6 +44,7 @@ from knowledge_api.stores.existing.rows import (
 )
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.hybrid import HybridSearch
+from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION
 from knowledge_api.stores.postgres.rows import Condition, Row, as_vector
 from knowledge_api.stores.postgres.siam import SiamStore
 from knowledge_api.stores.records import is_uuid
@@ -167,7 +168,12 @@ class ExistingTables(HybridSearch):
         found: list[DocumentSummary] = []
         if page.source_type in ("", "wiki"):
             rows = await self.tables.select(
-                WIKI, "id,title,url,app_name", *after, order="id", limit=page.limit
+                WIKI,
+                "id,title,url,app_name",
+                *after,
+                order="id",
+                limit=page.limit,
+                on=EVERY_COLLECTION,
             )
             found += [
                 listed_row(r, "wiki", str(r["url"] or r["id"]), wiki_metadata(r)) for r in rows
@@ -176,7 +182,13 @@ class ExistingTables(HybridSearch):
             [("source_type", "eq", page.source_type)] if page.source_type else []
         )
         rows = await self.tables.select(
-            SIAM, SIAM_SUMMARY_COLUMNS, *after, *kind, order="id", limit=page.limit
+            SIAM,
+            SIAM_SUMMARY_COLUMNS,
+            *after,
+            *kind,
+            order="id",
+            limit=page.limit,
+            on=EVERY_COLLECTION,
         )
         found += [
             listed_row(r, str(r["source_type"]), str(r["source_id"] or r["id"]), source_metadata(r))
@@ -209,7 +221,9 @@ class ExistingTables(HybridSearch):
             by_id = {key.id: key for key in found if key.table == table}
             if not by_id:
                 continue
-            rows = await self.tables.select(table, f"id,{column}", ("id", "in", list(by_id)))
+            rows = await self.tables.select(
+                table, f"id,{column}", ("id", "in", list(by_id)), on=EVERY_COLLECTION
+            )
             for row in rows:
                 if row[column] is not None:
                     result[by_id[str(row["id"])]] = cosine(as_vector(row[column]), vector)
@@ -243,7 +257,11 @@ class ExistingTables(HybridSearch):
             if page:
                 return wiki_document(page)
         rows = await self.tables.select(
-            SIAM, SIAM_COLUMNS, ("source_type", "eq", source_type), ("source_id", "eq", key)
+            SIAM,
+            SIAM_COLUMNS,
+            ("source_type", "eq", source_type),
+            ("source_id", "eq", key),
+            on=EVERY_COLLECTION,
         )
         if not rows and is_uuid(key):
             passage = await self._first(SIAM, SIAM_COLUMNS, ("id", key))
@@ -253,6 +271,7 @@ class ExistingTables(HybridSearch):
                     SIAM_COLUMNS,
                     ("source_type", "eq", source_type),
                     ("source_id", "eq", passage["source_id"]),
+                    on=EVERY_COLLECTION,
                 )
         return source_document(sorted(rows, key=lambda r: str(r["id"]))) if rows else None
 
@@ -262,7 +281,9 @@ class ExistingTables(HybridSearch):
         for column, key in keys:
             if column == "id" and not is_uuid(key):
                 continue
-            rows = await self.tables.select(table, columns, (column, "eq", key), limit=1)
+            rows = await self.tables.select(
+                table, columns, (column, "eq", key), limit=1, on=EVERY_COLLECTION
+            )
             if rows:
                 return rows[0]
         return None
@@ -281,6 +302,9 @@ class ExistingTables(HybridSearch):
             "document by document; copy them with the pipelines that fill them"
         )
         yield  # an async generator, like every store's
+
+    def reads(self) -> dict[str, int]:
+        return self.tables.reads()
 
     async def health_check(self) -> dict[str, Any]:
         try:

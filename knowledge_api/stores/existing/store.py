@@ -43,6 +43,7 @@ from knowledge_api.stores.existing.rows import (
     with_keyword_similarity,
 )
 from knowledge_api.stores.fusion import Candidate, SearchTuning, cosine_to_similarity
+from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION
 from knowledge_api.stores.postgres.rows import Row
 from knowledge_api.stores.postgres.siam import SiamStore
 
@@ -147,11 +148,15 @@ class AdoptedTables(ExistingTables):
         found: list[Candidate] = []
         siam = siam_filter(filters, self.filter_backend)
         if siam is not None:
-            rows = await self.tables.call(siam_function, {**params, **siam}, SearchError)
+            rows = await self.tables.call(
+                siam_function, {**params, **siam}, SearchError, on=EVERY_COLLECTION
+            )
             found += [Candidate(found_row(SIAM, r), score(r)) for r in rows]
         wiki = self.wiki_filter(filters)
         if wiki is not None and wiki_function is not None:
-            rows = await self.tables.call(wiki_function, {**params, **wiki}, SearchError)
+            rows = await self.tables.call(
+                wiki_function, {**params, **wiki}, SearchError, on=EVERY_COLLECTION
+            )
             found += [Candidate(found_row(WIKI, r), score(r)) for r in rows]
         return found
 
@@ -203,7 +208,9 @@ class ReadOnlyTables(ExistingTables):
             "match_threshold": -1.0,
             "match_count": n * READ_ONLY_WIDEN if filtered else n,
         }
-        rows = await self.tables.call("match_siam_vectors_gemini", params, SearchError)
+        rows = await self.tables.call(
+            "match_siam_vectors_gemini", params, SearchError, on=EVERY_COLLECTION
+        )
         kept = [r for r in rows if row_matches(r, siam)]
         return best(
             [Candidate(found_row(SIAM, r), cosine_to_similarity(r["similarity"])) for r in kept], n
@@ -219,14 +226,20 @@ class ReadOnlyTables(ExistingTables):
             pattern = f"%{term}%"
             if siam is not None:
                 conditions = [("content", "ilike", pattern), *siam_conditions(siam)]
-                for row in await self.tables.select(SIAM, SIAM_COLUMNS, *conditions, limit=n):
+                rows = await self.tables.select(
+                    SIAM, SIAM_COLUMNS, *conditions, limit=n, on=EVERY_COLLECTION
+                )
+                for row in rows:
                     if row_matches(row, siam):
                         key = found_row(SIAM, row)
                         matched[key] = matched.get(key, 0.0) + 1.0
             if wiki is not None:
                 for column, weight in (("title", 2.0), ("markdown_content", 1.0)):
                     conditions = [(column, "ilike", pattern)]
-                    for row in await self.tables.select(WIKI, WIKI_COLUMNS, *conditions, limit=n):
+                    rows = await self.tables.select(
+                        WIKI, WIKI_COLUMNS, *conditions, limit=n, on=EVERY_COLLECTION
+                    )
+                    for row in rows:
                         if same_app(wiki["filter_app_name"], row["app_name"]):
                             key = found_row(WIKI, row)
                             matched[key] = matched.get(key, 0.0) + weight

@@ -25,6 +25,7 @@ import numpy as np
 from knowledge_api.config.fields import Secret
 from knowledge_api.errors import (
     BackendConnectionError,
+    ConfigurationError,
     IndexingError,
     KnowledgeStoreError,
     SearchError,
@@ -59,6 +60,8 @@ SERVER_FUSION_SINCE = (1, 16)
 BATCH = 256
 SOURCES_NAMING = 1000
 """At most this many documents of one source id are read back (one per source)."""
+READS = frozenset({"query_points", "scroll", "retrieve", "facet"})
+"""The client's reads that take a read consistency (a count takes none)."""
 
 
 class QdrantStore(QdrantSearch):
@@ -73,6 +76,10 @@ class QdrantStore(QdrantSearch):
         prefix: str = "knowledge",
         fusion: str = "auto",
         indexed_fields: Sequence[str] | str = ("app_under_test",),
+        shards: int = 0,
+        replication: int = 0,
+        write_consistency: int = 0,
+        read_consistency: str = "",
         tuning: SearchTuning = DEFAULT_TUNING,
         poll_seconds: float = records.POLL_SECONDS,
     ) -> None:
@@ -85,6 +92,24 @@ class QdrantStore(QdrantSearch):
         if isinstance(indexed_fields, str):  # the comma-separated setting
             indexed_fields = [f.strip() for f in indexed_fields.split(",") if f.strip()]
         self.indexed_fields = tuple(indexed_fields)
+        if write_consistency > max(replication, 1):
+            raise ConfigurationError(
+                f"KNOWLEDGE_QDRANT_WRITE_CONSISTENCY ({write_consistency}) must be at most "
+                f"KNOWLEDGE_QDRANT_REPLICATION ({replication or 'the default, 1'}): a write "
+                "cannot wait for more copies than a shard has"
+            )
+        self.cluster = {
+            name: value
+            for name, value in (
+                ("shard_number", shards),
+                ("replication_factor", replication),
+                ("write_consistency_factor", write_consistency),
+            )
+            if value
+        }
+        """How the collections the store creates are spread over a cluster (what is
+        left out is the server's default)."""
+        self.read_consistency = read_consistency
         self.server_version = ""
         self.server_fusion = False
         self._m: Any = None  # qdrant_client.models
@@ -92,7 +117,8 @@ class QdrantStore(QdrantSearch):
         self._collections: set[str] = set()
 
     settings_fields = (
-        "qdrant_path qdrant_url qdrant_api_key qdrant_prefix qdrant_fusion qdrant_indexed_fields"
+        "qdrant_path qdrant_url qdrant_api_key qdrant_prefix qdrant_fusion qdrant_indexed_fields "
+        "qdrant_shards qdrant_replication qdrant_write_consistency qdrant_read_consistency"
     )
 
     @property
@@ -110,7 +136,7 @@ class QdrantStore(QdrantSearch):
         self._m = sdk.models
         self._client = new_client(sdk, self.url, self._api_key, self.path)
         if not await self._client.collection_exists(self.prefix):
-            await self._client.create_collection(self.prefix, vectors_config={})
+            await self._client.create_collection(self.prefix, vectors_config={}, **self.cluster)
             fields = ("kind", "collection", "source_type", "source_id")
             await self._index_fields(self.prefix, fields)
 
@@ -140,6 +166,8 @@ class QdrantStore(QdrantSearch):
     ) -> Any:
         """Call a client method; engine failures become store errors."""
         await self._ready()
+        if self.read_consistency and method in READS:
+            kwargs["consistency"] = self._consistency()
         try:
             return await getattr(self._client, method)(*args, **kwargs)
         except KnowledgeStoreError:
@@ -148,6 +176,12 @@ class QdrantStore(QdrantSearch):
             if unreachable(e):
                 raise self.lost(e) from e
             raise error(f"{what} failed: {e}", backend=self.name) from e
+
+    def _consistency(self) -> Any:
+        """KNOWLEDGE_QDRANT_READ_CONSISTENCY as the client takes it: a number of copies,
+        or all, majority or quorum."""
+        value = self.read_consistency
+        return int(value) if value.isdigit() else self._m.ReadConsistencyType(value)
 
     async def _index_fields(self, collection: str, fields: Iterable[str]) -> None:
         """Payload indexes for filtered fields; local mode has none (it scans)."""
@@ -172,7 +206,7 @@ class QdrantStore(QdrantSearch):
 
     async def _create_chunks(self, name: str) -> None:
         assert self._embedder is not None
-        config = chunk_vectors(self._m, self._embedder.dimension)
+        config = {**chunk_vectors(self._m, self._embedder.dimension), **self.cluster}
         await self._change("creating a collection", "create_collection", name, **config)
         fields = ["source_type", "document_id", "content_hash"]
         metadata = [f"metadata.{quoted(f)}" for f in self.indexed_fields]

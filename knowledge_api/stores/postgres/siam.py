@@ -12,7 +12,8 @@ store fills that function's staging tables by COPY instead (postgres/load.py).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,16 @@ from knowledge_api.errors import (
 )
 from knowledge_api.facets import Facets
 from knowledge_api.models import (
+    SETTINGS_RANKING,
     CollectionInfo,
     Document,
     DocumentPage,
     DocumentSummary,
     EmbedderIdentity,
+    Ranking,
     SearchFilters,
     SearchHit,
+    SearchMode,
     SourceInfo,
 )
 from knowledge_api.stores.base import embedder_mismatch
@@ -45,6 +49,7 @@ from knowledge_api.stores.fusion import (
 )
 from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.postgres.facets import facet_arguments, facets_of
+from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION, Reading
 from knowledge_api.stores.postgres.rows import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
@@ -68,6 +73,10 @@ from knowledge_api.stores.tables.audit import AuditLog, SiamAudit
 from knowledge_api.stores.tables.feedback import FeedbackLog, SiamFeedback
 from knowledge_api.stores.tables.jobs import JobStore, SiamJobs
 from knowledge_api.stores.tables.keys import KeyStore, SiamKeys
+
+SEARCHED: ContextVar[Reading | None] = ContextVar("searched", default=None)
+"""The collection a search under way reads: its lookups by passage or content hash
+(similarities, the feedback round's vectors) may be read where its candidates are."""
 
 
 class SiamStore(HybridSearch):
@@ -99,17 +108,32 @@ class SiamStore(HybridSearch):
         raise NotImplementedError
 
     async def call(
-        self, function: str, params: Mapping[str, Any], error: type[KnowledgeStoreError]
+        self,
+        function: str,
+        params: Mapping[str, Any],
+        error: type[KnowledgeStoreError],
+        on: Reading | None = None,
     ) -> list[Row]:
-        """Rows of a set-returning SQL function called with named parameters."""
+        """Rows of a set-returning SQL function called with named parameters; `on`: a
+        read a read replica may serve (None: the primary answers)."""
         raise NotImplementedError
 
     async def select(
-        self, table: str, columns: str, *conditions: Condition, order: str = "", limit: int = 0
+        self,
+        table: str,
+        columns: str,
+        *conditions: Condition,
+        order: str = "",
+        limit: int = 0,
+        on: Reading | None = None,
     ) -> list[Row]:
         """Rows of `table` that meet every condition, ordered by `order` (a column; empty:
         in any order), at most `limit` of them (0: all)."""
         raise NotImplementedError
+
+    async def _acknowledged(self, collections: Iterable[str] | None) -> None:
+        """A write to `collections` (None: to any) was acknowledged: reads of them must
+        see it from now on (a store with read replicas keeps them from stale ones)."""
 
     async def delete_rows(self, table: str, *conditions: Condition) -> int:
         raise NotImplementedError
@@ -169,6 +193,11 @@ class SiamStore(HybridSearch):
             if generation != self._generation[0]:
                 rows = await self.select("knowledge_collection_state", "collection,generation")
                 collections = {r["collection"]: int(r["generation"]) for r in rows}
+                known = self._generation[1]
+                # whoever wrote them, reads of the collections that moved see those writes
+                await self._acknowledged(
+                    [c for c, count in collections.items() if known.get(c) != count]
+                )
                 self._generation = (generation, collections)
             self._generation_expires = time.monotonic() + self.generation_poll_seconds
         return self._generation
@@ -189,14 +218,17 @@ class SiamStore(HybridSearch):
                 await self.call("knowledge_index_documents", {"documents": batch}, IndexingError)
         finally:
             self._wrote()
+        await self._acknowledged({doc.collection for doc in unique.values()})
 
     async def delete(self, doc_id: str) -> bool:
         if not is_uuid(doc_id):
             return False
         try:
-            return await self.delete_rows("knowledge_documents", ("id", "eq", doc_id)) > 0
+            deleted = await self.delete_rows("knowledge_documents", ("id", "eq", doc_id)) > 0
         finally:
             self._wrote()
+        await self._acknowledged(None)
+        return deleted
 
     # -- sources and listings ---------------------------------------------------------
 
@@ -224,11 +256,13 @@ class SiamStore(HybridSearch):
                 deleted += await self.delete_rows("knowledge_documents", ("id", "in", part))
         finally:
             self._wrote()
+        await self._acknowledged(None)
         return deleted
 
     async def record_source(self, collection: str, source: str, root: str = "") -> None:
         params = {"source_collection": collection, "source_name": source, "source_root": root}
         await self.call("knowledge_record_source", params, IndexingError)
+        await self._acknowledged([collection])
 
     async def delete_source(self, collection: str, source: str) -> int:
         params = {"source_collection": collection, "source_name": source}
@@ -236,11 +270,15 @@ class SiamStore(HybridSearch):
             rows = await self.call("knowledge_delete_source", params, IndexingError)
         finally:
             self._wrote()
+        await self._acknowledged([collection])
         return int(rows[0]["deleted"])
 
     async def sources(self, collection: str | None = None) -> list[SourceInfo]:
         rows = await self.call(
-            "knowledge_list_sources", {"source_collection": collection}, SearchError
+            "knowledge_list_sources",
+            {"source_collection": collection},
+            SearchError,
+            on=Reading(collection),
         )
         return [source_from_row(r) for r in rows]
 
@@ -254,14 +292,32 @@ class SiamStore(HybridSearch):
             "list_source": page.source,
             "list_limit": page.limit,
         }
-        rows = await self.call("knowledge_list_documents", params, SearchError)
+        rows = await self.call(
+            "knowledge_list_documents", params, SearchError, on=Reading(page.collection)
+        )
         return [summary_from_row(r) for r in rows]
 
     async def collection_stats(self) -> list[CollectionInfo]:
-        rows = await self.call("knowledge_collection_stats", {}, SearchError)
+        rows = await self.call("knowledge_collection_stats", {}, SearchError, on=EVERY_COLLECTION)
         return [collection_from_row(r) for r in rows]
 
     # -- search ---------------------------------------------------------------------
+
+    async def search(
+        self,
+        query: str,
+        vector: np.ndarray | None,
+        top_k: int,
+        filters: SearchFilters,
+        threshold: float = 0.0,
+        mode: SearchMode = "hybrid",
+        ranking: Ranking = SETTINGS_RANKING,
+    ) -> list[SearchHit]:
+        searched = SEARCHED.set(Reading(filters.collection))
+        try:
+            return await super().search(query, vector, top_k, filters, threshold, mode, ranking)
+        finally:
+            SEARCHED.reset(searched)
 
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
@@ -276,20 +332,28 @@ class SiamStore(HybridSearch):
             "match_siam_vectors_gemini",
             {**params, **filter_params(filters)},
             SearchError,
+            on=Reading(filters.collection),
         )
         return [
             Candidate(Passage(str(r["id"]), r), cosine_to_similarity(r["similarity"])) for r in rows
         ]
 
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
-        rows = await self.call("knowledge_facets", facet_arguments(filters, fields), SearchError)
+        rows = await self.call(
+            "knowledge_facets",
+            facet_arguments(filters, fields),
+            SearchError,
+            on=Reading(filters.collection),
+        )
         return facets_of(rows, fields)
 
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         params = {"query_text": query, "match_count": n, **filter_params(filters)}
-        rows = await self.call("search_siam_vectors_text", params, SearchError)
+        rows = await self.call(
+            "search_siam_vectors_text", params, SearchError, on=Reading(filters.collection)
+        )
         return [Candidate(Passage(str(r["id"]), r), float(r["rank"])) for r in rows]
 
     async def similarities(
@@ -302,6 +366,7 @@ class SiamStore(HybridSearch):
             "knowledge_chunk_similarities",
             {"query_embedding": vector, "chunk_ids": list(by_id)},
             SearchError,
+            on=SEARCHED.get(),
         )
         found = {by_id[str(r["id"])]: cosine_to_similarity(r["similarity"]) for r in rows}
         return {key: found.get(key, 0.0) for key in by_id.values()}  # a passage deleted meanwhile
@@ -320,20 +385,25 @@ class SiamStore(HybridSearch):
     async def get_by_id(self, doc_id: str) -> Document | None:
         if not is_uuid(doc_id):
             return None
-        rows = await self.select("knowledge_documents", DOCUMENT_COLUMNS, ("id", "eq", doc_id))
-        return await self._with_chunks(rows[0]) if rows else None
+        rows = await self.select(
+            "knowledge_documents", DOCUMENT_COLUMNS, ("id", "eq", doc_id), on=EVERY_COLLECTION
+        )
+        return await self._with_chunks(rows[0], EVERY_COLLECTION) if rows else None
 
     async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
         rows = await self.call(
             "knowledge_find_document",
             {"find_source_type": source_type, "find_key": key, "find_collection": collection},
             SearchError,
+            on=Reading(collection),
         )
-        return [await self._with_chunks(row) for row in named(rows, key)]
+        return [await self._with_chunks(row, Reading(collection)) for row in named(rows, key)]
 
-    async def _with_chunks(self, row: Row) -> Document:
+    async def _with_chunks(self, row: Row, on: Reading) -> Document:
         by_document = ("document_id", "eq", str(row["id"]))
-        chunks = await self.select("siam_vectors", CHUNK_COLUMNS, by_document, order="chunk_index")
+        chunks = await self.select(
+            "siam_vectors", CHUNK_COLUMNS, by_document, order="chunk_index", on=on
+        )
         return document_from_rows(row, chunks)
 
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
@@ -343,18 +413,24 @@ class SiamStore(HybridSearch):
 
     async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         rows = await self._lookup(
-            "siam_vectors", "content_hash,embedding", "content_hash", list(dict.fromkeys(hashes))
+            "siam_vectors",
+            "content_hash,embedding",
+            "content_hash",
+            list(dict.fromkeys(hashes)),
+            on=SEARCHED.get(),
         )
         return {r["content_hash"]: as_vector(r["embedding"]) for r in rows}
 
-    async def _lookup(self, table: str, columns: str, key: str, values: list[str]) -> list[Row]:
+    async def _lookup(
+        self, table: str, columns: str, key: str, values: list[str], on: Reading | None = None
+    ) -> list[Row]:
         rows: list[Row] = []
         for part in lookup_parts(values):
-            rows.extend(await self.select(table, columns, (key, "in", part)))
+            rows.extend(await self.select(table, columns, (key, "in", part), on=on))
         return rows
 
     async def collections(self) -> dict[str, int]:
-        rows = await self.call("knowledge_collections", {}, SearchError)
+        rows = await self.call("knowledge_collections", {}, SearchError, on=EVERY_COLLECTION)
         return {r["collection"]: int(r["documents"]) for r in rows}
 
     async def count(self) -> int:

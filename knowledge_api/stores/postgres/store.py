@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, IndexingError, KnowledgeStoreError
@@ -26,6 +26,13 @@ from knowledge_api.registry import import_extra
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.load import DEFAULT_BUILD, IndexBuild, load
+from knowledge_api.stores.postgres.replicas import (
+    PRIMARY_POSITION,
+    Reading,
+    Replicas,
+    read_urls,
+    redact,
+)
 from knowledge_api.stores.postgres.rows import Condition, Row
 from knowledge_api.stores.postgres.schema import migrate
 from knowledge_api.stores.postgres.server import embedded_server_url, release_embedded_server
@@ -57,6 +64,7 @@ class PostgresStore(SiamStore):
         index_build: IndexBuild = DEFAULT_BUILD,
         manage_schema: bool = True,
         shared_buffers: str = "auto",
+        replicas: Replicas | None = None,
     ) -> None:
         super().__init__(tuning, ef_search)
         self.url = url
@@ -69,6 +77,8 @@ class PostgresStore(SiamStore):
         other pipelines own (KNOWLEDGE_SCHEMA_MODE adopted or read_only)."""
         self.shared_buffers = shared_buffers
         """The embedded server's page cache (KNOWLEDGE_POSTGRES_SHARED_BUFFERS)."""
+        self.replicas = replicas or Replicas(())
+        """The read replicas (KNOWLEDGE_DATABASE_READ_URLS), watched while the store is open."""
         self._pool: Any = None
         self.connection = Reconnect(self.name)
         self._analyzed_rows = 0
@@ -94,6 +104,12 @@ class PostgresStore(SiamStore):
             ),
             "manage_schema": settings.schema_mode == "own",
             "shared_buffers": settings.postgres_shared_buffers,
+            "replicas": Replicas(
+                read_urls(settings.database_read_urls.get()),
+                check_ms=settings.replica_check_ms,
+                max_lag_ms=settings.replica_max_lag_ms,
+                pool_size=settings.postgres_pool_size,
+            ),
         }
 
     def __repr__(self) -> str:
@@ -103,14 +119,26 @@ class PostgresStore(SiamStore):
         return redact(self.url.get()) if self.url else f"embedded:{self.data_dir}"
 
     def location(self) -> dict[str, Any]:
-        return {"database": self.where()}
+        if not self.replicas:
+            return {"database": self.where()}
+        return {"database": self.where(), "replicas": self.replicas.report()}
+
+    def replicas_down(self) -> bool:
+        return self.replicas.down()
+
+    def reads(self) -> dict[str, int]:
+        return dict(self.replicas.reads)
 
     # -- connection -------------------------------------------------------------------
 
     async def open(self) -> None:
         await self._connect()
+        await self._acknowledged(None)  # the schema as opened (migrated, perhaps) is read
+        if self.replicas:
+            await self.replicas.start(await self._url())
 
     async def close(self) -> None:
+        await self.replicas.stop()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -197,11 +225,13 @@ class PostgresStore(SiamStore):
         self, batches: AsyncIterable[Sequence[Document]], expected: int = 0
     ) -> None:
         """Every set in one transaction: a load that fails leaves the previous state."""
+        collections: set[str] = set()
         try:
             async with self._connection(IndexingError) as conn, conn.transaction():
-                written = await load(conn, batches, expected, self.index_build)
+                written = await load(conn, noted(batches, collections), expected, self.index_build)
         finally:
             self._wrote()
+        await self._acknowledged(collections)
         self._written_rows += written
         if self._written_rows >= max(ANALYZE_AFTER, self._analyzed_rows // 5):
             await self._analyze()
@@ -272,18 +302,66 @@ class PostgresStore(SiamStore):
                 f"{self.where()}: {type(e).__name__}: {self.redacted(e)}", backend=self.name
             ) from e
 
+    # -- read replicas -----------------------------------------------------------------
+
+    async def _position(self) -> int:
+        """The primary's WAL position now (past every write acknowledged so far)."""
+        async with self._connection(KnowledgeStoreError) as conn:
+            position: int = await conn.fetchval(PRIMARY_POSITION)
+        return position
+
+    async def _acknowledged(self, collections: Iterable[str] | None) -> None:
+        """Reads of `collections` (None: of every one) wait for the replicas to replay
+        the primary's position now; with no replica, nothing to do."""
+        if self.replicas:
+            self.replicas.record(collections, await self._position())
+
+    async def _fetch(
+        self, sql: str, args: Sequence[Any], error: type[KnowledgeStoreError], on: Reading | None
+    ) -> list[Row]:
+        """The rows of a read: on a replica that may serve `on`, else on the primary.
+        The generations of the service's schema are polled first (at most every half
+        second): another process's write they show is waited for like this process's
+        own, so no read misses a write made more than that long ago, whichever process
+        made it. (Tables other pipelines own have none: their writes are seen once
+        replayed, within KNOWLEDGE_REPLICA_MAX_LAG_MS.)"""
+        replica = None
+        if on is not None and self.replicas:
+            if self.manage_schema:
+                await self._generations()
+            replica = self.replicas.route(on)
+        if replica is not None:
+            found = await self.replicas.fetch(replica, sql, args)
+            if found is not None:
+                return [dict(row) for row in found]
+        async with self._connection(error) as conn:
+            rows = await conn.fetch(sql, *args)
+        if on is not None:
+            self.replicas.reads[""] += 1
+        return [dict(row) for row in rows]
+
     # -- the primitives SiamStore builds on ---------------------------------------------
 
     async def call(
-        self, function: str, params: Mapping[str, Any], error: type[KnowledgeStoreError]
+        self,
+        function: str,
+        params: Mapping[str, Any],
+        error: type[KnowledgeStoreError],
+        on: Reading | None = None,
     ) -> list[Row]:
         names = ", ".join(f"{name} => ${i}" for i, name in enumerate(params, start=1))
-        async with self._connection(error) as conn:
-            rows = await conn.fetch(f"SELECT * FROM {function}({names})", *params.values())
-        return [dict(row) for row in rows]
+        return await self._fetch(
+            f"SELECT * FROM {function}({names})", list(params.values()), error, on
+        )
 
     async def select(
-        self, table: str, columns: str, *conditions: Condition, order: str = "", limit: int = 0
+        self,
+        table: str,
+        columns: str,
+        *conditions: Condition,
+        order: str = "",
+        limit: int = 0,
+        on: Reading | None = None,
     ) -> list[Row]:
         where, args = where_sql(conditions)
         sql = f"SELECT {columns} FROM {table}{where}"
@@ -291,9 +369,7 @@ class PostgresStore(SiamStore):
             sql += f" ORDER BY {order}"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        async with self._connection(KnowledgeStoreError) as conn:
-            rows = await conn.fetch(sql, *args)
-        return [dict(row) for row in rows]
+        return await self._fetch(sql, args, KnowledgeStoreError, on)
 
     async def delete_rows(self, table: str, *conditions: Condition) -> int:
         where, args = where_sql(conditions)
@@ -304,6 +380,15 @@ class PostgresStore(SiamStore):
 
 async def one_set(documents: Sequence[Document]) -> AsyncIterator[Sequence[Document]]:
     yield documents
+
+
+async def noted(
+    batches: AsyncIterable[Sequence[Document]], collections: set[str]
+) -> AsyncIterator[Sequence[Document]]:
+    """`batches`, the collections of their documents added to `collections`."""
+    async for batch in batches:
+        collections.update(doc.collection for doc in batch)
+        yield batch
 
 
 def where_sql(conditions: tuple[Condition, ...]) -> tuple[str, list[Any]]:
@@ -328,13 +413,3 @@ def open_errors(asyncpg: Any) -> tuple[type[Exception], ...]:
         asyncpg.InterfaceError,
     )
     return errors
-
-
-def redact(url: str) -> str:
-    """A database URL fit for logs and /health: no password."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))

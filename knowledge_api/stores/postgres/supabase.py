@@ -21,6 +21,7 @@ from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, ConfigurationError, KnowledgeStoreError
 from knowledge_api.registry import import_extra
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.postgres.replicas import Reading
 from knowledge_api.stores.postgres.rows import Condition, Row, vector_literal
 from knowledge_api.stores.postgres.siam import SiamStore
 
@@ -66,6 +67,17 @@ class SupabaseStore(SiamStore):
     settings_fields = (
         "supabase_url supabase_service_role_key supabase_timeout supabase_retries supabase_backoff"
     )
+
+    @classmethod
+    def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
+        if settings.database_read_urls:
+            raise ConfigurationError(
+                "KNOWLEDGE_DATABASE_READ_URLS needs KNOWLEDGE_STORE=postgres: the supabase "
+                "store reads through its project's REST API; serve a Supabase project with "
+                "read replicas with the postgres store, its database's connection string in "
+                "KNOWLEDGE_DATABASE_URL and its replicas' in KNOWLEDGE_DATABASE_READ_URLS"
+            )
+        return super().configured(settings, *context)
 
     def __repr__(self) -> str:
         return f"SupabaseStore({self.url!r})"
@@ -141,7 +153,11 @@ class SupabaseStore(SiamStore):
     # -- the primitives SiamStore builds on ---------------------------------------------
 
     async def call(
-        self, function: str, params: Mapping[str, Any], error: type[KnowledgeStoreError]
+        self,
+        function: str,
+        params: Mapping[str, Any],
+        error: type[KnowledgeStoreError],
+        on: Reading | None = None,
     ) -> list[Row]:
         body = {
             name: vector_literal(value) if isinstance(value, np.ndarray) else value
@@ -151,7 +167,13 @@ class SupabaseStore(SiamStore):
         return rows
 
     async def select(
-        self, table: str, columns: str, *conditions: Condition, order: str = "", limit: int = 0
+        self,
+        table: str,
+        columns: str,
+        *conditions: Condition,
+        order: str = "",
+        limit: int = 0,
+        on: Reading | None = None,
     ) -> list[Row]:
         def build(client: Any) -> Any:
             query = filtered(client.table(table).select(columns), conditions)
