@@ -21,7 +21,13 @@ from knowledge_api.errors import (
     InvalidRequest,
     KnowledgeAPIError,
 )
-from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_files, load_jsonl, load_paths
+from knowledge_api.ingest.loaders import (
+    Loaded,
+    LoadOptions,
+    Skipped,
+    load_files,
+    load_jsonl,
+)
 from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
 from knowledge_api.ledger import Actor, changes
 from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, Progress
@@ -151,18 +157,14 @@ class Catalog(Trail):
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         return self.store.iter_documents(collection)
 
-    async def _seed(self) -> None:
-        if not self.embedder_ready:
-            log.warning("not seeding the empty store: the embedder is unavailable")
-            return
+    async def _seed(self, loaded: Loaded) -> None:
+        """Index the seed documents `loaded` as the source SEED_SOURCE, counting them in
+        `seeding` as they are written (see Startup.seed_in_background)."""
+
+        def progress(documents: int) -> None:
+            self.seeding["done"] += documents
+
         try:
-            options = LoadOptions(max_chars=self.settings.max_file_chars)
-            loaded = await asyncio.to_thread(load_paths, [self.seed_path()], options)
-            self.seeding = {"done": 0, "total": len(loaded.documents)}
-
-            def progress(documents: int) -> None:
-                self.seeding["done"] += documents
-
             summary = await self.ingest(loaded, progress, SEED_SOURCE)
             await self.audit(
                 Actor("service"),

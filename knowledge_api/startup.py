@@ -9,6 +9,7 @@ import logging
 
 from knowledge_api.catalog import Catalog
 from knowledge_api.errors import BackendConnectionError, EmbeddingError
+from knowledge_api.ingest.loaders import LoadOptions, load_paths
 
 log = logging.getLogger("knowledge_api")
 
@@ -54,8 +55,13 @@ class Startup(Catalog):
             empty = await self.store.count() == 0
         except BackendConnectionError:
             return  # the store did not open: /health says so
-        if empty:
-            self._seeding = asyncio.create_task(self._seed())
+        if empty and self.embedder_ready:
+            options = LoadOptions(max_chars=self.settings.max_file_chars)
+            loaded = await asyncio.to_thread(load_paths, [self.seed_path()], options)
+            self.seeding = {"done": 0, "total": len(loaded.documents)}
+            self._seeding = asyncio.create_task(self._seed(loaded))
+        elif empty:
+            log.warning("not seeding the empty store: the embedder is unavailable")
 
     async def seeded(self) -> None:
         """Once the seed started by `seed_in_background` is over (at once without one)."""

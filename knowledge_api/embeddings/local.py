@@ -262,9 +262,10 @@ def measure_bf16(model_file: Path) -> dict[str, Any]:
     step = max(1, len(paragraphs) // PARITY_SAMPLE)
     sample = [tokenizer.encode(p).ids for p in paragraphs[::step]]
     vectors = []
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "bf16"):  # one compiled model at a time
         encoder = OpenVinoEncoder(model_file, precision, 1)
         vectors.append(np.concatenate([encoder.run(padded([ids])) for ids in sample]))
+        del encoder
     lowest = float(np.min(np.sum(vectors[0] * vectors[1], axis=1)))
     return {"lowest_cosine": round(lowest, 6), "paragraphs": len(sample)}
 
