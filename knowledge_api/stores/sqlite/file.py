@@ -43,6 +43,7 @@ class SQLiteFile:
         self._aside_conn: sqlite3.Connection | None = None
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="sqlite-reader")
         self._identity: tuple[int, int] | None = None
+        self.commit_watch = CommitWatch(path)
 
     def open(self) -> sqlite3.Connection:
         self.connection.attempting()
@@ -57,6 +58,7 @@ class SQLiteFile:
             raise self.connection.failed(f"cannot open {self.path}: {e}") from e
         self._conn = conn
         self._aside_conn = aside
+        self.commit_watch.open()  # once the reader made the WAL index
         self.connection.succeeded()
         self.on_open()
         return conn
@@ -70,6 +72,7 @@ class SQLiteFile:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self.commit_watch.close()
 
     def _close_writer(self) -> None:
         if self._writer_conn is not None:
@@ -139,6 +142,54 @@ class SQLiteFile:
             raise
         conn.execute("COMMIT")
         self.commits += 1
+
+
+class CommitWatch:
+    """Whether any connection may have committed to the file since it was last asked,
+    read from the header of the file's WAL index (the `-shm` file beside it): every
+    commit in WAL mode rewrites that header (frame count, checksums, salts) as its last
+    step, the one that makes it visible to readers. `PRAGMA data_version`, which says
+    for sure, takes and releases SQLite's file locks on every call (several system calls,
+    most of what a cache hit cost); reading the header is one `pread`, and the pragma
+    is asked only when the header moved. Without a WAL index to read (a database in
+    memory, a platform without `pread`, a file not opened yet) the answer is always
+    "maybe", which costs the pragma, as before."""
+
+    HEADER_BYTES = 48
+    """The first copy of the WAL index header (SQLite's walformat.html)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(f"{path}-shm")
+        self.memory = str(path) == ":memory:"
+        self.fd: int | None = None
+        self.seen = b""
+
+    def open(self) -> None:
+        self.close()
+        if self.memory or not hasattr(os, "pread"):
+            return
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            self.fd = None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd, self.seen = None, b""
+
+    def moved(self) -> bytes | None:
+        """The header when it moved since `seen` (b"" when it cannot be read: maybe it
+        did), None when it did not. The caller sets `seen` to it once it looked."""
+        if self.fd is None:
+            return b""
+        try:
+            header = os.pread(self.fd, self.HEADER_BYTES, 0)
+        except OSError:
+            return b""
+        if len(header) < self.HEADER_BYTES:
+            return b""
+        return None if header == self.seen else header
 
 
 WRITE_FAILURE_CAUSES = {
