@@ -5,6 +5,7 @@ migrations, and a check that the file is still the one that was opened."""
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -150,10 +151,15 @@ class CommitWatch:
     commit in WAL mode rewrites that header (frame count, checksums, salts) as its last
     step, the one that makes it visible to readers. `PRAGMA data_version`, which says
     for sure, takes and releases SQLite's file locks on every call (several system calls,
-    most of what a cache hit cost); reading the header is one `pread`, and the pragma
-    is asked only when the header moved. Without a WAL index to read (a database in
-    memory, a platform without `pread`, a file not opened yet) the answer is always
-    "maybe", which costs the pragma, as before."""
+    most of what a cache hit cost); the header is mapped into memory once, so looking at
+    it is a 48-byte copy, and the pragma is asked only when it moved.
+
+    The index is mapped only while the store's reader connection holds it open: SQLite
+    empties (truncates) a WAL index only when it is the first to open it, which no
+    process is while a connection holds it, so the mapped page is never cut from under
+    a read (`_sync` opens the reader before it looks). Without a WAL index to map (a
+    database in memory, a file not opened yet) the answer is always "maybe", which
+    costs the pragma, as before."""
 
     HEADER_BYTES = 48
     """The first copy of the WAL index header (SQLite's walformat.html)."""
@@ -161,34 +167,30 @@ class CommitWatch:
     def __init__(self, path: Path) -> None:
         self.path = Path(f"{path}-shm")
         self.memory = str(path) == ":memory:"
-        self.fd: int | None = None
+        self.mapped: mmap.mmap | None = None
         self.seen = b""
 
     def open(self) -> None:
         self.close()
-        if self.memory or not hasattr(os, "pread"):
+        if self.memory:
             return
         try:
-            self.fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
-            self.fd = None
+            with self.path.open("rb") as index:
+                self.mapped = mmap.mmap(index.fileno(), self.HEADER_BYTES, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # no index, or one shorter than its header
+            self.mapped = None
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-        self.fd, self.seen = None, b""
+        if self.mapped is not None:
+            self.mapped.close()
+        self.mapped, self.seen = None, b""
 
     def moved(self) -> bytes | None:
-        """The header when it moved since `seen` (b"" when it cannot be read: maybe it
-        did), None when it did not. The caller sets `seen` to it once it looked."""
-        if self.fd is None:
+        """The header when it moved since `seen` (b"" when there is none to read: maybe
+        it did), None when it did not. The caller sets `seen` to it once it looked."""
+        if self.mapped is None:
             return b""
-        try:
-            header = os.pread(self.fd, self.HEADER_BYTES, 0)
-        except OSError:
-            return b""
-        if len(header) < self.HEADER_BYTES:
-            return b""
+        header = self.mapped[: self.HEADER_BYTES]
         return None if header == self.seen else header
 
 
