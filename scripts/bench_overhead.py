@@ -211,7 +211,20 @@ def serve_full(stack: ExitStack, env: dict[str, str], cwd: Path, port: int) -> s
     )  # fmt: skip
     command = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(port)]
     start(stack, command, env, cwd, f"http://{HOST}:{port}")
-    return created.stdout.splitlines()[-1]
+    token = created.stdout.splitlines()[-1]
+    seeded(f"http://{HOST}:{port}", token)
+    return token
+
+
+def seeded(url: str, token: str) -> None:
+    """Once the server has indexed the bundled docs (it seeds an empty store in the
+    background): the cached answer, and so the bare app's bytes, is the seeded store's."""
+    for _ in range(1200):
+        health = httpx.get(url + "/health", headers={"Authorization": f"Bearer {token}"}).json()
+        if health["store"].get("documents") and "seeding" not in health:
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"{url} was still seeding after a minute")
 
 
 def report(rates: dict[str, list[float]], size: int) -> None:

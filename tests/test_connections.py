@@ -90,6 +90,30 @@ def test_silent_dripping_and_idle_connections_are_closed(tmp_path: Path) -> None
             assert fresh.recv(4096).startswith(b"HTTP/1.1 200")  # the server still serves
 
 
+def test_a_busy_connection_moves_its_header_deadline_at_every_response(tmp_path: Path) -> None:
+    """A connection sending a request every 0.3 s for three times the header deadline is
+    never closed (each response gives the next headers the whole deadline, and the one
+    timer the connection keeps goes off early and is armed again); then headers begun
+    and left unfinished are a 408, past the deadline from the last response only."""
+    settings = {"KNOWLEDGE_HEADER_TIMEOUT": "1", "KNOWLEDGE_KEEP_ALIVE_TIMEOUT": "5"}
+    with (
+        server(tmp_path, **settings) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=5) as connection,
+    ):
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            connection.sendall(REQUEST)
+            response = b""
+            while not response.endswith(b"}"):  # headers and body may come apart
+                response += connection.recv(4096)
+            assert response.startswith(b"HTTP/1.1 200")
+            answered = time.monotonic()
+            time.sleep(0.3)
+        connection.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        assert read_to_end(connection).startswith(b"HTTP/1.1 408")
+        assert time.monotonic() - answered >= 0.9
+
+
 def test_streams_past_the_cap_are_503_and_each_ends_at_its_lifetime(tmp_path: Path) -> None:
     settings = {"KNOWLEDGE_MAX_STREAMS": "3", "KNOWLEDGE_STREAM_LIFETIME": "2"}
     with server(tmp_path, **settings) as port:

@@ -164,6 +164,9 @@ class TimedHttp(HttpToolsProtocol):
 
     header_timeout = 10.0
     headers_due: asyncio.TimerHandle | None = None
+    """The timer, armed at a deadline that may have moved on since (see `await_headers`)."""
+    deadline: float | None = None
+    """The loop's time by which the awaited headers are due; None while none are awaited."""
     begun = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -171,7 +174,10 @@ class TimedHttp(HttpToolsProtocol):
         self.await_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.headers_arrived()
+        self.deadline = None
+        if self.headers_due is not None:
+            self.headers_due.cancel()
+            self.headers_due = None
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -179,7 +185,7 @@ class TimedHttp(HttpToolsProtocol):
         self.begun = True
 
     def on_headers_complete(self) -> None:
-        self.headers_arrived()
+        self.deadline = None
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
@@ -188,18 +194,21 @@ class TimedHttp(HttpToolsProtocol):
             self.await_headers()
 
     def await_headers(self) -> None:
-        self.headers_arrived()
+        """Headers due `header_timeout` from now. A busy connection moves its deadline
+        at every response; rather than a timer armed and cancelled for each request,
+        the one armed stays, and when it goes off before the deadline (moved on since)
+        it is armed again for that deadline."""
         self.begun = False
-        self.headers_due = self.loop.call_later(self.header_timeout, self.headers_late)
-
-    def headers_arrived(self) -> None:
-        if self.headers_due is not None:
-            self.headers_due.cancel()
-            self.headers_due = None
+        self.deadline = self.loop.time() + self.header_timeout
+        if self.headers_due is None:
+            self.headers_due = self.loop.call_at(self.deadline, self.headers_late)
 
     def headers_late(self) -> None:
         self.headers_due = None
-        if self.transport.is_closing():
+        if self.deadline is None or self.transport.is_closing():
+            return  # the headers arrived
+        if self.loop.time() < self.deadline:
+            self.headers_due = self.loop.call_at(self.deadline, self.headers_late)
             return
         if self.begun:
             message = (

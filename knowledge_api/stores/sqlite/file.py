@@ -5,6 +5,7 @@ migrations, and a check that the file is still the one that was opened."""
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -43,6 +44,7 @@ class SQLiteFile:
         self._aside_conn: sqlite3.Connection | None = None
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="sqlite-reader")
         self._identity: tuple[int, int] | None = None
+        self.commit_watch = CommitWatch(path)
 
     def open(self) -> sqlite3.Connection:
         self.connection.attempting()
@@ -57,6 +59,7 @@ class SQLiteFile:
             raise self.connection.failed(f"cannot open {self.path}: {e}") from e
         self._conn = conn
         self._aside_conn = aside
+        self.commit_watch.open()  # once the reader made the WAL index
         self.connection.succeeded()
         self.on_open()
         return conn
@@ -70,6 +73,7 @@ class SQLiteFile:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self.commit_watch.close()
 
     def _close_writer(self) -> None:
         if self._writer_conn is not None:
@@ -139,6 +143,55 @@ class SQLiteFile:
             raise
         conn.execute("COMMIT")
         self.commits += 1
+
+
+class CommitWatch:
+    """Whether any connection may have committed to the file since it was last asked,
+    read from the header of the file's WAL index (the `-shm` file beside it): every
+    commit in WAL mode rewrites that header (frame count, checksums, salts) as its last
+    step, the one that makes it visible to readers. `PRAGMA data_version`, which says
+    for sure, takes and releases SQLite's file locks on every call (several system calls,
+    most of what a cache hit cost); the header is mapped into memory once, so looking at
+    it is a 48-byte copy, and the pragma is asked only when it moved.
+
+    The index is mapped only while the store's reader connection holds it open: SQLite
+    empties (truncates) a WAL index only when it is the first to open it, which no
+    process is while a connection holds it, so the mapped page is never cut from under
+    a read (`_sync` opens the reader before it looks). Without a WAL index to map (a
+    database in memory, a file not opened yet) the answer is always "maybe", which
+    costs the pragma, as before."""
+
+    HEADER_BYTES = 48
+    """The first copy of the WAL index header (SQLite's walformat.html)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(f"{path}-shm")
+        self.memory = str(path) == ":memory:"
+        self.mapped: mmap.mmap | None = None
+        self.seen = b""
+
+    def open(self) -> None:
+        self.close()
+        if self.memory:
+            return
+        try:
+            with self.path.open("rb") as index:
+                self.mapped = mmap.mmap(index.fileno(), self.HEADER_BYTES, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # no index, or one shorter than its header
+            self.mapped = None
+
+    def close(self) -> None:
+        if self.mapped is not None:
+            self.mapped.close()
+        self.mapped, self.seen = None, b""
+
+    def moved(self) -> bytes | None:
+        """The header when it moved since `seen` (b"" when there is none to read: maybe
+        it did), None when it did not. The caller sets `seen` to it once it looked."""
+        if self.mapped is None:
+            return b""
+        header = self.mapped[: self.HEADER_BYTES]
+        return None if header == self.seen else header
 
 
 WRITE_FAILURE_CAUSES = {

@@ -111,7 +111,13 @@ class SQLiteStore(HybridSearch):
 
     def _sync(self) -> None:
         """Apply the chunks another connection changed since we last looked."""
-        version = self.file.db().execute("PRAGMA data_version").fetchone()[0]
+        db = self.file.db()  # (re)opened first: its WAL index is the one watched
+        watch = self.file.commit_watch
+        header = watch.moved()
+        if header is None:
+            return
+        version = db.execute("PRAGMA data_version").fetchone()[0]
+        watch.seen = header
         if version != self._data_version:
             self._data_version = version
             self.vectors.follow(self.file.db())
