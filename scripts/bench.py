@@ -2,9 +2,12 @@
 
     .venv/bin/python scripts/bench.py --store sqlite \
         --corpus ../shared/datasets/msmarco-dev/corpus.jsonl [--json PATH] \
-        [--no-env-size] [--fresh-clone]
+        [--no-env-size | --venv PATH] [--no-first-start] [--fresh-clone]
 
-It ends with the table of the embedded default's targets (scripts/bench_targets.py).
+It starts with the CPU's flags and core count, and ends with the table of the budgets
+(scripts/bench_targets.py): each figure beside its peer's, measured in the same run on
+the same CPU (sentence-transformers at its fastest precision here, a bare Starlette
+app), and the ratio.
 
 Everything runs in subprocesses against a fresh store in a temporary directory; the
 settings reach them only through their environment (Settings.from_env()). Only
@@ -80,11 +83,13 @@ BUILTIN_QUERIES = [
 SYNTHESIS_SUFFIX = "explained"
 WARMUP_QUERIES = ["bench warm-up one", "bench warm-up two", "bench warm-up three"]
 BARE_APP = """\
+from pathlib import Path
+
 from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
 
-BODY = open("cached.json", "rb").read()
+BODY = Path("bare_body.json").read_bytes()
 
 
 async def ok(request):
@@ -132,6 +137,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         dest="env_size",
         action="store_false",
         help="skip building a `make install` virtualenv to measure its size",
+    )
+    p.add_argument(
+        "--venv",
+        type=Path,
+        metavar="PATH",
+        help="the size of this existing `make install` virtualenv instead of building one",
+    )
+    p.add_argument(
+        "--no-first-start",
+        dest="first_start",
+        action="store_false",
+        help="skip the first start (model built, bundled docs seeded) and its peak memory",
     )
     p.add_argument(
         "--fresh-clone",
@@ -452,11 +469,11 @@ def wrk_run(
 
 
 def start_bare_app(stack: ExitStack, workdir: Path, env: dict[str, str], body: bytes) -> str:
-    """A bare Starlette endpoint under the service's uvicorn options, answering `body`
-    (the service's answer to the throughput's query, so both send the same bytes); its
-    base URL."""
-    (workdir / "cached.json").write_bytes(body)
+    """A bare Starlette endpoint under the service's uvicorn options, answering every
+    request with `body` (the service's answer to the throughput's query, so both send
+    the same bytes); its base URL."""
     (workdir / "bare_app.py").write_text(BARE_APP, encoding="utf-8")
+    (workdir / "bare_body.json").write_bytes(body)
     port = free_port()
     log = workdir / "bare.log"
     bare_env = {k: v for k, v in env.items() if not k.startswith("KNOWLEDGE_")}
@@ -550,9 +567,11 @@ def bench(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
             "queries": query_source,
             "distinct_queries": len(queries),
             "cpus": os.cpu_count(),
+            "cpu": bench_targets.cpu(),
         },
         "load_average": {"start": load_average()},
     }
+    print(bench_targets.cpu_line(report["settings"]["cpu"]), flush=True)
     print(f"ingesting {corpus} ({args.store} store, {args.embedder} embedder) ...", flush=True)
     report["ingest"] = run_ingest(command, corpus, env, workdir, args.timeout)
     print("re-ingesting the same corpus ...", flush=True)
@@ -562,10 +581,10 @@ def bench(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
         fp32 = {**env, "KNOWLEDGE_EMBEDDING_PRECISION": "fp32"}
         fp32["KNOWLEDGE_DB_PATH"] = str(workdir / "fp32.db")
         report["ingest_fp32"] = run_ingest(command, corpus, fp32, workdir, args.timeout)
-        print("sentence-transformers bf16 on the same passages ...", flush=True)
-        report["sentence_transformers_bf16"] = bench_targets.sentence_transformers_rate(corpus)
         print("the chosen precision against fp32: cosines, nDCG@10 ...", flush=True)
         report["parity"] = bench_targets.precision_parity(corpus, command, env, workdir)
+    print("sentence-transformers, fp32 and bf16, on the same passages and queries ...", flush=True)
+    report["peer"] = bench_targets.sentence_transformers(corpus, queries)
 
     port = free_port()
     log = workdir / "serve.log"
@@ -590,9 +609,17 @@ def bench(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
     bare_url = start_bare_app(stack, workdir, env, cached)
     print("throughput ...", flush=True)
     report["throughput"] = throughput(base_url, bare_url, cached_body, workdir, args)
+    report["rss_mb"]["after_queries"] = rss_mb(server.pid)
     print(f"{args.concurrency} concurrent requests ...", flush=True)
     report["concurrency"] = concurrency(base_url, bare_url, queries, args)
-    options = {"env_size": args.env_size, "fresh_clone": args.fresh_clone, "port": free_port()}
+    report["libtorch"] = bench_targets.mapped_libtorch(server.pid)
+    options = {
+        "env_size": args.env_size,
+        "venv": args.venv,
+        "first_start": args.first_start,
+        "fresh_clone": args.fresh_clone,
+        "port": free_port(),
+    }
     bench_targets.measure(report, base_url, queries, command, env, workdir, options)
     report["cache"] = httpx.get(base_url + "/health", timeout=10.0).json().get("cache", {})
     report["rss_mb"]["at_end"] = rss_mb(server.pid)
@@ -617,6 +644,7 @@ def stat_line(label: str, stats: dict[str, float]) -> str:
 def print_report(report: dict[str, Any]) -> None:
     s = report["settings"]
     print("\n=== knowledge_api benchmark ===")
+    print(bench_targets.cpu_line(s["cpu"]))
     load = report["load_average"]
     print(
         f"store {s['store']}, embedder {s['embedder']}, {s['cpus']} CPUs; load average "
@@ -687,6 +715,7 @@ def print_report(report: dict[str, Any]) -> None:
     rss = report["rss_mb"]
     print("\n-- memory of the service (MB)")
     print(f"  after start: RSS {rss['after_start'].get('VmRSS')}")
+    print(f"  after the cold queries and hits: RSS {rss['after_queries'].get('VmRSS')}")
     print(f"  at the end:  RSS {rss['at_end'].get('VmRSS')} (peak {rss['at_end'].get('VmHWM')})")
     print(f"  process start to /readyz 200: {report['startup_s']:.2f}s")
     print(f"  cache stats at the end: {json.dumps(report['cache'])}")
