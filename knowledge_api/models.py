@@ -219,6 +219,10 @@ class SourceInfo:
     root: str = ""
     """The folder (resolved) or base URL its files were read from, empty for a source of
     no files: another source reading one of them is refused."""
+    connector: str = ""
+    """A connector source's record as JSON (its kind, URL, settings, the names of the
+    environment variables holding its secrets, its cursor and last error); empty for a
+    source `ingest` or an upload fills."""
 
 
 @dataclass(frozen=True, slots=True)

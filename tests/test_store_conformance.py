@@ -577,6 +577,25 @@ async def test_a_source_records_its_documents_and_its_runs(store: KnowledgeStore
     assert len(await store.source_documents("default", "/srv/other")) == 3
 
 
+async def test_a_connector_source_keeps_its_record_until_deleted(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    first = '{"kind": "imap", "cursor": ""}'
+    await store.record_source("mail", "inbox", connector=first)
+    await store.record_source("mail", "/srv/files", "/srv/files")
+    assert [(s.name, s.connector) for s in await store.sources("mail")] == [
+        ("/srv/files", ""),
+        ("inbox", first),
+    ]
+    await store.record_source("mail", "inbox")  # a run naming no record keeps it
+    assert (await store.sources("mail"))[1].connector == first
+    moved = '{"kind": "imap", "cursor": "7"}'
+    await store.record_source("mail", "inbox", connector=moved)
+    assert (await store.sources("mail"))[1].connector == moved
+    await store.delete_source("mail", "inbox")
+    await store.record_source("mail", "inbox")
+    assert (await store.sources("mail"))[1].connector == ""
+
+
 def readme(text: str) -> Document:
     return Document("wiki", "README.md", text, "README", {"path": "README.md"})
 

@@ -128,9 +128,12 @@ class KnowledgeStore(Protocol):
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         """Delete these documents with their chunks; how many existed."""
 
-    async def record_source(self, collection: str, source: str, root: str = "") -> None:
+    async def record_source(
+        self, collection: str, source: str, root: str = "", connector: str = ""
+    ) -> None:
         """Note that `source` ran now (its documents are those indexed with its name),
-        reading files from `root` (kept when empty: a run that names none)."""
+        reading files from `root` (kept when empty: a run that names none); `connector`
+        is a connector source's record as JSON (kept when empty)."""
 
     async def delete_source(self, collection: str, source: str) -> int:
         """Delete every document of the source, and the source; how many documents went."""

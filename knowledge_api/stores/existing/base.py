@@ -144,7 +144,9 @@ class ExistingTables(HybridSearch):
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         raise self.refused()
 
-    async def record_source(self, collection: str, source: str, root: str = "") -> None:
+    async def record_source(
+        self, collection: str, source: str, root: str = "", connector: str = ""
+    ) -> None:
         raise self.refused()
 
     async def delete_source(self, collection: str, source: str) -> int:

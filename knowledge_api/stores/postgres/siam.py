@@ -226,8 +226,15 @@ class SiamStore(HybridSearch):
             self._wrote()
         return deleted
 
-    async def record_source(self, collection: str, source: str, root: str = "") -> None:
-        params = {"source_collection": collection, "source_name": source, "source_root": root}
+    async def record_source(
+        self, collection: str, source: str, root: str = "", connector: str = ""
+    ) -> None:
+        params = {
+            "source_collection": collection,
+            "source_name": source,
+            "source_root": root,
+            "source_connector": connector,
+        }
         await self.call("knowledge_record_source", params, IndexingError)
 
     async def delete_source(self, collection: str, source: str) -> int:

@@ -112,12 +112,17 @@ def delete_documents(conn: sqlite3.Connection, ids: list[str]) -> int:
     )
 
 
-def record_source(conn: sqlite3.Connection, collection: str, source: str, root: str) -> int:
+def record_source(
+    conn: sqlite3.Connection, collection: str, source: str, root: str, connector: str = ""
+) -> int:
     conn.execute(
-        """INSERT INTO sources (collection, name, last_run, root) VALUES (?, ?, ?, ?)
+        """INSERT INTO sources (collection, name, last_run, root, connector)
+           VALUES (?, ?, ?, ?, ?)
            ON CONFLICT (collection, name) DO UPDATE SET last_run = excluded.last_run,
-               root = CASE excluded.root WHEN '' THEN sources.root ELSE excluded.root END""",
-        (collection, source, records.now(), root),
+               root = CASE excluded.root WHEN '' THEN sources.root ELSE excluded.root END,
+               connector = CASE excluded.connector WHEN '' THEN sources.connector
+                   ELSE excluded.connector END""",
+        (collection, source, records.now(), root, connector),
     )
     return 0
 

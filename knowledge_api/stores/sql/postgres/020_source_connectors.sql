@@ -1,0 +1,14 @@
+-- A connector source (a mailbox, a Prometheus server) keeps its kind, URL, settings,
+-- the names of the environment variables holding its secrets, its cursor and its last
+-- error beside its run, as JSON text; '' for the sources `ingest` and uploads fill.
+-- Both functions take or return one more column: dropped and created again (they had
+-- no grants or comments).
+ALTER TABLE knowledge_sources ADD COLUMN IF NOT EXISTS connector text NOT NULL DEFAULT '';
+
+DROP FUNCTION IF EXISTS knowledge_record_source(text, text, text);
+\ir functions/knowledge_record_source.sql
+
+DROP FUNCTION IF EXISTS knowledge_list_sources(text);
+\ir functions/knowledge_list_sources.sql
+
+NOTIFY pgrst, 'reload schema';
