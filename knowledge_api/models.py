@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import secrets
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -223,6 +224,36 @@ class SourceInfo:
     """A connector source's record as JSON (its kind, URL, settings, the names of the
     environment variables holding its secrets, its cursor and last error); empty for a
     source `ingest` or an upload fills."""
+
+
+@dataclass(frozen=True)
+class ConnectorSource:
+    """A connector source as the store keeps it: no secret's value, only its name."""
+
+    kind: str
+    url: str
+    settings: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
+    """Setting -> the name of the environment variable holding its value."""
+    cursor: str = ""
+    """Where the next incremental run starts; the connector's own (empty: from the start)."""
+    last_error: str | None = None
+    last_sync: str = ""
+    """When a run last finished without an error (ISO 8601)."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ConnectorSource:
+        raw: dict[str, Any] = json.loads(text)
+        return cls(**{name: raw[name] for name in cls.__dataclass_fields__ if name in raw})
+
+    def moved(self, cursor: str, when: str) -> ConnectorSource:
+        return replace(self, cursor=cursor, last_error=None, last_sync=when)
+
+    def failed(self, error: str) -> ConnectorSource:
+        return replace(self, last_error=error)
 
 
 @dataclass(frozen=True, slots=True)
