@@ -1,0 +1,134 @@
+"""A running Prometheus as a connector source, against the real binary: one document per
+rule with its expression, labels, annotations and an alert's current state; rules
+changed, added and removed between syncs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from knowledge_api.cli import main
+from knowledge_api.models import Document
+from tests.conftest import make_settings, make_store
+from tests.prometheus_server import Server, prometheus
+
+RULES = """groups:
+  - name: checkout
+    rules:
+      - alert: CheckoutLatencyHigh
+        expr: vector(1) > 0
+        labels:
+          severity: page
+        annotations:
+          summary: Checkout p99 latency is above 2 seconds
+          runbook_url: https://runbooks.example.com/checkout-latency
+      - alert: CheckoutErrorsHigh
+        expr: vector(0) > 1
+        for: 5m
+        annotations:
+          summary: More than 1% of checkouts fail
+      - record: job:checkout_requests:rate5m
+        expr: vector(3)
+"""
+
+
+@pytest.fixture(autouse=True)
+def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    return tmp_path
+
+
+@pytest.fixture
+def server() -> object:
+    with prometheus(RULES) as found:
+        yield found
+
+
+def stored(tmp_path: Path) -> dict[str, Document]:
+    """The documents of the source, by rule name."""
+
+    async def read() -> dict[str, Document]:
+        store = make_store("sqlite", make_settings(tmp_path, db_path=tmp_path / "k.db"))
+        await store.open()
+        try:
+            owned = await store.source_documents("ops", "alerts")
+            found = [await store.get_by_id(doc_id) for doc_id in owned]
+            return {doc.metadata["name"]: doc for doc in found if doc is not None}
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
+    status = main(["sources", "sync", "alerts", *more])
+    return status, capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_the_rules_of_a_running_prometheus_become_documents(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add = ["sources", "add", "alerts", "--kind", "prometheus", "--url", server.url]
+    assert main([*add, "--collection", "ops"]) == 0
+    capsys.readouterr()
+    assert sync(capsys) == (0, "ops/alerts: 3 added, 0 updated, 0 unchanged, 0 deleted")
+    docs = stored(tmp_path)
+    assert sorted(docs) == [
+        "CheckoutErrorsHigh",
+        "CheckoutLatencyHigh",
+        "job:checkout_requests:rate5m",
+    ]
+    latency = docs["CheckoutLatencyHigh"]
+    assert latency.source_type == "metrics"
+    assert latency.metadata["state"] == "firing"
+    assert latency.metadata["url"] == "https://runbooks.example.com/checkout-latency"
+    assert latency.metadata["group"] == "checkout" and latency.metadata["rule"] == "alerting"
+    assert "vector(1) > 0" in latency.content and "State: firing." in latency.content
+    assert "Checkout p99 latency is above 2 seconds" in latency.content
+    assert "severity=page" in latency.content
+    errors = docs["CheckoutErrorsHigh"]
+    assert errors.metadata["state"] == "inactive" and errors.metadata["for"] == "5m"
+    assert "state" not in docs["job:checkout_requests:rate5m"].metadata
+
+    assert sync(capsys) == (0, "ops/alerts: 0 added, 0 updated, 3 unchanged, 0 deleted")
+
+    # a rule edited, one removed, one added
+    server.write_rules(
+        RULES.replace("above 2 seconds", "above 3 seconds").replace(
+            "      - record: job:checkout_requests:rate5m\n        expr: vector(3)\n", ""
+        )
+        + "  - name: payments\n    rules:\n      - alert: PaymentsDown\n"
+        "        expr: vector(0) > 1\n"
+    )
+    assert sync(capsys) == (0, "ops/alerts: 1 added, 1 updated, 1 unchanged, 1 deleted")
+    docs = stored(tmp_path)
+    assert sorted(docs) == ["CheckoutErrorsHigh", "CheckoutLatencyHigh", "PaymentsDown"]
+    assert "above 3 seconds" in docs["CheckoutLatencyHigh"].content
+    assert docs["PaymentsDown"].metadata["group"] == "payments"
+
+
+def test_an_unreachable_server_stops_the_run_and_deletes_nothing(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = server.url
+    assert main(["sources", "add", "alerts", "--kind", "prometheus", "--url", url,
+                 "--collection", "ops"]) == 0  # fmt: skip
+    assert sync(capsys)[0] == 0
+    gone = "http://127.0.0.1:9"
+    assert main(["sources", "add", "gone", "--kind", "prometheus", "--url", gone,
+                 "--collection", "ops"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["sources", "sync", "--all"]) == 1
+    out = capsys.readouterr().out
+    assert "ops/alerts: 0 added, 0 updated, 3 unchanged, 0 deleted" in out
+    assert "ops/gone: sync stopped: http://127.0.0.1:9 is unreachable" in out
+    assert len(stored(tmp_path)) == 3
+    assert main(["sources", "--json"]) == 0
+    listed = {s["name"]: s for s in json.loads(capsys.readouterr().out)["sources"]}
+    assert "unreachable" in listed["gone"]["last_error"]
+    assert listed["alerts"]["last_error"] is None and listed["alerts"]["cursor"]
