@@ -183,7 +183,7 @@ def test_a_source_is_checked_when_added(capsys: pytest.CaptureFixture[str]) -> N
     assert main([*base, "--url", "imap://mail.example.com", "--set", "usr=a"]) == 2
     assert "settings.usr: is not a setting of imap" in capsys.readouterr().err
     assert main([*base, "--url", "imap://h", "--set", "user=a", "--secret", "password=x y"]) == 2
-    assert "--secret: password= takes the NAME of an environment variable" in (
+    assert "secrets.password: takes the NAME of an environment variable" in (
         capsys.readouterr().err
     )
     ok = [*base, "--url", "imap://h", "--set", "user=a", "--secret", "password=MAIL_PASSWORD"]

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
 
+from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from tests.conftest import make_settings, make_store
 from tests.prometheus_server import Server, prometheus
+from tests.test_access import bearer, error_of, make_key
 
+SOURCES = "/v1/knowledge/sources"
 RULES = """groups:
   - name: checkout
     rules:
@@ -132,3 +137,39 @@ def test_an_unreachable_server_stops_the_run_and_deletes_nothing(
     listed = {s["name"]: s for s in json.loads(capsys.readouterr().out)["sources"]}
     assert "unreachable" in listed["gone"]["last_error"]
     assert listed["alerts"]["last_error"] is None and listed["alerts"]["cursor"]
+
+
+def test_a_source_is_added_and_synced_over_http(server: Server, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, auth="keys", upload_dir=str(tmp_path / "uploads"))
+    tokens = {
+        name: asyncio.run(make_key(settings, name, scopes))
+        for name, scopes in (("writer", ["read", "write"]), ("admin", ["admin"]))
+    }
+    body = {"name": "alerts", "kind": "prometheus", "url": server.url, "collection": "ops"}
+    with TestClient(create_app(settings)) as client:
+        writer, admin = bearer(tokens["writer"]), bearer(tokens["admin"])
+        assert client.post(SOURCES, json=body, headers=writer).status_code == 403
+        wrong = client.post(SOURCES, json={**body, "kind": "jira"}, headers=admin)
+        assert error_of(wrong, 400)["details"]["field"] == "kind"
+        secret = {**body, "secrets": {"token": "s3cr3t value"}}
+        refused = error_of(client.post(SOURCES, json=secret, headers=admin), 400)
+        assert refused["details"]["field"] == "secrets.token"
+        created = client.post(SOURCES, json=body, headers=admin)
+        assert created.status_code == 201, created.text
+        assert created.json()["kind"] == "prometheus" and created.json()["cursor"] == ""
+        assert client.post(SOURCES, json=body, headers=admin).status_code == 409
+
+        assert client.post(f"{SOURCES}/nothing/sync", headers=writer).status_code == 404
+        accepted = client.post(f"{SOURCES}/alerts/sync", headers=writer)
+        assert accepted.status_code == 202, accepted.text
+        job = accepted.json()["job_id"]
+        deadline = time.monotonic() + 30
+        while (done := client.get(f"/v1/knowledge/jobs/{job}", headers=writer).json())[
+            "status"
+        ] not in ("done", "failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert done["status"] == "done" and done["source"] == "alerts", done
+        listed = client.get(SOURCES, params={"collection": "ops"}, headers=writer).json()
+        (alerts,) = listed["sources"]
+        assert alerts["documents"] == 3 and alerts["last_error"] is None and alerts["cursor"]

@@ -9,7 +9,7 @@ from knowledge_api import validation
 from knowledge_api.cli.running import print_json, with_service, with_storage
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import changes, local_user
-from knowledge_api.models import ConnectorSource, SourceInfo
+from knowledge_api.models import ConnectorSource
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import connectors
@@ -25,13 +25,13 @@ def run_sources(settings: Settings, args: argparse.Namespace) -> int:
     async def show(service: KnowledgeService) -> int:
         found = await use.sources(service, collection or None)
         if args.json:
-            print_json({"sources": [source_body(info) for info in found]})
+            print_json({"sources": [connectors.source_view(info) for info in found]})
             return 0
         for info in found:
             line = f"{info.collection}\t{info.name}\t{info.documents} documents"
             line += f"\tlast run {info.last_run}"
             if info.connector:
-                body = source_body(info)
+                body = connectors.source_view(info)
                 line += f"\tkind {body['kind']}\tcursor {body['cursor'] or '-'}"
                 line += f"\tnext run {body['next_run'] or '-'}"
                 line += f"\tlast error {body['last_error'] or '-'}"
@@ -43,24 +43,6 @@ def run_sources(settings: Settings, args: argparse.Namespace) -> int:
     return with_storage(settings, show)
 
 
-def source_body(info: SourceInfo) -> dict[str, object]:
-    """A source as the listings show it: no secret, only the variables naming them."""
-    source = ConnectorSource.from_json(info.connector) if info.connector else None
-    return {
-        "collection": info.collection,
-        "name": info.name,
-        "documents": info.documents,
-        "last_run": info.last_run,
-        "kind": source.kind if source else None,
-        "url": source.url if source else None,
-        "settings": source.settings if source else None,
-        "secrets": source.secrets if source else None,
-        "cursor": source.cursor if source else None,
-        "next_run": None,
-        "last_error": source.last_error if source else None,
-    }
-
-
 def run_add(settings: Settings, args: argparse.Namespace) -> int:
     collection = validation.collection_name(args.collection, "--collection")
     name = validation.source_name(args.name, "NAME")
@@ -70,9 +52,6 @@ def run_add(settings: Settings, args: argparse.Namespace) -> int:
         settings=pairs(args.set, "--set"),
         secrets=pairs(args.secret, "--secret"),
     )
-    for key, variable in source.secrets.items():
-        if not validation_env_name(variable):
-            raise InvalidRequest("--secret", f"{key}= takes the NAME of an environment variable")
 
     async def add(service: KnowledgeService) -> int:
         await connectors.add_source(service, collection, name, source)
@@ -142,7 +121,3 @@ def pairs(values: list[str], option: str) -> dict[str, str]:
             raise InvalidRequest(option, f"takes KEY=VALUE, got {pair!r}")
         found[key.strip()] = value.strip()
     return found
-
-
-def validation_env_name(name: str) -> bool:
-    return name.replace("_", "a").isalnum() and not name[:1].isdigit()

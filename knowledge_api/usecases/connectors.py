@@ -10,14 +10,26 @@ the listing) and deletes nothing.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from knowledge_api.errors import KnowledgeAPIError, NotFound
-from knowledge_api.ledger import MAX_AUDITED_IDS, Actor, changes
+from knowledge_api.errors import InvalidRequest, KnowledgeAPIError, NotFound
+from knowledge_api.ledger import DONE, FAILED, MAX_AUDITED_IDS, RUNNING, Actor, Job, changes
 from knowledge_api.models import ConnectorSource, SourceInfo
 from knowledge_api.service import KnowledgeService
 from knowledge_api.usecases.sources import MirrorPlan, MirrorReport, mirror, plan_mirror
+
+log = logging.getLogger("knowledge_api.connectors")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SYNC_OWNER = "sources-sync"
+"""The owner of a sync job in the jobs' records (an upload job names its service)."""
 
 
 class SourceExists(KnowledgeAPIError, status=409, type="source_exists"):
@@ -71,9 +83,15 @@ def counts(plan: MirrorPlan, deleted: int) -> str:
 
 async def add_source(
     service: KnowledgeService, collection: str, name: str, source: ConnectorSource
-) -> ConnectorSource:
-    """Register a connector source (no sync); 400 naming the field for a kind, URL or
-    setting its connector refuses, 409 when the collection has a source of that name."""
+) -> SourceInfo:
+    """Register a connector source (no sync): the source as listed now. 400 naming the
+    field for a kind, URL, setting or secret its connector refuses, 409 when the
+    collection has a source of that name."""
+    for key, variable in source.secrets.items():
+        if not ENV_NAME.fullmatch(variable):
+            raise InvalidRequest(
+                f"secrets.{key}", "takes the NAME of an environment variable, never its value"
+            )
     service.check_connector(source, collection)
     if any(info.name == name for info in await service.store.sources(collection)):
         raise SourceExists(
@@ -83,7 +101,7 @@ async def add_source(
             collection=collection,
         )
     await service.store.record_source(collection, name, connector=source.to_json())
-    return source
+    return next(i for i in await service.store.sources(collection) if i.name == name)
 
 
 async def connector_sources(
@@ -172,3 +190,81 @@ async def sync_all(
         await sync_source(service, info, source, actor, full, dry_run)
         for info, source in await connector_sources(service)
     ]
+
+
+def source_view(info: SourceInfo) -> dict[str, Any]:
+    """A source as the listings show it: a connector source's kind, URL, settings, the
+    names of the variables holding its secrets (never a value), its cursor, next run
+    and last error; null for a source `ingest` or an upload fills."""
+    source = ConnectorSource.from_json(info.connector) if info.connector else None
+    return {
+        "collection": info.collection,
+        "name": info.name,
+        "documents": info.documents,
+        "last_run": info.last_run,
+        "kind": source.kind if source else None,
+        "url": source.url if source else None,
+        "settings": source.settings if source else None,
+        "secrets": source.secrets if source else None,
+        "cursor": source.cursor if source else None,
+        "next_run": None,
+        "last_error": source.last_error if source else None,
+    }
+
+
+class SyncJobs:
+    """Syncs asked over HTTP: each one a job (GET /v1/knowledge/jobs/{id}), run in the
+    background one after the other, so two runs of a source never overlap here."""
+
+    def __init__(self, service: KnowledgeService) -> None:
+        self.service = service
+        self.turn = asyncio.Lock()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(
+        self, info: SourceInfo, source: ConnectorSource, actor: Actor, full: bool, allowed: bool
+    ) -> Job:
+        job = Job(uuid.uuid4().hex, info.collection, "", info.name, SYNC_OWNER)
+        await self.service.jobs.save(job)
+        task = asyncio.create_task(self.run(job, info, source, actor, full, allowed))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return job
+
+    async def run(
+        self,
+        job: Job,
+        info: SourceInfo,
+        source: ConnectorSource,
+        actor: Actor,
+        full: bool,
+        allowed: bool,
+    ) -> None:
+        async with self.turn:
+            job.status = RUNNING
+            await self.service.jobs.save(job)
+            try:
+                result = await sync_source(self.service, info, source, actor, full, False, allowed)
+                job.reason = result.error or ""
+                if result.report is not None:
+                    indexed = result.report.indexed
+                    job.chunks_done = job.chunks_total = indexed.chunks
+                    job.embedded = indexed.embedded
+            except Exception as e:  # a bug or a store gone: the job says so
+                log.exception("sync of %s failed", info.name)
+                job.reason = e.message if isinstance(e, KnowledgeAPIError) else type(e).__name__
+            job.status = FAILED if job.reason else DONE
+            await self.service.jobs.save(job)
+
+
+@asynccontextmanager
+async def sync_jobs(service: KnowledgeService) -> AsyncIterator[SyncJobs]:
+    """While the service runs: syncs asked over HTTP run as jobs; those still running
+    when it stops are cancelled (their cursor stays where it was)."""
+    jobs = SyncJobs(service)
+    try:
+        yield jobs
+    finally:
+        for task in list(jobs.tasks):
+            task.cancel()
+        await asyncio.gather(*jobs.tasks, return_exceptions=True)
