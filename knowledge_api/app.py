@@ -17,7 +17,7 @@ from knowledge_api.redaction import Redactor
 from knowledge_api.routes import ROUTES, mcp_endpoint
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from knowledge_api.usecases.connectors import sync_jobs
+from knowledge_api.usecases.connectors import scheduled_syncs, sync_jobs
 from knowledge_api.usecases.kb_sync import periodic_sync
 from knowledge_api.usecases.uploads import upload_jobs
 from knowledge_api.web import access
@@ -66,6 +66,7 @@ def create_app(
                     periodic_sync(knowledge),
                     upload_jobs(knowledge) as uploads,
                     sync_jobs(knowledge) as syncs,
+                    scheduled_syncs(knowledge, syncs),
                 ):
                     app.state.uploads = uploads
                     app.state.syncs = syncs

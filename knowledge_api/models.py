@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import secrets
 import uuid
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import Node
 
 SOURCE_TYPES = ("git", "jira", "knowledge", "wiki", "email", "metrics")
@@ -226,6 +228,10 @@ class SourceInfo:
     source `ingest` or an upload fills."""
 
 
+_DURATION = re.compile(r"(\d+)([smhd])")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
 @dataclass(frozen=True)
 class ConnectorSource:
     """A connector source as the store keeps it: no secret's value, only its name."""
@@ -248,6 +254,21 @@ class ConnectorSource:
     def from_json(cls, text: str) -> ConnectorSource:
         raw: dict[str, Any] = json.loads(text)
         return cls(**{name: raw[name] for name in cls.__dataclass_fields__ if name in raw})
+
+    def every(self, default: float) -> float:
+        """Seconds between the service's syncs of the source: its `every` setting
+        (`15m`, `1h30m`, `45s`, `1d`; `0`: never), else `default`."""
+        value = self.settings.get("every", "").strip().lower()
+        if not value:
+            return default
+        if value == "0":
+            return 0.0
+        parts = _DURATION.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise InvalidRequest(
+                "settings.every", "must be a duration such as 15m, 1h or 1h30m, or 0"
+            )
+        return float(sum(int(n) * DURATION_UNITS[u] for n, u in parts))
 
     def moved(self, cursor: str, when: str) -> ConnectorSource:
         return replace(self, cursor=cursor, last_error=None, last_sync=when)

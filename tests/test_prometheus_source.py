@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
+from knowledge_api.usecases import connectors
 from tests.conftest import make_settings, make_store
 from tests.prometheus_server import Server, prometheus
 from tests.test_access import bearer, error_of, make_key
@@ -173,3 +175,51 @@ def test_a_source_is_added_and_synced_over_http(server: Server, tmp_path: Path) 
         listed = client.get(SOURCES, params={"collection": "ops"}, headers=writer).json()
         (alerts,) = listed["sources"]
         assert alerts["documents"] == 3 and alerts["last_error"] is None and alerts["cursor"]
+
+
+def test_the_service_syncs_each_source_on_its_schedule(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connectors, "TICK", 0.1)
+    add = ["sources", "add", "--kind", "prometheus", "--url", server.url, "--collection", "ops"]
+    assert main([add[0], add[1], "alerts", *add[2:]]) == 0  # never synced: due at start
+    assert main([add[0], add[1], "paused", *add[2:], "--set", "every=0"]) == 0
+    assert main([add[0], add[1], "later", *add[2:], "--set", "every=1h30m"]) == 0
+    assert main([add[0], add[1], "bad", *add[2:], "--set", "every=soon"]) == 2
+    settings = make_settings(tmp_path, db_path=tmp_path / "k.db", sync_interval=900.0)
+    with TestClient(create_app(settings)) as client:
+        deadline = time.monotonic() + 30
+        while len(client.get("/health").json()["connectors"]["runs"]) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        report = client.get("/health").json()["connectors"]
+        assert report["status"] == "ok" and report["failing"] == []
+        assert sorted(report["runs"]) == ["ops/alerts", "ops/later"]
+        listed = client.get(SOURCES, params={"collection": "ops"}).json()["sources"]
+        shown = {source["name"]: source for source in listed}
+    assert shown["alerts"]["documents"] == 3 and shown["paused"]["documents"] == 0
+    assert shown["paused"]["next_run"] is None
+    after = {name: datetime.fromisoformat(shown[name]["last_run"]) for name in ("alerts", "later")}
+    assert datetime.fromisoformat(shown["alerts"]["next_run"]) == after["alerts"] + timedelta(
+        seconds=900
+    )
+    assert datetime.fromisoformat(shown["later"]["next_run"]) == after["later"] + timedelta(
+        hours=1, minutes=30
+    )
+
+
+def test_no_schedule_syncs_nothing(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connectors, "TICK", 0.1)
+    add = ["sources", "add", "alerts", "--kind", "prometheus", "--url", server.url]
+    assert main(add) == 0
+    settings = make_settings(tmp_path, db_path=tmp_path / "k.db", sync_interval=0.0)
+    with TestClient(create_app(settings)) as client:
+        deadline = time.monotonic() + 30
+        while not client.get("/health").json()["connectors"]["checked_at"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert client.get("/health").json()["connectors"]["runs"] == {}
+        (alerts,) = client.get(SOURCES).json()["sources"]
+    assert alerts["documents"] == 0 and alerts["next_run"] is None

@@ -25,13 +25,19 @@ def run_sources(settings: Settings, args: argparse.Namespace) -> int:
     async def show(service: KnowledgeService) -> int:
         found = await use.sources(service, collection or None)
         if args.json:
-            print_json({"sources": [connectors.source_view(info) for info in found]})
+            print_json(
+                {
+                    "sources": [
+                        connectors.source_view(info, settings.sync_interval) for info in found
+                    ]
+                }
+            )
             return 0
         for info in found:
             line = f"{info.collection}\t{info.name}\t{info.documents} documents"
             line += f"\tlast run {info.last_run}"
             if info.connector:
-                body = connectors.source_view(info)
+                body = connectors.source_view(info, settings.sync_interval)
                 line += f"\tkind {body['kind']}\tcursor {body['cursor'] or '-'}"
                 line += f"\tnext run {body['next_run'] or '-'}"
                 line += f"\tlast error {body['last_error'] or '-'}"

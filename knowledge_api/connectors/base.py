@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from knowledge_api.errors import ConfigurationError
+from knowledge_api.errors import ConfigurationError, InvalidRequest
 from knowledge_api.models import ConnectorSource, Document
 
 
@@ -58,6 +58,28 @@ def secret(source: ConnectorSource, key: str, environ: Mapping[str, str] | None 
             f"set: export {variable}=... where the sync runs"
         )
     return value
+
+
+COMMON_SETTINGS = ("every",)
+"""Settings every kind takes: `every`, how often the service syncs the source."""
+
+
+def check_settings(
+    source: ConnectorSource, settings: tuple[str, ...], secrets: tuple[str, ...]
+) -> None:
+    """InvalidRequest naming the first setting or secret the kind does not take, or an
+    `every` that is not a duration."""
+    known = settings + COMMON_SETTINGS
+    unknown = sorted(source.settings.keys() - set(known))
+    if unknown:
+        rule = f"is not a setting of {source.kind}: {', '.join(known)}"
+        raise InvalidRequest(f"settings.{unknown[0]}", rule)
+    stray = sorted(source.secrets.keys() - set(secrets))
+    if stray:
+        rule = f"is not a secret of {source.kind}: {', '.join(secrets) or 'none'}"
+        raise InvalidRequest(f"secrets.{stray[0]}", rule)
+    if "every" in source.settings:
+        source.every(0.0)
 
 
 def split(value: str) -> list[str]:

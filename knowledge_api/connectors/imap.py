@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from email import policy
 from typing import Any, ClassVar
 
-from knowledge_api.connectors.base import Window, secret, split
+from knowledge_api.connectors.base import Window, check_settings, secret, split
 from knowledge_api.errors import ConnectorFailed, ExtractionError, InvalidRequest
 from knowledge_api.ingest import mail
 from knowledge_api.models import ConnectorSource, Document
@@ -230,16 +230,7 @@ def check(source: ConnectorSource) -> None:
         url.port  # noqa: B018 - a port that is not a number raises here
     except ValueError as e:
         raise InvalidRequest("url", "must be imap://HOST[:PORT] or imaps://HOST[:PORT]") from e
-    unknown = sorted(source.settings.keys() - set(SETTINGS))
-    if unknown:
-        raise InvalidRequest(
-            f"settings.{unknown[0]}", f"is not a setting of imap: {', '.join(SETTINGS)}"
-        )
-    secrets = sorted(source.secrets.keys() - set(SECRETS))
-    if secrets:
-        raise InvalidRequest(
-            f"secrets.{secrets[0]}", f"is not a secret of imap: {', '.join(SECRETS)}"
-        )
+    check_settings(source, SETTINGS, SECRETS)
     if source.settings.get("tls", "starttls") != "starttls":
         raise InvalidRequest("settings.tls", "must be starttls (imaps:// for TLS from the start)")
     if url.scheme == "imaps" and "tls" in source.settings:

@@ -15,7 +15,7 @@ import urllib.request
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from knowledge_api.connectors.base import Window, secret
+from knowledge_api.connectors.base import Window, check_settings, secret
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.ingest.metrics import SOURCE_TYPE, mapping, rule_part
 from knowledge_api.models import ConnectorSource, Document
@@ -145,11 +145,4 @@ def check(source: ConnectorSource) -> None:
     url = urllib.parse.urlsplit(source.url)
     if url.scheme not in ("http", "https") or not url.hostname:
         raise InvalidRequest("url", "must be http://HOST:PORT or https://HOST[:PORT]")
-    unknown = sorted(source.settings.keys() - set(SETTINGS))
-    if unknown:
-        known = ", ".join(SETTINGS)
-        raise InvalidRequest(f"settings.{unknown[0]}", f"is not a setting of prometheus: {known}")
-    secrets = sorted(source.secrets.keys() - set(SECRETS))
-    if secrets:
-        known = ", ".join(SECRETS)
-        raise InvalidRequest(f"secrets.{secrets[0]}", f"is not a secret of prometheus: {known}")
+    check_settings(source, SETTINGS, SECRETS)

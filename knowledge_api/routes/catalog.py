@@ -202,12 +202,15 @@ async def sources(request: Request) -> Response:
     if collection is not None:
         caller.collection(collection)
     found = await use.sources(service(request), collection)
+    every = service(request).settings.sync_interval
     if collection is not None and not found:
         await use.require_collection(service(request), collection, caller.reaches)
     return JSONResponse(
         {
             "sources": [
-                connectors.source_view(info) for info in found if caller.reaches(info.collection)
+                connectors.source_view(info, every)
+                for info in found
+                if caller.reaches(info.collection)
             ]
         }
     )

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api import validation
+from knowledge_api.connectors.registry import connectors
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import QUEUED
 from knowledge_api.models import DEFAULT_COLLECTION, ConnectorSource
@@ -28,7 +29,7 @@ from knowledge_api.web.fields import (
 )
 from knowledge_api.web.http import JSONResponse, read_json, service
 
-KINDS = ("imap", "prometheus")
+KINDS = tuple(connectors.names())
 STRINGS = {"type": "object", "additionalProperties": {"type": "string", "maxLength": 1000}}
 
 
@@ -99,7 +100,9 @@ async def add(request: Request) -> Response:
     added = await use.add_source(service(request), collection, values["name"], source)
     changed = {"source": values["name"], "kind": source.kind}
     await service(request).audit(actor(request), "POST /v1/knowledge/sources", collection, changed)
-    return JSONResponse(use.source_view(added), status_code=201)
+    return JSONResponse(
+        use.source_view(added, service(request).settings.sync_interval), status_code=201
+    )
 
 
 async def sync(request: Request) -> Response:

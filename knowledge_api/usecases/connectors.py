@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError, NotFound
@@ -192,11 +192,13 @@ async def sync_all(
     ]
 
 
-def source_view(info: SourceInfo) -> dict[str, Any]:
+def source_view(info: SourceInfo, default_every: float) -> dict[str, Any]:
     """A source as the listings show it: a connector source's kind, URL, settings, the
-    names of the variables holding its secrets (never a value), its cursor, next run
-    and last error; null for a source `ingest` or an upload fills."""
+    names of the variables holding its secrets (never a value), its cursor, next
+    scheduled run (`default_every`: KNOWLEDGE_SYNC_INTERVAL) and last error; null for a
+    source `ingest` or an upload fills."""
     source = ConnectorSource.from_json(info.connector) if info.connector else None
+    due = next_run(info, source, default_every) if source else None
     return {
         "collection": info.collection,
         "name": info.name,
@@ -207,9 +209,24 @@ def source_view(info: SourceInfo) -> dict[str, Any]:
         "settings": source.settings if source else None,
         "secrets": source.secrets if source else None,
         "cursor": source.cursor if source else None,
-        "next_run": None,
+        "next_run": due.isoformat(timespec="seconds") if due else None,
         "last_error": source.last_error if source else None,
     }
+
+
+def next_run(info: SourceInfo, source: ConnectorSource, default_every: float) -> datetime | None:
+    """When the service syncs the source next: at once when it never ran, else its last
+    run (finished or failed) and its interval; None when it is not scheduled."""
+    try:
+        interval = source.every(default_every)
+    except InvalidRequest:
+        return None
+    if interval <= 0:
+        return None
+    last = datetime.fromisoformat(info.last_run)
+    last = last if last.tzinfo else last.replace(tzinfo=UTC)
+    never = not source.last_sync and source.last_error is None
+    return last if never else last + timedelta(seconds=interval)
 
 
 class SyncJobs:
@@ -268,3 +285,89 @@ async def sync_jobs(service: KnowledgeService) -> AsyncIterator[SyncJobs]:
         for task in list(jobs.tasks):
             task.cancel()
         await asyncio.gather(*jobs.tasks, return_exceptions=True)
+
+
+SCHEDULED = Actor("sources-sync")
+"""The scheduled syncs, as the audit trail names them."""
+TICK = 10.0
+"""Seconds between two looks at which sources are due."""
+
+
+@dataclass
+class Schedule:
+    """What /health says of the scheduled syncs: the source syncing now, each source's
+    last scheduled run, and the errors of those that stopped."""
+
+    running: str | None = None
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checked_at: str | None = None
+    """When it last looked for the sources due (and ran them)."""
+
+    def finished(self, result: SyncResult) -> None:
+        self.runs[f"{result.collection}/{result.name}"] = {
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "status": "failed" if result.error else "ok",
+            "summary": result.line(),
+        }
+
+    def health(self) -> dict[str, Any]:
+        failing = sorted(key for key, run in self.runs.items() if run["status"] == "failed")
+        status = "failing" if failing else ("syncing" if self.running else "ok")
+        return {
+            "status": status,
+            "syncing": self.running,
+            "failing": failing,
+            "runs": self.runs,
+            "checked_at": self.checked_at,
+        }
+
+
+async def sync_due(service: KnowledgeService, jobs: SyncJobs, schedule: Schedule) -> int:
+    """Sync, one after the other, the connector sources whose next run has come; how
+    many ran."""
+    default = service.settings.sync_interval
+    ran = 0
+    for info, source in await connector_sources(service):
+        due = next_run(info, source, default)
+        if due is None or due > datetime.now(UTC):
+            continue
+        async with jobs.turn:
+            schedule.running = f"{info.collection}/{info.name}"
+            try:
+                result = await sync_source(service, info, source, SCHEDULED)
+            finally:
+                schedule.running = None
+        schedule.finished(result)
+        if result.error:
+            log.warning("scheduled sync stopped: %s", result.line())
+        else:
+            log.info("scheduled sync: %s", result.line())
+        ran += 1
+    schedule.checked_at = datetime.now(UTC).isoformat(timespec="seconds")
+    return ran
+
+
+async def sync_forever(service: KnowledgeService, jobs: SyncJobs, schedule: Schedule) -> None:
+    while True:
+        try:
+            await sync_due(service, jobs, schedule)
+        except KnowledgeAPIError as e:  # the store did not answer: the next tick tries again
+            log.warning("scheduled syncs: %s", e.message)
+        except Exception:  # a bug must not end the schedule; the log says what
+            log.exception("scheduled syncs failed unexpectedly")
+        await asyncio.sleep(TICK)
+
+
+@asynccontextmanager
+async def scheduled_syncs(service: KnowledgeService, jobs: SyncJobs) -> AsyncIterator[Schedule]:
+    """While the service runs: each connector source synced every its `every` (else
+    KNOWLEDGE_SYNC_INTERVAL), never two at once with the runs asked over HTTP; /health
+    shows them (`connectors`)."""
+    schedule = Schedule()
+    service.health_reports["connectors"] = schedule.health
+    task = asyncio.create_task(sync_forever(service, jobs, schedule), name="sources-sync")
+    try:
+        yield schedule
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
