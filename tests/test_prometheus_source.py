@@ -223,3 +223,27 @@ def test_no_schedule_syncs_nothing(
         assert client.get("/health").json()["connectors"]["runs"] == {}
         (alerts,) = client.get(SOURCES).json()["sources"]
     assert alerts["documents"] == 0 and alerts["next_run"] is None
+
+
+def test_a_source_another_process_syncs_is_left_to_it(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add = ["sources", "add", "alerts", "--kind", "prometheus", "--url", server.url]
+    assert main([*add, "--collection", "ops"]) == 0
+
+    async def lease(holder: str, seconds: float) -> bool:
+        store = make_store("sqlite", make_settings(tmp_path, db_path=tmp_path / "k.db"))
+        await store.open()
+        try:
+            return await store.lease_source("ops", "alerts", holder, seconds)
+        finally:
+            await store.close()
+
+    assert asyncio.run(lease("replica-2", 300))
+    capsys.readouterr()
+    status, line = sync(capsys)
+    assert status == 1 and "another process is syncing this source now" in line
+    assert stored(tmp_path) == {}
+    assert asyncio.run(lease("replica-2", 0))
+    assert sync(capsys) == (0, "ops/alerts: 3 added, 0 updated, 0 unchanged, 0 deleted")
+    assert asyncio.run(lease("replica-2", 300))  # the run let its lease go

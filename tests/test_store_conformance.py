@@ -596,6 +596,21 @@ async def test_a_connector_source_keeps_its_record_until_deleted(store: Knowledg
     assert (await store.sources("mail"))[1].connector == ""
 
 
+async def test_one_holder_at_a_time_leases_a_source(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    await store.record_source("mail", "inbox", connector='{"kind": "imap"}')
+    assert not await store.lease_source("mail", "unknown", "a", 60)
+    assert await store.lease_source("mail", "inbox", "a", 60)
+    assert await store.lease_source("mail", "inbox", "a", 60)  # renewed
+    assert not await store.lease_source("mail", "inbox", "b", 60)
+    assert await store.lease_source("mail", "inbox", "a", 0)  # let go
+    assert await store.lease_source("mail", "inbox", "b", 0.5)
+    assert not await store.lease_source("mail", "inbox", "a", 60)
+    await asyncio.sleep(0.6)  # b's lease ran out: a process that died holds it no more
+    assert await store.lease_source("mail", "inbox", "a", 60)
+    assert (await store.sources("mail"))[0].connector == '{"kind": "imap"}'
+
+
 def readme(text: str) -> Document:
     return Document("wiki", "README.md", text, "README", {"path": "README.md"})
 

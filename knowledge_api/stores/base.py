@@ -138,6 +138,11 @@ class KnowledgeStore(Protocol):
     async def delete_source(self, collection: str, source: str) -> int:
         """Delete every document of the source, and the source; how many documents went."""
 
+    async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
+        """Take or renew the source's lease as `holder` for `seconds`, unless another
+        holder's lease still runs: whether `holder` holds it now (one sync of a source
+        at a time, across processes). `seconds` 0 lets it go."""
+
     async def sources(self, collection: str | None = None) -> list[SourceInfo]:
         """The sources (of one collection, or all), by collection and name."""
 

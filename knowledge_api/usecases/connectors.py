@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -135,9 +137,61 @@ async def sync_source(
     dry_run: bool = False,
     allow_mass_delete: bool = False,
 ) -> SyncResult:
-    """One run of a source. A failure (the service unreachable, the credentials refused,
-    a mass delete refused) is kept as the source's `last_error` and the result's error:
-    nothing is deleted and the cursor stays."""
+    """One run of a source, holding its lease in the store (a dry run reads only, and
+    takes none). A failure (the service unreachable, the credentials refused, a mass
+    delete refused) is kept as the source's `last_error` and the result's error: nothing
+    is deleted and the cursor stays. While another process holds the lease, the run
+    does nothing and says so."""
+    if dry_run:
+        return await run_source(service, info, source, actor, full, True, allow_mass_delete)
+    async with leased(service, info) as held:
+        if not held:
+            result = SyncResult(info.collection, info.name)
+            result.error = "another process is syncing this source now; this run did nothing"
+            return result
+        # what that other process may have moved since `source` was read
+        info, source = await find_source(service, info.name, info.collection)
+        return await run_source(service, info, source, actor, full, False, allow_mass_delete)
+
+
+LEASE_SECONDS = 300.0
+"""How long a sync's lease on its source lasts unless renewed: a process that dies
+mid-run holds the source no longer than this."""
+
+
+@asynccontextmanager
+async def leased(service: KnowledgeService, info: SourceInfo) -> AsyncIterator[bool]:
+    """The source's lease taken for this process (renewed while the run goes, let go at
+    its end); False when another process holds it."""
+    store = service.store
+    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    if not await store.lease_source(info.collection, info.name, holder, LEASE_SECONDS):
+        yield False
+        return
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(LEASE_SECONDS / 3)
+            await store.lease_source(info.collection, info.name, holder, LEASE_SECONDS)
+
+    renewing = asyncio.create_task(renew())
+    try:
+        yield True
+    finally:
+        renewing.cancel()
+        await asyncio.gather(renewing, return_exceptions=True)
+        await store.lease_source(info.collection, info.name, holder, 0)
+
+
+async def run_source(
+    service: KnowledgeService,
+    info: SourceInfo,
+    source: ConnectorSource,
+    actor: Actor,
+    full: bool,
+    dry_run: bool,
+    allow_mass_delete: bool,
+) -> SyncResult:
     result = SyncResult(info.collection, info.name)
     store = service.store
     try:

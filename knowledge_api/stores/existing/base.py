@@ -149,6 +149,9 @@ class ExistingTables(HybridSearch):
     ) -> None:
         raise self.refused()
 
+    async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
+        raise self.refused()
+
     async def delete_source(self, collection: str, source: str) -> int:
         raise self.refused()
 

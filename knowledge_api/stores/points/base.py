@@ -14,6 +14,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Hashable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from knowledge_api.stores.fusion import SearchTuning, cosine_to_similarity
 from knowledge_api.stores.points.engine import (
     COLLECTIONS,
     CONNECTORS,
+    LEASES,
     ROOTS,
     SOURCES,
     CatalogEntry,
@@ -139,6 +141,7 @@ class PointStore(PointEngine):
         touched: Iterable[str] = (),
         retry: bool = True,
         connectors: Record | None = None,
+        leases: Record | None = None,
     ) -> None:
         """Store a new generation token beside the embedder record, as the token of
         the `touched` collections too (the sources' runs, roots and connectors kept as
@@ -153,6 +156,8 @@ class PointStore(PointEngine):
             roots = sources_of(current, ROOTS)
         if connectors is None:
             connectors = sources_of(current, CONNECTORS)
+        if leases is None:
+            leases = sources_of(current, LEASES)
         prior = collection_tokens(current)
         token = self.writes.wrote()
         tokens = {**prior, **dict.fromkeys(touched, token)}
@@ -165,6 +170,7 @@ class PointStore(PointEngine):
                 SOURCES: json.dumps(sources, sort_keys=True),
                 ROOTS: json.dumps(roots, sort_keys=True),
                 CONNECTORS: json.dumps(connectors, sort_keys=True),
+                LEASES: json.dumps(leases, sort_keys=True),
                 COLLECTIONS: json.dumps(tokens, sort_keys=True),
                 IDENTITY: SOURCED,
             }
@@ -312,17 +318,42 @@ class PointStore(PointEngine):
                 connectors.setdefault(collection, {})[source] = connector
             await self._wrote(runs, roots, connectors=connectors)
 
+    async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
+        """Under the store's write lock: one process at a time here; another process
+        writing the record between its read and its write may take it too (Chroma's
+        local files serve one process; a Qdrant server shared by replicas is the case
+        this does not close)."""
+        async with self._write_lock:
+            await self._ready()
+            record = await self._read_record()
+            if source not in sources_of(record).get(collection, {}):
+                return False
+            leases = sources_of(record, LEASES)
+            now = datetime.now(UTC)
+            current_holder, _, until = leases.get(collection, {}).get(source, "|").partition("|")
+            if current_holder not in ("", holder) and until >= now.isoformat():
+                return False
+            lease = (
+                f"{holder if seconds > 0 else ''}|{(now + timedelta(seconds=seconds)).isoformat()}"
+            )
+            leases.setdefault(collection, {})[source] = lease
+            await self._wrote(leases=leases)
+            return True
+
     async def delete_source(self, collection: str, source: str) -> int:
         deleted = await self.delete_documents(list(await self.source_documents(collection, source)))
         async with self._write_lock:
             record = await self._read_record()
             runs, roots = sources_of(record), sources_of(record, ROOTS)
-            connectors = sources_of(record, CONNECTORS)
-            roots.get(collection, {}).pop(source, None)
-            connectors.get(collection, {}).pop(source, None)
+            connectors, leases = sources_of(record, CONNECTORS), sources_of(record, LEASES)
+            for kept in (roots, connectors, leases):
+                kept.get(collection, {}).pop(source, None)
             if runs.get(collection, {}).pop(source, None) is not None:
                 await self._wrote(
-                    named_only(runs), named_only(roots), connectors=named_only(connectors)
+                    named_only(runs),
+                    named_only(roots),
+                    connectors=named_only(connectors),
+                    leases=named_only(leases),
                 )
         return deleted
 

@@ -237,6 +237,16 @@ class SiamStore(HybridSearch):
         }
         await self.call("knowledge_record_source", params, IndexingError)
 
+    async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
+        params = {
+            "source_collection": collection,
+            "source_name": source,
+            "claim_holder": holder,
+            "claim_seconds": seconds,
+        }
+        rows = await self.call("knowledge_lease_source", params, IndexingError)
+        return bool(rows and rows[0]["held"])
+
     async def delete_source(self, collection: str, source: str) -> int:
         params = {"source_collection": collection, "source_name": source}
         try:

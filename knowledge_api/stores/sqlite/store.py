@@ -213,6 +213,16 @@ class SQLiteStore(HybridSearch):
         )
         await self._write_sql(work, f"record the source {source!r}")
 
+    async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
+        work = partial(
+            writes.lease_source,
+            collection=collection,
+            source=source,
+            holder=holder,
+            seconds=seconds,
+        )
+        return await self._write_sql(work, f"lease the source {source!r}") == 1
+
     async def delete_source(self, collection: str, source: str) -> int:
         work = partial(writes.delete_source, collection=collection, source=source)
         return await self._write_sql(work, f"delete the source {source!r}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -125,6 +125,20 @@ def record_source(
         (collection, source, records.now(), root, connector),
     )
     return 0
+
+
+def lease_source(
+    conn: sqlite3.Connection, collection: str, source: str, holder: str, seconds: float
+) -> int:
+    """1 when `holder` holds the source's lease now (taken, renewed or let go), else 0."""
+    now = datetime.now(UTC)
+    until = (now + timedelta(seconds=seconds)).isoformat()
+    return conn.execute(
+        """UPDATE sources SET lease_holder = ?, lease_until = ?
+           WHERE collection = ? AND name = ?
+               AND (lease_holder IN ('', ?) OR lease_until < ?)""",
+        (holder if seconds > 0 else "", until, collection, source, holder, now.isoformat()),
+    ).rowcount
 
 
 def delete_source(conn: sqlite3.Connection, collection: str, source: str) -> int:
