@@ -8,6 +8,7 @@ import imaplib
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -34,6 +35,7 @@ def needs_dovecot() -> None:
 class Mailbox:
     port: int
     home: Path
+    cafile: Path | None = None
 
     @property
     def url(self) -> str:
@@ -42,6 +44,8 @@ class Mailbox:
     @contextmanager
     def client(self) -> Iterator[imaplib.IMAP4]:
         client = imaplib.IMAP4("127.0.0.1", self.port, timeout=10)
+        if self.cafile is not None:
+            client.starttls(ssl.create_default_context(cafile=str(self.cafile)))
         client.login(USER, PASSWORD)
         try:
             yield client
@@ -130,8 +134,25 @@ def owned(path: Path) -> None:
             os.chown(found, 65534, 65534)
 
 
+def certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key (the test's own authority)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: apt-get install openssl")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
 @contextmanager
-def dovecot() -> Iterator[Mailbox]:
+def dovecot(tls: bool = False) -> Iterator[Mailbox]:
+    """Dovecot on a loopback port; with `tls`, STARTTLS offered (and required before a
+    login) with a certificate `Mailbox.cafile` trusts."""
     needs_dovecot()
     assert DOVECOT is not None
     root = Path(tempfile.mkdtemp(prefix="imap-test-"))
@@ -149,6 +170,12 @@ def dovecot() -> Iterator[Mailbox]:
         name = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
         users = f"default_internal_user = {name}\ndefault_login_user = {name}\n"
         mail_uid = f"uid={me} gid={os.getgid()}"
+    if tls:
+        cert, key = certificate(root)
+        ssl = f"ssl = required\nssl_cert = <{cert}\nssl_key = <{key}\n"
+        ssl += "disable_plaintext_auth = yes\n"
+    else:
+        ssl = "ssl = no\ndisable_plaintext_auth = no\n"
     config = root / "dovecot.conf"
     config.write_text(
         f"""base_dir = {root}/run
@@ -156,9 +183,7 @@ state_dir = {root}/state
 log_path = {root}/dovecot.log
 protocols = imap
 listen = 127.0.0.1
-ssl = no
-disable_plaintext_auth = no
-auth_mechanisms = plain login
+{ssl}auth_mechanisms = plain login
 {users}mail_location = maildir:~/Maildir
 first_valid_uid = 1
 passdb {{
@@ -200,7 +225,7 @@ service anvil {{
                     )
                     raise AssertionError(f"dovecot did not start: {log}") from None
                 time.sleep(0.1)
-        yield Mailbox(port, home)
+        yield Mailbox(port, home, root / "cert.pem" if tls else None)
     finally:
         server.terminate()
         server.wait(timeout=20)

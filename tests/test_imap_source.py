@@ -202,3 +202,22 @@ def test_removing_a_source_takes_its_documents(
     assert "with its 1 documents" in capsys.readouterr().out
     assert stored(tmp_path) == {}
     assert main(["sources", "sync", "mail"]) == 1
+
+
+def test_starttls_upgrades_before_the_login(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with dovecot(tls=True) as mailbox:
+        assert mailbox.cafile is not None
+        mailbox.deliver(message("tls@vendor", "Certificate renewal", "The certificate expires."))
+        # upgraded, the server's certificate is checked: the system's authorities
+        # do not know the test's own
+        assert add(mailbox, "--set", "tls=starttls") == 0
+        capsys.readouterr()
+        status, line = sync(capsys)
+        assert status == 1 and "CERTIFICATE_VERIFY_FAILED" in line
+        assert main(["sources", "remove", "mail"]) == 0
+        assert add(mailbox, "--set", "tls=starttls", "--set", f"cafile={mailbox.cafile}") == 0
+        capsys.readouterr()
+        assert sync(capsys) == (0, "support/mail: 1 added, 0 updated, 0 unchanged, 0 deleted")
+        assert sorted(stored(tmp_path)) == ["tls@vendor"]

@@ -195,23 +195,31 @@ class IMAPConnector:
             return self.client
         password = secret(self.source, "password")  # unset: say so before connecting
         context = ssl.create_default_context()
-        if "cafile" in self.source.settings:
-            context.load_verify_locations(self.source.settings["cafile"])
+        cafile = self.source.settings.get("cafile")
+        try:
+            if cafile:
+                context.load_verify_locations(cafile)
+        except (OSError, ssl.SSLError) as e:
+            raise ConnectorFailed(f"settings.cafile {cafile!r} cannot be read: {e}") from e
         try:
             client = (
                 imaplib.IMAP4_SSL(self.host, self.port, ssl_context=context, timeout=self.timeout)
                 if self.secure
                 else imaplib.IMAP4(self.host, self.port, timeout=self.timeout)
             )
-            if self.source.settings.get("tls") == "starttls":
-                client.starttls(context)
         except (OSError, imaplib.IMAP4.error) as e:
             raise ConnectorFailed(f"{self.where()} is unreachable: {e}") from e
         user = self.source.settings.get("user", "")
         try:
+            if self.source.settings.get("tls") == "starttls":
+                client.starttls(context)
+        except (OSError, imaplib.IMAP4.error) as e:
+            dropped(client)
+            raise ConnectorFailed(f"{self.where()} could not upgrade to TLS: {e}") from e
+        try:
             client.login(user, password)
-        except imaplib.IMAP4.error as e:
-            client.shutdown()
+        except (OSError, imaplib.IMAP4.error) as e:
+            dropped(client)
             raise ConnectorFailed(f"{self.where()} refused the login of {user!r}: {e}") from e
         self.client = client
         return client
@@ -219,6 +227,15 @@ class IMAPConnector:
     def where(self) -> str:
         scheme = "imaps" if self.secure else "imap"
         return f"{scheme}://{self.host}:{self.port}"
+
+
+def dropped(client: imaplib.IMAP4) -> None:
+    """The connection closed without a goodbye (one a failed TLS handshake left half
+    made cannot say one)."""
+    with contextlib.suppress(OSError):
+        client.shutdown()
+    with contextlib.suppress(OSError):
+        client.sock.close()
 
 
 def check(source: ConnectorSource) -> None:
