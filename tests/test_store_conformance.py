@@ -666,13 +666,15 @@ async def stored_before_sourced_ids(
     applied), so that the next open (or `knowledge-api migrate`) migrates it."""
     if name == "sqlite":
         with sqlite3.connect(settings.db_path) as conn:
-            conn.execute("ALTER TABLE sources DROP COLUMN root")
+            for column in ("root", "connector", "lease_holder", "lease_until"):
+                conn.execute(f"ALTER TABLE sources DROP COLUMN {column}")  # 008 and 009 again
             conn.execute("PRAGMA user_version = 7")
     elif name in ("postgres", "supabase"):
         conn = await asyncpg.connect(database_url(name, settings, request))
         try:
             await conn.execute(
-                "DELETE FROM knowledge_schema_migrations WHERE version = 17; "
+                # 017 again, then what redefines its functions since (020)
+                "DELETE FROM knowledge_schema_migrations WHERE version IN (17, 20); "
                 "ALTER TABLE knowledge_documents ADD CONSTRAINT "
                 "knowledge_documents_collection_source_type_source_id_key "
                 "UNIQUE (collection, source_type, source_id)"
