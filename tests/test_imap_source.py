@@ -12,6 +12,7 @@ import pytest
 
 from knowledge_api.cli import main
 from knowledge_api.models import Document
+from knowledge_api.service import KnowledgeService
 from tests.conftest import make_settings, make_store
 from tests.imap_server import PASSWORD, Mailbox, dovecot, message
 
@@ -94,8 +95,14 @@ def test_a_mailbox_becomes_threads_that_follow_its_changes(
     assert renewal.source_type == "email" and renewal.metadata["folder"] == "INBOX"
     assert renewal.metadata["message_ids"] == "renewal@vendor renewal-2@us"
 
-    # nothing changed: nothing read again
-    assert sync(capsys) == (0, "support/mail: 0 added, 0 updated, 0 unchanged, 0 deleted")
+    # nothing changed: nothing read again, and no model loaded
+    def refuse(*args: object) -> None:
+        raise AssertionError("the model was loaded")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(KnowledgeService, "load_embedder", refuse)
+        patched.setattr(KnowledgeService, "start", refuse)
+        assert sync(capsys) == (0, "support/mail: 0 added, 0 updated, 0 unchanged, 0 deleted")
 
     # a reply to the second thread, and a flag on the first: one thread rewritten
     mailbox.append(

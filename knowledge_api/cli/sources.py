@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from knowledge_api import validation
-from knowledge_api.cli.running import print_json, with_service, with_storage
+from knowledge_api.cli.running import print_json, with_storage
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import changes, local_user
 from knowledge_api.models import ConnectorSource
@@ -101,7 +101,7 @@ def run_sync(settings: Settings, args: argparse.Namespace) -> int:
             print("no connector sources")
         return 1 if any(result.error is not None for result in results) else 0
 
-    return with_service(settings, sync)
+    return with_storage(settings, sync)  # the model loads when a run has work for it
 
 
 def run_remove(settings: Settings, args: argparse.Namespace) -> int:

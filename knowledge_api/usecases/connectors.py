@@ -209,6 +209,8 @@ async def run_source(
     result.plan, result.problems = plan, window.problems
     if dry_run:
         return result
+    if plan.changed and not service.embedder_ready:
+        await service.load_embedder()  # a command: the model only for a run with work
     result.report = await mirror(service, plan)
     finished = datetime.now(UTC).isoformat(timespec="seconds")
     moved = source.moved(window.cursor, finished).to_json()
