@@ -17,6 +17,7 @@ from knowledge_api.redaction import Redactor
 from knowledge_api.routes import ROUTES, mcp_endpoint
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.usecases.connectors import scheduled_syncs, sync_jobs
 from knowledge_api.usecases.kb_sync import periodic_sync
 from knowledge_api.usecases.uploads import upload_jobs
 from knowledge_api.web import access
@@ -63,8 +64,14 @@ def create_app(
                 await require_a_key(settings, knowledge)
                 await knowledge.load()
                 await knowledge.seed_in_background()
-                async with periodic_sync(knowledge), upload_jobs(knowledge) as uploads:
+                async with (
+                    periodic_sync(knowledge),
+                    upload_jobs(knowledge) as uploads,
+                    sync_jobs(knowledge) as syncs,
+                    scheduled_syncs(knowledge, syncs),
+                ):
                     app.state.uploads = uploads
+                    app.state.syncs = syncs
                     async with mcp.running():
                         yield
             finally:

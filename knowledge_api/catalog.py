@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_api import tracing
+from knowledge_api.connectors import registry as connectors
+from knowledge_api.connectors.base import Window
 from knowledge_api.errors import (
     AmbiguousDocument,
     CollectionNotFound,
@@ -30,7 +32,13 @@ from knowledge_api.ingest.loaders import (
 )
 from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
 from knowledge_api.ledger import Actor, changes
-from knowledge_api.models import DEFAULT_COLLECTION, Document, IndexSummary, Progress
+from knowledge_api.models import (
+    DEFAULT_COLLECTION,
+    ConnectorSource,
+    Document,
+    IndexSummary,
+    Progress,
+)
 from knowledge_api.settings import column_roles
 from knowledge_api.trail import Trail
 
@@ -54,6 +62,17 @@ class Catalog(Trail):
             raise EmbeddingError("the embedder is not loaded: documents cannot be indexed")
         ingestor = Ingestor(self.store, self.identity, self.embed_documents)
         return await ingestor.ingest(documents, progress, source)
+
+    def check_connector(self, source: ConnectorSource, collection: str) -> None:
+        """400 naming the field for a connector source its kind cannot read."""
+        connectors.connector_for(source, collection).close()
+
+    async def read_connector(
+        self, source: ConnectorSource, collection: str, full: bool
+    ) -> tuple[Window, set[str]]:
+        """A connector source's documents changed since its cursor (all with `full`)
+        and the source ids its service still has (connectors/registry.py)."""
+        return await asyncio.to_thread(connectors.read, source, collection, full)
 
     async def changed(self, documents: Iterable[Document]) -> list[Document]:
         """Those of `documents` an ingest would write (chunked), asked of the store

@@ -162,3 +162,8 @@ class ExtractionError(Exception):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+class ConnectorFailed(KnowledgeAPIError, status=502, type="connector_failed"):
+    """The source's service could not be reached, refused the credentials or answered
+    nonsense: the run stops and deletes nothing."""

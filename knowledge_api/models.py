@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import re
 import secrets
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 import numpy as np
 
+from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import Node
 
 SOURCE_TYPES = ("git", "jira", "knowledge", "wiki", "email", "metrics")
@@ -219,6 +222,59 @@ class SourceInfo:
     root: str = ""
     """The folder (resolved) or base URL its files were read from, empty for a source of
     no files: another source reading one of them is refused."""
+    connector: str = ""
+    """A connector source's record as JSON (its kind, URL, settings, the names of the
+    environment variables holding its secrets, its cursor and last error); empty for a
+    source `ingest` or an upload fills."""
+
+
+_DURATION = re.compile(r"(\d+)([smhd])")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class ConnectorSource:
+    """A connector source as the store keeps it: no secret's value, only its name."""
+
+    kind: str
+    url: str
+    settings: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
+    """Setting -> the name of the environment variable holding its value."""
+    cursor: str = ""
+    """Where the next incremental run starts; the connector's own (empty: from the start)."""
+    last_error: str | None = None
+    last_sync: str = ""
+    """When a run last finished without an error (ISO 8601)."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ConnectorSource:
+        raw: dict[str, Any] = json.loads(text)
+        return cls(**{name: raw[name] for name in cls.__dataclass_fields__ if name in raw})
+
+    def every(self, default: float) -> float:
+        """Seconds between the service's syncs of the source: its `every` setting
+        (`15m`, `1h30m`, `45s`, `1d`; `0`: never), else `default`."""
+        value = self.settings.get("every", "").strip().lower()
+        if not value:
+            return default
+        if value == "0":
+            return 0.0
+        parts = _DURATION.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise InvalidRequest(
+                "settings.every", "must be a duration such as 15m, 1h or 1h30m, or 0"
+            )
+        return float(sum(int(n) * DURATION_UNITS[u] for n, u in parts))
+
+    def moved(self, cursor: str, when: str) -> ConnectorSource:
+        return replace(self, cursor=cursor, last_error=None, last_sync=when)
+
+    def failed(self, error: str) -> ConnectorSource:
+        return replace(self, last_error=error)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ SEAMS = {
     "rerankers",
     "synthesis",
     "ingest",
+    "connectors",
     "cache",
     "routing",
     "prefetch",

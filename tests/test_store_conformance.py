@@ -593,6 +593,40 @@ async def test_a_source_records_its_documents_and_its_runs(store: KnowledgeStore
     assert len(await store.source_documents("default", "/srv/other")) == 3
 
 
+async def test_a_connector_source_keeps_its_record_until_deleted(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    first = '{"kind": "imap", "cursor": ""}'
+    await store.record_source("mail", "inbox", connector=first)
+    await store.record_source("mail", "/srv/files", "/srv/files")
+    assert [(s.name, s.connector) for s in await store.sources("mail")] == [
+        ("/srv/files", ""),
+        ("inbox", first),
+    ]
+    await store.record_source("mail", "inbox")  # a run naming no record keeps it
+    assert (await store.sources("mail"))[1].connector == first
+    moved = '{"kind": "imap", "cursor": "7"}'
+    await store.record_source("mail", "inbox", connector=moved)
+    assert (await store.sources("mail"))[1].connector == moved
+    await store.delete_source("mail", "inbox")
+    await store.record_source("mail", "inbox")
+    assert (await store.sources("mail"))[1].connector == ""
+
+
+async def test_one_holder_at_a_time_leases_a_source(store: KnowledgeStore) -> None:
+    await index(store, corpus())
+    await store.record_source("mail", "inbox", connector='{"kind": "imap"}')
+    assert not await store.lease_source("mail", "unknown", "a", 60)
+    assert await store.lease_source("mail", "inbox", "a", 60)
+    assert await store.lease_source("mail", "inbox", "a", 60)  # renewed
+    assert not await store.lease_source("mail", "inbox", "b", 60)
+    assert await store.lease_source("mail", "inbox", "a", 0)  # let go
+    assert await store.lease_source("mail", "inbox", "b", 0.5)
+    assert not await store.lease_source("mail", "inbox", "a", 60)
+    await asyncio.sleep(0.6)  # b's lease ran out: a process that died holds it no more
+    assert await store.lease_source("mail", "inbox", "a", 60)
+    assert (await store.sources("mail"))[0].connector == '{"kind": "imap"}'
+
+
 def readme(text: str) -> Document:
     return Document("wiki", "README.md", text, "README", {"path": "README.md"})
 
@@ -648,13 +682,15 @@ async def stored_before_sourced_ids(
     applied), so that the next open (or `knowledge-api migrate`) migrates it."""
     if name == "sqlite":
         with sqlite3.connect(settings.db_path) as conn:
-            conn.execute("ALTER TABLE sources DROP COLUMN root")
+            for column in ("root", "connector", "lease_holder", "lease_until"):
+                conn.execute(f"ALTER TABLE sources DROP COLUMN {column}")  # 008 and 009 again
             conn.execute("PRAGMA user_version = 7")
     elif name in ("postgres", "supabase"):
         conn = await asyncpg.connect(database_url(name, settings, request))
         try:
             await conn.execute(
-                "DELETE FROM knowledge_schema_migrations WHERE version = 17; "
+                # 017 again, then what redefines its functions since (020)
+                "DELETE FROM knowledge_schema_migrations WHERE version IN (17, 20); "
                 "ALTER TABLE knowledge_documents ADD CONSTRAINT "
                 "knowledge_documents_collection_source_type_source_id_key "
                 "UNIQUE (collection, source_type, source_id)"

@@ -175,23 +175,6 @@ def ingest_summary(summary: IndexSummary, unchanged: int, started: float) -> str
     )
 
 
-def run_sources(settings: Settings, args: argparse.Namespace) -> int:
-    from knowledge_api.usecases import sources
-
-    collection = args.collection and validation.collection_name(args.collection, "--collection")
-
-    async def show(service: KnowledgeService) -> int:
-        found = await sources.sources(service, collection or None)
-        for info in found:
-            counted = f"{info.documents} documents\tlast run {info.last_run}"
-            print(f"{info.collection}\t{info.name}\t{counted}")
-        if not found:
-            print("no sources")
-        return 0
-
-    return with_storage(settings, show)
-
-
 def run_sync(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import kb_sync
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TypeAlias
 
 from knowledge_api import __version__
-from knowledge_api.cli import audit, evaluate, ingest, keys, query, serve, stores
+from knowledge_api.cli import audit, evaluate, ingest, keys, query, serve, sources, stores
+from knowledge_api.connectors.registry import connectors
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
 from knowledge_api.rerankers import rerankers
 from knowledge_api.stores import stores as backends
@@ -128,9 +129,41 @@ def import_command(commands: Commands) -> None:
 
 
 def sources_command(commands: Commands) -> None:
-    command = commands.add_parser("sources", help="the sources: documents and last run of each")
+    command = commands.add_parser(
+        "sources", help="the sources: documents and last run of each; add, sync, remove"
+    )
     command.add_argument("--collection", help="only this collection's")
-    command.set_defaults(run=ingest.run_sources)
+    command.add_argument("--json", action="store_true", help="the API's listing as JSON")
+    command.set_defaults(run=sources.run_sources)
+    actions = command.add_subparsers(metavar="ACTION")
+    add = actions.add_parser("add", help="register a connector source (no sync)")
+    add.add_argument("name", metavar="NAME")
+    add.add_argument("--kind", required=True, choices=connectors.names())
+    add.add_argument("--url", required=True, help="where the service answers")
+    add.add_argument("--collection", default=DEFAULT_COLLECTION, help="collection to index into")
+    add.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a setting (repeatable)"
+    )
+    add.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="KEY=ENV_VAR",
+        help="a secret, read from this environment variable at each sync (never stored)",
+    )
+    add.set_defaults(run=sources.run_add)
+    sync = actions.add_parser("sync", help="sync a connector source, or --all")
+    sync.add_argument("name", metavar="NAME", nargs="?")
+    sync.add_argument("--all", action="store_true", help="every connector source")
+    sync.add_argument("--collection", help="the collection of the source")
+    sync.add_argument("--full", action="store_true", help="read everything, not since the cursor")
+    sync.add_argument("--dry-run", action="store_true", help="print what would change")
+    sync.add_argument("--allow-mass-delete", action="store_true", help=MASS_DELETE_HELP)
+    sync.set_defaults(run=sources.run_sync)
+    remove = actions.add_parser("remove", help="delete a connector source and its documents")
+    remove.add_argument("name", metavar="NAME")
+    remove.add_argument("--collection", help="the collection of the source")
+    remove.set_defaults(run=sources.run_remove)
 
 
 def query_command(commands: Commands) -> None:

@@ -87,6 +87,13 @@ class SupportSettings:
         min=0,
         max=1,
     )
+    sync_interval: float = setting(
+        "KNOWLEDGE_SYNC_INTERVAL",
+        900.0,
+        "Seconds between the service's syncs of each connector source that sets no "
+        "`every` of its own; 0: none (only sources with an `every` are synced).",
+        min=0,
+    )
     kb_sync_page_size: int = setting(
         "KNOWLEDGE_KB_SYNC_PAGE_SIZE",
         100,

@@ -28,6 +28,7 @@ from knowledge_api.routes import (
     playground,
     query,
     retrieve,
+    sources,
     support,
 )
 from knowledge_api.routes.openapi import Contract
@@ -317,10 +318,33 @@ ROUTES = [
         catalog.sources,
         "GET",
         READ,
-        "The sources (ingested paths, KB hosts, uploads): documents and last run of each.",
+        "The sources (ingested paths, KB hosts, uploads, connectors): documents and last "
+        "run of each, and a connector's kind, cursor, next run and last error.",
         response=catalog.SOURCES,
         parameters=(catalog.SOURCE_COLLECTION,),
         errors=(400, 404, 503),
+    ),
+    ApiRoute(
+        "/v1/knowledge/sources",
+        sources.add,
+        "POST",
+        ADMIN,
+        "Register a connector source (a mailbox, a Prometheus server); no sync yet.",
+        sources.ADD,
+        response=catalog.SOURCE_VIEW,
+        statuses=(201,),
+        errors=(400, 403, 409, 413, 415, 503),
+    ),
+    ApiRoute(
+        "/v1/knowledge/sources/{name:path}/sync",
+        sources.sync,
+        "POST",
+        WRITE,
+        "Sync a connector source as a job: 202 with its id (GET /v1/knowledge/jobs/{id}).",
+        sources.SYNC,
+        response=sources.ACCEPTED,
+        statuses=(202,),
+        errors=(400, 403, 404, 413, 415, 503),
     ),
     ApiRoute(
         "/v1/knowledge/sources/{name:path}",

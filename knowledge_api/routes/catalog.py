@@ -14,6 +14,7 @@ from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.ledger import changes
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, DocumentPage
 from knowledge_api.routes.audit import actor
+from knowledge_api.usecases import connectors
 from knowledge_api.usecases import sources as use
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (
@@ -101,13 +102,25 @@ DOCUMENTS = obj({"documents": array(DOCUMENT_SUMMARY), "next_cursor": nullable(S
 """A page of documents in a stable order (by id), without their text or chunks."""
 
 SOURCE_COLLECTION = CollectionName("collection", "Only this collection's sources.", None)
-SOURCES = obj(
+NULL_STRING = nullable(STRING)
+SOURCE_VIEW = obj(
     {
-        "sources": array(
-            obj({"collection": STRING, "name": STRING, "documents": COUNT, "last_run": STRING})
-        )
+        "collection": STRING,
+        "name": STRING,
+        "documents": COUNT,
+        "last_run": STRING,
+        "kind": NULL_STRING,
+        "url": NULL_STRING,
+        "settings": nullable(obj({}, extra=STRING)),
+        "secrets": nullable(obj({}, extra=STRING)),
+        "cursor": NULL_STRING,
+        "next_run": NULL_STRING,
+        "last_error": NULL_STRING,
     }
 )
+"""A source; the connector fields are null for a source `ingest` or an upload fills.
+`secrets` names the environment variables holding them, never a value."""
+SOURCES = obj({"sources": array(SOURCE_VIEW)})
 NAME = Custom(
     "name",
     "The source's name (it may contain '/').",
@@ -189,17 +202,13 @@ async def sources(request: Request) -> Response:
     if collection is not None:
         caller.collection(collection)
     found = await use.sources(service(request), collection)
+    every = service(request).settings.sync_interval
     if collection is not None and not found:
         await use.require_collection(service(request), collection, caller.reaches)
     return JSONResponse(
         {
             "sources": [
-                {
-                    "collection": info.collection,
-                    "name": info.name,
-                    "documents": info.documents,
-                    "last_run": info.last_run,
-                }
+                connectors.source_view(info, every)
                 for info in found
                 if caller.reaches(info.collection)
             ]

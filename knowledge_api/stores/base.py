@@ -132,12 +132,20 @@ class KnowledgeStore(Protocol):
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         """Delete these documents with their chunks; how many existed."""
 
-    async def record_source(self, collection: str, source: str, root: str = "") -> None:
+    async def record_source(
+        self, collection: str, source: str, root: str = "", connector: str = ""
+    ) -> None:
         """Note that `source` ran now (its documents are those indexed with its name),
-        reading files from `root` (kept when empty: a run that names none)."""
+        reading files from `root` (kept when empty: a run that names none); `connector`
+        is a connector source's record as JSON (kept when empty)."""
 
     async def delete_source(self, collection: str, source: str) -> int:
         """Delete every document of the source, and the source; how many documents went."""
+
+    async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
+        """Take or renew the source's lease as `holder` for `seconds`, unless another
+        holder's lease still runs: whether `holder` holds it now (one sync of a source
+        at a time, across processes). `seconds` 0 lets it go."""
 
     async def sources(self, collection: str | None = None) -> list[SourceInfo]:
         """The sources (of one collection, or all), by collection and name."""

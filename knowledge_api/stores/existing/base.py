@@ -145,7 +145,12 @@ class ExistingTables(HybridSearch):
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         raise self.refused()
 
-    async def record_source(self, collection: str, source: str, root: str = "") -> None:
+    async def record_source(
+        self, collection: str, source: str, root: str = "", connector: str = ""
+    ) -> None:
+        raise self.refused()
+
+    async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
         raise self.refused()
 
     async def delete_source(self, collection: str, source: str) -> int:

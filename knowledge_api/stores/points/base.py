@@ -14,6 +14,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Hashable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
@@ -34,6 +35,8 @@ from knowledge_api.stores.base import embedder_mismatch
 from knowledge_api.stores.fusion import SearchTuning, cosine_to_similarity
 from knowledge_api.stores.points.engine import (
     COLLECTIONS,
+    CONNECTORS,
+    LEASES,
     ROOTS,
     SOURCES,
     CatalogEntry,
@@ -137,10 +140,13 @@ class PointStore(PointEngine):
         roots: Record | None = None,
         touched: Iterable[str] = (),
         retry: bool = True,
+        connectors: Record | None = None,
+        leases: Record | None = None,
     ) -> None:
         """Store a new generation token beside the embedder record, as the token of
-        the `touched` collections too (the sources' runs and roots kept as they are
-        unless given); then check that no other writer stored an older record over it."""
+        the `touched` collections too (the sources' runs, roots and connectors kept as
+        they are unless given); then check that no other writer stored an older record
+        over it."""
         assert self._embedder is not None
         touched = set(touched)
         current = await self._read_record()
@@ -148,6 +154,10 @@ class PointStore(PointEngine):
             sources = sources_of(current)
         if roots is None:
             roots = sources_of(current, ROOTS)
+        if connectors is None:
+            connectors = sources_of(current, CONNECTORS)
+        if leases is None:
+            leases = sources_of(current, LEASES)
         prior = collection_tokens(current)
         token = self.writes.wrote()
         tokens = {**prior, **dict.fromkeys(touched, token)}
@@ -159,6 +169,8 @@ class PointStore(PointEngine):
                 "generation": token,
                 SOURCES: json.dumps(sources, sort_keys=True),
                 ROOTS: json.dumps(roots, sort_keys=True),
+                CONNECTORS: json.dumps(connectors, sort_keys=True),
+                LEASES: json.dumps(leases, sort_keys=True),
                 COLLECTIONS: json.dumps(tokens, sort_keys=True),
                 IDENTITY: SOURCED,
             }
@@ -290,7 +302,9 @@ class PointStore(PointEngine):
                     await self._wrote(touched=set(touched))
         return len(touched)
 
-    async def record_source(self, collection: str, source: str, root: str = "") -> None:
+    async def record_source(
+        self, collection: str, source: str, root: str = "", connector: str = ""
+    ) -> None:
         async with self._write_lock:
             await self._ready()
             record = await self._read_record()
@@ -299,28 +313,68 @@ class PointStore(PointEngine):
             roots = sources_of(record, ROOTS)
             if root:
                 roots.setdefault(collection, {})[source] = root
-            await self._wrote(runs, roots)
+            connectors = sources_of(record, CONNECTORS)
+            if connector:
+                connectors.setdefault(collection, {})[source] = connector
+            await self._wrote(runs, roots, connectors=connectors)
+
+    async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
+        """Under the store's write lock: one process at a time here; another process
+        writing the record between its read and its write may take it too (Chroma's
+        local files serve one process; a Qdrant server shared by replicas is the case
+        this does not close)."""
+        async with self._write_lock:
+            await self._ready()
+            record = await self._read_record()
+            if source not in sources_of(record).get(collection, {}):
+                return False
+            leases = sources_of(record, LEASES)
+            now = datetime.now(UTC)
+            current_holder, _, until = leases.get(collection, {}).get(source, "|").partition("|")
+            if current_holder not in ("", holder) and until >= now.isoformat():
+                return False
+            lease = (
+                f"{holder if seconds > 0 else ''}|{(now + timedelta(seconds=seconds)).isoformat()}"
+            )
+            leases.setdefault(collection, {})[source] = lease
+            await self._wrote(leases=leases)
+            return True
 
     async def delete_source(self, collection: str, source: str) -> int:
         deleted = await self.delete_documents(list(await self.source_documents(collection, source)))
         async with self._write_lock:
             record = await self._read_record()
             runs, roots = sources_of(record), sources_of(record, ROOTS)
-            roots.get(collection, {}).pop(source, None)
+            connectors, leases = sources_of(record, CONNECTORS), sources_of(record, LEASES)
+            for kept in (roots, connectors, leases):
+                kept.get(collection, {}).pop(source, None)
             if runs.get(collection, {}).pop(source, None) is not None:
-                await self._wrote(named_only(runs), named_only(roots))
+                await self._wrote(
+                    named_only(runs),
+                    named_only(roots),
+                    connectors=named_only(connectors),
+                    leases=named_only(leases),
+                )
         return deleted
 
     async def sources(self, collection: str | None = None) -> list[SourceInfo]:
         await self._ready()
         record = await self._read_record()
         runs, roots = sources_of(record), sources_of(record, ROOTS)
+        connectors = sources_of(record, CONNECTORS)
         found = []
         for name in sorted(runs if collection is None else [collection]):
             owned = Counter(records.source_of(e.record) for e in await self._catalog_of(name))
-            rooted = roots.get(name, {})
+            rooted, connected = roots.get(name, {}), connectors.get(name, {})
             found += [
-                SourceInfo(name, source, owned[source], last_run, rooted.get(source, ""))
+                SourceInfo(
+                    name,
+                    source,
+                    owned[source],
+                    last_run,
+                    rooted.get(source, ""),
+                    connected.get(source, ""),
+                )
                 for source, last_run in sorted(runs.get(name, {}).items())
             ]
         return found

@@ -87,6 +87,16 @@ ROOTS = "source_roots"
 {collection: {source: folder or base URL}}."""
 
 
+CONNECTORS = "source_connectors"
+"""The key of the store record holding each connector source's record, as JSON:
+{collection: {source: the connector's JSON}}."""
+
+
+LEASES = "source_leases"
+"""The key of the store record holding who syncs each source and until when, as JSON:
+{collection: {source: "holder|until"}}."""
+
+
 def sources_of(record: Record, key: str = SOURCES) -> dict[str, dict[str, str]]:
     found = json.loads(record.get(key) or "{}")
     return cast(dict[str, dict[str, str]], found)

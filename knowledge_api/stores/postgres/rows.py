@@ -174,6 +174,7 @@ def source_from_row(r: Mapping[str, Any]) -> SourceInfo:
         int(r["documents"]),
         records.as_timestamp(r["last_run"]),
         r.get("root") or "",
+        r.get("connector") or "",
     )
 
 

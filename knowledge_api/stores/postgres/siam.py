@@ -259,10 +259,27 @@ class SiamStore(HybridSearch):
         await self._acknowledged(None)
         return deleted
 
-    async def record_source(self, collection: str, source: str, root: str = "") -> None:
-        params = {"source_collection": collection, "source_name": source, "source_root": root}
+    async def record_source(
+        self, collection: str, source: str, root: str = "", connector: str = ""
+    ) -> None:
+        params = {
+            "source_collection": collection,
+            "source_name": source,
+            "source_root": root,
+            "source_connector": connector,
+        }
         await self.call("knowledge_record_source", params, IndexingError)
         await self._acknowledged([collection])
+
+    async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
+        params = {
+            "source_collection": collection,
+            "source_name": source,
+            "claim_holder": holder,
+            "claim_seconds": seconds,
+        }
+        rows = await self.call("knowledge_lease_source", params, IndexingError)
+        return bool(rows and rows[0]["held"])
 
     async def delete_source(self, collection: str, source: str) -> int:
         params = {"source_collection": collection, "source_name": source}

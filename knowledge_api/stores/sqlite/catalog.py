@@ -19,12 +19,13 @@ from knowledge_api.stores import records
 def sources(conn: sqlite3.Connection, collection: str | None) -> list[SourceInfo]:
     rows = conn.execute(
         """SELECT s.collection, s.name, s.last_run, (SELECT count(*) FROM documents d
-               WHERE d.collection = s.collection AND d.source = s.name) AS documents, s.root
+               WHERE d.collection = s.collection AND d.source = s.name) AS documents, s.root,
+               s.connector
            FROM sources s WHERE ? IS NULL OR s.collection = ?
            ORDER BY s.collection, s.name""",
         (collection, collection),
     )
-    return [SourceInfo(r[0], r[1], r[3], r[2], r[4]) for r in rows]
+    return [SourceInfo(r[0], r[1], r[3], r[2], r[4], r[5]) for r in rows]
 
 
 def list_documents(conn: sqlite3.Connection, page: DocumentPage) -> list[DocumentSummary]:

@@ -207,9 +207,27 @@ class SQLiteStore(HybridSearch):
         ids = list(dict.fromkeys(doc_ids))
         return await self._write_sql(lambda c: writes.delete_documents(c, ids), "delete documents")
 
-    async def record_source(self, collection: str, source: str, root: str = "") -> None:
-        work = partial(writes.record_source, collection=collection, source=source, root=root)
+    async def record_source(
+        self, collection: str, source: str, root: str = "", connector: str = ""
+    ) -> None:
+        work = partial(
+            writes.record_source,
+            collection=collection,
+            source=source,
+            root=root,
+            connector=connector,
+        )
         await self._write_sql(work, f"record the source {source!r}")
+
+    async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
+        work = partial(
+            writes.lease_source,
+            collection=collection,
+            source=source,
+            holder=holder,
+            seconds=seconds,
+        )
+        return await self._write_sql(work, f"lease the source {source!r}") == 1
 
     async def delete_source(self, collection: str, source: str) -> int:
         work = partial(writes.delete_source, collection=collection, source=source)

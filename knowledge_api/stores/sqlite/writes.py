@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -112,14 +112,33 @@ def delete_documents(conn: sqlite3.Connection, ids: list[str]) -> int:
     )
 
 
-def record_source(conn: sqlite3.Connection, collection: str, source: str, root: str) -> int:
+def record_source(
+    conn: sqlite3.Connection, collection: str, source: str, root: str, connector: str = ""
+) -> int:
     conn.execute(
-        """INSERT INTO sources (collection, name, last_run, root) VALUES (?, ?, ?, ?)
+        """INSERT INTO sources (collection, name, last_run, root, connector)
+           VALUES (?, ?, ?, ?, ?)
            ON CONFLICT (collection, name) DO UPDATE SET last_run = excluded.last_run,
-               root = CASE excluded.root WHEN '' THEN sources.root ELSE excluded.root END""",
-        (collection, source, records.now(), root),
+               root = CASE excluded.root WHEN '' THEN sources.root ELSE excluded.root END,
+               connector = CASE excluded.connector WHEN '' THEN sources.connector
+                   ELSE excluded.connector END""",
+        (collection, source, records.now(), root, connector),
     )
     return 0
+
+
+def lease_source(
+    conn: sqlite3.Connection, collection: str, source: str, holder: str, seconds: float
+) -> int:
+    """1 when `holder` holds the source's lease now (taken, renewed or let go), else 0."""
+    now = datetime.now(UTC)
+    until = (now + timedelta(seconds=seconds)).isoformat()
+    return conn.execute(
+        """UPDATE sources SET lease_holder = ?, lease_until = ?
+           WHERE collection = ? AND name = ?
+               AND (lease_holder IN ('', ?) OR lease_until < ?)""",
+        (holder if seconds > 0 else "", until, collection, source, holder, now.isoformat()),
+    ).rowcount
 
 
 def delete_source(conn: sqlite3.Connection, collection: str, source: str) -> int:

@@ -23,8 +23,30 @@ ALTER TABLE wiki_documents DROP CONSTRAINT wiki_documents_id_fkey,
 -- of them is refused.
 ALTER TABLE knowledge_sources ADD COLUMN IF NOT EXISTS root text NOT NULL DEFAULT '';
 DROP FUNCTION IF EXISTS knowledge_record_source(text, text);
-\ir functions/knowledge_record_source.sql
+-- Replaced in 020_source_connectors: the current text is functions/knowledge_record_source.sql.
+CREATE OR REPLACE FUNCTION knowledge_record_source(
+    source_collection text, source_name text, source_root text DEFAULT ''
+)
+RETURNS TABLE (name text, last_run timestamptz)
+LANGUAGE sql AS $$
+    INSERT INTO knowledge_sources AS s (collection, name, root)
+    VALUES (source_collection, source_name, source_root)
+    ON CONFLICT (collection, name) DO UPDATE SET last_run = now(),
+        root = CASE excluded.root WHEN '' THEN s.root ELSE excluded.root END
+    RETURNING s.name, s.last_run
+$$;
 DROP FUNCTION IF EXISTS knowledge_list_sources(text);
-\ir functions/knowledge_list_sources.sql
+-- Replaced in 020_source_connectors: the current text is functions/knowledge_list_sources.sql.
+CREATE OR REPLACE FUNCTION knowledge_list_sources(source_collection text DEFAULT NULL)
+RETURNS TABLE (collection text, name text, documents bigint, last_run timestamptz, root text)
+LANGUAGE sql STABLE AS $$
+    SELECT s.collection, s.name,
+           (SELECT count(*) FROM knowledge_documents d
+            WHERE d.collection = s.collection AND d.source = s.name),
+           s.last_run, s.root
+    FROM knowledge_sources s
+    WHERE source_collection IS NULL OR s.collection = source_collection
+    ORDER BY s.collection, s.name
+$$;
 
 NOTIFY pgrst, 'reload schema';

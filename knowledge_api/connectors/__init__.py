@@ -1,0 +1,1 @@
+"""Connectors: sources read from a service (a mailbox, a Prometheus server) by kind."""
