@@ -343,6 +343,7 @@ ROUTES = [
         "Sync a connector source as a job: 202 with its id (GET /v1/knowledge/jobs/{id}).",
         sources.SYNC,
         response=sources.ACCEPTED,
+        parameters=(catalog.NAME,),
         statuses=(202,),
         errors=(400, 403, 404, 413, 415, 503),
     ),
