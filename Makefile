@@ -75,6 +75,8 @@ bench: install-dev bytecode
 	$(BIN)/python scripts/answer_set.py
 	$(BIN)/python scripts/bench_filters.py --stores sqlite,postgres --sizes 5000,200000 --keep .bench/filters
 	$(BIN)/python scripts/bench_sources.py --documents 10000 --runs 3
+	$(BIN)/python scripts/bench_mail.py --messages 10000 --per-thread 4
+	$(BIN)/python scripts/bench_mail.py --imap --messages 10000 --runs 3
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -5,18 +5,23 @@ configuration in a temporary folder, one passwd-file user and a Maildir the test
 from __future__ import annotations
 
 import imaplib
+import json
 import os
 import shutil
 import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from email.message import EmailMessage
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -24,6 +29,8 @@ DOVECOT = shutil.which("dovecot") or (
     "/usr/sbin/dovecot" if Path("/usr/sbin/dovecot").exists() else None
 )
 USER, PASSWORD = "alice", "imap-secret-41"
+TOKEN = "ya29.test-access-token-17"
+"""The one access token the test's OAuth 2.0 introspection endpoint calls active."""
 
 
 def needs_dovecot() -> None:
@@ -149,10 +156,46 @@ def certificate(folder: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+class Introspection(BaseHTTPRequestHandler):
+    """An OAuth 2.0 token introspection endpoint (RFC 7662): a POSTed `token` is active,
+    for the user, when it is `TOKEN`."""
+
+    asked: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+        token = urllib.parse.parse_qs(body).get("token", [""])[0]
+        self.asked.append(token)
+        answer = {"active": True, "username": USER} if token == TOKEN else {"active": False}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
 @contextmanager
-def dovecot(tls: bool = False) -> Iterator[Mailbox]:
+def introspection() -> Iterator[str]:
+    """The introspection endpoint on a loopback port: its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Introspection)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/introspect"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def dovecot(tls: bool = False, introspection_url: str = "") -> Iterator[Mailbox]:
     """Dovecot on a loopback port; with `tls`, STARTTLS offered (and required before a
-    login) with a certificate `Mailbox.cafile` trusts."""
+    login) with a certificate `Mailbox.cafile` trusts; with `introspection_url`, SASL
+    XOAUTH2 too, its tokens checked at that OAuth 2.0 introspection endpoint."""
     needs_dovecot()
     assert DOVECOT is not None
     root = Path(tempfile.mkdtemp(prefix="imap-test-"))
@@ -176,6 +219,18 @@ def dovecot(tls: bool = False) -> Iterator[Mailbox]:
         ssl += "disable_plaintext_auth = yes\n"
     else:
         ssl = "ssl = no\ndisable_plaintext_auth = no\n"
+    mechanisms, oauth2 = "plain login", ""
+    if introspection_url:
+        (root / "oauth2.conf").write_text(
+            f"introspection_mode = post\nintrospection_url = {introspection_url}\n"
+            "username_attribute = username\nactive_attribute = active\n"
+            "active_value = true\n"
+        )
+        mechanisms += " xoauth2"
+        oauth2 = (
+            "passdb {\n  driver = oauth2\n  mechanisms = xoauth2\n"
+            f"  args = {root}/oauth2.conf\n}}\n"
+        )
     config = root / "dovecot.conf"
     config.write_text(
         f"""base_dir = {root}/run
@@ -183,10 +238,10 @@ state_dir = {root}/state
 log_path = {root}/dovecot.log
 protocols = imap
 listen = 127.0.0.1
-{ssl}auth_mechanisms = plain login
+{ssl}auth_mechanisms = {mechanisms}
 {users}mail_location = maildir:~/Maildir
 first_valid_uid = 1
-passdb {{
+{oauth2}passdb {{
   driver = passwd-file
   args = scheme=PLAIN username_format=%u {root}/passwd
 }}

@@ -1,6 +1,7 @@
 """An IMAP mailbox as a connector source, against a real Dovecot: threads as documents,
 incremental runs by UID, expunged messages pruned under the guard, a changed
-UIDVALIDITY read again without duplicates, and the password never kept."""
+UIDVALIDITY read again without duplicates, an access token sent by XOAUTH2 (checked
+by a real introspection endpoint), and the password or token never kept."""
 
 from __future__ import annotations
 
@@ -9,12 +10,25 @@ import json
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
 
+from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
 from tests.conftest import make_settings, make_store
-from tests.imap_server import PASSWORD, Mailbox, dovecot, message
+from tests.imap_server import (
+    PASSWORD,
+    TOKEN,
+    Introspection,
+    Mailbox,
+    dovecot,
+    introspection,
+    message,
+)
+from tests.test_access import bearer, error_of, make_key
+
+SOURCES = "/v1/knowledge/sources"
 
 
 @pytest.fixture(autouse=True)
@@ -48,12 +62,11 @@ def stored(tmp_path: Path, source: str = "mail") -> dict[str, Document]:
     return asyncio.run(read())
 
 
-def add(mailbox: Mailbox, *more: str) -> int:
+def add(mailbox: Mailbox, *more: str, secret: str = "password=MAIL_PASSWORD") -> int:
     return main(
         [
             "sources", "add", "mail", "--kind", "imap", "--url", mailbox.url,
-            "--collection", "support", "--set", "user=alice",
-            "--secret", "password=MAIL_PASSWORD", *more,
+            "--collection", "support", "--set", "user=alice", "--secret", secret, *more,
         ]
     )  # fmt: skip
 
@@ -183,6 +196,32 @@ def test_a_refused_login_stops_the_run_and_deletes_nothing(
     assert main(["sources", "sync", "--all"]) == 1
 
 
+def test_an_access_token_logs_in_by_xoauth2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MAIL_TOKEN", TOKEN)
+    with introspection() as url, dovecot(introspection_url=url) as mailbox:
+        mailbox.deliver(message("a@vendor", "Invoice", "Invoice 17 is paid."))
+        assert add(mailbox, secret="token=MAIL_TOKEN") == 0
+        capsys.readouterr()
+        Introspection.asked.clear()
+        assert sync(capsys) == (0, "support/mail: 1 added, 0 updated, 0 unchanged, 0 deleted")
+        assert Introspection.asked == [TOKEN]  # the server asked about the token sent
+        assert sorted(stored(tmp_path)) == ["a@vendor"]
+
+        # a token the endpoint calls inactive: the run stops, nothing deleted
+        mailbox.deliver(message("b@vendor", "Refund", "The refund went out."))
+        monkeypatch.setenv("MAIL_TOKEN", "ya29.expired")
+        status, line = sync(capsys, "--full")
+        assert status == 1 and "refused the login of 'alice'" in line
+        assert "AUTHENTICATIONFAILED" in line and "ya29.expired" not in line
+        assert sorted(stored(tmp_path)) == ["a@vendor"]
+        shown = listing(capsys)
+        assert "refused the login of 'alice'" in str(shown["last_error"])
+        assert shown["secrets"] == {"token": "MAIL_TOKEN"}
+        assert TOKEN.encode() not in (tmp_path / "k.db").read_bytes()
+
+
 def test_a_source_is_checked_when_added(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["sources", "add", "mail", "--kind", "imap", "--collection", "support"]
     assert main([*base, "--url", "http://mail.example.com"]) == 2
@@ -193,10 +232,41 @@ def test_a_source_is_checked_when_added(capsys: pytest.CaptureFixture[str]) -> N
     assert "secrets.password: takes the NAME of an environment variable" in (
         capsys.readouterr().err
     )
+    assert main([*base, "--url", "imap://h", "--set", "user=a"]) == 2
+    assert "secrets.password: an IMAP source takes exactly one of --secret password" in (
+        capsys.readouterr().err
+    )
+    both = ["--secret", "password=MAIL_PASSWORD", "--secret", "token=MAIL_TOKEN"]
+    assert main([*base, "--url", "imap://h", "--set", "user=a", *both]) == 2
+    assert "secrets.token: an IMAP source takes exactly one of" in capsys.readouterr().err
+    assert main([*base, "--url", "imap://h", "--secret", "token=MAIL_TOKEN"]) == 2
+    assert "settings.user: an IMAP source needs --set user=NAME" in capsys.readouterr().err
     ok = [*base, "--url", "imap://h", "--set", "user=a", "--secret", "password=MAIL_PASSWORD"]
     assert main(ok) == 0
     assert main(ok) == 1
     assert "has a source 'mail' already" in capsys.readouterr().err
+
+
+def test_a_source_over_http_takes_exactly_one_of_password_and_token(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, auth="keys")
+    admin = bearer(asyncio.run(make_key(settings, "admin", ["admin"])))
+    body = {
+        "name": "mail", "kind": "imap", "url": "imap://mail.example.com",
+        "collection": "support", "settings": {"user": "alice"},
+    }  # fmt: skip
+    with TestClient(create_app(settings)) as client:
+        for secrets, field in (
+            ({}, "secrets.password"),
+            ({"password": "MAIL_PASSWORD", "token": "MAIL_TOKEN"}, "secrets.token"),
+        ):
+            refused = client.post(SOURCES, json={**body, "secrets": secrets}, headers=admin)
+            details = error_of(refused, 400)["details"]
+            assert details["field"] == field and "exactly one of" in details["rule"], details
+        created = client.post(
+            SOURCES, json={**body, "secrets": {"token": "MAIL_TOKEN"}}, headers=admin
+        )
+        assert created.status_code == 201, created.text
+        assert created.json()["secrets"] == {"token": "MAIL_TOKEN"}
 
 
 def test_removing_a_source_takes_its_documents(

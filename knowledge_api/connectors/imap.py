@@ -28,7 +28,7 @@ from knowledge_api.ingest import mail
 from knowledge_api.models import ConnectorSource, Document
 
 SETTINGS = ("user", "folders", "tls", "cafile", "timeout")
-SECRETS = ("password",)
+SECRETS = ("password", "token")
 THREAD_HEADERS = "MESSAGE-ID IN-REPLY-TO REFERENCES SUBJECT DATE FROM"
 _UID = re.compile(rb"UID (\d+)")
 _VALIDITY = re.compile(rb"UIDVALIDITY (\d+)")
@@ -193,7 +193,8 @@ class IMAPConnector:
     def connected(self) -> imaplib.IMAP4:
         if self.client is not None:
             return self.client
-        password = secret(self.source, "password")  # unset: say so before connecting
+        # an unset variable is said before connecting
+        password, token = secret(self.source, "password"), secret(self.source, "token")
         context = ssl.create_default_context()
         cafile = self.source.settings.get("cafile")
         try:
@@ -217,7 +218,10 @@ class IMAPConnector:
             dropped(client)
             raise ConnectorFailed(f"{self.where()} could not upgrade to TLS: {e}") from e
         try:
-            client.login(user, password)
+            if token:
+                client.authenticate("XOAUTH2", lambda challenge: xoauth2(user, token, challenge))
+            else:
+                client.login(user, password)
         except (OSError, imaplib.IMAP4.error) as e:
             dropped(client)
             raise ConnectorFailed(f"{self.where()} refused the login of {user!r}: {e}") from e
@@ -252,10 +256,24 @@ def check(source: ConnectorSource) -> None:
         raise InvalidRequest("settings.tls", "must be starttls (imaps:// for TLS from the start)")
     if url.scheme == "imaps" and "tls" in source.settings:
         raise InvalidRequest("settings.tls", "is for imap://: imaps:// is TLS from the start")
-    if not source.settings.get("user") or "password" not in source.secrets:
+    if not source.settings.get("user"):
+        raise InvalidRequest("settings.user", "an IMAP source needs --set user=NAME")
+    given = [key for key in SECRETS if key in source.secrets]
+    if len(given) != 1:
         raise InvalidRequest(
-            "settings.user", "an IMAP source needs --set user=NAME and --secret password=ENV_VAR"
+            f"secrets.{given[-1] if given else 'password'}",
+            "an IMAP source takes exactly one of --secret password=ENV_VAR or "
+            "--secret token=ENV_VAR (an OAuth 2.0 access token, sent by XOAUTH2)",
         )
+
+
+def xoauth2(user: str, token: str, challenge: bytes) -> bytes:
+    """The client's answer in SASL XOAUTH2 (imaplib encodes it in base64): to the empty
+    first challenge, the user and the bearer token; to a server's error (a JSON
+    challenge after a refused token), the empty answer that ends the exchange."""
+    if challenge:
+        return b""
+    return f"user={user}\x01auth=Bearer {token}\x01\x01".encode()
 
 
 def read_cursor(cursor: str) -> dict[str, tuple[int, set[int]]]:
