@@ -75,7 +75,8 @@ def test_every_passage_stays_close_to_the_pytorch_vectors(
     (so int8 there is the 7-bit build now); its 7-bit figure was measured against fp32
     on the same paragraphs. Under emulation of a Zen 3 (`qemu-x86_64 -cpu EPYC-Milan`:
     ONNX Runtime picks its kernels by the CPUID it sees), 78 of the paragraphs (the 48
-    lowest on a Zen 4, 32 at random) gave 0.99524 with 8-bit weights, 0.99628 with 7. The 7-bit build on a VNNI CPU costs 0.001 of cosine
+    lowest on a Zen 4, 32 at random) gave 0.99524 with 8-bit weights, 0.99628 with 7.
+    The 7-bit build on a VNNI CPU costs 0.001 of cosine
     against its 8-bit build in a flat batch (0.99699 -> 0.99607 here, Zen 4), and no
     more than that through the embedder's length-sorted batches (above)."""
     embedder = LocalEmbedder(precision=precision)
