@@ -222,9 +222,14 @@ class LocalEmbedder(BatchEmbedder):
 
 
 def in_child(fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args)` in a new process (spawned: nothing of this one is copied into it)."""
+    """`fn(*args)` in a new process (spawned: nothing of this one is copied into it);
+    here where no process can be started (no /dev/shm for its locks, say)."""
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(1, mp_context=context) as child:
+    try:
+        child = ProcessPoolExecutor(1, mp_context=context)
+    except (OSError, NotImplementedError):
+        return fn(*args)
+    with child:
         return child.submit(fn, *args).result()
 
 
