@@ -2,7 +2,11 @@
 `Retry-After` says (clamped to 1-60 s), other 5xx and dropped connections back off
 exponentially with jitter, at most `retries` times; 401, 403, 404 and 410 stop the run at
 once with the reason (a wrong token or a retired endpoint must not look like an empty
-source). The `Authorization` header and every secret stay out of messages and logs.
+source). A 403 or 429 that is a rate limit is no refusal: one with `Retry-After` (GitHub's
+secondary limits) waits as a 429 does, and one saying the quota is spent
+(`X-RateLimit-Remaining: 0`) waits for `X-RateLimit-Reset` when that comes within the
+clamp, else stops the run saying when the quota comes back. The `Authorization` header and
+every secret stay out of messages and logs.
 """
 
 from __future__ import annotations
@@ -10,8 +14,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -42,12 +47,27 @@ class Retries:
 
     def wait(self, response: httpx.Response | None, attempt: int) -> float:
         """Seconds before try `attempt + 1`: `Retry-After` clamped to 1-60 s on a 429 or
-        503 that sends one, else exponential backoff with full jitter."""
-        if response is not None and response.status_code in (429, 503):
-            after = retry_after(response.headers.get("retry-after", ""))
-            if after is not None:
-                return min(max(after, WAIT_FLOOR), WAIT_CEILING)
+        503 that sends one (or a rate-limited 403), until a spent quota comes back
+        (clamped alike), else exponential backoff with full jitter."""
+        if response is None:
+            return self.pause(None, "", attempt)
+        back = quota_back(response)
+        if back is not None:
+            return clamped(back)
+        return self.pause(response.status_code, response.headers.get("retry-after", ""), attempt)
+
+    def pause(self, status: int | None, after: str, attempt: int) -> float:
+        """The same from a status and a `Retry-After` value, for clients that are not
+        httpx (Slack's SDK)."""
+        if status in (403, 429, 503):
+            seconds = retry_after(after)
+            if seconds is not None:
+                return clamped(seconds)
         return random.uniform(0, min(BACKOFF_CEILING, BACKOFF_BASE * 2**attempt))
+
+
+def clamped(seconds: float) -> float:
+    return min(max(seconds, WAIT_FLOOR), WAIT_CEILING)
 
 
 def retry_after(value: str) -> float | None:
@@ -65,6 +85,36 @@ def retry_after(value: str) -> float | None:
     except (TypeError, ValueError):
         return None
     return when.timestamp() - time.time()
+
+
+def rate_limited(response: httpx.Response) -> bool:
+    """A 403 or 429 that says the caller went too fast, not that it may not: it sends
+    `Retry-After`, says the quota is spent, or (GitHub's secondary limit without a
+    header) says "rate limit" in its body."""
+    if response.status_code not in (403, 429):
+        return False
+    if response.headers.get("retry-after") or quota_back(response) is not None:
+        return True
+    return response.status_code == 429 or "rate limit" in response.text.lower()
+
+
+def quota_back(response: httpx.Response) -> float | None:
+    """Seconds until a spent quota (`X-RateLimit-Remaining: 0`) comes back, from
+    `X-RateLimit-Reset` (epoch seconds); None when it is not spent. ConnectorFailed
+    when that is later than a run may wait: the next run goes on."""
+    if response.headers.get("x-ratelimit-remaining") != "0":
+        return None
+    try:
+        reset = float(response.headers.get("x-ratelimit-reset", ""))
+    except ValueError:
+        return 0.0
+    if reset - time.time() > WAIT_CEILING:
+        back = datetime.fromtimestamp(reset, UTC).isoformat(timespec="seconds")
+        raise ConnectorFailed(
+            f"the rate limit of these credentials is spent until {back} "
+            "(X-RateLimit-Reset): the next run goes on from the cursor"
+        )
+    return max(reset - time.time(), 0.0)
 
 
 class SourceHTTP:
@@ -104,11 +154,14 @@ class SourceHTTP:
                 status = response.status_code
                 if status < 400:
                     return response
-                if status in STOPS:
+                limited = rate_limited(response)
+                if status in STOPS and not limited:
                     raise ConnectorFailed(f"{method} {path}: {STOPS[status]}")
-                if status not in RETRIED:
+                if status not in RETRIED and not limited:
                     raise ConnectorFailed(f"{method} {path}: answered {status}")
-                problem = f"{method} {path}: answered {status}"
+                problem = f"{method} {path}: answered {status}" + (
+                    " (rate limited)" if limited else ""
+                )
             if attempt >= self.retries.attempts:
                 raise ConnectorFailed(f"{problem}, {attempt + 1} tries")
             delay = self.retries.wait(response, attempt)
@@ -122,6 +175,19 @@ class SourceHTTP:
             return response.json()
         except ValueError as e:
             raise ConnectorFailed(f"GET {path}: the answer is not JSON") from e
+
+    def pages(self, path: str, params: Mapping[str, Any] | None = None) -> Iterator[Any]:
+        """The decoded body of each page, following the `Link` header's `rel="next"`
+        (RFC 8288, as GitHub pages) until a page names none."""
+        url: str | None = path
+        while url is not None:
+            response = self.request("GET", url, params=params)
+            params = None  # the next link carries them
+            try:
+                yield response.json()
+            except ValueError as e:
+                raise ConnectorFailed(f"GET {url}: the answer is not JSON") from e
+            url = response.links.get("next", {}).get("url")
 
     def close(self) -> None:
         self.client.close()
