@@ -103,3 +103,63 @@ def test_pages_follow_the_link_header() -> None:
 
     http = SourceHTTP("http://vendor.test", transport=httpx.MockTransport(handle))
     assert list(http.pages("/items", {"per_page": 1})) == [[1], [2], [3]]
+
+
+def test_a_page_that_keeps_failing_is_asked_for_in_halves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    items = list(range(1, 11))
+    asked: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url.query, "ascii"))
+        size, page = int(request.url.params["per_page"]), int(request.url.params.get("page", 1))
+        if size > 2:  # too heavy for the server at that size
+            return httpx.Response(502)
+        rows = items[(page - 1) * size : page * size]
+        more = page * size < len(items)
+        link = f'<http://vendor.test/items?per_page={size}&page={page + 1}>; rel="next"'
+        return httpx.Response(200, json=rows, headers={"Link": link} if more else {})
+
+    waits: list[float] = []
+    http = SourceHTTP(
+        "http://vendor.test",
+        retries=Retries(attempts=1, sleep=waits.append),
+        transport=httpx.MockTransport(handle),
+    )
+    monkeypatch.setattr("knowledge_api.connectors.http.SMALLEST_PAGE", 2)
+    found = [row for page in http.pages("/items", {"per_page": 8}) for row in page]
+    assert found == items
+    assert asked[:5] == ["per_page=8"] * 2 + ["per_page=4"] * 2 + ["per_page=2"]
+    assert asked[5:] == [f"per_page=2&page={n}" for n in range(2, 6)]
+
+
+def test_a_page_failing_at_every_size_stops_the_run() -> None:
+    waits: list[float] = []
+    http = client([httpx.Response(503)] * 9, waits, attempts=2)
+    with pytest.raises(ConnectorFailed) as e:
+        list(http.pages("/items", {"per_page": 40}))
+    assert "answered 503, 3 tries" in e.value.message and len(waits) == 6
+
+
+def test_a_later_page_asked_for_in_halves_goes_on_where_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    items = list(range(1, 11))
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        size, page = int(request.url.params["per_page"]), int(request.url.params.get("page", 1))
+        if size == 4 and page == 2:
+            return httpx.Response(504)
+        rows = items[(page - 1) * size : page * size]
+        link = f'<http://vendor.test/items?per_page={size}&page={page + 1}>; rel="next"'
+        more = page * size < len(items)
+        return httpx.Response(200, json=rows, headers={"Link": link} if more else {})
+
+    http = SourceHTTP(
+        "http://vendor.test",
+        retries=Retries(attempts=0, sleep=lambda seconds: None),
+        transport=httpx.MockTransport(handle),
+    )
+    monkeypatch.setattr("knowledge_api.connectors.http.SMALLEST_PAGE", 2)
+    assert [row for page in http.pages("/items", {"per_page": 4}) for row in page] == items

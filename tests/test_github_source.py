@@ -8,20 +8,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
 
+from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.connectors import github as connector
 from knowledge_api.connectors import http
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.conftest import make_store
+from tests.conftest import make_settings, make_store
 from tests.github_server import TOKEN, GitHub, github
 from tests.pg import fresh_database
+from tests.test_access import bearer, error_of, make_key
 
+SOURCES = "/v1/knowledge/sources"
 ADD = ["sources", "add", "tracker", "--kind", "github", "--collection", "eng"]
 
 
@@ -192,15 +197,19 @@ def test_a_repository_gone_or_without_issues_stops_the_run(
     assert stored(environment) == {}
 
 
-def test_server_errors_that_go_on_stop_the_run_after_the_retries(
+def test_a_listing_that_keeps_failing_is_read_in_smaller_pages_then_stops(
     environment: Settings, fake: GitHub, waits: list[float], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert add(fake) == 0
     assert sync(capsys)[0] == 0
-    for _ in range(6):
+    for _ in range(6):  # 100 a page keeps failing: 50 a page passes
+        fake.fail("/repos/acme/web/issues", 503)
+    assert sync(capsys)[0] == 0
+    assert any("per_page=50" in r for r in fake.requests) and len(waits) == 5
+    for _ in range(18):  # 100, 50 and 25 a page fail alike
         fake.fail("/repos/acme/web/issues", 503)
     status, line = sync(capsys)
-    assert status == 1 and "answered 503, 6 tries" in line and len(waits) == 5
+    assert status == 1 and "answered 503, 6 tries" in line and len(waits) == 20
     assert len(stored(environment)) == 4
 
 
@@ -213,3 +222,42 @@ def test_a_source_is_refused_without_repositories_or_with_a_wrong_one(
     assert "'acme' is not OWNER/NAME" in capsys.readouterr().err
     assert main([*ADD, "--url", "ftp://github.example.com", "--set", "repos=a/b"]) == 2
     assert "https://api.github.com" in capsys.readouterr().err
+
+
+def test_a_github_source_is_added_and_synced_over_http(
+    fake: GitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN_FOR_TESTS", TOKEN)
+    settings = make_settings(tmp_path, auth="keys", upload_dir=str(tmp_path / "uploads"))
+    admin = bearer(asyncio.run(make_key(settings, "admin", ["admin", "read", "write"])))
+    body = {
+        "name": "tracker",
+        "kind": "github",
+        "url": fake.url,
+        "collection": "eng",
+        "secrets": {"token": "GITHUB_TOKEN_FOR_TESTS"},
+    }
+    with TestClient(create_app(settings)) as client:
+        refused = client.post(SOURCES, json=body, headers=admin)
+        assert error_of(refused, 400)["details"]["field"] == "settings.repos"
+        body["settings"] = {"repos": "acme/api,acme/web"}
+        assert client.post(SOURCES, json=body, headers=admin).status_code == 201
+        accepted = client.post(f"{SOURCES}/tracker/sync", headers=admin)
+        assert accepted.status_code == 202, accepted.text
+        job = f"/v1/knowledge/jobs/{accepted.json()['job_id']}"
+        deadline = time.monotonic() + 30
+        while (done := client.get(job, headers=admin).json())["status"] not in ("done", "failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert done["status"] == "done", done
+        (listed,) = client.get(SOURCES, params={"collection": "eng"}, headers=admin).json()[
+            "sources"
+        ]
+        assert listed["kind"] == "github" and listed["documents"] == 4
+        assert TOKEN not in json.dumps(listed) and listed["last_error"] is None
+        found = client.post(
+            "/v1/knowledge/query",
+            json={"query": "gateway timeout SSO", "collection": "eng", "sources": ["git"]},
+            headers=admin,
+        ).json()
+        assert found["results"][0]["source_id"] == "acme/api#1"

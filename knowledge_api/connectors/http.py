@@ -5,8 +5,9 @@ once with the reason (a wrong token or a retired endpoint must not look like an 
 source). A 403 or 429 that is a rate limit is no refusal: one with `Retry-After` (GitHub's
 secondary limits) waits as a 429 does, and one saying the quota is spent
 (`X-RateLimit-Remaining: 0`) waits for `X-RateLimit-Reset` when that comes within the
-clamp, else stops the run saying when the quota comes back. The `Authorization` header and
-every secret stay out of messages and logs.
+clamp, else stops the run saying when the quota comes back. A page of a listing that
+keeps failing with 5xx is asked for again in halves before the run stops. The
+`Authorization` header and every secret stay out of messages and logs.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ STOPS = {
     410: "the endpoint is gone (410): this version of the service retired it",
 }
 RETRIED = {429, 500, 502, 503, 504}
+SMALLEST_PAGE = 10
+"""A failing page is not asked for in halves smaller than this."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,8 @@ class SourceHTTP:
                     " (rate limited)" if limited else ""
                 )
             if attempt >= self.retries.attempts:
-                raise ConnectorFailed(f"{problem}, {attempt + 1} tries")
+                status = response.status_code if response is not None else 0
+                raise ConnectorFailed(f"{problem}, {attempt + 1} tries", answered=status)
             delay = self.retries.wait(response, attempt)
             log.info("%s; trying again in %.1f s", problem, delay)
             self.retries.sleep(delay)
@@ -176,12 +180,24 @@ class SourceHTTP:
         except ValueError as e:
             raise ConnectorFailed(f"GET {path}: the answer is not JSON") from e
 
-    def pages(self, path: str, params: Mapping[str, Any] | None = None) -> Iterator[Any]:
+    def pages(
+        self, path: str, params: Mapping[str, Any] | None = None, size: str = "per_page"
+    ) -> Iterator[Any]:
         """The decoded body of each page, following the `Link` header's `rel="next"`
-        (RFC 8288, as GitHub pages) until a page names none."""
+        (RFC 8288, as GitHub pages) until a page names none. A page that keeps failing
+        with 5xx (a listing too heavy to build in time) is asked again in halves, its
+        `size` parameter halved while it is even and above SMALLEST_PAGE."""
         url: str | None = path
         while url is not None:
-            response = self.request("GET", url, params=params)
+            try:
+                response = self.request("GET", url, params=params)
+            except ConnectorFailed as e:
+                smaller = halved(url, params, size) if e.details.get("answered", 0) >= 500 else None
+                if smaller is None:
+                    raise
+                log.info("%s; asking for pages half that size", e.message)
+                url, params = smaller, None
+                continue
             params = None  # the next link carries them
             try:
                 yield response.json()
@@ -191,3 +207,17 @@ class SourceHTTP:
 
     def close(self) -> None:
         self.client.close()
+
+
+def halved(url: str, params: Mapping[str, Any] | None, size: str) -> str | None:
+    """The URL of the first half of a page of `url` (its `size` parameter halved, its
+    `page` number doubled to match); None when the size is odd or too small to halve."""
+    parts = httpx.URL(url)
+    query = {**dict(parts.params), **{k: str(v) for k, v in (params or {}).items()}}
+    count = int(query.get(size, "0") or 0)
+    if count % 2 or count // 2 < SMALLEST_PAGE:
+        return None
+    query[size] = str(count // 2)
+    if "page" in query:
+        query["page"] = str(2 * int(query["page"]) - 1)
+    return str(parts.copy_with(query=None).copy_merge_params(query))
