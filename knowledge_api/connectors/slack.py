@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from knowledge_api.connectors import http
 from knowledge_api.connectors.base import Window, check_settings, secret, split
-from knowledge_api.errors import ConfigurationError, ConnectorFailed, InvalidRequest
+from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.ingest.extract import literal
 from knowledge_api.models import ConnectorSource, Document
 from knowledge_api.registry import import_extra
@@ -101,11 +101,8 @@ class SlackConnector:
         if self.client is None:
             sdk = import_extra("slack_sdk", EXTRA)
             handlers = import_extra("slack_sdk.http_retry.builtin_handlers", EXTRA)
-            token = secret(self.source, "token")
-            if not token:
-                raise ConfigurationError("a Slack source needs --secret token=ENV_VAR")
             client = sdk.WebClient(
-                token=token,
+                token=secret(self.source, "token"),
                 base_url=self.source.url.rstrip("/") + "/",
                 timeout=self.timeout,
                 retry_handlers=[retry_handler(handlers.RateLimitErrorRetryHandler)],
