@@ -44,6 +44,9 @@ class Item:
     updated_at: str = ""
     comments: list[dict[str, Any]] = field(default_factory=list)
     reviews: list[dict[str, Any]] = field(default_factory=list)
+    """Review comments (on a line of the diff)."""
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    """Reviews as submitted (`APPROVED`, `CHANGES_REQUESTED`, `COMMENTED`)."""
 
     @property
     def source_id(self) -> str:
@@ -133,6 +136,21 @@ class GitHub:
             item.comments.append(comment)
         item.updated_at = when
 
+    def review(self, source_id: str, body: str, state: str, author: str = "dave") -> None:
+        item = self.items[source_id]
+        when = self.now()
+        item.verdicts.append(
+            {
+                "id": len(item.verdicts) + 1,
+                "user": {"login": author},
+                "body": body,
+                "state": state,
+                "submitted_at": when,
+                "commit_id": "0" * 40,
+            }
+        )
+        item.updated_at = when
+
     def edit(self, source_id: str, updated_at: str = "", **changes: Any) -> None:
         item = self.items[source_id]
         for key, value in changes.items():
@@ -171,10 +189,12 @@ class GitHub:
             return self.route(path, query)
 
     def route(self, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
-        found = re.fullmatch(r"/repos/([^/]+/[^/]+)/(issues|pulls)(?:/(\d+)/comments)?", path)
+        found = re.fullmatch(
+            r"/repos/([^/]+/[^/]+)/(issues|pulls)(?:/(\d+)/(comments|reviews))?", path
+        )
         if found is None:
             return 404, {}, {"message": "Not Found"}
-        repo, what, number = found.groups()
+        repo, what, number, part = found.groups()
         known = {item.repo for item in self.items.values()} | self.disabled
         if repo not in known:
             return 404, {}, {"message": "Not Found"}
@@ -190,7 +210,9 @@ class GitHub:
         item = self.items.get(f"{repo}#{number}")
         if item is None or (what == "pulls" and not item.pull):
             return 404, {}, {"message": "Not Found"}
-        return self.page(path, query, item.reviews if what == "pulls" else item.comments)
+        if what == "issues":
+            return self.page(path, query, item.comments)
+        return self.page(path, query, item.verdicts if part == "reviews" else item.reviews)
 
     def page(
         self, path: str, query: dict[str, str], rows: list[Any]

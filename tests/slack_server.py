@@ -52,6 +52,12 @@ class Slack:
         self.channels[channel].roots.append(message)
         return ts
 
+    def joined(self, channel: str, user: str = "U09BOT") -> None:
+        """Slack's notice that someone joined: a message with a subtype."""
+        text = f"<@{user}> has joined the channel"
+        message = {"type": "message", "subtype": "channel_join", "user": user, "text": text}
+        self.channels[channel].roots.append(message | {"ts": self.ts()})
+
     def reply(self, channel: str, root_ts: str, text: str, user: str = "U02BOB") -> str:
         where = self.channels[channel]
         root = next(m for m in where.roots if m["ts"] == root_ts)
@@ -95,6 +101,7 @@ class Slack:
             for c in self.channels.values()
             if c.member
             for root in c.roots
+            if "subtype" not in root
         }
 
     # -- answering ----------------------------------------------------------------------

@@ -67,6 +67,8 @@ def fake() -> Iterator[GitHub]:
         state.comment("acme/api#1", "Raised on staging, fixed.", author="carol")
         state.comment("acme/api#2", "Looks right to me.")
         state.comment("acme/api#2", "Use the KMS client here.", author="dave", review=True)
+        state.review("acme/api#2", "Approved once the KMS client is used.", "APPROVED")
+        state.review("acme/api#2", "", "COMMENTED")  # a review with no text of its own
         yield state
 
 
@@ -93,9 +95,10 @@ def assert_mirrors(settings: Settings, fake: GitHub) -> dict[str, Document]:
         assert doc.source_type == "git"
         assert doc.title == f"#{item.number} {item.title}"
         assert item.body in doc.content
-        for comment in item.comments + item.reviews:
+        said = [c for c in item.comments + item.verdicts + item.reviews if c["body"]]
+        for comment in said:
             assert comment["body"] in doc.content
-        assert doc.metadata["comments"] == len(item.comments) + len(item.reviews)
+        assert doc.metadata["comments"] == len(said)
         assert doc.metadata["state"] == item.state
         assert doc.metadata["labels"] == item.labels
         assert doc.metadata["kind"] == ("pull" if item.pull else "issue")
@@ -132,15 +135,16 @@ def test_issues_and_pull_requests_follow_github_between_syncs(
     pull = docs["acme/api#2"].metadata
     assert pull["kind"] == "pull" and pull["merged"] is True and pull["state"] == "closed"
     assert "## Review comment by @dave on src/app.py:12" in docs["acme/api#2"].content
+    assert "## Review by @dave (approved), " in docs["acme/api#2"].content
     assert "merged" not in login.metadata
     assert any("page=2" in r for r in fake.requests)
 
     assert sync(capsys) == (0, "eng/tracker: 0 added, 0 updated, 2 unchanged, 0 deleted")
     since = [r for r in fake.requests if r.startswith("/repos/acme/api/issues?") and "since" in r]
-    assert "since=2026-03-01T09%3A00%3A08Z" in since[-1]  # the latest change seen there
+    assert "since=2026-03-01T09%3A00%3A10Z" in since[-1]  # the latest change seen there
 
     # edited (one at the cursor's very second), commented, deleted, transferred, added
-    newest = fake.items["acme/api#2"].reviews[-1]["updated_at"]
+    newest = fake.items["acme/api#2"].updated_at
     fake.edit("acme/api#2", title="Rotate the signing keys every month", updated_at=newest)
     fake.comment("acme/api#3", "The logbook moved to the new wiki.")
     moved = fake.transfer("acme/api#1", "acme/web")

@@ -56,6 +56,7 @@ def fake() -> Iterator[Slack]:
         state.channel("C01GENERAL", "general")
         state.channel("C02INCIDENT", "incidents", private=True)
         state.channel("C03RANDOM", "random", member=False)
+        state.joined("C01GENERAL")
         keys = state.post("C01GENERAL", "How often do we rotate the signing keys?")
         state.reply("C01GENERAL", keys, "Monthly, through the KMS cron job. Ask <@U03CAROL>.")
         state.post("C01GENERAL", "Deploy freeze starts Friday.", user="U03CAROL")
@@ -138,8 +139,9 @@ def test_threads_follow_slack_between_syncs(
     # a reply to an old thread, an edit, a thread deleted, one new, a channel renamed
     general = fake.channels["C01GENERAL"]
     freeze = next(m["ts"] for m in general.roots if "freeze" in m["text"])
+    keys_ts = next(m["ts"] for m in general.roots if "signing keys" in m["text"])
     fake.reply("C01GENERAL", freeze, "It moves to Monday.")
-    fake.edit("C01GENERAL", general.roots[0]["ts"], "How often do we rotate the API keys?")
+    fake.edit("C01GENERAL", keys_ts, "How often do we rotate the API keys?")
     incidents = fake.channels["C02INCIDENT"]
     fake.delete("C02INCIDENT", incidents.roots[-1]["ts"])
     incidents.name = "incidents-2026"

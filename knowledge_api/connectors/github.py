@@ -1,6 +1,6 @@
 """GitHub issues and pull requests over the REST API (github.com or Enterprise Server):
-one document per issue or pull request, its body then every comment and every review
-comment, each a section with its author and date.
+one document per issue or pull request, its body then every comment, every review
+(its summary) and every review comment, each a section with its author and date.
 
 Each run lists, per repository, the issues and pull requests updated since that
 repository's cursor (`since`, oldest first) and reads the comments of those alone: a
@@ -111,9 +111,17 @@ class GitHubConnector:
         comments = []
         if issue.get("comments"):
             comments = list(self.listing(f"/repos/{repo}/issues/{number}/comments"))
-        reviews = list(self.listing(f"/repos/{repo}/pulls/{number}/comments")) if pull else []
+        verdicts, reviews = [], []
+        if pull:
+            verdicts = [
+                review
+                for review in self.listing(f"/repos/{repo}/pulls/{number}/reviews")
+                if str(review.get("body") or "").strip()
+            ]
+            reviews = list(self.listing(f"/repos/{repo}/pulls/{number}/comments"))
         sections = [opening(issue, pull)]
         sections += [comment_section(c, "Comment") for c in comments]
+        sections += [review_section(r) for r in verdicts]
         sections += [comment_section(c, "Review comment") for c in reviews]
         metadata: dict[str, Any] = {
             "url": str(issue.get("html_url") or ""),
@@ -125,7 +133,7 @@ class GitHubConnector:
             "labels": names(issue.get("labels"), "name"),
             "assignees": names(issue.get("assignees"), "login"),
             "milestone": str((issue.get("milestone") or {}).get("title") or ""),
-            "comments": len(comments) + len(reviews),
+            "comments": len(comments) + len(verdicts) + len(reviews),
         }
         if pull:
             metadata["merged"] = bool(issue["pull_request"].get("merged_at"))
@@ -166,6 +174,14 @@ def comment_section(comment: dict[str, Any], what: str) -> str:
         heading += f" on {comment['path']}" + (f":{line}" if line else "")
     heading += f", {day(comment.get('created_at'))}"
     return f"{heading}\n\n{str(comment.get('body') or '').strip()}".rstrip()
+
+
+def review_section(review: dict[str, Any]) -> str:
+    """A pull request review's own text (what the reviewer wrote on submitting it)."""
+    state = str(review.get("state") or "").lower().replace("_", " ")
+    heading = f"## Review by @{login(review.get('user'))}" + (f" ({state})" if state else "")
+    heading += f", {day(review.get('submitted_at'))}"
+    return f"{heading}\n\n{str(review.get('body') or '').strip()}"
 
 
 def login(user: Any) -> str:

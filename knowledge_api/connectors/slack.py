@@ -38,6 +38,11 @@ PAGE = 200
 EXTRA = "connectors"
 REFUSED = {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
 SCOPES = "channels:read, groups:read, channels:history, groups:history, users:read"
+NOTICES = {
+    "channel_join", "channel_leave", "channel_topic", "channel_purpose", "channel_name",
+    "channel_archive", "channel_unarchive", "bot_add", "bot_remove", "pinned_item",
+}  # fmt: skip
+"""Message subtypes Slack writes itself: nothing anyone said."""
 _MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 _LINK = re.compile(r"<(https?://[^|>]+)\|([^>]+)>")
 
@@ -157,10 +162,12 @@ class SlackConnector:
 
     def history(self, channel: str) -> Iterator[dict[str, Any]]:
         """The channel's top-level messages (a reply also sent to the channel stays in
-        its thread)."""
+        its thread), without Slack's notices of joins, topics and the like."""
         for page in self.pages("conversations_history", channel=channel, limit=PAGE):
             for message in page.get("messages") or []:
                 if not isinstance(message, dict) or not message.get("ts"):
+                    continue
+                if message.get("subtype") in NOTICES:
                     continue
                 if message.get("thread_ts", message["ts"]) == message["ts"]:
                     yield message
