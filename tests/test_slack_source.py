@@ -232,3 +232,13 @@ def test_a_source_needs_a_token_and_an_api_url(
     assert "secrets.token" in capsys.readouterr().err
     assert main([*ADD, "--url", "slack.com", "--secret", "token=X"]) == 2
     assert "https://slack.com/api" in capsys.readouterr().err
+
+
+def test_an_unreachable_slack_stops_the_run_after_the_retries(
+    environment: Settings, waits: list[float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = "http://127.0.0.1:9/api"
+    assert main([*ADD, "--url", url, "--secret", "token=SLACK_TOKEN_FOR_TESTS"]) == 0
+    capsys.readouterr()
+    status, line = sync(capsys)
+    assert status == 1 and f"{url} is unreachable" in line and len(waits) == 5

@@ -103,6 +103,8 @@ class SlackConnector:
     # -- reading ----------------------------------------------------------------------
 
     def web(self) -> WebClient:
+        """The client, its token checked (`auth.test`, which also names the workspace's
+        URL the permalinks start with)."""
         if self.client is None:
             sdk = import_extra("slack_sdk", EXTRA)
             handlers = import_extra("slack_sdk.http_retry.builtin_handlers", EXTRA)
@@ -112,28 +114,17 @@ class SlackConnector:
                 timeout=self.timeout,
                 retry_handlers=[retry_handler(handlers.RateLimitErrorRetryHandler)],
             )
+            found = next(answers(client, "auth_test", self.source.url))
+            self.team_url = str(found.get("url") or "")
             self.client = client
-            self.team_url = str(self.call("auth_test").get("url") or "")
         return self.client
 
     def call(self, method: str, **params: Any) -> Any:
-        """One call's answer (its first page), ConnectorFailed naming the method and
-        why when Slack refuses it."""
+        """One call's answer (its first page)."""
         return next(self.pages(method, **params))
 
     def pages(self, method: str, **params: Any) -> Iterator[Any]:
-        """Each page of a call, following `response_metadata.next_cursor` (the SDK's
-        paging)."""
-        errors = import_extra("slack_sdk.errors", EXTRA)
-        client = self.client if method == "auth_test" else self.web()
-        assert client is not None
-        try:
-            yield from getattr(client, method)(**params)
-        except errors.SlackApiError as e:
-            raise ConnectorFailed(refusal(method, e.response)) from e
-        except (urllib.error.URLError, OSError, errors.SlackRequestError) as e:
-            reason = getattr(e, "reason", e)
-            raise ConnectorFailed(f"{self.source.url} is unreachable: {reason}") from e
+        return answers(self.web(), method, self.source.url, **params)
 
     def channels(self) -> list[dict[str, Any]]:
         """The channels to read: those the bot is in, narrowed to `channels` (names or
@@ -242,6 +233,19 @@ class SlackConnector:
         per message)."""
         link = f"{self.team_url.rstrip('/')}/archives/{channel}/p{ts.replace('.', '')}"
         return link if ts == root else f"{link}?thread_ts={root}&cid={channel}"
+
+
+def answers(client: WebClient, method: str, where: str, **params: Any) -> Iterator[Any]:
+    """Each page of a call, following `response_metadata.next_cursor` (the SDK's
+    paging); ConnectorFailed naming the method and why when Slack refuses it."""
+    errors = import_extra("slack_sdk.errors", EXTRA)
+    try:
+        yield from getattr(client, method)(**params)
+    except errors.SlackApiError as e:
+        raise ConnectorFailed(refusal(method, e.response)) from e
+    except (urllib.error.URLError, OSError, errors.SlackRequestError) as e:
+        reason = getattr(e, "reason", e)
+        raise ConnectorFailed(f"{where} is unreachable: {reason}") from e
 
 
 def retry_handler(base: type[Any]) -> Any:
