@@ -17,7 +17,7 @@ import numpy as np
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import Node
 
-SOURCE_TYPES = ("git", "jira", "knowledge", "wiki", "email", "metrics")
+SOURCE_TYPES = ("git", "jira", "knowledge", "wiki", "email", "metrics", "chat")
 DEFAULT_COLLECTION = "default"
 _NAMESPACE = uuid.UUID("6f1c2d0e-8b1a-4c55-9d5e-3a1f0b6c7d20")
 

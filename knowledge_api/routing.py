@@ -37,6 +37,7 @@ CUES: dict[str, frozenset[str]] = {
     "metrics": frozenset({"metric", "metrics", "dashboard", "p95", "p99", "kpi"}),
     "wiki": frozenset({"wiki"}),
     "knowledge": frozenset({"kb", "runbook"}),
+    "chat": frozenset({"slack", "chat", "chatted"}),
 }
 """Words that name where an answer lives; each chosen so it rarely appears otherwise."""
 WORD = re.compile(r"[a-z0-9][a-z0-9-]*")

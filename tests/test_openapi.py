@@ -92,6 +92,7 @@ def test_path_and_query_parameters_are_typed() -> None:
         "wiki",
         "email",
         "metrics",
+        "chat",
     ]
     assert detail["id"]["schema"]["type"] == "string"
     assert detail["collection"]["in"] == "query" and detail["collection"]["required"] is False

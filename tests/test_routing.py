@@ -28,6 +28,7 @@ def centroids(**rows: list[float]) -> Centroids:
 def test_cue_words_name_their_sources() -> None:
     assert cued_sources("Which COMMIT changed the cache?") == {"git"}
     assert cued_sources("the jira ticket and the e-mail about it") == {"jira", "email"}
+    assert cued_sources("what was said on Slack about the freeze") == {"chat"}
     assert cued_sources("how does hybrid search rank passages") == set()
 
 

@@ -2,7 +2,12 @@
 `Retry-After` says (clamped to 1-60 s), other 5xx and dropped connections back off
 exponentially with jitter, at most `retries` times; 401, 403, 404 and 410 stop the run at
 once with the reason (a wrong token or a retired endpoint must not look like an empty
-source). The `Authorization` header and every secret stay out of messages and logs.
+source). A 403 or 429 that is a rate limit is no refusal: one with `Retry-After` (GitHub's
+secondary limits) waits as a 429 does, and one saying the quota is spent
+(`X-RateLimit-Remaining: 0`) waits for `X-RateLimit-Reset` when that comes within the
+clamp, else stops the run saying when the quota comes back. A page of a listing that
+keeps failing with 5xx is asked for again in halves before the run stops. The
+`Authorization` header and every secret stay out of messages and logs.
 """
 
 from __future__ import annotations
@@ -10,8 +15,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -31,6 +37,8 @@ STOPS = {
     410: "the endpoint is gone (410): this version of the service retired it",
 }
 RETRIED = {429, 500, 502, 503, 504}
+SMALLEST_PAGE = 10
+"""A failing page is not asked for in halves smaller than this."""
 
 
 @dataclass(frozen=True)
@@ -42,12 +50,27 @@ class Retries:
 
     def wait(self, response: httpx.Response | None, attempt: int) -> float:
         """Seconds before try `attempt + 1`: `Retry-After` clamped to 1-60 s on a 429 or
-        503 that sends one, else exponential backoff with full jitter."""
-        if response is not None and response.status_code in (429, 503):
-            after = retry_after(response.headers.get("retry-after", ""))
-            if after is not None:
-                return min(max(after, WAIT_FLOOR), WAIT_CEILING)
+        503 that sends one (or a rate-limited 403), until a spent quota comes back
+        (clamped alike), else exponential backoff with full jitter."""
+        if response is None:
+            return self.pause(None, "", attempt)
+        back = quota_back(response)
+        if back is not None:
+            return clamped(back)
+        return self.pause(response.status_code, response.headers.get("retry-after", ""), attempt)
+
+    def pause(self, status: int | None, after: str, attempt: int) -> float:
+        """The same from a status and a `Retry-After` value, for clients that are not
+        httpx (Slack's SDK)."""
+        if status in (403, 429, 503):
+            seconds = retry_after(after)
+            if seconds is not None:
+                return clamped(seconds)
         return random.uniform(0, min(BACKOFF_CEILING, BACKOFF_BASE * 2**attempt))
+
+
+def clamped(seconds: float) -> float:
+    return min(max(seconds, WAIT_FLOOR), WAIT_CEILING)
 
 
 def retry_after(value: str) -> float | None:
@@ -65,6 +88,36 @@ def retry_after(value: str) -> float | None:
     except (TypeError, ValueError):
         return None
     return when.timestamp() - time.time()
+
+
+def rate_limited(response: httpx.Response) -> bool:
+    """A 403 or 429 that says the caller went too fast, not that it may not: it sends
+    `Retry-After`, says the quota is spent, or (GitHub's secondary limit without a
+    header) says "rate limit" in its body."""
+    if response.status_code not in (403, 429):
+        return False
+    if response.headers.get("retry-after") or quota_back(response) is not None:
+        return True
+    return response.status_code == 429 or "rate limit" in response.text.lower()
+
+
+def quota_back(response: httpx.Response) -> float | None:
+    """Seconds until a spent quota (`X-RateLimit-Remaining: 0`) comes back, from
+    `X-RateLimit-Reset` (epoch seconds); None when it is not spent. ConnectorFailed
+    when that is later than a run may wait: the next run goes on."""
+    if response.headers.get("x-ratelimit-remaining") != "0":
+        return None
+    try:
+        reset = float(response.headers.get("x-ratelimit-reset", ""))
+    except ValueError:
+        return 0.0
+    if reset - time.time() > WAIT_CEILING:
+        back = datetime.fromtimestamp(reset, UTC).isoformat(timespec="seconds")
+        raise ConnectorFailed(
+            f"the rate limit of these credentials is spent until {back} "
+            "(X-RateLimit-Reset): the next run goes on from the cursor"
+        )
+    return max(reset - time.time(), 0.0)
 
 
 class SourceHTTP:
@@ -104,13 +157,17 @@ class SourceHTTP:
                 status = response.status_code
                 if status < 400:
                     return response
-                if status in STOPS:
+                limited = rate_limited(response)
+                if status in STOPS and not limited:
                     raise ConnectorFailed(f"{method} {path}: {STOPS[status]}")
-                if status not in RETRIED:
+                if status not in RETRIED and not limited:
                     raise ConnectorFailed(f"{method} {path}: answered {status}")
-                problem = f"{method} {path}: answered {status}"
+                problem = f"{method} {path}: answered {status}" + (
+                    " (rate limited)" if limited else ""
+                )
             if attempt >= self.retries.attempts:
-                raise ConnectorFailed(f"{problem}, {attempt + 1} tries")
+                status = response.status_code if response is not None else 0
+                raise ConnectorFailed(f"{problem}, {attempt + 1} tries", answered=status)
             delay = self.retries.wait(response, attempt)
             log.info("%s; trying again in %.1f s", problem, delay)
             self.retries.sleep(delay)
@@ -123,5 +180,44 @@ class SourceHTTP:
         except ValueError as e:
             raise ConnectorFailed(f"GET {path}: the answer is not JSON") from e
 
+    def pages(
+        self, path: str, params: Mapping[str, Any] | None = None, size: str = "per_page"
+    ) -> Iterator[Any]:
+        """The decoded body of each page, following the `Link` header's `rel="next"`
+        (RFC 8288, as GitHub pages) until a page names none. A page that keeps failing
+        with 5xx (a listing too heavy to build in time) is asked again in halves, its
+        `size` parameter halved while it is even and above SMALLEST_PAGE."""
+        url: str | None = path
+        while url is not None:
+            try:
+                response = self.request("GET", url, params=params)
+            except ConnectorFailed as e:
+                smaller = halved(url, params, size) if e.details.get("answered", 0) >= 500 else None
+                if smaller is None:
+                    raise
+                log.info("%s; asking for pages half that size", e.message)
+                url, params = smaller, None
+                continue
+            params = None  # the next link carries them
+            try:
+                yield response.json()
+            except ValueError as e:
+                raise ConnectorFailed(f"GET {url}: the answer is not JSON") from e
+            url = response.links.get("next", {}).get("url")
+
     def close(self) -> None:
         self.client.close()
+
+
+def halved(url: str, params: Mapping[str, Any] | None, size: str) -> str | None:
+    """The URL of the first half of a page of `url` (its `size` parameter halved, its
+    `page` number doubled to match); None when the size is odd or too small to halve."""
+    parts = httpx.URL(url)
+    query = {**dict(parts.params), **{k: str(v) for k, v in (params or {}).items()}}
+    count = int(query.get(size, "0") or 0)
+    if count % 2 or count // 2 < SMALLEST_PAGE:
+        return None
+    query[size] = str(count // 2)
+    if "page" in query:
+        query["page"] = str(2 * int(query["page"]) - 1)
+    return str(parts.copy_with(query=None).copy_merge_params(query))

@@ -10,6 +10,8 @@ from knowledge_api.registry import Registry
 connectors: Registry[Connector] = Registry("connector kind", "--kind")
 connectors.register("imap", "knowledge_api.connectors.imap:IMAPConnector")
 connectors.register("prometheus", "knowledge_api.connectors.prometheus:PrometheusConnector")
+connectors.register("github", "knowledge_api.connectors.github:GitHubConnector")
+connectors.register("slack", "knowledge_api.connectors.slack:SlackConnector")
 
 
 def connector_for(source: ConnectorSource, collection: str) -> Connector:

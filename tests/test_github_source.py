@@ -1,0 +1,267 @@
+"""GitHub issues and pull requests as a connector source, against a fake GitHub REST API
+on loopback: the real client pages by `Link`, waits out 429 and 503, and stops on a
+wrong token, a repository gone or with its issues turned off; after each sync the store
+holds what GitHub holds, on SQLite and on Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from knowledge_api.app import create_app
+from knowledge_api.cli import main
+from knowledge_api.connectors import github as connector
+from knowledge_api.connectors import http
+from knowledge_api.models import Document
+from knowledge_api.settings import Settings
+from tests.conftest import make_settings, make_store
+from tests.github_server import TOKEN, GitHub, github
+from tests.pg import fresh_database
+from tests.test_access import bearer, error_of, make_key
+
+SOURCES = "/v1/knowledge/sources"
+ADD = ["sources", "add", "tracker", "--kind", "github", "--collection", "eng"]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def environment(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    monkeypatch.setenv("GITHUB_TOKEN_FOR_TESTS", TOKEN)
+    if request.param == "postgres":
+        url = fresh_database(request.getfixturevalue("postgres_server"))
+        monkeypatch.setenv("KNOWLEDGE_STORE", "postgres")
+        monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
+    return Settings.from_env(env_file=None)
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits between tries, recorded instead of slept."""
+    found: list[float] = []
+    monkeypatch.setattr(http, "Retries", functools.partial(http.Retries, sleep=found.append))
+    return found
+
+
+@pytest.fixture
+def fake() -> Iterator[GitHub]:
+    with github() as state:
+        state.add("acme/api", "Login times out behind the SSO proxy", "Seen on staging.",
+                  labels=["bug", "sso"], assignees=["carol"], milestone="1.4")  # fmt: skip
+        state.add("acme/api", "Rotate the signing keys monthly", "Adds a cron job.",
+                  pull=True, merged=True, state="closed")  # fmt: skip
+        state.add("acme/api", "Zeppelin maintenance logbook export", "", state="closed")
+        state.add("acme/web", "Dark mode for the dashboard", "Users asked twice.")
+        state.comment("acme/api#1", "The gateway timeout is 30 s; raise it to 60 s.")
+        state.comment("acme/api#1", "Raised on staging, fixed.", author="carol")
+        state.comment("acme/api#2", "Looks right to me.")
+        state.comment("acme/api#2", "Use the KMS client here.", author="dave", review=True)
+        state.review("acme/api#2", "Approved once the KMS client is used.", "APPROVED")
+        state.review("acme/api#2", "", "COMMENTED")  # a review with no text of its own
+        yield state
+
+
+def stored(settings: Settings) -> dict[str, Document]:
+    async def read() -> dict[str, Document]:
+        store = make_store(settings.store, settings)
+        await store.open()
+        try:
+            owned = await store.source_documents("eng", "tracker")
+            found = [await store.get_by_id(doc_id) for doc_id in owned]
+            return {doc.source_id: doc for doc in found if doc is not None}
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def assert_mirrors(settings: Settings, fake: GitHub) -> dict[str, Document]:
+    """The store holds each item GitHub has, no other, with its title, body, comments."""
+    docs = stored(settings)
+    assert sorted(docs) == sorted(fake.items)
+    for source_id, item in fake.items.items():
+        doc = docs[source_id]
+        assert doc.source_type == "git"
+        assert doc.title == f"#{item.number} {item.title}"
+        assert item.body in doc.content
+        said = [c for c in item.comments + item.verdicts + item.reviews if c["body"]]
+        for comment in said:
+            assert comment["body"] in doc.content
+        assert doc.metadata["comments"] == len(said)
+        assert doc.metadata["state"] == item.state
+        assert doc.metadata["labels"] == item.labels
+        assert doc.metadata["kind"] == ("pull" if item.pull else "issue")
+        assert doc.created_at[:10] == item.created_at[:10] == "2026-03-01"
+    return docs
+
+
+def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
+    status = main(["sources", "sync", "tracker", *more])
+    return status, capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def add(fake: GitHub, repos: str = "acme/api,acme/web") -> int:
+    return main([*ADD, "--url", fake.url, "--set", f"repos={repos}",
+                 "--secret", "token=GITHUB_TOKEN_FOR_TESTS"])  # fmt: skip
+
+
+def test_issues_and_pull_requests_follow_github_between_syncs(
+    environment: Settings,
+    fake: GitHub,
+    waits: list[float],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connector, "PER_PAGE", 2)  # the Link header pages the listings
+    assert add(fake) == 0
+    capsys.readouterr()
+    assert sync(capsys) == (0, "eng/tracker: 4 added, 0 updated, 0 unchanged, 0 deleted")
+    docs = assert_mirrors(environment, fake)
+    login = docs["acme/api#1"]
+    assert login.metadata["url"] == "https://github.example.com/acme/api/issues/1"
+    assert login.metadata["assignees"] == ["carol"] and login.metadata["milestone"] == "1.4"
+    assert "## Comment by @carol" in login.content
+    pull = docs["acme/api#2"].metadata
+    assert pull["kind"] == "pull" and pull["merged"] is True and pull["state"] == "closed"
+    assert "## Review comment by @dave on src/app.py:12" in docs["acme/api#2"].content
+    assert "## Review by @dave (approved), " in docs["acme/api#2"].content
+    assert "merged" not in login.metadata
+    assert any("page=2" in r for r in fake.requests)
+
+    assert sync(capsys) == (0, "eng/tracker: 0 added, 0 updated, 2 unchanged, 0 deleted")
+    since = [r for r in fake.requests if r.startswith("/repos/acme/api/issues?") and "since" in r]
+    assert "since=2026-03-01T09%3A00%3A10Z" in since[-1]  # the latest change seen there
+
+    # edited (one at the cursor's very second), commented, deleted, transferred, added
+    newest = fake.items["acme/api#2"].updated_at
+    fake.edit("acme/api#2", title="Rotate the signing keys every month", updated_at=newest)
+    fake.comment("acme/api#3", "The logbook moved to the new wiki.")
+    moved = fake.transfer("acme/api#1", "acme/web")
+    del fake.items["acme/web#1"]
+    fake.add("acme/web", "Export the dashboard as PDF", "A weekly report.", pull=True)
+    fake.fail("/repos/acme/api/issues", 429, {"Retry-After": "2"})
+    fake.fail("/repos/acme/web/issues", 503)
+    fake.fail("/repos/acme/api/issues/3/comments", 503, {"Retry-After": "1"})
+    assert sync(capsys) == (0, "eng/tracker: 2 added, 2 updated, 0 unchanged, 2 deleted")
+    assert fake.faults == [] and 2.0 in waits and 1.0 in waits
+    docs = assert_mirrors(environment, fake)
+    assert moved.source_id == "acme/web#2" and "acme/api#1" not in docs
+    assert "Raised on staging, fixed." in docs["acme/web#2"].content
+    assert docs["acme/api#3"].metadata["comments"] == 1
+
+    assert sync(capsys) == (0, "eng/tracker: 0 added, 0 updated, 2 unchanged, 0 deleted")
+
+
+def test_a_wrong_token_stops_the_run_and_deletes_nothing(
+    environment: Settings,
+    fake: GitHub,
+    waits: list[float],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert add(fake) == 0
+    assert sync(capsys)[0] == 0
+    monkeypatch.setenv("GITHUB_TOKEN_FOR_TESTS", "ghp_wrong")
+    status, line = sync(capsys, "--full")
+    assert status == 1 and "credentials were refused (401)" in line and "ghp_" not in line
+    assert waits == []
+    assert len(stored(environment)) == 4
+    assert main(["sources", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["sources"]
+    assert "401" in listed["last_error"] and TOKEN not in json.dumps(listed)
+
+
+@pytest.mark.parametrize(
+    ("repo", "reason"),
+    [("acme/gone", "not found (404)"), ("acme/quiet", "the endpoint is gone (410)")],
+)
+def test_a_repository_gone_or_without_issues_stops_the_run(
+    environment: Settings,
+    fake: GitHub,
+    capsys: pytest.CaptureFixture[str],
+    repo: str,
+    reason: str,
+) -> None:
+    fake.disabled.add("acme/quiet")
+    assert add(fake, f"acme/api,{repo}") == 0
+    capsys.readouterr()
+    status, line = sync(capsys)
+    assert status == 1 and reason in line and f"/repos/{repo}/issues" in line
+    assert stored(environment) == {}
+
+
+def test_a_listing_that_keeps_failing_is_read_in_smaller_pages_then_stops(
+    environment: Settings, fake: GitHub, waits: list[float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert add(fake) == 0
+    assert sync(capsys)[0] == 0
+    for _ in range(6):  # 100 a page keeps failing: 50 a page passes
+        fake.fail("/repos/acme/web/issues", 503)
+    assert sync(capsys)[0] == 0
+    assert any("per_page=50" in r for r in fake.requests) and len(waits) == 5
+    for _ in range(18):  # 100, 50 and 25 a page fail alike
+        fake.fail("/repos/acme/web/issues", 503)
+    status, line = sync(capsys)
+    assert status == 1 and "answered 503, 6 tries" in line and len(waits) == 20
+    assert len(stored(environment)) == 4
+
+
+def test_a_source_is_refused_without_repositories_or_with_a_wrong_one(
+    environment: Settings, fake: GitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*ADD, "--url", fake.url]) == 2
+    assert "settings.repos" in capsys.readouterr().err
+    assert main([*ADD, "--url", fake.url, "--set", "repos=acme"]) == 2
+    assert "'acme' is not OWNER/NAME" in capsys.readouterr().err
+    assert main([*ADD, "--url", "ftp://github.example.com", "--set", "repos=a/b"]) == 2
+    assert "https://api.github.com" in capsys.readouterr().err
+
+
+def test_a_github_source_is_added_and_synced_over_http(
+    fake: GitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN_FOR_TESTS", TOKEN)
+    settings = make_settings(tmp_path, auth="keys", upload_dir=str(tmp_path / "uploads"))
+    admin = bearer(asyncio.run(make_key(settings, "admin", ["admin", "read", "write"])))
+    body = {
+        "name": "tracker",
+        "kind": "github",
+        "url": fake.url,
+        "collection": "eng",
+        "secrets": {"token": "GITHUB_TOKEN_FOR_TESTS"},
+    }
+    with TestClient(create_app(settings)) as client:
+        refused = client.post(SOURCES, json=body, headers=admin)
+        assert error_of(refused, 400)["details"]["field"] == "settings.repos"
+        body["settings"] = {"repos": "acme/api,acme/web"}
+        assert client.post(SOURCES, json=body, headers=admin).status_code == 201
+        accepted = client.post(f"{SOURCES}/tracker/sync", headers=admin)
+        assert accepted.status_code == 202, accepted.text
+        job = f"/v1/knowledge/jobs/{accepted.json()['job_id']}"
+        deadline = time.monotonic() + 30
+        while (done := client.get(job, headers=admin).json())["status"] not in ("done", "failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert done["status"] == "done", done
+        (listed,) = client.get(SOURCES, params={"collection": "eng"}, headers=admin).json()[
+            "sources"
+        ]
+        assert listed["kind"] == "github" and listed["documents"] == 4
+        assert TOKEN not in json.dumps(listed) and listed["last_error"] is None
+        found = client.post(
+            "/v1/knowledge/query",
+            json={"query": "gateway timeout SSO", "collection": "eng", "sources": ["git"]},
+            headers=admin,
+        ).json()
+        assert found["results"][0]["source_id"] == "acme/api#1"

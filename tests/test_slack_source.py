@@ -1,0 +1,244 @@
+"""Slack threads as a connector source, against a fake Slack Web API on loopback: the
+real `slack_sdk` client pages by cursor and waits out 429 and 503 through its retry
+handlers; only the channels the bot is in are read; a reply to an old thread, an edit,
+a deleted thread and a renamed channel follow; a wrong token and a retired method stop
+the run. After each sync the store holds what Slack holds, on SQLite and on Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from knowledge_api.cli import main
+from knowledge_api.connectors import http
+from knowledge_api.connectors import slack as connector
+from knowledge_api.models import Document
+from knowledge_api.settings import Settings
+from tests.conftest import make_store
+from tests.pg import fresh_database
+from tests.slack_server import TEAM_URL, TOKEN, USERS, Slack, slack
+
+ADD = ["sources", "add", "chat", "--kind", "slack", "--collection", "team"]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def environment(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    monkeypatch.setenv("SLACK_TOKEN_FOR_TESTS", TOKEN)
+    if request.param == "postgres":
+        url = fresh_database(request.getfixturevalue("postgres_server"))
+        monkeypatch.setenv("KNOWLEDGE_STORE", "postgres")
+        monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
+    return Settings.from_env(env_file=None)
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits between tries, recorded instead of slept."""
+    found: list[float] = []
+    monkeypatch.setattr(http, "Retries", functools.partial(http.Retries, sleep=found.append))
+    return found
+
+
+@pytest.fixture
+def fake() -> Iterator[Slack]:
+    with slack() as state:
+        state.channel("C01GENERAL", "general")
+        state.channel("C02INCIDENT", "incidents", private=True)
+        state.channel("C03RANDOM", "random", member=False)
+        state.joined("C01GENERAL")
+        keys = state.post("C01GENERAL", "How often do we rotate the signing keys?")
+        state.reply("C01GENERAL", keys, "Monthly, through the KMS cron job. Ask <@U03CAROL>.")
+        state.post("C01GENERAL", "Deploy freeze starts Friday.", user="U03CAROL")
+        latency = state.post("C02INCIDENT", "Checkout latency is above 2 s since 09:10.")
+        state.reply("C02INCIDENT", latency, "Rolled back the gateway config.")
+        state.reply("C02INCIDENT", latency, "Latency is back to normal.", user="U03CAROL")
+        state.post("C02INCIDENT", "Zeppelin maintenance window tonight.")
+        state.post("C03RANDOM", "Lunch on the roof?")
+        yield state
+
+
+def stored(settings: Settings) -> dict[str, Document]:
+    async def read() -> dict[str, Document]:
+        store = make_store(settings.store, settings)
+        await store.open()
+        try:
+            owned = await store.source_documents("team", "chat")
+            found = [await store.get_by_id(doc_id) for doc_id in owned]
+            return {doc.source_id: doc for doc in found if doc is not None}
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def assert_mirrors(settings: Settings, fake: Slack) -> dict[str, Document]:
+    """The store holds each thread of the channels the bot is in, no other, with each
+    message's author, text and permalink."""
+    docs = stored(settings)
+    threads = fake.threads()
+    assert sorted(docs) == sorted(threads)
+    for thread_id, messages in threads.items():
+        doc, (channel_id, _) = docs[thread_id], thread_id.split("/")
+        channel = fake.channels[channel_id]
+        assert doc.source_type == "chat"
+        assert doc.title.startswith(f"#{channel.name}: {messages[0]['text'][:20]}")
+        assert doc.metadata["replies"] == len(messages) - 1
+        assert doc.metadata["channel"] == channel.name
+        assert doc.content.count("\n## ") + doc.content.startswith("## ") == len(messages)
+        for message in messages:
+            assert message["text"].split("<@")[0] in doc.content
+            assert f"## {USERS[message['user']]}, " in doc.content
+            assert f"/archives/{channel_id}/p{message['ts'].replace('.', '')}" in doc.content
+    return docs
+
+
+def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
+    status = main(["sources", "sync", "chat", *more])
+    return status, capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def add(fake: Slack, *more: str) -> int:
+    return main([*ADD, "--url", fake.url, "--secret", "token=SLACK_TOKEN_FOR_TESTS", *more])
+
+
+def test_threads_follow_slack_between_syncs(
+    environment: Settings,
+    fake: Slack,
+    waits: list[float],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connector, "PAGE", 1)  # the cursor pages every listing
+    assert add(fake) == 0
+    capsys.readouterr()
+    assert sync(capsys) == (0, "team/chat: 4 added, 0 updated, 0 unchanged, 0 deleted")
+    docs = assert_mirrors(environment, fake)
+    keys = next(d for d in docs.values() if "signing keys" in d.title)
+    assert keys.title == "#general: How often do we rotate the signing keys?"
+    assert "Ask @carol." in keys.content and keys.metadata["participants"] == ["alice", "bob"]
+    assert keys.metadata["url"].startswith(f"{TEAM_URL}archives/C01GENERAL/p")
+    assert f"?thread_ts={keys.source_id.split('/')[1]}&cid=C01GENERAL" in keys.content
+    assert keys.created_at[:10] == "2026-03-01"
+    assert not any("Lunch" in d.content for d in docs.values())  # the bot is not in #random
+    assert fake.calls.count("conversations.history") > 3  # paged
+
+    assert sync(capsys) == (0, "team/chat: 0 added, 0 updated, 0 unchanged, 0 deleted")
+    assert "conversations.replies" not in fake.calls[fake.calls.index("auth.test", 1) :]
+
+    # a reply to an old thread, an edit, a thread deleted, one new, a channel renamed
+    general = fake.channels["C01GENERAL"]
+    freeze = next(m["ts"] for m in general.roots if "freeze" in m["text"])
+    keys_ts = next(m["ts"] for m in general.roots if "signing keys" in m["text"])
+    fake.reply("C01GENERAL", freeze, "It moves to Monday.")
+    fake.edit("C01GENERAL", keys_ts, "How often do we rotate the API keys?")
+    incidents = fake.channels["C02INCIDENT"]
+    fake.delete("C02INCIDENT", incidents.roots[-1]["ts"])
+    incidents.name = "incidents-2026"
+    fake.post("C01GENERAL", "The new runbook is in the wiki.", user="U02BOB")
+    fake.fail("conversations.history", 429, {"Retry-After": "3"})
+    fake.fail("conversations.replies", 503)
+    assert sync(capsys) == (0, "team/chat: 1 added, 3 updated, 0 unchanged, 1 deleted")
+    assert fake.faults == [] and 3.0 in waits and len(waits) == 2
+    docs = assert_mirrors(environment, fake)
+    assert "It moves to Monday." in docs[f"C01GENERAL/{freeze}"].content
+    assert all(
+        d.title.startswith("#incidents-2026: ")
+        for d in docs.values()
+        if d.metadata["channel_id"] == "C02INCIDENT"
+    )
+
+    assert sync(capsys) == (0, "team/chat: 0 added, 0 updated, 0 unchanged, 0 deleted")
+
+
+def test_only_the_channels_named_are_read_and_the_bot_must_be_in_them(
+    environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert add(fake, "--set", "channels=#incidents") == 0
+    capsys.readouterr()
+    assert sync(capsys)[0] == 0
+    assert {d.metadata["channel"] for d in stored(environment).values()} == {"incidents"}
+    assert main(["sources", "remove", "chat", "--collection", "team"]) == 0
+    assert add(fake, "--set", "channels=general,random") == 0
+    capsys.readouterr()
+    status, line = sync(capsys)
+    assert status == 1 and "the bot is not a member of #random" in line
+    assert stored(environment) == {}
+
+
+def test_a_wrong_token_stops_the_run_and_deletes_nothing(
+    environment: Settings,
+    fake: Slack,
+    waits: list[float],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert add(fake) == 0
+    assert sync(capsys)[0] == 0
+    monkeypatch.setenv("SLACK_TOKEN_FOR_TESTS", "xoxb-wrong")
+    status, line = sync(capsys, "--full")
+    assert status == 1 and "credentials were refused" in line and "invalid_auth" in line
+    assert "xoxb" not in line and waits == []
+    assert len(stored(environment)) == 4
+    assert main(["sources", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["sources"]
+    assert "invalid_auth" in listed["last_error"] and TOKEN not in json.dumps(listed)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"), [(410, "the endpoint is gone (410)"), (404, "not found (404)")]
+)
+def test_a_retired_method_stops_the_run_and_deletes_nothing(
+    environment: Settings,
+    fake: Slack,
+    capsys: pytest.CaptureFixture[str],
+    status: int,
+    reason: str,
+) -> None:
+    assert add(fake) == 0
+    assert sync(capsys)[0] == 0
+    fake.fail("conversations.history", status)
+    code, line = sync(capsys, "--full")
+    assert code == 1 and f"conversations.history: {reason}" in line
+    assert len(stored(environment)) == 4
+
+
+def test_server_errors_that_go_on_stop_the_run_after_the_retries(
+    environment: Settings, fake: Slack, waits: list[float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert add(fake) == 0
+    assert sync(capsys)[0] == 0
+    for _ in range(6):
+        fake.fail("conversations.history", 503)
+    code, line = sync(capsys)
+    assert code == 1 and "conversations.history: answered 503" in line and len(waits) == 5
+    assert len(stored(environment)) == 4
+
+
+def test_a_source_needs_a_token_and_an_api_url(
+    environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*ADD, "--url", fake.url]) == 2
+    assert "secrets.token" in capsys.readouterr().err
+    assert main([*ADD, "--url", "slack.com", "--secret", "token=X"]) == 2
+    assert "https://slack.com/api" in capsys.readouterr().err
+
+
+def test_an_unreachable_slack_stops_the_run_after_the_retries(
+    environment: Settings, waits: list[float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = "http://127.0.0.1:9/api"
+    assert main([*ADD, "--url", url, "--secret", "token=SLACK_TOKEN_FOR_TESTS"]) == 0
+    capsys.readouterr()
+    status, line = sync(capsys)
+    assert status == 1 and f"{url} is unreachable" in line and len(waits) == 5
