@@ -10,6 +10,7 @@ from knowledge_api.registry import Registry
 connectors: Registry[Connector] = Registry("connector kind", "--kind")
 connectors.register("imap", "knowledge_api.connectors.imap:IMAPConnector")
 connectors.register("prometheus", "knowledge_api.connectors.prometheus:PrometheusConnector")
+connectors.register("web", "knowledge_api.connectors.web:WebConnector")
 
 
 def connector_for(source: ConnectorSource, collection: str) -> Connector:
