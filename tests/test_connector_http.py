@@ -62,3 +62,11 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert retry_after("") is None and retry_after("soon") is None
     later = retry_after("Wed, 21 Oct 2099 07:28:00 GMT")
     assert later is not None and later > 0
+
+
+def test_statuses_taken_as_answers_are_returned_as_they_are() -> None:
+    waits: list[float] = []
+    http = client([httpx.Response(404), httpx.Response(429), httpx.Response(410)], waits)
+    assert http.request("GET", "/page", answers={404, 410}).status_code == 404
+    assert http.request("GET", "/page", answers={404, 410}).status_code == 410
+    assert len(waits) == 1  # the 429 between them was tried again
