@@ -77,7 +77,8 @@ class Crawl:
     problems: list[str] = field(default_factory=list)
 
     def keep(self, url: str, known: Known) -> list[str]:
-        """A page unchanged since the last run (or unreadable now): seen as it was."""
+        """A page seen: read now, or unchanged since the last run (or unreadable now,
+        and kept as it was); its links."""
         self.seen.add(url)
         self.found[url] = known
         return known.links
@@ -171,7 +172,7 @@ class WebConnector:
             if critical:
                 raise
             crawl.problems.append(e.message)
-            return (crawl.keep(url, previous) if previous else []), None
+            return crawl.keep(url, previous or Known()), None
         status = response.status_code
         if status in GONE:
             if critical:
@@ -193,10 +194,8 @@ class WebConnector:
         except ExtractionError as e:
             crawl.problems.append(f"{url}: {e}")
             return links, None
-        crawl.seen.add(url)
-        validators = response.headers.get("etag", ""), response.headers.get("last-modified", "")
-        if any(validators):
-            crawl.found[url] = Known(*validators, links=links)
+        headers = response.headers
+        crawl.keep(url, Known(headers.get("etag", ""), headers.get("last-modified", ""), links))
         return links, None
 
     def robots(self) -> urllib.robotparser.RobotFileParser:
