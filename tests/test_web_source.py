@@ -7,21 +7,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
 
+from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.connectors import http
 from knowledge_api.connectors.web import canonical, read_cursor, write_cursor
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.conftest import make_store
+from tests.conftest import make_settings, make_store
 from tests.pg import fresh_database
+from tests.test_access import bearer, error_of, make_key
 from tests.web_site import Site, serving
+
+SOURCES = "/v1/knowledge/sources"
 
 
 @pytest.fixture
@@ -355,3 +361,34 @@ def test_the_cursor_keeps_each_url_once() -> None:
     cursor = write_cursor(found)
     assert json.loads(cursor)["urls"] == ["http://s/", "http://s/a", "http://s/b"]
     assert read_cursor(cursor) == found
+
+
+def test_a_site_is_added_and_synced_over_http(
+    environment: Settings, site: Site, tmp_path: Path
+) -> None:
+    site.page("/", "Welcome", "The home of the handbook.", links=("/guide",))
+    site.page("/guide", "Guide", "How the zeppelin hangar is booked.")
+    settings = make_settings(tmp_path, auth="keys", upload_dir=str(tmp_path / "uploads"))
+    admin = bearer(asyncio.run(make_key(settings, "admin", ["admin", "read", "write"])))
+    body = {"name": "site", "kind": "web", "url": f"{site.url}/", "collection": "web"}
+    with TestClient(create_app(settings)) as client:
+        deep = {**body, "settings": {"depth": "99"}}
+        details = error_of(client.post(SOURCES, json=deep, headers=admin), 400)["details"]
+        assert details["field"] == "settings.depth"
+        assert details["rule"] == "must be a whole number from 0 to 20"
+        created = client.post(SOURCES, json=body, headers=admin)
+        assert created.status_code == 201 and created.json()["kind"] == "web", created.text
+        accepted = client.post(f"{SOURCES}/site/sync", headers=admin)
+        assert accepted.status_code == 202, accepted.text
+        job = accepted.json()["job_id"]
+        deadline = time.monotonic() + 30
+        while (done := client.get(f"/v1/knowledge/jobs/{job}", headers=admin).json())[
+            "status"
+        ] not in ("done", "failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert done["status"] == "done", done
+        (listed,) = client.get(SOURCES, params={"collection": "web"}, headers=admin).json()[
+            "sources"
+        ]
+        assert listed["documents"] == 2 and listed["last_error"] is None
