@@ -23,6 +23,7 @@ from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
 from tests.conftest import make_settings, make_store
+from tests.documents import pdf_bytes
 from tests.pg import fresh_database
 from tests.test_access import bearer, error_of, make_key
 from tests.web_site import Site, serving
@@ -305,6 +306,7 @@ def test_a_sitemap_as_the_url_is_the_list_of_pages(
         (["--url", "http://example.com/", "--set", "timeout=-1"], "settings.timeout"),
         (["--url", "http://example.com/", "--set", "sitemap=file:///s.xml"], "settings.sitemap"),
         (["--url", "http://example.com/", "--set", "folders=x"], "settings.folders"),
+        (["--url", "http://example.com/", "--set", "pdf=yes"], "settings.pdf"),
     ],
 )
 def test_a_source_the_web_kind_cannot_read_is_refused_naming_the_field(
@@ -392,3 +394,23 @@ def test_a_site_is_added_and_synced_over_http(
             "sources"
         ]
         assert listed["documents"] == 2 and listed["last_error"] is None
+
+
+def test_linked_pdfs_are_read_as_pdf_files_are_when_pdf_is_on(
+    environment: Settings, site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site.page("/", "Welcome", "The home of the handbook.", links=("/manual.pdf",))
+    manual = pdf_bytes([["Booking the hangar."], ["Cancelling a booking."]], title="Hangar manual")
+    site.add("/manual.pdf", manual, "application/pdf", etag='"m-1"')
+    add(site, name="plain")
+    add(site, "pdf=on")
+    capsys.readouterr()
+    assert sync(capsys, "plain") == (0, "web/plain: 1 added, 0 updated, 0 unchanged, 0 deleted")
+    assert site.requested("/manual.pdf") == []
+    assert sync(capsys) == (0, "web/site: 2 added, 0 updated, 0 unchanged, 0 deleted")
+    pdf = stored(environment)[f"{site.url}/manual.pdf"]
+    assert pdf.title == "Hangar manual" and pdf.metadata["format"] == "pdf"
+    assert pdf.metadata["pages"] == 2 and "## Page 2\n\nCancelling a booking." in pdf.content
+    # the home page, sent without validators, is read again; the PDF answers 304
+    assert sync(capsys) == (0, "web/site: 0 added, 0 updated, 1 unchanged, 0 deleted")
+    assert site.requested("/manual.pdf") == [200, 304]

@@ -14,6 +14,7 @@ or 410, or that no page or sitemap leads to any more, is not seen, so the run pr
 from __future__ import annotations
 
 import json
+import tempfile
 import urllib.parse
 import urllib.robotparser
 import zlib
@@ -21,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any, ClassVar
 from xml.etree import ElementTree
 
@@ -30,7 +32,7 @@ from knowledge_api import __version__, validation
 from knowledge_api.connectors.base import Window, check_settings, split
 from knowledge_api.connectors.http import WAIT_CEILING, SourceHTTP
 from knowledge_api.errors import ConnectorFailed, ExtractionError, InvalidRequest
-from knowledge_api.ingest.extract import html_to_markdown
+from knowledge_api.ingest.extract import Extracted, html_to_markdown, pdf_file
 from knowledge_api.models import ConnectorSource, Document
 
 AGENT = "knowledge-api"
@@ -38,7 +40,7 @@ AGENT = "knowledge-api"
 USER_AGENT = f"{AGENT}/{__version__}"
 SOURCE_TYPE = "wiki"
 """A site's pages are read as `ingest` reads the same pages saved as .html files."""
-SETTINGS = ("depth", "max_pages", "sitemap", "timeout")
+SETTINGS = ("depth", "max_pages", "pdf", "sitemap", "timeout")
 DEPTH, MAX_DEPTH = 3, 20
 MAX_PAGES = 500
 HTML_TYPES = {"text/html", "application/xhtml+xml"}
@@ -95,6 +97,7 @@ class WebConnector:
         self.depth = int(source.settings.get("depth", DEPTH))
         self.max_pages = int(source.settings.get("max_pages", MAX_PAGES))
         self.sitemaps = split(source.settings.get("sitemap", ""))
+        self.pdfs = source.settings.get("pdf", "off") == "on"
         if is_sitemap(self.start):
             self.sitemaps.insert(0, self.start)
         self.http = client(self.origin, float(source.settings.get("timeout", "30")))
@@ -183,17 +186,24 @@ class WebConnector:
         if status in (301, 302, 303, 307, 308):
             target = canonical(urllib.parse.urljoin(url, response.headers.get("location", "")))
             return [], (target if self.on_site(target) else None)
-        if status != 200 or not is_html(response):
+        if status != 200:
             return [], None
-        found = Page(url, response)
-        links = [link for link in found.links() if self.on_site(link)]
-        if "noindex" in found.directives:
-            return links, None
+        links: list[str] = []
         try:
-            crawl.documents.append(found.document(self.collection))
+            if is_html(response):
+                page = Page(url, response)
+                links = [link for link in page.links() if self.on_site(link)]
+                if "noindex" in page.directives:
+                    return links, None
+                document = page.document(self.collection)
+            elif self.pdfs and is_pdf(response):
+                document = pdf_document(url, response, self.collection)
+            else:
+                return [], None
         except ExtractionError as e:
             crawl.problems.append(f"{url}: {e}")
             return links, None
+        crawl.documents.append(document)
         headers = response.headers
         crawl.keep(url, Known(headers.get("etag", ""), headers.get("last-modified", ""), links))
         return links, None
@@ -233,7 +243,10 @@ class WebConnector:
         return pages
 
     def on_site(self, url: str) -> bool:
+        """A page of the site (a link to a file that is no page is not followed)."""
         path = urllib.parse.urlsplit(url).path.lower()
+        if self.pdfs and path.endswith(".pdf"):
+            return origin_of(url) == self.origin
         return origin_of(url) == self.origin and not path.endswith(NOT_PAGES)
 
 
@@ -271,26 +284,44 @@ class Page:
         charset = self.response.charset_encoding
         # the header's charset where it gives one, else the page's own <meta charset>
         extracted = html_to_markdown(self.response.text if charset else self.response.content)
-        title = extracted.title or title_of(self.url)
-        try:
-            fields = validation.document_fields(
-                {
-                    "url": self.url,
-                    "text": extracted.content,
-                    "title": title[: validation.TITLE_MAX_LENGTH],
-                    "metadata": {"url": self.url, "site": origin_of(self.url), "format": "html"},
-                },
-                FIELDS,
-                max_content=None,
-            )
-        except InvalidRequest as e:
-            raise ExtractionError("bad document", e.message) from e
-        return Document(
-            source_type=SOURCE_TYPE,
-            collection=collection,
-            updated_at=http_date(self.response.headers.get("last-modified", "")),
-            **fields,
+        return document_of(self.url, extracted, self.response, collection, "html")
+
+
+def pdf_document(url: str, response: httpx.Response, collection: str) -> Document:
+    """A PDF the site links to, read as `ingest` reads PDF files: a section per page."""
+    with tempfile.NamedTemporaryFile(suffix=".pdf") as file:
+        file.write(response.content)
+        file.flush()
+        extracted = pdf_file(Path(file.name))
+    return document_of(url, extracted, response, collection, "pdf")
+
+
+def document_of(
+    url: str, extracted: Extracted, response: httpx.Response, collection: str, kind: str
+) -> Document:
+    """The document of what was read at `url`, held to the rules of a document, dated
+    by the answer's `Last-Modified` where it has one."""
+    title = extracted.title or title_of(url)
+    metadata = {**extracted.metadata, "url": url, "site": origin_of(url), "format": kind}
+    try:
+        fields = validation.document_fields(
+            {
+                "url": url,
+                "text": extracted.content,
+                "title": title[: validation.TITLE_MAX_LENGTH],
+                "metadata": metadata,
+            },
+            FIELDS,
+            max_content=None,
         )
+    except InvalidRequest as e:
+        raise ExtractionError("bad document", e.message) from e
+    return Document(
+        source_type=SOURCE_TYPE,
+        collection=collection,
+        updated_at=http_date(response.headers.get("last-modified", "")),
+        **fields,
+    )
 
 
 def is_url(value: str) -> bool:
@@ -356,6 +387,11 @@ def is_html(response: httpx.Response) -> bool:
         return kind in HTML_TYPES
     head = response.content[:512].lstrip().lower()
     return head.startswith((b"<!doctype html", b"<html"))
+
+
+def is_pdf(response: httpx.Response) -> bool:
+    kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    return kind == "application/pdf" or response.content.startswith(b"%PDF-")
 
 
 def conditions(known: Known | None) -> dict[str, str]:
@@ -480,6 +516,8 @@ def check(source: ConnectorSource) -> None:
     check_settings(source, SETTINGS, ())
     whole_number(source, "depth", 0, MAX_DEPTH)
     whole_number(source, "max_pages", 1, 1_000_000)
+    if source.settings.get("pdf", "off") not in ("on", "off"):
+        raise InvalidRequest("settings.pdf", "must be on or off")
     timeout = source.settings.get("timeout", "30")
     try:
         positive = float(timeout) > 0
