@@ -414,3 +414,46 @@ def test_linked_pdfs_are_read_as_pdf_files_are_when_pdf_is_on(
     # the home page, sent without validators, is read again; the PDF answers 304
     assert sync(capsys) == (0, "web/site: 0 added, 0 updated, 1 unchanged, 0 deleted")
     assert site.requested("/manual.pdf") == [200, 304]
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ({"status": 301, "headers": {"Location": "ELSEWHERE/"}}, "redirects to ELSEWHERE/, off"),
+        ({"status": 410}, "answered gone (410)"),
+        ({"content_type": "application/json"}, "is no HTML page: it answered application/json"),
+    ],
+)
+def test_a_start_page_leading_nowhere_readable_stops_the_first_run(
+    environment: Settings,
+    site: Site,
+    elsewhere: Site,
+    capsys: pytest.CaptureFixture[str],
+    answer: dict[str, object],
+    reason: str,
+) -> None:
+    answer = dict(answer)
+    if "headers" in answer:
+        answer["headers"] = {"Location": f"{elsewhere.url}/"}
+        reason = reason.replace("ELSEWHERE", elsewhere.url)
+    site.add("/start", b"{}", str(answer.pop("content_type", "text/plain")), **answer)
+    add(site, url="/start")
+    capsys.readouterr()
+    status, line = sync(capsys)
+    assert status == 1 and line.startswith(
+        f"web/site: sync stopped: the start page {site.url}/start "
+    )
+    assert reason in line
+    assert elsewhere.log == []
+
+
+def test_a_start_page_redirecting_within_the_site_is_followed(
+    environment: Settings, site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site.add("/", b"", "text/plain", status=302, headers={"Location": "/docs/"})
+    site.page("/docs/", "Docs", "The documentation of the hangar.", links=("/docs/booking",))
+    site.page("/docs/booking", "Booking", "How the hangar is booked.")
+    add(site, "depth=1")
+    capsys.readouterr()
+    assert sync(capsys) == (0, "web/site: 2 added, 0 updated, 0 unchanged, 0 deleted")
+    assert sorted(titles(stored(environment), site)) == ["/docs/", "/docs/booking"]

@@ -184,10 +184,12 @@ class WebConnector:
         if status == 304 and previous is not None:
             return crawl.keep(url, previous), None
         if status in (301, 302, 303, 307, 308):
-            target = canonical(urllib.parse.urljoin(url, response.headers.get("location", "")))
-            return [], (target if self.on_site(target) else None)
+            return [], self.moved(url, response, critical)
         if status != 200:
             return [], None
+        if critical and not is_html(response):
+            kind = response.headers.get("content-type", "") or "no content type"
+            raise ConnectorFailed(f"the start page {url} is no HTML page: it answered {kind}")
         links: list[str] = []
         try:
             if is_html(response):
@@ -207,6 +209,23 @@ class WebConnector:
         headers = response.headers
         crawl.keep(url, Known(headers.get("etag", ""), headers.get("last-modified", ""), links))
         return links, None
+
+    def moved(self, url: str, response: httpx.Response, critical: bool) -> str | None:
+        """Where a redirect leads, if to a page of the site; a start page that leads
+        off the site (`http://` to `https://`, another host) stops the run."""
+        location = response.headers.get("location", "")
+        try:
+            target = canonical(urllib.parse.urljoin(url, location))
+        except InvalidRequest:
+            target = None
+        if target is not None and self.on_site(target):
+            return target
+        if critical:
+            raise ConnectorFailed(
+                f"the start page {url} redirects to {target or repr(location)}, off the site: "
+                "give that URL as the source's"
+            )
+        return None
 
     def robots(self) -> urllib.robotparser.RobotFileParser:
         """The site's robots.txt: none (4xx) allows every page, a refusal (401, 403)
