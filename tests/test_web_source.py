@@ -457,3 +457,16 @@ def test_a_start_page_redirecting_within_the_site_is_followed(
     capsys.readouterr()
     assert sync(capsys) == (0, "web/site: 2 added, 0 updated, 0 unchanged, 0 deleted")
     assert sorted(titles(stored(environment), site)) == ["/docs/", "/docs/booking"]
+
+
+def test_robots_txt_crawl_delay_spaces_the_requests(
+    environment: Settings, site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site.add("/robots.txt", "User-agent: knowledge-api\nCrawl-delay: 1\n", "text/plain")
+    site.page("/", "Welcome", "The home of the handbook.", links=("/guide",))
+    site.page("/guide", "Guide", "How the hangar is booked.")
+    add(site)
+    capsys.readouterr()
+    assert sync(capsys)[0] == 0
+    assert [path for path, _ in site.log] == ["/robots.txt", "/", "/guide"]
+    assert site.times[2] - site.times[1] >= 0.9

@@ -6,6 +6,7 @@ with 304, robots.txt, sitemaps, redirects, and answers queued for a path (a 429 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ class Site:
     queued: dict[str, list[Resource]] = field(default_factory=dict)
     """Answers given to a path, one a request, before its resource."""
     log: list[tuple[str, int]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    """When each request of the log came (time.monotonic)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def page(
@@ -112,6 +115,7 @@ def handler(site: Site) -> type[BaseHTTPRequestHandler]:
             found = site.answer(self.path, headers)
             with site.lock:
                 site.log.append((self.path, found.status))
+                site.times.append(time.monotonic())
             self.send_response(found.status)
             if found.content_type:
                 self.send_header("Content-Type", found.content_type)
