@@ -470,3 +470,18 @@ def test_robots_txt_crawl_delay_spaces_the_requests(
     assert sync(capsys)[0] == 0
     assert [path for path, _ in site.log] == ["/robots.txt", "/", "/guide"]
     assert site.times[2] - site.times[1] >= 0.9
+
+
+def test_a_full_run_reads_every_page_whole(
+    environment: Settings, site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site.page("/", "Welcome", "The home of the handbook.", links=("/guide",), etag='"h"')
+    site.page("/guide", "Guide", "How the hangar is booked.", etag='"g"')
+    add(site)
+    capsys.readouterr()
+    assert sync(capsys)[0] == 0
+    site.log.clear()
+    assert main(["sources", "sync", "site", "--full"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line == "web/site: 0 added, 0 updated, 2 unchanged, 0 deleted"
+    assert site.requested("/") == [200] and site.requested("/guide") == [200]

@@ -289,11 +289,10 @@ class Page:
         found: dict[str, None] = {}
         for anchor in self.tree.iter("a", "area"):
             href = str(anchor.get("href") or "").strip()
-            if href and not href.startswith(("mailto:", "javascript:", "tel:", "#")):
-                try:
-                    found[canonical(urllib.parse.urljoin(base_url, href))] = None
-                except InvalidRequest:
-                    continue  # not http(s), or a port that is no number
+            try:
+                found[canonical(urllib.parse.urljoin(base_url, href))] = None
+            except InvalidRequest:
+                continue  # mailto:, javascript:, a port that is no number
         return list(found)
 
     def document(self, collection: str) -> Document:
