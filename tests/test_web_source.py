@@ -18,7 +18,8 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.connectors import http
-from knowledge_api.connectors.web import canonical, read_cursor, write_cursor
+from knowledge_api.connectors.pages import canonical
+from knowledge_api.connectors.web import Known, read_cursor, write_cursor
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
@@ -354,8 +355,6 @@ def test_urls_are_spelled_one_way() -> None:
 
 
 def test_the_cursor_keeps_each_url_once() -> None:
-    from knowledge_api.connectors.web import Known
-
     found = {
         "http://s/": Known('"h"', "", ["http://s/a", "http://s/b"]),
         "http://s/a": Known("", "Fri, 02 Jan 2026 00:00:00 GMT", ["http://s/", "http://s/b"]),

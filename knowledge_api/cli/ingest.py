@@ -11,7 +11,7 @@ from pathlib import Path
 
 from knowledge_api import validation
 from knowledge_api.cli.running import with_service, with_storage
-from knowledge_api.connectors import web
+from knowledge_api.connectors import pages
 from knowledge_api.errors import ExtractionError, InvalidRequest
 from knowledge_api.ingest import ocr
 from knowledge_api.ingest.git_source import GitOptions, load_git
@@ -66,10 +66,10 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
 def load_path(path: str, options: LoadOptions) -> Loaded:
     """The documents of a file or folder, or of a web page read as a web source reads
     it (ingest of files' rules apply: a page without main content is skipped)."""
-    if not web.is_url(path):
+    if not pages.is_url(path):
         return load_paths([Path(path)], options)
     try:
-        document = web.read_page(path, options.collection, options.source_type)
+        document = pages.read_page(path, options.collection, options.source_type)
     except ExtractionError as e:
         return Loaded(skipped=[Skipped(path, e.reason, e.detail)])
     document.metadata.update(options.metadata)
@@ -82,7 +82,7 @@ def source_of(
     """The source PATH is mirrored as: its name, the stored documents a prune keeps
     (those of files this run could not read) and the root of its files. A web page's
     source is its URL, and no folder holds it."""
-    if web.is_url(path):
+    if pages.is_url(path):
         return path, lambda source_id: bool(skipped), ""
     files = Path(path)
     return str(files.resolve()), unread_files(files, skipped), files_root(files, options)
