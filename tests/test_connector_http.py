@@ -163,3 +163,11 @@ def test_a_later_page_asked_for_in_halves_goes_on_where_it_was(
     )
     monkeypatch.setattr("knowledge_api.connectors.http.SMALLEST_PAGE", 2)
     assert [row for page in http.pages("/items", {"per_page": 4}) for row in page] == items
+
+
+def test_statuses_taken_as_answers_are_returned_as_they_are() -> None:
+    waits: list[float] = []
+    http = client([httpx.Response(404), httpx.Response(429), httpx.Response(410)], waits)
+    assert http.request("GET", "/page", answers={404, 410}).status_code == 404
+    assert http.request("GET", "/page", answers={404, 410}).status_code == 410
+    assert len(waits) == 1  # the 429 between them was tried again

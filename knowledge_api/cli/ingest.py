@@ -11,10 +11,11 @@ from pathlib import Path
 
 from knowledge_api import validation
 from knowledge_api.cli.running import with_service, with_storage
-from knowledge_api.errors import InvalidRequest
+from knowledge_api.connectors import pages
+from knowledge_api.errors import ExtractionError, InvalidRequest
 from knowledge_api.ingest import ocr
 from knowledge_api.ingest.git_source import GitOptions, load_git
-from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
+from knowledge_api.ingest.loaders import Loaded, LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.progress import progress
 from knowledge_api.ledger import MAX_AUDITED_IDS, changes, local_user
 from knowledge_api.models import Document, IndexSummary
@@ -37,20 +38,21 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
     )
     if args.name and len(args.paths) > 1:
         raise InvalidRequest("--name", "names one source: give a single PATH with it")
-    loaded = [(path, load_paths([path], options)) for path in args.paths]
+    loaded = [(path, load_path(path, options)) for path in args.paths]
     status, skipped = 0, []
     for path, found in loaded:
         for file in found.skipped:
             detail = f" ({file.detail})" if file.detail else ""
             print(f"skipped {file.path}: {file.reason}{detail}", file=sys.stderr)
+        name, kept, root = source_of(path, found.skipped, options)
         status |= index_documents(
             settings,
             found.documents,
-            args.name or str(path.resolve()),
+            args.name or name,
             options.collection,
             args,
-            kept=unread_files(path, found.skipped),
-            root=files_root(path, options),
+            kept=kept,
+            root=root,
         )
         skipped += found.skipped
     if skipped:
@@ -59,6 +61,31 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
             print(f"OCR is {ocr.state()[1]}")
         return 1
     return status
+
+
+def load_path(path: str, options: LoadOptions) -> Loaded:
+    """The documents of a file or folder, or of a web page read as a web source reads
+    it (ingest of files' rules apply: a page without main content is skipped)."""
+    if not pages.is_url(path):
+        return load_paths([Path(path)], options)
+    try:
+        document = pages.read_page(path, options.collection, options.source_type)
+    except ExtractionError as e:
+        return Loaded(skipped=[Skipped(path, e.reason, e.detail)])
+    document.metadata.update(options.metadata)
+    return Loaded([document])
+
+
+def source_of(
+    path: str, skipped: list[Skipped], options: LoadOptions
+) -> tuple[str, Callable[[str], bool], str]:
+    """The source PATH is mirrored as: its name, the stored documents a prune keeps
+    (those of files this run could not read) and the root of its files. A web page's
+    source is its URL, and no folder holds it."""
+    if pages.is_url(path):
+        return path, lambda source_id: bool(skipped), ""
+    files = Path(path)
+    return str(files.resolve()), unread_files(files, skipped), files_root(files, options)
 
 
 def files_root(path: Path, options: LoadOptions) -> str:

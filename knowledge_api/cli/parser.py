@@ -54,9 +54,9 @@ def ingest_command(commands: Commands) -> None:
     command = commands.add_parser(
         "ingest",
         help="index Markdown, text, HTML, PDF, DOCX, PPTX, JSONL, e-mail, metrics, "
-        "spreadsheet and image files",
+        "spreadsheet and image files, or a web page (http:// or https://)",
     )
-    command.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    command.add_argument("paths", nargs="+", metavar="PATH", help="a file, a folder or a URL")
     command.add_argument(
         "--source-type",
         choices=SOURCE_TYPES,

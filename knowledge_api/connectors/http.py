@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -143,9 +143,13 @@ class SourceHTTP:
             transport=transport,
         )
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def request(
+        self, method: str, path: str, answers: Collection[int] = (), **kwargs: Any
+    ) -> httpx.Response:
         """The response to a call, tried again on 429, 5xx and dropped connections;
-        ConnectorFailed naming the path and the reason when it stops."""
+        ConnectorFailed naming the path and the reason when it stops. A status in
+        `answers` is returned as it is (to a crawler, a page's 404 is a page gone, not a
+        wrong URL)."""
         attempt = 0
         while True:
             response: httpx.Response | None = None
@@ -155,7 +159,7 @@ class SourceHTTP:
                 problem = f"{method} {path}: {type(e).__name__}"
             else:
                 status = response.status_code
-                if status < 400:
+                if status < 400 or status in answers:
                     return response
                 limited = rate_limited(response)
                 if status in STOPS and not limited:

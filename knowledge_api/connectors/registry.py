@@ -12,6 +12,7 @@ connectors.register("imap", "knowledge_api.connectors.imap:IMAPConnector")
 connectors.register("prometheus", "knowledge_api.connectors.prometheus:PrometheusConnector")
 connectors.register("github", "knowledge_api.connectors.github:GitHubConnector")
 connectors.register("slack", "knowledge_api.connectors.slack:SlackConnector")
+connectors.register("web", "knowledge_api.connectors.web:WebConnector")
 
 
 def connector_for(source: ConnectorSource, collection: str) -> Connector:

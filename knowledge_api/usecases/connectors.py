@@ -234,8 +234,10 @@ async def run_source(
 
 def seen_in(source_id: str, seen: set[str]) -> bool:
     """A stored document the service still has: its id is seen, or it is a part of an
-    item seen (`ID/NAME`, such as a message's attachment)."""
-    return source_id in seen or source_id.rpartition("/")[0] in seen
+    item seen (`ID/NAME`, such as a message's attachment). A URL's path makes no part:
+    the page `/guide/install` is seen on its own, never because `/guide` is."""
+    item = source_id.rpartition("/")[0]
+    return source_id in seen or (item in seen and "://" not in item)
 
 
 async def sync_all(
