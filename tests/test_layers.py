@@ -32,6 +32,7 @@ CORE = {
     "tracing",
     "logs",
     "ledger",
+    "heap",
     "__init__",
 }
 SEAMS = {

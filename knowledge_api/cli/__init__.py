@@ -8,11 +8,13 @@ import sys
 from knowledge_api.cli.parser import parser
 from knowledge_api.cli.serve import run_serve
 from knowledge_api.errors import ConfigurationError, InvalidRequest, KnowledgeAPIError
+from knowledge_api.heap import limit_arenas
 from knowledge_api.logs import configure_logging
 from knowledge_api.settings import Settings
 
 
 def main(argv: list[str] | None = None) -> int:
+    limit_arenas()
     args = parser().parse_args(argv)
     try:
         settings = Settings.from_env()

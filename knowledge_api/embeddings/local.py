@@ -15,8 +15,6 @@ instead of growing the service's for good.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import multiprocessing
 import os
@@ -46,6 +44,7 @@ from knowledge_api.embeddings.runtimes import (
     cpu_units,
 )
 from knowledge_api.errors import EmbeddingError
+from knowledge_api.heap import release_freed_memory
 from knowledge_api.models import Progress
 
 MODEL = "all-MiniLM-L6-v2"
@@ -279,13 +278,6 @@ def bundled_paragraphs() -> list[str]:
     docs = resources.files("knowledge_api").joinpath("docs")
     texts = (f.read_text() for f in docs.iterdir() if f.name.endswith(".md"))
     return [p.strip() for text in texts for p in text.split("\n\n") if p.strip()]
-
-
-def release_freed_memory() -> None:
-    """Give the heap's free pages back to the system (glibc; nothing elsewhere): a large
-    batch's buffers, freed, would otherwise stay resident."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def load_tokenizer(model_dir: Path) -> Any:
