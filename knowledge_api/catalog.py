@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -80,7 +80,12 @@ class Catalog(Trail):
         return await changed_documents(self.store, documents)
 
     async def read_upload(
-        self, path: Path, name: str, source_type: str, collection: str
+        self,
+        path: Path,
+        name: str,
+        source_type: str,
+        collection: str,
+        dates: Mapping[str, str] | None = None,
     ) -> tuple[list[Document], str]:
         """The documents of an uploaded file (kept at `path`, sent as `name`), chunked
         so its job knows the passages to do, and what of it was left out (a JSON-lines
@@ -93,6 +98,8 @@ class Catalog(Trail):
             max_file_mb=settings.max_file_mb,
             kpi_columns=column_roles(settings.kpi_columns) or {},
             max_chars=settings.max_file_chars,
+            created_at=(dates or {}).get("created_at", ""),
+            updated_at=(dates or {}).get("updated_at", ""),
         )
         return await asyncio.to_thread(
             read_chunked, path, name, options, settings.max_file_passages
