@@ -14,7 +14,8 @@ import numpy as np
 
 from knowledge_api import tracing
 from knowledge_api.connectors import registry as connectors
-from knowledge_api.connectors.base import Window
+from knowledge_api.connectors.base import Runtime, Window
+from knowledge_api.connectors.http import Retries
 from knowledge_api.errors import (
     AmbiguousDocument,
     CollectionNotFound,
@@ -38,6 +39,7 @@ from knowledge_api.models import (
     Document,
     IndexSummary,
     Progress,
+    SourceInfo,
 )
 from knowledge_api.settings import column_roles
 from knowledge_api.trail import Trail
@@ -65,14 +67,29 @@ class Catalog(Trail):
 
     def check_connector(self, source: ConnectorSource, collection: str) -> None:
         """400 naming the field for a connector source its kind cannot read."""
-        connectors.connector_for(source, collection).close()
+        connectors.connector_for(source, collection, self.connector_runtime()).close()
 
     async def read_connector(
-        self, source: ConnectorSource, collection: str, full: bool
-    ) -> tuple[Window, set[str]]:
-        """A connector source's documents changed since its cursor (all with `full`)
-        and the source ids its service still has (connectors/registry.py)."""
-        return await asyncio.to_thread(connectors.read, source, collection, full)
+        self, source: ConnectorSource, collection: str, since: str, prune: bool
+    ) -> tuple[Window, set[str] | None]:
+        """A connector source's documents updated since `since` (all when empty) and,
+        when `prune`, the source ids its service still has (connectors/registry.py)."""
+        runtime = self.connector_runtime()
+        return await asyncio.to_thread(connectors.read, source, collection, since, prune, runtime)
+
+    async def connector_sources(
+        self, collection: str | None = None
+    ) -> list[tuple[SourceInfo, ConnectorSource]]:
+        """The connector sources (of `collection`) with their records."""
+        return [
+            (info, ConnectorSource.from_json(info.connector))
+            for info in await self.store.sources(collection)
+            if info.connector
+        ]
+
+    def connector_runtime(self) -> Runtime:
+        """What every connector is built with: KNOWLEDGE_SYNC_RETRIES for its calls."""
+        return Runtime(Retries(attempts=self.settings.sync_retries))
 
     async def changed(self, documents: Iterable[Document]) -> list[Document]:
         """Those of `documents` an ingest would write (chunked), asked of the store

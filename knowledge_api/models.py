@@ -246,6 +246,10 @@ class ConnectorSource:
     last_error: str | None = None
     last_sync: str = ""
     """When a run last finished without an error (ISO 8601)."""
+    last_prune: str = ""
+    """When a run last listed every id of the service and pruned (ISO 8601)."""
+    warning: str | None = None
+    """What the last finished run found doubtful (a first sync that found nothing)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -270,8 +274,18 @@ class ConnectorSource:
             )
         return float(sum(int(n) * DURATION_UNITS[u] for n, u in parts))
 
-    def moved(self, cursor: str, when: str) -> ConnectorSource:
-        return replace(self, cursor=cursor, last_error=None, last_sync=when)
+    def moved(
+        self, cursor: str, when: str, pruned: bool = False, warning: str | None = None
+    ) -> ConnectorSource:
+        """The source after a run that stored its window (and pruned, when `pruned`)."""
+        return replace(
+            self,
+            cursor=cursor,
+            last_error=None,
+            last_sync=when,
+            last_prune=when if pruned else self.last_prune,
+            warning=warning,
+        )
 
     def failed(self, error: str) -> ConnectorSource:
         return replace(self, last_error=error)

@@ -81,6 +81,8 @@ class SourceHTTP:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.retries = retries or Retries()
+        self.where = str(httpx.URL(base_url.rstrip("/")).copy_with(username=None, password=None))
+        """The service as messages name it (never with credentials in its URL)."""
         self.client = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers=dict(headers or {}),
@@ -94,21 +96,22 @@ class SourceHTTP:
         """The response to a call, tried again on 429, 5xx and dropped connections;
         ConnectorFailed naming the path and the reason when it stops."""
         attempt = 0
+        call = f"{method} {self.where}{path}"
         while True:
             response: httpx.Response | None = None
             try:
                 response = self.client.request(method, path, **kwargs)
             except httpx.TransportError as e:
-                problem = f"{method} {path}: {type(e).__name__}"
+                problem = f"{call}: unreachable ({type(e).__name__})"
             else:
                 status = response.status_code
                 if status < 400:
                     return response
                 if status in STOPS:
-                    raise ConnectorFailed(f"{method} {path}: {STOPS[status]}")
+                    raise ConnectorFailed(f"{call}: {STOPS[status]}")
                 if status not in RETRIED:
-                    raise ConnectorFailed(f"{method} {path}: answered {status}")
-                problem = f"{method} {path}: answered {status}"
+                    raise ConnectorFailed(f"{call}: answered {status}")
+                problem = f"{call}: answered {status}"
             if attempt >= self.retries.attempts:
                 raise ConnectorFailed(f"{problem}, {attempt + 1} tries")
             delay = self.retries.wait(response, attempt)
@@ -121,7 +124,7 @@ class SourceHTTP:
         try:
             return response.json()
         except ValueError as e:
-            raise ConnectorFailed(f"GET {path}: the answer is not JSON") from e
+            raise ConnectorFailed(f"GET {self.where}{path}: the answer is not JSON") from e
 
     def close(self) -> None:
         self.client.close()
