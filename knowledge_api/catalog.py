@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_api import tracing
+from knowledge_api.connectors import kb
 from knowledge_api.connectors import registry as connectors
 from knowledge_api.connectors.base import Runtime, Window
 from knowledge_api.connectors.http import Retries
@@ -38,6 +39,7 @@ from knowledge_api.models import (
     ConnectorSource,
     Document,
     IndexSummary,
+    KBHost,
     Progress,
     SourceInfo,
 )
@@ -86,6 +88,13 @@ class Catalog(Trail):
             for info in await self.store.sources(collection)
             if info.connector
         ]
+
+    async def read_kb(self, host: KBHost, since: str, collection: str) -> kb.Read:
+        """The articles of a KB host updated since `since` (all when empty), read by the
+        `kb` connector's client with KNOWLEDGE_SYNC_RETRIES (connectors/kb.py)."""
+        retries = Retries(attempts=self.settings.sync_retries)
+        client = kb.KBClient.at(host.url, host.token, host.timeout, host.page_size, retries)
+        return await asyncio.to_thread(kb.read, client, since, collection)
 
     def connector_runtime(self) -> Runtime:
         """What every connector is built with: KNOWLEDGE_SYNC_RETRIES for its calls."""

@@ -233,6 +233,17 @@ DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True)
+class KBHost:
+    """A KB host the support collection is synced from (`sync --from`,
+    KNOWLEDGE_KB_SYNC_URL): its root URL, bearer token and paging."""
+
+    url: str
+    token: str = field(default="", repr=False)
+    page_size: int = 100
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
 class ConnectorSource:
     """A connector source as the store keeps it: no secret's value, only its name."""
 

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from knowledge_api.errors import ConnectorFailed
+from knowledge_api.redaction import Redactor
 
 log = logging.getLogger("knowledge_api.connectors")
 
@@ -81,8 +82,11 @@ class SourceHTTP:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.retries = retries or Retries()
-        self.where = str(httpx.URL(base_url.rstrip("/")).copy_with(username=None, password=None))
+        url = httpx.URL(base_url.rstrip("/"))
+        self.where = str(url.copy_with(username=None, password=None))
         """The service as messages name it (never with credentials in its URL)."""
+        self.redactor = Redactor(credentials(headers or {}, auth, url))
+        """Masks the credentials in what the service says: one may echo the request."""
         self.client = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers=dict(headers or {}),
@@ -94,7 +98,8 @@ class SourceHTTP:
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """The response to a call, tried again on 429, 5xx and dropped connections;
-        ConnectorFailed naming the path and the reason when it stops."""
+        ConnectorFailed naming the call, the reason and what the service said (its
+        credentials masked) when it stops."""
         attempt = 0
         call = f"{method} {self.where}{path}"
         while True:
@@ -108,16 +113,22 @@ class SourceHTTP:
                 if status < 400:
                     return response
                 if status in STOPS:
-                    raise ConnectorFailed(f"{call}: {STOPS[status]}")
-                if status not in RETRIED:
-                    raise ConnectorFailed(f"{call}: answered {status}")
+                    raise self.failed(f"{call}: {STOPS[status]}", response)
                 problem = f"{call}: answered {status}"
+                if status not in RETRIED:
+                    raise self.failed(problem, response)
             if attempt >= self.retries.attempts:
-                raise ConnectorFailed(f"{problem}, {attempt + 1} tries")
+                raise self.failed(problem, response, f", {attempt + 1} tries")
             delay = self.retries.wait(response, attempt)
             log.info("%s; trying again in %.1f s", problem, delay)
             self.retries.sleep(delay)
             attempt += 1
+
+    def failed(
+        self, problem: str, response: httpx.Response | None, tries: str = ""
+    ) -> ConnectorFailed:
+        said = service_message(response) if response is not None else ""
+        return ConnectorFailed(self.redactor.text(problem + (f": {said}" if said else "") + tries))
 
     def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
         response = self.request("GET", path, params=params)
@@ -128,3 +139,43 @@ class SourceHTTP:
 
     def close(self) -> None:
         self.client.close()
+
+
+MESSAGE_LENGTH = 300
+CREDENTIAL_HEADERS = ("authorization", "cookie", "token", "key", "secret", "auth")
+"""Words of the names of headers that carry credentials."""
+
+
+def service_message(response: httpx.Response) -> str:
+    """What a service says of its error: its JSON `message`, `error`, `errorMessages`
+    (Jira) or `error_description`, shortened; "" when it says nothing readable."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    if not isinstance(body, dict):
+        return ""
+    for key in ("message", "errorMessages", "error_description", "error"):
+        value = body.get(key)
+        if isinstance(value, list):
+            value = "; ".join(str(item) for item in value)
+        if isinstance(value, str) and value.strip():
+            return " ".join(value.split())[:MESSAGE_LENGTH]
+    return ""
+
+
+def credentials(
+    headers: Mapping[str, str], auth: httpx.Auth | tuple[str, str] | None, url: httpx.URL
+) -> list[str]:
+    """The secret values a client sends: the value of every header that carries
+    credentials and its part after a scheme (`Bearer TOKEN`), a basic auth's password,
+    and a password in its URL."""
+    found = []
+    for name, value in headers.items():
+        if any(word in name.lower() for word in CREDENTIAL_HEADERS):
+            found += [value, value.partition(" ")[2]]
+    if isinstance(auth, tuple):
+        found.append(auth[1])
+    if url.password:
+        found.append(url.password)
+    return [value for value in found if value]

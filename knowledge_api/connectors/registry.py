@@ -9,6 +9,7 @@ from knowledge_api.registry import Registry
 
 connectors: Registry[Connector] = Registry("connector kind", "--kind")
 connectors.register("imap", "knowledge_api.connectors.imap:IMAPConnector")
+connectors.register("kb", "knowledge_api.connectors.kb:KBConnector")
 connectors.register("prometheus", "knowledge_api.connectors.prometheus:PrometheusConnector")
 
 
