@@ -110,9 +110,10 @@ class HTTPConnector(FakeConnector):
     kind: ClassVar[str] = "fakehttp"
 
     def __init__(self, source: ConnectorSource, collection: str, runtime: Runtime) -> None:
-        token = secret(source, "token")
+        token, password = secret(source, "token"), secret(source, "password")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = runtime.http(source.url, headers)
+        auth = (source.settings.get("user", ""), password) if password else None
+        self.http = runtime.http(source.url, headers, auth)
 
     def changed(self, since: str) -> Window:
         body = self.http.get_json("/items")
@@ -418,6 +419,8 @@ class Script:
         self.body: dict[str, str] = {}
         self.calls = 0
         self.headers: list[str] = []
+        self.echo = False
+        """Errors repeat the request's headers, credentials included."""
 
     def next(self) -> tuple[int, dict[str, str]]:
         self.calls += 1
@@ -432,6 +435,8 @@ def service_http() -> Iterator[tuple[str, Script]]:
         def do_GET(self) -> None:
             script.headers.append(self.headers.get("Authorization", ""))
             status, body = script.next()
+            if script.echo:
+                body = {"message": f"refused, request headers: {dict(self.headers)}"}
             payload = json.dumps(body if status != 200 else script.body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -489,6 +494,39 @@ async def test_a_refusal_stops_the_run_with_its_reason_and_deletes_nothing(
     assert script.calls == 2  # not tried again
     assert (await record(service, "vendor")).last_error == result.error
     assert sorted(await stored(service, "vendor")) == ["OPS-1", "OPS-2"]
+
+
+def test_no_password_leaves_the_process(
+    tmp_path: Path,
+    service_http: tuple[str, Script],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A source logging in with a user and a password (basic auth), at a service that
+    echoes the request's headers in its errors: neither the password nor the header
+    made of it is in the store, the log, the CLI's output or the listing."""
+    password = "pw-9c2e-Hunter2"
+    url, script = service_http
+    script.body = {"OPS-1": "Heron"}
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    monkeypatch.setenv("KNOWLEDGE_SYNC_RETRIES", "0")
+    monkeypatch.setenv("VENDOR_PASSWORD", password)
+    caplog.set_level("DEBUG")
+    add = ["sources", "add", "vendor", "--kind", "fakehttp", "--url", url, "--set",
+           "user=ops", "--secret", "password=VENDOR_PASSWORD"]  # fmt: skip
+    assert main(add) == 0
+    assert main(["sources", "sync", "vendor"]) == 0
+    script.answers, script.echo = [(500, {})], True
+    assert main(["sources", "sync", "vendor"]) == 1
+    assert main(["sources", "--json"]) == 0
+    out = capsys.readouterr().out
+    basic = script.headers[0].removeprefix("Basic ")
+    assert script.headers[0].startswith("Basic ") and "request headers" in out
+    store = b"".join(path.read_bytes() for path in tmp_path.glob("k.db*"))
+    for text in (out, caplog.text, store.decode("utf-8", "replace")):
+        assert password not in text and basic not in text
 
 
 # -- the service's schedule, /health, /metrics ---------------------------------------------

@@ -7,6 +7,7 @@ source). The `Authorization` header and every secret stay out of messages and lo
 
 from __future__ import annotations
 
+import base64
 import logging
 import random
 import time
@@ -168,14 +169,15 @@ def credentials(
     headers: Mapping[str, str], auth: httpx.Auth | tuple[str, str] | None, url: httpx.URL
 ) -> list[str]:
     """The secret values a client sends: the value of every header that carries
-    credentials and its part after a scheme (`Bearer TOKEN`), a basic auth's password,
-    and a password in its URL."""
+    credentials and its part after a scheme (`Bearer TOKEN`), a basic auth's password
+    and the header made of it, and a password in its URL."""
     found = []
     for name, value in headers.items():
         if any(word in name.lower() for word in CREDENTIAL_HEADERS):
             found += [value, value.partition(" ")[2]]
     if isinstance(auth, tuple):
-        found.append(auth[1])
+        basic = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        found += [auth[1], basic]  # the header httpx makes of them
     if url.password:
         found.append(url.password)
     return [value for value in found if value]

@@ -305,7 +305,13 @@ def latest(documents: list[Document]) -> list[Document]:
 def updated_after(doc: Document, other: Document) -> bool:
     if not doc.updated_at or not other.updated_at:
         return True  # undated: the later read wins
-    return datetime.fromisoformat(doc.updated_at) >= datetime.fromisoformat(other.updated_at)
+    return instant(doc.updated_at) >= instant(other.updated_at)
+
+
+def instant(text: str) -> datetime:
+    """An ISO 8601 date as an instant (UTC when it names no offset)."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def seen_in(source_id: str, seen: set[str]) -> bool:
