@@ -31,6 +31,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import connectors as use
 from tests.conftest import make_settings
+from tests.pg import postgres_settings
 
 LONG_AGO = "2020-01-01T00:00:00+00:00"
 ACTOR = Actor("test")
@@ -134,8 +135,12 @@ def kinds(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     VENDORS.clear()
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+@pytest.fixture(params=["sqlite", "postgres"])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """A store of each engine the connector sources are kept in (their records, cursors
+    and leases are the store's)."""
+    if request.param == "postgres":
+        return postgres_settings(request, tmp_path)
     return make_settings(tmp_path, db_path=tmp_path / "k.db")
 
 
@@ -176,14 +181,13 @@ def ago(**delta: float) -> str:
 
 @pytest.mark.parametrize(("overlap", "picked_up"), [(600.0, True), (0.0, False)])
 async def test_an_item_the_search_returned_late_is_read_by_the_next_run(
-    tmp_path: Path, overlap: float, picked_up: bool
+    settings: Settings, overlap: float, picked_up: bool
 ) -> None:
     """OPS-2 was updated two minutes before the first run began, but the service's
     search did not return it then; the next run's window starts ten minutes before
     the cursor and reads it (with no overlap it would be missed for good). OPS-1, read
     again in the overlap, is neither embedded nor written again."""
-    settings = make_settings(tmp_path, db_path=tmp_path / "k.db", sync_overlap=overlap)
-    service = build_service(settings)
+    service = build_service(settings.replace(sync_overlap=overlap))
     await service.start()
     try:
         vendor = Vendor({"OPS-1": Item("Heron export fails", updated=ago(seconds=30))})
@@ -314,8 +318,8 @@ async def test_a_prune_runs_when_the_last_one_is_older_than_prune_every(
     assert vendor.listed == 1  # not due again for 24 hours
 
 
-async def test_prune_every_0_leaves_pruning_to_full(tmp_path: Path) -> None:
-    service = build_service(make_settings(tmp_path, prune_every=0.0))
+async def test_prune_every_0_leaves_pruning_to_full(settings: Settings) -> None:
+    service = build_service(settings.replace(prune_every=0.0))
     await service.start()
     try:
         vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}") for n in range(1, 5)})
