@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from knowledge_api import tracing
+from knowledge_api.connectors import kb
 from knowledge_api.connectors import registry as connectors
-from knowledge_api.connectors.base import Window
+from knowledge_api.connectors.base import Runtime, Window
+from knowledge_api.connectors.http import Retries
 from knowledge_api.errors import (
     AmbiguousDocument,
     CollectionNotFound,
@@ -37,7 +39,9 @@ from knowledge_api.models import (
     ConnectorSource,
     Document,
     IndexSummary,
+    KBHost,
     Progress,
+    SourceInfo,
 )
 from knowledge_api.settings import column_roles
 from knowledge_api.trail import Trail
@@ -65,14 +69,36 @@ class Catalog(Trail):
 
     def check_connector(self, source: ConnectorSource, collection: str) -> None:
         """400 naming the field for a connector source its kind cannot read."""
-        connectors.connector_for(source, collection).close()
+        connectors.connector_for(source, collection, self.connector_runtime()).close()
 
     async def read_connector(
-        self, source: ConnectorSource, collection: str, full: bool
-    ) -> tuple[Window, set[str]]:
-        """A connector source's documents changed since its cursor (all with `full`)
-        and the source ids its service still has (connectors/registry.py)."""
-        return await asyncio.to_thread(connectors.read, source, collection, full)
+        self, source: ConnectorSource, collection: str, since: str, prune: bool
+    ) -> tuple[Window, set[str] | None]:
+        """A connector source's documents updated since `since` (all when empty) and,
+        when `prune`, the source ids its service still has (connectors/registry.py)."""
+        runtime = self.connector_runtime()
+        return await asyncio.to_thread(connectors.read, source, collection, since, prune, runtime)
+
+    async def connector_sources(
+        self, collection: str | None = None
+    ) -> list[tuple[SourceInfo, ConnectorSource]]:
+        """The connector sources (of `collection`) with their records."""
+        return [
+            (info, ConnectorSource.from_json(info.connector))
+            for info in await self.store.sources(collection)
+            if info.connector
+        ]
+
+    async def read_kb(self, host: KBHost, since: str, collection: str) -> kb.Read:
+        """The articles of a KB host updated since `since` (all when empty), read by the
+        `kb` connector's client with KNOWLEDGE_SYNC_RETRIES (connectors/kb.py)."""
+        retries = Retries(attempts=self.settings.sync_retries)
+        client = kb.KBClient.at(host.url, host.token, host.timeout, host.page_size, retries)
+        return await asyncio.to_thread(kb.read, client, since, collection)
+
+    def connector_runtime(self) -> Runtime:
+        """What every connector is built with: KNOWLEDGE_SYNC_RETRIES for its calls."""
+        return Runtime(Retries(attempts=self.settings.sync_retries))
 
     async def changed(self, documents: Iterable[Document]) -> list[Document]:
         """Those of `documents` an ingest would write (chunked), asked of the store
@@ -80,7 +106,12 @@ class Catalog(Trail):
         return await changed_documents(self.store, documents)
 
     async def read_upload(
-        self, path: Path, name: str, source_type: str, collection: str
+        self,
+        path: Path,
+        name: str,
+        source_type: str,
+        collection: str,
+        dates: Mapping[str, str] | None = None,
     ) -> tuple[list[Document], str]:
         """The documents of an uploaded file (kept at `path`, sent as `name`), chunked
         so its job knows the passages to do, and what of it was left out (a JSON-lines
@@ -93,6 +124,8 @@ class Catalog(Trail):
             max_file_mb=settings.max_file_mb,
             kpi_columns=column_roles(settings.kpi_columns) or {},
             max_chars=settings.max_file_chars,
+            created_at=(dates or {}).get("created_at", ""),
+            updated_at=(dates or {}).get("updated_at", ""),
         )
         return await asyncio.to_thread(
             read_chunked, path, name, options, settings.max_file_passages

@@ -21,14 +21,19 @@ most 8 levels deep, at most 100 values in `$in`/`$nin`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.validation import KEY_MAX_LENGTH, plain_key, within_int64, without_nul
+from knowledge_api.validation import (
+    DATE_FORM,
+    KEY_MAX_LENGTH,
+    plain_key,
+    within_int64,
+    without_nul,
+)
 
 MAX_CONDITIONS = 64
 MAX_DEPTH = 8
@@ -46,10 +51,7 @@ COMBINATORS = ("$and", "$or", "$not")
 
 Scalar = str | int | float | bool
 
-_DATE = re.compile(
-    r"\d{4}-\d{2}-\d{2}"
-    r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})?)?"
-)
+_DATE = DATE_FORM
 """The ISO 8601 forms compared as instants, in stored values and in filters alike."""
 DATE_PATTERN = (
     r"^(?:000[1-9]|00[1-9]\d|0[1-9]\d\d|[1-9]\d{3})-"

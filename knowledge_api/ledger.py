@@ -179,6 +179,8 @@ class Job:
     """Passages embedded anew (none for text whose vectors the store holds)."""
     created_at: str = ""
     updated_at: str = ""
+    dates: dict[str, str] = field(default_factory=dict)
+    """The dates given to the documents of its files (created_at, updated_at)."""
 
     def data(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

@@ -233,6 +233,17 @@ DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True)
+class KBHost:
+    """A KB host the support collection is synced from (`sync --from`,
+    KNOWLEDGE_KB_SYNC_URL): its root URL, bearer token and paging."""
+
+    url: str
+    token: str = field(default="", repr=False)
+    page_size: int = 100
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
 class ConnectorSource:
     """A connector source as the store keeps it: no secret's value, only its name."""
 
@@ -246,6 +257,10 @@ class ConnectorSource:
     last_error: str | None = None
     last_sync: str = ""
     """When a run last finished without an error (ISO 8601)."""
+    last_prune: str = ""
+    """When a run last listed every id of the service and pruned (ISO 8601)."""
+    warning: str | None = None
+    """What the last finished run found doubtful (a first sync that found nothing)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -270,8 +285,18 @@ class ConnectorSource:
             )
         return float(sum(int(n) * DURATION_UNITS[u] for n, u in parts))
 
-    def moved(self, cursor: str, when: str) -> ConnectorSource:
-        return replace(self, cursor=cursor, last_error=None, last_sync=when)
+    def moved(
+        self, cursor: str, when: str, pruned: bool = False, warning: str | None = None
+    ) -> ConnectorSource:
+        """The source after a run that stored its window (and pruned, when `pruned`)."""
+        return replace(
+            self,
+            cursor=cursor,
+            last_error=None,
+            last_sync=when,
+            last_prune=when if pruned else self.last_prune,
+            warning=warning,
+        )
 
     def failed(self, error: str) -> ConnectorSource:
         return replace(self, last_error=error)

@@ -6,6 +6,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Collection
+from datetime import UTC, datetime
 from typing import Any
 
 from knowledge_api.errors import InvalidRequest
@@ -251,7 +252,58 @@ DOCUMENT_FIELDS = {
     "content": "content",
     "title": "title",
     "metadata": "metadata",
+    "created_at": "created_at",
+    "updated_at": "updated_at",
 }
+DATE_FORM = re.compile(
+    r"\d{4}-\d{2}-\d{2}"
+    r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:\d{2})?)?"
+)
+"""The ISO 8601 forms taken as dates: a document's, and those filters compare."""
+DATE_RULE = "must be an ISO 8601 date, e.g. 2026-01-31 or 2026-01-31T09:30:00Z"
+
+
+def utc_text(moment: datetime) -> str:
+    """An instant as documents keep their dates: UTC to the second
+    (`2026-01-31T09:30:00+00:00`); a naive one is taken as UTC."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def date(payload: dict[str, Any], field: str, *, default: str = "") -> str:
+    """An ISO 8601 date (midnight UTC) or instant (UTC when it names no offset), as
+    `utc_text` writes it; `default` when absent or null."""
+    value = payload.get(field)
+    if value is None:
+        return default
+    if not isinstance(value, str) or not DATE_FORM.fullmatch(value.strip()):
+        raise InvalidRequest(field, DATE_RULE)
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidRequest(field, DATE_RULE) from None
+    return utc_text(moment)
+
+
+def document_dates(
+    payload: dict[str, Any], created: str = "created_at", updated: str = "updated_at"
+) -> dict[str, str]:
+    """A document's own dates (when the item was created and last changed where it
+    lives), each "" when not given: the store then stamps the write's time."""
+    dates = {"created_at": date(payload, created), "updated_at": date(payload, updated)}
+    return in_order(dates, updated, created)
+
+
+def in_order(
+    dates: dict[str, Any], updated: str = "updated_at", created: str = "created_at"
+) -> dict[str, Any]:
+    """`dates` (created_at, updated_at as `date` writes them); an update before the
+    creation is refused, naming the field `updated`."""
+    first, last = dates.get("created_at"), dates.get("updated_at")
+    if first and last and datetime.fromisoformat(last) < datetime.fromisoformat(first):
+        raise InvalidRequest(updated, f"must not be before {created}")
+    return dates
 
 
 def document_fields(
@@ -259,7 +311,7 @@ def document_fields(
     names: dict[str, str] = DOCUMENT_FIELDS,
     max_content: int | None = CONTENT_MAX_LENGTH,
 ) -> dict[str, Any]:
-    """A document's source_id, content, title and metadata held to the rules of POST
+    """A document's source_id, content, title, metadata and dates held to the rules of POST
     /v1/knowledge/documents (its declaration, routes/documents.py, is made of these
     checks and limits), read from `payload` under `names` (a JSON-lines record's `_id`
     and `text`): every door that makes documents (the route, uploads, `ingest` of files
@@ -272,4 +324,5 @@ def document_fields(
         "content": text(payload, names["content"], max_length=longest),
         "title": text(payload, names["title"], max_length=TITLE_MAX_LENGTH, default="").strip(),
         "metadata": scalar_mapping(payload, names["metadata"]),
+        **document_dates(payload, names["created_at"], names["updated_at"]),
     }

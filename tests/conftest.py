@@ -13,6 +13,8 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_embedder, build_service, build_store, embedder_identity
+from knowledge_api.connectors.base import Runtime
+from knowledge_api.connectors.http import Retries
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.filters import Node
 from knowledge_api.filters import parse as parse_filter
@@ -188,3 +190,16 @@ async def query_events(
 def make_store(backend: str, settings: Settings) -> KnowledgeStore:
     """A store of `backend` for the embedder `settings` configure, as the app builds it."""
     return build_store(settings, embedder_identity(build_embedder(settings)), backend)
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits between a connector's tries, recorded instead of slept (every
+    connector the service builds, with KNOWLEDGE_SYNC_RETRIES tries)."""
+    found: list[float] = []
+
+    def recorded(service: KnowledgeService) -> Runtime:
+        return Runtime(Retries(attempts=service.settings.sync_retries, sleep=found.append))
+
+    monkeypatch.setattr(KnowledgeService, "connector_runtime", recorded)
+    return found

@@ -24,6 +24,15 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("blank-id", {"_id": "  "}, "_id", "must not be empty"),
     ("text-not-string", {"text": {"a": 1}}, "text", "must be a string"),
     ("long-title", {"title": "t" * 501}, "title", "at most 500 characters"),
+    ("not-a-date", {"created_at": "last tuesday"}, "created_at", "ISO 8601"),
+    ("date-not-string", {"updated_at": 1767225600}, "updated_at", "ISO 8601"),
+    ("no-such-day", {"created_at": "2026-02-30"}, "created_at", "ISO 8601"),
+    (
+        "updated-first",
+        {"created_at": "2026-02-01", "updated_at": "2026-01-31T23:00:00Z"},
+        "updated_at",
+        "must not be before created_at",
+    ),
 ]
 NOT_JSON = [
     # (case, the line, the field named, a word of the rule): what JSON bodies cannot carry
@@ -62,6 +71,7 @@ def as_document(case: dict[str, Any], number: int) -> dict[str, Any]:
         "content": given["text"],
         "title": given.get("title", ""),
         "metadata": given["metadata"],
+        **{name: given[name] for name in ("created_at", "updated_at") if name in given},
     }
 
 

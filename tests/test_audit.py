@@ -222,7 +222,7 @@ async def test_a_kb_sync_records_what_it_indexed_and_removed(
         await sync.run(full=True)
         await sync.run()  # nothing new: nothing written, nothing recorded
         del host.articles[0]
-        await KBSync(service, sync.client, "support", Actor("cli:ops")).run(full=True)
+        await KBSync(service, sync.host, "support", Actor("cli:ops")).run(full=True)
     removal, first = await service.audit_page(AuditQuery())
     assert (first.actor, first.action, first.collection) == ("kb-sync", "kb sync full", "support")
     assert first.changes["indexed"] == 5 and first.changes["removed"] == 0

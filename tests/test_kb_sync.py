@@ -14,9 +14,11 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.config.fields import Secret
-from knowledge_api.models import Document, SearchFilters
+from knowledge_api.connectors.kb import Article, HostUnavailable
+from knowledge_api.models import Document, KBHost, SearchFilters
 from knowledge_api.service import KnowledgeService
-from knowledge_api.usecases.kb_sync import Article, HostUnavailable, KBClient, KBSync
+from knowledge_api.settings import Settings
+from knowledge_api.usecases.kb_sync import KBSync
 from knowledge_api.usecases.sources import MassDeleteRefused
 from tests.conftest import fake_embedder, make_settings
 from tests.kb_host import Host, article, closed_port_url, serve
@@ -71,9 +73,13 @@ def host() -> Iterator[Host]:
         yield running
 
 
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path, sync_retries=0)  # a failing host fails at once
+
+
 def syncer(service: KnowledgeService, url: str, page_size: int = 2) -> KBSync:
-    client = KBClient(url, Secret(""), timeout=5.0, page_size=page_size)
-    return KBSync(service, client, "support")
+    return KBSync(service, KBHost(url, page_size=page_size, timeout=5.0), "support")
 
 
 async def synced_ids(service: KnowledgeService) -> dict[str, dict[str, Any]]:
@@ -242,6 +248,7 @@ def test_sync_command(
     monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
     monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
     monkeypatch.setenv("KNOWLEDGE_KB_SYNC_TOKEN", "host-token-123")
+    monkeypatch.setenv("KNOWLEDGE_SYNC_RETRIES", "0")
     assert main(["sync", "--from", host.url, "--full"]) == 0
     assert capsys.readouterr().out.startswith("full sync: 5 articles fetched, 5 indexed")
     assert set(host.authorization) == {"Bearer host-token-123"}
@@ -269,7 +276,11 @@ def test_the_service_syncs_periodically_and_health_says_since_when_it_is_stale(
     tmp_path: Path, host: Host
 ) -> None:
     settings = make_settings(
-        tmp_path, kb_sync_url=host.url, kb_sync_interval=0.05, kb_sync_token=Secret("s3cret")
+        tmp_path,
+        kb_sync_url=host.url,
+        kb_sync_interval=0.05,
+        kb_sync_token=Secret("s3cret"),
+        sync_retries=0,  # a failing host is stale at its first failure
     )
     with TestClient(create_app(settings)) as client:
         ok = wait_for(client, lambda b: b.get("kb_sync", {}).get("status") == "ok")
@@ -295,11 +306,11 @@ def test_no_sync_url_means_no_sync_line(client: TestClient) -> None:
 async def test_the_token_is_not_sent_to_another_host_a_redirect_names(
     service: KnowledgeService, host: Host
 ) -> None:
-    """urllib keeps Authorization across a 302 to any host; the sync drops it when the
-    redirect leaves the configured origin (and keeps it within that origin)."""
+    """The sync drops Authorization when a redirect leaves the configured origin (and
+    keeps it within that origin)."""
     with serve(Host(redirect_to=host.url)) as moved:
-        client = KBClient(moved.url, Secret("host-token-123"), timeout=5.0, page_size=10)
-        report = await KBSync(service, client, "support").run(full=True)
+        host_moved = KBHost(moved.url, "host-token-123", page_size=10, timeout=5.0)
+        report = await KBSync(service, host_moved, "support").run(full=True)
     assert report.fetched == 5
     assert set(moved.authorization) == {"Bearer host-token-123"}
     assert set(host.authorization) == {""}  # the other origin never saw the token

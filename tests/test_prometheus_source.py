@@ -120,8 +120,12 @@ def test_the_rules_of_a_running_prometheus_become_documents(
 
 
 def test_an_unreachable_server_stops_the_run_and_deletes_nothing(
-    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: Server,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("KNOWLEDGE_SYNC_RETRIES", "1")
     url = server.url
     assert main(["sources", "add", "alerts", "--kind", "prometheus", "--url", url,
                  "--collection", "ops"]) == 0  # fmt: skip
@@ -133,7 +137,8 @@ def test_an_unreachable_server_stops_the_run_and_deletes_nothing(
     assert main(["sources", "sync", "--all"]) == 1
     out = capsys.readouterr().out
     assert "ops/alerts: 0 added, 0 updated, 3 unchanged, 0 deleted" in out
-    assert "ops/gone: sync stopped: http://127.0.0.1:9 is unreachable" in out
+    stop = "ops/gone: sync stopped: GET http://127.0.0.1:9/api/v1/rules: unreachable"
+    assert f"{stop} (ConnectError), 2 tries" in out
     assert len(stored(tmp_path)) == 3
     assert main(["sources", "--json"]) == 0
     listed = {s["name"]: s for s in json.loads(capsys.readouterr().out)["sources"]}

@@ -110,7 +110,11 @@ def test_a_kb_host_echoing_the_token_does_not_leak_it(
     caplog.set_level(logging.INFO)
     with serve(Host(fail_status=500, echo_headers=True)) as host:
         settings = llm_settings(
-            tmp_path, kb_sync_url=host.url, kb_sync_token=Secret(token), kb_sync_interval=0.05
+            tmp_path,
+            kb_sync_url=host.url,
+            kb_sync_token=Secret(token),
+            kb_sync_interval=0.05,
+            sync_retries=0,
         )
         with TestClient(create_app(settings)) as client:
             for _ in range(200):

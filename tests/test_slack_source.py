@@ -7,7 +7,6 @@ the run. After each sync the store holds what Slack holds, on SQLite and on Post
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from knowledge_api.cli import main
-from knowledge_api.connectors import http
 from knowledge_api.connectors import slack as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
@@ -40,14 +38,6 @@ def environment(
         monkeypatch.setenv("KNOWLEDGE_STORE", "postgres")
         monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
     return Settings.from_env(env_file=None)
-
-
-@pytest.fixture
-def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The waits between tries, recorded instead of slept."""
-    found: list[float] = []
-    monkeypatch.setattr(http, "Retries", functools.partial(http.Retries, sleep=found.append))
-    return found
 
 
 @pytest.fixture

@@ -995,6 +995,34 @@ async def test_a_restore_keeps_both_dates_of_every_document(
     assert again.updated_at > "2025"
 
 
+async def test_a_document_keeps_the_dates_it_was_given(store: KnowledgeStore) -> None:
+    """An item's own dates (a ticket's, a commit's) are the document's: stored as given,
+    filtered and listed by, and kept when the item is written again with new ones."""
+    docs = corpus()
+    docs[0].created_at, docs[0].updated_at = (
+        "2019-03-01T07:30:00+00:00",
+        "2019-03-05T00:00:00+00:00",
+    )
+    await index(store, docs)
+    stored = await store.get_by_id(docs[0].id)
+    assert stored is not None
+    assert (stored.created_at, stored.updated_at) == (docs[0].created_at, docs[0].updated_at)
+    old = parse_filter({"created_at": {"$lt": "2020-01-01"}})
+    hits = await store.search("", None, 20, SearchFilters(where=old))
+    hits += await store.search(docs[0].title, vector(docs[0].title), 20, SearchFilters(where=old))
+    assert {hit.source_id for hit in hits} == {docs[0].source_id}
+    edited = Document(
+        docs[0].source_type,
+        docs[0].source_id,
+        docs[0].content + " Edited.",
+        created_at=docs[0].created_at,
+        updated_at="2019-04-01T00:00:00+00:00",
+    )
+    await index(store, [edited])
+    again = await store.get_by_id(docs[0].id)
+    assert again is not None and again.updated_at == "2019-04-01T00:00:00+00:00"
+
+
 @pytest.mark.parametrize("name", list(BACKENDS))
 async def test_a_mirror_adds_updates_and_prunes_on_every_backend(
     name: str, request: pytest.FixtureRequest, tmp_path: Path

@@ -16,13 +16,13 @@ from starlette.testclient import TestClient
 from knowledge_api import support as sidecar
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
+from knowledge_api.connectors.kb import Article
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import EmbeddingError
 from knowledge_api.models import Chunk, SearchHit, normalize_query
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import support
-from knowledge_api.usecases.kb_sync import Article
 from knowledge_api.usecases.support import Scored, SupportRequest
 from tests.conftest import make_settings
 from tests.kb_host import article

@@ -342,7 +342,8 @@ def test_ingest_of_a_page_that_is_missing_unreachable_or_no_html_says_so(
     assert err == f"error: {site.url}/logo.png: is not an HTML page: it answered image/png\n"
     assert main(["ingest", "http://127.0.0.1:9/page"]) == 1
     err = capsys.readouterr().err
-    assert err.splitlines()[-1] == "error: GET http://127.0.0.1:9/page: ConnectError, 6 tries"
+    unreachable = "error: GET http://127.0.0.1:9/page: unreachable (ConnectError), 6 tries"
+    assert err.splitlines()[-1] == unreachable
     assert "no such file" not in err
 
 

@@ -41,6 +41,8 @@ def run_sources(settings: Settings, args: argparse.Namespace) -> int:
                 line += f"\tkind {body['kind']}\tcursor {body['cursor'] or '-'}"
                 line += f"\tnext run {body['next_run'] or '-'}"
                 line += f"\tlast error {body['last_error'] or '-'}"
+                if body["warning"]:
+                    line += f"\twarning {body['warning']}"
             print(line)
         if not found:
             print("no sources")

@@ -94,6 +94,28 @@ class SupportSettings:
         "`every` of its own; 0: none (only sources with an `every` are synced).",
         min=0,
     )
+    sync_overlap: float = setting(
+        "KNOWLEDGE_SYNC_OVERLAP",
+        600.0,
+        "Seconds an incremental connector sync reads before its cursor, so that items a "
+        "service's search returned late are not missed.",
+        min=0,
+    )
+    sync_retries: int = setting(
+        "KNOWLEDGE_SYNC_RETRIES",
+        5,
+        "Times a connector's call to its service is tried again (429, 5xx, a dropped "
+        "connection) before its run stops.",
+        min=0,
+        max=20,
+    )
+    prune_every: float = setting(
+        "KNOWLEDGE_PRUNE_EVERY",
+        86400.0,
+        "Seconds between the prunes of a connector source (every id listed, what the "
+        "service no longer has deleted); 0: only `sources sync --full` prunes.",
+        min=0,
+    )
     kb_sync_page_size: int = setting(
         "KNOWLEDGE_KB_SYNC_PAGE_SIZE",
         100,

@@ -5,6 +5,35 @@ everything it can see, so that what the service no longer has is pruned.
 A connector source is kept with the store's sources (`SourceInfo.connector`) as the
 JSON of `models.ConnectorSource`: its kind, URL, settings, the names of the environment
 variables holding its secrets (never their values), its cursor and its last error.
+
+The contract every kind keeps (usecases/connectors.py runs it):
+
+- Built as `Kind.from_settings(source, collection, runtime)`: `runtime` (a `Runtime`)
+  holds what the service gives every connector, such as the retry policy of its HTTP
+  calls (KNOWLEDGE_SYNC_RETRIES); a kind calling an HTTP API makes its client with
+  `runtime.http(...)`, so that 429 and 503 honour `Retry-After`, other failures back off,
+  and 401/403/404/410 stop the run with the reason.
+- Dates: each Document carries its item's own `created_at` and `updated_at` (the
+  ticket's, the page's, the message's), as `validation.utc_text` writes them, wherever
+  the service has them; "" leaves them to the store (created when first stored, updated
+  when written). Filters, recency and listings use them, and the run keeps, of an item
+  read twice in one window, the copy updated last.
+- `changed(since)`: the items updated at or after `since` ("" for every item). The run
+  passes the last cursor moved back by KNOWLEDGE_SYNC_OVERLAP when it is an ISO 8601
+  instant, so an item a service's search returned late (its index lags) is read by the
+  next run; a cursor of another form (a mailbox's UIDs) is the kind's own, handed back
+  as it was left. `Window.cursor` "" stands for the instant the read began, which is
+  what a kind searching by update time should leave. The cursor is stored only once the
+  window's documents are.
+- `visible()`: the source id of every item, asked only when the run prunes (`sources
+  sync --full`, or a source's last prune older than KNOWLEDGE_PRUNE_EVERY); a kind
+  that learns them anyway while reading (it reads the service whole) sets `Window.seen`
+  and is pruned at every run. A stored document whose source id is seen, or is
+  `ID/NAME` of an id seen (an attachment), stays; the others go, under the mass-delete
+  guard (KNOWLEDGE_PRUNE_MAX_FRACTION).
+- Failures: raise `errors.ConnectorFailed` with a message naming no secret; the run
+  stops, deletes nothing, keeps its cursor and shows the message as the source's
+  `last_error`. An item that cannot be read goes to `Window.problems` instead.
 """
 
 from __future__ import annotations
@@ -14,6 +43,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
+import httpx
+
+from knowledge_api.connectors.http import Retries, SourceHTTP
 from knowledge_api.errors import ConfigurationError, InvalidRequest
 from knowledge_api.models import ConnectorSource, Document
 
@@ -21,12 +53,34 @@ from knowledge_api.models import ConnectorSource, Document
 @dataclass
 class Window:
     """What one run read: the documents new or changed since the cursor it started
-    from, and the cursor the next run starts from once they are stored."""
+    from, and the cursor the next run starts from once they are stored ("": the instant
+    the read began)."""
 
     documents: list[Document]
-    cursor: str
+    cursor: str = ""
     problems: list[str] = field(default_factory=list)
     """Items left out (unreadable), each with its reason: the run goes on without them."""
+    seen: set[str] | None = None
+    """The source id of every item the service has, when the read learned them anyway:
+    the run prunes with them, without asking `visible`."""
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the service hands every connector it builds."""
+
+    retries: Retries = field(default_factory=Retries)
+    """How often a call is tried again (KNOWLEDGE_SYNC_RETRIES) and how long between."""
+
+    def http(
+        self,
+        base_url: str,
+        headers: Mapping[str, str] | None = None,
+        auth: httpx.Auth | tuple[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> SourceHTTP:
+        """A client of the connector's service with the service's retry policy."""
+        return SourceHTTP(base_url, headers, auth, self.retries, timeout)
 
 
 class Connector(Protocol):
@@ -34,8 +88,8 @@ class Connector(Protocol):
 
     kind: ClassVar[str]
 
-    def changed(self, cursor: str) -> Window:
-        """The documents updated since `cursor` (everything when it is empty)."""
+    def changed(self, since: str) -> Window:
+        """The documents updated since `since` (everything when it is empty)."""
         ...
 
     def visible(self) -> set[str]:

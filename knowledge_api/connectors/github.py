@@ -19,7 +19,7 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from knowledge_api.connectors.base import Window, check_settings, secret, split
+from knowledge_api.connectors.base import Runtime, Window, check_settings, secret, split
 from knowledge_api.connectors.http import SourceHTTP
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.models import ConnectorSource, Document
@@ -35,10 +35,13 @@ _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 class GitHubConnector:
     kind: ClassVar[str] = "github"
 
-    def __init__(self, source: ConnectorSource, collection: str) -> None:
+    def __init__(
+        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
+    ) -> None:
         check(source)
         self.source = source
         self.collection = collection
+        self.runtime = runtime or Runtime()
         self.repos = split(source.settings["repos"])
         self.timeout = float(source.settings.get("timeout", "30"))
         self.http: SourceHTTP | None = None
@@ -46,8 +49,10 @@ class GitHubConnector:
         """Every item's source id, when this run read every repository whole."""
 
     @classmethod
-    def from_settings(cls, source: ConnectorSource, collection: str) -> GitHubConnector:
-        return cls(source, collection)
+    def from_settings(
+        cls, source: ConnectorSource, collection: str, runtime: Runtime
+    ) -> GitHubConnector:
+        return cls(source, collection, runtime)
 
     def changed(self, cursor: str) -> Window:
         since = read_cursor(cursor)
@@ -85,7 +90,7 @@ class GitHubConnector:
             token = secret(self.source, "token")
             if token:
                 headers["Authorization"] = f"Bearer {token}"
-            self.http = SourceHTTP(self.source.url, headers=headers, timeout=self.timeout)
+            self.http = self.runtime.http(self.source.url, headers=headers, timeout=self.timeout)
         return self.http
 
     def listing(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:

@@ -12,6 +12,7 @@ keeps failing with 5xx is asked for again in halves before the run stops. The
 
 from __future__ import annotations
 
+import base64
 import logging
 import random
 import time
@@ -24,6 +25,7 @@ from typing import Any
 import httpx
 
 from knowledge_api.errors import ConnectorFailed
+from knowledge_api.redaction import Redactor
 
 log = logging.getLogger("knowledge_api.connectors")
 
@@ -134,6 +136,11 @@ class SourceHTTP:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.retries = retries or Retries()
+        url = httpx.URL(base_url.rstrip("/"))
+        self.where = str(url.copy_with(username=None, password=None))
+        """The service as messages name it (never with credentials in its URL)."""
+        self.redactor = Redactor(credentials(headers or {}, auth, url))
+        """Masks the credentials in what the service says: one may echo the request."""
         self.client = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers=dict(headers or {}),
@@ -147,42 +154,57 @@ class SourceHTTP:
         self, method: str, path: str, answers: Collection[int] = (), **kwargs: Any
     ) -> httpx.Response:
         """The response to a call, tried again on 429, 5xx and dropped connections;
-        ConnectorFailed naming the path and the reason when it stops. A status in
-        `answers` is returned as it is (to a crawler, a page's 404 is a page gone, not a
-        wrong URL)."""
+        ConnectorFailed naming the call, the reason and what the service said (its
+        credentials masked) when it stops. A status in `answers` is returned as it is
+        (to a crawler, a page's 404 is a page gone, not a wrong URL)."""
         attempt = 0
+        call = f"{method} {self.named(path)}"
         while True:
             response: httpx.Response | None = None
             try:
                 response = self.client.request(method, path, **kwargs)
             except httpx.TransportError as e:
-                problem = f"{method} {path}: {type(e).__name__}"
+                problem = f"{call}: unreachable ({type(e).__name__})"
             else:
                 status = response.status_code
                 if status < 400 or status in answers:
                     return response
                 limited = rate_limited(response)
                 if status in STOPS and not limited:
-                    raise ConnectorFailed(f"{method} {path}: {STOPS[status]}")
+                    raise self.failed(f"{call}: {STOPS[status]}", response)
+                problem = f"{call}: answered {status}" + (" (rate limited)" if limited else "")
                 if status not in RETRIED and not limited:
-                    raise ConnectorFailed(f"{method} {path}: answered {status}")
-                problem = f"{method} {path}: answered {status}" + (
-                    " (rate limited)" if limited else ""
-                )
+                    raise self.failed(problem, response)
             if attempt >= self.retries.attempts:
-                status = response.status_code if response is not None else 0
-                raise ConnectorFailed(f"{problem}, {attempt + 1} tries", answered=status)
+                raise self.failed(problem, response, f", {attempt + 1} tries")
             delay = self.retries.wait(response, attempt)
             log.info("%s; trying again in %.1f s", problem, delay)
             self.retries.sleep(delay)
             attempt += 1
+
+    def named(self, path: str) -> str:
+        """A path or URL as messages name it: a path after the service's URL, a whole URL
+        (a crawler's next page) as it is, without credentials."""
+        url = httpx.URL(path)
+        if url.is_absolute_url:
+            return str(url.copy_with(username=None, password=None))
+        return f"{self.where}{path}"
+
+    def failed(
+        self, problem: str, response: httpx.Response | None, tries: str = ""
+    ) -> ConnectorFailed:
+        said = service_message(response) if response is not None else ""
+        return ConnectorFailed(
+            self.redactor.text(problem + (f": {said}" if said else "") + tries),
+            answered=response.status_code if response is not None else 0,
+        )
 
     def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
         response = self.request("GET", path, params=params)
         try:
             return response.json()
         except ValueError as e:
-            raise ConnectorFailed(f"GET {path}: the answer is not JSON") from e
+            raise ConnectorFailed(f"GET {self.named(path)}: the answer is not JSON") from e
 
     def pages(
         self, path: str, params: Mapping[str, Any] | None = None, size: str = "per_page"
@@ -225,3 +247,44 @@ def halved(url: str, params: Mapping[str, Any] | None, size: str) -> str | None:
     if "page" in query:
         query["page"] = str(2 * int(query["page"]) - 1)
     return str(parts.copy_with(query=None).copy_merge_params(query))
+
+
+MESSAGE_LENGTH = 300
+CREDENTIAL_HEADERS = ("authorization", "cookie", "token", "key", "secret", "auth")
+"""Words of the names of headers that carry credentials."""
+
+
+def service_message(response: httpx.Response) -> str:
+    """What a service says of its error: its JSON `message`, `error`, `errorMessages`
+    (Jira) or `error_description`, shortened; "" when it says nothing readable."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    if not isinstance(body, dict):
+        return ""
+    for key in ("message", "errorMessages", "error_description", "error"):
+        value = body.get(key)
+        if isinstance(value, list):
+            value = "; ".join(str(item) for item in value)
+        if isinstance(value, str) and value.strip():
+            return " ".join(value.split())[:MESSAGE_LENGTH]
+    return ""
+
+
+def credentials(
+    headers: Mapping[str, str], auth: httpx.Auth | tuple[str, str] | None, url: httpx.URL
+) -> list[str]:
+    """The secret values a client sends: the value of every header that carries
+    credentials and its part after a scheme (`Bearer TOKEN`), a basic auth's password
+    and the header made of it, and a password in its URL."""
+    found = []
+    for name, value in headers.items():
+        if any(word in name.lower() for word in CREDENTIAL_HEADERS):
+            found += [value, value.partition(" ")[2]]
+    if isinstance(auth, tuple):
+        basic = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        found += [auth[1], basic]  # the header httpx makes of them
+    if url.password:
+        found.append(url.password)
+    return [value for value in found if value]

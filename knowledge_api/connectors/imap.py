@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from email import policy
 from typing import Any, ClassVar
 
-from knowledge_api.connectors.base import Window, check_settings, secret, split
+from knowledge_api.connectors.base import Runtime, Window, check_settings, secret, split
 from knowledge_api.errors import ConnectorFailed, ExtractionError, InvalidRequest
 from knowledge_api.ingest import mail
 from knowledge_api.models import ConnectorSource, Document
@@ -63,13 +63,18 @@ class IMAPConnector:
         """Messages left out of the last run, each with its folder and reason."""
 
     @classmethod
-    def from_settings(cls, source: ConnectorSource, collection: str) -> IMAPConnector:
-        return cls(source, collection)
+    def from_settings(
+        cls, source: ConnectorSource, collection: str, runtime: Runtime
+    ) -> IMAPConnector:
+        return cls(source, collection)  # IMAP: no HTTP calls to retry
 
     # -- the connector --------------------------------------------------------------
 
-    def changed(self, cursor: str) -> Window:
-        known = read_cursor(cursor)
+    def changed(self, since: str) -> Window:
+        """The threads with a message new since the cursor `since` (the UIDs each folder
+        held), all of them when a message is gone; every folder's headers are read, so
+        the window knows every id and the run prunes at each run."""
+        known = read_cursor(since)
         self.found = [self.folder(name) for name in self.folders]
         fresh: set[tuple[str, int]] = set()
         lost = False
@@ -88,7 +93,8 @@ class IMAPConnector:
         ]
         documents = self.read([where[m.message_id] for thread in rewritten for m in thread])
         state = {f.name: {"validity": f.validity, "uids": uid_set(f.headers)} for f in self.found}
-        return Window(documents, json.dumps(state, sort_keys=True), self.problems)
+        cursor = json.dumps(state, sort_keys=True)
+        return Window(documents, cursor, self.problems, seen=self.visible())
 
     def visible(self) -> set[str]:
         """Every thread's id and every message's id (an attachment's source id is its

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from knowledge_api import __version__, validation
+from knowledge_api.connectors.base import Runtime
 from knowledge_api.connectors.http import SourceHTTP
 from knowledge_api.errors import ConnectorFailed, ExtractionError, InvalidRequest
 from knowledge_api.ingest.extract import Extracted, html_to_markdown, pdf_file
@@ -27,7 +28,15 @@ SOURCE_TYPE = "wiki"
 """A site's pages are read as `ingest` reads the same pages saved as .html files."""
 HTML_TYPES = {"text/html", "application/xhtml+xml"}
 GONE = {404: "not found (404)", 410: "gone (410)"}
-FIELDS = {"source_id": "url", "content": "text", "title": "title", "metadata": "metadata"}
+FIELDS = {
+    "source_id": "url",
+    "content": "text",
+    "title": "title",
+    "metadata": "metadata",
+    "created_at": "created",
+    "updated_at": "last_modified",
+}
+"""A page's document as its errors name its fields."""
 
 
 class Page:
@@ -89,6 +98,7 @@ def document_of(
                 "text": extracted.content,
                 "title": title[: validation.TITLE_MAX_LENGTH],
                 "metadata": metadata,
+                "last_modified": http_date(response.headers.get("last-modified", "")) or None,
             },
             FIELDS,
             max_content=None,
@@ -98,7 +108,6 @@ def document_of(
     return Document(
         source_type=SOURCE_TYPE,
         collection=collection,
-        updated_at=http_date(response.headers.get("last-modified", "")),
         **fields,
     )
 
@@ -128,8 +137,8 @@ def read_page(url: str, collection: str, source_type: str | None = None) -> Docu
     return document
 
 
-def client(origin: str, timeout: float = 30.0) -> SourceHTTP:
-    return SourceHTTP(origin, headers={"User-Agent": USER_AGENT}, timeout=timeout)
+def client(origin: str, timeout: float = 30.0, runtime: Runtime | None = None) -> SourceHTTP:
+    return (runtime or Runtime()).http(origin, headers={"User-Agent": USER_AGENT}, timeout=timeout)
 
 
 def canonical(url: str, field: str = "url") -> str:

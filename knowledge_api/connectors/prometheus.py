@@ -8,14 +8,10 @@ A rule the server no longer has is pruned by the run.
 
 from __future__ import annotations
 
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
-from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from knowledge_api.connectors.base import Window, check_settings, secret
+from knowledge_api.connectors.base import Runtime, Window, check_settings, secret
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.ingest.metrics import SOURCE_TYPE, mapping, rule_part
 from knowledge_api.models import ConnectorSource, Document
@@ -28,22 +24,28 @@ SECRETS = ("token",)
 class PrometheusConnector:
     kind: ClassVar[str] = "prometheus"
 
-    def __init__(self, source: ConnectorSource, collection: str) -> None:
+    def __init__(
+        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
+    ) -> None:
         check(source)
         self.source = source
         self.collection = collection
         self.base_url = source.url.rstrip("/")
         self.timeout = float(source.settings.get("timeout", "30"))
+        self.runtime = runtime or Runtime()
         self.documents: list[Document] | None = None
 
     @classmethod
-    def from_settings(cls, source: ConnectorSource, collection: str) -> PrometheusConnector:
-        return cls(source, collection)
+    def from_settings(
+        cls, source: ConnectorSource, collection: str, runtime: Runtime
+    ) -> PrometheusConnector:
+        return cls(source, collection, runtime)
 
-    def changed(self, cursor: str) -> Window:
-        """Every rule (the server keeps no change time); the cursor is this run's time."""
+    def changed(self, since: str) -> Window:
+        """Every rule (the server keeps no change time): the window holds them all, so
+        every run prunes what the server no longer has."""
         self.documents = [self.document(group, rule) for group, rule in self.rules()]
-        return Window(self.documents, datetime.now(UTC).isoformat(timespec="seconds"))
+        return Window(self.documents, seen={doc.source_id for doc in self.documents})
 
     def visible(self) -> set[str]:
         documents = self.documents if self.documents is not None else self.changed("").documents
@@ -98,23 +100,15 @@ class PrometheusConnector:
         )
 
     def get(self, path: str) -> dict[str, Any]:
-        request = urllib.request.Request(
-            f"{self.base_url}{path}", headers={"Accept": "application/json"}
-        )
         token = secret(self.source, "token")
+        headers = {"Accept": "application/json"}
         if token:
-            request.add_header("Authorization", f"Bearer {token}")
+            headers["Authorization"] = f"Bearer {token}"
+        http = self.runtime.http(self.base_url, headers, timeout=self.timeout)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                found = json.loads(response.read())
-        except urllib.error.HTTPError as e:
-            e.close()
-            raise ConnectorFailed(f"{self.base_url}{path} answered {e.code} {e.reason}") from e
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise ConnectorFailed(f"{self.base_url} is unreachable: {reason}") from e
-        except ValueError as e:
-            raise ConnectorFailed(f"{self.base_url}{path} did not answer JSON") from e
+            found = http.get_json(path)
+        finally:
+            http.close()
         if not isinstance(found, dict):
             raise ConnectorFailed(f"{self.base_url}{path} did not answer a JSON object")
         return found

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from knowledge_api.connectors import http
-from knowledge_api.connectors.base import Window, check_settings, secret, split
+from knowledge_api.connectors.base import Runtime, Window, check_settings, secret, split
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.ingest.extract import literal
 from knowledge_api.models import ConnectorSource, Document
@@ -50,10 +50,13 @@ _LINK = re.compile(r"<(https?://[^|>]+)\|([^>]+)>")
 class SlackConnector:
     kind: ClassVar[str] = "slack"
 
-    def __init__(self, source: ConnectorSource, collection: str) -> None:
+    def __init__(
+        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
+    ) -> None:
         check(source)
         self.source = source
         self.collection = collection
+        self.runtime = runtime or Runtime()
         self.wanted = [name.lstrip("#") for name in split(source.settings.get("channels", ""))]
         self.timeout = int(float(source.settings.get("timeout", "30")))
         self.client: WebClient | None = None
@@ -64,8 +67,10 @@ class SlackConnector:
         """Channel id -> the root ts of every thread its history holds (this run's)."""
 
     @classmethod
-    def from_settings(cls, source: ConnectorSource, collection: str) -> SlackConnector:
-        return cls(source, collection)
+    def from_settings(
+        cls, source: ConnectorSource, collection: str, runtime: Runtime
+    ) -> SlackConnector:
+        return cls(source, collection, runtime)
 
     # -- the connector --------------------------------------------------------------
 
@@ -88,7 +93,9 @@ class SlackConnector:
                 if not since or float(moved) > float(since):
                     documents.append(self.document(channel, message))
             state[channel["id"]] = {"ts": newest, "name": name}
-        return Window(documents, json.dumps(state, sort_keys=True))
+        # every run reads every channel's history (to find the threads with new
+        # replies), so it knows every thread: what is gone is pruned at every run
+        return Window(documents, json.dumps(state, sort_keys=True), seen=self.visible())
 
     def visible(self) -> set[str]:
         if self.threads is None:
@@ -112,7 +119,9 @@ class SlackConnector:
                 token=secret(self.source, "token"),
                 base_url=self.source.url.rstrip("/") + "/",
                 timeout=self.timeout,
-                retry_handlers=[retry_handler(handlers.RateLimitErrorRetryHandler)],
+                retry_handlers=[
+                    retry_handler(handlers.RateLimitErrorRetryHandler, self.runtime.retries)
+                ],
             )
             found = next(answers(client, "auth_test", self.source.url))
             self.team_url = str(found.get("url") or "")
@@ -248,14 +257,14 @@ def answers(client: WebClient, method: str, where: str, **params: Any) -> Iterat
         raise ConnectorFailed(f"{where} is unreachable: {reason}") from e
 
 
-def retry_handler(base: type[Any]) -> Any:
+def retry_handler(base: type[Any], retries: http.Retries) -> Any:
     """The SDK's rate-limit handler, waiting as every connector waits (`Retry-After`
     clamped to 1-60 s, backoff with jitter otherwise) and trying 5xx and dropped
     connections again too."""
 
     class Clamped(base):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
-            self.retries = http.Retries()
+            self.retries = retries
             super().__init__(max_retry_count=self.retries.attempts)
 
         def _can_retry(

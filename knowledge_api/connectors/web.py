@@ -24,7 +24,7 @@ from xml.etree import ElementTree
 
 import httpx
 
-from knowledge_api.connectors.base import Window, check_settings, split
+from knowledge_api.connectors.base import Runtime, Window, check_settings, split
 from knowledge_api.connectors.http import WAIT_CEILING
 from knowledge_api.connectors.pages import (
     AGENT,
@@ -86,7 +86,9 @@ class Crawl:
 class WebConnector:
     kind: ClassVar[str] = "web"
 
-    def __init__(self, source: ConnectorSource, collection: str) -> None:
+    def __init__(
+        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
+    ) -> None:
         check(source)
         self.collection = collection
         self.start = canonical(source.url)
@@ -97,12 +99,14 @@ class WebConnector:
         self.pdfs = source.settings.get("pdf", "off") == "on"
         if is_sitemap(self.start):
             self.sitemaps.insert(0, self.start)
-        self.http = client(self.origin, float(source.settings.get("timeout", "30")))
+        self.http = client(self.origin, float(source.settings.get("timeout", "30")), runtime)
         self.seen: set[str] | None = None
 
     @classmethod
-    def from_settings(cls, source: ConnectorSource, collection: str) -> WebConnector:
-        return cls(source, collection)
+    def from_settings(
+        cls, source: ConnectorSource, collection: str, runtime: Runtime
+    ) -> WebConnector:
+        return cls(source, collection, runtime)
 
     # -- the connector --------------------------------------------------------------
 
@@ -142,7 +146,11 @@ class WebConnector:
                     queued.add(link)
                     queue.append((link, depth + 1))
         self.seen = crawl.seen
-        return Window(crawl.documents, write_cursor(crawl.found), crawl.problems)
+        # every run walks the whole site (a page unchanged is a 304), so it knows every
+        # page: what is gone is pruned at every run
+        return Window(
+            crawl.documents, write_cursor(crawl.found), crawl.problems, seen=set(crawl.seen)
+        )
 
     def visible(self) -> set[str]:
         """The pages the last `changed` saw (a crawl of its own when none ran)."""

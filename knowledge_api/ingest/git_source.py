@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from knowledge_api import validation
 from knowledge_api.errors import ConfigurationError, InvalidRequest
 from knowledge_api.models import DEFAULT_COLLECTION, Document
 
@@ -190,6 +191,7 @@ def commit_document(commit: Commit, repo: Repository, options: GitOptions) -> Do
         metadata["paths_total"] = len(commit.paths)
     if options.base_url:
         metadata["url"] = options.base_url.format(hash=commit.hash, short=commit.hash[:12])
+    committed = validation.utc_text(datetime.fromisoformat(commit.date))
     return Document(
         source_type="git",
         source_id=commit.hash,
@@ -197,6 +199,8 @@ def commit_document(commit: Commit, repo: Repository, options: GitOptions) -> Do
         title=commit.subject or commit.hash[:12],
         metadata=metadata,
         collection=options.collection,
+        created_at=committed,
+        updated_at=committed,
     )
 
 

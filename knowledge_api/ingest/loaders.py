@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -36,9 +37,23 @@ from knowledge_api.models import DEFAULT_COLLECTION, Document
 JSONL = (".jsonl",)
 RULES = (".yaml", ".yml")
 DASHBOARDS = (".json",)
-RECORD_FIELDS = {"source_id": "_id", "content": "text", "title": "title", "metadata": "metadata"}
+RECORD_FIELDS = {
+    "source_id": "_id",
+    "content": "text",
+    "title": "title",
+    "metadata": "metadata",
+    "created_at": "created_at",
+    "updated_at": "updated_at",
+}
 """A JSON-lines record's fields, by the document field each becomes."""
-FILE_FIELDS = {"source_id": "name", "content": "text", "title": "title", "metadata": "metadata"}
+FILE_FIELDS = {
+    "source_id": "name",
+    "content": "text",
+    "title": "title",
+    "metadata": "metadata",
+    "created_at": "created_at",
+    "updated_at": "updated_at",
+}
 """A file's document as its errors name its fields: its name, its text."""
 
 __all__ = [
@@ -70,6 +85,11 @@ class LoadOptions:
     max_chars: int | None = None
     """The most characters of text one file may hold (KNOWLEDGE_MAX_FILE_CHARS); a
     longer one is an error of its own. None: no limit."""
+    created_at: str = ""
+    updated_at: str = ""
+    """The dates of every document read (an upload's fields, as `validation.date` writes
+    them), where a record names none of its own; without them a file's document is
+    updated at the file's modification time, and created when first stored."""
 
 
 @dataclass(frozen=True)
@@ -174,8 +194,9 @@ def load_as(path: Path, name: str, options: LoadOptions, refused: list[Skipped])
             raise ExtractionError("empty file", "0 bytes")
         parts = structured(path, name, options)
         if parts is not None:
+            modified = modified_at(path)
             return [
-                file_document(name, part.extracted, options, part.key, part.source_type)
+                file_document(name, part.extracted, options, part.key, part.source_type, modified)
                 for part in parts
             ]
         if suffix in JSONL:
@@ -186,7 +207,12 @@ def load_as(path: Path, name: str, options: LoadOptions, refused: list[Skipped])
         extracted = extract(path, options.max_chars)
         if options.max_chars is not None and len(extracted.content) > options.max_chars:
             raise too_long(options.max_chars)
-        return [file_document(name, extracted, options)]
+        return [file_document(name, extracted, options, modified=modified_at(path))]
+
+
+def modified_at(path: Path) -> str:
+    """The file's modification time, as documents keep their dates."""
+    return validation.utc_text(datetime.fromtimestamp(path.stat().st_mtime, UTC))
 
 
 def structured(path: Path, name: str, options: LoadOptions) -> list[tables.Part] | None:
@@ -240,8 +266,10 @@ def file_document(
     options: LoadOptions,
     key: str = "",
     source_type: str = "wiki",
+    modified: str = "",
 ) -> Document:
-    """The document of a file, or of the part `key` of a file that holds several."""
+    """The document of a file, or of the part `key` of a file that holds several,
+    updated at `modified` (the file's modification time) unless `options` date it."""
     path = PurePosixPath(relative)
     url = f"{options.base_url.rstrip('/')}/{relative}" if options.base_url else ""
     metadata = {
@@ -259,6 +287,8 @@ def file_document(
         "text": extracted.content,
         "title": title[: validation.TITLE_MAX_LENGTH],
         "metadata": metadata,
+        "created_at": options.created_at or None,
+        "updated_at": options.updated_at or modified or None,
     }
     return Document(
         source_type=options.source_type or source_type,
@@ -293,6 +323,8 @@ def jsonl_document(line: str, options: LoadOptions) -> Document:
         record["_id"] = str(record["_id"])  # BEIR ids are strings; some dumps write numbers
     fields = validation.document_fields(record, RECORD_FIELDS, max_content=None)
     fields["metadata"] = {**fields["metadata"], **options.metadata}
+    fields["created_at"] = fields["created_at"] or options.created_at
+    fields["updated_at"] = fields["updated_at"] or options.updated_at
     return Document(
         source_type=options.source_type or "knowledge", collection=options.collection, **fields
     )

@@ -29,6 +29,7 @@ from email.utils import getaddresses, parsedate_to_datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from knowledge_api import validation
 from knowledge_api.errors import ConfigurationError, ExtractionError
 from knowledge_api.ingest.extract import IMAGES, extractor, html_to_markdown, literal
 from knowledge_api.models import Document
@@ -224,6 +225,8 @@ class Threads:
                     **self.metadata,
                 },
                 collection=self.collection,
+                created_at=validation.utc_text(mail.date) if mail.date else "",
+                updated_at=validation.utc_text(mail.date) if mail.date else "",
             )
         )
 
@@ -263,6 +266,8 @@ class Threads:
             title=subject or "(no subject)",
             metadata={**metadata, **self.metadata},
             collection=self.collection,
+            created_at=validation.utc_text(min(dates)) if dates else "",
+            updated_at=validation.utc_text(max(dates)) if dates else "",
         )
 
 

@@ -116,6 +116,8 @@ SOURCE_VIEW = obj(
         "cursor": NULL_STRING,
         "next_run": NULL_STRING,
         "last_error": NULL_STRING,
+        "warning": NULL_STRING,
+        "last_prune": NULL_STRING,
     }
 )
 """A source; the connector fields are null for a source `ingest` or an upload fills.

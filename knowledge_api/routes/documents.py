@@ -21,6 +21,7 @@ from knowledge_api.web.fields import (
     Body,
     CollectionName,
     Custom,
+    Date,
     OneOf,
     Scalars,
     Text,
@@ -53,6 +54,14 @@ DOCUMENT = Body(
     Text("title", "Its title.", "", max_length=validation.TITLE_MAX_LENGTH),
     Scalars("metadata", "Metadata values, e.g. app_under_test.", None),
     CollectionName("collection", "The collection to index into.", DEFAULT_COLLECTION),
+    Date(
+        "created_at",
+        "When the item was created where it lives (ISO 8601; default: when first indexed).",
+    ),
+    Date(
+        "updated_at",
+        "When the item last changed where it lives (ISO 8601; default: when indexed).",
+    ),
 )
 
 
@@ -104,7 +113,7 @@ def parse(payload: Any) -> list[Document]:
 
 
 def parse_document(item: Any, where: str) -> Document:
-    return Document(**DOCUMENT.parse(item, where))
+    return Document(**validation.in_order(DOCUMENT.parse(item, where)))
 
 
 async def create(request: Request) -> Response:

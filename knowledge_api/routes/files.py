@@ -22,6 +22,7 @@ from knowledge_api.web.fields import (
     Body,
     CollectionName,
     Custom,
+    Date,
     OneOf,
     array,
     enum,
@@ -62,6 +63,14 @@ FIELDS = (
                 {"pattern": validation.SOURCE_PATTERN},
             ],
         },
+    ),
+    Date(
+        "created_at",
+        "When the files' items were created (ISO 8601; a JSON-lines record's own wins).",
+    ),
+    Date(
+        "updated_at",
+        "When they last changed (ISO 8601; a JSON-lines record's own wins).",
     ),
 )
 FILES = Body(
@@ -123,7 +132,7 @@ async def upload(request: Request) -> Response:
     try:
         with receiving(request).slot(budget_of(access(request), client)):
             received = await receive(request, folder, settings.max_file_mb * 2**20, MAX_FILES, pace)
-        values = FORM.parse(received.fields, "form")
+        values = validation.in_order(FORM.parse(received.fields, "form"))
         access(request).collection(values["collection"])
         if not received.files:
             raise InvalidRequest(FILE, "send at least one file, as a part named 'file'")

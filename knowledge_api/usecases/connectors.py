@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError, NotFound
 from knowledge_api.ledger import DONE, FAILED, MAX_AUDITED_IDS, RUNNING, Actor, Job, changes
-from knowledge_api.models import ConnectorSource, SourceInfo
+from knowledge_api.models import ConnectorSource, Document, SourceInfo
 from knowledge_api.service import KnowledgeService
 from knowledge_api.usecases.sources import MirrorPlan, MirrorReport, mirror, plan_mirror
 
@@ -48,6 +49,7 @@ class SyncResult:
     report: MirrorReport | None = None
     problems: list[str] = field(default_factory=list)
     error: str | None = None
+    warning: str | None = None
 
     def line(self) -> str:
         where = f"{self.collection}/{self.name}"
@@ -56,10 +58,13 @@ class SyncResult:
         assert self.plan is not None
         plan = self.plan
         if self.report is None:
-            return f"{where}: dry run: " + counts(plan, len(plan.deleted))
-        text = f"{where}: " + counts(plan, self.report.deleted)
+            text = f"{where}: dry run: " + counts(plan, len(plan.deleted))
+        else:
+            text = f"{where}: " + counts(plan, self.report.deleted)
         if self.problems:
             text += f"; {len(self.problems)} left out: {'; '.join(self.problems[:5])}"
+        if self.warning:
+            text += f"; warning: {self.warning}"
         return text
 
     def body(self) -> dict[str, object]:
@@ -73,6 +78,7 @@ class SyncResult:
             "deleted": (self.report.deleted if self.report else 0),
             "problems": self.problems[:20],
             "error": self.error,
+            "warning": self.warning,
         }
 
 
@@ -109,11 +115,7 @@ async def add_source(
 async def connector_sources(
     service: KnowledgeService, collection: str | None = None
 ) -> list[tuple[SourceInfo, ConnectorSource]]:
-    return [
-        (info, ConnectorSource.from_json(info.connector))
-        for info in await service.store.sources(collection)
-        if info.connector
-    ]
+    return await service.connector_sources(collection)
 
 
 async def find_source(
@@ -192,29 +194,42 @@ async def run_source(
     dry_run: bool,
     allow_mass_delete: bool,
 ) -> SyncResult:
+    """Read the window since the cursor (moved back by KNOWLEDGE_SYNC_OVERLAP; all with
+    `full`), list every id when the run prunes, plan from the store, then write, delete
+    and move the cursor, in that order."""
     result = SyncResult(info.collection, info.name)
-    store = service.store
+    settings, store = service.settings, service.store
+    started = datetime.now(UTC)
+    prune = full or prune_due(source, settings.prune_every, started)
+    since = "" if full else window_start(source.cursor, settings.sync_overlap)
     try:
-        window, seen = await service.read_connector(source, info.collection, full)
-        plan = await plan_mirror(service, window.documents, info.name, info.collection, False)
         owned = await store.source_documents(info.collection, info.name)
-        plan.deleted = {i: sid for i, sid in owned.items() if not seen_in(sid, seen)}
-        plan.check_deletions(service.settings.prune_max_fraction, allow_mass_delete)
+        # with nothing stored there is nothing to prune: no need to list every id
+        window, seen = await service.read_connector(
+            source, info.collection, since, prune and bool(owned)
+        )
+        documents = latest(window.documents)
+        plan = await plan_mirror(service, documents, info.name, info.collection, False)
+        if seen is not None:
+            plan.deleted = {i: sid for i, sid in owned.items() if not seen_in(sid, seen)}
+            plan.check_deletions(settings.prune_max_fraction, allow_mass_delete)
     except KnowledgeAPIError as e:
-        result.error = e.message
-        if not dry_run:
-            failed = source.failed(e.message).to_json()
-            await store.record_source(info.collection, info.name, connector=failed)
-        return result
+        return await stopped(service, info, source, result, e, dry_run)
     result.plan, result.problems = plan, window.problems
+    if not source.last_sync and not documents and not owned:
+        result.warning = FOUND_NOTHING
     if dry_run:
         return result
-    if plan.changed and not service.embedder_ready:
-        await service.load_embedder()  # a command: the model only for a run with work
-    result.report = await mirror(service, plan)
+    try:
+        if plan.changed and not service.embedder_ready:
+            await service.load_embedder()  # a command: the model only for a run with work
+        result.report = await mirror(service, plan)
+    except KnowledgeAPIError as e:  # the cursor stays: the next run reads the window again
+        return await stopped(service, info, source, result, e, dry_run)
     finished = datetime.now(UTC).isoformat(timespec="seconds")
-    moved = source.moved(window.cursor, finished).to_json()
-    await store.record_source(info.collection, info.name, connector=moved)
+    cursor = window.cursor or validation.utc_text(started)
+    moved = source.moved(cursor, finished, prune or seen is not None, result.warning)
+    await store.record_source(info.collection, info.name, connector=moved.to_json())
     if plan.changed or result.report.deleted:
         removed = list(plan.deleted)
         summary = result.report.indexed
@@ -230,6 +245,73 @@ async def run_source(
             ),
         )
     return result
+
+
+FOUND_NOTHING = (
+    "the first sync found nothing: check the URL, the settings naming what to read (a "
+    "project, a space, a channel) and what the credentials may see"
+)
+
+
+async def stopped(
+    service: KnowledgeService,
+    info: SourceInfo,
+    source: ConnectorSource,
+    result: SyncResult,
+    error: KnowledgeAPIError,
+    dry_run: bool,
+) -> SyncResult:
+    """The run stopped on `error`: kept as the source's last error (a dry run keeps
+    nothing); its cursor stays, nothing is deleted."""
+    result.error = error.message
+    if not dry_run:
+        failed = source.failed(error.message).to_json()
+        await service.store.record_source(info.collection, info.name, connector=failed)
+    return result
+
+
+def window_start(cursor: str, overlap: float) -> str:
+    """Where an incremental run reads from: a cursor that is an instant moved back by
+    `overlap` seconds (an item the service's search returned late is read again); a
+    cursor of a connector's own form as it is."""
+    try:
+        moment = datetime.fromisoformat(cursor)
+    except ValueError:
+        return cursor
+    return validation.utc_text(moment - timedelta(seconds=overlap))
+
+
+def prune_due(source: ConnectorSource, every: float, now: datetime) -> bool:
+    """Whether a run lists every id and prunes: never pruned, or last pruned `every`
+    seconds ago or more; never when `every` is 0."""
+    if every <= 0:
+        return False
+    if not source.last_prune:
+        return True
+    return datetime.fromisoformat(source.last_prune) + timedelta(seconds=every) <= now
+
+
+def latest(documents: list[Document]) -> list[Document]:
+    """Each item once (a window may read one twice, across pages or an overlap): the
+    copy updated last, in the order first read."""
+    kept: dict[str, Document] = {}
+    for doc in documents:
+        held = kept.get(doc.id)
+        if held is None or updated_after(doc, held):
+            kept[doc.id] = doc
+    return list(kept.values())
+
+
+def updated_after(doc: Document, other: Document) -> bool:
+    if not doc.updated_at or not other.updated_at:
+        return True  # undated: the later read wins
+    return instant(doc.updated_at) >= instant(other.updated_at)
+
+
+def instant(text: str) -> datetime:
+    """An ISO 8601 date as an instant (UTC when it names no offset)."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def seen_in(source_id: str, seen: set[str]) -> bool:
@@ -269,6 +351,8 @@ def source_view(info: SourceInfo, default_every: float) -> dict[str, Any]:
         "cursor": source.cursor if source else None,
         "next_run": due.isoformat(timespec="seconds") if due else None,
         "last_error": source.last_error if source else None,
+        "warning": source.warning if source else None,
+        "last_prune": (source.last_prune or None) if source else None,
     }
 
 

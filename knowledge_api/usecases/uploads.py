@@ -53,6 +53,9 @@ class Upload:
     collection: str
     source_type: str
     source: str
+    created_at: str = ""
+    updated_at: str = ""
+    """The documents' dates (a JSON-lines record's own win); "": the file's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,14 @@ class UploadJobs:
             upload.source,
             self.owner,
             [job_file(sent, self.max_file_mb) for sent in files],
+            dates={
+                name: date
+                for name, date in (
+                    ("created_at", upload.created_at),
+                    ("updated_at", upload.updated_at),
+                )
+                if date
+            },
         )
         await self.jobs.save(job)
         self.queue.put_nowait(job.id)
@@ -234,7 +245,7 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
     for file in pending:
         try:
             documents, left_out = await service.read_upload(
-                folder / file.stored, file.name, job.source_type, job.collection
+                folder / file.stored, file.name, job.source_type, job.collection, job.dates
             )
         except ExtractionError as e:
             file.state, file.reason = "failed", f"{e.reason}: {e.detail}" if e.detail else e.reason

@@ -94,6 +94,20 @@ class Boolean(Field):
 
 
 @dataclass(frozen=True)
+class Date(Field):
+    """An optional ISO 8601 date or instant, kept in UTC to the second ("" when absent
+    or null)."""
+
+    default: Any = None
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        return validation.date(body, self.name)
+
+    def schema(self) -> Schema:
+        return {"type": ["string", "null"], "pattern": filters.DATE_PATTERN}
+
+
+@dataclass(frozen=True)
 class Choices(Field):
     """An optional list of values from `allowed` (None when absent); a value named
     twice counts once, so the schema does not demand unique items."""

@@ -17,6 +17,7 @@ import bisect
 import hmac
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client import metrics as prometheus_metrics
@@ -28,6 +29,7 @@ from starlette.responses import Response
 
 from knowledge_api import tracing
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.models import ConnectorSource, SourceInfo
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 
@@ -95,13 +97,16 @@ class ServiceState:
     def __init__(self, service: KnowledgeService) -> None:
         self.service = service
         self.documents: dict[str, int] = {}
+        self.connectors: list[tuple[SourceInfo, ConnectorSource]] = []
 
     async def refresh(self) -> None:
-        """Document counts: one grouped count in the store, only when scraped."""
+        """Document counts (one grouped count in the store) and the connector sources'
+        records, only when scraped."""
         try:
             self.documents = await self.service.collections()
+            self.connectors = await self.service.connector_sources()
         except KnowledgeAPIError:
-            self.documents = {}
+            self.documents, self.connectors = {}, []
 
     def collect(self) -> Iterator[Metric]:
         caches = self.service.caches
@@ -146,6 +151,43 @@ class ServiceState:
         for collection, count in sorted(self.documents.items()):
             documents.add_metric([collection], count)
         yield documents
+        if self.connectors:
+            yield from connector_metrics(self.connectors)
+
+
+def connector_metrics(found: list[tuple[SourceInfo, ConnectorSource]]) -> Iterator[Metric]:
+    """Each connector source's documents, last finished sync and prune (seconds since
+    the epoch, 0: never) and whether its last run stopped on an error."""
+    labels = ["collection", "source", "kind"]
+    documents = GaugeMetricFamily(
+        "knowledge_connector_documents", "Documents of each connector source.", labels=labels
+    )
+    synced = GaugeMetricFamily(
+        "knowledge_connector_last_sync_timestamp_seconds",
+        "When each connector source's last run finished without an error (0: never).",
+        labels=labels,
+    )
+    pruned = GaugeMetricFamily(
+        "knowledge_connector_last_prune_timestamp_seconds",
+        "When each connector source was last pruned (0: never).",
+        labels=labels,
+    )
+    failing = GaugeMetricFamily(
+        "knowledge_connector_failing",
+        "1 while a connector source's last run stopped on an error (its last_error), else 0.",
+        labels=labels,
+    )
+    for info, source in found:
+        key = [info.collection, info.name, source.kind]
+        documents.add_metric(key, info.documents)
+        synced.add_metric(key, epoch(source.last_sync))
+        pruned.add_metric(key, epoch(source.last_prune))
+        failing.add_metric(key, float(source.last_error is not None))
+    yield from (documents, synced, pruned, failing)
+
+
+def epoch(when: str) -> float:
+    return datetime.fromisoformat(when).timestamp() if when else 0.0
 
 
 def store_reads(reads: dict[str, int]) -> Metric:
