@@ -15,7 +15,7 @@ from knowledge_api.models import SearchFilters
 from knowledge_api.stores.fusion import Candidate, cosine_to_similarity
 from knowledge_api.stores.hybrid import Asked, Fused
 from knowledge_api.stores.keyword import sparse_query
-from knowledge_api.stores.points.base import PointStore
+from knowledge_api.stores.points.base import PointStore, best_of
 from knowledge_api.stores.points.engine import by_collection
 from knowledge_api.stores.points.qdrant_points import (
     DENSE,
@@ -48,7 +48,13 @@ class QdrantSearch(PointStore):
     async def fused_candidates(self, asked: Asked) -> Fused:
         query, vector, n, filters, mode, tuning = asked
         # the server fuses by rank, when the settings chose it and the request kept it
-        if not self.server_fusion or tuning.fusion != "rrf" or vector is None or mode != "hybrid":
+        if (
+            not self.server_fusion
+            or tuning.fusion != "rrf"
+            or vector is None
+            or mode != "hybrid"
+            or filters.collections  # several engine collections: fused here
+        ):
             return await super().fused_candidates(asked)
         name = await self._chunks(filters.collection)
         if name is None:
@@ -67,9 +73,13 @@ class QdrantSearch(PointStore):
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         found = await self._query(filters, dense(vector), DENSE, n)
-        return [
-            Candidate((filters.collection, str(p.id)), cosine_to_similarity(p.score)) for p in found
-        ]
+        return best_of(
+            (
+                [Candidate((name, str(p.id)), cosine_to_similarity(p.score)) for p in points]
+                for name, points in found
+            ),
+            n,
+        )
 
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
@@ -78,48 +88,57 @@ class QdrantSearch(PointStore):
         if not terms:
             return []
         found = await self._query(filters, sparse(self._m, terms), KEYWORDS, n)
-        return [Candidate((filters.collection, str(p.id)), p.score) for p in found]
+        return best_of(
+            ([Candidate((name, str(p.id)), p.score) for p in points] for name, points in found), n
+        )
 
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
         """Counted over the payload of every point the search's filter passes, a page at
         a time (Qdrant's own facets count keywords and integers, not every value)."""
-        name = await self._chunks(filters.collection)
         passages: list[dict[str, Any]] = []
-        offset, where = None, search_filter(self._m, filters)
-        while name is not None:
-            points, offset = await self._read(
-                "counting facets",
-                "scroll",
-                name,
-                scroll_filter=where,
-                limit=FACET_PAGE,
-                offset=offset,
-                with_payload=["metadata", "source_type", "source_id"],
-                with_vectors=False,
-            )
-            passages.extend(
-                {**p.payload["metadata"], **{k: p.payload[k] for k in facets.OWN_FIELDS}}
-                for p in points
-            )
-            if offset is None:
-                break
+        where = search_filter(self._m, filters)
+        for collection in filters.searched:
+            name, offset = await self._chunks(collection), None
+            while name is not None:
+                points, offset = await self._read(
+                    "counting facets",
+                    "scroll",
+                    name,
+                    scroll_filter=where,
+                    limit=FACET_PAGE,
+                    offset=offset,
+                    with_payload=["metadata", "source_type", "source_id"],
+                    with_vectors=False,
+                )
+                passages.extend(
+                    {**p.payload["metadata"], **{k: p.payload[k] for k in facets.OWN_FIELDS}}
+                    for p in points
+                )
+                if offset is None:
+                    break
         return facets.count(fields, passages)
 
-    async def _query(self, filters: SearchFilters, query: Any, using: str, n: int) -> list[Any]:
-        name = await self._chunks(filters.collection)
-        if name is None:
-            return []
-        found = await self._read(
-            "search",
-            "query_points",
-            name,
-            query=query,
-            using=using,
-            query_filter=search_filter(self._m, filters),
-            limit=n,
-            with_payload=False,
-        )
-        return list(found.points)
+    async def _query(
+        self, filters: SearchFilters, query: Any, using: str, n: int
+    ) -> list[tuple[str, list[Any]]]:
+        """The n best points of each collection searched, by collection."""
+        found: list[tuple[str, list[Any]]] = []
+        for collection in filters.searched:
+            name = await self._chunks(collection)
+            if name is None:
+                continue
+            points = await self._read(
+                "search",
+                "query_points",
+                name,
+                query=query,
+                using=using,
+                query_filter=search_filter(self._m, filters),
+                limit=n,
+                with_payload=False,
+            )
+            found.append((collection, list(points.points)))
+        return found
 
     async def similarities(
         self, keys: Sequence[Hashable], vector: np.ndarray
