@@ -1583,12 +1583,6 @@ def ranked(hits: Sequence[SearchHit]) -> list[tuple[str, str, int, float, Any]]:
     ]
 
 
-UNION_MODES: dict[str, tuple[SearchMode, ...]] = {"qdrant": ("vector",)}
-"""Where a search of several collections ranks as one collection of them all, by mode:
-Qdrant weighs keywords by each engine collection's own IDF (one per knowledge
-collection), so its keyword scores of a union are each collection's, not the union's."""
-
-
 async def test_several_collections_rank_as_one_collection_holding_them_all(
     store: KnowledgeStore,
 ) -> None:
@@ -1618,8 +1612,7 @@ async def test_several_collections_rank_as_one_collection_holding_them_all(
     await index(store, whole)
     both = SearchFilters(collections=("left", "right"))
     queries = [*KNOWN_ANSWERS, "release note upload queue", "login latency"]
-    modes = UNION_MODES.get(store.name, SEARCH_MODES)
-    for query, mode, k in itertools.product(queries, modes, (3, 8)):
+    for query, mode, k in itertools.product(queries, SEARCH_MODES, (3, 8)):
         query_vector = None if mode == "keyword" else vector(query)
         union = await store.search(query, query_vector, k, both, 0.01, mode)
         one = await store.search(
@@ -1631,9 +1624,9 @@ async def test_several_collections_rank_as_one_collection_holding_them_all(
     where = pairs({"team": "qa"})
     query, sources = "upload queue latency", ("wiki", "git")
     filtered = replace(both, where=where, source_types=sources)
-    union = await store.search(query, vector(query), 5, filtered, 0.01, modes[0])
+    union = await store.search(query, vector(query), 5, filtered, 0.01)
     whole_filtered = SearchFilters(sources, where, collection="whole")
-    one = await store.search(query, vector(query), 5, whole_filtered, 0.01, modes[0])
+    one = await store.search(query, vector(query), 5, whole_filtered, 0.01)
     assert union and ranked(union) == ranked(one)
     counted = await store.facet_counts(both, ("team", "source_type"))
     assert counted == await store.facet_counts(
