@@ -77,6 +77,12 @@ def test_a_query_of_two_collections_ranks_as_one_collection_of_both(client: Test
         client, QUERY, ask(collections=["a", "b"], limit=2, offset=first["next_offset"])
     )
     assert ranking(first["results"] + second["results"]) == ranking(whole["results"])[:4]
+    streamed = client.post(QUERY, json=ask(collections=["a", "b"], limit=6, stream=True))
+    events = [
+        json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")
+    ]
+    fused = next(e["results"] for e in events if "results" in e and "source" not in e)
+    assert ranking(fused) == ranking(whole["results"])
     one = posted(client, QUERY, ask(collections=["a"]))  # one named: that collection's search
     assert {r["collection"] for r in one["results"]} == {"a"}
 
@@ -194,6 +200,11 @@ async def test_a_key_must_reach_every_collection_named_on_the_hit_path_too(tmp_p
         assert "collection 'b'" in error["message"] and error["details"]["collection"] == "b"
         alone = client.post(QUERY, json=ask(collections=["a"]), headers=bearer(only_a))
         assert alone.status_code == 200, alone.text
+        rated = {"query_id": answered.json()["query_id"], "rating": "up"}
+        refused = client.post("/v1/knowledge/feedback", json=rated, headers=bearer(only_a))
+        assert error_of(refused, 403)["details"]["collection"] == "b"
+        taken = client.post("/v1/knowledge/feedback", json=rated, headers=bearer(reader))
+        assert taken.status_code == 201, taken.text
         for path, asked in (
             ("/v1/knowledge/answer", {"query": "restart", "collections": ["a", "b"]}),
             ("/v1/knowledge/retrieve", {"query": "restart", "collections": ["a", "b"]}),
