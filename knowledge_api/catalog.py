@@ -206,6 +206,18 @@ class Catalog(Trail):
         if collection not in existing:
             raise CollectionNotFound.among(collection, existing)
 
+    async def require_collections(self, collections: Sequence[str]) -> None:
+        """CollectionNotFound for the first of `collections` that holds no documents
+        (the default one excepted): several searched as one are checked before the
+        search, with one count of the collections."""
+        missing = [name for name in collections if name != DEFAULT_COLLECTION]
+        if not missing:
+            return
+        existing = await self.collections()
+        for name in missing:
+            if name not in existing:
+                raise CollectionNotFound.among(name, existing)
+
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         return self.store.iter_documents(collection)
 

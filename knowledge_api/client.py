@@ -122,7 +122,9 @@ class Routes:
         """`results`, `answer` deltas (and `reset`), then `done` with the AgentResponse."""
         return self._events("/v1/knowledge/answer", drop_none({"query": query, **options}))
 
-    def retrieve(self, query: str, collection: str, **options: Any) -> Any:
+    def retrieve(self, query: str, collection: str | None = None, **options: Any) -> Any:
+        """The chunks closest to `query` in `collection`, or in `collections=[...]` (an
+        option) searched as one."""
         body = drop_none({"query": query, "collection": collection, **options})
         return self._send("POST", "/v1/knowledge/retrieve", body)
 

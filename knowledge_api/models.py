@@ -145,6 +145,9 @@ class SearchHit:
     """The stored document's dates, where the backend reads them with a hit (empty
     otherwise): what recency ranks by (knowledge_api.ranking)."""
     updated_at: str = ""
+    collection: str = ""
+    """The collection the passage is in: the store names it where a search looks in
+    several, the service where it looks in one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,15 @@ class Ranking:
 SETTINGS_RANKING = Ranking()
 
 
+def one_of(searching: Any) -> None:
+    """`collections` sorted, each once; one alone is `collection` (the same request)."""
+    names = tuple(sorted(set(searching.collections)))
+    if len(names) == 1:
+        object.__setattr__(searching, "collection", names[0])
+        names = ()
+    object.__setattr__(searching, "collections", names)
+
+
 @dataclass(frozen=True, slots=True)
 class SearchFilters:
     """Where a search looks: the source types, the filter tree (knowledge_api.filters)
@@ -181,6 +193,17 @@ class SearchFilters:
     source_types: tuple[str, ...] | None = None
     where: Node | None = None
     collection: str = DEFAULT_COLLECTION
+    collections: tuple[str, ...] = ()
+    """Several collections searched as one (their union, ranked as one collection
+    would be); empty: `collection` alone."""
+
+    def __post_init__(self) -> None:
+        one_of(self)
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        """The collections the search looks in."""
+        return self.collections or (self.collection,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +369,21 @@ class SearchParams:
     ranking: Ranking = SETTINGS_RANKING
     offset: int = 0
     """Results skipped: the page that starts there (see KnowledgeService.search)."""
+    collections: tuple[str, ...] = ()
+    """Two or more collections searched as one, sorted; empty: `collection` alone."""
+
+    def __post_init__(self) -> None:
+        one_of(self)
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        """The collections the request looks in."""
+        return self.collections or (self.collection,)
+
+    @property
+    def scope(self) -> str | tuple[str, ...]:
+        """What tier 1 keeps the answer under: the collection, or every one named."""
+        return self.collections or self.collection
 
     def cache_key(self) -> tuple[Any, ...]:
         """What the answer depends on, for tier 1: the kind of request and every
@@ -354,7 +392,7 @@ class SearchParams:
         return (type(self).__name__, normalize_query(self.query), *values)
 
     def search_filters(self) -> SearchFilters:
-        return SearchFilters(self.sources, self.filters, self.collection)
+        return SearchFilters(self.sources, self.filters, self.collection, self.collections)
 
 
 @dataclass(slots=True)

@@ -131,6 +131,8 @@ class KnowledgeService(Startup, Health):
             return Plan(vector, filters, embedding_ms, warnings)
         if filters.source_types is not None:  # the request's own choice always wins
             return Plan(vector, filters, embedding_ms, warnings, filters.source_types)
+        if filters.collections:  # routes are learned per collection: several search all
+            return Plan(vector, filters, embedding_ms, warnings)
         decided = await self.route(query, vector, filters.collection)
         routed = replace(filters, source_types=decided.sources)
         return Plan(vector, routed, embedding_ms, warnings, decided.searched)
@@ -182,6 +184,9 @@ class KnowledgeService(Startup, Health):
                 placed = {hit.chunk.id for hit in hits}
                 deeper = [hit for hit in deep if hit.chunk.id not in placed]
             span.set_attribute("knowledge.search.hits", len(hits) + len(deeper))
+        if not plan.filters.collections:  # a store names it where several are searched
+            for hit in (*hits, *deeper):
+                hit.collection = plan.filters.collection
         searched = time.perf_counter() - started
         self.observer.search(searched)
         found = Retrieval(
@@ -230,16 +235,22 @@ class KnowledgeService(Startup, Health):
             return {}
         return {
             "knowledge.search.mode": mode,
-            "db.collection.name": plan.filters.collection,
+            "db.collection.name": ",".join(plan.filters.searched),
             "knowledge.search.sources": list(plan.filters.source_types or ("all",)),
             **tracing.query_attributes(query),
         }
 
     async def served(
-        self, key: Hashable, compute: Callable[[], Awaitable[tuple[T, bool]]], collection: str
+        self,
+        key: Hashable,
+        compute: Callable[[], Awaitable[tuple[T, bool]]],
+        collection: str | tuple[str, ...],
     ) -> Served[T]:
-        """`key`'s value from tier 1 (kept under `collection`'s generation), or computed
-        (once for identical concurrent requests), in the tier-1 span."""
+        """`key`'s value from tier 1 (kept under `collection`'s generation, or every
+        one's of several searched as one), or computed (once for identical concurrent
+        requests), in the tier-1 span. Several collections are each checked first."""
+        if not isinstance(collection, str):
+            await self.require_collections(collection)
         with tracing.span("knowledge.cache", {"knowledge.cache.tier": 1}) as span:
             served = await self.tier1.served(key, compute, collection)
             span.set_attribute("knowledge.cache.hit", served.cache_hit)

@@ -60,7 +60,7 @@ class Trail(Engine):
         answered = Answered(
             query_id,
             kind,
-            params.collection,
+            ",".join(params.searched),  # several searched as one: "a,b"
             params.query,
             self.ranking(params),
             [

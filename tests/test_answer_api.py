@@ -76,7 +76,15 @@ def test_a_grounded_answer_has_every_field_of_the_contract(client: TestClient) -
     assert body["answer"] == "Asset ingestion accepts WAV and FLAC audio files. [1]"
     assert_grounded(body)
     [source] = body["sources"]
-    assert set(source) == {"chunk_id", "citation_index", "relevance_score", "excerpt", "metadata"}
+    assert set(source) == {
+        "chunk_id",
+        "citation_index",
+        "relevance_score",
+        "excerpt",
+        "collection",
+        "metadata",
+    }
+    assert source["collection"] == "default"
     assert source["metadata"]["source_id"] == "kb-7"
     assert source["metadata"]["title"] == "Supported audio formats"
     assert source["excerpt"].startswith("Asset ingestion accepts WAV and FLAC")

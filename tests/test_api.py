@@ -42,10 +42,11 @@ def test_query_returns_ranked_results_with_every_field(client: TestClient) -> No
         "source_type",
         "source_id",
         "similarity",
+        "collection",
         "metadata",
         "expandable",
     }
-    assert first["source_type"] == "wiki"
+    assert first["source_type"] == "wiki" and first["collection"] == "default"
     assert first["metadata"]["title"] == "Creating test cases"
     assert first["expandable"] is True  # the page has two sections, so two chunks
     similarities = [r["similarity"] for r in body["results"]]

@@ -38,6 +38,9 @@ def test_every_route_through_the_blocking_client(client: TestClient) -> None:
     assert knowledge.validate("default", ["audio"])["success"] is True
     assert knowledge.support("refund", "money back")["coverage"] == "none"
     assert knowledge.detail("jira", "SIAM-101")["title"] == "Login timeout"
+    knowledge.add_documents({**DOC, "collection": "other"})
+    several = knowledge.retrieve("audio", collections=["default", "other"], top_k=1)
+    assert several["retrieved_chunks"][0]["collection"] == "default"
     created = knowledge.add_documents(DOC)
     doc_id = created["ids"][0]
     assert knowledge.document(doc_id)["source_id"] == "guide"

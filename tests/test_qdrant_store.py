@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import respx
 
@@ -19,6 +20,7 @@ from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.stores.fusion import DEFAULT_TUNING
 from knowledge_api.stores.points.qdrant import QdrantStore
+from knowledge_api.stores.points.qdrant_search import document_frequency, idf
 from tests.conftest import corpus, pairs
 from tests.test_store_conformance import EMBEDDER, KNOWN_ANSWERS, index, vector
 
@@ -335,3 +337,15 @@ async def test_an_unanswering_server_degrades_visibly() -> None:
     assert health["status"] == "unavailable"
     shown = f"{raised.value.message} {health} {store!r}"
     assert API_KEY not in shown and "hunter2" not in shown and "qdrant.test:6333" in shown
+
+
+@pytest.mark.parametrize("points", [1, 2, 10, 1_000, 100_000, 10_000_000])
+def test_a_document_frequency_is_read_back_from_the_idf_qdrant_applies(points: int) -> None:
+    """Several collections searched as one weigh each term by the union's IDF, from each
+    collection's document frequency read back from the IDF Qdrant gave it (a float32
+    score on a server: the frequency survives its rounding)."""
+    for frequency in sorted({0, 1, 2, points // 3, points // 2, points - 1, points}):
+        if frequency > points:
+            continue
+        weight = float(np.float32(idf(frequency, points)))
+        assert document_frequency(weight, points) == frequency

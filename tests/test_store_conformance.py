@@ -1592,3 +1592,71 @@ async def test_facets_count_every_matching_passage_as_the_reference(
         assert found == facets.count(FACET_FIELDS, passages), (case, sources)
     other = await store.facet_counts(SearchFilters(collection="other"), ("team",))
     assert dict(other["team"].counts) == {"qa": 1}
+
+
+def ranked(hits: Sequence[SearchHit]) -> list[tuple[str, str, int, float, Any]]:
+    """A ranking as a reader compares it: which passage, in which place, scored how (the
+    ids of a passage name its collection, so two collections' copies differ by id);
+    similarities to float32's precision (an engine's own cosine, or one computed here,
+    as the passage was found by one list or the other)."""
+    return [
+        (
+            h.source_type,
+            h.source_id,
+            h.chunk.chunk_index,
+            round(h.score, 9),
+            pytest.approx(h.similarity, abs=1e-6),
+        )
+        for h in hits
+    ]
+
+
+async def test_several_collections_rank_as_one_collection_holding_them_all(
+    store: KnowledgeStore,
+) -> None:
+    """The same documents split across two collections and all in a third: a search of
+    the two as one gives the third's ranking, in every mode, with filters and a tight
+    top-k (each leg cut to its best over the union, not per collection). No two passages
+    kept tie (each says its words a number of times of its own, and the threshold leaves
+    out those no closer to the query than orthogonal): a store breaks ties by id, and ids
+    name the collection."""
+    extra = [
+        Document(
+            ("wiki", "jira", "git")[i % 3],
+            f"note-{i}",
+            f"Note {i}: "
+            + "the upload queue " * (1 + i)
+            + "login " * (1 + 7 * i % 18)
+            + "search latency " * (1 + 5 * i % 18),
+            f"Note {i}",
+            {"team": ("qa", "ops")[i % 2]},
+        )
+        for i in range(18)
+    ]
+    documents = corpus() + extra
+    split = [replace(doc, collection=("left", "right")[i % 2]) for i, doc in enumerate(documents)]
+    whole = [replace(doc, collection="whole") for doc in documents]
+    await index(store, split)
+    await index(store, whole)
+    both = SearchFilters(collections=("left", "right"))
+    queries = [*KNOWN_ANSWERS, "release note upload queue", "login latency"]
+    for query, mode, k in itertools.product(queries, SEARCH_MODES, (3, 8)):
+        query_vector = None if mode == "keyword" else vector(query)
+        union = await store.search(query, query_vector, k, both, 0.01, mode)
+        one = await store.search(
+            query, query_vector, k, SearchFilters(collection="whole"), 0.01, mode
+        )
+        assert union and ranked(union) == ranked(one), (query, mode, k)
+        placed = {(d.source_type, d.source_id): d.collection for d in split}
+        assert [h.collection for h in union] == [placed[h.source_type, h.source_id] for h in union]
+    where = pairs({"team": "qa"})
+    query, sources = "upload queue latency", ("wiki", "git")
+    filtered = replace(both, where=where, source_types=sources)
+    union = await store.search(query, vector(query), 5, filtered, 0.01)
+    whole_filtered = SearchFilters(sources, where, collection="whole")
+    one = await store.search(query, vector(query), 5, whole_filtered, 0.01)
+    assert union and ranked(union) == ranked(one)
+    counted = await store.facet_counts(both, ("team", "source_type"))
+    assert counted == await store.facet_counts(
+        SearchFilters(collection="whole"), ("team", "source_type")
+    )

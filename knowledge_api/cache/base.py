@@ -27,6 +27,8 @@ Event = tuple[str, Any]
 COMPUTED = "computed"
 """The last event of a computation: (value to cache, whether it may be cached)."""
 Scope = Hashable
+Collections = str | tuple[str, ...]
+"""What a tier-1 answer is kept under: its collection, or the several it searched."""
 Compute = Callable[[], Awaitable[tuple[V, bool]]]
 
 
@@ -218,11 +220,19 @@ class ResponseTier:
         self.seen: dict[str, Hashable] = {}
         """Each collection's generation when last read."""
 
-    async def scope(self, collection: str) -> tuple[str, Hashable]:
-        """The scope answers of `collection` are kept and found in now."""
-        generation = await self.store_generation(collection)
-        self.seen[collection] = generation
-        return collection, generation
+    async def scope(self, collection: Collections) -> tuple[Collections, Hashable]:
+        """The scope answers of `collection` are kept and found in now; of several
+        collections searched as one, every one's generation: a write to any of them
+        makes the answer a miss."""
+        names = (collection,) if isinstance(collection, str) else collection
+        generations = []
+        for name in names:
+            generation = await self.store_generation(name)
+            self.seen[name] = generation
+            generations.append(generation)
+        if isinstance(collection, str):
+            return collection, generations[0]
+        return collection, tuple(generations)
 
     async def still(self, key: Hashable, value: Any) -> bool:
         """Whether tier 1 still serves `value` for `key` (its collection unchanged since,
@@ -244,9 +254,14 @@ class ResponseTier:
         if entry is None or not isinstance(entry[0], tuple):
             return None
         collection, generation = entry[0]
-        return entry[1] if self.seen.get(collection) == generation else None
+        if isinstance(collection, str):
+            return entry[1] if self.seen.get(collection) == generation else None
+        seen = tuple(self.seen.get(name) for name in collection)
+        return entry[1] if seen == generation else None
 
-    async def served(self, key: Hashable, compute: Compute[V], collection: str) -> Served[V]:
+    async def served(
+        self, key: Hashable, compute: Compute[V], collection: Collections
+    ) -> Served[V]:
         """The value of `key` in `collection`, or `compute()`'s (value, cacheable),
         computed once for identical concurrent requests."""
         start = time.perf_counter()
@@ -259,7 +274,7 @@ class ResponseTier:
         key: Hashable,
         run: AsyncGenerator[Event, None],
         replay: Callable[[Any], list[Event]],
-        collection: str,
+        collection: Collections,
     ) -> AsyncGenerator[Event, None]:
         """A hit replayed, or `run`'s events passed on as they come (the value it
         computes last, as (COMPUTED, (value, cacheable)), is cached); then

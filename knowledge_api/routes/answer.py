@@ -64,7 +64,7 @@ def parse(payload: Any, default_threshold: float) -> tuple[use.AnswerParams, boo
 async def answer(request: Request) -> Response:
     knowledge = service(request)
     params, stream = parse(await read_json(request), knowledge.answer_threshold)
-    access(request).collection(params.collection)
+    access(request).searches(params.searched)
     if not stream:
         return JSONResponse(render(await use.answer(knowledge, params)))
     started = time.perf_counter()
@@ -95,6 +95,7 @@ SOURCE = obj(
         "citation_index": {**INTEGER, "minimum": 1},
         "relevance_score": NUMBER,
         "excerpt": STRING,
+        "collection": {**STRING, "description": "The collection the passage is in."},
         "metadata": obj(
             {
                 "title": STRING,
@@ -179,6 +180,7 @@ def source_view(n: int, hit: SearchHit) -> dict[str, Any]:
         "citation_index": n,
         "relevance_score": result["similarity"],
         "excerpt": views.excerpt(hit.chunk.content),
+        "collection": hit.collection,
         "metadata": metadata,
     }
 

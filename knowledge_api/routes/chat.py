@@ -23,7 +23,7 @@ from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.models import DEFAULT_COLLECTION, SETTINGS_RANKING, Ranking, SearchHit
 from knowledge_api.routes import models
-from knowledge_api.routes.views import FILTERS, RANKING
+from knowledge_api.routes.views import COLLECTIONS, FILTERS, RANKING
 from knowledge_api.service import KnowledgeService, Served
 from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
@@ -38,6 +38,7 @@ from knowledge_api.web.fields import (
     Body,
     Boolean,
     CollectionName,
+    CollectionNames,
     Custom,
     Number,
     Schema,
@@ -181,6 +182,7 @@ def asked(
     collection: str,
     where: Any = None,
     ranking: Ranking = SETTINGS_RANKING,
+    collections: tuple[str, ...] = (),
 ) -> tuple[list[Turn], AnswerParams]:
     """The conversation and where to search (its question still to be made), under the
     request's filter and ranking."""
@@ -188,7 +190,12 @@ def asked(
     if not any(turn.role == "user" and turn.text.strip() for turn in said):
         raise InvalidRequest("messages", "must hold a user message with text")
     scope = AnswerParams(
-        query="", threshold=threshold, filters=where, collection=collection, ranking=ranking
+        query="",
+        threshold=threshold,
+        filters=where,
+        collection=collection,
+        ranking=ranking,
+        collections=collections,
     )
     return said, scope
 
@@ -242,6 +249,7 @@ UI_CHAT = Body(
     "ChatRequest",
     CONVERSATION,
     CollectionName("collection", "The collection to search.", DEFAULT_COLLECTION),
+    COLLECTIONS,
     Number(
         "threshold",
         "Lowest similarity of a passage that may ground the answer (default: "
@@ -262,6 +270,13 @@ COMPLETION_REQUEST = Body(
         shape={"type": "string", "pattern": validation.COLLECTION_PATTERN},
     ),
     CONVERSATION,
+    CollectionNames(
+        "collections",
+        "Several collections searched as one (1-10 names), instead of the one `model` "
+        "names; `model` is still echoed.",
+        None,
+        single="",
+    ),
     Boolean("stream", "Answer as chat.completion.chunk events.", False),
     FILTERS,
     RANKING,
@@ -310,8 +325,9 @@ async def chat(request: Request) -> Response:
         values["collection"],
         values["filters"],
         values["ranking"],
+        values["collections"],
     )
-    access(request).collection(scope.collection)
+    access(request).searches(scope.searched)
     params, rewrite = await question(knowledge, said, scope)
     events = answers.events(knowledge, params)
     first = await anext(events)  # bad input and an unavailable store keep their status
@@ -412,8 +428,9 @@ async def completions(request: Request) -> Response:
         collection,
         values["filters"],
         values["ranking"],
+        values["collections"],  # several, instead of the model's
     )
-    access(request).collection(scope.collection)
+    access(request).searches(scope.searched)
     params, rewrite = await question(knowledge, said, scope)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not stream:

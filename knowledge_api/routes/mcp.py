@@ -54,6 +54,12 @@ CollectionArg = Annotated[
     str,
     Field(description="The collection to search (see list_collections)."),
 ]
+CollectionsArg = Annotated[
+    list[str] | None,
+    Field(
+        description="Several collections (1-10) searched as one ranking, instead of `collection`.",
+    ),
+]
 History = Annotated[
     list[dict[str, Any]] | None,
     Field(
@@ -155,6 +161,16 @@ def payload(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+def named(collection: str, collections: list[str] | None) -> dict[str, Any]:
+    """Where a tool searches, as the HTTP body says it: `collections` when given (a
+    `collection` other than the default beside them is the routes' 400)."""
+    if collections is None:
+        return {"collection": collection}
+    if collection == DEFAULT_COLLECTION:
+        return {"collections": collections}
+    return {"collection": collection, "collections": collections}
+
+
 def build(service: KnowledgeService, settings: Settings) -> MCPServer:
     server: MCPServer = MCPServer(
         "knowledge-api", instructions=INSTRUCTIONS, middleware=[TracedTools(), ScopedTools()]
@@ -166,6 +182,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         query: Query,
         limit: Limit = 5,
         collection: CollectionArg = DEFAULT_COLLECTION,
+        collections: CollectionsArg = None,
         sources: Sources = None,
         filters: Filters = None,
         offset: Offset = 0,
@@ -183,7 +200,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         with tool_errors(ctx):
             body = payload(
                 query=query,
-                collection=collection,
+                **named(collection, collections),
                 sources=sources,
                 filters=filters,
                 ranking=ranking,
@@ -191,7 +208,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             params, _ = query_route.parse(
                 {**body, "limit": limit, "synthesize": False, "offset": skip}
             )
-            caller(ctx).collection(params.collection)
+            caller(ctx).searches(params.searched)
             served = await query_use.query(service, params)
         found = steady(query_route.render(served), "metrics")
         found["next_skip"] = found.pop("next_offset")
@@ -202,6 +219,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         query: Query,
         ctx: Context[Any, Any],
         collection: CollectionArg = DEFAULT_COLLECTION,
+        collections: CollectionsArg = None,
         sources: Sources = None,
         filters: Filters = None,
         offset: Offset = 0,
@@ -218,14 +236,14 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             params, _ = answer_route.parse(
                 payload(
                     query=query,
-                    collection=collection,
+                    **named(collection, collections),
                     sources=sources,
                     filters=filters,
                     ranking=ranking,
                 ),
                 service.answer_threshold,
             )
-            caller(ctx).collection(params.collection)
+            caller(ctx).searches(params.searched)
             rewrite = await conversation.standalone(service, said) if said else None
             if rewrite is not None:
                 params = replace(params, query=rewrite.question, context=rewrite.context)

@@ -63,7 +63,7 @@ def parse(payload: Any) -> tuple[QueryParams, bool]:
 async def query(request: Request) -> Response:
     params, stream = parse(await read_json(request))
     caller = access(request)
-    caller.collection(params.collection)
+    caller.searches(params.searched)
     client = client_id(caller.name, request.client.host if request.client else "")
     if stream:
         return await event_stream(use.events(service(request), params, client), sse_event)

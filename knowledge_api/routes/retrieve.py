@@ -10,8 +10,9 @@ from starlette.responses import Response
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidQuery, InvalidRequest
-from knowledge_api.models import SearchHit
+from knowledge_api.models import DEFAULT_COLLECTION, SearchHit
 from knowledge_api.routes.views import (
+    COLLECTIONS,
     FACET_COUNTS,
     FACETS,
     FACETS_CUT,
@@ -50,6 +51,9 @@ from knowledge_api.web.http import JSONResponse, read_json, service
 QUERY_MAX_LENGTH = 999  # "less than 1000 characters"
 MAX_TEST_QUERIES = 50
 COLLECTION = CollectionName("collection", "The collection to search.")
+SEARCHED = CollectionName(
+    "collection", "The collection to search (required unless `collections` names them).", None
+)
 TOP_K = Integer("top_k", "Most chunks returned.", 5, low=1, high=100)
 NOT_BLANK = {"type": "string", "minLength": 1, "pattern": validation.NOT_BLANK_PATTERN}
 STRINGS = {"type": "array", "items": NOT_BLANK, "minItems": 1}
@@ -57,7 +61,8 @@ STRINGS = {"type": "array", "items": NOT_BLANK, "minItems": 1}
 RETRIEVE = Body(
     "RetrieveRequest",
     Text("query", "The query text.", max_length=QUERY_MAX_LENGTH, error=InvalidQuery),
-    COLLECTION,
+    SEARCHED,
+    COLLECTIONS,
     TOP_K,
     Text(
         "query_embedding_model",
@@ -122,7 +127,10 @@ VALIDATE = Body(
 
 
 def parse_retrieve(payload: Any) -> RetrieveParams:
-    return RetrieveParams(**RETRIEVE.parse(payload))
+    body = validation.require_object(payload, "body")
+    if "collection" not in body and "collections" not in body:
+        raise InvalidRequest("collection", "is required (or several in collections)")
+    return RetrieveParams(**RETRIEVE.parse(body, defaults={"collection": DEFAULT_COLLECTION}))
 
 
 def parse_validate(payload: Any) -> ValidateParams:
@@ -164,7 +172,7 @@ def expected_sources(value: Any, queries: Sequence[str]) -> dict[str, frozenset[
 
 async def retrieve(request: Request) -> Response:
     params = parse_retrieve(await read_json(request))
-    access(request).collection(params.collection)
+    access(request).searches(params.searched)
     found = await use.retrieve(service(request), params)
     return JSONResponse(render_retrieved(found))
 
@@ -185,6 +193,7 @@ CHUNK = obj(
         "chunk_index": INTEGER,
         "similarity_score": NUMBER,
         "vector_id": STRING,
+        "collection": {**STRING, "description": "The collection the chunk is in."},
     }
 )
 TRUE = {"const": True}
@@ -259,6 +268,7 @@ def chunk_view(hit: SearchHit) -> dict[str, Any]:
         "chunk_index": chunk.chunk_index,
         "similarity_score": round(hit.similarity, 4),
         "vector_id": chunk.id,
+        "collection": hit.collection,
     }
 
 

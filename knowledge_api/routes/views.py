@@ -19,12 +19,14 @@ from knowledge_api.validation import KEY_MAX_LENGTH, KEY_PATTERN
 from knowledge_api.web.fields import (
     BOOLEAN,
     INTEGER,
+    MAX_COLLECTIONS,
     NUMBER,
     SCALAR,
     STRING,
     Boolean,
     Choices,
     CollectionName,
+    CollectionNames,
     Custom,
     Field,
     Filters,
@@ -50,6 +52,7 @@ RESULT = obj(
         "source_type": SOURCE_TYPE,
         "source_id": STRING,
         "similarity": NUMBER,
+        "collection": {**STRING, "description": "The collection the passage is in."},
         "metadata": obj(
             {"title": STRING, "chunk_index": INTEGER, "document_id": STRING},
             {"section": STRING},
@@ -77,6 +80,7 @@ def result_view(hit: SearchHit) -> Body:
         "source_type": hit.source_type,
         "source_id": hit.source_id,
         "similarity": round(hit.similarity, 4),
+        "collection": hit.collection,
         "metadata": metadata,
         "expandable": chunk.chunk_count > 1,
     }
@@ -146,6 +150,12 @@ def zeroed_on_hit(timings: dict[str, float], cache_hit: bool) -> dict[str, float
 SOURCES = Choices("sources", "Source types to search (all when absent).", None, SOURCE_TYPES)
 STREAM = Boolean("stream", "Answer as Server-Sent Events.", False)
 COLLECTION = CollectionName("collection", "The collection to search.", DEFAULT_COLLECTION)
+COLLECTIONS = CollectionNames(
+    "collections",
+    "Several collections searched as one, instead of `collection`: one ranking over "
+    f"their union (1-{MAX_COLLECTIONS} names; each must exist and be readable by the key).",
+    None,
+)
 
 
 FILTERS = Filters(
@@ -248,5 +258,6 @@ def search_body(name: str, query: Field, limit: str, threshold: Field, *own: Fie
         STREAM,
         FILTERS,
         COLLECTION,
+        COLLECTIONS,
         RANKING,
     )

@@ -168,7 +168,7 @@ class HybridSearch(FromSettings):
         return {
             "db.system.name": DB_SYSTEMS.get(self.name, self.name),
             "db.operation.name": operation,
-            "db.collection.name": filters.collection,
+            "db.collection.name": ",".join(filters.searched),
             "knowledge.search.sources": list(filters.source_types or ("all",)),
             "knowledge.search.candidates": n,
         }

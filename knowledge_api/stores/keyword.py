@@ -55,7 +55,9 @@ def filter_sql(
     updated_at), given their aliases; metadata through `document_values` when
     `indexed` (the store's file has it), looked up by the chunks' document id or by
     `document`, another column that holds it."""
-    clauses, params = [f"{chunks}.collection = ?"], [filters.collection]
+    searched = filters.searched
+    clauses: list[str] = [f"{chunks}.collection IN ({','.join('?' * len(searched))})"]
+    params: list[Any] = list(searched)
     if filters.source_types is not None:
         marks = ",".join("?" * len(filters.source_types))
         clauses.append(f"{chunks}.source_type IN ({marks})")
@@ -244,18 +246,21 @@ class KeywordIndex:
             self._db.execute("DELETE FROM chunks")
 
     def search(self, query: str, n: int, filters: SearchFilters) -> list[Candidate]:
-        """Best n chunk ids by BM25 (higher is better), best first."""
+        """Best n chunks by BM25 (higher is better), best first, each keyed by its
+        collection and id."""
         match = fts_query(query)
         if not match:
             return []
         where, params = filter_sql(filters, chunks="c", documents="c")
         rows = self._db.execute(
-            f"""SELECT c.id, bm25(chunks_fts) AS rank FROM chunks_fts
+            f"""SELECT c.collection, c.id, bm25(chunks_fts) AS rank FROM chunks_fts
                 JOIN chunks c ON c.rowid = chunks_fts.rowid
                 WHERE chunks_fts MATCH ? AND {where} ORDER BY rank LIMIT ?""",
             (match, *params, n),
         ).fetchall()
-        return [Candidate(chunk_id, -float(rank)) for chunk_id, rank in rows]
+        return [
+            Candidate((collection, chunk_id), -float(rank)) for collection, chunk_id, rank in rows
+        ]
 
 
 # -- BM25 sparse vectors -----------------------------------------------------------

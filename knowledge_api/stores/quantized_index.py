@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_api.registry import import_extra
-from knowledge_api.stores.vector_index import LabelledIndex, label_codes
+from knowledge_api.stores.vector_index import Collections, LabelledIndex, label_codes
 
 DEFAULT_PROBES = 16
 TRAINING_ROWS_PER_LIST = 40
@@ -125,7 +125,10 @@ class QuantizedIndex(LabelledIndex):
         return list(zip(ids[0][found].tolist(), scores[0][found].tolist(), strict=True))
 
     def mask(
-        self, collection: str, source_types: Sequence[str] | None, allowed: np.ndarray | None
+        self,
+        collection: Collections,
+        source_types: Sequence[str] | None,
+        allowed: np.ndarray | None,
     ) -> np.ndarray | None:
         """Row ids (a mask over them) the filters and `allowed` (a mask over row ids)
         allow; None when they allow every row."""

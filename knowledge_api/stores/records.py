@@ -225,6 +225,7 @@ def hit_from_record(
         similarity=similarity,
         created_at=stored_date(record, "created_at"),
         updated_at=stored_date(record, "updated_at"),
+        collection=str(record["collection"]) if "collection" in record.keys() else "",  # noqa: SIM118
     )
 
 

@@ -10,6 +10,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+Collections = str | Sequence[str]
+"""The collection a search looks in, or the several it looks in as one."""
+
 
 class LabelledIndex:
     """What both vector indexes share: a code per (collection, source type) label of
@@ -20,12 +23,15 @@ class LabelledIndex:
     """Whether the scores are exact cosines (else approximate: the caller rescores)."""
     _label_codes: dict[tuple[str, str], int]
 
-    def covers(self, collection: str, source_types: Sequence[str] | None) -> bool:
+    def covers(self, collection: Collections, source_types: Sequence[str] | None) -> bool:
         """Whether every row is in `collection` and of `source_types` (all when None)."""
         return covers(self._label_codes, collection, source_types)
 
     def mask(
-        self, collection: str, source_types: Sequence[str] | None, allowed: np.ndarray | None
+        self,
+        collection: Collections,
+        source_types: Sequence[str] | None,
+        allowed: np.ndarray | None,
     ) -> np.ndarray | None:
         raise NotImplementedError
 
@@ -36,7 +42,7 @@ class LabelledIndex:
         self,
         query: np.ndarray,
         n: int,
-        collection: str,
+        collection: Collections,
         source_types: Sequence[str] | None,
         allowed: np.ndarray | None,
     ) -> list[tuple[int, float]]:
@@ -92,7 +98,10 @@ class VectorIndex(LabelledIndex):
             self._size = last
 
     def mask(
-        self, collection: str, source_types: Sequence[str] | None, allowed: np.ndarray | None
+        self,
+        collection: Collections,
+        source_types: Sequence[str] | None,
+        allowed: np.ndarray | None,
     ) -> np.ndarray:
         """Rows in `collection`, of `source_types` (all when None), whose row ids
         `allowed` holds (a mask over row ids; all when None)."""
@@ -142,18 +151,19 @@ class VectorIndex(LabelledIndex):
 
 
 def label_codes(
-    codes: dict[tuple[str, str], int], collection: str, source_types: Sequence[str] | None
+    codes: dict[tuple[str, str], int], collection: Collections, source_types: Sequence[str] | None
 ) -> list[int]:
     """The codes of the (collection, source type) labels the filters allow."""
+    names = (collection,) if isinstance(collection, str) else collection
     return [
         code
         for (coll, source_type), code in codes.items()
-        if coll == collection and (source_types is None or source_type in source_types)
+        if coll in names and (source_types is None or source_type in source_types)
     ]
 
 
 def covers(
-    codes: dict[tuple[str, str], int], collection: str, source_types: Sequence[str] | None
+    codes: dict[tuple[str, str], int], collection: Collections, source_types: Sequence[str] | None
 ) -> bool:
     """Whether the filters allow every label an index has given a code (codes outlive
     their last row, so a False can be needless, never a True wrong for those rows)."""

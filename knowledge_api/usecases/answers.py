@@ -74,15 +74,13 @@ def failed(message: str) -> GroundedAnswer:
 
 
 async def answer(service: KnowledgeService, params: AnswerParams) -> Served[GroundedAnswer]:
-    return await service.served(
-        params.cache_key(), lambda: compute(service, params), params.collection
-    )
+    return await service.served(params.cache_key(), lambda: compute(service, params), params.scope)
 
 
 async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[GroundedAnswer, bool]:
     found = await passages(service, params)
     if not found.hits:
-        await service.require_collection(params.collection)
+        await service.require_collections(params.searched)
         grounded = await insufficient(service, params, found.warnings)
         return await finished(service, params, found, grounded)
     started = time.perf_counter()
@@ -102,14 +100,16 @@ def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Ev
         return replayed
 
     return service.tier1.served_events(
-        params.cache_key(), streamed(service, params), replay, params.collection
+        params.cache_key(), streamed(service, params), replay, params.scope
     )
 
 
 async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
+    if params.collections:  # several: each checked before the search
+        await service.require_collections(params.collections)
     found = await passages(service, params)
     if not found.hits:
-        await service.require_collection(params.collection)
+        await service.require_collections(params.searched)
     yield "results", tuple(found.hits)
     if not found.hits:
         grounded = await insufficient(service, params, found.warnings)

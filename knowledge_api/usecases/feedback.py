@@ -44,7 +44,8 @@ async def rate(service: KnowledgeService, rating: Rating, may_reach: Any) -> tup
             "response this service returned",
             query_id=rating.query_id,
         )
-    may_reach(answered.collection)
+    for name in answered.collection.split(","):  # an answer of several: each of them
+        may_reach(name)
     if rating.cited and max(rating.cited) > len(answered.results):
         raise InvalidRequest(
             "cited", f"must be citation numbers of the answer, 1 to {len(answered.results)}"
@@ -132,7 +133,8 @@ async def evaluate(service: KnowledgeService, judgements: Sequence[Judged]) -> F
     rows: list[dict[str, Any]] = []
     scores: list[dict[str, float]] = []
     for judgement in judgements:
-        filters = SearchFilters(collection=judgement.collection)
+        names = tuple(judgement.collection.split(","))  # as the answer recorded them
+        filters = SearchFilters(collection=names[0], collections=names[1:] and names)
         found = await service.retrieve(judgement.query, EVAL_DEPTH, filters, 0.0)
         ranked = distinct(key for hit in found.hits for key in (hit.source_id, hit.document_id))
         metrics = eval_metrics(ranked, judgement.relevant)

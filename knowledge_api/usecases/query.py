@@ -61,7 +61,7 @@ async def query(
     in the background when KNOWLEDGE_PREFETCH is on."""
     with service.prefetcher.answering():
         served = await service.served(
-            params.cache_key(), lambda: compute(service, params), params.collection
+            params.cache_key(), lambda: compute(service, params), params.scope
         )
     prefetch(service, params, client, served.value.hits)
     return served
@@ -74,7 +74,7 @@ def prefetch(
         ahead = replace(params, query=followup)
         key = ahead.cache_key()
         if service.tier1.peek(key) is None:  # a lookup here is no hit or miss
-            await service.served(key, lambda: compute(service, ahead), ahead.collection)
+            await service.served(key, lambda: compute(service, ahead), ahead.scope)
 
     service.prefetcher.after(client, params.query, hits, warm)
 
@@ -82,7 +82,7 @@ def prefetch(
 async def compute(service: KnowledgeService, params: QueryParams) -> tuple[QueryResult, bool]:
     found, counted = await asyncio.gather(search(service, params), count(service, params))
     if not found.hits:
-        await service.require_collection(params.collection)
+        await service.require_collections(params.searched)
     outcome, synthesis_ms = None, 0.0
     if params.synthesize:
         started = time.perf_counter()
@@ -119,7 +119,7 @@ def events(
         params,
         client,
         service.tier1.served_events(
-            params.cache_key(), streamed(service, params), replay, params.collection
+            params.cache_key(), streamed(service, params), replay, params.scope
         ),
     )
 
@@ -145,7 +145,7 @@ async def followed(
 async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGenerator[Event, None]:
     """Each source's results go out as they come, before the fused ones: the collection
     is checked first, so a mistyped one is a 404 rather than a stream of empty results."""
-    await service.require_collection(params.collection)
+    await service.require_collections(params.searched)
     plan = await service.plan(params.query, params.search_filters(), route=True)
     found: Retrieval | None = None
     async for name, data in progressive(service, params, plan):

@@ -21,7 +21,7 @@ from knowledge_api import ir_metrics
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.facets import Facets
 from knowledge_api.filters import Node
-from knowledge_api.models import SETTINGS_RANKING, Ranking, SearchFilters, SearchHit
+from knowledge_api.models import SETTINGS_RANKING, Ranking, SearchFilters, SearchHit, one_of
 from knowledge_api.ranking import next_offset
 from knowledge_api.service import KnowledgeService, Retrieval
 from knowledge_api.timing import elapsed_ms
@@ -37,6 +37,15 @@ class RetrieveParams:
     offset: int = 0
     ranking: Ranking = SETTINGS_RANKING
     facets: tuple[str, ...] = ()
+    collections: tuple[str, ...] = ()
+    """Several collections searched as one (instead of `collection`)."""
+
+    def __post_init__(self) -> None:
+        one_of(self)
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        return self.collections or (self.collection,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +113,11 @@ class Validation:
 async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retrieved:
     started = time.perf_counter()
     model = check_model(service, params.query_embedding_model)
-    where = SearchFilters(where=params.filters, collection=params.collection)
+    if params.collections:  # several: each checked before the search
+        await service.require_collections(params.collections)
+    where = SearchFilters(
+        where=params.filters, collection=params.collection, collections=params.collections
+    )
     found, counted = await asyncio.gather(
         service.retrieve(
             params.query, params.top_k, where, ranking=params.ranking, offset=params.offset
@@ -112,7 +125,7 @@ async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retriev
         service.facets(where, params.facets),
     )
     if not found.hits:
-        await service.require_collection(params.collection)
+        await service.require_collections(params.searched)
     return Retrieved(
         found.hits,
         found.vector,

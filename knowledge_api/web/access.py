@@ -69,6 +69,11 @@ class Access:
             )
         return name
 
+    def searches(self, names: Iterable[str]) -> None:
+        """403 naming the first of `names` this caller may not reach."""
+        for name in names:
+            self.collection(name)
+
     def visible(self, names: Iterable[str]) -> list[str]:
         return sorted(name for name in names if self.reaches(name))
 
@@ -136,17 +141,17 @@ async def admit(
     headers: Mapping[str, str],
     client: str,
     scope: str,
-    collection: str = "",
+    collection: str | tuple[str, ...] = "",
     *,
     count_refusals: bool = True,
 ) -> Access:
     """The caller of a request with these headers, once it names a host the service
-    answers to, may use a route that needs `scope` (and reach `collection`, when named)
-    and the rate limit lets it through; 421, 401, 403 or 429 otherwise. The one
-    decision of who may call what, for routes and for the hit path (web/hot.py);
-    routes check their collections themselves. A missing or failed key counts against
-    the client address's budget (`count_refusals`), so keys cannot be guessed faster
-    than the rate limit: 429 once it is spent."""
+    answers to, may use a route that needs `scope` (and reach `collection`, or each of
+    several, when named) and the rate limit lets it through; 421, 401, 403 or 429
+    otherwise. The one decision of who may call what, for routes and for the hit path
+    (web/hot.py); routes check their collections themselves. A missing or failed key
+    counts against the client address's budget (`count_refusals`), so keys cannot be
+    guessed faster than the rate limit: 429 once it is spent."""
     gate.hosts.check(headers.get("host"))
     caller = EVERYONE
     limiter = gate.limiter
@@ -169,7 +174,7 @@ async def admit(
             key=caller.name,
         )
     if collection:
-        caller.collection(collection)
+        caller.searches((collection,) if isinstance(collection, str) else collection)
     if limiter is not None:
         limiter.take(budget_of(caller, client))
     return caller

@@ -229,6 +229,45 @@ class CollectionName(Field):
         return {"type": "string", "pattern": validation.COLLECTION_PATTERN}
 
 
+MAX_COLLECTIONS = 10
+"""The most collections one request searches as one."""
+
+
+@dataclass(frozen=True)
+class CollectionNames(Field):
+    """1-10 collection names searched as one (sorted, each once), instead of the one of
+    the field `single`: naming both is a 400 that names both fields."""
+
+    single: str = "collection"
+    """The field it may not be sent with ("": none, where it overrides another)."""
+
+    def parse(self, body: dict[str, Any], default: Any) -> Any:
+        value = body.get(self.name)
+        if value is None:
+            return ()
+        if self.single and self.single in body:
+            raise InvalidRequest(
+                self.name,
+                f"cannot be sent with {self.single!r}: name one collection in "
+                f"{self.single!r} or several in {self.name!r}",
+                fields=[self.single, self.name],
+            )
+        return collection_names(value, self.name)
+
+    def schema(self) -> Schema:
+        item = {"type": "string", "pattern": validation.COLLECTION_PATTERN}
+        return {"type": "array", "items": item, "minItems": 1, "maxItems": MAX_COLLECTIONS}
+
+
+def collection_names(value: Any, field: str) -> tuple[str, ...]:
+    """1-10 collection names, sorted, each once."""
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_COLLECTIONS:
+        raise InvalidRequest(
+            field, f"must be a list of 1-{MAX_COLLECTIONS} collection names", value=value
+        )
+    return tuple(sorted({validation.collection_name(name, field) for name in value}))
+
+
 @dataclass(frozen=True)
 class Custom(Field):
     """A field with rules of its own: `check(value)` returns the parsed value or raises

@@ -48,7 +48,8 @@ class Rendered:
 
     key: Hashable
     value: Any
-    collection: str
+    collection: str | tuple[str, ...]
+    """Every collection the query searched: the caller must reach each."""
     head: bytes
     """The body up to `total_ms`'s value."""
     tail: bytes
@@ -199,7 +200,7 @@ class QueryHits:
         value = self.service.tier1.peek(key)
         if stream or value is None:
             return  # a streamed answer, or one tier 1 did not keep (warnings)
-        self.rendered[body] = rendered(key, value, params.collection)
+        self.rendered[body] = rendered(key, value, params.scope)
         if len(self.rendered) > MAX_BODIES:
             self.rendered.popitem(last=False)
 
@@ -222,7 +223,7 @@ def servable(headers: dict[str, str]) -> bool:
     return media_type == "application/json" and "origin" not in headers
 
 
-def rendered(key: Hashable, value: Any, collection: str) -> Rendered:
+def rendered(key: Hashable, value: Any, collection: str | tuple[str, ...]) -> Rendered:
     """The route's own rendering of a hit, cut where `total_ms` goes (the last field
     of `metrics`' first one, which `query.render` always writes first)."""
     body = query.render(Served(value, True, time.perf_counter()))

@@ -341,7 +341,7 @@ class ExistingTables(HybridSearch):
     def wiki_filter(self, filters: SearchFilters) -> dict[str, Any] | None:
         """The wiki search's arguments, or None when the filters exclude wiki pages
         (pages have no organization, division or metadata; app_name is their app)."""
-        if filters.collection != DEFAULT_COLLECTION:
+        if DEFAULT_COLLECTION not in filters.searched:
             return None
         if filters.source_types is not None and "wiki" not in filters.source_types:
             return None

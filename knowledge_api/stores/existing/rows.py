@@ -45,11 +45,11 @@ class Found:
 def siam_filter(filters: SearchFilters, backend: str) -> dict[str, Any] | None:
     """The siam_vectors search's filter arguments, or None when no passage can match
     (the tables are the default collection)."""
-    if filters.collection != DEFAULT_COLLECTION:
+    if DEFAULT_COLLECTION not in filters.searched:
         return None
     require_equalities(filters.where, backend)  # the tables' RPCs take no filter tree
     params = filter_params(filters)
-    del params["filter_collection"]
+    del params["filter_collections"]
     return params
 
 

@@ -32,7 +32,7 @@ from knowledge_api.models import (
 )
 from knowledge_api.stores import records
 from knowledge_api.stores.base import embedder_mismatch
-from knowledge_api.stores.fusion import SearchTuning, cosine_to_similarity
+from knowledge_api.stores.fusion import Candidate, SearchTuning, cosine_to_similarity
 from knowledge_api.stores.points.engine import (
     COLLECTIONS,
     CONNECTORS,
@@ -435,7 +435,13 @@ class PointStore(PointEngine):
         for collection, ids in by_collection(key for key, _ in ranked).items():
             for point in await self._chunk_points(collection, ids):
                 found[(collection, point.id)] = point
-        return [found[key].hit(score, similarity[key]) for key, score in ranked if key in found]
+        hits = []
+        for key, score in ranked:
+            if key in found:
+                hit = found[key].hit(score, similarity[key])
+                hit.collection = key[0]  # type: ignore[index]
+                hits.append(hit)
+        return hits
 
     async def _documents_by_id(self, ids: list[str], vectors: bool = False) -> list[Document]:
         """The documents with these ids (those that exist), each with its chunks."""
@@ -498,3 +504,12 @@ def stamped(documents: Sequence[Document], created: Mapping[str, str]) -> list[D
         )
         for doc in documents
     ]
+
+
+def best_of(searched: Iterable[list[Candidate]], n: int) -> list[Candidate]:
+    """The n best candidates of several collections searched as one, best first: each
+    list is one collection's n best (an engine collection each), and the n best of the
+    union are among them, with the scores the union's own search would give (a cosine,
+    or a keyword score of an index over every collection)."""
+    merged = [candidate for found in searched for candidate in found]
+    return sorted(merged, key=lambda candidate: -candidate.score)[:n]

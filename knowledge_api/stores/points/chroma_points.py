@@ -100,15 +100,18 @@ def documents_by_collection(chunk_collections: Iterable[Any], catalog: Any) -> d
     return dict(sorted(counts.items()))
 
 
-def counted_facets(chunks: Any, where: dict[str, Any] | None, fields: tuple[str, ...]) -> Facets:
-    """The facets of every chunk of `chunks` (a Chroma collection, or None) that `where`
-    passes, read a page at a time."""
+def counted_facets(
+    searched: list[Any], where: dict[str, Any] | None, fields: tuple[str, ...]
+) -> Facets:
+    """The facets of every chunk of the `searched` Chroma collections (None for one that
+    does not exist) that `where` passes, read a page at a time."""
     passages: list[dict[str, Any]] = []
-    for offset in itertools.count(0, PAGE) if chunks is not None else ():
-        got = chunks.get(where=where, include=["metadatas"], limit=PAGE, offset=offset)
-        passages.extend(facet_fields(meta) for meta in got["metadatas"])
-        if len(got["ids"]) < PAGE:
-            break
+    for chunks in (found for found in searched if found is not None):
+        for offset in itertools.count(0, PAGE):
+            got = chunks.get(where=where, include=["metadatas"], limit=PAGE, offset=offset)
+            passages.extend(facet_fields(meta) for meta in got["metadatas"])
+            if len(got["ids"]) < PAGE:
+                break
     return facets.count(fields, passages)
 
 

@@ -15,7 +15,7 @@ from knowledge_api.facets import Facets
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.stores.fusion import Candidate, cosine_to_similarity
 from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
-from knowledge_api.stores.points.base import PointStore
+from knowledge_api.stores.points.base import PointStore, best_of
 from knowledge_api.stores.points.chroma_filter import chroma_where
 from knowledge_api.stores.points.chroma_points import counted_facets, keyword_entries
 from knowledge_api.stores.points.engine import Record
@@ -44,8 +44,8 @@ class ChromaSearch(PointStore):
     ) -> list[Candidate]:
         where = chroma_where(filters.source_types, filters.where)  # a refusal is a 400
 
-        def query() -> list[Candidate]:
-            chunks = self._chunks(filters.collection)
+        def query(collection: str) -> list[Candidate]:
+            chunks = self._chunks(collection)
             if chunks is None:
                 return []
             found = chunks.query(
@@ -55,11 +55,14 @@ class ChromaSearch(PointStore):
                 include=["distances"],
             )
             return [
-                Candidate((filters.collection, key), cosine_to_similarity(1.0 - distance))
+                Candidate((collection, key), cosine_to_similarity(1.0 - distance))
                 for key, distance in zip(found["ids"][0], found["distances"][0], strict=True)
             ]
 
-        return await self._run(SearchError, "vector search", query)
+        def union() -> list[Candidate]:
+            return best_of([query(collection) for collection in filters.searched], n)
+
+        return await self._run(SearchError, "vector search", union)
 
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
         """Counted over the metadata of every chunk the search's `where` passes, a page
@@ -69,7 +72,7 @@ class ChromaSearch(PointStore):
         where = chroma_where(filters.source_types, filters.where)
 
         def read() -> Facets:
-            return counted_facets(self._chunks(filters.collection), where, fields)
+            return counted_facets([self._chunks(name) for name in filters.searched], where, fields)
 
         return await self._run(SearchError, "counting facets", read)
 
@@ -77,10 +80,7 @@ class ChromaSearch(PointStore):
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         await self._ready()  # the index mirrors Chroma: no answers while Chroma is away
-        return [
-            Candidate((filters.collection, c.key), c.score)
-            for c in self.keywords.search(query, n, filters)
-        ]
+        return self.keywords.search(query, n, filters)
 
     async def _opened(self, record: Record) -> None:
         await self._load_keywords()

@@ -53,7 +53,7 @@ def filter_params(filters: SearchFilters) -> dict[str, Any]:
     as before (tenancy keys become column filters, other metadata a JSON containment),
     any other as the tree the functions compile (`filter_where`)."""
     params: dict[str, Any] = {
-        "filter_collection": filters.collection,
+        "filter_collections": list(filters.searched),
         "filter_source_types": (
             None if filters.source_types is None else list(filters.source_types)
         ),

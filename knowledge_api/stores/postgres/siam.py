@@ -330,7 +330,7 @@ class SiamStore(HybridSearch):
         mode: SearchMode = "hybrid",
         ranking: Ranking = SETTINGS_RANKING,
     ) -> list[SearchHit]:
-        searched = SEARCHED.set(Reading(filters.collection))
+        searched = SEARCHED.set(reading(filters))
         try:
             return await super().search(query, vector, top_k, filters, threshold, mode, ranking)
         finally:
@@ -349,7 +349,7 @@ class SiamStore(HybridSearch):
             "match_siam_vectors_gemini",
             {**params, **filter_params(filters)},
             SearchError,
-            on=Reading(filters.collection),
+            on=reading(filters),
         )
         return [
             Candidate(Passage(str(r["id"]), r), cosine_to_similarity(r["similarity"])) for r in rows
@@ -360,7 +360,7 @@ class SiamStore(HybridSearch):
             "knowledge_facets",
             facet_arguments(filters, fields),
             SearchError,
-            on=Reading(filters.collection),
+            on=reading(filters),
         )
         return facets_of(rows, fields)
 
@@ -368,9 +368,7 @@ class SiamStore(HybridSearch):
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         params = {"query_text": query, "match_count": n, **filter_params(filters)}
-        rows = await self.call(
-            "search_siam_vectors_text", params, SearchError, on=Reading(filters.collection)
-        )
+        rows = await self.call("search_siam_vectors_text", params, SearchError, on=reading(filters))
         return [Candidate(Passage(str(r["id"]), r), float(r["rank"])) for r in rows]
 
     async def similarities(
@@ -487,3 +485,9 @@ class SiamStore(HybridSearch):
     def location(self) -> dict[str, Any]:
         """Where the data lives, for /health (never a secret)."""
         return {}
+
+
+def reading(filters: SearchFilters) -> Reading:
+    """The read a search is: of its collection, or of every one when it looks in several
+    (a replica that has replayed every write serves it)."""
+    return EVERY_COLLECTION if filters.collections else Reading(filters.collection)

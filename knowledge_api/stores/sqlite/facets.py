@@ -84,7 +84,7 @@ def _scope(conn: sqlite3.Connection, generation: Hashable) -> Columns:
 
 
 def _scope_mask(columns: Columns, filters: SearchFilters) -> np.ndarray:
-    mask = _matching(columns.values["\x00collection"], (filters.collection,))
+    mask = _matching(columns.values["\x00collection"], filters.searched)
     if filters.source_types is not None:
         mask &= _matching(columns.values["source_type"], filters.source_types)
     return mask

@@ -36,7 +36,7 @@ from knowledge_api.stores.keyword import (
     filter_sql,
     reads_documents,
 )
-from knowledge_api.stores.vector_index import allowed_at, label_codes
+from knowledge_api.stores.vector_index import Collections, allowed_at, label_codes
 
 ALLOWED_IN_QUERY = 4_000
 """Up to this many allowed rows are handed to the keyword query, which then computes
@@ -102,7 +102,7 @@ class ChunkDocuments:
         self._of[ids[ids < self._of.size]] = -1
 
     def rows(
-        self, documents: Sequence[str], collection: str, source_types: Sequence[str] | None
+        self, documents: Sequence[str], collection: Collections, source_types: Sequence[str] | None
     ) -> np.ndarray:
         """The mask over row ids of the chunks of `documents` in `collection` and of
         `source_types` (all when None)."""
@@ -148,7 +148,7 @@ def allowed_rows(
     query = filter_documents(filters) if documents is not None else None
     if documents is not None and query is not None:
         found = [document for (document,) in cursor.execute(*query)]
-        return documents.rows(found, filters.collection, filters.source_types)
+        return documents.rows(found, filters.searched, filters.source_types)
     rows = np.array([row for (row,) in cursor.execute(*allowed_sql(filters))], dtype=np.int64)
     mask = np.zeros(int(rows.max()) + 1 if rows.size else 0, dtype=bool)
     mask[rows] = True

@@ -287,7 +287,7 @@ class SQLiteStore(HybridSearch):
             self.file.db(),
             vector,
             n,
-            filters.collection,
+            filters.searched,
             filters.source_types,
             self._metadata_keys(filters),
             rescored,
@@ -300,7 +300,7 @@ class SQLiteStore(HybridSearch):
         self._sync()
         terms, chunks = query_terms(query), len(self.vectors)
         unfiltered = filters.where is None and self.vectors.covers(
-            filters.collection, filters.source_types
+            filters.searched, filters.source_types
         )
         allowed = self._metadata_keys(filters)
         try:

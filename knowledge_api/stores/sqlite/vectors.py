@@ -27,7 +27,7 @@ import numpy as np
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.stores.quantized_index import TRAINING_ROWS_PER_LIST, QuantizedIndex, list_count
 from knowledge_api.stores.sqlite.filtered import ChunkDocuments, hashed
-from knowledge_api.stores.vector_index import VectorIndex
+from knowledge_api.stores.vector_index import Collections, VectorIndex
 
 Index = VectorIndex | QuantizedIndex
 BATCH_ROWS = 20000
@@ -172,7 +172,7 @@ class SQLiteVectors:
         conn: sqlite3.Connection,
         query: np.ndarray,
         n: int,
-        collection: str,
+        collection: Collections,
         source_types: Sequence[str] | None,
         allowed: np.ndarray | None,
         rescored: bool = True,
@@ -195,7 +195,7 @@ class SQLiteVectors:
         """The chunks the index holds: every chunk of the store, once it follows the file."""
         return len(self.index) if self.index is not None else 0
 
-    def covers(self, collection: str, source_types: Sequence[str] | None) -> bool:
+    def covers(self, collection: Collections, source_types: Sequence[str] | None) -> bool:
         """Whether every chunk the index holds is in `collection` and of `source_types`."""
         return self.index is not None and self.index.covers(collection, source_types)
 

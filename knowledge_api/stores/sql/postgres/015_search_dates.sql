@@ -102,6 +102,156 @@ $$;
 
 DROP FUNCTION search_siam_vectors_text(text, integer, text[], text, text, text, jsonb, text,
     jsonb);
-\ir functions/search_siam_vectors_text.sql
+-- Replaced in 021_collection_union: the current text is functions/search_siam_vectors_text.sql.
+CREATE OR REPLACE FUNCTION search_siam_vectors_text(
+    query_text text,
+    match_count integer DEFAULT 5,
+    filter_source_types text[] DEFAULT NULL,
+    filter_organization text DEFAULT NULL,
+    filter_division text DEFAULT NULL,
+    filter_app_under_test text DEFAULT NULL,
+    filter_metadata jsonb DEFAULT '{}',
+    filter_collection text DEFAULT 'default',
+    filter_where jsonb DEFAULT NULL
+) RETURNS TABLE (
+    id uuid,
+    document_id uuid,
+    content text,
+    source_type text,
+    source_id text,
+    metadata jsonb,
+    rank double precision,
+    organization text,
+    division text,
+    app_under_test text,
+    title text,
+    section text,
+    chunk_index integer,
+    chunk_count integer,
+    created_at timestamptz,
+    updated_at timestamptz
+)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    terms tsquery := knowledge_any_terms(query_text);
+    every tsquery := plainto_tsquery('english', query_text);
+    condition text := CASE WHEN filter_where IS NULL THEN 'true'
+                           ELSE knowledge_filter_sql(filter_where) END;
+    passes text := format($sql$ v.collection = $1
+               AND ($2 IS NULL OR v.source_type = ANY ($2))
+               AND ($3 IS NULL OR v.organization = $3)
+               AND ($4 IS NULL OR v.division = $4)
+               AND ($5 IS NULL OR v.app_under_test = $5)
+               AND ($6 = '{}' OR v.metadata @> $6)
+               AND (%s) $sql$, condition);
+    columns text := 'v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata, '
+        '%s, v.organization, v.division, v.app_under_test, v.title, v.section, '
+        'v.chunk_index, v.chunk_count';
+BEGIN
+    IF filter_where IS NULL THEN  -- the static queries of before
+        IF btrim(query_text) = '' THEN
+            RETURN;
+        END IF;
+        IF numnode(terms) > 0 THEN
+            RETURN QUERY
+            SELECT m.*,
+                   (SELECT d.created_at FROM knowledge_documents d WHERE d.id = m.document_id),
+                   (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = m.document_id)
+            FROM (
+                (
+                SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+                       ts_rank(v.fts, terms)::double precision AS rank, v.organization,
+                       v.division, v.app_under_test, v.title, v.section, v.chunk_index,
+                       v.chunk_count
+                FROM siam_vectors v
+                 WHERE v.fts @@ every
+                   AND v.collection = filter_collection
+                   AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+                   AND (filter_organization IS NULL OR v.organization = filter_organization)
+                   AND (filter_division IS NULL OR v.division = filter_division)
+                   AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+                   AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
+                 LIMIT 2000)
+                UNION ALL
+                (
+                SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+                       ts_rank(v.fts, terms)::double precision AS rank, v.organization,
+                       v.division, v.app_under_test, v.title, v.section, v.chunk_index,
+                       v.chunk_count
+                FROM siam_vectors v
+                 WHERE v.fts @@ terms AND NOT v.fts @@ every
+                   AND v.collection = filter_collection
+                   AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+                   AND (filter_organization IS NULL OR v.organization = filter_organization)
+                   AND (filter_division IS NULL OR v.division = filter_division)
+                   AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+                   AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
+                 LIMIT 2000)
+            ) m
+            ORDER BY 7 DESC, 1
+            LIMIT match_count;
+            IF FOUND THEN
+                RETURN;
+            END IF;
+        END IF;
+        RETURN QUERY
+        SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+               (CASE WHEN v.title ILIKE knowledge_like_pattern(query_text) THEN 0.002 ELSE 0.001 END)::double precision,
+               v.organization, v.division, v.app_under_test, v.title, v.section, v.chunk_index,
+               v.chunk_count,
+               (SELECT d.created_at FROM knowledge_documents d WHERE d.id = v.document_id),
+               (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = v.document_id)
+        FROM siam_vectors v
+        WHERE (v.content ILIKE knowledge_like_pattern(query_text)
+               OR v.title ILIKE knowledge_like_pattern(query_text))
+          AND v.collection = filter_collection
+          AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+          AND (filter_organization IS NULL OR v.organization = filter_organization)
+          AND (filter_division IS NULL OR v.division = filter_division)
+          AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+          AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
+        ORDER BY 7 DESC, v.id
+        LIMIT match_count;
+        RETURN;
+    END IF;
+    IF btrim(query_text) = '' THEN
+        RETURN;
+    END IF;
+    IF numnode(terms) > 0 THEN
+        RETURN QUERY EXECUTE format($sql$
+        SELECT m.*,
+               (SELECT d.created_at FROM knowledge_documents d WHERE d.id = m.document_id),
+               (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = m.document_id)
+        FROM (
+            (SELECT %1$s FROM siam_vectors v WHERE v.fts @@ $8 AND %2$s LIMIT 2000)
+            UNION ALL
+            (SELECT %1$s FROM siam_vectors v
+             WHERE v.fts @@ $7 AND NOT v.fts @@ $8 AND %2$s LIMIT 2000)
+        ) m
+        ORDER BY 7 DESC, 1
+        LIMIT $9$sql$, format(columns, 'ts_rank(v.fts, $7)::double precision'), passes)
+        USING filter_collection, filter_source_types, filter_organization, filter_division,
+              filter_app_under_test, filter_metadata, terms, every, match_count;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+    SELECT %1$s,
+           (SELECT d.created_at FROM knowledge_documents d WHERE d.id = v.document_id),
+           (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = v.document_id)
+    FROM siam_vectors v
+    WHERE (v.content ILIKE knowledge_like_pattern($7) OR v.title ILIKE knowledge_like_pattern($7))
+      AND %2$s
+    ORDER BY 7 DESC, v.id
+    LIMIT $8$sql$,
+        format(columns, '(CASE WHEN v.title ILIKE knowledge_like_pattern($7) '
+            'THEN 0.002 ELSE 0.001 END)::double precision'), passes)
+    USING filter_collection, filter_source_types, filter_organization, filter_division,
+          filter_app_under_test, filter_metadata, query_text, match_count;
+END;
+$$;
 
 NOTIFY pgrst, 'reload schema';

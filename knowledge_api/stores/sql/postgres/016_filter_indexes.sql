@@ -87,15 +87,191 @@ ANALYZE siam_vector_facets;
 
 -- The WHERE expression of the search functions' filter arguments ($1 to $6 and the
 -- filter tree), over siam_vectors `v`.
-\ir functions/knowledge_passes_sql.sql
+-- Replaced in 021_collection_union: the current text is functions/knowledge_passes_sql.sql.
+CREATE OR REPLACE FUNCTION knowledge_passes_sql(filter_where jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT format($sql$v.collection = $1
+              AND ($2 IS NULL OR v.source_type = ANY ($2))
+              AND ($3 IS NULL OR v.organization = $3)
+              AND ($4 IS NULL OR v.division = $4)
+              AND ($5 IS NULL OR v.app_under_test = $5)
+              AND ($6 = '{}' OR v.metadata @> $6)
+              AND (%s)$sql$,
+        CASE WHEN filter_where IS NULL THEN 'true' ELSE knowledge_filter_sql(filter_where) END)
+$$;
 
 -- A vector search whose filters the planner expects to let few passages through
 -- measures their distances exactly instead of walking the HNSW graph for them; the
 -- planner's estimate comes from an EXPLAIN of the filters alone.
-\ir functions/knowledge_planned_rows.sql
-\ir functions/match_siam_vectors_gemini.sql
+-- Replaced in 021_collection_union: the current text is functions/knowledge_planned_rows.sql.
+CREATE OR REPLACE FUNCTION knowledge_planned_rows(
+    filter_source_types text[] DEFAULT NULL,
+    filter_organization text DEFAULT NULL,
+    filter_division text DEFAULT NULL,
+    filter_app_under_test text DEFAULT NULL,
+    filter_metadata jsonb DEFAULT '{}',
+    filter_collection text DEFAULT 'default',
+    filter_where jsonb DEFAULT NULL
+) RETURNS double precision
+LANGUAGE plpgsql VOLATILE  -- EXPLAIN runs only in a volatile function; it writes nothing
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    plan json;
+BEGIN
+    EXECUTE 'EXPLAIN (FORMAT JSON) SELECT 1 FROM siam_vectors v WHERE '
+        || knowledge_passes_sql(filter_where) INTO plan
+    USING filter_collection, filter_source_types, filter_organization, filter_division,
+          filter_app_under_test, filter_metadata;
+    RETURN (plan -> 0 -> 'Plan' ->> 'Plan Rows')::double precision;
+END
+$$;
+-- Replaced in 021_collection_union: the current text is functions/match_siam_vectors_gemini.sql.
+CREATE OR REPLACE FUNCTION match_siam_vectors_gemini(
+    query_embedding vector,
+    match_threshold double precision DEFAULT 0.2,
+    match_count integer DEFAULT 5,
+    filter_source_types text[] DEFAULT NULL,
+    filter_organization text DEFAULT NULL,
+    filter_division text DEFAULT NULL,
+    filter_app_under_test text DEFAULT NULL,
+    filter_metadata jsonb DEFAULT '{}',
+    filter_collection text DEFAULT 'default',
+    ef_search integer DEFAULT 100,
+    filter_where jsonb DEFAULT NULL
+) RETURNS TABLE (
+    id uuid,
+    document_id uuid,
+    content text,
+    source_type text,
+    source_id text,
+    metadata jsonb,
+    similarity double precision,
+    organization text,
+    division text,
+    app_under_test text,
+    title text,
+    section text,
+    chunk_index integer,
+    chunk_count integer,
+    created_at timestamptz,
+    updated_at timestamptz
+)
+LANGUAGE plpgsql STABLE
+SET hnsw.ef_search = 100
+SET hnsw.iterative_scan = strict_order
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    passes text := knowledge_passes_sql(filter_where);
+BEGIN
+    PERFORM set_config('hnsw.ef_search', ef_search::text, true);
+    IF filter_where IS NULL AND filter_source_types IS NULL AND filter_organization IS NULL
+       AND filter_division IS NULL AND filter_app_under_test IS NULL AND filter_metadata = '{}' THEN
+        RETURN QUERY
+        SELECT nearest.id, nearest.document_id, nearest.content, nearest.source_type,
+               nearest.source_id, nearest.metadata, 1 - nearest.distance, nearest.organization,
+               nearest.division, nearest.app_under_test, nearest.title, nearest.section,
+               nearest.chunk_index, nearest.chunk_count,
+               (SELECT d.created_at FROM knowledge_documents d WHERE d.id = nearest.document_id),
+               (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = nearest.document_id)
+        FROM (
+            SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+                   v.embedding <=> query_embedding AS distance, v.organization, v.division,
+                   v.app_under_test, v.title, v.section, v.chunk_index, v.chunk_count
+            FROM siam_vectors v
+            WHERE v.collection = filter_collection
+              AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
+              AND (filter_organization IS NULL OR v.organization = filter_organization)
+              AND (filter_division IS NULL OR v.division = filter_division)
+              AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
+              AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
+            ORDER BY v.embedding <=> query_embedding
+            LIMIT match_count
+        ) nearest
+        WHERE 1 - nearest.distance > match_threshold
+        ORDER BY nearest.distance;
+        RETURN;
+    END IF;
+    -- The passages a filter lets through, when the planner expects few, are measured
+    -- exactly (OFFSET 0 keeps the HNSW index out of it): an HNSW scan walks the graph
+    -- past about N/allowed passages for each one that passes (and may stop short), an
+    -- exact one reads each allowed passage's vector once. The costs meet near
+    -- allowed = sqrt(6 k N) (k results of N passages: 3,500 at 200,000 for 10).
+    RETURN QUERY EXECUTE format($sql$
+        SELECT nearest.id, nearest.document_id, nearest.content, nearest.source_type,
+               nearest.source_id, nearest.metadata, 1 - nearest.distance, nearest.organization,
+               nearest.division, nearest.app_under_test, nearest.title, nearest.section,
+               nearest.chunk_index, nearest.chunk_count,
+               (SELECT d.created_at FROM knowledge_documents d WHERE d.id = nearest.document_id),
+               (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = nearest.document_id)
+        FROM (
+            SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
+                   v.embedding <=> $7 AS distance, v.organization, v.division,
+                   v.app_under_test, v.title, v.section, v.chunk_index, v.chunk_count
+            FROM siam_vectors v
+            WHERE %s
+            %s
+        ) nearest
+        WHERE 1 - nearest.distance > $9
+        ORDER BY nearest.distance
+        LIMIT $8$sql$, passes,
+        CASE WHEN knowledge_planned_rows(filter_source_types, filter_organization,
+                      filter_division, filter_app_under_test, filter_metadata,
+                      filter_collection, filter_where)
+                  <= sqrt(6.0 * match_count * greatest((SELECT c.reltuples FROM pg_class c
+                                                        WHERE c.oid = 'siam_vectors'::regclass), 0))
+             THEN 'OFFSET 0' ELSE 'ORDER BY v.embedding <=> $7 LIMIT $8' END)
+    USING filter_collection, filter_source_types, filter_organization, filter_division,
+          filter_app_under_test, filter_metadata, query_embedding, match_count, match_threshold;
+END
+$$;
 
 -- Facets with no filter read the counts; with one, count the passages it lets through.
-\ir functions/knowledge_facets.sql
+-- Replaced in 021_collection_union: the current text is functions/knowledge_facets.sql.
+CREATE OR REPLACE FUNCTION knowledge_facets(
+    facet_fields text[],
+    facet_limit integer DEFAULT 100,
+    filter_source_types text[] DEFAULT NULL,
+    filter_organization text DEFAULT NULL,
+    filter_division text DEFAULT NULL,
+    filter_app_under_test text DEFAULT NULL,
+    filter_metadata jsonb DEFAULT '{}',
+    filter_collection text DEFAULT 'default',
+    filter_where jsonb DEFAULT NULL
+) RETURNS TABLE (field text, kind text, value text, passages bigint, distinct_values bigint)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    unfiltered boolean := filter_where IS NULL AND filter_source_types IS NULL
+        AND filter_organization IS NULL AND filter_division IS NULL
+        AND filter_app_under_test IS NULL AND filter_metadata = '{}';
+    grouped text := CASE WHEN unfiltered THEN $sql$
+        SELECT c.field, c.kind, c.value, c.passages FROM siam_vector_facets c
+        WHERE c.collection = $1 AND c.field = ANY ($7) AND c.passages > 0$sql$
+    ELSE format($sql$
+        SELECT x.field, x.kind, x.value, count(*) AS passages
+        FROM siam_vectors v
+        CROSS JOIN LATERAL knowledge_facet_values(v.source_type, v.source_id, v.metadata) x
+        WHERE %s AND x.field = ANY ($7)
+        GROUP BY 1, 2, 3$sql$, knowledge_passes_sql(filter_where))
+    END;
+BEGIN
+    RETURN QUERY EXECUTE format($sql$
+        WITH grouped AS (%s), ranked AS (
+            SELECT g.field, g.kind, g.value, g.passages,
+                   row_number() OVER (PARTITION BY g.field
+                                      ORDER BY g.passages DESC, g.value COLLATE "C") AS place,
+                   count(*) OVER (PARTITION BY g.field) AS distinct_values
+            FROM grouped g
+        )
+        SELECT r.field, r.kind, r.value, r.passages, r.distinct_values
+        FROM ranked r WHERE r.place <= $8$sql$, grouped)
+    USING filter_collection, filter_source_types, filter_organization, filter_division,
+          filter_app_under_test, filter_metadata, facet_fields, facet_limit;
+END
+$$;
 
 NOTIFY pgrst, 'reload schema';

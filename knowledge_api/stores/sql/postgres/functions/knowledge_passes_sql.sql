@@ -1,6 +1,6 @@
 CREATE OR REPLACE FUNCTION knowledge_passes_sql(filter_where jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT format($sql$v.collection = $1
+    SELECT format($sql$v.collection = ANY ($1)
               AND ($2 IS NULL OR v.source_type = ANY ($2))
               AND ($3 IS NULL OR v.organization = $3)
               AND ($4 IS NULL OR v.division = $4)

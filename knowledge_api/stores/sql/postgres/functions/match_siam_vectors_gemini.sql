@@ -9,7 +9,8 @@ CREATE OR REPLACE FUNCTION match_siam_vectors_gemini(
     filter_metadata jsonb DEFAULT '{}',
     filter_collection text DEFAULT 'default',
     ef_search integer DEFAULT 100,
-    filter_where jsonb DEFAULT NULL
+    filter_where jsonb DEFAULT NULL,
+    filter_collections text[] DEFAULT NULL
 ) RETURNS TABLE (
     id uuid,
     document_id uuid,
@@ -25,6 +26,7 @@ CREATE OR REPLACE FUNCTION match_siam_vectors_gemini(
     section text,
     chunk_index integer,
     chunk_count integer,
+    collection text,
     created_at timestamptz,
     updated_at timestamptz
 )
@@ -35,6 +37,7 @@ SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
+    searched text[] := coalesce(filter_collections, ARRAY[filter_collection]);
     passes text := knowledge_passes_sql(filter_where);
 BEGIN
     PERFORM set_config('hnsw.ef_search', ef_search::text, true);
@@ -44,15 +47,15 @@ BEGIN
         SELECT nearest.id, nearest.document_id, nearest.content, nearest.source_type,
                nearest.source_id, nearest.metadata, 1 - nearest.distance, nearest.organization,
                nearest.division, nearest.app_under_test, nearest.title, nearest.section,
-               nearest.chunk_index, nearest.chunk_count,
+               nearest.chunk_index, nearest.chunk_count, nearest.collection,
                (SELECT d.created_at FROM knowledge_documents d WHERE d.id = nearest.document_id),
                (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = nearest.document_id)
         FROM (
             SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
                    v.embedding <=> query_embedding AS distance, v.organization, v.division,
-                   v.app_under_test, v.title, v.section, v.chunk_index, v.chunk_count
+                   v.app_under_test, v.title, v.section, v.chunk_index, v.chunk_count, v.collection
             FROM siam_vectors v
-            WHERE v.collection = filter_collection
+            WHERE v.collection = ANY (searched)
               AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
               AND (filter_organization IS NULL OR v.organization = filter_organization)
               AND (filter_division IS NULL OR v.division = filter_division)
@@ -74,13 +77,13 @@ BEGIN
         SELECT nearest.id, nearest.document_id, nearest.content, nearest.source_type,
                nearest.source_id, nearest.metadata, 1 - nearest.distance, nearest.organization,
                nearest.division, nearest.app_under_test, nearest.title, nearest.section,
-               nearest.chunk_index, nearest.chunk_count,
+               nearest.chunk_index, nearest.chunk_count, nearest.collection,
                (SELECT d.created_at FROM knowledge_documents d WHERE d.id = nearest.document_id),
                (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = nearest.document_id)
         FROM (
             SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
                    v.embedding <=> $7 AS distance, v.organization, v.division,
-                   v.app_under_test, v.title, v.section, v.chunk_index, v.chunk_count
+                   v.app_under_test, v.title, v.section, v.chunk_index, v.chunk_count, v.collection
             FROM siam_vectors v
             WHERE %s
             %s
@@ -90,11 +93,11 @@ BEGIN
         LIMIT $8$sql$, passes,
         CASE WHEN knowledge_planned_rows(filter_source_types, filter_organization,
                       filter_division, filter_app_under_test, filter_metadata,
-                      filter_collection, filter_where)
+                      filter_collection, filter_where, filter_collections)
                   <= sqrt(6.0 * match_count * greatest((SELECT c.reltuples FROM pg_class c
                                                         WHERE c.oid = 'siam_vectors'::regclass), 0))
              THEN 'OFFSET 0' ELSE 'ORDER BY v.embedding <=> $7 LIMIT $8' END)
-    USING filter_collection, filter_source_types, filter_organization, filter_division,
+    USING searched, filter_source_types, filter_organization, filter_division,
           filter_app_under_test, filter_metadata, query_embedding, match_count, match_threshold;
 END
 $$;

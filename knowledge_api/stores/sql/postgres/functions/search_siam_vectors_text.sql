@@ -7,7 +7,8 @@ CREATE OR REPLACE FUNCTION search_siam_vectors_text(
     filter_app_under_test text DEFAULT NULL,
     filter_metadata jsonb DEFAULT '{}',
     filter_collection text DEFAULT 'default',
-    filter_where jsonb DEFAULT NULL
+    filter_where jsonb DEFAULT NULL,
+    filter_collections text[] DEFAULT NULL
 ) RETURNS TABLE (
     id uuid,
     document_id uuid,
@@ -23,6 +24,7 @@ CREATE OR REPLACE FUNCTION search_siam_vectors_text(
     section text,
     chunk_index integer,
     chunk_count integer,
+    collection text,
     created_at timestamptz,
     updated_at timestamptz
 )
@@ -30,11 +32,12 @@ LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
+    searched text[] := coalesce(filter_collections, ARRAY[filter_collection]);
     terms tsquery := knowledge_any_terms(query_text);
     every tsquery := plainto_tsquery('english', query_text);
     condition text := CASE WHEN filter_where IS NULL THEN 'true'
                            ELSE knowledge_filter_sql(filter_where) END;
-    passes text := format($sql$ v.collection = $1
+    passes text := format($sql$ v.collection = ANY ($1)
                AND ($2 IS NULL OR v.source_type = ANY ($2))
                AND ($3 IS NULL OR v.organization = $3)
                AND ($4 IS NULL OR v.division = $4)
@@ -43,7 +46,7 @@ DECLARE
                AND (%s) $sql$, condition);
     columns text := 'v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata, '
         '%s, v.organization, v.division, v.app_under_test, v.title, v.section, '
-        'v.chunk_index, v.chunk_count';
+        'v.chunk_index, v.chunk_count, v.collection';
 BEGIN
     IF filter_where IS NULL THEN  -- the static queries of before
         IF btrim(query_text) = '' THEN
@@ -59,10 +62,10 @@ BEGIN
                 SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
                        ts_rank(v.fts, terms)::double precision AS rank, v.organization,
                        v.division, v.app_under_test, v.title, v.section, v.chunk_index,
-                       v.chunk_count
+                       v.chunk_count, v.collection
                 FROM siam_vectors v
                  WHERE v.fts @@ every
-                   AND v.collection = filter_collection
+                   AND v.collection = ANY (searched)
                    AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
                    AND (filter_organization IS NULL OR v.organization = filter_organization)
                    AND (filter_division IS NULL OR v.division = filter_division)
@@ -74,10 +77,10 @@ BEGIN
                 SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
                        ts_rank(v.fts, terms)::double precision AS rank, v.organization,
                        v.division, v.app_under_test, v.title, v.section, v.chunk_index,
-                       v.chunk_count
+                       v.chunk_count, v.collection
                 FROM siam_vectors v
                  WHERE v.fts @@ terms AND NOT v.fts @@ every
-                   AND v.collection = filter_collection
+                   AND v.collection = ANY (searched)
                    AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
                    AND (filter_organization IS NULL OR v.organization = filter_organization)
                    AND (filter_division IS NULL OR v.division = filter_division)
@@ -95,13 +98,13 @@ BEGIN
         SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
                (CASE WHEN v.title ILIKE knowledge_like_pattern(query_text) THEN 0.002 ELSE 0.001 END)::double precision,
                v.organization, v.division, v.app_under_test, v.title, v.section, v.chunk_index,
-               v.chunk_count,
+               v.chunk_count, v.collection,
                (SELECT d.created_at FROM knowledge_documents d WHERE d.id = v.document_id),
                (SELECT d.updated_at FROM knowledge_documents d WHERE d.id = v.document_id)
         FROM siam_vectors v
         WHERE (v.content ILIKE knowledge_like_pattern(query_text)
                OR v.title ILIKE knowledge_like_pattern(query_text))
-          AND v.collection = filter_collection
+          AND v.collection = ANY (searched)
           AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
           AND (filter_organization IS NULL OR v.organization = filter_organization)
           AND (filter_division IS NULL OR v.division = filter_division)
@@ -127,7 +130,7 @@ BEGIN
         ) m
         ORDER BY 7 DESC, 1
         LIMIT $9$sql$, format(columns, 'ts_rank(v.fts, $7)::double precision'), passes)
-        USING filter_collection, filter_source_types, filter_organization, filter_division,
+        USING searched, filter_source_types, filter_organization, filter_division,
               filter_app_under_test, filter_metadata, terms, every, match_count;
         IF FOUND THEN
             RETURN;
@@ -144,7 +147,7 @@ BEGIN
     LIMIT $8$sql$,
         format(columns, '(CASE WHEN v.title ILIKE knowledge_like_pattern($7) '
             'THEN 0.002 ELSE 0.001 END)::double precision'), passes)
-    USING filter_collection, filter_source_types, filter_organization, filter_division,
+    USING searched, filter_source_types, filter_organization, filter_division,
           filter_app_under_test, filter_metadata, query_text, match_count;
 END;
 $$;
