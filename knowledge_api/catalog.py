@@ -97,8 +97,9 @@ class Catalog(Trail):
         return await asyncio.to_thread(kb.read, client, since, collection)
 
     def connector_runtime(self) -> Runtime:
-        """What every connector is built with: KNOWLEDGE_SYNC_RETRIES for its calls."""
-        return Runtime(Retries(attempts=self.settings.sync_retries))
+        """What every connector is built with: KNOWLEDGE_SYNC_RETRIES for its calls,
+        KNOWLEDGE_SYNC_OVERLAP for the windows of cursors of its own."""
+        return Runtime(Retries(attempts=self.settings.sync_retries), self.settings.sync_overlap)
 
     async def changed(self, documents: Iterable[Document]) -> list[Document]:
         """Those of `documents` an ingest would write (chunked), asked of the store

@@ -9,6 +9,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from knowledge_api.connectors import github as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
 from tests.conftest import make_settings, make_store
-from tests.github_server import TOKEN, GitHub, github
+from tests.github_server import TOKEN, GitHub, github, stamp
 from tests.pg import fresh_database
 from tests.test_access import bearer, error_of, make_key
 
@@ -153,6 +154,31 @@ def test_issues_and_pull_requests_follow_github_between_syncs(
     assert docs["acme/api#3"].metadata["comments"] == 1
 
     assert sync(capsys) == (0, "eng/tracker: 0 added, 0 updated, 2 unchanged, 0 deleted")
+
+
+@pytest.mark.parametrize("overlap", ["600", "0"])
+def test_an_item_github_listed_late_is_read_by_the_next_run(
+    environment: Settings,
+    fake: GitHub,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    overlap: str,
+) -> None:
+    """GitHub's listing lags its writes: an item updated a minute before the last run's
+    latest change, which that run did not see, is read by the next run within
+    KNOWLEDGE_SYNC_OVERLAP (and missed without one)."""
+    monkeypatch.setenv("KNOWLEDGE_SYNC_OVERLAP", overlap)
+    assert add(fake, "acme/api") == 0
+    assert sync(capsys)[0] == 0
+    latest = max(i.updated_at for i in fake.items.values())
+    late = fake.add("acme/api", "Cache the SSO metadata", "Listed late by the search.")
+    late.created_at = late.updated_at = stamp(datetime.fromisoformat(latest) - timedelta(minutes=1))
+    line = sync(capsys)[1]
+    if overlap == "0":
+        assert line.startswith("eng/tracker: 0 added") and late.source_id not in stored(environment)
+    else:
+        assert line.startswith("eng/tracker: 1 added, 0 updated")
+        assert "Listed late by the search." in stored(environment)[late.source_id].content
 
 
 def test_a_wrong_token_stops_the_run_and_deletes_nothing(

@@ -71,6 +71,10 @@ class Runtime:
 
     retries: Retries = field(default_factory=Retries)
     """How often a call is tried again (KNOWLEDGE_SYNC_RETRIES) and how long between."""
+    overlap: float = 0.0
+    """Seconds a window starts before its cursor (KNOWLEDGE_SYNC_OVERLAP), for the kinds
+    whose cursor is their own (one instant per repository, say): the run moves back only
+    a cursor that is one ISO 8601 instant."""
 
     def http(
         self,

@@ -17,6 +17,7 @@ import json
 import re
 import urllib.parse
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from knowledge_api.connectors.base import Runtime, Window, check_settings, secret, split
@@ -60,7 +61,7 @@ class GitHubConnector:
         state: dict[str, str] = {}
         for repo in self.repos:
             newest = since.get(repo, "")
-            for issue in self.issues(repo, newest):
+            for issue in self.issues(repo, earlier(newest, self.runtime.overlap)):
                 documents.append(self.document(repo, issue))
                 newest = max(newest, str(issue.get("updated_at") or ""))
             state[repo] = newest
@@ -206,6 +207,18 @@ def names(items: Any, key: str) -> list[str]:
 def day(value: Any) -> str:
     """`2026-01-02T10:00:00Z` as `2026-01-02 10:00`."""
     return str(value or "")[:16].replace("T", " ")
+
+
+def earlier(instant: str, seconds: float) -> str:
+    """`instant` (GitHub's `2026-01-02T10:00:00Z`) `seconds` earlier, so that an item
+    GitHub's listing returned late is read by the next run; "" stays ""."""
+    if not instant or not seconds:
+        return instant
+    try:
+        moment = datetime.fromisoformat(instant.replace("Z", "+00:00"))
+    except ValueError:
+        return instant
+    return (moment - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def read_cursor(cursor: str) -> dict[str, str]:
