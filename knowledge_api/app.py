@@ -15,13 +15,13 @@ from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.logs import LINES
 from knowledge_api.redaction import Redactor
 from knowledge_api.routes import ROUTES, mcp_endpoint
+from knowledge_api.routes.hot import QueryHits
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.connectors import scheduled_syncs, sync_jobs
 from knowledge_api.usecases.kb_sync import periodic_sync
 from knowledge_api.usecases.uploads import upload_jobs
 from knowledge_api.web import access
-from knowledge_api.web.hot import QueryHits
 from knowledge_api.web.http import EXCEPTION_HANDLERS
 from knowledge_api.web.metrics import Metrics
 from knowledge_api.web.multipart import Receiving
