@@ -83,7 +83,7 @@ def create_app(
     # With tracing on, each request's span encloses everything else (the hit path too).
     traced = [Middleware(TraceRequests)] if tracing.active() else []
     # The request observer ids and logs every request, refused ones too. Only the hit
-    # path goes ahead of it, doing its part for a hit itself (web/hot.py); secrets are
+    # path goes ahead of it, doing its part for a hit itself (routes/hot.py); secrets are
     # masked in whatever either of them sends. Streams are capped beneath the observer,
     # so a refused one is logged like any request.
     app = Starlette(

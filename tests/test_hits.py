@@ -1,4 +1,4 @@
-"""The hit path of POST /v1/knowledge/query (web/hot.py): a repeated body answered
+"""The hit path of POST /v1/knowledge/query (routes/hot.py): a repeated body answered
 from its rendered tier-1 entry, exactly as the route would answer it, for callers the
 route would admit, and never after the store changed."""
 
