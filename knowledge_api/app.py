@@ -13,8 +13,9 @@ from knowledge_api import tracing
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.logs import LINES
+from knowledge_api.mcp import endpoint as mcp_endpoint
 from knowledge_api.redaction import Redactor
-from knowledge_api.routes import ROUTES, mcp_endpoint
+from knowledge_api.routes import ROUTES
 from knowledge_api.routes.hot import QueryHits
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings

@@ -53,7 +53,7 @@ LAYERS = [
     ("use cases", {"usecases"}),
     ("composition", {"compose"}),
     ("http plumbing", {"web"}),
-    ("entry points", {"routes", "app", "cli", "support", "client", "__main__"}),
+    ("entry points", {"routes", "mcp", "app", "cli", "support", "client", "__main__"}),
 ]
 
 

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from knowledge_api import validation
+from knowledge_api.cli.progress import progress
 from knowledge_api.cli.running import with_service, with_storage
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ingest import ocr
 from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
-from knowledge_api.ingest.progress import progress
 from knowledge_api.ledger import MAX_AUDITED_IDS, changes, local_user
 from knowledge_api.models import Document, IndexSummary
 from knowledge_api.service import KnowledgeService

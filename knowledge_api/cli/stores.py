@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from knowledge_api import compose, validation
+from knowledge_api.cli.progress import progress
 from knowledge_api.cli.running import with_storage
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.ingest.progress import progress
 from knowledge_api.ledger import AuditEntry, changes, local_user
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings

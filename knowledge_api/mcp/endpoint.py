@@ -91,7 +91,7 @@ class McpEndpoint:
 
 
 def build_server(service: KnowledgeService, settings: Settings) -> Any:
-    from knowledge_api.routes import mcp
+    from knowledge_api.mcp import server as mcp
 
     return mcp.build_http(service, settings, PATH)
 
