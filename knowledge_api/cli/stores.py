@@ -22,7 +22,7 @@ from knowledge_api.stores import stores
 
 
 def run_export(settings: Settings, args: argparse.Namespace) -> int:
-    from knowledge_api.stores import transfer
+    from knowledge_api.ingest import transfer
 
     collection = validation.collection_name(args.collection, "--collection")
     transfer.check_writable(args.output)
@@ -44,7 +44,7 @@ def run_export(settings: Settings, args: argparse.Namespace) -> int:
 def run_import(settings: Settings, args: argparse.Namespace) -> int:
     """Vectors of the configured embedder are stored as they are; others are embedded
     again, which loads the model (and says so)."""
-    from knowledge_api.stores import transfer
+    from knowledge_api.ingest import transfer
 
     collection = args.collection and validation.collection_name(args.collection, "--collection")
     if not args.file.is_file():
@@ -97,7 +97,7 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
 def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from knowledge_api.stores.migrate import migrate
+    from knowledge_api.ingest.migrate import migrate
 
     target_settings = settings
     if args.to_path is not None:
