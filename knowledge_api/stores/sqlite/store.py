@@ -53,6 +53,7 @@ from knowledge_api.stores.sqlite.filtered import AllowedRows, allowed_rows
 from knowledge_api.stores.sqlite.fts_terms import MATCHED_CHUNKS, TermFrequencies
 from knowledge_api.stores.sqlite.quantized_index import DEFAULT_PROBES
 from knowledge_api.stores.sqlite.vectors import SQLiteVectors
+from knowledge_api.stores.tables.beside import BesideTheFile
 
 T = TypeVar("T")
 log = logging.getLogger("knowledge_api")
@@ -60,7 +61,7 @@ WRITE_BATCH = 500
 """Documents written per transaction by `index_documents`."""
 
 
-class SQLiteStore(HybridSearch):
+class SQLiteStore(HybridSearch, BesideTheFile):
     name = "sqlite"
     concurrent_candidates = True  # the keyword query runs on the reader thread
 
