@@ -49,7 +49,7 @@ SEAMS = {
 LAYERS = [
     ("core", CORE),
     ("seams", SEAMS),
-    ("service", {"service", "engine", "trail", "catalog", "startup", "health"}),
+    ("service", {"service"}),
     ("use cases", {"usecases"}),
     ("composition", {"compose"}),
     ("http plumbing", {"web"}),

@@ -28,7 +28,6 @@ from knowledge_api.errors import (
     InvalidRequest,
 )
 from knowledge_api.facets import Facets
-from knowledge_api.health import Health
 from knowledge_api.models import (
     SETTINGS_RANKING,
     Outcome,
@@ -40,7 +39,8 @@ from knowledge_api.models import (
 )
 from knowledge_api.ranking import DEEPEST, by_recency
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
-from knowledge_api.startup import Startup
+from knowledge_api.service.health import Health
+from knowledge_api.service.startup import Startup
 from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
 from knowledge_api.timing import elapsed_ms, ms
 

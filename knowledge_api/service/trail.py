@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from knowledge_api.engine import Engine
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.filters import as_json
 from knowledge_api.ledger import Actor, Answered, AuditEntry, AuditQuery, stamp
 from knowledge_api.models import Ranking, SearchHit, SearchParams
 from knowledge_api.ranking import recency_json
+from knowledge_api.service.engine import Engine
 
 log = logging.getLogger("knowledge_api")
 

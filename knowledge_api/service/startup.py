@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from knowledge_api.catalog import Catalog
 from knowledge_api.errors import BackendConnectionError, EmbeddingError
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
+from knowledge_api.service.catalog import Catalog
 
 log = logging.getLogger("knowledge_api")
 

@@ -39,8 +39,8 @@ from knowledge_api.models import (
     IndexSummary,
     Progress,
 )
+from knowledge_api.service.trail import Trail
 from knowledge_api.settings import column_roles
-from knowledge_api.trail import Trail
 
 log = logging.getLogger("knowledge_api")
 SEED_SOURCE = "bundled-docs"

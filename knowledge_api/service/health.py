@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from knowledge_api import __version__
-from knowledge_api.engine import Body, Engine
 from knowledge_api.ingest import ocr
+from knowledge_api.service.engine import Body, Engine
 from knowledge_api.timing import utc_now
 
 
