@@ -39,6 +39,7 @@ from knowledge_api.models import (
     IndexSummary,
     Progress,
 )
+from knowledge_api.service.engine import Engine
 from knowledge_api.service.trail import Trail
 from knowledge_api.settings import column_roles
 
@@ -50,7 +51,13 @@ EMBED_SLICE = 512
 """Texts one call of the model thread embeds (a multiple of the local model's window)."""
 
 
-class Catalog(Trail):
+class Catalog:
+    """The documents: indexing, reading, finding and deleting them, the collections."""
+
+    def __init__(self, engine: Engine, trail: Trail) -> None:
+        self.engine = engine
+        self.trail = trail
+
     async def ingest(
         self,
         documents: Iterable[Document],
@@ -58,9 +65,9 @@ class Catalog(Trail):
         source: str | None = None,
     ) -> IndexSummary:
         """Index `documents`; with a `source`, as that source's (see Ingestor.ingest)."""
-        if not self.embedder_ready:
+        if not self.engine.embedder_ready:
             raise EmbeddingError("the embedder is not loaded: documents cannot be indexed")
-        ingestor = Ingestor(self.store, self.identity, self.embed_documents)
+        ingestor = Ingestor(self.engine.store, self.engine.identity, self.embed_documents)
         return await ingestor.ingest(documents, progress, source)
 
     def check_connector(self, source: ConnectorSource, collection: str) -> None:
@@ -77,7 +84,7 @@ class Catalog(Trail):
     async def changed(self, documents: Iterable[Document]) -> list[Document]:
         """Those of `documents` an ingest would write (chunked), asked of the store
         alone: a run that finds nothing new never needs the model."""
-        return await changed_documents(self.store, documents)
+        return await changed_documents(self.engine.store, documents)
 
     async def read_upload(
         self, path: Path, name: str, source_type: str, collection: str
@@ -86,7 +93,7 @@ class Catalog(Trail):
         so its job knows the passages to do, and what of it was left out (a JSON-lines
         record that breaks the rules of a document, a mailbox's broken message), or "";
         ExtractionError when it holds none."""
-        settings = self.settings
+        settings = self.engine.settings
         options = LoadOptions(
             source_type=source_type,
             collection=collection,
@@ -111,27 +118,27 @@ class Catalog(Trail):
         """The texts' vectors, EMBED_SLICE texts a call of the model thread: the queries
         that come while a large file is embedded take their turn between two slices."""
         start = time.perf_counter()
-        with tracing.span("knowledge.embed", self._embed_attributes("documents", len(texts))):
-            embed = self.embedder.embed_documents
-            vectors: np.ndarray = await self._in_model_thread(embed, texts[:EMBED_SLICE])
+        with tracing.span("knowledge.embed", self.engine.embed_attributes("documents", len(texts))):
+            embed = self.engine.embedder.embed_documents
+            vectors: np.ndarray = await self.engine.in_model_thread(embed, texts[:EMBED_SLICE])
             if len(texts) > EMBED_SLICE:
                 rest = [
-                    await self._in_model_thread(embed, texts[i : i + EMBED_SLICE])
+                    await self.engine.in_model_thread(embed, texts[i : i + EMBED_SLICE])
                     for i in range(EMBED_SLICE, len(texts), EMBED_SLICE)
                 ]
                 vectors = np.concatenate([vectors, *rest])
-        self.observer.embedding("documents", time.perf_counter() - start)
+        self.engine.observer.embedding("documents", time.perf_counter() - start)
         return vectors
 
     async def embed_sentences(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of the sentences an offline answer is chosen from; EmbeddingError
         when the model is not loaded, so the answer falls back to words."""
-        if not self.embedder_ready:
+        if not self.engine.embedder_ready:
             raise EmbeddingError("the embedder is not loaded")
         return await self.embed_documents(texts)
 
     async def document(self, doc_id: str) -> Document | None:
-        return await self.store.get_by_id(doc_id)
+        return await self.engine.store.get_by_id(doc_id)
 
     async def find_document(
         self, source_type: str, key: str, collection: str, source: str | None = None
@@ -139,7 +146,7 @@ class Catalog(Trail):
         """A document by source id, document id or the id of one of its chunks; with a
         `source`, only that source's. AmbiguousDocument when the source id is one
         several sources produced and no source is named."""
-        found = await self.store.find_documents(source_type, key, collection)
+        found = await self.engine.store.find_documents(source_type, key, collection)
         if source is not None:
             found = [doc for doc in found if doc.source == source]
         if len(found) > 1:
@@ -156,11 +163,11 @@ class Catalog(Trail):
         return found[0] if found else None
 
     async def delete_document(self, doc_id: str) -> bool:
-        return await self.store.delete(doc_id)
+        return await self.engine.store.delete(doc_id)
 
     async def collections(self) -> dict[str, int]:
         """Document count of every collection that holds documents."""
-        return await self.store.collections()
+        return await self.engine.store.collections()
 
     async def require_collection(self, collection: str) -> None:
         """CollectionNotFound, listing the collections, unless `collection` holds
@@ -174,25 +181,25 @@ class Catalog(Trail):
             raise CollectionNotFound.among(collection, existing)
 
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
-        return self.store.iter_documents(collection)
+        return self.engine.store.iter_documents(collection)
 
-    async def _seed(self, loaded: Loaded) -> None:
+    async def seed(self, loaded: Loaded) -> None:
         """Index the seed documents `loaded` as the source SEED_SOURCE, counting them in
         `seeding` as they are written (see Startup.seed_in_background)."""
 
         def progress(documents: int) -> None:
-            self.seeding["done"] += documents
+            self.engine.seeding["done"] += documents
 
         try:
             summary = await self.ingest(loaded, progress, SEED_SOURCE)
-            await self.audit(
+            await self.trail.audit(
                 Actor("service"),
                 "seed",
                 loaded.documents[0].collection if loaded.documents else None,
                 changes(loaded.documents, summary),
             )
         except (KnowledgeAPIError, OSError) as e:
-            self.seeding["error"] = f"{type(e).__name__}: {e}"
+            self.engine.seeding["error"] = f"{type(e).__name__}: {e}"
             log.error("seeding the empty store from %s failed: %s", self.seed_path(), e)
             return
         log.info(
@@ -201,14 +208,15 @@ class Catalog(Trail):
             summary.documents,
             summary.chunks,
         )
-        self.seeding = {}
+        self.engine.seeding = {}
 
     def seeding_progress(self) -> str:
-        return f"{self.seeding.get('done', 0)} of {self.seeding.get('total', '?')} documents"
+        seeding = self.engine.seeding
+        return f"{seeding.get('done', 0)} of {seeding.get('total', '?')} documents"
 
     def seed_path(self) -> Path:
-        if self.settings.seed_path:
-            return Path(self.settings.seed_path)
+        if self.engine.settings.seed_path:
+            return Path(self.engine.settings.seed_path)
         return Path(str(resources.files("knowledge_api").joinpath("docs")))
 
 

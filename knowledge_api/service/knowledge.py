@@ -6,43 +6,62 @@ an answer from passages, keep values in tier 1, ingest and read documents, repor
 health. It returns domain values; nothing here knows HTTP or which backend runs.
 
 This module is the query pipeline; what the service holds is engine.py, and its other
-concerns have a module each (trail.py, catalog.py, startup.py, health.py).
+concerns are parts it holds, a module each (trail.py, catalog.py, startup.py,
+health.py): the steps of theirs that the doors take are offered here by name.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable, Sequence
-from contextlib import aclosing
-from dataclasses import dataclass, field, replace
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Hashable,
+    Iterable,
+    Sequence,
+)
+from contextlib import AbstractContextManager, aclosing
+from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 from knowledge_api import tracing
 from knowledge_api.cache.base import COMPUTED, Event, Served
-from knowledge_api.errors import (
-    EmbeddingError,
-    InvalidRequest,
-)
+from knowledge_api.embeddings.base import Embedder
 from knowledge_api.facets import Facets
+from knowledge_api.ledger import Actor, Answered, AuditEntry, AuditQuery
 from knowledge_api.models import (
     SETTINGS_RANKING,
+    Document,
+    IndexSummary,
     Outcome,
+    Progress,
     Ranking,
     SearchFilters,
     SearchHit,
     SearchMode,
-    normalize_query,
+    SearchParams,
 )
-from knowledge_api.ranking import DEEPEST, by_recency
-from knowledge_api.routing import Centroids, Route, learn_centroids, route
+from knowledge_api.prefetch import Warm
+from knowledge_api.rerankers.base import Reranker
+from knowledge_api.routing import Centroids, Route
+from knowledge_api.service.catalog import Catalog
+from knowledge_api.service.engine import Body, Engine
 from knowledge_api.service.health import Health
+from knowledge_api.service.records import Records
+from knowledge_api.service.retrieval import Plan, Retrieval, Retriever
+from knowledge_api.service.sources import Sources
 from knowledge_api.service.startup import Startup
+from knowledge_api.service.trail import Trail
+from knowledge_api.settings import Settings
+from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.synthesis.base import Synthesizer
+from knowledge_api.synthesis.chain import SynthesisChain
 from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
-from knowledge_api.timing import elapsed_ms, ms
 
 __all__ = [
     "COMPUTED",
@@ -56,52 +75,27 @@ log = logging.getLogger("knowledge_api")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """A query made ready to search: its vector, and where to look."""
-
-    vector: np.ndarray | None
-    filters: SearchFilters
-    embedding_ms: float
-    warnings: list[str]
-    routed: tuple[str, ...] | None = None
-    """The sources searched when routing decided (or the request named them); None
-    when routing was not asked for."""
-
-    def only(self, source: str) -> Plan:
-        """The same query, searched in one source."""
-        return replace(self, filters=replace(self.filters, source_types=(source,)))
-
-
-@dataclass(frozen=True, slots=True)
-class Retrieval:
-    hits: list[SearchHit]
-    vector: np.ndarray | None
-    embedding_ms: float
-    search_ms: float
-    warnings: list[str]
-    rerank_ms: float | None = None
-    """Time the reranker took; None when no reranker ran."""
-    routed: tuple[str, ...] | None = None
-    """The sources searched, when routing was asked for (see Plan.routed)."""
-    more: bool = False
-    """Whether results follow this page."""
-    ranking: dict[str, Any] = field(default_factory=dict)
-    """The ranking that ran (KnowledgeService.ranking_ran)."""
-
-    def timings(self) -> dict[str, float]:
-        """embedding_ms, search_ms and, when a reranker ran, rerank_ms."""
-        timings = {"embedding_ms": self.embedding_ms, "search_ms": self.search_ms}
-        if self.rerank_ms is not None:
-            timings["rerank_ms"] = self.rerank_ms
-        return timings
-
-
-class KnowledgeService(Startup, Health):
+class KnowledgeService(Engine):
     """The query pipeline over what the service holds (engine.py): retrieve, route,
-    keep values in tier 1, write answers from passages (trail.py records them)."""
+    keep values in tier 1, write answers from passages (trail.py records them). Its
+    parts read the seams through the engine when called."""
 
-    # -- retrieval ------------------------------------------------------------------
+    def __init__(
+        self,
+        settings: Settings,
+        store: KnowledgeStore,
+        embedder: Embedder,
+        synthesizer: SynthesisChain | Synthesizer,
+        reranker: Reranker | None = None,
+    ) -> None:
+        super().__init__(settings, store, embedder, synthesizer, reranker)
+        self.trail = Trail(self)
+        self.catalog = Catalog(self, self.trail)
+        self.startup = Startup(self, self.catalog, self.trail)
+        self.checks = Health(self)
+        self.retriever = Retriever(self, self.trail)
+        self.sources = Sources(self, self.catalog)
+        self.records = Records(self)
 
     async def retrieve(
         self,
@@ -115,25 +109,13 @@ class KnowledgeService(Startup, Health):
         ranking: Ranking = SETTINGS_RANKING,
         offset: int = 0,
     ) -> Retrieval:
-        """Embed (through tier 2), search, rerank: the step every use case shares.
-        `route=True` lets semantic routing (KNOWLEDGE_ROUTING) skip sources the query
-        does not need, when the request names none."""
-        plan = await self.plan(query, filters, route)
-        return await self.search(plan, query, limit, threshold, mode, rerank, ranking, offset)
+        """Embed (through tier 2), search, rerank: the step every use case shares."""
+        return await self.retriever.retrieve(
+            query, limit, filters, threshold, mode, rerank, route, ranking, offset
+        )
 
     async def plan(self, query: str, filters: SearchFilters, route: bool = False) -> Plan:
-        """The query's vector (through tier 2) and the sources to search."""
-        warnings: list[str] = []
-        start = time.perf_counter()
-        vector = await self._query_vector(normalize_query(query), warnings)
-        embedding_ms = elapsed_ms(start)
-        if not route or self.settings.routing != "on":
-            return Plan(vector, filters, embedding_ms, warnings)
-        if filters.source_types is not None:  # the request's own choice always wins
-            return Plan(vector, filters, embedding_ms, warnings, filters.source_types)
-        decided = await self.route(query, vector, filters.collection)
-        routed = replace(filters, source_types=decided.sources)
-        return Plan(vector, routed, embedding_ms, warnings, decided.searched)
+        return await self.retriever.plan(query, filters, route)
 
     async def search(
         self,
@@ -146,94 +128,21 @@ class KnowledgeService(Startup, Health):
         ranking: Ranking = SETTINGS_RANKING,
         offset: int = 0,
     ) -> Retrieval:
-        """Search as planned, rerank, order by recency when asked, and cut the page of
-        `limit` results from `offset`.
-
-        The reranker (KNOWLEDGE_RERANKER) orders the first KNOWLEDGE_RERANK_TOP hits of
-        a hybrid search, so the store is asked for at least that many. The
-        single-retriever modes are not reranked: they are the baselines a hybrid ranking
-        is measured against. `rerank=False` measures the fused order alone (evaluation);
-        the request's `ranking` may turn reranking off, or on (a 400 without a reranker).
-
-        Pages of one query are cut from one order, for the same store generation: its
-        first places (KNOWLEDGE_CANDIDATES, at least the reranked ones) are a search with
-        that many candidates per retriever, the same whatever the page asks; the places
-        after them a search with DEEPEST candidates, without the passages placed before.
-        A page that ends in the first places costs one search; a deeper one two. Recency
-        orders each part within itself."""
-        reranking = self._reranking(ranking, rerank, mode)
-        first = max(self.settings.candidates, self.settings.rerank_top if reranking else 0)
-        end = offset + limit
-        # one hit more than the page: whether another page follows
-        wanted = first if ranking.recency is not None else min(end + 1, first)
-        if reranking:
-            wanted = max(wanted, self.settings.rerank_top)
-        started = time.perf_counter()
-        with tracing.span("knowledge.search", self._search_attributes(plan, query, mode)) as span:
-            hits = await self.store.search(
-                query, plan.vector, wanted, plan.filters, threshold, mode, ranking
-            )
-            deeper: list[SearchHit] = []
-            # fewer than asked: every passage that passes is placed, none lies deeper
-            if end + 1 > first and len(hits) == wanted:
-                deep = await self.store.search(
-                    query, plan.vector, DEEPEST, plan.filters, threshold, mode, ranking
-                )
-                placed = {hit.chunk.id for hit in hits}
-                deeper = [hit for hit in deep if hit.chunk.id not in placed]
-            span.set_attribute("knowledge.search.hits", len(hits) + len(deeper))
-        searched = time.perf_counter() - started
-        self.observer.search(searched)
-        found = Retrieval(
-            hits,
-            plan.vector,
-            plan.embedding_ms,
-            ms(searched),
-            list(plan.warnings),
-            None,
-            plan.routed,
-            ranking=self.ranking_ran(ranking, reranking),
+        return await self.retriever.search(
+            plan, query, limit, threshold, mode, rerank, ranking, offset
         )
-        if reranking:
-            found = await self._reranked(query, found)
-        ordered = found.hits + deeper
-        if ranking.recency is not None:
-            head, undated = by_recency(found.hits, ranking.recency)
-            rest, undated_after = by_recency(deeper, ranking.recency)
-            ordered = head + rest
-            found.ranking["recency"]["undated"] = undated + undated_after
-        return replace(found, hits=ordered[offset:end], more=len(ordered) > end)
-
-    def _reranking(self, ranking: Ranking, rerank: bool, mode: SearchMode) -> bool:
-        """Whether this search is reranked; a request that asks for reranking when no
-        reranker is configured is a 400."""
-        if ranking.rerank and self.reranker.name == "none":
-            raise InvalidRequest(
-                "ranking.rerank",
-                "needs a reranker: KNOWLEDGE_RERANKER is none on this service",
-                setting="KNOWLEDGE_RERANKER",
-            )
-        asked = rerank and ranking.rerank is not False
-        return asked and mode == "hybrid" and self.reranker.name != "none"
 
     async def facets(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets | None:
-        """How many passages `filters` lets through hold each value of each field
-        (knowledge_api.facets): all of them, not a page; None when none is asked for."""
-        if not fields:
-            return None
-        attributes = {"knowledge.facets.fields": list(fields)}
-        with tracing.span("knowledge.search.facets", attributes):
-            return await self.store.facet_counts(filters, fields)
+        return await self.retriever.facets(filters, fields)
 
-    def _search_attributes(self, plan: Plan, query: str, mode: SearchMode) -> dict[str, Any]:
-        if not tracing.recording():
-            return {}
-        return {
-            "knowledge.search.mode": mode,
-            "db.collection.name": plan.filters.collection,
-            "knowledge.search.sources": list(plan.filters.source_types or ("all",)),
-            **tracing.query_attributes(query),
-        }
+    async def route(self, query: str, vector: np.ndarray | None, collection: str) -> Route:
+        return await self.retriever.route(query, vector, collection)
+
+    async def learn_routes(self, collection: str) -> Centroids:
+        return await self.retriever.learn_routes(collection)
+
+    def forget_query_embeddings(self) -> None:
+        self.retriever.forget_query_embeddings()
 
     async def served(
         self, key: Hashable, compute: Callable[[], Awaitable[tuple[T, bool]]], collection: str
@@ -245,75 +154,39 @@ class KnowledgeService(Startup, Health):
             span.set_attribute("knowledge.cache.hit", served.cache_hit)
         return served
 
-    # -- routing --------------------------------------------------------------------
+    def answering(self) -> AbstractContextManager[None]:
+        """Marks a live query: no prefetch starts while one is being answered."""
+        return self.prefetcher.answering()
 
-    async def route(self, query: str, vector: np.ndarray | None, collection: str) -> Route:
-        """The sources `query` needs in `collection`. The collection's centroids are
-        learned again in the background when the store changed; until they are, the
-        last ones are used (none at first: every source is searched)."""
-        known = self.centroids.get(collection)
-        if known is None or known.generation != await self.store.generation():
-            self._learn_in_background(collection)
-        return route(query, vector, known, self.settings.routing_margin)
+    def cached(self, key: Hashable) -> Any:
+        """The value tier 1 holds for `key` as the store is now, or None; no hit or miss
+        is counted."""
+        return self.tier1.peek(key)
 
-    def _learn_in_background(self, collection: str) -> None:
-        learning = self._learning.get(collection)
-        if learning is None or learning.done():
-            self._learning[collection] = asyncio.create_task(self.learn_routes(collection))
+    def follow_up(self, client: str, query: str, hits: Sequence[SearchHit], warm: Warm) -> None:
+        """Note what `client` asked, and warm its likely follow-ups in the background
+        (KNOWLEDGE_PREFETCH)."""
+        self.prefetcher.after(client, query, hits, warm)
 
-    async def learn_routes(self, collection: str) -> Centroids:
-        """The collection's source centroids, learned again if the store changed since."""
-        generation = await self.store.generation()
-        known = self.centroids.get(collection)
-        if known is None or known.generation != generation:
-            known = await learn_centroids(generation, self.store.iter_documents(collection))
-            self.centroids[collection] = known
-        return known
+    def served_events(
+        self,
+        key: Hashable,
+        run: AsyncGenerator[Event, None],
+        replay: Callable[[Any], list[Event]],
+        collection: str,
+    ) -> AsyncGenerator[Event, None]:
+        """A stream from tier 1: a hit replayed, or `run`'s events as they come, its
+        value kept under `collection`'s generation."""
+        return self.tier1.served_events(key, run, replay, collection)
 
-    async def _reranked(self, query: str, found: Retrieval) -> Retrieval:
-        started = time.perf_counter()
-        attributes = {
-            "knowledge.rerank.provider": self.reranker.name,
-            "knowledge.rerank.hits": len(found.hits),
-        }
-        with tracing.span("knowledge.rerank", attributes) as span:
-            reranked = await self.reranker.rerank(query, found.hits, self.settings.rerank_top)
-            if reranked.warnings:
-                span.set_attribute("knowledge.rerank.warnings", list(reranked.warnings))
-        return replace(
-            found,
-            hits=reranked.hits,
-            warnings=found.warnings + reranked.warnings,
-            rerank_ms=elapsed_ms(started),
-            # what really ran: a reranker that could not rank left the fused order
-            ranking={**found.ranking, "reranker": self.reranker.name if reranked.ran else "none"},
-        )
+    @property
+    def embedder_name(self) -> str:
+        return self.embedder.name
 
-    async def _query_vector(self, normalized: str, warnings: list[str]) -> np.ndarray | None:
-        if not self.embedder_ready:
-            warnings.append("embedder unavailable: results ranked by keyword relevance only")
-            return None
-
-        async def compute() -> tuple[np.ndarray, bool]:
-            start = time.perf_counter()
-            with tracing.span("knowledge.embed", self._embed_attributes("query")) as span:
-                vector = await self.query_batcher.embed(normalized)
-                if (size := self._batch_sizes.pop(normalized, None)) is not None:
-                    span.set_attribute("knowledge.embed.batch_size", size)
-            self.observer.embedding("query", time.perf_counter() - start)
-            return vector, True
-
-        try:
-            vector: np.ndarray
-            vector, _ = await self.caches.embeddings.get_or_compute(normalized, compute)
-        except EmbeddingError as e:
-            warnings.append(f"embedding failed ({e.message}): keyword relevance only")
-            return None
-        return vector
-
-    def forget_query_embeddings(self) -> None:
-        """Empty tier 2, so the next queries are embedded again (latency measurements)."""
-        self.caches.embeddings.clear()
+    @property
+    def reranker_name(self) -> str:
+        """The reranker configured ("none": no reranking)."""
+        return self.reranker.name
 
     # -- answers from passages -------------------------------------------------------
 
@@ -333,6 +206,20 @@ class KnowledgeService(Startup, Health):
             return None
         return await offline.support(query, hits)
 
+    def ready_llm(self) -> Synthesizer | None:
+        """The first LLM link that may be called now, for work outside an answer."""
+        return self.synthesizer.ready_link()
+
+    def llm_writer(self, link: Synthesizer, query: str) -> Callable[[str], Awaitable[str]]:
+        """What `link` writes for a prompt, whole (outside an answer)."""
+        return partial(self.synthesizer.written, link, query)
+
+    def llm_called(self, link: Synthesizer, error: Exception | None) -> str:
+        """Note how a call of `link` outside an answer went (a failing provider opens
+        its circuit for answers too); how it failed, in words, or ""."""
+        self.synthesizer.record(link, error)
+        return "" if error is None else self.synthesizer.why(link, error)
+
     async def synthesize(self, query: str, hits: Sequence[SearchHit]) -> Outcome:
         """The chain's answer, whole."""
         async with aclosing(self.synthesis_events(query, hits)) as events:
@@ -341,3 +228,91 @@ class KnowledgeService(Startup, Health):
                     outcome: Outcome = data
                     return outcome
         raise RuntimeError("the synthesis chain ended without an outcome")
+
+    # -- the parts' steps --------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.startup.start()
+
+    async def open(self) -> None:
+        await self.startup.open()
+
+    async def load(self) -> None:
+        await self.startup.load()
+
+    async def open_storage(self) -> None:
+        await self.startup.open_storage()
+
+    async def load_embedder(self) -> None:
+        await self.startup.load_embedder()
+
+    async def seed_in_background(self) -> None:
+        await self.startup.seed_in_background()
+
+    async def seeded(self) -> None:
+        await self.startup.seeded()
+
+    async def stop(self) -> None:
+        await self.startup.stop()
+
+    async def health(self) -> Body:
+        return await self.checks.health()
+
+    async def readiness(self) -> dict[str, str]:
+        return await self.checks.readiness()
+
+    async def audit(
+        self, actor: Actor, action: str, collection: str | None, changed: dict[str, Any]
+    ) -> None:
+        await self.trail.audit(actor, action, collection, changed)
+
+    async def audit_page(self, query: AuditQuery) -> list[AuditEntry]:
+        return await self.trail.audit_page(query)
+
+    async def answered(
+        self, kind: str, params: SearchParams, hits: Sequence[SearchHit], cited: Sequence[int] = ()
+    ) -> str:
+        return await self.trail.answered(kind, params, hits, cited)
+
+    async def find_answered(self, query_id: str) -> Answered | None:
+        return await self.trail.find_answered(query_id)
+
+    async def recorded(self) -> None:
+        await self.trail.recorded()
+
+    async def ingest(
+        self,
+        documents: Iterable[Document],
+        progress: Progress | None = None,
+        source: str | None = None,
+    ) -> IndexSummary:
+        return await self.catalog.ingest(documents, progress, source)
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return await self.catalog.embed_documents(texts)
+
+    async def embed_sentences(self, texts: Sequence[str]) -> np.ndarray:
+        return await self.catalog.embed_sentences(texts)
+
+    async def document(self, doc_id: str) -> Document | None:
+        return await self.catalog.document(doc_id)
+
+    async def find_document(
+        self, source_type: str, key: str, collection: str, source: str | None = None
+    ) -> Document | None:
+        return await self.catalog.find_document(source_type, key, collection, source)
+
+    async def delete_document(self, doc_id: str) -> bool:
+        return await self.catalog.delete_document(doc_id)
+
+    async def collections(self) -> dict[str, int]:
+        return await self.catalog.collections()
+
+    async def require_collection(self, collection: str) -> None:
+        await self.catalog.require_collection(collection)
+
+    def iter_documents(self, collection: str) -> AsyncIterator[Document]:
+        return self.catalog.iter_documents(collection)
+
+    def seed_path(self) -> Path:
+        return self.catalog.seed_path()

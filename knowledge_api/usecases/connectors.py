@@ -94,16 +94,16 @@ async def add_source(
             raise InvalidRequest(
                 f"secrets.{key}", "takes the NAME of an environment variable, never its value"
             )
-    service.check_connector(source, collection)
-    if any(info.name == name for info in await service.store.sources(collection)):
+    service.catalog.check_connector(source, collection)
+    if any(info.name == name for info in await service.sources.listed(collection)):
         raise SourceExists(
             f"the collection {collection!r} has a source {name!r} already: remove it first "
             "(knowledge-api sources remove) or choose another name",
             source=name,
             collection=collection,
         )
-    await service.store.record_source(collection, name, connector=source.to_json())
-    return next(i for i in await service.store.sources(collection) if i.name == name)
+    await service.sources.note_connector(collection, name, source.to_json())
+    return next(i for i in await service.sources.listed(collection) if i.name == name)
 
 
 async def connector_sources(
@@ -111,7 +111,7 @@ async def connector_sources(
 ) -> list[tuple[SourceInfo, ConnectorSource]]:
     return [
         (info, ConnectorSource.from_json(info.connector))
-        for info in await service.store.sources(collection)
+        for info in await service.sources.listed(collection)
         if info.connector
     ]
 
@@ -163,16 +163,16 @@ mid-run holds the source no longer than this."""
 async def leased(service: KnowledgeService, info: SourceInfo) -> AsyncIterator[bool]:
     """The source's lease taken for this process (renewed while the run goes, let go at
     its end); False when another process holds it."""
-    store = service.store
+    sources = service.sources
     holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    if not await store.lease_source(info.collection, info.name, holder, LEASE_SECONDS):
+    if not await sources.lease(info.collection, info.name, holder, LEASE_SECONDS):
         yield False
         return
 
     async def renew() -> None:
         while True:
             await asyncio.sleep(LEASE_SECONDS / 3)
-            await store.lease_source(info.collection, info.name, holder, LEASE_SECONDS)
+            await sources.lease(info.collection, info.name, holder, LEASE_SECONDS)
 
     renewing = asyncio.create_task(renew())
     try:
@@ -180,7 +180,7 @@ async def leased(service: KnowledgeService, info: SourceInfo) -> AsyncIterator[b
     finally:
         renewing.cancel()
         await asyncio.gather(renewing, return_exceptions=True)
-        await store.lease_source(info.collection, info.name, holder, 0)
+        await sources.lease(info.collection, info.name, holder, 0)
 
 
 async def run_source(
@@ -193,18 +193,17 @@ async def run_source(
     allow_mass_delete: bool,
 ) -> SyncResult:
     result = SyncResult(info.collection, info.name)
-    store = service.store
     try:
-        window, seen = await service.read_connector(source, info.collection, full)
+        window, seen = await service.catalog.read_connector(source, info.collection, full)
         plan = await plan_mirror(service, window.documents, info.name, info.collection, False)
-        owned = await store.source_documents(info.collection, info.name)
+        owned = await service.sources.produced(info.collection, info.name)
         plan.deleted = {i: sid for i, sid in owned.items() if not seen_in(sid, seen)}
         plan.check_deletions(service.settings.prune_max_fraction, allow_mass_delete)
     except KnowledgeAPIError as e:
         result.error = e.message
         if not dry_run:
             failed = source.failed(e.message).to_json()
-            await store.record_source(info.collection, info.name, connector=failed)
+            await service.sources.note_connector(info.collection, info.name, failed)
         return result
     result.plan, result.problems = plan, window.problems
     if dry_run:
@@ -214,7 +213,7 @@ async def run_source(
     result.report = await mirror(service, plan)
     finished = datetime.now(UTC).isoformat(timespec="seconds")
     moved = source.moved(window.cursor, finished).to_json()
-    await store.record_source(info.collection, info.name, connector=moved)
+    await service.sources.note_connector(info.collection, info.name, moved)
     if plan.changed or result.report.deleted:
         removed = list(plan.deleted)
         summary = result.report.indexed
@@ -298,7 +297,7 @@ class SyncJobs:
         self, info: SourceInfo, source: ConnectorSource, actor: Actor, full: bool, allowed: bool
     ) -> Job:
         job = Job(uuid.uuid4().hex, info.collection, "", info.name, SYNC_OWNER)
-        await self.service.jobs.save(job)
+        await self.service.records.save_job(job)
         task = asyncio.create_task(self.run(job, info, source, actor, full, allowed))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -315,7 +314,7 @@ class SyncJobs:
     ) -> None:
         async with self.turn:
             job.status = RUNNING
-            await self.service.jobs.save(job)
+            await self.service.records.save_job(job)
             try:
                 result = await sync_source(self.service, info, source, actor, full, False, allowed)
                 job.reason = result.error or ""
@@ -327,7 +326,7 @@ class SyncJobs:
                 log.exception("sync of %s failed", info.name)
                 job.reason = e.message if isinstance(e, KnowledgeAPIError) else type(e).__name__
             job.status = FAILED if job.reason else DONE
-            await self.service.jobs.save(job)
+            await self.service.records.save_job(job)
 
 
 @asynccontextmanager

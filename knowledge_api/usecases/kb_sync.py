@@ -343,10 +343,7 @@ class KBSync:
             plan.check_deletions(settings.prune_max_fraction, allow_mass_delete)
         documents = [a.document(self.collection, host) for a in articles]
         summary = await self.service.ingest(documents, source=host)
-        removed = (
-            await self.service.store.delete_documents(list(plan.deleted)) if plan.deleted else 0
-        )
-        await self.service.store.record_source(self.collection, host)
+        removed = await self.service.sources.prune(self.collection, host, list(plan.deleted))
         if summary.documents or removed:
             await self.service.audit(
                 self.actor,
