@@ -30,7 +30,7 @@ from knowledge_api.ingest.loaders import (
     load_files,
     load_jsonl,
 )
-from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
+from knowledge_api.ingest.pipeline import Ingestor, chunked
 from knowledge_api.ledger import Actor, changes
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
@@ -63,12 +63,14 @@ class Catalog:
         documents: Iterable[Document],
         progress: Progress | None = None,
         source: str | None = None,
+        checked: bool = False,
     ) -> IndexSummary:
-        """Index `documents`; with a `source`, as that source's (see Ingestor.ingest)."""
+        """Index `documents`; with a `source`, as that source's; `checked` ones are
+        chunked and found new or changed already (see Ingestor.ingest)."""
         if not self.engine.embedder_ready:
             raise EmbeddingError("the embedder is not loaded: documents cannot be indexed")
         ingestor = Ingestor(self.engine.store, self.engine.identity, self.embed_documents)
-        return await ingestor.ingest(documents, progress, source)
+        return await ingestor.ingest(documents, progress, source, checked)
 
     def check_connector(self, source: ConnectorSource, collection: str) -> None:
         """400 naming the field for a connector source its kind cannot read."""
@@ -80,11 +82,6 @@ class Catalog:
         """A connector source's documents changed since its cursor (all with `full`)
         and the source ids its service still has (connectors/registry.py)."""
         return await asyncio.to_thread(connectors.read, source, collection, full)
-
-    async def changed(self, documents: Iterable[Document]) -> list[Document]:
-        """Those of `documents` an ingest would write (chunked), asked of the store
-        alone: a run that finds nothing new never needs the model."""
-        return await changed_documents(self.engine.store, documents)
 
     async def read_upload(
         self, path: Path, name: str, source_type: str, collection: str

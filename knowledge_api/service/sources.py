@@ -4,8 +4,9 @@ documents."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from knowledge_api.ingest.pipeline import BATCH_DOCUMENTS, chunked
 from knowledge_api.models import (
     CollectionInfo,
     Document,
@@ -14,6 +15,7 @@ from knowledge_api.models import (
     IndexSummary,
     Progress,
     SourceInfo,
+    document_id,
 )
 from knowledge_api.service.catalog import Catalog
 from knowledge_api.service.engine import Engine
@@ -34,9 +36,18 @@ class Sources:
         """Document id -> source id of every document `source` produced in `collection`."""
         return await self.engine.store.source_documents(collection, source)
 
-    async def stored(self, doc_ids: Sequence[str]) -> set[str]:
-        """Those of `doc_ids` the store holds."""
-        return set(await self.engine.store.document_hashes(doc_ids))
+    async def compared(self, documents: Iterable[Document]) -> tuple[list[Document], set[str]]:
+        """The documents chunked, those the store does not hold as they are (new or
+        changed), and which of their ids, and of the ids they had before sources were
+        kept, the store holds: one question to the store per batch, and no model."""
+        candidates = chunked(documents)
+        hashes: dict[str, str] = {}
+        for start in range(0, len(candidates), BATCH_DOCUMENTS):
+            batch = candidates[start : start + BATCH_DOCUMENTS]
+            ids = [doc.id for doc in batch] + [unsourced_id(doc) for doc in batch]
+            hashes.update(await self.engine.store.document_hashes(list(dict.fromkeys(ids))))
+        changed = [doc for doc in candidates if hashes.get(doc.id) != doc.content_hash]
+        return changed, set(hashes)
 
     async def mirror(
         self,
@@ -48,13 +59,14 @@ class Sources:
         progress: Progress | None = None,
         replaced: Sequence[str] = (),
     ) -> tuple[IndexSummary, int]:
-        """Mirror a planned run of `source`: write the documents it changed, delete the
-        documents of no source they replace (stored before sources were kept) and the
-        stored ones it no longer produces (`gone`), note the run. What was indexed, and
-        how many documents went."""
+        """Mirror a planned run of `source`: write the documents it changed (chunked and
+        compared by `compared` already: neither is done again), delete the documents of
+        no source they replace (stored before sources were kept) and the stored ones it
+        no longer produces (`gone`), note the run once. What was indexed, and how many
+        documents went."""
         indexed = IndexSummary()
         if changed:
-            indexed = await self.catalog.ingest(changed, progress, source=source)
+            indexed = await self.catalog.ingest(changed, progress, checked=True)
         if replaced:
             await self.engine.store.delete_documents(list(replaced))
         return indexed, await self.prune(collection, source, gone, root)
@@ -92,3 +104,8 @@ class Sources:
     async def document_page(self, page: DocumentPage) -> list[DocumentSummary]:
         """One page of a collection's documents, in id order, without their text."""
         return await self.engine.store.list_documents(page)
+
+
+def unsourced_id(doc: Document) -> str:
+    """The id `doc` had when it was stored before sources were kept."""
+    return document_id(doc.collection, doc.source_type, doc.source_id)

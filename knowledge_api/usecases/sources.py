@@ -137,16 +137,14 @@ async def plan_mirror(
         doc.source = source
     if root:
         await refuse_overlap(service, incoming, source, collection, root)
-    changed = await service.catalog.changed(incoming)
-    known = await service.sources.stored([doc.id for doc in changed])
+    changed, stored = await service.sources.compared(incoming)
     owned = await service.sources.produced(collection, source)
     plan = MirrorPlan(
         collection, source, unchanged=len(incoming) - len(changed), stored=len(owned), root=root
     )
     for doc in changed:
-        (plan.updated if doc.id in known else plan.added).append(doc)
+        (plan.updated if doc.id in stored else plan.added).append(doc)
     unsourced = [document_id(d.collection, d.source_type, d.source_id) for d in plan.added]
-    stored = await service.sources.stored(unsourced)
     plan.adopted = [doc_id for doc_id in dict.fromkeys(unsourced) if doc_id in stored]
     if prune:
         produced = {doc.id for doc in incoming}
