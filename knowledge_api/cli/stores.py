@@ -28,12 +28,8 @@ def run_export(settings: Settings, args: argparse.Namespace) -> int:
     transfer.check_writable(args.output)
 
     async def write(service: KnowledgeService) -> int:
-        if collection not in await service.collections():
-            raise InvalidRequest("--collection", f"no collection {collection!r} in the store")
         with progress(total=None, unit="document", desc="exporting") as update:
-            done = await transfer.export_collection(
-                service.store, service.identity, collection, args.output, update
-            )
+            done = await service.maintenance.export(collection, args.output, update)
         written = f"{done.documents} documents ({done.chunks} chunks) of {collection}"
         print(f"{written} written to {args.output}")
         return 0
@@ -53,8 +49,8 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
     vectors = transfer.check_file(args.file, collection or None)
 
     async def read(service: KnowledgeService) -> int:
-        embed = None
-        if vectors != service.identity:
+        embed = service.maintenance.embeds_again(vectors)
+        if embed:
             print(
                 f"the file's vectors are of {vectors.name} ({vectors.dimension}-d), the "
                 f"store's embedder is {service.identity.name} ({service.identity.dimension}-d): "
@@ -62,28 +58,10 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             await service.load_embedder()
-            embed = service.embed_documents
         with progress(total=None, unit="document", desc="importing") as update:
-            done = await transfer.import_file(
-                service.store,
-                service.identity,
-                args.file,
-                collection or None,
-                embed,
-                update,
-                checked=vectors,
+            done = await service.maintenance.import_file(
+                args.file, collection or None, vectors, local_user(), update
             )
-        # every document of the file now stored, this run's or found unchanged: a rerun
-        # after an import killed midway audits what the killed run committed unaudited
-        imported = {
-            "ids": done.ids,
-            "documents": done.documents + done.skipped,
-            "indexed": done.documents,
-            "unchanged": done.skipped,
-            "chunks": done.chunks,
-            "embedded": done.embedded,
-        }
-        await service.audit(local_user(), "cli import", collection or None, imported)
         again = f", {done.embedded} passages embedded again" if embed else ", nothing embedded"
         print(
             f"{done.documents} documents imported ({done.chunks} chunks{again}), "

@@ -52,6 +52,7 @@ from knowledge_api.routing import Centroids, Route
 from knowledge_api.service.catalog import Catalog
 from knowledge_api.service.engine import Body, Engine
 from knowledge_api.service.health import Health
+from knowledge_api.service.maintenance import Maintenance
 from knowledge_api.service.records import Records
 from knowledge_api.service.retrieval import Plan, Retrieval, Retriever
 from knowledge_api.service.sources import Sources
@@ -96,6 +97,7 @@ class KnowledgeService(Engine):
         self.retriever = Retriever(self, self.trail)
         self.sources = Sources(self, self.catalog)
         self.records = Records(self)
+        self.maintenance = Maintenance(self, self.catalog, self.trail)
 
     async def retrieve(
         self,
