@@ -14,11 +14,12 @@ from knowledge_api.cli.progress import progress
 from knowledge_api.cli.running import with_service, with_storage
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ingest import ocr
-from knowledge_api.ingest.git_source import GitOptions, load_git
-from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
+from knowledge_api.ingest.git_source import GitOptions
+from knowledge_api.ingest.loaders import LoadOptions, Skipped
 from knowledge_api.ledger import MAX_AUDITED_IDS, changes, local_user
 from knowledge_api.models import Document, IndexSummary
 from knowledge_api.service import KnowledgeService
+from knowledge_api.service.catalog import Catalog
 from knowledge_api.settings import Settings, column_roles
 
 
@@ -37,7 +38,7 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
     )
     if args.name and len(args.paths) > 1:
         raise InvalidRequest("--name", "names one source: give a single PATH with it")
-    loaded = [(path, load_paths([path], options)) for path in args.paths]
+    loaded = [(path, Catalog.read_files(path, options)) for path in args.paths]
     status, skipped = 0, []
     for path, found in loaded:
         for file in found.skipped:
@@ -109,7 +110,7 @@ def run_ingest_git(settings: Settings, args: argparse.Namespace) -> int:
     source = args.name or str(args.repo.resolve())
     return index_documents(
         settings,
-        load_git(args.repo, options),
+        Catalog.read_git(args.repo, options),
         source,
         options.collection,
         args,

@@ -23,12 +23,14 @@ from knowledge_api.errors import (
     InvalidRequest,
     KnowledgeAPIError,
 )
+from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import (
     Loaded,
     LoadOptions,
     Skipped,
     load_files,
     load_jsonl,
+    load_paths,
 )
 from knowledge_api.ingest.pipeline import Ingestor, chunked
 from knowledge_api.ledger import Actor, changes
@@ -101,6 +103,19 @@ class Catalog:
         return await asyncio.to_thread(
             read_chunked, path, name, options, settings.max_file_passages
         )
+
+    @staticmethod
+    def read_files(path: Path, options: LoadOptions) -> Loaded:
+        """The documents of the file or folder at `path`, and the files skipped: read
+        by a command before the store opens or a model loads, so a wrong path costs
+        nothing."""
+        return load_paths([path], options)
+
+    @staticmethod
+    def read_git(repo: Path, options: GitOptions) -> list[Document]:
+        """The branch's commits as documents; InvalidRequest for a bad repository,
+        branch or option, before any commit is read."""
+        return load_git(repo, options)
 
     @staticmethod
     def corpus(path: Path, collection: str) -> list[Document]:
