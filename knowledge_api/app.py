@@ -13,15 +13,16 @@ from knowledge_api import tracing
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.logs import LINES
+from knowledge_api.mcp import endpoint as mcp_endpoint
 from knowledge_api.redaction import Redactor
-from knowledge_api.routes import ROUTES, mcp_endpoint
+from knowledge_api.routes import ROUTES
+from knowledge_api.routes.hot import QueryHits
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.connectors import scheduled_syncs, sync_jobs
 from knowledge_api.usecases.kb_sync import periodic_sync
 from knowledge_api.usecases.uploads import upload_jobs
 from knowledge_api.web import access
-from knowledge_api.web.hot import QueryHits
 from knowledge_api.web.http import EXCEPTION_HANDLERS
 from knowledge_api.web.metrics import Metrics
 from knowledge_api.web.multipart import Receiving
@@ -83,7 +84,7 @@ def create_app(
     # With tracing on, each request's span encloses everything else (the hit path too).
     traced = [Middleware(TraceRequests)] if tracing.active() else []
     # The request observer ids and logs every request, refused ones too. Only the hit
-    # path goes ahead of it, doing its part for a hit itself (web/hot.py); secrets are
+    # path goes ahead of it, doing its part for a hit itself (routes/hot.py); secrets are
     # masked in whatever either of them sends. Streams are capped beneath the observer,
     # so a refused one is logged like any request.
     app = Starlette(

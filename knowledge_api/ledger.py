@@ -5,14 +5,19 @@ upload jobs. Plain values; the stores keep them (stores/audit.py, feedback.py, j
 
 from __future__ import annotations
 
+import base64
+import binascii
 import getpass
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
+from knowledge_api import validation
+from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import Document, IndexSummary
+from knowledge_api.validation import collection_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,3 +195,89 @@ class Job:
         values = json.loads(data) if isinstance(data, str) else dict(data)
         values["files"] = [JobFile(**file) for file in values.get("files", [])]
         return cls(**values)
+
+
+# -- a page of the trail, as the doors ask for it --------------------------------------
+
+MAX_PAGE = 200
+MAX_ID = 2**63 - 1
+"""The largest entry id a store keeps (a signed 64-bit integer)."""
+
+
+def page_size(value: Any) -> int:
+    try:
+        size = int(value)
+    except (TypeError, ValueError):
+        size = 0
+    if not 1 <= size <= MAX_PAGE:
+        raise InvalidRequest("limit", f"must be an integer from 1 to {MAX_PAGE}")
+    return size
+
+
+def cursor_of(entry_id: int) -> str:
+    return base64.urlsafe_b64encode(f"audit:{entry_id}".encode()).decode().rstrip("=")
+
+
+def position(value: Any) -> int | None:
+    """The entry id an opaque cursor stands for."""
+    if value is None:
+        return None
+    try:
+        decoded = base64.urlsafe_b64decode(str(value) + "=" * (-len(str(value)) % 4)).decode()
+        kind, _, entry_id = decoded.partition(":")
+        if kind == "audit" and entry_id.isdigit() and int(entry_id) <= MAX_ID:
+            return int(entry_id)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise InvalidRequest("cursor", "must be the next_cursor of a previous page")
+
+
+def moment(name: str) -> Any:
+    def parse(value: Any) -> str | None:
+        """A date (its midnight, UTC) or a date and time (UTC unless it says), within
+        years 1 to 9999 once in UTC; empty, as absent: no bound."""
+        if value is None or value == "":
+            return None
+        try:
+            text = str(value).replace("Z", "+00:00")
+            parsed = (
+                datetime.fromisoformat(text)
+                if "T" in text or " " in text
+                else datetime.combine(date.fromisoformat(text), datetime.min.time())
+            )
+            return stamp(parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC))
+        except ValueError:
+            raise InvalidRequest(name, "must be an ISO 8601 date or date and time") from None
+        except OverflowError:
+            raise InvalidRequest(
+                name, "must be a moment of the years 1 to 9999 once in UTC"
+            ) from None
+
+    return parse
+
+
+def key_name(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def optional_collection(value: Any) -> str | None:
+    return None if value is None else collection_name(value, "collection")
+
+
+DEFAULT_PAGE = 50
+AUDIT_PARAMETERS = ("limit", "cursor", "key", "collection", "since", "until")
+"""What a page of the trail is asked by (GET /v1/knowledge/audit, `knowledge-api audit`)."""
+
+
+def audit_query(values: dict[str, Any]) -> AuditQuery:
+    """An audit page asked for by its parameters (query parameters, or the command's
+    options); an unknown parameter is refused, as every listing refuses it."""
+    validation.reject_unknown(values, list(AUDIT_PARAMETERS))
+    return AuditQuery(
+        limit=page_size(values.get("limit", DEFAULT_PAGE)),
+        before=position(values.get("cursor")),
+        actor=key_name(values.get("key")),
+        collection=optional_collection(values.get("collection")),
+        since=moment("since")(values.get("since")),
+        until=moment("until")(values.get("until")),
+    )

@@ -31,8 +31,8 @@ from bench_stores import SETUPS, Corpus, fill, percentiles, read_through, timed_
 
 from knowledge_api.filters import parse
 from knowledge_api.models import Document, SearchFilters
+from knowledge_api.service.startup import single_threaded_blas
 from knowledge_api.settings import Settings
-from knowledge_api.startup import single_threaded_blas
 
 BUCKETS = 100
 FIRST_DAY = date(2026, 1, 1)

@@ -27,9 +27,9 @@ from bench_stores import Corpus, time_queries
 
 from knowledge_api.compose import build_embedder, build_store, embedder_identity
 from knowledge_api.config.fields import Secret
+from knowledge_api.ingest.migrate import migrate
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.settings import Settings
-from knowledge_api.stores.migrate import migrate
 from knowledge_api.stores.postgres.server import embedded_server_url
 from knowledge_api.stores.postgres.siam import SiamStore
 from knowledge_api.stores.postgres.store import PostgresStore

@@ -43,8 +43,8 @@ import numpy as np
 
 from knowledge_api.compose import build_embedder, build_store, embedder_identity
 from knowledge_api.models import Chunk, Document, SearchFilters, chunk_id
+from knowledge_api.service.startup import single_threaded_blas
 from knowledge_api.settings import Settings
-from knowledge_api.startup import single_threaded_blas
 
 DIMENSION = 384
 VOCABULARY = [f"w{i}" for i in range(20000)]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from knowledge_api import compose
 from knowledge_api.settings import Settings
-from knowledge_api.stores.fts_terms import MATCHED_CHUNKS
+from knowledge_api.stores.sqlite.fts_terms import MATCHED_CHUNKS
 from knowledge_api.usecases.evaluation import evaluate, load_beir
 
 SHARES = (1.0, 0.5, 0.2, 0.1, 0.05, 0.025, 0.005)

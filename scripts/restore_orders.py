@@ -24,9 +24,9 @@ import numpy as np
 
 from knowledge_api.compose import build_embedder, build_store, embedder_identity
 from knowledge_api.config.fields import Secret
+from knowledge_api.ingest import transfer
 from knowledge_api.models import SEARCH_MODES, SearchFilters
 from knowledge_api.settings import Settings
-from knowledge_api.stores import transfer
 
 QUESTIONS = [
     "how do I add documents",

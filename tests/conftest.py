@@ -22,6 +22,7 @@ from knowledge_api.logs import remove_split_handlers
 from knowledge_api.models import Document
 from knowledge_api.routes import query as query_contract
 from knowledge_api.service import KnowledgeService
+from knowledge_api.service.catalog import Catalog
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.usecases import query as query_use
@@ -198,8 +199,9 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     connector the service builds, with KNOWLEDGE_SYNC_RETRIES tries)."""
     found: list[float] = []
 
-    def recorded(service: KnowledgeService) -> Runtime:
-        return Runtime(Retries(attempts=service.settings.sync_retries, sleep=found.append))
+    def recorded(catalog: Catalog) -> Runtime:
+        attempts = catalog.engine.settings.sync_retries
+        return Runtime(Retries(attempts=attempts, sleep=found.append))
 
-    monkeypatch.setattr(KnowledgeService, "connector_runtime", recorded)
+    monkeypatch.setattr(Catalog, "connector_runtime", recorded)
     return found

@@ -11,7 +11,7 @@ import pytest
 
 from knowledge_api.cli import main
 from knowledge_api.cli.ingest import skipped_summary
-from knowledge_api.ingest.progress import progress
+from knowledge_api.cli.progress import progress
 from knowledge_api.service import KnowledgeService
 from tests import hostile_records
 from tests.documents import PNG, commit, git_repo, pdf_bytes, write_docx

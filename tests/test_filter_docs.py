@@ -18,9 +18,9 @@ import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import matches, parse
-from knowledge_api.stores.filter_json import filter_tree
 from knowledge_api.stores.points.chroma_filter import chroma_where
 from knowledge_api.stores.points.qdrant_filter import payload_filter
+from knowledge_api.stores.postgres.filter_json import filter_tree
 from tests.test_adopt import adopted_client, database, gemini, reader_client  # noqa: F401
 from tests.test_store_conformance import BACKENDS
 

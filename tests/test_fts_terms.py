@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from knowledge_api.models import DEFAULT_COLLECTION, Chunk, Document, SearchFilters
-from knowledge_api.stores.fts_terms import Bounded, TermFrequencies
 from knowledge_api.stores.sqlite import search
+from knowledge_api.stores.sqlite.fts_terms import Bounded, TermFrequencies
 from knowledge_api.stores.sqlite.store import SQLiteStore
 
 

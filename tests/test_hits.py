@@ -1,4 +1,4 @@
-"""The hit path of POST /v1/knowledge/query (web/hot.py): a repeated body answered
+"""The hit path of POST /v1/knowledge/query (routes/hot.py): a repeated body answered
 from its rendered tier-1 entry, exactly as the route would answer it, for callers the
 route would admit, and never after the store changed."""
 
@@ -18,11 +18,10 @@ from knowledge_api.app import create_app
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.logs import LINES
 from knowledge_api.models import Document
-from knowledge_api.routes import query
+from knowledge_api.routes import hot, query
+from knowledge_api.routes.hot import QueryHits
 from knowledge_api.service import Served
 from knowledge_api.settings import Settings
-from knowledge_api.web import hot
-from knowledge_api.web.hot import QueryHits
 from knowledge_api.web.observe import RequestObserver
 from tests.conftest import corpus, make_settings
 from tests.test_access import bearer, error_of, make_key

@@ -1,9 +1,11 @@
-"""The house reads top-down: entry points -> the composition root -> use cases -> the
-service -> the seams -> the core. No module imports from a layer above its own."""
+"""The house reads top-down: entry points -> the HTTP plumbing they stand on -> the
+composition root -> use cases -> the service -> the seams -> the core. No module imports
+from a layer above its own: the plumbing knows no resource."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -49,10 +51,11 @@ SEAMS = {
 LAYERS = [
     ("core", CORE),
     ("seams", SEAMS),
-    ("service", {"service", "engine", "trail", "catalog", "startup", "health"}),
+    ("service", {"service"}),
     ("use cases", {"usecases"}),
     ("composition", {"compose"}),
-    ("entry points", {"routes", "web", "app", "cli", "support", "client", "__main__"}),
+    ("http plumbing", {"web"}),
+    ("entry points", {"routes", "mcp", "app", "cli", "support", "client", "__main__"}),
 ]
 
 
@@ -106,6 +109,7 @@ def test_the_check_sees_an_upward_import() -> None:
     """The rule bites: a seam importing the service would be reported."""
     assert layer_of("knowledge_api.service") > layer_of("knowledge_api.stores.sqlite.store")
     assert "knowledge_api.service" in imports(PACKAGE / "usecases" / "query.py")
+    assert layer_of("knowledge_api.routes.query") > layer_of("knowledge_api.web.sse")
 
 
 def test_settings_import_nothing_from_the_seams() -> None:
@@ -243,3 +247,124 @@ def test_the_seam_check_sees_a_use_case_reach_a_seam(tmp_path: Path) -> None:
         "knowledge_api.ingest.loaders",
         "knowledge_api.cache.redis",
     }
+
+
+HELD_SEAMS = {
+    "store",
+    "embedder",
+    "synthesizer",
+    "reranker",
+    "keys",
+    "audit_log",
+    "feedback_log",
+    "jobs",
+    "caches",
+    "tier1",
+    "query_batcher",
+    "prefetcher",
+    "identity",
+}
+"""What the engine holds: a use case asks the service for a named step instead
+(`service.settings` is no seam)."""
+
+
+def service_names(tree: ast.AST) -> set[str]:
+    """The names the service goes by in a module: `service`, a parameter annotated as
+    the service, and every alias of one of those (`s = service`, `s = self.service`)."""
+    names = {"service"}
+    for node in ast.walk(tree):
+        annotation = node.annotation if isinstance(node, ast.arg) else None
+        if annotation is not None and "KnowledgeService" in ast.unparse(annotation):
+            names.add(node.arg)
+    grown = True
+    while grown:
+        grown = False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and is_service(node.value, names):
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id not in names:
+                        names.add(target.id)
+                        grown = True
+    return names
+
+
+def is_service(node: ast.AST, names: set[str]) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in names
+    return isinstance(node, ast.Attribute) and node.attr == "service"
+
+
+def seams_read(path: Path) -> list[str]:
+    """Each place `path` reads a seam the engine holds off the service: an attribute
+    (`service.store`, `self.service.jobs`, through an alias) or getattr (with a seam's
+    name, or a name it cannot tell)."""
+    tree = ast.parse(path.read_text())
+    names = service_names(tree)
+    found: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in HELD_SEAMS:
+            if is_service(node.value, names):
+                found.append(node)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and node.args
+            and is_service(node.args[0], names)
+        ):
+            name = node.args[1] if len(node.args) > 1 else None
+            if not isinstance(name, ast.Constant) or name.value in HELD_SEAMS:
+                found.append(node)
+    found.sort(key=lambda node: (node.lineno, node.col_offset))
+    return [f"{path.name}:{node.lineno} {ast.unparse(node)}" for node in found]
+
+
+def test_use_cases_ask_the_service_for_steps_not_for_its_seams() -> None:
+    """A use case says what it does through a named step of the service; it never
+    takes a seam the engine holds off the service to drive it itself."""
+    read = [
+        place
+        for module, path in modules().items()
+        if module.startswith("knowledge_api.usecases.")
+        for place in seams_read(path)
+    ]
+    assert read == []
+
+
+def test_the_seam_read_check_sees_aliases_and_getattr(tmp_path: Path) -> None:
+    """The rule bites: an attribute of the service or of `self.service`, an alias of
+    the service or of a seam, and getattr are each reported; settings and parts are not."""
+    module = tmp_path / "usecase.py"
+    module.write_text(
+        "async def run(service, other: 'KnowledgeService', name):\n"
+        "    store = service.store\n"
+        "    held = service\n"
+        "    held.embedder.load()\n"
+        "    other.tier1.peek(1)\n"
+        "    getattr(service, 'jobs')\n"
+        "    getattr(service, name)\n"
+        "    service.settings.limit\n"
+        "    await service.sources.listed()\n"
+        "class Runner:\n"
+        "    async def go(self):\n"
+        "        await self.service.keys.all()\n"
+    )
+    assert seams_read(module) == [
+        "usecase.py:2 service.store",
+        "usecase.py:4 held.embedder",
+        "usecase.py:5 other.tier1",
+        "usecase.py:6 getattr(service, 'jobs')",
+        "usecase.py:7 getattr(service, name)",
+        "usecase.py:12 self.service.keys",
+    ]
+
+
+def test_the_service_reads_in_one_sitting() -> None:
+    """KnowledgeService, with every class of the package it inherits from, and each
+    module of the service stay within 400 lines: its other concerns are parts it holds."""
+    from knowledge_api.service import KnowledgeService
+
+    inherited = [cls for cls in KnowledgeService.__mro__ if cls.__module__.startswith(PACKAGE.name)]
+    assert sum(len(inspect.getsource(cls).splitlines()) for cls in inherited) <= 400
+    longest = max((PACKAGE / "service").glob("*.py"), key=lambda p: len(p.read_text().splitlines()))
+    assert len(longest.read_text().splitlines()) <= 400

@@ -22,9 +22,9 @@ from starlette.applications import Starlette
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
+from knowledge_api.mcp import endpoint as mcp_endpoint
+from knowledge_api.mcp.endpoint import McpEndpoint
 from knowledge_api.models import Document
-from knowledge_api.routes import mcp_endpoint
-from knowledge_api.routes.mcp_endpoint import McpEndpoint
 from knowledge_api.settings import Settings
 from tests.conftest import corpus, make_settings
 from tests.test_access import make_key

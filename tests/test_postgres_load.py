@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from knowledge_api.errors import ConfigurationError, IndexingError
+from knowledge_api.ingest.migrate import migrate
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, chunk_id
 from knowledge_api.settings import Settings
-from knowledge_api.stores.migrate import migrate
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.load import IndexBuild, drop_search_indexes
 from knowledge_api.stores.postgres.server import buffers_size

@@ -36,8 +36,8 @@ from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, 
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Settings
-from knowledge_api.stores.filter_json import filter_tree
 from knowledge_api.stores.postgres.codecs import register_codecs
+from knowledge_api.stores.postgres.filter_json import filter_tree
 from knowledge_api.stores.postgres.schema import migrations
 from knowledge_api.stores.postgres.store import PostgresStore
 from tests.conftest import corpus, make_store, pairs

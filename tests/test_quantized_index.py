@@ -11,8 +11,8 @@ import pytest
 
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import Chunk, Document, SearchFilters
-from knowledge_api.stores.quantized_index import QuantizedIndex
 from knowledge_api.stores.sqlite import vectors as sqlite_vectors
+from knowledge_api.stores.sqlite.quantized_index import QuantizedIndex
 from knowledge_api.stores.sqlite.store import SQLiteStore
 
 DIMENSION = 64

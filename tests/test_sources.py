@@ -346,3 +346,68 @@ def test_the_seeded_docs_are_one_source_deleted_as_one(tmp_path: Path) -> None:
         response = client.delete("/v1/knowledge/sources/bundled-docs")
         assert response.status_code == 200 and response.json()["deleted"] == seeded
         assert client.get("/health").json()["store"]["documents"] == 0
+
+
+def test_a_mirror_chunks_checks_and_notes_each_changed_document_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mirroring N changed documents plans and writes in one pass: each is chunked
+    once, the store is asked for their hashes once and the source's run noted once."""
+    from collections import Counter
+
+    from knowledge_api.compose import build_service
+    from knowledge_api.ingest import pipeline
+    from knowledge_api.models import Document
+    from knowledge_api.usecases import sources
+
+    def notes(texts: dict[str, str]) -> list[Document]:
+        return [Document("wiki", name, text, title=name) for name, text in texts.items()]
+
+    async def mirrored() -> tuple[Counter[str], int]:
+        service = build_service(make_settings(tmp_path))
+        await service.start()
+        try:
+            first = notes({"a": "Alpha text.", "b": "Beta text.", "c": "Gamma text."})
+            await sources.mirror(
+                service, await sources.plan_mirror(service, first, "w", "default", True)
+            )
+            calls: Counter[str] = Counter()
+            store = service.store
+            for name in ("document_hashes", "record_source"):
+                method = getattr(store, name)
+
+                async def counted(
+                    *args: object, _name: str = name, _method: object = method
+                ) -> object:
+                    calls[_name] += 1
+                    return await _method(*args)  # type: ignore[operator]
+
+                monkeypatch.setattr(store, name, counted)
+            chunk = pipeline.chunk_document
+
+            def chunked_once(doc: Document, **options: bool) -> object:
+                calls[f"chunk {doc.source_id}"] += 1
+                return chunk(doc, **options)
+
+            monkeypatch.setattr(pipeline, "chunk_document", chunked_once)
+            changed = notes(
+                {"a": "Alpha changed.", "b": "Beta changed.", "c": "Gamma text.", "d": "New."}
+            )
+            plan = await sources.plan_mirror(service, changed, "w", "default", True)
+            report = await sources.mirror(service, plan)
+            return calls, report.indexed.documents
+        finally:
+            await service.stop()
+
+    import asyncio
+
+    calls, written = asyncio.run(mirrored())
+    assert written == 3
+    assert calls == {
+        "document_hashes": 1,
+        "record_source": 1,
+        "chunk a": 1,
+        "chunk b": 1,
+        "chunk c": 1,
+        "chunk d": 1,
+    }

@@ -97,3 +97,29 @@ def test_the_service_answers_while_it_seeds_and_says_how_far_it_is(tmp_path: Pat
         assert "seeding" not in ready_message(settings, app.state.service)
         late = client.post("/v1/knowledge/query", json={**asked, "query": "alpha rockets!"})
         assert late.json()["results"][0]["metadata"]["title"] == "a"
+
+
+def test_a_seam_replaced_after_construction_serves_every_part(tmp_path: Path) -> None:
+    """The service's parts read the seams through the engine when called: an embedder
+    set on the service after it was built embeds documents, answers /health and is
+    named in the ranking a rating is judged by."""
+    from knowledge_api.compose import build_service
+    from knowledge_api.models import SearchParams
+
+    async def replaced() -> tuple[FakeEmbedder, dict[str, object], str, str]:
+        service = build_service(make_settings(tmp_path))
+        other = FakeEmbedder(dimension=48)
+        service.embedder = other
+        await service.start()
+        try:
+            vectors = await service.embed_documents(["a passage"])
+            health = await service.health()
+            ranking = service.trail.ranking(SearchParams("a question"))
+            return other, health, str(ranking["embedder"]), str(vectors.shape)
+        finally:
+            await service.stop()
+
+    other, health, embedder, shape = asyncio.run(replaced())
+    assert other.calls >= 1 and shape == "(1, 48)"
+    assert health["embedder"]["name"] == other.name  # type: ignore[index]
+    assert embedder == other.name

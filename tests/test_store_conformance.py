@@ -34,6 +34,7 @@ from knowledge_api.errors import (
 )
 from knowledge_api.filters import RANGES, matches, millis_of
 from knowledge_api.filters import parse as parse_filter
+from knowledge_api.ingest import transfer
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.ledger import Job, JobFile
 from knowledge_api.models import (
@@ -53,7 +54,6 @@ from knowledge_api.models import (
 )
 from knowledge_api.ranking import by_recency
 from knowledge_api.settings import Settings
-from knowledge_api.stores import transfer
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.stores.fusion import reciprocal_rank_fusion
 from tests import pg

@@ -19,8 +19,8 @@ import pytest
 
 from knowledge_api.cli import main
 from knowledge_api.embeddings.fake import FakeEmbedder
+from knowledge_api.ingest import transfer
 from knowledge_api.ingest.pipeline import Ingestor
-from knowledge_api.stores import transfer
 from tests.conftest import corpus, make_settings, make_store
 
 

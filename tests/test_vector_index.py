@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from knowledge_api.stores.vector_index import VectorIndex
+from knowledge_api.stores.sqlite.vector_index import VectorIndex
 
 
 def unit(*values: float) -> np.ndarray:

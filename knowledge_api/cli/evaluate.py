@@ -58,7 +58,7 @@ def run_eval(settings: Settings, args: argparse.Namespace) -> int:
 def run_feedback_eval(settings: Settings, args: argparse.Namespace) -> int:
     """`eval --feedback`: the rated answers as a judged set, scored with today's ranking
     (KNOWLEDGE_RERANKER included: it is part of today's ranking)."""
-    from knowledge_api.routes.audit import moment
+    from knowledge_api.ledger import moment
     from knowledge_api.usecases import feedback
 
     if not args.feedback:

@@ -10,16 +10,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from knowledge_api import validation
+from knowledge_api.cli.progress import progress
 from knowledge_api.cli.running import with_service, with_storage
 from knowledge_api.connectors import pages
-from knowledge_api.errors import ExtractionError, InvalidRequest
+from knowledge_api.errors import InvalidRequest
 from knowledge_api.ingest import ocr
-from knowledge_api.ingest.git_source import GitOptions, load_git
-from knowledge_api.ingest.loaders import Loaded, LoadOptions, Skipped, load_paths
-from knowledge_api.ingest.progress import progress
+from knowledge_api.ingest.git_source import GitOptions
+from knowledge_api.ingest.loaders import LoadOptions, Skipped
 from knowledge_api.ledger import MAX_AUDITED_IDS, changes, local_user
 from knowledge_api.models import Document, IndexSummary
 from knowledge_api.service import KnowledgeService
+from knowledge_api.service.catalog import Catalog
 from knowledge_api.settings import Settings, column_roles
 
 
@@ -38,7 +39,7 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
     )
     if args.name and len(args.paths) > 1:
         raise InvalidRequest("--name", "names one source: give a single PATH with it")
-    loaded = [(path, load_path(path, options)) for path in args.paths]
+    loaded = [(path, Catalog.read_files(path, options)) for path in args.paths]
     status, skipped = 0, []
     for path, found in loaded:
         for file in found.skipped:
@@ -61,19 +62,6 @@ def run_ingest(settings: Settings, args: argparse.Namespace) -> int:
             print(f"OCR is {ocr.state()[1]}")
         return 1
     return status
-
-
-def load_path(path: str, options: LoadOptions) -> Loaded:
-    """The documents of a file or folder, or of a web page read as a web source reads
-    it (ingest of files' rules apply: a page without main content is skipped)."""
-    if not pages.is_url(path):
-        return load_paths([Path(path)], options)
-    try:
-        document = pages.read_page(path, options.collection, options.source_type)
-    except ExtractionError as e:
-        return Loaded(skipped=[Skipped(path, e.reason, e.detail)])
-    document.metadata.update(options.metadata)
-    return Loaded([document])
 
 
 def source_of(
@@ -136,7 +124,7 @@ def run_ingest_git(settings: Settings, args: argparse.Namespace) -> int:
     source = args.name or str(args.repo.resolve())
     return index_documents(
         settings,
-        load_git(args.repo, options),
+        Catalog.read_git(args.repo, options),
         source,
         options.collection,
         args,

@@ -68,7 +68,7 @@ def readable(response: dict[str, Any]) -> str:
 
 def run_mcp(settings: Settings, args: argparse.Namespace) -> int:
     """The MCP tools over stdio: stdout carries the protocol, the log goes to stderr."""
-    from knowledge_api.routes import mcp
+    from knowledge_api.mcp import server as mcp
 
     async def serve(service: KnowledgeService) -> int:
         await mcp.build(service, settings).run_stdio_async()

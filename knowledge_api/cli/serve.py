@@ -76,7 +76,7 @@ def ready_message(settings: Settings, service: Any = None) -> str:
         )
     if service is not None and service.seeding:
         lines.append(
-            f"seeding the empty store in the background ({service.seeding_progress()} so "
+            f"seeding the empty store in the background ({service.catalog.seeding_progress()} so "
             f"far): queries answer from what is indexed; /health says how far it is"
         )
     return "\n".join(lines)

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from knowledge_api import compose, validation
+from knowledge_api.cli.progress import progress
 from knowledge_api.cli.running import with_storage
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.ingest.progress import progress
 from knowledge_api.ledger import AuditEntry, changes, local_user
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
@@ -22,18 +22,14 @@ from knowledge_api.stores import stores
 
 
 def run_export(settings: Settings, args: argparse.Namespace) -> int:
-    from knowledge_api.stores import transfer
+    from knowledge_api.ingest import transfer
 
     collection = validation.collection_name(args.collection, "--collection")
     transfer.check_writable(args.output)
 
     async def write(service: KnowledgeService) -> int:
-        if collection not in await service.collections():
-            raise InvalidRequest("--collection", f"no collection {collection!r} in the store")
         with progress(total=None, unit="document", desc="exporting") as update:
-            done = await transfer.export_collection(
-                service.store, service.identity, collection, args.output, update
-            )
+            done = await service.maintenance.export(collection, args.output, update)
         written = f"{done.documents} documents ({done.chunks} chunks) of {collection}"
         print(f"{written} written to {args.output}")
         return 0
@@ -44,7 +40,7 @@ def run_export(settings: Settings, args: argparse.Namespace) -> int:
 def run_import(settings: Settings, args: argparse.Namespace) -> int:
     """Vectors of the configured embedder are stored as they are; others are embedded
     again, which loads the model (and says so)."""
-    from knowledge_api.stores import transfer
+    from knowledge_api.ingest import transfer
 
     collection = args.collection and validation.collection_name(args.collection, "--collection")
     if not args.file.is_file():
@@ -53,8 +49,8 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
     vectors = transfer.check_file(args.file, collection or None)
 
     async def read(service: KnowledgeService) -> int:
-        embed = None
-        if vectors != service.identity:
+        embed = service.maintenance.embeds_again(vectors)
+        if embed:
             print(
                 f"the file's vectors are of {vectors.name} ({vectors.dimension}-d), the "
                 f"store's embedder is {service.identity.name} ({service.identity.dimension}-d): "
@@ -62,28 +58,10 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             await service.load_embedder()
-            embed = service.embed_documents
         with progress(total=None, unit="document", desc="importing") as update:
-            done = await transfer.import_file(
-                service.store,
-                service.identity,
-                args.file,
-                collection or None,
-                embed,
-                update,
-                checked=vectors,
+            done = await service.maintenance.import_file(
+                args.file, collection or None, vectors, local_user(), update
             )
-        # every document of the file now stored, this run's or found unchanged: a rerun
-        # after an import killed midway audits what the killed run committed unaudited
-        imported = {
-            "ids": done.ids,
-            "documents": done.documents + done.skipped,
-            "indexed": done.documents,
-            "unchanged": done.skipped,
-            "chunks": done.chunks,
-            "embedded": done.embedded,
-        }
-        await service.audit(local_user(), "cli import", collection or None, imported)
         again = f", {done.embedded} passages embedded again" if embed else ", nothing embedded"
         print(
             f"{done.documents} documents imported ({done.chunks} chunks{again}), "
@@ -97,7 +75,7 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
 def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from knowledge_api.stores.migrate import migrate
+    from knowledge_api.ingest.migrate import migrate
 
     target_settings = settings
     if args.to_path is not None:

@@ -37,11 +37,14 @@ class Ingestor:
         documents: Iterable[Document],
         progress: Progress | None = None,
         source: str | None = None,
+        checked: bool = False,
     ) -> IndexSummary:
         """Batches of documents, each written while the next one is embedded: the model
         and the store's writer run on threads of their own, so the write of a batch
         costs no time of the embedding. Writes stay in order, one at a time. With a
-        `source`, every document is recorded as that source's, and its run noted."""
+        `source`, every document is recorded as that source's, and its run noted.
+        `checked` documents are chunked already and each new or changed (a mirror's
+        plan found them so): neither is asked again."""
         await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
         total = IndexSummary()
         collections: set[str] = set()
@@ -55,7 +58,7 @@ class Ingestor:
                 traced = tracing.start("knowledge.ingest.batch", size)
                 with tracing.current(traced):
                     try:
-                        changed, summary = await self._embedded(batch)
+                        changed, summary = await self._embedded(batch, checked)
                     except BaseException as e:
                         tracing.failed(traced, f"{type(e).__name__}: {e}")
                         traced.end()  # type: ignore[attr-defined]
@@ -72,11 +75,15 @@ class Ingestor:
             await self.store.record_source(collection, source or "")
         return total
 
-    async def _embedded(self, batch: list[Document]) -> tuple[list[Document], IndexSummary]:
+    async def _embedded(
+        self, batch: list[Document], checked: bool = False
+    ) -> tuple[list[Document], IndexSummary]:
         """The batch's new or changed documents, every chunk with its vector. Chunking
         runs on a worker thread: a file of megabytes of text takes seconds to cut, and
         the event loop serves queries meanwhile."""
-        changed = await changed_only(self.store, await asyncio.to_thread(chunked, batch))
+        changed = batch
+        if not checked:
+            changed = await changed_only(self.store, await asyncio.to_thread(chunked, batch))
         chunks = [chunk for doc in changed for chunk in doc.chunks]
         vectors = await self.store.embeddings_by_hash(list({c.content_hash for c in chunks}))
         missing = {c.content_hash: c.embedded_text for c in chunks if c.content_hash not in vectors}
@@ -144,13 +151,3 @@ async def changed_only(store: KnowledgeStore, documents: list[Document]) -> list
     """Those of the (chunked) documents whose content hash the store does not hold."""
     stored = await store.document_hashes([doc.id for doc in documents])
     return [doc for doc in documents if stored.get(doc.id) != doc.content_hash]
-
-
-async def changed_documents(store: KnowledgeStore, documents: Iterable[Document]) -> list[Document]:
-    """What an ingest of `documents` would write: asked of the store alone, so a run that
-    finds nothing new never needs the embedding model."""
-    candidates = chunked(documents)
-    changed: list[Document] = []
-    for start in range(0, len(candidates), BATCH_DOCUMENTS):
-        changed += await changed_only(store, candidates[start : start + BATCH_DOCUMENTS])
-    return changed

@@ -39,7 +39,6 @@ from knowledge_api.web.sse import (
     event_stream,
     events_schema,
     log,
-    translation,
 )
 
 ANSWER = views.search_body(
@@ -185,7 +184,7 @@ def source_view(n: int, hit: SearchHit) -> dict[str, Any]:
     }
 
 
-sse_event = translation("answer", render)
+sse_event = views.translation("answer", render)
 """`results` (the passages [n] refers to), `answer` deltas (and `reset`), then `done`
 with the whole AgentResponse."""
 EVENTS = events_schema("results", "answer", "reset", "done")

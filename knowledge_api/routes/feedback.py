@@ -12,8 +12,8 @@ from starlette.responses import Response
 
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.ledger import Rating
-from knowledge_api.routes.audit import CURSOR, LIMIT, SINCE, actor, cursor_of
+from knowledge_api.ledger import Rating, cursor_of
+from knowledge_api.routes.audit import CURSOR, LIMIT, SINCE, actor
 from knowledge_api.usecases import feedback as use
 from knowledge_api.web.access import Gate, access, caller_name
 from knowledge_api.web.fields import (

@@ -22,6 +22,7 @@ from knowledge_api.routes.views import (
     facets_view,
     result_view,
     search_body,
+    translation,
     zeroed_on_hit,
 )
 from knowledge_api.service import KnowledgeService, Served
@@ -40,7 +41,7 @@ from knowledge_api.web.fields import (
 )
 from knowledge_api.web.http import JSONResponse, read_json, service
 from knowledge_api.web.observe import note_cache_hit
-from knowledge_api.web.sse import event_stream, events_schema, translation
+from knowledge_api.web.sse import event_stream, events_schema
 
 QUERY = search_body(
     "QueryRequest",
@@ -80,7 +81,7 @@ def client_id(key_name: str, host: str) -> str:
 def followed_up(
     request_body: bytes, client: str, service: KnowledgeService, value: QueryResult
 ) -> None:
-    """A query answered without the use case (web/hot.py) still goes into the log
+    """A query answered without the use case (routes/hot.py) still goes into the log
     of what each client asks next, and its follow-ups are prefetched."""
     if service.prefetcher.enabled:
         use.prefetch(service, parse(orjson.loads(request_body))[0], client, value.hits)

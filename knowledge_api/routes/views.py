@@ -1,7 +1,9 @@
-"""Renderings the resources share: a search hit as a result, a document."""
+"""Renderings the resources share: a search hit as a result, a document, a streamed
+use case's events."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,7 @@ from knowledge_api.web.fields import (
 from knowledge_api.web.fields import (
     Body as Request,
 )
+from knowledge_api.web.sse import Event, Translate
 
 Body = dict[str, Any]
 EXCERPT_CHARS = 240
@@ -261,3 +264,24 @@ def search_body(name: str, query: Field, limit: str, threshold: Field, *own: Fie
         COLLECTIONS,
         RANKING,
     )
+
+
+def translation(delta: str, done: Callable[[Any], Any]) -> Translate:
+    """How a streamed use case's events reach the client: the passages as results (one
+    source's own as source_results, tagged with the source), the
+    text as `delta` events of the resource's name (`synthesis`, `answer`), `reset` as it
+    is, and the resource's own rendering of the final value in `done`."""
+
+    def translate(name: str, data: Any) -> Event:
+        if name == "results":
+            return "results", {"results": [result_view(hit) for hit in data]}
+        if name == "source_results":
+            source, hits = data
+            return name, {"source": source, "results": [result_view(hit) for hit in hits]}
+        if name == "delta":
+            return delta, {"delta": data}
+        if name == "done":
+            return "done", done(data)
+        return name, data
+
+    return translate

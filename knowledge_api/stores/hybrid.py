@@ -1,4 +1,4 @@
-"""The hybrid search every backend shares, and the defaults of a store's deployment.
+"""The hybrid search every backend shares.
 
 Backends provide two candidate lists (vector and keyword) and the shared
 `HybridSearch.search` fuses them (stores/fusion.py), cuts by threshold and limit,
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, Awaitable, Hashable, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,10 +33,6 @@ from knowledge_api.stores.fusion import (
     reciprocal_rank_fusion,
     relative_scores,
 )
-from knowledge_api.stores.tables.audit import AuditLog, SQLiteAudit
-from knowledge_api.stores.tables.feedback import FeedbackLog, SQLiteFeedback
-from knowledge_api.stores.tables.jobs import JobStore, SQLiteJobs
-from knowledge_api.stores.tables.keys import KeyStore, SQLiteKeys
 
 Fused = tuple[list[tuple[Hashable, float]], dict[Hashable, float]]
 """A fused ranking, best first, and the similarity of each of its keys."""
@@ -74,11 +69,6 @@ class HybridSearch(FromSettings):
     def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
         return {"tuning": SearchTuning.from_settings(settings)}
 
-    def key_store(self, sqlite_path: Path) -> KeyStore:
-        """Where this store's deployment keeps its API keys: by default a table of the
-        SQLite file at `sqlite_path` (the sqlite store's own file)."""
-        return SQLiteKeys(sqlite_path)
-
     async def generation(self) -> Hashable:
         raise NotImplementedError
 
@@ -91,19 +81,6 @@ class HybridSearch(FromSettings):
         """Reads served by where they were served: a read replica's host:port, or ""
         for the primary; empty for a store without read replicas."""
         return {}
-
-    def audit_log(self, sqlite_path: Path) -> AuditLog:
-        """Where this store's deployment keeps its audit trail: beside its API keys."""
-        return SQLiteAudit(sqlite_path)
-
-    def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
-        """Answered queries and their ratings: beside the API keys too."""
-        return SQLiteFeedback(sqlite_path)
-
-    def job_store(self, sqlite_path: Path) -> JobStore:
-        """Where this store's deployment keeps its upload jobs: by default a table of
-        the SQLite file at `sqlite_path`, like the keys."""
-        return SQLiteJobs(sqlite_path)
 
     async def search(
         self,

@@ -21,6 +21,7 @@ from knowledge_api.filters import OWN_FIELDS, conditions
 from knowledge_api.models import Chunk, Metadata, SearchFilters
 from knowledge_api.stores.filter_sql import Columns, drives, where_sql
 from knowledge_api.stores.fusion import Candidate
+from knowledge_api.stores.sqlite.fts import fts_schema
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -118,7 +119,7 @@ def reads_documents(filters: SearchFilters) -> bool:
 
 # -- an in-memory BM25 index -------------------------------------------------------
 
-_SCHEMA = """
+_CHUNKS = """
 CREATE TABLE chunks (
     rowid INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
@@ -134,20 +135,9 @@ CREATE TABLE chunks (
     content TEXT NOT NULL
 );
 CREATE INDEX chunks_document ON chunks (document_id);
-CREATE VIRTUAL TABLE chunks_fts USING fts5 (
-    title, section, content,
-    content = 'chunks', content_rowid = 'rowid',
-    tokenize = 'porter unicode61 remove_diacritics 2'
-);
-CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts (rowid, title, section, content)
-    VALUES (new.rowid, new.title, new.section, new.content);
-END;
-CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts (chunks_fts, rowid, title, section, content)
-    VALUES ('delete', old.rowid, old.title, old.section, old.content);
-END;
 """
+"""The chunks as the in-memory index keeps them (what filters test included); their
+full-text index is the sqlite store's own (stores/sqlite/fts.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +211,7 @@ class KeywordIndex:
 
     def __init__(self) -> None:
         self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(_CHUNKS + fts_schema())
 
     def __len__(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM chunks").fetchone()[0])

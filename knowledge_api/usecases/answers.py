@@ -99,7 +99,7 @@ def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Ev
             replayed.append(("delta", value.answer))
         return replayed
 
-    return service.tier1.served_events(
+    return service.served_events(
         params.cache_key(), streamed(service, params), replay, params.scope
     )
 

@@ -100,22 +100,22 @@ async def add_source(
             raise InvalidRequest(
                 f"secrets.{key}", "takes the NAME of an environment variable, never its value"
             )
-    service.check_connector(source, collection)
-    if any(info.name == name for info in await service.store.sources(collection)):
+    service.catalog.check_connector(source, collection)
+    if any(info.name == name for info in await service.sources.listed(collection)):
         raise SourceExists(
             f"the collection {collection!r} has a source {name!r} already: remove it first "
             "(knowledge-api sources remove) or choose another name",
             source=name,
             collection=collection,
         )
-    await service.store.record_source(collection, name, connector=source.to_json())
-    return next(i for i in await service.store.sources(collection) if i.name == name)
+    await service.sources.note_connector(collection, name, source.to_json())
+    return next(i for i in await service.sources.listed(collection) if i.name == name)
 
 
 async def connector_sources(
     service: KnowledgeService, collection: str | None = None
 ) -> list[tuple[SourceInfo, ConnectorSource]]:
-    return await service.connector_sources(collection)
+    return await service.catalog.connector_sources(collection)
 
 
 async def find_source(
@@ -165,16 +165,16 @@ mid-run holds the source no longer than this."""
 async def leased(service: KnowledgeService, info: SourceInfo) -> AsyncIterator[bool]:
     """The source's lease taken for this process (renewed while the run goes, let go at
     its end); False when another process holds it."""
-    store = service.store
+    sources = service.sources
     holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    if not await store.lease_source(info.collection, info.name, holder, LEASE_SECONDS):
+    if not await sources.lease(info.collection, info.name, holder, LEASE_SECONDS):
         yield False
         return
 
     async def renew() -> None:
         while True:
             await asyncio.sleep(LEASE_SECONDS / 3)
-            await store.lease_source(info.collection, info.name, holder, LEASE_SECONDS)
+            await sources.lease(info.collection, info.name, holder, LEASE_SECONDS)
 
     renewing = asyncio.create_task(renew())
     try:
@@ -182,7 +182,7 @@ async def leased(service: KnowledgeService, info: SourceInfo) -> AsyncIterator[b
     finally:
         renewing.cancel()
         await asyncio.gather(renewing, return_exceptions=True)
-        await store.lease_source(info.collection, info.name, holder, 0)
+        await sources.lease(info.collection, info.name, holder, 0)
 
 
 async def run_source(
@@ -198,14 +198,14 @@ async def run_source(
     `full`), list every id when the run prunes, plan from the store, then write, delete
     and move the cursor, in that order."""
     result = SyncResult(info.collection, info.name)
-    settings, store = service.settings, service.store
+    settings = service.settings
     started = datetime.now(UTC)
     prune = full or prune_due(source, settings.prune_every, started)
     since = "" if full else window_start(source.cursor, settings.sync_overlap)
     try:
-        owned = await store.source_documents(info.collection, info.name)
+        owned = await service.sources.produced(info.collection, info.name)
         # with nothing stored there is nothing to prune: no need to list every id
-        window, seen = await service.read_connector(
+        window, seen = await service.catalog.read_connector(
             source, info.collection, since, prune and bool(owned)
         )
         documents = latest(window.documents)
@@ -229,7 +229,7 @@ async def run_source(
     finished = datetime.now(UTC).isoformat(timespec="seconds")
     cursor = window.cursor or validation.utc_text(started)
     moved = source.moved(cursor, finished, prune or seen is not None, result.warning)
-    await store.record_source(info.collection, info.name, connector=moved.to_json())
+    await service.sources.note_connector(info.collection, info.name, moved.to_json())
     if plan.changed or result.report.deleted:
         removed = list(plan.deleted)
         summary = result.report.indexed
@@ -266,7 +266,7 @@ async def stopped(
     result.error = error.message
     if not dry_run:
         failed = source.failed(error.message).to_json()
-        await service.store.record_source(info.collection, info.name, connector=failed)
+        await service.sources.note_connector(info.collection, info.name, failed)
     return result
 
 
@@ -384,7 +384,7 @@ class SyncJobs:
         self, info: SourceInfo, source: ConnectorSource, actor: Actor, full: bool, allowed: bool
     ) -> Job:
         job = Job(uuid.uuid4().hex, info.collection, "", info.name, SYNC_OWNER)
-        await self.service.jobs.save(job)
+        await self.service.records.save_job(job)
         task = asyncio.create_task(self.run(job, info, source, actor, full, allowed))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -401,7 +401,7 @@ class SyncJobs:
     ) -> None:
         async with self.turn:
             job.status = RUNNING
-            await self.service.jobs.save(job)
+            await self.service.records.save_job(job)
             try:
                 result = await sync_source(self.service, info, source, actor, full, False, allowed)
                 job.reason = result.error or ""
@@ -413,7 +413,7 @@ class SyncJobs:
                 log.exception("sync of %s failed", info.name)
                 job.reason = e.message if isinstance(e, KnowledgeAPIError) else type(e).__name__
             job.status = FAILED if job.reason else DONE
-            await self.service.jobs.save(job)
+            await self.service.records.save_job(job)
 
 
 @asynccontextmanager

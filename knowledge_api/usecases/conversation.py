@@ -24,7 +24,6 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from knowledge_api.models import DEFAULT_COLLECTION, normalize_query
@@ -358,7 +357,7 @@ async def standalone(service: KnowledgeService, turns: Sequence[Turn]) -> Rewrit
     local = offline(turns)
     if local.by == "none":
         return local
-    link = service.synthesizer.ready_link()
+    link = service.ready_llm()
     if link is None:
         return timed(local, started)
     conversation = transcript(turns)
@@ -369,21 +368,21 @@ async def standalone(service: KnowledgeService, turns: Sequence[Turn]) -> Rewrit
         try:
             question = await asyncio.wait_for(
                 rewritten(
-                    partial(service.synthesizer.written, link, conversation),
+                    service.llm_writer(link, conversation),
                     conversation,
                     service.settings.llm_subject,
                 ),
                 service.settings.rewrite_timeout,
             )
         except Exception as e:
-            service.synthesizer.record(link, e)
+            failed = service.llm_called(link, e)
             if isinstance(e, TimeoutError):
                 why = f"no rewrite within {service.settings.rewrite_timeout:g} s"
             else:
-                why = service.synthesizer.why(link, e).removeprefix("failed: ")
+                why = failed.removeprefix("failed: ")
             tried.append(f"{link.name}: {why}")
             return Rewrite(local.question, "offline", local.cited, tried[-1]), False
-        service.synthesizer.record(link, None)
+        service.llm_called(link, None)
         return Rewrite(question, link.name), True
 
     # a rewrite reads the conversation alone, no stored passage: it is kept under the

@@ -187,8 +187,8 @@ async def evaluate(
         results: dict[str, Run] = {
             mode: await run_queries(service, data, corpus.name, mode) for mode in modes
         }
-        if rerank and service.reranker.name != "none":
-            row = f"hybrid+{service.reranker.name}"
+        if rerank and service.reranker_name != "none":
+            row = f"hybrid+{service.reranker_name}"
             results[row] = await run_queries(service, data, corpus.name, "hybrid", rerank=True)
     return EvalReport(
         documents=corpus.documents,
@@ -223,7 +223,7 @@ async def ingested(
     collection removed afterwards (a named one is kept, so a later run re-uses its
     vectors instead of re-embedding)."""
     corpus = Corpus(collection or f"eval-{uuid.uuid4().hex[:12]}")
-    documents = service.corpus(data.corpus, corpus.name)
+    documents = service.catalog.corpus(data.corpus, corpus.name)
     started = time.perf_counter()
     try:
         summary = await service.ingest(documents, progress=progress)

@@ -50,7 +50,7 @@ async def rate(service: KnowledgeService, rating: Rating, may_reach: Any) -> tup
         raise InvalidRequest(
             "cited", f"must be citation numbers of the answer, 1 to {len(answered.results)}"
         )
-    return await service.feedback_log.rate(rating), answered
+    return await service.records.rate(rating), answered
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ async def judged_set(service: KnowledgeService, since: str | None = None) -> lis
     counted: set[tuple[str, str]] = set()
     answers: dict[str, Answered | None] = {}
     before: int | None = None
-    while page := await service.feedback_log.ratings(500, before, since):
+    while page := await service.records.ratings(500, before, since):
         for rating in page:
             if (rating.query_id, rating.key) in counted:
                 continue

@@ -136,7 +136,7 @@ class KBSync:
         started = time.perf_counter()
         stored = await self.stored_articles()
         since = "" if full else max((ts for ts in stored.values() if ts), default="")
-        found = await self.service.read_kb(self.host, since, self.collection)
+        found = await self.service.catalog.read_kb(self.host, since, self.collection)
         host = self.base_url
         plan = MirrorPlan(self.collection, host, stored=len(stored))
         if full:
@@ -149,10 +149,7 @@ class KBSync:
             plan.check_deletions(settings.prune_max_fraction, allow_mass_delete)
         documents = found.documents
         summary = await self.service.ingest(documents, source=host)
-        removed = (
-            await self.service.store.delete_documents(list(plan.deleted)) if plan.deleted else 0
-        )
-        await self.service.store.record_source(self.collection, host)
+        removed = await self.service.sources.prune(self.collection, host, list(plan.deleted))
         if summary.documents or removed:
             await self.service.audit(
                 self.actor,

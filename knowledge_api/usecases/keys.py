@@ -33,19 +33,18 @@ async def create(
         raise InvalidRequest("--scopes", f"must be a list of: {', '.join(SCOPES)}", got=unknown)
     listed = tuple(validation.collection_name(c, "--collections") for c in collections)
     key, token = ApiKey.issued(name, tuple(dict.fromkeys(scopes)), listed or None)
-    await service.keys.add(key)
+    await service.records.add_key(key)
     made = {"key": name, "scopes": list(key.scopes), "collections": list(listed)}
     await service.audit(actor or local_user(), "keys create", None, made)
     return key, token
 
 
 async def listed(service: KnowledgeService) -> list[ApiKey]:
-    keys: list[ApiKey] = await service.keys.all()
-    return keys
+    return await service.records.keys()
 
 
 async def revoke(service: KnowledgeService, name: str, actor: Actor | None = None) -> bool:
-    revoked: bool = await service.keys.revoke(name)
+    revoked = await service.records.revoke_key(name)
     if revoked:
         await service.audit(actor or local_user(), "keys revoke", None, {"key": name})
     return revoked

@@ -59,7 +59,7 @@ async def query(
 ) -> Served[QueryResult]:
     """The answer (from tier 1 or computed), then its likely follow-ups prefetched
     in the background when KNOWLEDGE_PREFETCH is on."""
-    with service.prefetcher.answering():
+    with service.answering():
         served = await service.served(
             params.cache_key(), lambda: compute(service, params), params.scope
         )
@@ -73,10 +73,10 @@ def prefetch(
     async def warm(followup: str) -> None:
         ahead = replace(params, query=followup)
         key = ahead.cache_key()
-        if service.tier1.peek(key) is None:  # a lookup here is no hit or miss
+        if service.cached(key) is None:  # a lookup here is no hit or miss
             await service.served(key, lambda: compute(service, ahead), ahead.scope)
 
-    service.prefetcher.after(client, params.query, hits, warm)
+    service.follow_up(client, params.query, hits, warm)
 
 
 async def compute(service: KnowledgeService, params: QueryParams) -> tuple[QueryResult, bool]:
@@ -118,9 +118,7 @@ def events(
         service,
         params,
         client,
-        service.tier1.served_events(
-            params.cache_key(), streamed(service, params), replay, params.scope
-        ),
+        service.served_events(params.cache_key(), streamed(service, params), replay, params.scope),
     )
 
 
@@ -133,7 +131,7 @@ async def followed(
     """The stream's events; its follow-ups prefetched once it is done."""
     hits: tuple[SearchHit, ...] | None = None
     async with aclosing(events):
-        with service.prefetcher.answering():
+        with service.answering():
             async for name, data in events:
                 yield name, data
                 if name == "done":

@@ -141,7 +141,7 @@ async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retriev
 def check_model(service: KnowledgeService, requested: str) -> str:
     """The embedder's name; a request for another model is refused, since its vectors
     would not live in the space the collection was embedded in."""
-    name = service.identity.name
+    name = service.embedder_name
     accepted = {name.casefold(), name.rpartition(":")[2].casefold()}
     if requested and requested.casefold() not in accepted:
         raise InvalidRequest(

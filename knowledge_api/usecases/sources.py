@@ -137,17 +137,15 @@ async def plan_mirror(
         doc.source = source
     if root:
         await refuse_overlap(service, incoming, source, collection, root)
-    store = service.store
-    changed = await service.changed(incoming)
-    known = await store.document_hashes([doc.id for doc in changed])
-    owned = await store.source_documents(collection, source)
+    changed, stored = await service.sources.compared(incoming)
+    owned = await service.sources.produced(collection, source)
     plan = MirrorPlan(
         collection, source, unchanged=len(incoming) - len(changed), stored=len(owned), root=root
     )
     for doc in changed:
-        (plan.updated if doc.id in known else plan.added).append(doc)
+        (plan.updated if doc.id in stored else plan.added).append(doc)
     unsourced = [document_id(d.collection, d.source_type, d.source_id) for d in plan.added]
-    plan.adopted = list(await store.document_hashes(unsourced))
+    plan.adopted = [doc_id for doc_id in dict.fromkeys(unsourced) if doc_id in stored]
     if prune:
         produced = {doc.id for doc in incoming}
         plan.deleted = {
@@ -162,13 +160,15 @@ async def mirror(
     service: KnowledgeService, plan: MirrorPlan, progress: Progress | None = None
 ) -> MirrorReport:
     """Carry out a plan: write what is new or changed, delete what is gone, note the run."""
-    indexed = IndexSummary()
-    if plan.changed:
-        indexed = await service.ingest(plan.changed, progress, source=plan.source)
-    if plan.adopted:
-        await service.store.delete_documents(plan.adopted)
-    deleted = await service.store.delete_documents(list(plan.deleted)) if plan.deleted else 0
-    await service.store.record_source(plan.collection, plan.source, plan.root)
+    indexed, deleted = await service.sources.mirror(
+        plan.changed,
+        plan.collection,
+        plan.source,
+        list(plan.deleted),
+        plan.root,
+        progress,
+        replaced=plan.adopted,
+    )
     return MirrorReport(indexed, plan.unchanged, deleted)
 
 
@@ -178,13 +178,13 @@ async def refuse_overlap(
     """SourceOverlap, naming both sources and a file, when another source of `collection`
     indexes one of the files `incoming` holds (the same resolved path or URL)."""
     files = {location(root, doc.source_id) for doc in incoming}
-    for other in await service.store.sources(collection):
+    for other in await service.sources.listed(collection):
         if other.name == source or not other.root:
             continue
         theirs = {found for file in files if (found := source_id_under(other.root, file))}
         if not theirs:
             continue
-        owned = await service.store.source_documents(collection, other.name)
+        owned = await service.sources.produced(collection, other.name)
         held = sorted(theirs & set(owned.values()))
         if held:
             raise SourceOverlap(
@@ -218,7 +218,7 @@ def source_id_under(root: str, file: str) -> str | None:
 async def collections(
     service: KnowledgeService, visible: Callable[[str], bool]
 ) -> list[CollectionInfo]:
-    return [info for info in await service.store.collection_stats() if visible(info.name)]
+    return [info for info in await service.sources.collection_stats() if visible(info.name)]
 
 
 async def chat_models(
@@ -241,9 +241,9 @@ async def require_collection(
     source), listing those the caller may read. Asked only when a listing found nothing:
     counting every collection's documents costs more than a page."""
     known = set(await service.collections())
-    if collection in known or await service.store.sources(collection):
+    if collection in known or await service.sources.listed(collection):
         return
-    known |= {info.collection for info in await service.store.sources()}
+    known |= {info.collection for info in await service.sources.listed()}
     raise CollectionNotFound(
         f"no collection {collection!r}",
         collection=collection,
@@ -252,7 +252,7 @@ async def require_collection(
 
 
 async def sources(service: KnowledgeService, collection: str | None) -> list[SourceInfo]:
-    return await service.store.sources(collection)
+    return await service.sources.listed(collection)
 
 
 async def delete_source(
@@ -261,13 +261,11 @@ async def delete_source(
     """The ids of the source's documents, deleted with it; None when the collection
     has no such source (404 `collection_not_found`, listing those the caller may read,
     when the collection itself holds nothing)."""
-    known = {info.name for info in await service.store.sources(collection)}
-    owned = await service.store.source_documents(collection, name)
-    deleted = await service.store.delete_source(collection, name)  # 409 where read-only
-    if not deleted and name not in known:
+    had, owned = await service.sources.delete(collection, name)
+    if not had:
         await require_collection(service, collection, visible)
         return None
-    return sorted(owned)
+    return owned
 
 
 async def documents(
@@ -279,7 +277,7 @@ async def documents(
         page = DocumentPage(
             page.collection, page.limit, resumed_after(cursor, page), page.source_type, page.source
         )
-    found = await service.store.list_documents(
+    found = await service.sources.document_page(
         DocumentPage(page.collection, page.limit + 1, page.after, page.source_type, page.source)
     )
     if not found and not cursor:

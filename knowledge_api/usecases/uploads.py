@@ -74,7 +74,7 @@ class UploadJobs:
 
     def __init__(self, service: KnowledgeService) -> None:
         self.service = service
-        self.jobs = service.jobs
+        self.jobs = service.records.job_table
         self.folder = service.settings.uploads_path
         self.max_file_mb = service.settings.max_file_mb
         self.owner = f"{socket.gethostname()}:{self.folder.resolve()}"
@@ -237,14 +237,14 @@ def safe_name(name: str) -> bool:
 
 
 async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
-    jobs = service.jobs
+    records = service.records
     job.status = RUNNING
     pending = [file for file in job.files if file.state == "pending"]
     read: list[tuple[JobFile, list[Document]]] = []
     indexed: list[Document] = []
     for file in pending:
         try:
-            documents, left_out = await service.read_upload(
+            documents, left_out = await service.catalog.read_upload(
                 folder / file.stored, file.name, job.source_type, job.collection, job.dates
             )
         except ExtractionError as e:
@@ -254,7 +254,7 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
             file.reason = left_out
             read.append((file, documents))
     job.chunks_total = sum(file.chunks for file in job.files if file.state != "failed")
-    await jobs.save(job)
+    await records.save_job(job)
     for file, documents in read:
         try:
             summary = await service.ingest(documents, source=job.source)
@@ -267,9 +267,9 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
             job.chunks_done += file.chunks
             job.embedded += summary.embedded
             indexed += documents
-        await jobs.save(job)
+        await records.save_job(job)
     finish(job)
-    await jobs.save(job)
+    await records.save_job(job)
     if indexed:
         written = changes(indexed, None, job_id=job.id, embedded=job.embedded)
         await service.audit(Actor(f"job:{job.id}"), "upload job", job.collection, written)

@@ -120,7 +120,7 @@ async def authorize(request: Request, scope: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Gate:
-    """What admission reads of an app, made with it: the hit path (web/hot.py) holds
+    """What admission reads of an app, made with it: the hit path (routes/hot.py) holds
     it, routes read it from the app's state once. (Each attribute of a Starlette State
     is found only after a failed lookup: three of them cost a hit more than the rest of
     its admission.)"""
@@ -149,7 +149,7 @@ async def admit(
     answers to, may use a route that needs `scope` (and reach `collection`, or each of
     several, when named) and the rate limit lets it through; 421, 401, 403 or 429
     otherwise. The one decision of who may call what, for routes and for the hit path
-    (web/hot.py); routes check their collections themselves. A missing or failed key
+    (routes/hot.py); routes check their collections themselves. A missing or failed key
     counts against the client address's budget (`count_refusals`), so keys cannot be
     guessed faster than the rate limit: 429 once it is spent."""
     gate.hosts.check(headers.get("host"))

@@ -104,7 +104,7 @@ class ServiceState:
         records, only when scraped."""
         try:
             self.documents = await self.service.collections()
-            self.connectors = await self.service.connector_sources()
+            self.connectors = await self.service.catalog.connector_sources()
         except KnowledgeAPIError:
             self.documents, self.connectors = {}, []
 

@@ -119,7 +119,7 @@ class RequestObserver:
     It sits outside routing, so it sees 404s and 405s too, and reads the matched
     route's template (never the raw path) after the route ran. Only the hit path of
     POST /v1/knowledge/query sits ahead of it, and does its part for a hit itself
-    (`begin` and `record`, web/hot.py)."""
+    (`begin` and `record`, routes/hot.py)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, settings: Settings) -> None:
         self.app = app
@@ -140,7 +140,7 @@ class RequestObserver:
     def begin(self, scope: Scope, offered: bytes | None, started: float | None = None) -> Exchange:
         """The request's exchange: its id, set where error bodies and log lines find it.
         `offered`: the caller's X-Request-ID; `started`: when the request came in, if
-        already known (web/hot.py begins a hit's exchange itself)."""
+        already known (routes/hot.py begins a hit's exchange itself)."""
         exchange = Exchange(offered, time.perf_counter() if started is None else started)
         # Not reset afterwards: the 500 handler runs after the request's layers returned,
         # in the same task, and its log line needs the id. Each request is a task of its own.

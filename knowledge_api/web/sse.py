@@ -21,7 +21,6 @@ from starlette.types import Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.logs import request_id
-from knowledge_api.routes.views import result_view
 
 log = logging.getLogger("knowledge_api.errors")
 Event = tuple[str, Any]
@@ -40,27 +39,6 @@ def events_schema(*names: str) -> dict[str, Any]:
         "properties": {"event": event, "data": data},
         "required": ["event", "data"],
     }
-
-
-def translation(delta: str, done: Callable[[Any], Any]) -> Translate:
-    """How a streamed use case's events reach the client: the passages as results (one
-    source's own as source_results, tagged with the source), the
-    text as `delta` events of the resource's name (`synthesis`, `answer`), `reset` as it
-    is, and the resource's own rendering of the final value in `done`."""
-
-    def translate(name: str, data: Any) -> Event:
-        if name == "results":
-            return "results", {"results": [result_view(hit) for hit in data]}
-        if name == "source_results":
-            source, hits = data
-            return name, {"source": source, "results": [result_view(hit) for hit in hits]}
-        if name == "delta":
-            return delta, {"delta": data}
-        if name == "done":
-            return "done", done(data)
-        return name, data
-
-    return translate
 
 
 class EventStream(StreamingResponse):

@@ -48,6 +48,7 @@ from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION
 from knowledge_api.stores.postgres.rows import Condition, Row, as_vector
 from knowledge_api.stores.postgres.siam import SiamStore
 from knowledge_api.stores.records import is_uuid
+from knowledge_api.stores.tables.beside import BesideTheFile
 from knowledge_api.stores.tables.jobs import JobStore, RefusedJobs
 
 GENERATION_POLL_SECONDS = 1.0
@@ -59,7 +60,7 @@ WRITES_REFUSED = (
 )
 
 
-class ExistingTables(HybridSearch):
+class ExistingTables(HybridSearch, BesideTheFile):
     mode = ""
 
     def __init__(self, tables: SiamStore, tuning: SearchTuning = DEFAULT_TUNING) -> None:

@@ -16,6 +16,7 @@ from knowledge_api.errors import KnowledgeStoreError
 from knowledge_api.models import Chunk, Document, DocumentSummary, Metadata, SearchHit
 from knowledge_api.stores import records
 from knowledge_api.stores.hybrid import HybridSearch
+from knowledge_api.stores.tables.beside import BesideTheFile
 
 Record = dict[str, Any]
 Key = tuple[str, str]
@@ -115,7 +116,7 @@ def unavailable(name: str, error: KnowledgeStoreError) -> dict[str, Any]:
     return {"backend": name, "status": "unavailable", "error": str(error)}
 
 
-class PointEngine(HybridSearch):
+class PointEngine(HybridSearch, BesideTheFile):
     """The primitives each engine provides, and the hooks it may fill."""
 
     name = "points"

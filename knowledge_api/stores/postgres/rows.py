@@ -22,7 +22,7 @@ from knowledge_api.models import (
     SourceInfo,
 )
 from knowledge_api.stores import records
-from knowledge_api.stores.filter_json import filter_tree
+from knowledge_api.stores.postgres.filter_json import filter_tree
 
 Row = dict[str, Any]
 Condition = tuple[str, str, Any]

@@ -36,7 +36,7 @@ from knowledge_api.stores.keyword import (
     filter_sql,
     reads_documents,
 )
-from knowledge_api.stores.vector_index import Collections, allowed_at, label_codes
+from knowledge_api.stores.sqlite.vector_index import Collections, allowed_at, label_codes
 
 ALLOWED_IN_QUERY = 4_000
 """Up to this many allowed rows are handed to the keyword query, which then computes

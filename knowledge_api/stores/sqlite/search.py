@@ -13,10 +13,10 @@ import numpy as np
 
 from knowledge_api.models import SearchFilters, SearchHit
 from knowledge_api.stores import records
-from knowledge_api.stores.fts_terms import TermFrequencies
 from knowledge_api.stores.fusion import Candidate
 from knowledge_api.stores.keyword import filter_sql, fts_expression, reads_documents
 from knowledge_api.stores.sqlite.filtered import best_allowed
+from knowledge_api.stores.sqlite.fts_terms import TermFrequencies
 
 HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.collection, c.chunk_index, c.chunk_count,
     c.title, c.section, c.content, d.source_type, d.source_id, d.metadata, d.created_at,

@@ -36,7 +36,6 @@ from knowledge_api.models import (
     SourceInfo,
 )
 from knowledge_api.stores.base import embedder_mismatch
-from knowledge_api.stores.fts_terms import MATCHED_CHUNKS, TermFrequencies
 from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
     Candidate,
@@ -47,12 +46,14 @@ from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.keyword import (
     query_terms,
 )
-from knowledge_api.stores.quantized_index import DEFAULT_PROBES
 from knowledge_api.stores.sqlite import catalog, search, writes
 from knowledge_api.stores.sqlite.facets import FacetColumns
 from knowledge_api.stores.sqlite.file import SQLiteFile
 from knowledge_api.stores.sqlite.filtered import AllowedRows, allowed_rows
+from knowledge_api.stores.sqlite.fts_terms import MATCHED_CHUNKS, TermFrequencies
+from knowledge_api.stores.sqlite.quantized_index import DEFAULT_PROBES
 from knowledge_api.stores.sqlite.vectors import SQLiteVectors
+from knowledge_api.stores.tables.beside import BesideTheFile
 
 T = TypeVar("T")
 log = logging.getLogger("knowledge_api")
@@ -60,7 +61,7 @@ WRITE_BATCH = 500
 """Documents written per transaction by `index_documents`."""
 
 
-class SQLiteStore(HybridSearch):
+class SQLiteStore(HybridSearch, BesideTheFile):
     name = "sqlite"
     concurrent_candidates = True  # the keyword query runs on the reader thread
 

@@ -25,9 +25,13 @@ from typing import Any
 import numpy as np
 
 from knowledge_api.errors import ConfigurationError
-from knowledge_api.stores.quantized_index import TRAINING_ROWS_PER_LIST, QuantizedIndex, list_count
 from knowledge_api.stores.sqlite.filtered import ChunkDocuments, hashed
-from knowledge_api.stores.vector_index import Collections, VectorIndex
+from knowledge_api.stores.sqlite.quantized_index import (
+    TRAINING_ROWS_PER_LIST,
+    QuantizedIndex,
+    list_count,
+)
+from knowledge_api.stores.sqlite.vector_index import Collections, VectorIndex
 
 Index = VectorIndex | QuantizedIndex
 BATCH_ROWS = 20000

@@ -1,5 +1,5 @@
 """The MCP server: the knowledge base as tools for an LLM client, over streamable HTTP
-at /mcp (in the HTTP app, behind its API keys: routes/mcp_endpoint.py) and over stdio
+at /mcp (in the HTTP app, behind its API keys: mcp/endpoint.py) and over stdio
 (`knowledge-api mcp`).
 
 Each tool parses its arguments with the same request bodies the HTTP routes declare,
@@ -410,12 +410,12 @@ def without_writing_tools(result: HandlerResult) -> HandlerResult:
 
 def security() -> TransportSecuritySettings:
     """The SDK's own Host and Origin checks off: /mcp checks both before the SDK sees
-    a request (routes/mcp_endpoint.py), Host by the rule every route follows."""
+    a request (mcp/endpoint.py), Host by the rule every route follows."""
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def build_http(service: KnowledgeService, settings: Settings, path: str) -> MCPServer:
-    """The server for streamable HTTP at `path`, stateless (routes/mcp_endpoint.py runs
+    """The server for streamable HTTP at `path`, stateless (mcp/endpoint.py runs
     its session manager and puts it behind the API keys)."""
     server = build(service, settings)
     server.streamable_http_app(

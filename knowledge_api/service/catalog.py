@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_api import tracing
-from knowledge_api.connectors import kb
+from knowledge_api.connectors import kb, pages
 from knowledge_api.connectors import registry as connectors
 from knowledge_api.connectors.base import Runtime, Window
 from knowledge_api.connectors.http import Retries
@@ -25,14 +25,16 @@ from knowledge_api.errors import (
     InvalidRequest,
     KnowledgeAPIError,
 )
+from knowledge_api.ingest.git_source import GitOptions, load_git
 from knowledge_api.ingest.loaders import (
     Loaded,
     LoadOptions,
     Skipped,
     load_files,
     load_jsonl,
+    load_paths,
 )
-from knowledge_api.ingest.pipeline import Ingestor, changed_documents, chunked
+from knowledge_api.ingest.pipeline import Ingestor, chunked
 from knowledge_api.ledger import Actor, changes
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
@@ -43,8 +45,9 @@ from knowledge_api.models import (
     Progress,
     SourceInfo,
 )
+from knowledge_api.service.engine import Engine
+from knowledge_api.service.trail import Trail
 from knowledge_api.settings import column_roles
-from knowledge_api.trail import Trail
 
 log = logging.getLogger("knowledge_api")
 SEED_SOURCE = "bundled-docs"
@@ -54,18 +57,26 @@ EMBED_SLICE = 512
 """Texts one call of the model thread embeds (a multiple of the local model's window)."""
 
 
-class Catalog(Trail):
+class Catalog:
+    """The documents: indexing, reading, finding and deleting them, the collections."""
+
+    def __init__(self, engine: Engine, trail: Trail) -> None:
+        self.engine = engine
+        self.trail = trail
+
     async def ingest(
         self,
         documents: Iterable[Document],
         progress: Progress | None = None,
         source: str | None = None,
+        checked: bool = False,
     ) -> IndexSummary:
-        """Index `documents`; with a `source`, as that source's (see Ingestor.ingest)."""
-        if not self.embedder_ready:
+        """Index `documents`; with a `source`, as that source's; `checked` ones are
+        chunked and found new or changed already (see Ingestor.ingest)."""
+        if not self.engine.embedder_ready:
             raise EmbeddingError("the embedder is not loaded: documents cannot be indexed")
-        ingestor = Ingestor(self.store, self.identity, self.embed_documents)
-        return await ingestor.ingest(documents, progress, source)
+        ingestor = Ingestor(self.engine.store, self.engine.identity, self.embed_documents)
+        return await ingestor.ingest(documents, progress, source, checked)
 
     def check_connector(self, source: ConnectorSource, collection: str) -> None:
         """400 naming the field for a connector source its kind cannot read."""
@@ -85,26 +96,22 @@ class Catalog(Trail):
         """The connector sources (of `collection`) with their records."""
         return [
             (info, ConnectorSource.from_json(info.connector))
-            for info in await self.store.sources(collection)
+            for info in await self.engine.store.sources(collection)
             if info.connector
         ]
 
     async def read_kb(self, host: KBHost, since: str, collection: str) -> kb.Read:
         """The articles of a KB host updated since `since` (all when empty), read by the
         `kb` connector's client with KNOWLEDGE_SYNC_RETRIES (connectors/kb.py)."""
-        retries = Retries(attempts=self.settings.sync_retries)
+        retries = Retries(attempts=self.engine.settings.sync_retries)
         client = kb.KBClient.at(host.url, host.token, host.timeout, host.page_size, retries)
         return await asyncio.to_thread(kb.read, client, since, collection)
 
     def connector_runtime(self) -> Runtime:
         """What every connector is built with: KNOWLEDGE_SYNC_RETRIES for its calls,
         KNOWLEDGE_SYNC_OVERLAP for the windows of cursors of its own."""
-        return Runtime(Retries(attempts=self.settings.sync_retries), self.settings.sync_overlap)
-
-    async def changed(self, documents: Iterable[Document]) -> list[Document]:
-        """Those of `documents` an ingest would write (chunked), asked of the store
-        alone: a run that finds nothing new never needs the model."""
-        return await changed_documents(self.store, documents)
+        settings = self.engine.settings
+        return Runtime(Retries(attempts=settings.sync_retries), settings.sync_overlap)
 
     async def read_upload(
         self,
@@ -118,7 +125,7 @@ class Catalog(Trail):
         so its job knows the passages to do, and what of it was left out (a JSON-lines
         record that breaks the rules of a document, a mailbox's broken message), or "";
         ExtractionError when it holds none."""
-        settings = self.settings
+        settings = self.engine.settings
         options = LoadOptions(
             source_type=source_type,
             collection=collection,
@@ -133,6 +140,27 @@ class Catalog(Trail):
         )
 
     @staticmethod
+    def read_files(path: str, options: LoadOptions) -> Loaded:
+        """The documents of the file or folder at `path`, or of the web page it names
+        (read as a web source reads it; a page without main content is skipped), and
+        what was skipped: read by a command before the store opens or a model loads, so
+        a wrong path costs nothing."""
+        if not pages.is_url(path):
+            return load_paths([Path(path)], options)
+        try:
+            document = pages.read_page(path, options.collection, options.source_type)
+        except ExtractionError as e:
+            return Loaded(skipped=[Skipped(path, e.reason, e.detail)])
+        document.metadata.update(options.metadata)
+        return Loaded([document])
+
+    @staticmethod
+    def read_git(repo: Path, options: GitOptions) -> list[Document]:
+        """The branch's commits as documents; InvalidRequest for a bad repository,
+        branch or option, before any commit is read."""
+        return load_git(repo, options)
+
+    @staticmethod
     def corpus(path: Path, collection: str) -> list[Document]:
         """The documents of a BEIR corpus file, in `collection`; a bad record fails it."""
         refused: list[Skipped] = []
@@ -145,27 +173,27 @@ class Catalog(Trail):
         """The texts' vectors, EMBED_SLICE texts a call of the model thread: the queries
         that come while a large file is embedded take their turn between two slices."""
         start = time.perf_counter()
-        with tracing.span("knowledge.embed", self._embed_attributes("documents", len(texts))):
-            embed = self.embedder.embed_documents
-            vectors: np.ndarray = await self._in_model_thread(embed, texts[:EMBED_SLICE])
+        with tracing.span("knowledge.embed", self.engine.embed_attributes("documents", len(texts))):
+            embed = self.engine.embedder.embed_documents
+            vectors: np.ndarray = await self.engine.in_model_thread(embed, texts[:EMBED_SLICE])
             if len(texts) > EMBED_SLICE:
                 rest = [
-                    await self._in_model_thread(embed, texts[i : i + EMBED_SLICE])
+                    await self.engine.in_model_thread(embed, texts[i : i + EMBED_SLICE])
                     for i in range(EMBED_SLICE, len(texts), EMBED_SLICE)
                 ]
                 vectors = np.concatenate([vectors, *rest])
-        self.observer.embedding("documents", time.perf_counter() - start)
+        self.engine.observer.embedding("documents", time.perf_counter() - start)
         return vectors
 
     async def embed_sentences(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of the sentences an offline answer is chosen from; EmbeddingError
         when the model is not loaded, so the answer falls back to words."""
-        if not self.embedder_ready:
+        if not self.engine.embedder_ready:
             raise EmbeddingError("the embedder is not loaded")
         return await self.embed_documents(texts)
 
     async def document(self, doc_id: str) -> Document | None:
-        return await self.store.get_by_id(doc_id)
+        return await self.engine.store.get_by_id(doc_id)
 
     async def find_document(
         self, source_type: str, key: str, collection: str, source: str | None = None
@@ -173,7 +201,7 @@ class Catalog(Trail):
         """A document by source id, document id or the id of one of its chunks; with a
         `source`, only that source's. AmbiguousDocument when the source id is one
         several sources produced and no source is named."""
-        found = await self.store.find_documents(source_type, key, collection)
+        found = await self.engine.store.find_documents(source_type, key, collection)
         if source is not None:
             found = [doc for doc in found if doc.source == source]
         if len(found) > 1:
@@ -190,11 +218,11 @@ class Catalog(Trail):
         return found[0] if found else None
 
     async def delete_document(self, doc_id: str) -> bool:
-        return await self.store.delete(doc_id)
+        return await self.engine.store.delete(doc_id)
 
     async def collections(self) -> dict[str, int]:
         """Document count of every collection that holds documents."""
-        return await self.store.collections()
+        return await self.engine.store.collections()
 
     async def require_collection(self, collection: str) -> None:
         """CollectionNotFound, listing the collections, unless `collection` holds
@@ -220,25 +248,25 @@ class Catalog(Trail):
                 raise CollectionNotFound.among(name, existing)
 
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
-        return self.store.iter_documents(collection)
+        return self.engine.store.iter_documents(collection)
 
-    async def _seed(self, loaded: Loaded) -> None:
+    async def seed(self, loaded: Loaded) -> None:
         """Index the seed documents `loaded` as the source SEED_SOURCE, counting them in
         `seeding` as they are written (see Startup.seed_in_background)."""
 
         def progress(documents: int) -> None:
-            self.seeding["done"] += documents
+            self.engine.seeding["done"] += documents
 
         try:
             summary = await self.ingest(loaded, progress, SEED_SOURCE)
-            await self.audit(
+            await self.trail.audit(
                 Actor("service"),
                 "seed",
                 loaded.documents[0].collection if loaded.documents else None,
                 changes(loaded.documents, summary),
             )
         except (KnowledgeAPIError, OSError) as e:
-            self.seeding["error"] = f"{type(e).__name__}: {e}"
+            self.engine.seeding["error"] = f"{type(e).__name__}: {e}"
             log.error("seeding the empty store from %s failed: %s", self.seed_path(), e)
             return
         log.info(
@@ -247,14 +275,15 @@ class Catalog(Trail):
             summary.documents,
             summary.chunks,
         )
-        self.seeding = {}
+        self.engine.seeding = {}
 
     def seeding_progress(self) -> str:
-        return f"{self.seeding.get('done', 0)} of {self.seeding.get('total', '?')} documents"
+        seeding = self.engine.seeding
+        return f"{seeding.get('done', 0)} of {seeding.get('total', '?')} documents"
 
     def seed_path(self) -> Path:
-        if self.settings.seed_path:
-            return Path(self.settings.seed_path)
+        if self.engine.settings.seed_path:
+            return Path(self.engine.settings.seed_path)
         return Path(str(resources.files("knowledge_api").joinpath("docs")))
 
 

@@ -12,17 +12,25 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from knowledge_api.engine import Engine
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.filters import as_json
 from knowledge_api.ledger import Actor, Answered, AuditEntry, AuditQuery, stamp
 from knowledge_api.models import Ranking, SearchHit, SearchParams
 from knowledge_api.ranking import recency_json
+from knowledge_api.service.engine import Engine
 
 log = logging.getLogger("knowledge_api")
 
 
-class Trail(Engine):
+class Trail:
+    """The audit trail and the record of answers, over the engine's logs."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._recording: dict[str, asyncio.Task[None]] = {}
+        """Answers whose record is being written, by query_id."""
+        self._next_prune = 0.0
+
     async def audit(
         self, actor: Actor, action: str, collection: str | None, changed: dict[str, Any]
     ) -> None:
@@ -33,17 +41,17 @@ class Trail(Engine):
         forgotten, checked at most hourly."""
         entry = AuditEntry(actor.name, action, collection, changed, actor.request_id, stamp())
         try:
-            await self.audit_log.append(entry)
-            if self.settings.audit_days and time.monotonic() >= self._next_prune:
+            await self.engine.audit_log.append(entry)
+            if self.engine.settings.audit_days and time.monotonic() >= self._next_prune:
                 self._next_prune = time.monotonic() + 3600
-                cutoff = time.time() - self.settings.audit_days * 86400
-                await self.audit_log.prune(stamp(datetime.fromtimestamp(cutoff, UTC)))
+                cutoff = time.time() - self.engine.settings.audit_days * 86400
+                await self.engine.audit_log.prune(stamp(datetime.fromtimestamp(cutoff, UTC)))
         except KnowledgeAPIError as e:
             log.error("audit record lost: %s %s by %s: %s", action, changed, actor.name, e.message)
 
     async def audit_page(self, query: AuditQuery) -> list[AuditEntry]:
         """A page of the trail, newest first."""
-        return await self.audit_log.page(query)
+        return await self.engine.audit_log.page(query)
 
     async def answered(
         self,
@@ -83,12 +91,12 @@ class Trail(Engine):
     def ranking(self, params: SearchParams) -> dict[str, Any]:
         """What ranked a query: the request's own choices and the settings that order
         results, so a rating says which ranking it judged."""
-        reranking = self.reranker.name != "none" and params.ranking.rerank is not False
+        reranking = self.engine.reranker.name != "none" and params.ranking.rerank is not False
         ran = self.ranking_ran(params.ranking, reranking)
         return {
-            "embedder": self.embedder.name,
+            "embedder": self.engine.embedder.name,
             **ran,
-            "feedback_docs": self.tuning.adjusted(params.ranking).feedback_docs,
+            "feedback_docs": self.engine.tuning.adjusted(params.ranking).feedback_docs,
             "limit": params.limit,
             "offset": params.offset,
             "threshold": params.threshold,
@@ -100,18 +108,18 @@ class Trail(Engine):
         """The ranking a request's choices and the settings make, as responses report
         it: fusion, vector_weight, prf (whether the feedback round runs), recency (or
         None) and the reranker that ran ("none": no reranking)."""
-        tuning = self.tuning.adjusted(ranking)
+        tuning = self.engine.tuning.adjusted(ranking)
         return {
             "fusion": tuning.fusion,
             "vector_weight": tuning.vector_weight,
             "prf": tuning.feedback_docs > 0,
             "recency": None if ranking.recency is None else recency_json(ranking.recency),
-            "reranker": self.reranker.name if reranking else "none",
+            "reranker": self.engine.reranker.name if reranking else "none",
         }
 
     async def _record(self, answered: Answered) -> None:
         try:
-            await self.feedback_log.answered(answered)
+            await self.engine.feedback_log.answered(answered)
         except KnowledgeAPIError as e:
             log.error(
                 "answer %s not recorded, its ratings will not resolve: %s",
@@ -123,7 +131,7 @@ class Trail(Engine):
         """A computed query or answer by its query_id (once its record is written)."""
         if (recording := self._recording.get(query_id)) is not None:
             await asyncio.shield(recording)
-        return await self.feedback_log.find(query_id)
+        return await self.engine.feedback_log.find(query_id)
 
     async def recorded(self) -> None:
         """Wait until every answer computed so far is recorded."""

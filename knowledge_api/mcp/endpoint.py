@@ -1,6 +1,6 @@
 """/mcp in the HTTP app, its MCP server built on the first request that reaches it.
 
-The MCP SDK and the tools' schemas (routes/mcp.py) take longer to import and build
+The MCP SDK and the tools' schemas (mcp/server.py) take longer to import and build
 than the rest of the service takes to start, and only MCP clients need them: a
 server that is never asked over MCP never loads them. The first /mcp request waits
 for the build (about a second); the ones after it find the server running.
@@ -91,7 +91,7 @@ class McpEndpoint:
 
 
 def build_server(service: KnowledgeService, settings: Settings) -> Any:
-    from knowledge_api.routes import mcp
+    from knowledge_api.mcp import server as mcp
 
     return mcp.build_http(service, settings, PATH)
 

@@ -1,37 +1,20 @@
-"""KnowledgeService: the engine every use case goes through.
-
-It owns the seams (store, embedder, reranker, synthesis chain, caches) and offers the
-steps the use cases are made of: retrieve (embed through tier 2, search, rerank), write
-an answer from passages, keep values in tier 1, ingest and read documents, report
-health. It returns domain values; nothing here knows HTTP or which backend runs.
-
-This module is the query pipeline; what the service holds is engine.py, and its other
-concerns have a module each (trail.py, catalog.py, startup.py, health.py).
-"""
+"""Retrieval, the step every use case shares: a query embedded through tier 2, the
+sources it needs (routing), the store searched, the hits reranked and a page cut."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable, Sequence
-from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from knowledge_api import tracing
-from knowledge_api.cache.base import COMPUTED, Event, Served
-from knowledge_api.errors import (
-    EmbeddingError,
-    InvalidRequest,
-)
+from knowledge_api.errors import EmbeddingError, InvalidRequest
 from knowledge_api.facets import Facets
-from knowledge_api.health import Health
 from knowledge_api.models import (
     SETTINGS_RANKING,
-    Outcome,
     Ranking,
     SearchFilters,
     SearchHit,
@@ -40,20 +23,9 @@ from knowledge_api.models import (
 )
 from knowledge_api.ranking import DEEPEST, by_recency
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
-from knowledge_api.startup import Startup
-from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
+from knowledge_api.service.engine import Engine
+from knowledge_api.service.trail import Trail
 from knowledge_api.timing import elapsed_ms, ms
-
-__all__ = [
-    "COMPUTED",
-    "Event",
-    "KnowledgeService",
-    "Plan",
-    "Retrieval",
-    "Served",
-]
-log = logging.getLogger("knowledge_api")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +69,12 @@ class Retrieval:
         return timings
 
 
-class KnowledgeService(Startup, Health):
-    """The query pipeline over what the service holds (engine.py): retrieve, route,
-    keep values in tier 1, write answers from passages (trail.py records them)."""
+class Retriever:
+    """Embed, route, search, rerank, over the engine's seams."""
 
-    # -- retrieval ------------------------------------------------------------------
+    def __init__(self, engine: Engine, trail: Trail) -> None:
+        self.engine = engine
+        self.trail = trail
 
     async def retrieve(
         self,
@@ -127,7 +100,7 @@ class KnowledgeService(Startup, Health):
         start = time.perf_counter()
         vector = await self._query_vector(normalize_query(query), warnings)
         embedding_ms = elapsed_ms(start)
-        if not route or self.settings.routing != "on":
+        if not route or self.engine.settings.routing != "on":
             return Plan(vector, filters, embedding_ms, warnings)
         if filters.source_types is not None:  # the request's own choice always wins
             return Plan(vector, filters, embedding_ms, warnings, filters.source_types)
@@ -164,21 +137,22 @@ class KnowledgeService(Startup, Health):
         A page that ends in the first places costs one search; a deeper one two. Recency
         orders each part within itself."""
         reranking = self._reranking(ranking, rerank, mode)
-        first = max(self.settings.candidates, self.settings.rerank_top if reranking else 0)
+        settings = self.engine.settings
+        first = max(settings.candidates, settings.rerank_top if reranking else 0)
         end = offset + limit
         # one hit more than the page: whether another page follows
         wanted = first if ranking.recency is not None else min(end + 1, first)
         if reranking:
-            wanted = max(wanted, self.settings.rerank_top)
+            wanted = max(wanted, settings.rerank_top)
         started = time.perf_counter()
         with tracing.span("knowledge.search", self._search_attributes(plan, query, mode)) as span:
-            hits = await self.store.search(
+            hits = await self.engine.store.search(
                 query, plan.vector, wanted, plan.filters, threshold, mode, ranking
             )
             deeper: list[SearchHit] = []
             # fewer than asked: every passage that passes is placed, none lies deeper
             if end + 1 > first and len(hits) == wanted:
-                deep = await self.store.search(
+                deep = await self.engine.store.search(
                     query, plan.vector, DEEPEST, plan.filters, threshold, mode, ranking
                 )
                 placed = {hit.chunk.id for hit in hits}
@@ -188,7 +162,7 @@ class KnowledgeService(Startup, Health):
             for hit in (*hits, *deeper):
                 hit.collection = plan.filters.collection
         searched = time.perf_counter() - started
-        self.observer.search(searched)
+        self.engine.observer.search(searched)
         found = Retrieval(
             hits,
             plan.vector,
@@ -197,7 +171,7 @@ class KnowledgeService(Startup, Health):
             list(plan.warnings),
             None,
             plan.routed,
-            ranking=self.ranking_ran(ranking, reranking),
+            ranking=self.trail.ranking_ran(ranking, reranking),
         )
         if reranking:
             found = await self._reranked(query, found)
@@ -212,14 +186,14 @@ class KnowledgeService(Startup, Health):
     def _reranking(self, ranking: Ranking, rerank: bool, mode: SearchMode) -> bool:
         """Whether this search is reranked; a request that asks for reranking when no
         reranker is configured is a 400."""
-        if ranking.rerank and self.reranker.name == "none":
+        if ranking.rerank and self.engine.reranker.name == "none":
             raise InvalidRequest(
                 "ranking.rerank",
                 "needs a reranker: KNOWLEDGE_RERANKER is none on this service",
                 setting="KNOWLEDGE_RERANKER",
             )
         asked = rerank and ranking.rerank is not False
-        return asked and mode == "hybrid" and self.reranker.name != "none"
+        return asked and mode == "hybrid" and self.engine.reranker.name != "none"
 
     async def facets(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets | None:
         """How many passages `filters` lets through hold each value of each field
@@ -228,7 +202,7 @@ class KnowledgeService(Startup, Health):
             return None
         attributes = {"knowledge.facets.fields": list(fields)}
         with tracing.span("knowledge.search.facets", attributes):
-            return await self.store.facet_counts(filters, fields)
+            return await self.engine.store.facet_counts(filters, fields)
 
     def _search_attributes(self, plan: Plan, query: str, mode: SearchMode) -> dict[str, Any]:
         if not tracing.recording():
@@ -240,55 +214,40 @@ class KnowledgeService(Startup, Health):
             **tracing.query_attributes(query),
         }
 
-    async def served(
-        self,
-        key: Hashable,
-        compute: Callable[[], Awaitable[tuple[T, bool]]],
-        collection: str | tuple[str, ...],
-    ) -> Served[T]:
-        """`key`'s value from tier 1 (kept under `collection`'s generation, or every
-        one's of several searched as one), or computed (once for identical concurrent
-        requests), in the tier-1 span. Several collections are each checked first."""
-        if not isinstance(collection, str):
-            await self.require_collections(collection)
-        with tracing.span("knowledge.cache", {"knowledge.cache.tier": 1}) as span:
-            served = await self.tier1.served(key, compute, collection)
-            span.set_attribute("knowledge.cache.hit", served.cache_hit)
-        return served
-
     # -- routing --------------------------------------------------------------------
 
     async def route(self, query: str, vector: np.ndarray | None, collection: str) -> Route:
         """The sources `query` needs in `collection`. The collection's centroids are
         learned again in the background when the store changed; until they are, the
         last ones are used (none at first: every source is searched)."""
-        known = self.centroids.get(collection)
-        if known is None or known.generation != await self.store.generation():
+        known = self.engine.centroids.get(collection)
+        if known is None or known.generation != await self.engine.store.generation():
             self._learn_in_background(collection)
-        return route(query, vector, known, self.settings.routing_margin)
+        return route(query, vector, known, self.engine.settings.routing_margin)
 
     def _learn_in_background(self, collection: str) -> None:
-        learning = self._learning.get(collection)
+        learning = self.engine.learning.get(collection)
         if learning is None or learning.done():
-            self._learning[collection] = asyncio.create_task(self.learn_routes(collection))
+            self.engine.learning[collection] = asyncio.create_task(self.learn_routes(collection))
 
     async def learn_routes(self, collection: str) -> Centroids:
         """The collection's source centroids, learned again if the store changed since."""
-        generation = await self.store.generation()
-        known = self.centroids.get(collection)
+        generation = await self.engine.store.generation()
+        known = self.engine.centroids.get(collection)
         if known is None or known.generation != generation:
-            known = await learn_centroids(generation, self.store.iter_documents(collection))
-            self.centroids[collection] = known
+            known = await learn_centroids(generation, self.engine.store.iter_documents(collection))
+            self.engine.centroids[collection] = known
         return known
 
     async def _reranked(self, query: str, found: Retrieval) -> Retrieval:
         started = time.perf_counter()
+        reranker = self.engine.reranker
         attributes = {
-            "knowledge.rerank.provider": self.reranker.name,
+            "knowledge.rerank.provider": reranker.name,
             "knowledge.rerank.hits": len(found.hits),
         }
         with tracing.span("knowledge.rerank", attributes) as span:
-            reranked = await self.reranker.rerank(query, found.hits, self.settings.rerank_top)
+            reranked = await reranker.rerank(query, found.hits, self.engine.settings.rerank_top)
             if reranked.warnings:
                 span.set_attribute("knowledge.rerank.warnings", list(reranked.warnings))
         return replace(
@@ -297,26 +256,29 @@ class KnowledgeService(Startup, Health):
             warnings=found.warnings + reranked.warnings,
             rerank_ms=elapsed_ms(started),
             # what really ran: a reranker that could not rank left the fused order
-            ranking={**found.ranking, "reranker": self.reranker.name if reranked.ran else "none"},
+            ranking={
+                **found.ranking,
+                "reranker": reranker.name if reranked.ran else "none",
+            },
         )
 
     async def _query_vector(self, normalized: str, warnings: list[str]) -> np.ndarray | None:
-        if not self.embedder_ready:
+        if not self.engine.embedder_ready:
             warnings.append("embedder unavailable: results ranked by keyword relevance only")
             return None
 
         async def compute() -> tuple[np.ndarray, bool]:
             start = time.perf_counter()
-            with tracing.span("knowledge.embed", self._embed_attributes("query")) as span:
-                vector = await self.query_batcher.embed(normalized)
-                if (size := self._batch_sizes.pop(normalized, None)) is not None:
+            with tracing.span("knowledge.embed", self.engine.embed_attributes("query")) as span:
+                vector = await self.engine.query_batcher.embed(normalized)
+                if (size := self.engine._batch_sizes.pop(normalized, None)) is not None:
                     span.set_attribute("knowledge.embed.batch_size", size)
-            self.observer.embedding("query", time.perf_counter() - start)
+            self.engine.observer.embedding("query", time.perf_counter() - start)
             return vector, True
 
         try:
             vector: np.ndarray
-            vector, _ = await self.caches.embeddings.get_or_compute(normalized, compute)
+            vector, _ = await self.engine.caches.embeddings.get_or_compute(normalized, compute)
         except EmbeddingError as e:
             warnings.append(f"embedding failed ({e.message}): keyword relevance only")
             return None
@@ -324,31 +286,4 @@ class KnowledgeService(Startup, Health):
 
     def forget_query_embeddings(self) -> None:
         """Empty tier 2, so the next queries are embedded again (latency measurements)."""
-        self.caches.embeddings.clear()
-
-    # -- answers from passages -------------------------------------------------------
-
-    def synthesis_events(
-        self, query: str, hits: Sequence[SearchHit]
-    ) -> AsyncGenerator[Event, None]:
-        """The chain's events: ("delta", text) as text arrives, ("reset", why) when a
-        link failed mid-answer, then ("done", Outcome)."""
-        return self.synthesizer.stream(query, hits)
-
-    async def sentence_support(self, query: str, hits: Sequence[SearchHit]) -> list[float] | None:
-        """Per passage, the cosine with the question of its sentence closest to it, as
-        the offline link reads sentences (its vectors kept for the answer); None
-        without the model."""
-        offline = self.synthesizer.links[-1]
-        if not isinstance(offline, ExtractiveSynthesizer):
-            return None
-        return await offline.support(query, hits)
-
-    async def synthesize(self, query: str, hits: Sequence[SearchHit]) -> Outcome:
-        """The chain's answer, whole."""
-        async with aclosing(self.synthesis_events(query, hits)) as events:
-            async for name, data in events:
-                if name == "done":
-                    outcome: Outcome = data
-                    return outcome
-        raise RuntimeError("the synthesis chain ended without an outcome")
+        self.engine.caches.embeddings.clear()

@@ -6,30 +6,40 @@ from __future__ import annotations
 import time
 
 from knowledge_api import __version__
-from knowledge_api.engine import Body, Engine
 from knowledge_api.ingest import ocr
+from knowledge_api.service.engine import Body, Engine
 from knowledge_api.timing import utc_now
 
 
-class Health(Engine):
+class Health:
+    """/health and readiness, from what the engine holds."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
     async def readiness(self) -> dict[str, str]:
         """Why each part that keeps requests from being served is not ready; empty
         when the store answers and the embedder is loaded."""
+        engine = self.engine
         problems = {}
-        store = await self.store.health_check()
+        store = await engine.store.health_check()
         if store.get("status") != "ok":
             problems["store"] = str(store.get("error") or store.get("status"))
-        if not self.embedder_ready:
+        if not engine.embedder_ready:
             problems["embedder"] = "not loaded"
         return problems
 
     async def health(self) -> Body:
-        store = await self.store.health_check()
-        cache = await self.caches.health()
-        embedder = {**self.embedder.health(), "query_batches": self.query_batcher.stats()}
-        synthesizer = self.synthesizer.health()
-        reranker = self.reranker.health()
-        extra = {name: report() for name, report in self.health_reports.items()}
+        engine = self.engine
+        store = await engine.store.health_check()
+        cache = await engine.caches.health()
+        embedder = {
+            **engine.embedder.health(),
+            "query_batches": engine.query_batcher.stats(),
+        }
+        synthesizer = engine.synthesizer.health()
+        reranker = engine.reranker.health()
+        extra = {name: report() for name, report in engine.health_reports.items()}
         extra_ok = all(report.get("status") in ("ok", "pending") for report in extra.values())
         replica_down = any(r.get("state") == "down" for r in store.get("replicas", ()))
         if store.get("status") == "unavailable":
@@ -49,14 +59,14 @@ class Health(Engine):
             "status": status,
             "service": "knowledge-api",
             "version": __version__,
-            "cache": self.caches.stats(),
+            "cache": engine.caches.stats(),
             "timestamp": utc_now(),
-            "uptime_s": round(time.monotonic() - self.started, 1),
+            "uptime_s": round(time.monotonic() - engine.started, 1),
             "store": store,
             "embedder": embedder,
             "synthesizer": synthesizer,
             "reranker": reranker,
             "ingest": ocr.health(),
-            **({"seeding": dict(self.seeding)} if self.seeding else {}),
+            **({"seeding": dict(engine.seeding)} if engine.seeding else {}),
             **extra,
         }

@@ -2,9 +2,11 @@
 caches), the logs kept beside the store (keys, audit trail, answers and ratings, upload
 jobs), and the threads model calls run on.
 
-KnowledgeService (service.py) is built on it, a concept a module: trail.py (the audit
-trail, answers recorded for their ratings), catalog.py (documents and ingestion),
-startup.py (opening and closing), health.py (/health and readiness).
+KnowledgeService (knowledge.py) is built on it, and holds its parts, each over this
+engine and reading its seams when called (a seam replaced after construction applies
+to every part): trail.py (the audit trail, answers recorded for their ratings),
+catalog.py (documents and ingestion), startup.py (opening and closing), health.py
+(/health and readiness).
 """
 
 from __future__ import annotations
@@ -65,7 +67,6 @@ class Engine:
         self.seeding: dict[str, Any] = {}
         """The seed of an empty store while it runs: {"done", "total"} documents, and
         "error" if it failed (/health); empty otherwise."""
-        self._seeding: asyncio.Task[None] | None = None
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder")
         self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="embedder-queries")
         """Queries have a thread of their own: one never waits behind an ingestion batch
@@ -83,14 +84,11 @@ class Engine:
         self.keys = RememberedKeys(store.key_store(settings.db_path))
         self.audit_log = store.audit_log(settings.db_path)
         self.feedback_log = store.feedback_log(settings.db_path)
-        self._recording: dict[str, asyncio.Task[None]] = {}
-        """Answers whose record is being written, by query_id."""
-        self._next_prune = 0.0
         self.jobs = store.job_store(settings.db_path)
         self.observer: Observer = UNOBSERVED
         self.centroids: dict[str, Centroids] = {}
         """Each collection's source centroids (routing), at the generation they were learned."""
-        self._learning: dict[str, asyncio.Task[Centroids]] = {}
+        self.learning: dict[str, asyncio.Task[Centroids]] = {}
         self.prefetcher = Prefetcher.from_settings(settings)
         if self.prefetcher.enabled:
             self.health_reports["prefetch"] = self.prefetcher.report
@@ -111,7 +109,12 @@ class Engine:
         configured = self.settings.answer_threshold
         return self.embedder.answer_threshold if configured == "auto" else float(configured)
 
-    async def _in_model_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def close_threads(self) -> None:
+        """Stop the model threads; a batch under way finishes alone."""
+        self._model_thread.shutdown(wait=False, cancel_futures=True)
+        self._query_thread.shutdown(wait=False, cancel_futures=True)
+
+    async def in_model_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Loading and document batches run one at a time on their own thread, off the
         event loop (queries on another: `_query_thread`)."""
         return await asyncio.get_running_loop().run_in_executor(self._model_thread, fn, *args)
@@ -129,7 +132,7 @@ class Engine:
             self._batch_sizes.update(dict.fromkeys(texts, len(texts)))
         return vectors
 
-    def _embed_attributes(self, kind: str, batch_size: int | None = None) -> dict[str, Any]:
+    def embed_attributes(self, kind: str, batch_size: int | None = None) -> dict[str, Any]:
         """An embed span's attributes (the GenAI semantic conventions' embeddings)."""
         if not tracing.recording():
             return {}

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_api.registry import import_extra
-from knowledge_api.stores.vector_index import Collections, LabelledIndex, label_codes
+from knowledge_api.stores.sqlite.vector_index import Collections, LabelledIndex, label_codes
 
 DEFAULT_PROBES = 16
 TRAINING_ROWS_PER_LIST = 40
