@@ -26,7 +26,7 @@ from knowledge_api.connectors import registry
 from knowledge_api.connectors.base import Runtime, Window, secret
 from knowledge_api.errors import ConnectorFailed, KnowledgeStoreError
 from knowledge_api.ledger import Actor
-from knowledge_api.models import ConnectorSource, Document, IndexSummary, Progress
+from knowledge_api.models import ConnectorSource, Document, IndexSummary
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import connectors as use
@@ -246,18 +246,13 @@ async def test_documents_carry_their_items_dates(service: KnowledgeService) -> N
     assert (doc.created_at, doc.updated_at) == (item.created, item.updated)
 
 
-class StoreFails(KnowledgeService):
-    async def ingest(
-        self,
-        documents: Any,
-        progress: Progress | None = None,
-        source: str | None = None,
-    ) -> IndexSummary:
-        raise KnowledgeStoreError("the disk is full")
+async def disk_full(*args: Any, **kwargs: Any) -> IndexSummary:
+    raise KnowledgeStoreError("the disk is full")
 
 
 async def test_the_cursor_moves_only_once_the_window_is_stored(settings: Settings) -> None:
-    failing = build_service(settings, StoreFails)
+    failing = build_service(settings)
+    failing.catalog.ingest = disk_full  # type: ignore[method-assign]
     await failing.start()
     try:
         await add(failing, "jira", Vendor({"OPS-1": Item("Heron", updated=ago(days=1))}))
