@@ -7,7 +7,8 @@ embedder) and by words (the share of the query's stemmed content words it contai
 Boilerplate (navigation, copyright lines, code, headings alone, fragments) is never a
 candidate, and a sentence that only repeats the question's words answers nothing; one
 that completes them (with a command, a setting, a number) does. A question that names
-something (Kestrel, PM2) is answered only from passages that name it. When no sentence
+something (Kestrel, PM2) is answered only from passages that name it, the line that
+defines the name (the name before its colon) first. When no sentence
 reaches the bar, the answer says the knowledge base has no relevant passage and cites
 nothing, instead of quoting something weak.
 """
