@@ -20,7 +20,8 @@ The set is split: the odd-numbered conversations of the first 49 were used to tu
 offline rewrite; the even-numbered ones and those marked `added_after_tuning` (written
 once it was tuned, to ask what the first set asks too little: follow-ups whose own words
 fit many documents, "which errors does it raise?"; then "and X?" after a question that
-kept its subject and moved its focus) were not. Both are reported, and the held-out
+kept its subject and moved its focus; then "and X?" / "what about X?" putting another
+connector, endpoint or client in the entity's place) were not. Both are reported, and the held-out
 follow-ups of the form "and X?" / "what about X?" apart. Then
 the time of one offline rewrite, p50 and p95 over every follow-up.
 

@@ -126,6 +126,28 @@ def test_and_a_name_replaces_the_entity_asked_about_not_the_focus() -> None:
     assert moved.question == "How are Qdrant collections laid out?"
 
 
+def test_and_a_thing_of_the_same_entity_keeps_the_entity() -> None:
+    """ "and the errors?" after a question on PM2 asks it of PM2: the entity stays, the
+    thing asked of it gives way; a name with a common noun ("the Qdrant store") puts the
+    name in the entity's place, and "and what about X?" is one opening."""
+    cited = ("Operations guide > Running under PM2",)
+    errors = offline(said("Where does PM2 write the warnings?", ("..", cited), "and the errors?"))
+    assert errors.question == "Where does PM2 write the errors?"
+    assert errors.cited == ("Operations guide",)
+    used = offline(
+        said("What does useChat send in the request?", ("..", ()), "What about the errors?")
+    )
+    assert used.question == "What does useChat send in the errors?"
+    route = offline(said("How does the Python client stream?", ("..", ()), "And the answer route?"))
+    assert "answer route" in route.question and "Python" not in route.question  # another entity
+    store = offline(
+        said("How do I configure the Chroma store?", ("..", ()), "and the Qdrant store?")
+    )
+    assert store.question == "How do I configure the Qdrant store?"
+    port = offline(said("Which port does Falcon listen on?", ("..", ()), "And what about Osprey?"))
+    assert port.question == "Which port does Osprey listen on?"
+
+
 def test_the_sources_an_earlier_answer_cited_are_searched_with_the_question() -> None:
     cited = ("Falcon guide > Setup", "Gateways > Falcon")
     rewrite = offline(said("What is Falcon?", ("A gateway [1][2].", cited), "How is it set up?"))

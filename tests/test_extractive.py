@@ -262,3 +262,36 @@ def test_a_passage_about_another_entity_is_not_quoted_as_the_asked_ones() -> Non
     asked = extract("How do I roll back Kestrel?", [osprey])
     assert asked.text == NO_RESULTS and asked.citations == []
     assert extract("How do I roll back an Osprey wave?", [osprey]).citations == [1]
+
+
+def test_a_sentence_that_only_denies_what_is_asked_does_not_answer_it() -> None:
+    """ "without a restart" names a restart and says nothing of how to do one."""
+    kestrel = hit(
+        "Jobs are declared in `kestrel.yaml`, one entry per job with its cron expression. "
+        "Run `kestrel apply` to load a changed file without a restart."
+    )
+    restart = extract("How do I restart Kestrel?", [kestrel])
+    assert restart.text == NO_RESULTS and restart.citations == []
+    load = extract("How do I load a changed Kestrel file?", [kestrel])
+    assert load.text == "Run `kestrel apply` to load a changed file without a restart. [1]"
+
+
+def test_the_line_that_defines_the_named_setting_is_quoted() -> None:
+    """In a list of settings the asked one is named by many lines; the one that defines it
+    (its name before the colon) answers, although others hold as many of the words."""
+    mentions = [
+        hit(
+            f"`KNOWLEDGE_{name}` (default empty): {what} besides `localhost` and "
+            "`KNOWLEDGE_API_HOST`."
+        )
+        for name, what in (
+            ("ALLOWED_HOSTS", "host names every route answers to"),
+            ("MCP_ALLOWED_ORIGINS", "browser origins `/mcp` accepts from hosts"),
+            ("CORS_ORIGINS", "origins a browser page may call from hosts"),
+            ("TRUSTED_PROXIES", "proxies whose forwarded host headers are read"),
+        )
+    ]
+    defining = hit("`KNOWLEDGE_API_HOST` (default `127.0.0.1`): the interface the server binds to.")
+    synthesis = extract("What is the default API host?", [*mentions, defining])
+    assert "`KNOWLEDGE_API_HOST` (default `127.0.0.1`): the interface" in synthesis.text
+    assert 5 in synthesis.citations

@@ -7,7 +7,8 @@ embedder) and by words (the share of the query's stemmed content words it contai
 Boilerplate (navigation, copyright lines, code, headings alone, fragments) is never a
 candidate, and a sentence that only repeats the question's words answers nothing; one
 that completes them (with a command, a setting, a number) does. A question that names
-something (Kestrel, PM2) is answered only from passages that name it. When no sentence
+something (Kestrel, PM2) is answered only from passages that name it, the line that
+defines the name (the name before its colon) first. When no sentence
 reaches the bar, the answer says the knowledge base has no relevant passage and cites
 nothing, instead of quoting something weak.
 """
@@ -50,6 +51,13 @@ proportion."""
 NEW_NEEDED = 2
 """Distinct words of its own that complete the question in a sentence that says none
 of the question's words twice."""
+DEFINES = 0.1
+"""Added to a sentence that defines what the question names, the name standing before
+its colon ("421 `misdirected_request`: the `Host` header names a host ..."): in a
+reference (a list of settings, errors, fields) that line is the answer, while the prose
+around it only mentions the name."""
+MAX_SUBJECT_CHARS = 60
+"""Longest text before a colon that is a definition's subject, not a clause."""
 MAX_EMBEDDED = 12
 """Sentences embedded per answer at most; the model's cost grows with each."""
 CACHED_SENTENCES = 20_000
@@ -206,14 +214,15 @@ def candidates(query: str, hits: Sequence[SearchHit]) -> list[list[str]]:
     (Kestrel, PM2, /livez), none from a passage that does not name it (asked about
     Kestrel, Osprey's steps are not an answer), and none that holds no word of what
     is asked of it besides the name ("Run `kestrel apply`" does not say how to roll
-    Kestrel back)."""
+    Kestrel back), or holds it only denied ("without a restart" does not say how to
+    restart it)."""
     names = named(query)
     asked = stems(query) - stems(" ".join(names))
     return [
         [
             sentence
             for sentence in candidate_sentences(hit.chunk.content)
-            if not names or not asked or asked & stems(sentence)
+            if not names or not asked or asked & stems(_NEGATED.sub(" ", sentence))
         ]
         if names_any(hit, names)
         else []
@@ -221,6 +230,8 @@ def candidates(query: str, hits: Sequence[SearchHit]) -> list[list[str]]:
     ]
 
 
+_NEGATED = re.compile(r"\b(?:without|no|not|never)\s+(?:(?:a|an|the|any)\s+)?[\w-]+", re.IGNORECASE)
+"""A word denied: what a sentence says does not happen."""
 _NAME = re.compile(r"[A-Za-z0-9_$/.-]*[A-Za-z0-9_$]")
 
 
@@ -253,6 +264,7 @@ def score(
 ) -> list[Candidate]:
     """Every candidate sentence with its score, best first."""
     wanted = stems(query)
+    names = named(query)
     scored = []
     for n, passage in enumerate(sentences, start=1):
         for position, sentence in enumerate(passage):
@@ -262,6 +274,8 @@ def score(
             if meaning is not None:
                 cosine = max(0.0, float(meaning[n - 1][position]))
                 value = MEANING_WEIGHT * cosine + (1 - MEANING_WEIGHT) * coverage
+            if defines(sentence, names):
+                value += DEFINES
             value *= novelty(sentence, query, wanted)
             value -= RANK_PENALTY * (n - 1)
             scored.append(Candidate(value, n, position, sentence))
@@ -284,6 +298,17 @@ def novelty(sentence: str, question: str, wanted: set[str]) -> float:
     if len(own) >= NEW_NEEDED and len(repeated) == len(set(repeated)):
         return 1.0
     return min(1.0, (len(tokens) - len(repeated)) / len(tokens) / MIN_NEW_WORDS)
+
+
+def defines(sentence: str, names: set[str]) -> bool:
+    """Whether the sentence is the definition of one of `names`: it stands in the text
+    before the sentence's first colon, short enough to be a subject ("`KNOWLEDGE_API_HOST`
+    (default `127.0.0.1`): the interface ...")."""
+    subject, colon, _ = sentence.partition(": ")
+    if not colon or len(subject) > MAX_SUBJECT_CHARS:
+        return False
+    subject = subject.casefold()
+    return any(name in subject for name in names)
 
 
 _VALUE = re.compile(r"`[^`\n]+`|\b\d[\d.,:]*\b")

@@ -94,10 +94,14 @@ ORDINAL = re.compile(
 SOURCE_NOUNS = frozenset({"source", "result", "passage", "link", "citation"})
 ALONE = frozenset({"former", "latter"})
 """Ordinals that refer by themselves ("the first" needs a noun: "the first one")."""
+BEFORE_NOUN = frozenset({"the", "a", "an", "its", "their", "of", "in", "on", "for", "to", "from"})
+"""Words after which a question's word is a thing asked of, not what is done."""
 ELLIPSIS = re.compile(
-    r"^\s*(?:and|or|but|also|what\s+about|how\s+about|same\s+(?:for|with)|now|then)\b[\s,]*",
+    r"^\s*(?:(?:and|or|but|also|what\s+about|how\s+about|same\s+(?:for|with)|now|then)"
+    r"\b[\s,]*)+",
     re.IGNORECASE,
 )
+"""The opening of "and X?", "what about X?", "and what about X?"."""
 TEMPLATE = """\
 Rewrite the user's last question in this conversation about {subject} as one \
 standalone search question: replace every reference to earlier turns ("it", "the \
@@ -219,13 +223,21 @@ def resolve_one(text: str, earlier: list[Resolved], answers: list[tuple[str, ...
     if lead := ELLIPSIS.match(text):
         rest = LEADING.sub("", text[lead.end() :].strip(" ?!.,"))
         if rest and not asks(rest):
-            entity = all(is_name(word, first=False) for word in WORD.findall(rest))
+            names = [word for word in WORD.findall(rest) if is_name(word, first=False)]
+            entity = len(names) == len(WORD.findall(rest))
             if previous.inherited and previous.focus and not entity:  # the focus moves
                 question = swapped(previous.question, previous.focus, rest)
                 return Resolved(question, previous.subject, rest, previous.cited or cited, True)
+            entity_asked = any(
+                is_name(word, first=False) for word in WORD.findall(previous.subject)
+            )
+            moved = refocused(previous, rest) if entity_asked and not names else None
+            if moved:  # "and the errors?" after "What does useChat send in the request?"
+                return Resolved(moved, previous.subject, rest, previous.cited or cited, True)
+            new = " ".join(names) if names and entity_asked else rest  # "the Qdrant store"
             if not mentions(previous.question, previous.subject):  # "and Kestrel?"
-                return Resolved(about(previous.question, rest), rest, rest)
-            return Resolved(swapped(previous.question, previous.subject, rest), rest, rest)
+                return Resolved(about(previous.question, new), new, new)
+            return Resolved(swapped(previous.question, previous.subject, new), new, new)
         text = text[lead.end() :].strip() or text
     words = [w.lower() for w in WORD.findall(text)]
     if PRONOUN.search(text) or any(
@@ -244,6 +256,24 @@ def mentions(question: str, subject: str) -> bool:
     """Whether a question says its subject (one of the subject's words) in so many words."""
     said = {word.lower() for word in WORD.findall(question)}
     return any(word.lower() in said for word in WORD.findall(subject))
+
+
+def refocused(previous: Resolved, focus: str) -> str | None:
+    """The previous question asking `focus` of its entity, when it asked one thing of it,
+    a noun alone after an article or a preposition: that thing gives way ("Where does
+    PM2 write the warnings?", "and the errors?": "Where does PM2 write the errors?").
+    None otherwise: "and the answer route?" after "How does the Python client stream?"
+    puts another entity in the entity's place."""
+    said = {word.lower() for word in WORD.findall(previous.subject)}
+    asked = [word for word in WORD.findall(previous.focus) if word.lower() not in said]
+    words = [word.lower() for word in WORD.findall(previous.question)]
+    if len(asked) != 1 or asked[0].lower() not in words:
+        return None
+    place = words.index(asked[0].lower())
+    alone = place + 1 == len(words) or words[place + 1] in COMMON  # not "health check"
+    if place and words[place - 1] in BEFORE_NOUN and alone:
+        return swapped(previous.question, asked[0], focus)
+    return None
 
 
 def about(text: str, subject: str) -> str:
@@ -313,7 +343,10 @@ def is_name(word: str, first: bool) -> bool:
     if word.lower() in COMMON:
         return False
     capitalised = not first and word[:1].isupper()
-    return capitalised or any(c in word for c in "_/.$") or (len(word) > 1 and word.isupper())
+    camel = word[:1].islower() and any(c.isupper() for c in word[1:])  # useChat
+    return (
+        capitalised or camel or any(c in word for c in "_/.$") or (len(word) > 1 and word.isupper())
+    )
 
 
 def has_name(text: str) -> bool:
