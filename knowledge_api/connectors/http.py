@@ -2,7 +2,9 @@
 `Retry-After` says (clamped to 1-60 s), other 5xx and dropped connections back off
 exponentially with jitter, at most `retries` times; 401, 403, 404 and 410 stop the run at
 once with the reason (a wrong token or a retired endpoint must not look like an empty
-source). The `Authorization` header and every secret stay out of messages and logs.
+source). The error's `status` detail is the last answer's status (None for a dropped
+connection), for a connector that acts on it (a page asked again smaller). The
+`Authorization` header and every secret stay out of messages and logs.
 """
 
 from __future__ import annotations
@@ -105,12 +107,17 @@ class SourceHTTP:
                 if status < 400:
                     return response
                 if status in STOPS:
-                    raise ConnectorFailed(f"{method} {path}: {STOPS[status]}")
+                    raise ConnectorFailed(f"{method} {path}: {STOPS[status]}", status=status)
                 if status not in RETRIED:
-                    raise ConnectorFailed(f"{method} {path}: answered {status}")
+                    said = " ".join(response.text.split())[:300]
+                    raise ConnectorFailed(
+                        f"{method} {path}: answered {status}" + (f": {said}" if said else ""),
+                        status=status,
+                    )
                 problem = f"{method} {path}: answered {status}"
             if attempt >= self.retries.attempts:
-                raise ConnectorFailed(f"{problem}, {attempt + 1} tries")
+                last = response.status_code if response is not None else None
+                raise ConnectorFailed(f"{problem}, {attempt + 1} tries", status=last)
             delay = self.retries.wait(response, attempt)
             log.info("%s; trying again in %.1f s", problem, delay)
             self.retries.sleep(delay)
