@@ -90,6 +90,9 @@ class Atlassian:
         self.lock = threading.Lock()
         self.url = ""
         self.page_cap = 100
+        self.frozen = False
+        """The issues no longer change (a benchmark's): each JQL's matches are kept."""
+        self.matches: dict[str, list[Issue]] = {}
         """The most issues a search page holds, whatever it asked (Jira may answer fewer)."""
         self.confluence: Any = None
         """A Confluence's state (tests/confluence fake), when it answers too."""
@@ -165,7 +168,11 @@ class Atlassian:
         fields = set(filter(None, params.get("fields", "").split(",")))
         size = min(int(params.get("maxResults", "50")), self.page_cap)
         with self.lock:
-            found = sorted((i for i in self.issues.values() if match(i)), key=issue_order)
+            found = self.matches.get(params.get("jql", "")) if self.frozen else None
+            if found is None:
+                found = sorted((i for i in self.issues.values() if match(i)), key=issue_order)
+            if self.frozen:
+                self.matches[params.get("jql", "")] = found
         if self.cloud:
             token = params.get("nextPageToken")
             start = int(base64.b64decode(token).decode()) if token else 0
@@ -415,3 +422,256 @@ def serving(state: Atlassian) -> Iterator[Atlassian]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+# -- Confluence -------------------------------------------------------------------------
+
+SITE_ZONE = "Asia/Kolkata"
+"""The site's time zone, in which CQL reads a date (UTC+5:30: a window written in
+another zone's clock is off by hours)."""
+
+
+@dataclass
+class Attachment:
+    name: str
+    media_type: str
+    data: bytes
+    updated: datetime
+
+
+@dataclass
+class Page:
+    id: str
+    space: str
+    title: str
+    body: str
+    created: datetime
+    updated: datetime
+    parent: str | None = None
+    labels: list[str] = field(default_factory=list)
+    author: str = "Ada Lovelace"
+    version: int = 1
+    comments: list[Comment] = field(default_factory=list)
+    attachments: list[Attachment] = field(default_factory=list)
+
+
+SPACE_NAMES = {"ENG": "Engineering", "OPS": "Operations", "HR": "People"}
+
+
+class Confluence:
+    """Confluence's REST API (`/rest/api/content/...`) under its context path (`/wiki`
+    on Cloud), paged by `start` and `limit` with a `next` link."""
+
+    def __init__(self, context: str = "/wiki") -> None:
+        self.context = context
+        self.pages: dict[str, Page] = {}
+        self.url = ""
+
+    def handles(self, path: str) -> bool:
+        return path.startswith(f"{self.context}/rest/api/content") or path.startswith(
+            f"{self.context}/download/"
+        )
+
+    def answer(self, path: str, params: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        path = path[len(self.context) :]
+        if path == "/rest/api/content/search":
+            return self.search(params)
+        found = re.fullmatch(r"/download/attachments/(\d+)/([^/]+)", path)
+        if found:
+            page = self.pages.get(found.group(1))
+            name = urllib.parse.unquote(found.group(2))
+            for attachment in page.attachments if page else []:
+                if attachment.name == name:
+                    return 200, {"Content-Type": attachment.media_type}, attachment.data
+            return 404, {}, {"message": "no such attachment"}
+        found = re.fullmatch(r"/rest/api/content/(\d+)(?:/child/(comment|attachment))?", path)
+        if not found or found.group(1) not in self.pages:
+            return 404, {}, {"statusCode": 404, "message": f"No content found: {path}"}
+        page = self.pages[found.group(1)]
+        expand = set(params.get("expand", "").split(","))
+        if found.group(2) == "comment":
+            items = [self.comment(page, n, c) for n, c in enumerate(page.comments)]
+        elif found.group(2) == "attachment":
+            items = [self.attachment(page, a) for a in page.attachments]
+        else:
+            return 200, {}, self.page(page, expand)
+        return 200, {}, self.paged(items, path, params)
+
+    def paged(self, items: list[Any], path: str, params: dict[str, str]) -> dict[str, Any]:
+        start, limit = int(params.get("start", "0")), min(int(params.get("limit", "25")), 2)
+        body: dict[str, Any] = {
+            "results": items[start : start + limit],
+            "start": start,
+            "limit": limit,
+            "size": len(items[start : start + limit]),
+            "_links": {"base": self.url + self.context, "context": self.context},
+        }
+        if start + limit < len(items):
+            query = urllib.parse.urlencode({**params, "start": start + limit, "limit": limit})
+            body["_links"]["next"] = f"{path}?{query}"
+        return body
+
+    def search(self, params: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        try:
+            match = cql_filter(params.get("cql", ""))
+        except ValueError as e:
+            return 400, {}, {"statusCode": 400, "message": f"Could not parse cql: {e}"}
+        expand = set(params.get("expand", "").split(","))
+        items: list[tuple[str, Any, datetime, Page]] = []
+        for page in sorted(self.pages.values(), key=lambda p: int(p.id)):
+            items.append(("page", self.page(page, expand), page.updated, page))
+            for n, comment in enumerate(page.comments):
+                items.append(("comment", self.comment(page, n, comment), comment.created, page))
+            for attachment in page.attachments:
+                items.append(
+                    ("attachment", self.attachment(page, attachment), attachment.updated, page)
+                )
+        found = [json for kind, json, modified, page in items if match(kind, modified, page)]
+        return 200, {}, self.paged(found, "/rest/api/content/search", params)
+
+    def page(self, page: Page, expand: set[str]) -> dict[str, Any]:
+        everything: dict[str, Any] = {
+            "space": {
+                "id": 1,
+                "key": page.space,
+                "name": SPACE_NAMES[page.space],
+                "type": "global",
+            },
+            "history": {
+                "latest": True,
+                "createdBy": user(page.author),
+                "createdDate": confluence_date(page.created),
+            },
+            "version": {
+                "by": user(page.author),
+                "when": confluence_date(page.updated),
+                "number": page.version,
+                "minorEdit": False,
+            },
+            "ancestors": [
+                {"id": a.id, "type": "page", "status": "current", "title": a.title}
+                for a in self.ancestors(page)
+            ],
+            "body": {"storage": {"value": page.body, "representation": "storage"}},
+            "metadata": {
+                "labels": {
+                    "results": [
+                        {"prefix": "global", "name": label, "id": str(n)}
+                        for n, label in enumerate(page.labels)
+                    ],
+                    "start": 0,
+                    "limit": 200,
+                    "size": len(page.labels),
+                }
+            },
+        }
+        shown = {
+            key: value
+            for key, value in everything.items()
+            if any(e == key or e.startswith(key + ".") for e in expand)
+        }
+        return {
+            "id": page.id,
+            "type": "page",
+            "status": "current",
+            "title": page.title,
+            **shown,
+            "_links": {
+                "webui": f"/spaces/{page.space}/pages/{page.id}",
+                "self": f"{self.url}{self.context}/rest/api/content/{page.id}",
+            },
+        }
+
+    def ancestors(self, page: Page) -> list[Page]:
+        chain: list[Page] = []
+        parent = page.parent
+        while parent is not None:
+            chain.insert(0, self.pages[parent])
+            parent = self.pages[parent].parent
+        return chain
+
+    def comment(self, page: Page, number: int, comment: Comment) -> dict[str, Any]:
+        return {
+            "id": f"{page.id}{number:03}",
+            "type": "comment",
+            "status": "current",
+            "title": f"Re: {page.title}",
+            "container": {"id": page.id, "type": "page", "title": page.title},
+            "history": {
+                "createdBy": user(comment.author),
+                "createdDate": confluence_date(comment.created),
+            },
+            "version": {
+                "by": user(comment.author),
+                "when": confluence_date(comment.created),
+                "number": 1,
+            },
+            "body": {"storage": {"value": f"<p>{comment.body}</p>", "representation": "storage"}},
+        }
+
+    def attachment(self, page: Page, attachment: Attachment) -> dict[str, Any]:
+        quoted = urllib.parse.quote(attachment.name)
+        return {
+            "id": f"att{page.id}{attachment.name}",
+            "type": "attachment",
+            "status": "current",
+            "title": attachment.name,
+            "container": {"id": page.id, "type": "page", "title": page.title},
+            "version": {
+                "by": user("Ada Lovelace"),
+                "when": confluence_date(attachment.updated),
+                "number": 1,
+            },
+            "history": {"createdDate": confluence_date(attachment.updated)},
+            "extensions": {"mediaType": attachment.media_type, "fileSize": len(attachment.data)},
+            "_links": {"download": f"/download/attachments/{page.id}/{quoted}?version=1&api=v2"},
+        }
+
+
+def user(name: str) -> dict[str, Any]:
+    return {"type": "known", "accountId": f"id-{name.split()[0].lower()}", "displayName": name}
+
+
+def confluence_date(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+_CQL = re.compile(
+    r'^(?:\((?P<inner>.*)\)|type\s*=\s*(?P<type>\w+)|space\s*=\s*"?(?P<space>\w+)"?'
+    r'|space\s+in\s*\((?P<spaces>[^)]*)\)|label\s*=\s*"(?P<label>[^"]+)"'
+    r"|id\s+in\s*\((?P<ids>[^)]*)\)"
+    r'|lastmodified\s*>=\s*"(?P<date>[^"]+)")$',
+    re.IGNORECASE,
+)
+
+
+def cql_filter(cql: str) -> Callable[[str, datetime, Page], bool]:
+    """(kind, lastmodified, page) -> found, for the CQL the connector writes."""
+    tests: list[Callable[[str, datetime, Page], bool]] = []
+    for clause in split_and(cql.strip()):
+        found = _CQL.match(clause.strip())
+        if found is None:
+            raise ValueError(clause)
+        if found.group("inner") is not None:
+            tests.append(cql_filter(found.group("inner")))
+        elif found.group("type"):
+            kind = found.group("type")
+            tests.append(lambda k, m, p, t=kind: k == t)
+        elif found.group("space"):
+            space = found.group("space")
+            tests.append(lambda k, m, p, s=space: p.space == s)
+        elif found.group("spaces") is not None:
+            keys = {s.strip().strip('"') for s in found.group("spaces").split(",")}
+            tests.append(lambda k, m, p, s=keys: p.space in s)
+        elif found.group("ids") is not None:
+            ids = {i.strip() for i in found.group("ids").split(",")}
+            tests.append(lambda k, m, p, i=ids: k == "page" and p.id in i)
+        elif found.group("label"):
+            label = found.group("label")
+            tests.append(lambda k, m, p, lab=label: lab in p.labels)
+        else:
+            since = datetime.strptime(found.group("date"), "%Y-%m-%d %H:%M").replace(
+                tzinfo=ZoneInfo(SITE_ZONE)
+            )
+            tests.append(lambda k, m, p, s=since: m >= s)
+    return lambda kind, modified, page: all(test(kind, modified, page) for test in tests)

@@ -61,9 +61,12 @@ def is_cloud(source: ConnectorSource) -> bool:
     return host.endswith(CLOUD_HOSTS)
 
 
-def client(source: ConnectorSource, retries: Retries | None = None) -> SourceHTTP:
-    """The source's HTTP client: basic auth with the account's e-mail and API token,
-    or the token alone as a bearer (a personal access token)."""
+def client(
+    source: ConnectorSource, retries: Retries | None = None, base_url: str = ""
+) -> SourceHTTP:
+    """The source's HTTP client (at `base_url`, else the source's URL): basic auth with
+    the account's e-mail and API token, or the token alone as a bearer (a personal
+    access token)."""
     token = secret(source, "token")
     user = source.settings.get("user") or secret(source, "email")
     headers = {"Accept": "application/json"}
@@ -73,7 +76,7 @@ def client(source: ConnectorSource, retries: Retries | None = None) -> SourceHTT
     else:
         headers["Authorization"] = f"Bearer {token}"
     return SourceHTTP(
-        source.url,
+        base_url or source.url,
         headers=headers,
         auth=auth,
         retries=retries,
