@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from starlette.testclient import TestClient
 
+from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.connectors.http import Retries
 from knowledge_api.connectors.jira import JiraConnector
@@ -30,9 +33,11 @@ from tests.atlassian_server import (
     Issue,
     serving,
 )
-from tests.conftest import make_store
+from tests.conftest import make_settings, make_store
 from tests.pg import fresh_database
+from tests.test_access import bearer, make_key
 
+SOURCES = "/v1/knowledge/sources"
 NOW = datetime.now(UTC).replace(microsecond=0)
 JQL = "project in (OPS, WEB) ORDER BY created DESC"
 
@@ -442,3 +447,42 @@ def test_settings_and_secrets_a_jira_source_refuses(
     capsys.readouterr()
     (listed,) = source_list(capsys)
     assert listed["kind"] == "jira" and listed["secrets"] == {"token": "T"}
+
+
+def test_a_jira_source_is_added_and_synced_over_http(
+    sqlite_only: Settings, cloud: Atlassian, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path, auth="keys", db_path=tmp_path / "k.db")
+    tokens = {
+        name: asyncio.run(make_key(settings, name, scopes))
+        for name, scopes in (("writer", ["read", "write"]), ("admin", ["admin"]))
+    }
+    body = {
+        "name": "jira",
+        "kind": "jira",
+        "url": cloud.url,
+        "collection": "ops",
+        "settings": {"deployment": "cloud", "user": EMAIL, "jql": JQL},
+        "secrets": {"token": "JIRA_TOKEN"},
+    }
+    with TestClient(create_app(settings)) as client:
+        writer, admin = bearer(tokens["writer"]), bearer(tokens["admin"])
+        created = client.post(SOURCES, json=body, headers=admin)
+        assert created.status_code == 201, created.text
+        assert created.json()["kind"] == "jira" and TOKEN not in created.text
+        accepted = client.post(f"{SOURCES}/jira/sync", headers=writer)
+        assert accepted.status_code == 202, accepted.text
+        job = accepted.json()["job_id"]
+        deadline = time.monotonic() + 30
+        while (done := client.get(f"/v1/knowledge/jobs/{job}", headers=writer).json())[
+            "status"
+        ] not in ("done", "failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert done["status"] == "done", done
+        (listed,) = client.get(SOURCES, params={"collection": "ops"}, headers=writer).json()[
+            "sources"
+        ]
+        assert listed["documents"] == 5 and listed["last_error"] is None
+        assert TOKEN not in json.dumps(listed) and TOKEN not in client.get("/health").text
+    holds_what_jira_holds(sqlite_only, cloud)
