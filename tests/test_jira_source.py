@@ -485,4 +485,12 @@ def test_a_jira_source_is_added_and_synced_over_http(
         ]
         assert listed["documents"] == 5 and listed["last_error"] is None
         assert TOKEN not in json.dumps(listed) and TOKEN not in client.get("/health").text
+        # a ticket's key finds it by keyword
+        ask = {"query": "OPS-3", "collection": "ops", "top_k": 1,
+               "ranking": {"vector_weight": 0}}  # fmt: skip
+        found = client.post("/v1/knowledge/retrieve", json=ask, headers=writer)
+        assert found.status_code == 200, found.text
+        (hit,) = found.json()["retrieved_chunks"]
+        assert hit["page_title"] == "OPS-3 Nightly backup is slow"
+        assert hit["source_url"] == f"{cloud.url}/browse/OPS-3"
     holds_what_jira_holds(sqlite_only, cloud)
