@@ -15,7 +15,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from knowledge_api.cli import main
-from knowledge_api.models import Document
+from knowledge_api.connectors.confluence import ConfluenceConnector
+from knowledge_api.models import ConnectorSource, Document
 from knowledge_api.settings import Settings
 from tests.atlassian_server import (
     EMAIL,
@@ -301,3 +302,15 @@ def test_settings_a_confluence_source_refuses(
     assert main([*base, "--set", "jql=project = OPS"]) == 2
     assert "settings.jql" in capsys.readouterr().err
     assert main([*base, "--set", "spaces=ENG"]) == 0
+
+
+def test_a_cloud_site_given_without_its_path_is_read_under_wiki() -> None:
+    def site(url: str, **settings: str) -> str:
+        source = ConnectorSource("confluence", url, settings, {"token": "T"})
+        return ConfluenceConnector(source, "ops").site
+
+    assert site("https://acme.atlassian.net") == "https://acme.atlassian.net/wiki"
+    assert site("https://acme.atlassian.net/wiki/") == "https://acme.atlassian.net/wiki"
+    assert site("https://wiki.example.com") == "https://wiki.example.com"
+    assert site("https://example.com/confluence") == "https://example.com/confluence"
+    assert site("http://10.0.0.5:8090", deployment="cloud") == "http://10.0.0.5:8090/wiki"
