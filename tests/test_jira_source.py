@@ -494,3 +494,13 @@ def test_a_jira_source_is_added_and_synced_over_http(
         assert hit["page_title"] == "OPS-3 Nightly backup is slow"
         assert hit["source_url"] == f"{cloud.url}/browse/OPS-3"
     holds_what_jira_holds(sqlite_only, cloud)
+
+
+def test_the_deployment_follows_the_host_unless_set() -> None:
+    def api(url: str, **settings: str) -> str:
+        return JiraConnector(ConnectorSource("jira", url, settings, {"token": "T"}), "ops").api
+
+    assert api("https://acme.atlassian.net") == "/rest/api/3"
+    assert api("https://jira.example.com") == "/rest/api/2"
+    assert api("https://jira.example.com", deployment="cloud") == "/rest/api/3"
+    assert api("https://acme.atlassian.net", deployment="server") == "/rest/api/2"
