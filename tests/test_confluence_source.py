@@ -16,6 +16,7 @@ import pytest
 
 from knowledge_api.cli import main
 from knowledge_api.connectors.confluence import ConfluenceConnector
+from knowledge_api.connectors.http import Retries
 from knowledge_api.models import ConnectorSource, Document
 from knowledge_api.settings import Settings
 from tests.atlassian_server import (
@@ -76,43 +77,101 @@ def wiki(tmp_path: Path, context: str = "/wiki") -> Confluence:
     pptx = write_pptx(tmp_path / "deck.pptx").read_bytes()
     pdf = pdf_bytes([["Rollback takes eleven minutes per region."]], "Rollback timings")
     pages = [
-        Page("100", "ENG", "Engineering Home", "<h1>Welcome</h1><p>Start here to find the "
-             "runbooks.</p><table><tbody><tr><th>Team</th><th>Lead</th></tr><tr><td>API</td>"
-             "<td>Grace</td></tr></tbody></table>", DAYS[0], DAYS[0]),
-        Page("101", "ENG", "Runbooks", "<p>Every runbook of the platform.</p><ol><li>read "
-             "the alert</li><li>open the dashboard</li></ol><ac:structured-macro "
-             'ac:name="code"><ac:parameter ac:name="language">bash</ac:parameter>'
-             "<ac:plain-text-body><![CDATA[kubectl rollout undo deploy/api]]>"
-             "</ac:plain-text-body></ac:structured-macro>", DAYS[1], DAYS[1], parent="100",
-             labels=["runbook", "oncall"],
-             comments=[Comment("Grace Hopper", DAYS[1] + timedelta(hours=n),
-                               f"Reviewed step {n}.") for n in range(3)],
-             attachments=[
-                 Attachment("rollback.pdf", "application/pdf", pdf, DAYS[1]),
-                 Attachment("notes.docx", "application/vnd.openxmlformats-officedocument."
-                            "wordprocessingml.document", docx, DAYS[1]),
-                 Attachment("deck.pptx", "application/vnd.openxmlformats-officedocument."
-                            "presentationml.presentation", pptx, DAYS[1]),
-                 Attachment("status.html", "text/html", HTML_PAGE, DAYS[1]),
-                 Attachment("photo.png", "image/png", b"\x89PNG", DAYS[1]),
-             ]),
-        Page("102", "ENG", "Database failover", "<h2>When</h2><p>The primary stops "
-             "answering for a minute.</p><h2>How</h2><ul><li>promote the replica</li>"
-             "</ul>", DAYS[2], DAYS[2], parent="101"),
-        Page("200", "OPS", "On-call", "<p>The rota changes every Monday.</p>", DAYS[3],
-             DAYS[3]),
-        Page("201", "OPS", "Pager setup", "<p>Install the pager app.</p>", DAYS[4], DAYS[4],
-             parent="200"),
+        Page(
+            "100",
+            "ENG",
+            "Engineering Home",
+            "<h1>Welcome</h1><p>Start here to find the "
+            "runbooks.</p><table><tbody><tr><th>Team</th><th>Lead</th></tr><tr><td>API</td>"
+            "<td>Grace</td></tr></tbody></table>",
+            DAYS[0],
+            DAYS[0],
+        ),
+        Page(
+            "101",
+            "ENG",
+            "Runbooks",
+            "<p>Every runbook of the platform.</p><ol><li>read "
+            "the alert</li><li>open the dashboard</li></ol><ac:structured-macro "
+            'ac:name="code"><ac:parameter ac:name="language">bash</ac:parameter>'
+            "<ac:plain-text-body><![CDATA[kubectl rollout undo deploy/api]]>"
+            "</ac:plain-text-body></ac:structured-macro>",
+            DAYS[1],
+            DAYS[1],
+            parent="100",
+            labels=["runbook", "oncall"],
+            comments=[
+                Comment("Grace Hopper", DAYS[1] + timedelta(hours=n), f"Reviewed step {n}.")
+                for n in range(3)
+            ],
+            attachments=[
+                Attachment("rollback.pdf", "application/pdf", pdf, DAYS[1]),
+                Attachment(
+                    "notes.docx",
+                    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+                    docx,
+                    DAYS[1],
+                ),
+                Attachment(
+                    "deck.pptx",
+                    "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+                    pptx,
+                    DAYS[1],
+                ),
+                Attachment("status.html", "text/html", HTML_PAGE, DAYS[1]),
+                Attachment("photo.png", "image/png", b"\x89PNG", DAYS[1]),
+            ],
+        ),
+        Page(
+            "102",
+            "ENG",
+            "Database failover",
+            "<h2>When</h2><p>The primary stops "
+            "answering for a minute.</p><h2>How</h2><ul><li>promote the replica</li>"
+            "</ul>",
+            DAYS[2],
+            DAYS[2],
+            parent="101",
+        ),
+        Page("200", "OPS", "On-call", "<p>The rota changes every Monday.</p>", DAYS[3], DAYS[3]),
+        Page(
+            "201",
+            "OPS",
+            "Pager setup",
+            "<p>Install the pager app.</p>",
+            DAYS[4],
+            DAYS[4],
+            parent="200",
+        ),
         Page("300", "HR", "Holidays", "<p>Not in the synced spaces.</p>", DAYS[5], DAYS[5]),
-    ]  # fmt: skip
+    ]
     site.pages = {page.id: page for page in pages}
     return site
 
 
 def add_source(url: str, *more: str) -> int:
-    return main(["sources", "add", "wiki", "--kind", "confluence", "--url", url,
-                 "--collection", "ops", "--set", "deployment=cloud", "--set", f"user={EMAIL}",
-                 "--secret", "token=WIKI_TOKEN", "--set", "spaces=ENG,OPS", *more])  # fmt: skip
+    return main(
+        [
+            "sources",
+            "add",
+            "wiki",
+            "--kind",
+            "confluence",
+            "--url",
+            url,
+            "--collection",
+            "ops",
+            "--set",
+            "deployment=cloud",
+            "--set",
+            f"user={EMAIL}",
+            "--secret",
+            "token=WIKI_TOKEN",
+            "--set",
+            "spaces=ENG,OPS",
+            *more,
+        ]
+    )
 
 
 def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
@@ -206,8 +265,15 @@ def test_a_confluence_site_is_kept_in_step_sync_after_sync(
         state.calls.clear()
         later = datetime.now(UTC).replace(microsecond=0)
         pages = site.pages
-        pages["103"] = Page("103", "ENG", "Cache warmup", "<p>Warm the cache after deploys."
-                            "</p>", later, later, parent="100")  # fmt: skip
+        pages["103"] = Page(
+            "103",
+            "ENG",
+            "Cache warmup",
+            "<p>Warm the cache after deploys.</p>",
+            later,
+            later,
+            parent="100",
+        )
         pages["200"].body = "<p>The rota changes every Monday at nine.</p>"
         pages["200"].updated = started - timedelta(minutes=9)
         pages["102"].space, pages["102"].parent, pages["102"].updated = "OPS", "200", later
@@ -249,12 +315,34 @@ def test_confluence_server_without_a_time_zone_and_the_failures_of_a_run(
     site = state.confluence = wiki(tmp_path, context="")
     with serving(state):
         site.url = state.url
-        assert main(["sources", "add", "wiki", "--kind", "confluence", "--url", state.url,
-                     "--collection", "ops", "--set", "deployment=server",
-                     "--secret", "token=WIKI_PAT", "--set", "cql=label = \"runbook\""
-                     ]) == 0  # fmt: skip
-        state.fail("/rest/api/content/search", 429, headers={"Retry-After": "1"},
-                   when=lambda params: params.get("start") == "2")  # fmt: skip
+        assert (
+            main(
+                [
+                    "sources",
+                    "add",
+                    "wiki",
+                    "--kind",
+                    "confluence",
+                    "--url",
+                    state.url,
+                    "--collection",
+                    "ops",
+                    "--set",
+                    "deployment=server",
+                    "--secret",
+                    "token=WIKI_PAT",
+                    "--set",
+                    'cql=label = "runbook"',
+                ]
+            )
+            == 0
+        )
+        state.fail(
+            "/rest/api/content/search",
+            429,
+            headers={"Retry-After": "1"},
+            when=lambda params: params.get("start") == "2",
+        )
         state.fail("/rest/api/content/101/child/comment", 503)
         capsys.readouterr()
         assert sync(capsys) == (0, "ops/wiki: 5 added, 0 updated, 0 unchanged, 0 deleted")
@@ -295,8 +383,17 @@ def test_confluence_server_without_a_time_zone_and_the_failures_of_a_run(
 def test_settings_a_confluence_source_refuses(
     sqlite_only: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["sources", "add", "wiki", "--kind", "confluence", "--url",
-            "https://acme.atlassian.net", "--secret", "token=T"]  # fmt: skip
+    base = [
+        "sources",
+        "add",
+        "wiki",
+        "--kind",
+        "confluence",
+        "--url",
+        "https://acme.atlassian.net",
+        "--secret",
+        "token=T",
+    ]
     assert main([*base, "--set", "time_zone=Mars/Olympus"]) == 2
     assert "settings.time_zone" in capsys.readouterr().err
     assert main([*base, "--set", "jql=project = OPS"]) == 2
@@ -314,3 +411,30 @@ def test_a_cloud_site_given_without_its_path_is_read_under_wiki() -> None:
     assert site("https://wiki.example.com") == "https://wiki.example.com"
     assert site("https://example.com/confluence") == "https://example.com/confluence"
     assert site("http://10.0.0.5:8090", deployment="cloud") == "http://10.0.0.5:8090/wiki"
+
+
+def test_a_page_of_results_that_keeps_failing_is_asked_again_smaller(tmp_path: Path) -> None:
+    state = Atlassian(cloud=True)
+    site = state.confluence = wiki(tmp_path)
+    state.fail(
+        "/wiki/rest/api/content/search",
+        500,
+        times=100,
+        when=lambda params: int(params.get("limit", "0")) > 25,
+    )
+    waits: list[float] = []
+    with serving(state), pytest.MonkeyPatch.context() as patch:
+        site.url = state.url
+        patch.setenv("WIKI_PAT", PAT)
+        settings = {"deployment": "cloud"}
+        source = ConnectorSource("confluence", f"{state.url}/wiki", settings, {"token": "WIKI_PAT"})
+        connector = ConfluenceConnector(source, "ops", Retries(attempts=1, sleep=waits.append))
+        try:
+            window = connector.changed("")
+        finally:
+            connector.close()
+    pages = sorted(d.source_id for d in window.documents if "/" not in d.source_id)
+    assert pages == sorted(site.pages)
+    asked = [c.params["limit"] for c in state.calls if c.path.endswith("/content/search")]
+    assert asked[:3] == ["50", "50", "25"] and set(asked[3:]) == {"2"}
+    assert len(waits) == 1

@@ -146,10 +146,20 @@ class ConfluenceConnector:
             params["expand"] = expand
         yield from self.listing("/rest/api/content/search", params)
 
-    def listing(self, path: str, params: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
-        """The results of a listing of the REST API, page after page."""
+    def listing(self, path: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """The results of a listing of the REST API, page after page, following the
+        `next` link each page gives. A page that keeps failing with 5xx is asked again
+        with half as many results, down to 10."""
         while True:
-            body = self.get(path, params)
+            try:
+                body = self.get(path, params)
+            except ConnectorFailed as e:
+                half = atlassian.smaller(e, int(params.get("limit") or PAGE))
+                if half is None:
+                    raise
+                params = {**params, "limit": half}
+                log.warning("%s; asking again for %d results a page", e.message, half)
+                continue
             yield from (r for r in body.get("results") or [] if isinstance(r, dict) and r.get("id"))
             links = body.get("_links") or {}
             following = str(links.get("next") or "")
@@ -158,7 +168,8 @@ class ConfluenceConnector:
             context = str(links.get("context") or "")
             if context and following.startswith(context + "/"):
                 following = following[len(context) :]
-            path, params = following, None
+            path, _, query = following.partition("?")
+            params = dict(urllib.parse.parse_qsl(query))
 
     def comments(self, page_id: str) -> list[dict[str, Any]]:
         path = f"/rest/api/content/{page_id}/child/comment"

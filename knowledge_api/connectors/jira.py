@@ -34,7 +34,6 @@ PAGE = 100
 """Issues a search page asks for (Cloud's most with fields)."""
 IDS_PAGE = 1000
 """Issues a page of keys asks for (the service may answer fewer)."""
-SMALLEST_PAGE = 10
 COMMENTS_PAGE = 100
 FIELDS = (
     "summary",
@@ -120,7 +119,7 @@ class JiraConnector:
     ) -> Iterator[dict[str, Any]]:
         """The issues the JQL finds, page after page (one page in memory at a time). A
         page that keeps failing with 5xx is asked again with half as many issues (a
-        large page can time the server out), down to SMALLEST_PAGE."""
+        large page can time the server out), down to 10."""
         path = f"{self.api}/search/jql" if self.cloud else f"{self.api}/search"
         params: dict[str, Any] = {"jql": self.query(bound), "fields": ",".join(fields)}
         position: dict[str, Any] = {} if self.cloud else {"startAt": 0}
@@ -128,10 +127,10 @@ class JiraConnector:
             try:
                 body = self.get(path, {**params, **position, "maxResults": size})
             except ConnectorFailed as e:
-                status = e.details.get("status")
-                if not (isinstance(status, int) and status >= 500 and size > SMALLEST_PAGE):
+                half = atlassian.smaller(e, size)
+                if half is None:
                     raise
-                size = max(SMALLEST_PAGE, size // 2)
+                size = half
                 log.warning("%s; asking again for %d issues a page", e.message, size)
                 continue
             if not isinstance(body, dict):
