@@ -90,6 +90,8 @@ class Atlassian:
         self.lock = threading.Lock()
         self.url = ""
         self.page_cap = 100
+        self.empty_projects: set[str] = set()
+        """Projects with no issue (any other key the JQL names is refused, as Jira does)."""
         self.frozen = False
         """The issues no longer change (a benchmark's): each JQL's matches are kept."""
         self.matches: dict[str, list[Issue]] = {}
@@ -101,6 +103,9 @@ class Atlassian:
 
     def fail(self, path: str, status: int, times: int = 1, **kwargs: Any) -> None:
         self.faults.append(Fault(path, status, times=times, **kwargs))
+
+    def projects(self) -> set[str]:
+        return {key.rpartition("-")[0] for key in self.issues} | self.empty_projects
 
     def searches(self) -> list[Call]:
         return [c for c in self.calls if "/search" in c.path]
@@ -162,7 +167,7 @@ class Atlassian:
 
     def search(self, params: dict[str, str]) -> tuple[int, dict[str, str], Any]:
         try:
-            match = jql_filter(params.get("jql", ""), self.cloud)
+            match = jql_filter(params.get("jql", ""), self.cloud, self.projects())
         except ValueError as e:
             return 400, {}, {"errorMessages": [str(e)], "warningMessages": []}
         fields = set(filter(None, params.get("fields", "").split(",")))
@@ -309,9 +314,9 @@ _CLAUSE = re.compile(
 )
 
 
-def jql_filter(jql: str, cloud: bool) -> Callable[[Issue], bool]:
+def jql_filter(jql: str, cloud: bool, projects: set[str]) -> Callable[[Issue], bool]:
     """The issues a JQL of the connector's finds; ValueError (Jira's 400) for JQL this
-    fake does not read, and on Cloud for an unbounded one."""
+    fake does not read, a project that does not exist, and on Cloud an unbounded one."""
     text = re.sub(r"\s+ORDER\s+BY\s+key\s+ASC\s*$", "", jql.strip(), flags=re.IGNORECASE)
     if not text:
         if cloud:
@@ -326,12 +331,16 @@ def jql_filter(jql: str, cloud: bool) -> Callable[[Issue], bool]:
         if found is None:
             raise ValueError(f"Error in the JQL Query: cannot read {clause!r}")
         if found.group("inner") is not None:
-            tests.append(jql_filter(found.group("inner"), False))
+            tests.append(jql_filter(found.group("inner"), False, projects))
         elif found.group("project"):
             project = found.group("project")
+            if project not in projects:
+                raise ValueError(f"The value '{project}' does not exist for the field 'project'.")
             tests.append(lambda i, p=project: i.key.rpartition("-")[0] == p)
         elif found.group("projects") is not None:
             keys = {p.strip() for p in found.group("projects").split(",")}
+            for key in sorted(keys - projects):
+                raise ValueError(f"The value '{key}' does not exist for the field 'project'.")
             tests.append(lambda i, k=keys: i.key.rpartition("-")[0] in k)
         else:
             moment = datetime.strptime(

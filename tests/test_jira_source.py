@@ -73,6 +73,7 @@ def sqlite_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 def project(cloud: bool = True) -> Atlassian:
     jira = Atlassian(cloud=cloud)
     jira.page_cap = 2  # a few issues still take several pages
+    jira.empty_projects = {"WEB"}  # a project stays when its last issue moves out
     days = [NOW - timedelta(days=30 - n) for n in range(6)]
     jira.issues = {
         "OPS-1": Issue(
@@ -504,3 +505,16 @@ def test_the_deployment_follows_the_host_unless_set() -> None:
     assert api("https://jira.example.com") == "/rest/api/2"
     assert api("https://jira.example.com", deployment="cloud") == "/rest/api/3"
     assert api("https://acme.atlassian.net", deployment="server") == "/rest/api/2"
+
+
+def test_a_project_that_does_not_exist_stops_the_run_with_jiras_reason(
+    sqlite_only: Settings, cloud: Atlassian, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong project key must not look like an empty project: Jira refuses the JQL."""
+    assert add_source(cloud.url, "--set", "jql=project = OSP") == 0
+    capsys.readouterr()
+    status, line = sync(capsys)
+    assert status == 1
+    assert "answered 400" in line and "The value 'OSP' does not exist" in line
+    (listed,) = source_list(capsys)
+    assert "OSP" in str(listed["last_error"]) and listed["cursor"] == ""
