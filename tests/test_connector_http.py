@@ -62,3 +62,17 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert retry_after("") is None and retry_after("soon") is None
     later = retry_after("Wed, 21 Oct 2099 07:28:00 GMT")
     assert later is not None and later > 0
+
+
+def test_a_refused_request_says_the_services_reason_and_keeps_its_status() -> None:
+    waits: list[float] = []
+    said = {"errorMessages": ["The value 'OSP' does not exist for the field 'project'."]}
+    http = client([httpx.Response(400, json=said)], waits)
+    with pytest.raises(ConnectorFailed) as e:
+        http.get_json("/search")
+    assert "answered 400: " in e.value.message and "'OSP' does not exist" in e.value.message
+    assert e.value.details["status"] == 400 and waits == []
+    http = client([httpx.Response(503)] * 2, waits, attempts=1)
+    with pytest.raises(ConnectorFailed) as e:
+        http.get_json("/search")
+    assert e.value.details["status"] == 503
