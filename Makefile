@@ -78,6 +78,7 @@ bench: install-dev bytecode
 	$(BIN)/python scripts/bench_sources.py --documents 10000 --runs 3
 	$(BIN)/python scripts/bench_mail.py --messages 10000 --per-thread 4
 	$(BIN)/python scripts/bench_mail.py --imap --messages 10000 --runs 3
+	$(BIN)/python scripts/bench_jira.py --issues 10000 --runs 3 --full-issues 10000 --corpus $(CORPUS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -171,3 +171,17 @@ def test_statuses_taken_as_answers_are_returned_as_they_are() -> None:
     assert http.request("GET", "/page", answers={404, 410}).status_code == 404
     assert http.request("GET", "/page", answers={404, 410}).status_code == 410
     assert len(waits) == 1  # the 429 between them was tried again
+
+
+def test_a_refused_request_says_the_services_reason_and_keeps_its_status() -> None:
+    waits: list[float] = []
+    said = {"errorMessages": ["The value 'OSP' does not exist for the field 'project'."]}
+    http = client([httpx.Response(400, json=said)], waits)
+    with pytest.raises(ConnectorFailed) as e:
+        http.get_json("/search")
+    assert "answered 400: " in e.value.message and "'OSP' does not exist" in e.value.message
+    assert e.value.details["status"] == 400 and waits == []
+    http = client([httpx.Response(503)] * 2, waits, attempts=1)
+    with pytest.raises(ConnectorFailed) as e:
+        http.get_json("/search")
+    assert e.value.details["status"] == 503

@@ -156,7 +156,7 @@ def test_a_source_is_added_and_synced_over_http(server: Server, tmp_path: Path) 
     with TestClient(create_app(settings)) as client:
         writer, admin = bearer(tokens["writer"]), bearer(tokens["admin"])
         assert client.post(SOURCES, json=body, headers=writer).status_code == 403
-        wrong = client.post(SOURCES, json={**body, "kind": "jira"}, headers=admin)
+        wrong = client.post(SOURCES, json={**body, "kind": "gopher"}, headers=admin)
         assert error_of(wrong, 400)["details"]["field"] == "kind"
         secret = {**body, "secrets": {"token": "s3cr3t value"}}
         refused = error_of(client.post(SOURCES, json=secret, headers=admin), 400)

@@ -6,7 +6,8 @@ source). A 403 or 429 that is a rate limit is no refusal: one with `Retry-After`
 secondary limits) waits as a 429 does, and one saying the quota is spent
 (`X-RateLimit-Remaining: 0`) waits for `X-RateLimit-Reset` when that comes within the
 clamp, else stops the run saying when the quota comes back. A page of a listing that
-keeps failing with 5xx is asked for again in halves before the run stops. The
+keeps failing with 5xx is asked for again in halves before the run stops (the error's
+`status` detail is the last answer's status, None for a dropped connection). The
 `Authorization` header and every secret stay out of messages and logs.
 """
 
@@ -196,7 +197,7 @@ class SourceHTTP:
         said = service_message(response) if response is not None else ""
         return ConnectorFailed(
             self.redactor.text(problem + (f": {said}" if said else "") + tries),
-            answered=response.status_code if response is not None else 0,
+            status=response.status_code if response is not None else None,
         )
 
     def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -218,7 +219,9 @@ class SourceHTTP:
             try:
                 response = self.request("GET", url, params=params)
             except ConnectorFailed as e:
-                smaller = halved(url, params, size) if e.details.get("answered", 0) >= 500 else None
+                smaller = (
+                    halved(url, params, size) if (e.details.get("status") or 0) >= 500 else None
+                )
                 if smaller is None:
                     raise
                 log.info("%s; asking for pages half that size", e.message)

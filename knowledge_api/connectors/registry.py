@@ -8,8 +8,10 @@ from knowledge_api.models import ConnectorSource
 from knowledge_api.registry import Registry
 
 connectors: Registry[Connector] = Registry("connector kind", "--kind")
+connectors.register("confluence", "knowledge_api.connectors.confluence:ConfluenceConnector")
 connectors.register("imap", "knowledge_api.connectors.imap:IMAPConnector")
 connectors.register("kb", "knowledge_api.connectors.kb:KBConnector")
+connectors.register("jira", "knowledge_api.connectors.jira:JiraConnector")
 connectors.register("prometheus", "knowledge_api.connectors.prometheus:PrometheusConnector")
 connectors.register("github", "knowledge_api.connectors.github:GitHubConnector")
 connectors.register("slack", "knowledge_api.connectors.slack:SlackConnector")
