@@ -103,6 +103,8 @@ class Document:
     source: str = ""
     """The name of the source (an ingested path, a KB host, an upload) that produced it;
     empty for a document indexed on its own."""
+    acl: tuple[str, ...] = ("public",)
+    """The principals that may read it (knowledge_api.principals); empty: closed."""
 
     @property
     def id(self) -> str:
@@ -115,7 +117,9 @@ class Document:
         meta = repr(sorted(self.metadata.items()))
         chunks = "\x1e".join(c.content_hash for c in self.chunks)
         owner = f"\x1f{self.source}" if self.source else ""
-        return content_hash(f"{self.title}\x1f{meta}\x1f{chunks}{owner}")
+        # the ACL counts only when not public, so documents stored before keep theirs
+        access = "" if self.acl == ("public",) else "\x1f" + ",".join(self.acl)
+        return content_hash(f"{self.title}\x1f{meta}\x1f{chunks}{owner}{access}")
 
     def leading_columns(self) -> tuple[str, str, str, str, str, str]:
         """id, collection, source_type, source_id, title, content: the columns a stored
@@ -197,6 +201,7 @@ class DocumentSummary:
     chunks: int
     updated_at: str
     created_at: str
+    acl: tuple[str, ...] = ("public",)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ CORE = {
     "errors",
     "facets",
     "filters",
+    "principals",
     "ranking",
     "models",
     "observer",

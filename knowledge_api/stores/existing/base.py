@@ -145,6 +145,9 @@ class ExistingTables(HybridSearch):
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         raise self.refused()
 
+    async def set_acl(self, doc_ids: Sequence[str], acl: Sequence[str]) -> int:
+        raise self.refused()
+
     async def record_source(
         self, collection: str, source: str, root: str = "", connector: str = ""
     ) -> None:
