@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -36,9 +37,12 @@ from knowledge_api.models import (
     DEFAULT_COLLECTION,
     ConnectorSource,
     Document,
+    DocumentPage,
+    DocumentSummary,
     IndexSummary,
     Progress,
 )
+from knowledge_api.principals import visible
 from knowledge_api.settings import column_roles
 from knowledge_api.trail import Trail
 
@@ -46,6 +50,8 @@ log = logging.getLogger("knowledge_api")
 SEED_SOURCE = "bundled-docs"
 """The source the documents seeded into an empty store are recorded under: pruned or
 deleted as one, like any source."""
+READ_PAGE = 500
+"""Documents a listing reads at a time while it skips those a caller may not read."""
 EMBED_SLICE = 512
 """Texts one call of the model thread embeds (a multiple of the local model's window)."""
 
@@ -130,16 +136,27 @@ class Catalog(Trail):
             raise EmbeddingError("the embedder is not loaded")
         return await self.embed_documents(texts)
 
-    async def document(self, doc_id: str) -> Document | None:
-        return await self.store.get_by_id(doc_id)
+    async def document(
+        self, doc_id: str, principals: frozenset[str] | None = None
+    ) -> Document | None:
+        """The document of this id, when `principals` may read it (None: any)."""
+        found = await self.store.get_by_id(doc_id)
+        return found if found is not None and visible(found.acl, principals) else None
 
     async def find_document(
-        self, source_type: str, key: str, collection: str, source: str | None = None
+        self,
+        source_type: str,
+        key: str,
+        collection: str,
+        source: str | None = None,
+        principals: frozenset[str] | None = None,
     ) -> Document | None:
         """A document by source id, document id or the id of one of its chunks; with a
-        `source`, only that source's. AmbiguousDocument when the source id is one
-        several sources produced and no source is named."""
+        `source`, only that source's; only those `principals` may read (a hidden one is
+        missing). AmbiguousDocument when the source id is one several sources produced
+        and no source is named."""
         found = await self.store.find_documents(source_type, key, collection)
+        found = [doc for doc in found if visible(doc.acl, principals)]
         if source is not None:
             found = [doc for doc in found if doc.source == source]
         if len(found) > 1:
@@ -158,18 +175,48 @@ class Catalog(Trail):
     async def delete_document(self, doc_id: str) -> bool:
         return await self.store.delete(doc_id)
 
-    async def collections(self) -> dict[str, int]:
-        """Document count of every collection that holds documents."""
-        return await self.store.collections()
+    async def collections(self, principals: frozenset[str] | None = None) -> dict[str, int]:
+        """Document count of every collection that holds documents `principals` may
+        read (None: any document)."""
+        counts = await self.store.collections()
+        if principals is None:
+            return counts
+        readable = {name: len(await self.readable(name, principals)) for name in counts}
+        return {name: count for name, count in readable.items() if count}
 
-    async def require_collection(self, collection: str) -> None:
+    async def readable(self, collection: str, principals: frozenset[str]) -> list[DocumentSummary]:
+        """Every document of `collection` that `principals` may read."""
+        found: list[DocumentSummary] = []
+        page = DocumentPage(collection, READ_PAGE)
+        while listed := await self.store.list_documents(page):
+            found += [doc for doc in listed if visible(doc.acl, principals)]
+            page = replace(page, after=listed[-1].id)
+        return found
+
+    async def list_documents(
+        self, page: DocumentPage, principals: frozenset[str] | None = None
+    ) -> list[DocumentSummary]:
+        """One page of a listing, of the documents `principals` may read: the hidden
+        ones are skipped before the page is cut."""
+        if principals is None:
+            return await self.store.list_documents(page)
+        found: list[DocumentSummary] = []
+        asked = replace(page, limit=max(page.limit, READ_PAGE))
+        while len(found) < page.limit and (listed := await self.store.list_documents(asked)):
+            found += [doc for doc in listed if visible(doc.acl, principals)]
+            asked = replace(asked, after=listed[-1].id)
+        return found[: page.limit]
+
+    async def require_collection(
+        self, collection: str, principals: frozenset[str] | None = None
+    ) -> None:
         """CollectionNotFound, listing the collections, unless `collection` holds
-        documents or is the default one (an empty knowledge base is not a typo). The
-        reading routes call it once a search found nothing, so a found passage costs no
-        count of the collections."""
+        documents (that `principals` may read) or is the default one (an empty knowledge
+        base is not a typo). The reading routes call it once a search found nothing, so
+        a found passage costs no count of the collections."""
         if collection == DEFAULT_COLLECTION:
             return
-        existing = await self.collections()
+        existing = await self.collections(principals)
         if collection not in existing:
             raise CollectionNotFound.among(collection, existing)
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import Node
+from knowledge_api.principals import fingerprint, narrowed
 
 SOURCE_TYPES = ("git", "jira", "knowledge", "wiki", "email", "metrics")
 DEFAULT_COLLECTION = "default"
@@ -326,15 +327,22 @@ class SearchParams:
     ranking: Ranking = SETTINGS_RANKING
     offset: int = 0
     """Results skipped: the page that starts there (see KnowledgeService.search)."""
+    principals: frozenset[str] | None = None
+    """What the caller may read (knowledge_api.principals); None: everything."""
 
     def cache_key(self) -> tuple[Any, ...]:
         """What the answer depends on, for tier 1: the kind of request and every
-        parameter, the query normalised."""
-        values = [getattr(self, each.name) for each in fields(self)[1:]]
+        parameter, the query normalised, the principals as a hash of their sorted list."""
+        values = [
+            fingerprint(self.principals) if each.name == "principals" else getattr(self, each.name)
+            for each in fields(self)[1:]
+        ]
         return (type(self).__name__, normalize_query(self.query), *values)
 
     def search_filters(self) -> SearchFilters:
-        return SearchFilters(self.sources, self.filters, self.collection)
+        """Where the search looks: narrowed to what the caller may read."""
+        where = narrowed(self.filters, self.principals)
+        return SearchFilters(self.sources, where, self.collection)
 
 
 @dataclass(slots=True)
@@ -382,15 +390,24 @@ class ApiKey:
     collections: tuple[str, ...] | None
     """None: every collection."""
     created_at: str = ""
+    user: str = ""
+    """The id of the user the key reads as (knowledge_api.principals); '' for none."""
+    groups: tuple[str, ...] = ()
+    """Groups the key's own principals hold, beside those the service knows for `user`."""
 
     @classmethod
     def issued(
-        cls, name: str, scopes: tuple[str, ...], collections: tuple[str, ...] | None
+        cls,
+        name: str,
+        scopes: tuple[str, ...],
+        collections: tuple[str, ...] | None,
+        user: str = "",
+        groups: tuple[str, ...] = (),
     ) -> tuple[ApiKey, str]:
         """A new key and its token: a random one (32 bytes of entropy), recognisable
         by its prefix."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
-        return cls(name, token_hash(token), scopes, collections), token
+        return cls(name, token_hash(token), scopes, collections, "", user, groups), token
 
 
 def token_hash(token: str) -> str:

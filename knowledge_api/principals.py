@@ -19,13 +19,17 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import ACL_FIELD, Combined, Condition, Node
-from knowledge_api.models import SearchFilters
 from knowledge_api.validation import principal
 
+if TYPE_CHECKING:
+    from knowledge_api.models import SearchFilters
+
+DELEGATED_HEADER = "x-knowledge-user"
+"""The header a key with the `delegate` scope names the user it asks for with."""
 PUBLIC = "public"
 PUBLIC_ACL: tuple[str, ...] = (PUBLIC,)
 MAX_PRINCIPALS = 100

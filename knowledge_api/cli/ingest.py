@@ -18,6 +18,7 @@ from knowledge_api.ingest.loaders import LoadOptions, Skipped, load_paths
 from knowledge_api.ingest.progress import progress
 from knowledge_api.ledger import MAX_AUDITED_IDS, changes, local_user
 from knowledge_api.models import Document, IndexSummary
+from knowledge_api.principals import acl_text
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings, column_roles
 
@@ -135,8 +136,9 @@ def index_documents(
     name = validation.source_name(source, "--name")
 
     async def run(service: KnowledgeService) -> int:
+        acl = None if args.acl is None else acl_text(args.acl)
         plan = await sources.plan_mirror(
-            service, documents, name, collection, args.prune, kept, root
+            service, documents, name, collection, args.prune, kept, root, acl
         )
         refused = plan.refusal(settings.prune_max_fraction, args.allow_mass_delete)
         if args.dry_run:
@@ -181,5 +183,10 @@ def run_sync(settings: Settings, args: argparse.Namespace) -> int:
     settings = settings.replace(kb_sync_url=args.source)
     return with_service(
         settings,
-        lambda service: kb_sync.sync_command(service, args.full, args.allow_mass_delete),
+        lambda service: kb_sync.sync_command(
+            service,
+            args.full,
+            args.allow_mass_delete,
+            None if args.acl is None else acl_text(args.acl),
+        ),
     )

@@ -64,7 +64,7 @@ def parse(payload: Any, default_threshold: float) -> tuple[use.AnswerParams, boo
 async def answer(request: Request) -> Response:
     knowledge = service(request)
     params, stream = parse(await read_json(request), knowledge.answer_threshold)
-    access(request).collection(params.collection)
+    params = access(request).asking(params)
     if not stream:
         return JSONResponse(render(await use.answer(knowledge, params)))
     started = time.perf_counter()

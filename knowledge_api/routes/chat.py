@@ -311,7 +311,7 @@ async def chat(request: Request) -> Response:
         values["filters"],
         values["ranking"],
     )
-    access(request).collection(scope.collection)
+    scope = access(request).asking(scope)
     params, rewrite = await question(knowledge, said, scope)
     events = answers.events(knowledge, params)
     first = await anext(events)  # bad input and an unavailable store keep their status
@@ -413,7 +413,7 @@ async def completions(request: Request) -> Response:
         values["filters"],
         values["ranking"],
     )
-    access(request).collection(scope.collection)
+    scope = access(request).asking(scope)
     params, rewrite = await question(knowledge, said, scope)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not stream:

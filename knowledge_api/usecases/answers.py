@@ -82,7 +82,7 @@ async def answer(service: KnowledgeService, params: AnswerParams) -> Served[Grou
 async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[GroundedAnswer, bool]:
     found = await passages(service, params)
     if not found.hits:
-        await service.require_collection(params.collection)
+        await service.require_collection(params.collection, params.principals)
         grounded = await insufficient(service, params, found.warnings)
         return await finished(service, params, found, grounded)
     started = time.perf_counter()
@@ -109,7 +109,7 @@ def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Ev
 async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
     found = await passages(service, params)
     if not found.hits:
-        await service.require_collection(params.collection)
+        await service.require_collection(params.collection, params.principals)
     yield "results", tuple(found.hits)
     if not found.hits:
         grounded = await insufficient(service, params, found.warnings)

@@ -342,6 +342,9 @@ class KBSync:
             settings = self.service.settings
             plan.check_deletions(settings.prune_max_fraction, allow_mass_delete)
         documents = [a.document(self.collection, host) for a in articles]
+        acl = await self.service.keys.source_acl(self.collection, host)
+        for doc in documents:
+            doc.acl = doc.acl if acl is None else acl
         summary = await self.service.ingest(documents, source=host)
         removed = (
             await self.service.store.delete_documents(list(plan.deleted)) if plan.deleted else 0
@@ -405,10 +408,16 @@ def now_iso() -> str:
 
 
 async def sync_command(
-    service: KnowledgeService, full: bool, allow_mass_delete: bool = False
+    service: KnowledgeService,
+    full: bool,
+    allow_mass_delete: bool = False,
+    acl: tuple[str, ...] | None = None,
 ) -> int:
-    """`knowledge-api sync --from URL`: one sync, a summary line, exit status 1 on failure."""
+    """`knowledge-api sync --from URL`: one sync, a summary line, exit status 1 on failure;
+    with `acl`, the host's articles take that access list from now on."""
     sync = KBSync.from_service(service, local_user())
+    if acl is not None:
+        await service.keys.set_source_acl(sync.collection, sync.client.base_url, acl)
     try:
         report = await sync.run(full, allow_mass_delete)
     except MassDeleteRefused as e:

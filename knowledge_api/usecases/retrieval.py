@@ -22,6 +22,7 @@ from knowledge_api.errors import InvalidRequest
 from knowledge_api.facets import Facets
 from knowledge_api.filters import Node
 from knowledge_api.models import SETTINGS_RANKING, Ranking, SearchFilters, SearchHit
+from knowledge_api.principals import scoped
 from knowledge_api.ranking import next_offset
 from knowledge_api.service import KnowledgeService, Retrieval
 from knowledge_api.timing import elapsed_ms
@@ -37,6 +38,8 @@ class RetrieveParams:
     offset: int = 0
     ranking: Ranking = SETTINGS_RANKING
     facets: tuple[str, ...] = ()
+    principals: frozenset[str] | None = None
+    """What the caller may read (knowledge_api.principals); None: everything."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,8 @@ class ValidateParams:
     expected_sources: Mapping[str, frozenset[str]] = field(default_factory=dict)
     consistency_runs: int = 3
     top_k: int = 5
+    principals: frozenset[str] | None = None
+    """What the caller may read (knowledge_api.principals); None: everything."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +109,9 @@ class Validation:
 async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retrieved:
     started = time.perf_counter()
     model = check_model(service, params.query_embedding_model)
-    where = SearchFilters(where=params.filters, collection=params.collection)
+    where = scoped(
+        SearchFilters(where=params.filters, collection=params.collection), params.principals
+    )
     found, counted = await asyncio.gather(
         service.retrieve(
             params.query, params.top_k, where, ranking=params.ranking, offset=params.offset
@@ -112,7 +119,7 @@ async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retriev
         service.facets(where, params.facets),
     )
     if not found.hits:
-        await service.require_collection(params.collection)
+        await service.require_collection(params.collection, params.principals)
     return Retrieved(
         found.hits,
         found.vector,
@@ -140,11 +147,18 @@ def check_model(service: KnowledgeService, requested: str) -> str:
 
 
 async def search(
-    service: KnowledgeService, query: str, collection: str, top_k: int, where: Node | None = None
+    service: KnowledgeService,
+    query: str,
+    collection: str,
+    top_k: int,
+    where: Node | None = None,
+    principals: frozenset[str] | None = None,
 ) -> Retrieval:
-    found = await service.retrieve(query, top_k, SearchFilters(where=where, collection=collection))
+    """The hits of `query` in `collection` that `principals` may read (None: any)."""
+    filters = scoped(SearchFilters(where=where, collection=collection), principals)
+    found = await service.retrieve(query, top_k, filters)
     if not found.hits:
-        await service.require_collection(collection)
+        await service.require_collection(collection, principals)
     return found
 
 
@@ -157,19 +171,23 @@ def source_url(hit: SearchHit) -> str:
 
 
 async def validate(service: KnowledgeService, params: ValidateParams) -> Validation:
-    await service.require_collection(params.collection)
+    await service.require_collection(params.collection, params.principals)
     settings = service.settings
     results = []
     for query in params.test_queries:
         runs = [
-            (await search(service, query, params.collection, params.top_k)).hits
+            (
+                await search(
+                    service, query, params.collection, params.top_k, None, params.principals
+                )
+            ).hits
             for _ in range(params.consistency_runs)
         ]
         results.append(
             validate_query(
                 query,
                 runs,
-                await stored_in(service, runs[0], params.collection),
+                await stored_in(service, runs[0], params.collection, params.principals),
                 params.expected_sources.get(query),
                 params.top_k,
                 settings.validate_min_similarity,
@@ -179,12 +197,16 @@ async def validate(service: KnowledgeService, params: ValidateParams) -> Validat
 
 
 async def stored_in(
-    service: KnowledgeService, hits: Sequence[SearchHit], collection: str
+    service: KnowledgeService,
+    hits: Sequence[SearchHit],
+    collection: str,
+    principals: frozenset[str] | None = None,
 ) -> set[str]:
-    """The ids of the hits' documents that the store holds in `collection`."""
+    """The ids of the hits' documents that the store holds in `collection` (and
+    `principals` may read)."""
     found = set()
     for doc_id in {hit.document_id for hit in hits}:
-        doc = await service.document(doc_id)
+        doc = await service.document(doc_id, principals)
         if doc is not None and doc.collection == collection:
             found.add(doc_id)
     return found

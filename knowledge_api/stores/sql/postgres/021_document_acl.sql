@@ -23,4 +23,29 @@ DROP FUNCTION IF EXISTS knowledge_list_documents(text, uuid, text, text, integer
 -- Changing it embeds nothing again.
 \ir functions/knowledge_set_acl.sql
 
+-- A key reads as a user (its own id, '' for none) with groups of its own.
+ALTER TABLE knowledge_api_keys ADD COLUMN IF NOT EXISTS user_id text NOT NULL DEFAULT '';
+ALTER TABLE knowledge_api_keys ADD COLUMN IF NOT EXISTS groups text[] NOT NULL DEFAULT '{}';
+DROP FUNCTION IF EXISTS knowledge_api_key_create(text, text, text[], text[]);
+\ir functions/knowledge_api_key_create.sql
+
+-- The groups the service knows for each user id; every replica reads them here.
+CREATE TABLE IF NOT EXISTS knowledge_principals (
+    id text PRIMARY KEY,
+    groups text[] NOT NULL
+);
+ALTER TABLE knowledge_principals ENABLE ROW LEVEL SECURITY;
+\ir functions/knowledge_principal_set.sql
+
+-- The access list each source gives the documents it writes (a connector source added
+-- without one is closed).
+CREATE TABLE IF NOT EXISTS knowledge_source_acls (
+    collection text NOT NULL,
+    source text NOT NULL,
+    acl text[] NOT NULL,
+    PRIMARY KEY (collection, source)
+);
+ALTER TABLE knowledge_source_acls ENABLE ROW LEVEL SECURITY;
+\ir functions/knowledge_source_acl_set.sql
+
 NOTIFY pgrst, 'reload schema';
