@@ -17,8 +17,8 @@ from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import SEARCH_MODES, Document, SearchFilters
 from knowledge_api.principals import scoped, visible
 from knowledge_api.stores.base import KnowledgeStore
-from tests.conftest import make_store
 from tests import test_permissions as routes
+from tests.conftest import make_store
 from tests.test_store_conformance import BACKENDS, index, vector
 
 PRINCIPALS = ("public", "user:ann@example.com", "user:bob", "group:hr", "group:eng", "group:x")
