@@ -110,6 +110,22 @@ def narrowed(where: Node | None, principals: frozenset[str] | None) -> Node | No
     return Combined("$and", (allowed, *parts))
 
 
+def read_as_public(filters: SearchFilters) -> SearchFilters | None:
+    """`filters` for rows that keep no access list (a database other pipelines fill),
+    each of them public: the tests of `acl` in the tree's top `$and` decided (None when
+    one excludes `public`: nothing passes), the rest kept."""
+    where = filters.where
+    if where is None:
+        return filters
+    parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
+    tests = [part for part in parts if isinstance(part, Condition) and part.acl]
+    if any(PUBLIC not in test.values for test in tests):
+        return None
+    rest = tuple(part for part in parts if part not in tests)
+    kept = None if not rest else rest[0] if len(rest) == 1 else Combined("$and", rest)
+    return replace(filters, where=kept)
+
+
 def fingerprint(principals: frozenset[str] | None) -> str:
     """A short hash of the sorted principals, for cache keys ('*': sees everything)."""
     if principals is None:
