@@ -179,6 +179,8 @@ class Job:
     """Passages embedded anew (none for text whose vectors the store holds)."""
     created_at: str = ""
     updated_at: str = ""
+    acl: list[str] | None = None
+    """Who may read the job's documents (None: its source's own list, else public)."""
 
     def data(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

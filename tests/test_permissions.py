@@ -21,6 +21,7 @@ from knowledge_api.settings import Settings
 from knowledge_api.stores.tables.keys import KEY_CACHE_SECONDS
 from tests.conftest import make_settings
 from tests.test_access import bearer, make_key
+from tests.test_uploads import parts, submit, wait_for
 
 PAGES = [
     ("eng-1", "Deploying the search service: run the release pipeline.", ["public"]),
@@ -314,3 +315,23 @@ def test_the_command_line_sets_groups_keys_and_access_lists(
     with sqlite3.connect(db_path) as db:
         (acl,) = db.execute("SELECT acl FROM documents").fetchone()
         assert acl == '["public", "group:hr"]'
+
+
+def test_an_upload_takes_its_access_list_and_its_source_remembers_it(tmp_path: Path) -> None:
+    """Auth off: the caller reads everything, so the stored list is read back by id."""
+    with TestClient(create_app(make_settings(tmp_path))) as client:
+        first = submit(client, [("pay.md", b"# Pay\n\nSalary bands.")], source="hr", acl="group:hr")
+        assert wait_for(client, first)["status"] == "done"
+        second = submit(client, [("bonus.md", b"# Bonus\n\nBonus rules.")], source="hr")
+        assert wait_for(client, second)["status"] == "done"
+        listed = client.get("/v1/knowledge/documents").json()["documents"]
+        assert {d["source_id"]: d["acl"] for d in listed} == {
+            "pay.md": ["group:hr"],
+            "bonus.md": ["group:hr"],  # the source's own list
+        }
+        bad = client.post(
+            "/v1/knowledge/files",
+            files=parts([("x.md", b"x")]),
+            data={"acl": "everyone"},
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["details"]["field"] == "acl[0]"

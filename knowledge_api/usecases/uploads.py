@@ -53,6 +53,8 @@ class Upload:
     collection: str
     source_type: str
     source: str
+    acl: tuple[str, ...] | None = None
+    """Who may read them (None: the source's own list, else public)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,7 @@ class UploadJobs:
             upload.source,
             self.owner,
             [job_file(sent, self.max_file_mb) for sent in files],
+            acl=None if upload.acl is None else list(upload.acl),
         )
         await self.jobs.save(job)
         self.queue.put_nowait(job.id)
@@ -244,7 +247,12 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
             read.append((file, documents))
     job.chunks_total = sum(file.chunks for file in job.files if file.state != "failed")
     await jobs.save(job)
+    if job.acl is not None:
+        await service.keys.set_source_acl(job.collection, job.source, job.acl)
+    acl = await service.keys.source_acl(job.collection, job.source)
     for file, documents in read:
+        for doc in documents:
+            doc.acl = doc.acl if acl is None else acl
         try:
             summary = await service.ingest(documents, source=job.source)
         except KnowledgeAPIError as e:
