@@ -188,6 +188,8 @@ def test_hidden_documents_do_not_exist_on_any_reading_route(
     ).json()
     listed = {d["source_id"] for d in first["documents"] + second["documents"]}
     assert listed == PUBLIC_PAGES and second["next_cursor"] is None
+    sources = client.get("/v1/knowledge/sources", headers=bob).json()["sources"]
+    assert sources == []  # the documents were written by no source
     counted = client.get("/v1/knowledge/collections", headers=bob).json()["collections"]
     assert [(c["name"], c["documents"]) for c in counted] == [("company", 2)]
     everything = client.get("/v1/knowledge/collections", headers=bearer(keys.admin)).json()
@@ -335,3 +337,30 @@ def test_an_upload_takes_its_access_list_and_its_source_remembers_it(tmp_path: P
             data={"acl": "everyone"},
         )
         assert bad.status_code == 400 and bad.json()["error"]["details"]["field"] == "acl[0]"
+
+
+def test_sources_count_only_the_readers_documents(company: tuple[TestClient, Keys]) -> None:
+    client, keys = company
+    admin = bearer(keys.admin)
+    for name, acl in (("pay.md", "group:hr"), ("holidays.md", "public")):
+        response = client.post(
+            "/v1/knowledge/files",
+            files=parts([(name, f"# {name}\n\nRules of {name}.".encode())]),
+            data={"collection": "company", "source": f"handbook-{acl}", "acl": acl},
+            headers=admin,
+        )
+        assert response.status_code == 202, response.text
+        job = response.json()["job_id"]
+        wait_until(
+            lambda job=job: (
+                client.get(f"/v1/knowledge/jobs/{job}", headers=admin).json()["status"] == "done"
+            ),
+            30,
+        )
+
+    def listed(headers: dict[str, str]) -> dict[str, int]:
+        found = client.get("/v1/knowledge/sources?collection=company", headers=headers).json()
+        return {s["name"]: s["documents"] for s in found["sources"]}
+
+    assert listed(keys.as_user("bob")) == {"handbook-public": 1}
+    assert listed(keys.as_user("ann")) == {"handbook-public": 1, "handbook-group:hr": 1}

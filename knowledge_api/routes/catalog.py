@@ -205,7 +205,7 @@ async def sources(request: Request) -> Response:
     caller = access(request)
     if collection is not None:
         caller.collection(collection)
-    found = await use.sources(service(request), collection)
+    found = await use.sources(service(request), collection, caller.principals)
     every = service(request).settings.sync_interval
     if collection is not None and not found:
         await use.require_collection(

@@ -290,8 +290,25 @@ async def require_collection(
     )
 
 
-async def sources(service: KnowledgeService, collection: str | None) -> list[SourceInfo]:
-    return await service.store.sources(collection)
+async def sources(
+    service: KnowledgeService, collection: str | None, principals: frozenset[str] | None = None
+) -> list[SourceInfo]:
+    """The sources (of one collection, or all), each with its documents counted over
+    those `principals` may read (None: all); for such a caller, a source none of whose
+    documents it may read is left out."""
+    found = await service.store.sources(collection)
+    if principals is None:
+        return found
+    readable: dict[tuple[str, str], int] = {}
+    for name in sorted({info.collection for info in found}):
+        for doc in await service.readable(name, principals):
+            key = (name, doc.source)
+            readable[key] = readable.get(key, 0) + 1
+    return [
+        replace(info, documents=readable[info.collection, info.name])
+        for info in found
+        if (info.collection, info.name) in readable
+    ]
 
 
 async def delete_source(
