@@ -277,18 +277,19 @@ def best_allowed(
     """The n best keyword matches (from rowid `first`) among the rows `allowed` (a mask
     over row ids) holds, ranked from the FTS index alone."""
     sql = "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid >= ?"
-    rows = np.flatnonzero(allowed)
-    if rows.size > ALLOWED_IN_QUERY:
+    count = int(np.count_nonzero(allowed))
+    if count > ALLOWED_IN_QUERY:
         # a wide set (a reader's principals allow half the store): the best matches of
         # the whole index, twice as many as the share allowed should hold n, hold the
         # n best allowed ones when n of them pass, without ranking every match in Python
-        wanted = math.ceil(2 * n * allowed.size / rows.size)
+        wanted = math.ceil(2 * n * allowed.size / count)
         best = conn.execute(sql + " ORDER BY 2 LIMIT ?", (match, first, wanted)).fetchall()
         keys = np.array([row[0] for row in best], dtype=np.int64)
         passing = [row for row, keep in zip(best, allowed_at(allowed, keys), strict=True) if keep]
         if len(passing) >= n or len(best) < wanted:
             return [Candidate(row[0], -float(row[1])) for row in passing[:n]]
-    if rows.size <= ALLOWED_IN_QUERY:
+    if count <= ALLOWED_IN_QUERY:
+        rows = np.flatnonzero(allowed)
         # `+rowid`: a test of each match, not one FTS5 query per allowed row
         sql += " AND +rowid IN (SELECT value FROM json_each(?)) ORDER BY 2 LIMIT ?"
         found = conn.execute(sql, (match, first, json.dumps(rows.tolist()), n)).fetchall()
