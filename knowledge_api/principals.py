@@ -19,14 +19,21 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar, cast
 
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import ACL_FIELD, Combined, Condition, Node
 from knowledge_api.validation import principal
 
-if TYPE_CHECKING:
-    from knowledge_api.models import SearchFilters
+
+class Filtered(Protocol):
+    """Where a search looks (models.SearchFilters): its filter tree."""
+
+    @property
+    def where(self) -> Node | None: ...
+
+
+F = TypeVar("F", bound=Filtered)
 
 DELEGATED_HEADER = "x-knowledge-user"
 """The header a key with the `delegate` scope names the user it asks for with."""
@@ -92,11 +99,11 @@ def condition(principals: frozenset[str]) -> Condition:
     return Condition(ACL_FIELD, "$in", tuple(sorted(principals)))
 
 
-def scoped(filters: SearchFilters, principals: frozenset[str] | None) -> SearchFilters:
+def scoped(filters: F, principals: frozenset[str] | None) -> F:
     """`filters` narrowed to what `principals` may read (unchanged for None: sees all)."""
     if principals is None:
         return filters
-    return replace(filters, where=narrowed(filters.where, principals))
+    return cast(F, replace(cast(Any, filters), where=narrowed(filters.where, principals)))
 
 
 def narrowed(where: Node | None, principals: frozenset[str] | None) -> Node | None:
@@ -110,7 +117,7 @@ def narrowed(where: Node | None, principals: frozenset[str] | None) -> Node | No
     return Combined("$and", (allowed, *parts))
 
 
-def read_as_public(filters: SearchFilters) -> SearchFilters | None:
+def read_as_public(filters: F) -> F | None:
     """`filters` for rows that keep no access list (a database other pipelines fill),
     each of them public: the tests of `acl` in the tree's top `$and` decided (None when
     one excludes `public`: nothing passes), the rest kept."""
@@ -123,7 +130,7 @@ def read_as_public(filters: SearchFilters) -> SearchFilters | None:
         return None
     rest = tuple(part for part in parts if part not in tests)
     kept = None if not rest else rest[0] if len(rest) == 1 else Combined("$and", rest)
-    return replace(filters, where=kept)
+    return cast(F, replace(cast(Any, filters), where=kept))
 
 
 def fingerprint(principals: frozenset[str] | None) -> str:
