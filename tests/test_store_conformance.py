@@ -864,6 +864,7 @@ def test_listing_routes_on_every_backend(
             "chunks",
             "created_at",
             "updated_at",
+            "acl",
         }
         assert seen[0]["created_at"] and seen[0]["created_at"] <= seen[0]["updated_at"]
         only = client.get(
