@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
@@ -364,3 +366,78 @@ def test_sources_count_only_the_readers_documents(company: tuple[TestClient, Key
 
     assert listed(keys.as_user("bob")) == {"handbook-public": 1}
     assert listed(keys.as_user("ann")) == {"handbook-public": 1, "handbook-group:hr": 1}
+
+
+USERS = ("ann", "bob", "carl")
+GROUPS = ("hr", "eng", "ops")
+PRINCIPAL = st.sampled_from(
+    ("public", *(f"user:{u}" for u in USERS), *(f"group:{g}" for g in GROUPS))
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    acls=st.lists(st.lists(PRINCIPAL, max_size=3, unique=True), min_size=1, max_size=8),
+    groups=st.dictionaries(st.sampled_from(USERS), st.lists(st.sampled_from(GROUPS), unique=True)),
+    user=st.sampled_from(USERS),
+)
+def test_random_access_lists_on_every_reading_route(
+    tmp_path_factory: pytest.TempPathFactory,
+    acls: list[list[str]],
+    groups: dict[str, list[str]],
+    user: str,
+) -> None:
+    """Random documents with random access lists, random groups for the users: a user
+    delegated for finds, lists, counts, fetches and rates exactly what its principals
+    allow on every reading route, and a hidden document is a missing one."""
+    settings_ = make_settings(tmp_path_factory.mktemp("acl")).replace(auth="keys")
+    admin = asyncio.run(make_key(settings_, "operator", ["admin"]))
+    chat = asyncio.run(make_key(settings_, "chat-ui", ["read", "delegate"]))
+    with TestClient(create_app(settings_)) as client:
+        for name, held in groups.items():
+            put = client.put(
+                f"/v1/knowledge/principals/{name}", json={"groups": held}, headers=bearer(admin)
+            )
+            assert put.status_code == 200
+        documents = [
+            page(f"doc-{i}", f"Release pipeline note {i} for the search service.", acl)
+            for i, acl in enumerate(acls)
+        ]
+        created = client.post(
+            "/v1/knowledge/documents", json={"documents": documents}, headers=bearer(admin)
+        )
+        assert created.status_code == 201, created.text
+        mine = {"public", f"user:{user}", *(f"group:{g}" for g in groups.get(user, []))}
+        allowed = {f"doc-{i}" for i, acl in enumerate(acls) if mine & set(acl)}
+        asking = {**bearer(chat), "X-Knowledge-User": user}
+        if allowed:
+            assert found(client, asking) == allowed
+            retrieved = client.post(
+                "/v1/knowledge/retrieve",
+                json={"query": "release pipeline", "collection": "company", "top_k": 20},
+                headers=asking,
+            ).json()
+            assert {c["source_url"] for c in retrieved["retrieved_chunks"]} == allowed
+        else:
+            missing = client.post(
+                "/v1/knowledge/query", json={**ASK, "collection": "company"}, headers=asking
+            )
+            assert missing.status_code == 404
+        listing = client.get("/v1/knowledge/documents?collection=company", headers=asking)
+        listed = {d["source_id"] for d in listing.json().get("documents", [])}
+        assert listed == allowed
+        counts = client.get("/v1/knowledge/collections", headers=asking).json()["collections"]
+        assert {c["name"]: c["documents"] for c in counts} == (
+            {"company": len(allowed)} if allowed else {}
+        )
+        for i, doc_id in enumerate(created.json()["ids"]):
+            fetched = client.get(f"/v1/knowledge/documents/{doc_id}", headers=asking)
+            detail = client.get(
+                f"/v1/knowledge/detail/wiki/doc-{i}?collection=company", headers=asking
+            )
+            expected = 200 if f"doc-{i}" in allowed else 404
+            assert fetched.status_code == detail.status_code == expected
