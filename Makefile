@@ -75,6 +75,7 @@ bench: install-dev bytecode
 	$(BIN)/python scripts/conversation_eval.py
 	$(BIN)/python scripts/answer_set.py
 	$(BIN)/python scripts/bench_filters.py --stores sqlite,postgres --sizes 5000,200000 --keep .bench/filters
+	$(BIN)/python scripts/bench_acl.py --stores sqlite,postgres --sizes 5000,200000 --keep .bench/acl
 	$(BIN)/python scripts/bench_sources.py --documents 10000 --runs 3
 	$(BIN)/python scripts/bench_mail.py --messages 10000 --per-thread 4
 	$(BIN)/python scripts/bench_mail.py --imap --messages 10000 --runs 3

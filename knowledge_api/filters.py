@@ -13,7 +13,9 @@ instant with dates stored in metadata and with the passage's `created_at`/`updat
 (a bare date is midnight UTC, a time without an offset is UTC). A value of another kind
 never matches a range. `$ne`, `$nin` and `$not` are complements: a passage without the
 field matches them. `$contains` takes a word (no spaces) and matches string values
-that hold it among their space-separated words.
+that hold it among their space-separated words. `acl` is the document's access list:
+a principal (or `$contains` one) matches the documents whose ACL lists it, `$in` any of
+several; a caller's search is always narrowed to its own principals as well.
 
 Limits, checked before any store is reached: at most 64 conditions in all, nesting at
 most 8 levels deep, at most 100 values in `$in`/`$nin`.
@@ -31,6 +33,7 @@ from knowledge_api.validation import (
     DATE_FORM,
     KEY_MAX_LENGTH,
     plain_key,
+    principal,
     within_int64,
     without_nul,
 )
@@ -43,6 +46,11 @@ VALUE_MAX_LENGTH = 1000
 OWN_FIELDS = ("source_type", "source_id", "created_at", "updated_at")
 """Fields of the stored passage; any other field name is a metadata key."""
 DATE_FIELDS = ("created_at", "updated_at")
+ACL_FIELD = "acl"
+"""The document's access list (knowledge_api.principals): `"group:hr"` or `$contains`
+matches the documents whose ACL lists that principal, `$in` any of several; every
+store reads it as one `$in` of principals."""
+ACL_OPERATORS = ("$eq", "$contains", "$in")
 EQUALITY = ("$eq", "$ne")
 RANGES = ("$gt", "$gte", "$lt", "$lte")
 MEMBERSHIP = ("$in", "$nin")
@@ -92,6 +100,11 @@ class Condition:
     @property
     def own(self) -> bool:
         return self.field in OWN_FIELDS
+
+    @property
+    def acl(self) -> bool:
+        """A test of the document's access list: always `$in` of principals."""
+        return self.field == ACL_FIELD
 
     @property
     def values(self) -> tuple[Scalar | Instant, ...]:
@@ -223,6 +236,8 @@ class _Parser:
         return self.field(key, item, f"{path}.{key}")
 
     def field(self, name: str, item: Any, path: str) -> Node:
+        if name == ACL_FIELD:
+            return self.acl(item, path)
         if not isinstance(item, dict):
             return self.condition(name, "$eq", item, path)
         if not item:
@@ -234,6 +249,22 @@ class _Parser:
                 raise InvalidRequest(f"{path}.{op}", rule, operator=op)
             parts.append(self.condition(name, op, operand, f"{path}.{op}"))
         return parts[0] if len(parts) == 1 else Combined("$and", tuple(parts))
+
+    def acl(self, item: Any, path: str) -> Node:
+        """A test of the access list, as `$in` of the principals it names."""
+        rule = "takes a principal, {$contains: principal} or {$in: [principals]}"
+        if not isinstance(item, dict):
+            item = {"$eq": item}
+        if len(item) != 1 or next(iter(item)) not in ACL_OPERATORS:
+            raise InvalidRequest(path, rule)
+        op, operand = next(iter(item.items()))
+        where = f"{path}.{op}"
+        if op != "$in":
+            return self.condition(ACL_FIELD, "$in", [principal(operand, where)], where)
+        if not isinstance(operand, list) or not 1 <= len(operand) <= MAX_VALUES:
+            raise InvalidRequest(where, f"must be a list of 1 to {MAX_VALUES} principals")
+        checked = [principal(each, f"{where}[{i}]") for i, each in enumerate(operand)]
+        return self.condition(ACL_FIELD, "$in", checked, where)
 
     def condition(self, name: str, op: str, operand: Any, path: str) -> Condition:
         self.count += 1
@@ -342,6 +373,8 @@ def matches(node: Node | None, fields: Mapping[str, Any]) -> bool:
 
 def holds(condition: Condition, value: Any) -> bool:
     op, operand = condition.op, condition.value
+    if condition.acl:  # `value`: the document's access list
+        return not set(condition.values).isdisjoint(value or ())
     if op == "$exists":
         return (value is not None) is operand
     if op in ("$ne", "$nin"):

@@ -186,6 +186,8 @@ class Job:
     updated_at: str = ""
     dates: dict[str, str] = field(default_factory=dict)
     """The dates given to the documents of its files (created_at, updated_at)."""
+    acl: list[str] | None = None
+    """Who may read the job's documents (None: its source's own list, else public)."""
 
     def data(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

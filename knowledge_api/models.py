@@ -16,6 +16,7 @@ import numpy as np
 
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import Node
+from knowledge_api.principals import fingerprint, narrowed
 
 SOURCE_TYPES = ("git", "jira", "knowledge", "wiki", "email", "metrics", "chat")
 DEFAULT_COLLECTION = "default"
@@ -103,6 +104,8 @@ class Document:
     source: str = ""
     """The name of the source (an ingested path, a KB host, an upload) that produced it;
     empty for a document indexed on its own."""
+    acl: tuple[str, ...] = ("public",)
+    """The principals that may read it (knowledge_api.principals); empty: closed."""
 
     @property
     def id(self) -> str:
@@ -115,7 +118,9 @@ class Document:
         meta = repr(sorted(self.metadata.items()))
         chunks = "\x1e".join(c.content_hash for c in self.chunks)
         owner = f"\x1f{self.source}" if self.source else ""
-        return content_hash(f"{self.title}\x1f{meta}\x1f{chunks}{owner}")
+        # the ACL counts only when not public, so documents stored before keep theirs
+        access = "" if self.acl == ("public",) else "\x1f" + ",".join(self.acl)
+        return content_hash(f"{self.title}\x1f{meta}\x1f{chunks}{owner}{access}")
 
     def leading_columns(self) -> tuple[str, str, str, str, str, str]:
         """id, collection, source_type, source_id, title, content: the columns a stored
@@ -220,6 +225,7 @@ class DocumentSummary:
     chunks: int
     updated_at: str
     created_at: str
+    acl: tuple[str, ...] = ("public",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,14 +391,22 @@ class SearchParams:
         """What tier 1 keeps the answer under: the collection, or every one named."""
         return self.collections or self.collection
 
+    principals: frozenset[str] | None = None
+    """What the caller may read (knowledge_api.principals); None: everything."""
+
     def cache_key(self) -> tuple[Any, ...]:
         """What the answer depends on, for tier 1: the kind of request and every
-        parameter, the query normalised."""
-        values = [getattr(self, each.name) for each in fields(self)[1:]]
+        parameter, the query normalised, the principals as a hash of their sorted list."""
+        values = [
+            fingerprint(self.principals) if each.name == "principals" else getattr(self, each.name)
+            for each in fields(self)[1:]
+        ]
         return (type(self).__name__, normalize_query(self.query), *values)
 
     def search_filters(self) -> SearchFilters:
-        return SearchFilters(self.sources, self.filters, self.collection, self.collections)
+        """Where the search looks: narrowed to what the caller may read."""
+        where = narrowed(self.filters, self.principals)
+        return SearchFilters(self.sources, where, self.collection, self.collections)
 
 
 @dataclass(slots=True)
@@ -440,15 +454,24 @@ class ApiKey:
     collections: tuple[str, ...] | None
     """None: every collection."""
     created_at: str = ""
+    user: str = ""
+    """The id of the user the key reads as (knowledge_api.principals); '' for none."""
+    groups: tuple[str, ...] = ()
+    """Groups the key's own principals hold, beside those the service knows for `user`."""
 
     @classmethod
     def issued(
-        cls, name: str, scopes: tuple[str, ...], collections: tuple[str, ...] | None
+        cls,
+        name: str,
+        scopes: tuple[str, ...],
+        collections: tuple[str, ...] | None,
+        user: str = "",
+        groups: tuple[str, ...] = (),
     ) -> tuple[ApiKey, str]:
         """A new key and its token: a random one (32 bytes of entropy), recognisable
         by its prefix."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
-        return cls(name, token_hash(token), scopes, collections), token
+        return cls(name, token_hash(token), scopes, collections, "", user, groups), token
 
 
 def token_hash(token: str) -> str:

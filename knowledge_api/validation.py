@@ -25,6 +25,21 @@ NO_NUL_PATTERN = "^[^\\u0000]*$"
 COLLECTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _COLLECTION = re.compile(COLLECTION_PATTERN.strip("^$"))
 COLLECTION_RULE = "must be 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
+PRINCIPAL_MAX_LENGTH = 200
+PRINCIPAL_PATTERN = r"^(?:public|(?:user|group):[^\s\x00-\x1f\x7f,]{1,194})$"
+_PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
+PRINCIPAL_RULE = (
+    "must be 'public', 'user:<id>' or 'group:<name>' (no spaces, commas or control "
+    f"characters, at most {PRINCIPAL_MAX_LENGTH} characters)"
+)
+
+
+def principal(value: Any, path: str) -> str:
+    """`value`, checked as one principal of an access list (knowledge_api.principals);
+    a 400 naming `path` otherwise."""
+    if not isinstance(value, str) or not _PRINCIPAL.fullmatch(value):
+        raise InvalidRequest(path, PRINCIPAL_RULE)
+    return value
 
 
 def parses(parse: Callable[[str], object], value: str) -> bool:

@@ -882,3 +882,16 @@ def test_supabase_serves_the_existing_tables(
         wiki = query(client, "rollback deployment")["results"]
         assert "https://wiki.example.com/aoma/rollback" in [r["source_id"] for r in wiki]
         assert client.get("/health").json()["store"]["schema_mode"] == mode
+
+
+@pytest.mark.parametrize("mode", ["adopted", "read_only"])
+def test_every_row_is_public(mode: str, request: pytest.FixtureRequest) -> None:
+    """The tables keep no access lists: a filter on `acl` finds every row for `public`
+    and none for another principal, and /health says so."""
+    client = request.getfixturevalue("adopted_client" if mode == "adopted" else "reader_client")
+    plain = query(client, "asset upload timeout")["results"]
+    public = query(client, "asset upload timeout", filters={"acl": "public"})["results"]
+    assert plain and [r["id"] for r in public] == [r["id"] for r in plain]
+    assert query(client, "asset upload timeout", filters={"acl": "group:hr"})["results"] == []
+    left_out = client.get("/health").json()["store"]["left_out"]
+    assert any(item.startswith("document permissions") for item in left_out)

@@ -297,8 +297,8 @@ def test_a_405_allows_every_method_of_the_path(client: TestClient) -> None:
     """GET and DELETE of a document are two routes; a PUT is told about both."""
     response = client.put("/v1/knowledge/documents/some-id")
     assert response.status_code == 405
-    assert response.headers["allow"] == "DELETE, GET, HEAD"
-    assert response.json()["error"]["details"]["allowed"] == "DELETE, GET, HEAD"
+    assert response.headers["allow"] == "DELETE, GET, HEAD, PATCH"
+    assert response.json()["error"]["details"]["allowed"] == "DELETE, GET, HEAD, PATCH"
 
 
 @pytest.mark.parametrize(

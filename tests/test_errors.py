@@ -78,6 +78,9 @@ def test_every_route_answers_errors_in_one_shape(client: TestClient, route: Rout
             client.post(path, content=b'{"query": "x"}', headers=as_text), 415
         )
         assert error["type"] == "unsupported_media_type"
+    elif "PUT" in (route.methods or ()):
+        # a PUT names what it creates or replaces: a body it cannot read is the error
+        assert_error_shape(client.put(path), 415)
     elif "{" in route.path:
         assert_error_shape(client.request(sorted(route.methods or ())[0], path), 404)
 
@@ -143,8 +146,8 @@ def test_a_store_built_by_another_embedder_stops_the_start(settings: Settings) -
 def test_a_wrong_method_lists_every_method_of_the_path(client: TestClient) -> None:
     response = client.put("/v1/knowledge/documents/x", json={})
     error = assert_error_shape(response, 405)
-    assert error["details"]["allowed"] == "DELETE, GET, HEAD"
-    assert response.headers["allow"] == "DELETE, GET, HEAD"
+    assert error["details"]["allowed"] == "DELETE, GET, HEAD, PATCH"
+    assert response.headers["allow"] == "DELETE, GET, HEAD, PATCH"
 
 
 @pytest.mark.parametrize(

@@ -282,7 +282,9 @@ async def test_a_file_written_before_the_value_index_is_filtered_after_its_migra
     await store.close()
     db = sqlite3.connect(path)
     db.executescript(
-        "DROP TRIGGER documents_values_ad; DROP TABLE document_values; PRAGMA user_version = 5;"
+        "DROP TRIGGER documents_values_ad; DROP TABLE document_values; "
+        "DROP TRIGGER documents_acl_ad; DROP TABLE document_acl; "
+        "ALTER TABLE documents DROP COLUMN acl; PRAGMA user_version = 5;"
     )
     # the columns of sources that later migrations add (they run again after 006)
     columns = {row[1] for row in db.execute("PRAGMA table_info(sources)")}

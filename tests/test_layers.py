@@ -18,6 +18,7 @@ CORE = {
     "errors",
     "facets",
     "filters",
+    "principals",
     "ranking",
     "models",
     "observer",

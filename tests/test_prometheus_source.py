@@ -177,9 +177,13 @@ def test_a_source_is_added_and_synced_over_http(server: Server, tmp_path: Path) 
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert done["status"] == "done" and done["source"] == "alerts", done
-        listed = client.get(SOURCES, params={"collection": "ops"}, headers=writer).json()
+        listed = client.get(SOURCES, params={"collection": "ops"}, headers=admin).json()
         (alerts,) = listed["sources"]
         assert alerts["documents"] == 3 and alerts["last_error"] is None and alerts["cursor"]
+        # added without an acl: closed, so to a key that is not admin the collection
+        # holds nothing it may read
+        closed = client.get(SOURCES, params={"collection": "ops"}, headers=writer)
+        assert error_of(closed, 404)["type"] == "collection_not_found"
 
 
 def test_the_service_syncs_each_source_on_its_schedule(

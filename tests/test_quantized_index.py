@@ -263,3 +263,21 @@ async def test_the_feedback_search_ranks_by_the_index_own_scores(
         exact = float(vectors[int(hit.source_id[4:])] @ query)
         assert hit.similarity == pytest.approx(max(exact, 0.0), abs=1e-6)
     await store.close()
+
+
+def test_a_wide_mask_keeps_the_recall_of_the_unfiltered_search() -> None:
+    """Half the rows allowed (a reader's principals): the n best allowed rows come from
+    the whole index's best, and they are only allowed ones, as close to the exact
+    answer over the allowed rows as the unfiltered search is to its own."""
+    vectors = clustered(20_000, dimension=384)
+    index = QuantizedIndex.trained(vectors[::10], len(vectors))
+    index.add(list(range(len(vectors))), vectors, [("c", "wiki")] * len(vectors))
+    allowed = np.arange(len(vectors)) % 2 == 0
+    found = []
+    for query in near(vectors, 100):
+        shortlist = [key for key, _ in index.candidates(query, 100, "c", None, allowed)]
+        assert len(shortlist) == 100 and all(allowed[key] for key in shortlist)
+        rescored = sorted(shortlist, key=lambda key: -float(vectors[key] @ query))[:10]
+        scores = np.where(allowed, vectors @ query, -np.inf)
+        found.append(len(set(rescored) & set(np.argsort(-scores)[:10].tolist())) / 10)
+    assert np.mean(found) >= 0.98

@@ -682,6 +682,9 @@ async def stored_before_sourced_ids(
     applied), so that the next open (or `knowledge-api migrate`) migrates it."""
     if name == "sqlite":
         with sqlite3.connect(settings.db_path) as conn:
+            conn.execute("DROP TRIGGER documents_acl_ad")  # 010 again
+            conn.execute("DROP TABLE document_acl")
+            conn.execute("ALTER TABLE documents DROP COLUMN acl")
             for column in ("root", "connector", "lease_holder", "lease_until"):
                 conn.execute(f"ALTER TABLE sources DROP COLUMN {column}")  # 008 and 009 again
             conn.execute("PRAGMA user_version = 7")
@@ -861,6 +864,7 @@ def test_listing_routes_on_every_backend(
             "chunks",
             "created_at",
             "updated_at",
+            "acl",
         }
         assert seen[0]["created_at"] and seen[0]["created_at"] <= seen[0]["updated_at"]
         only = client.get(

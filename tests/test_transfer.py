@@ -282,3 +282,24 @@ def test_a_bad_file_of_another_embedder_is_refused_before_the_model_loads(
     assert status == 2 and err.startswith(f"error: {name}:{len(lines)} source_type: ")
     assert "embedding the documents again" not in err
     assert stored_documents(tmp_path / "restored.db") == 0
+
+
+def test_an_export_keeps_each_documents_access_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore opens nothing: a closed document and a group's stay so, and a line of a
+    file written before access lists were kept (none on it) is public."""
+    assert run(capsys, "ingest", "docs", "--name", "docs", "--acl", "group:hr")[0] == 0
+    assert run(capsys, "export", "--collection", "default", "--output", "c.jsonl")[0] == 0
+    lines = (tmp_path / "c.jsonl").read_text().splitlines()
+    assert {tuple(json.loads(line)["acl"]) for line in lines[1:]} == {("group:hr",)}
+    first = json.loads(lines[1])
+    del first["acl"]
+    (tmp_path / "old.jsonl").write_text("\n".join([lines[0], json.dumps(first)]) + "\n")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "restored.db"))
+    assert run(capsys, "import", "c.jsonl")[0] == 0
+    assert run(capsys, "import", "old.jsonl", "--collection", "old")[0] == 0
+    with sqlite3.connect(tmp_path / "restored.db") as db:
+        rows = db.execute("SELECT collection, acl FROM documents").fetchall()
+    assert {acl for collection, acl in rows if collection == "default"} == {'["group:hr"]'}
+    assert {acl for collection, acl in rows if collection == "old"} == {'["public"]'}

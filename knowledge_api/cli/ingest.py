@@ -19,6 +19,7 @@ from knowledge_api.ingest.git_source import GitOptions
 from knowledge_api.ingest.loaders import LoadOptions, Skipped
 from knowledge_api.ledger import MAX_AUDITED_IDS, changes, local_user
 from knowledge_api.models import Document, IndexSummary
+from knowledge_api.principals import acl_text
 from knowledge_api.service import KnowledgeService
 from knowledge_api.service.catalog import Catalog
 from knowledge_api.settings import Settings, column_roles
@@ -150,8 +151,9 @@ def index_documents(
     name = validation.source_name(source, "--name")
 
     async def run(service: KnowledgeService) -> int:
+        acl = None if args.acl is None else acl_text(args.acl)
         plan = await sources.plan_mirror(
-            service, documents, name, collection, args.prune, kept, root
+            service, documents, name, collection, args.prune, kept, root, acl
         )
         refused = plan.refusal(settings.prune_max_fraction, args.allow_mass_delete)
         if args.dry_run:
@@ -196,5 +198,10 @@ def run_sync(settings: Settings, args: argparse.Namespace) -> int:
     settings = settings.replace(kb_sync_url=args.source)
     return with_service(
         settings,
-        lambda service: kb_sync.sync_command(service, args.full, args.allow_mass_delete),
+        lambda service: kb_sync.sync_command(
+            service,
+            args.full,
+            args.allow_mass_delete,
+            None if args.acl is None else acl_text(args.acl),
+        ),
     )

@@ -1,10 +1,13 @@
-"""`keys create | list | revoke`: API keys, kept in the store (only a token's hash)."""
+"""`keys create | list | revoke`: API keys, kept in the store (only a token's hash);
+`groups set | get`: the groups the service knows for a user id; `acl set`: who may
+read a document or a source's documents."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from knowledge_api import validation
 from knowledge_api.cli.running import split, with_storage
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
@@ -15,10 +18,17 @@ def run_keys_create(settings: Settings, args: argparse.Namespace) -> int:
 
     async def create(service: KnowledgeService) -> int:
         key, token = await keys.create(
-            service, args.name, split(args.scopes), split(args.collections)
+            service,
+            args.name,
+            split(args.scopes),
+            split(args.collections),
+            user=args.user,
+            groups=split(args.groups),
         )
         reach = ", ".join(key.collections) if key.collections else "every collection"
-        print(f"created key {key.name!r}: scopes {', '.join(key.scopes)}; {reach}")
+        reader = f"; reads as user {key.user!r}" if key.user else ""
+        held = f"; groups {', '.join(key.groups)}" if key.groups else ""
+        print(f"created key {key.name!r}: scopes {', '.join(key.scopes)}; {reach}{reader}{held}")
         print("the token below is shown once; only its hash is kept:")
         print(token)
         return 0
@@ -32,8 +42,11 @@ def run_keys_list(settings: Settings, args: argparse.Namespace) -> int:
     async def show(service: KnowledgeService) -> int:
         for key in await keys.listed(service):
             reach = ",".join(key.collections) if key.collections else "*"
+            reader = f"\tuser={key.user}" if key.user else ""
+            held = f"\tgroups={','.join(key.groups)}" if key.groups else ""
             print(
-                f"{key.name}\tscopes={','.join(key.scopes)}\tcollections={reach}\t{key.created_at}"
+                f"{key.name}\tscopes={','.join(key.scopes)}\tcollections={reach}\t"
+                f"{key.created_at}{reader}{held}"
             )
         return 0
 
@@ -51,3 +64,49 @@ def run_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
     return with_storage(settings, revoke)
+
+
+def run_groups_set(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import permissions
+
+    async def change(service: KnowledgeService) -> int:
+        found = await permissions.set_groups(service, args.id, split(args.groups))
+        print(f"user {args.id!r}: groups {', '.join(found) or 'none'}")
+        return 0
+
+    return with_storage(settings, change)
+
+
+def run_groups_get(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import permissions
+
+    async def show(service: KnowledgeService) -> int:
+        print(",".join(await permissions.groups(service, args.id)))
+        return 0
+
+    return with_storage(settings, show)
+
+
+def run_acl_set(settings: Settings, args: argparse.Namespace) -> int:
+    from knowledge_api.principals import acl_text
+    from knowledge_api.usecases import permissions
+
+    acl = acl_text(args.acl, "ACL")
+    collection = validation.collection_name(args.collection, "--collection")
+
+    async def change(service: KnowledgeService) -> int:
+        if args.source is not None:
+            said = await permissions.set_source_acl(
+                service, collection, args.source, acl, "acl set"
+            )
+        else:
+            doc = await service.document(args.document)
+            if doc is None or doc.collection != collection:
+                print(f"error: no document {args.document!r} in {collection!r}", file=sys.stderr)
+                return 1
+            said = await permissions.set_document_acl(service, doc, acl, "acl set")
+        shown = ", ".join(acl) or "closed (admin keys only)"
+        print(f"acl of {said['documents']} documents: {shown}; embedded 0")
+        return 0
+
+    return with_storage(settings, change)

@@ -34,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
         eval_command,
         migrate_store_command,
         keys_command,
+        groups_command,
+        acl_command,
         audit_command,
         migrate_command,
     ):
@@ -97,10 +99,16 @@ def git_command(commands: Commands) -> None:
 
 
 MASS_DELETE_HELP = "delete even more than KNOWLEDGE_PRUNE_MAX_FRACTION of the source"
+ACL_HELP = (
+    "who may read the documents: comma-separated principals (public, user:ID, group:NAME; "
+    "'' closes them to admin keys); remembered as the source's own (default: the source's "
+    "own, else public)"
+)
 
 
 def source_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--name", help="the source's name (default: the absolute path)")
+    command.add_argument("--acl", metavar="P1,P2", help=ACL_HELP)
     command.add_argument(
         "--prune", action="store_true", help="mirror: delete the documents of files now gone"
     )
@@ -141,6 +149,12 @@ def sources_command(commands: Commands) -> None:
     add.add_argument("--kind", required=True, choices=connectors.names())
     add.add_argument("--url", required=True, help="where the service answers")
     add.add_argument("--collection", default=DEFAULT_COLLECTION, help="collection to index into")
+    add.add_argument(
+        "--acl",
+        metavar="P1,P2",
+        help="who may read its documents (public, user:ID, group:NAME); without it the "
+        "source is closed (admin keys only) until `knowledge-api acl set`",
+    )
     add.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a setting (repeatable)"
     )
@@ -198,6 +212,7 @@ def sync_command(commands: Commands) -> None:
         "--full", action="store_true", help="fetch everything, remove what is gone"
     )
     command.add_argument("--allow-mass-delete", action="store_true", help=MASS_DELETE_HELP)
+    command.add_argument("--acl", metavar="P1,P2", help=ACL_HELP)
     command.set_defaults(run=ingest.run_sync)
 
 
@@ -263,9 +278,15 @@ def keys_command(commands: Commands) -> None:
     actions = command.add_subparsers(required=True, metavar="ACTION")
     create = actions.add_parser("create", help="a new key; its token is printed once, last")
     create.add_argument("--name", required=True)
-    create.add_argument("--scopes", required=True, help="comma-separated: read, write, admin")
+    create.add_argument(
+        "--scopes", required=True, help="comma-separated: read, write, admin, delegate"
+    )
     create.add_argument(
         "--collections", default="", help="comma-separated collections (default: all)"
+    )
+    create.add_argument("--user", default="", help="the user id the key reads as")
+    create.add_argument(
+        "--groups", default="", help="comma-separated groups the key's own principals hold"
     )
     create.set_defaults(run=keys.run_keys_create)
     listing = actions.add_parser("list", help="every key: name, scopes, collections, created")
@@ -273,6 +294,30 @@ def keys_command(commands: Commands) -> None:
     revoke = actions.add_parser("revoke", help="revoke a key by name")
     revoke.add_argument("name")
     revoke.set_defaults(run=keys.run_keys_revoke)
+
+
+def groups_command(commands: Commands) -> None:
+    command = commands.add_parser("groups", help="the groups the service knows for a user id")
+    actions = command.add_subparsers(required=True, metavar="ACTION")
+    setting = actions.add_parser("set", help="replace a user's groups ('' forgets them)")
+    setting.add_argument("id", metavar="ID", help="the user id (an e-mail address, any id)")
+    setting.add_argument("groups", metavar="GROUP,GROUP", help="comma-separated group names")
+    setting.set_defaults(run=keys.run_groups_set)
+    getting = actions.add_parser("get", help="a user's groups")
+    getting.add_argument("id", metavar="ID")
+    getting.set_defaults(run=keys.run_groups_get)
+
+
+def acl_command(commands: Commands) -> None:
+    command = commands.add_parser("acl", help="who may read a document or a source's documents")
+    actions = command.add_subparsers(required=True, metavar="ACTION")
+    setting = actions.add_parser("set", help="set an access list; nothing is embedded again")
+    setting.add_argument("--collection", default=DEFAULT_COLLECTION)
+    which = setting.add_mutually_exclusive_group(required=True)
+    which.add_argument("--document", metavar="ID", help="a document's id")
+    which.add_argument("--source", metavar="NAME", help="a source's name: all its documents")
+    setting.add_argument("acl", metavar="P1,P2", help=ACL_HELP)
+    setting.set_defaults(run=keys.run_acl_set)
 
 
 def audit_command(commands: Commands) -> None:

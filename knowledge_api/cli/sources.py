@@ -10,6 +10,7 @@ from knowledge_api.cli.running import print_json, with_storage
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import changes, local_user
 from knowledge_api.models import ConnectorSource
+from knowledge_api.principals import acl_text
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import connectors
@@ -61,8 +62,10 @@ def run_add(settings: Settings, args: argparse.Namespace) -> int:
         secrets=pairs(args.secret, "--secret"),
     )
 
+    acl = acl_text(args.acl or "")
+
     async def add(service: KnowledgeService) -> int:
-        await connectors.add_source(service, collection, name, source)
+        await connectors.add_source(service, collection, name, source, acl)
         print(
             f"added {source.kind} source {name!r} to {collection!r}; run: knowledge-api "
             f"sources sync {name}"

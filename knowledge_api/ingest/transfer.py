@@ -42,6 +42,7 @@ from knowledge_api.models import (
     Progress,
     chunk_id,
 )
+from knowledge_api.principals import PUBLIC_ACL, acl_of
 from knowledge_api.registry import import_extra
 from knowledge_api.stores.base import KnowledgeStore
 
@@ -59,6 +60,7 @@ DOCUMENT_FIELDS = (
     "created_at",
     "updated_at",
     "chunks",
+    "acl",
 )
 CHUNK_FIELDS = ("chunk_index", "title", "section", "content", "vector")
 MAX_CHUNK_INDEX = 2**31 - 1
@@ -221,6 +223,7 @@ def document_line(doc: Document) -> dict[str, Any]:
         "metadata": doc.metadata,
         "created_at": doc.created_at,
         "updated_at": doc.updated_at,
+        "acl": list(doc.acl),
         "chunks": [
             {
                 "chunk_index": chunk.chunk_index,
@@ -342,6 +345,7 @@ def read_document(
             created_at=date(body, "created_at"),
             updated_at=date(body, "updated_at"),
             source=source(body),
+            acl=acl_of(body["acl"]) if "acl" in body else PUBLIC_ACL,
         )
         chunks = body.get("chunks", [])
         if not isinstance(chunks, list):

@@ -209,6 +209,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
                 {**body, "limit": limit, "synthesize": False, "offset": skip}
             )
             caller(ctx).searches(params.searched)
+            params = caller(ctx).asking(params)
             served = await query_use.query(service, params)
         found = steady(query_route.render(served), "metrics")
         found["next_skip"] = found.pop("next_offset")
@@ -244,6 +245,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
                 service.answer_threshold,
             )
             caller(ctx).searches(params.searched)
+            params = caller(ctx).asking(params)
             rewrite = await conversation.standalone(service, said) if said else None
             if rewrite is not None:
                 params = replace(params, query=rewrite.question, context=rewrite.context)
@@ -281,10 +283,11 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             key = detail.ID.parse({"id": id}, detail.ID.default)
             name = detail.COLLECTION.parse({"collection": collection}, DEFAULT_COLLECTION)
             owner = detail.SOURCE.parse({"source": source}, None)
-            caller(ctx).collection(name)
-            doc = await service.find_document(source_type, key, name, owner)
+            who = caller(ctx)
+            who.collection(name)
+            doc = await service.find_document(source_type, key, name, owner, who.principals)
             if doc is None:
-                await service.require_collection(name)
+                await service.require_collection(name, who.principals)
                 raise NotFound(
                     f"no {source_type} record with id {key!r} in collection {name!r}: "
                     "use a source_type and source_id from search results"
@@ -294,9 +297,9 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def list_collections(ctx: Context[Any, Any]) -> str:
         """The collections you can search, each with its document count."""
-        with tool_errors():
-            counts = await service.collections()
         who = caller(ctx)
+        with tool_errors():
+            counts = await service.collections(who.principals)
         return json.dumps(
             {
                 "collections": [

@@ -64,6 +64,7 @@ async def answer(request: Request) -> Response:
     knowledge = service(request)
     params, stream = parse(await read_json(request), knowledge.answer_threshold)
     access(request).searches(params.searched)
+    params = access(request).asking(params)
     if not stream:
         return JSONResponse(render(await use.answer(knowledge, params)))
     started = time.perf_counter()

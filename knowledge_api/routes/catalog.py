@@ -14,6 +14,7 @@ from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.ledger import changes
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, DocumentPage
 from knowledge_api.routes.audit import actor
+from knowledge_api.routes.views import ACL
 from knowledge_api.usecases import connectors
 from knowledge_api.usecases import sources as use
 from knowledge_api.web.access import access
@@ -96,6 +97,7 @@ DOCUMENT_SUMMARY = obj(
         "chunks": {**INTEGER, "minimum": 0},
         "created_at": STRING,
         "updated_at": STRING,
+        "acl": ACL,
     }
 )
 DOCUMENTS = obj({"documents": array(DOCUMENT_SUMMARY), "next_cursor": nullable(STRING)})
@@ -149,7 +151,8 @@ def query(request: Request) -> dict[str, Any]:
 
 
 async def collections(request: Request) -> Response:
-    found = await use.collections(service(request), access(request).reaches)
+    caller = access(request)
+    found = await use.collections(service(request), caller.reaches, caller.principals)
     return JSONResponse(
         {
             "collections": [
@@ -172,7 +175,7 @@ async def documents(request: Request) -> Response:
     collection = caller.collection(values["collection"])
     page = DocumentPage(collection, values["limit"], "", values["source_type"], values["source"])
     found, next_cursor = await use.documents(
-        service(request), page, values["cursor"], caller.reaches
+        service(request), page, values["cursor"], caller.reaches, caller.principals
     )
     return JSONResponse(
         {
@@ -188,6 +191,7 @@ async def documents(request: Request) -> Response:
                     "chunks": doc.chunks,
                     "created_at": doc.created_at,
                     "updated_at": doc.updated_at,
+                    "acl": list(doc.acl),
                 }
                 for doc in found
             ],
@@ -203,10 +207,12 @@ async def sources(request: Request) -> Response:
     caller = access(request)
     if collection is not None:
         caller.collection(collection)
-    found = await use.sources(service(request), collection)
+    found = await use.sources(service(request), collection, caller.principals)
     every = service(request).settings.sync_interval
     if collection is not None and not found:
-        await use.require_collection(service(request), collection, caller.reaches)
+        await use.require_collection(
+            service(request), collection, caller.reaches, caller.principals
+        )
     return JSONResponse(
         {
             "sources": [

@@ -328,6 +328,7 @@ async def chat(request: Request) -> Response:
         values["collections"],
     )
     access(request).searches(scope.searched)
+    scope = access(request).asking(scope)
     params, rewrite = await question(knowledge, said, scope)
     events = answers.events(knowledge, params)
     first = await anext(events)  # bad input and an unavailable store keep their status
@@ -431,6 +432,7 @@ async def completions(request: Request) -> Response:
         values["collections"],  # several, instead of the model's
     )
     access(request).searches(scope.searched)
+    scope = access(request).asking(scope)
     params, rewrite = await question(knowledge, said, scope)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not stream:

@@ -33,12 +33,13 @@ async def detail(request: Request) -> Response:
     source_type = TYPE.parse(request.path_params, TYPE.default)
     key = request.path_params["id"]
     query = dict(request.query_params)
-    collection = access(request).collection(COLLECTION.parse(query, COLLECTION.default))
+    caller = access(request)
+    collection = caller.collection(COLLECTION.parse(query, COLLECTION.default))
     source = SOURCE.parse(query, SOURCE.default)
     knowledge = service(request)
-    doc = await knowledge.find_document(source_type, key, collection, source)
+    doc = await knowledge.find_document(source_type, key, collection, source, caller.principals)
     if doc is None:
-        await knowledge.require_collection(collection)
+        await knowledge.require_collection(collection, caller.principals)
         raise NotFound(
             f"no {source_type} record with id {key!r} in collection {collection!r}",
             type=source_type,

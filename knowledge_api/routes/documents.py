@@ -11,9 +11,12 @@ from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.ledger import changes
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
+from knowledge_api.principals import PUBLIC_ACL
 from knowledge_api.routes.audit import actor
+from knowledge_api.routes.views import ACL, acl_field, document_view
 from knowledge_api.routes.views import DOCUMENT as DOCUMENT_VIEW
-from knowledge_api.routes.views import document_view
+from knowledge_api.usecases import permissions
+from knowledge_api.validation import REQUIRED
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (
     INTEGER,
@@ -61,6 +64,11 @@ DOCUMENT = Body(
     Date(
         "updated_at",
         "When the item last changed where it lives (ISO 8601; default: when indexed).",
+    ),
+    acl_field(
+        "Who may read it: principals (public, user:<id>, group:<name>); empty: "
+        "closed, admin keys only.",
+        PUBLIC_ACL,
     ),
 )
 
@@ -147,6 +155,35 @@ async def get(request: Request) -> Response:
     return JSONResponse(document_view(await reachable(request)))
 
 
+ACL_CHANGE = Body(
+    "AccessList",
+    acl_field(
+        "The new access list: principals (public, user:<id>, group:<name>); empty: "
+        "closed, admin keys only.",
+        REQUIRED,
+    ),
+)
+ACL_CHANGED = obj(
+    {
+        "success": {"const": True},
+        "acl": ACL,
+        "documents": COUNT,
+        "embedded": {"const": 0},
+    }
+)
+"""The body of `change_acl` (and of a source's change): nothing is embedded again."""
+
+
+async def change_acl(request: Request) -> Response:
+    """PATCH /v1/knowledge/documents/{id}: a new access list, nothing embedded again."""
+    doc = await reachable(request)
+    values = ACL_CHANGE.parse(await read_json(request))
+    knowledge = service(request)
+    action = "PATCH /v1/knowledge/documents/{id}"
+    said = await permissions.set_document_acl(knowledge, doc, values["acl"], action, actor(request))
+    return JSONResponse({"success": True, **{k: said[k] for k in ("acl", "documents", "embedded")}})
+
+
 async def delete(request: Request) -> Response:
     doc = await reachable(request)
     if not await service(request).delete_document(doc.id):
@@ -161,10 +198,12 @@ async def delete(request: Request) -> Response:
 
 
 async def reachable(request: Request) -> Document:
-    """The document of the path, if it exists in a collection the caller may reach (a
-    document of another tenant is as absent as one that does not exist)."""
+    """The document of the path, if it exists in a collection the caller may reach and
+    its principals may read (a document of another tenant, or hidden from the caller,
+    is as absent as one that does not exist)."""
     doc_id = request.path_params["id"]
-    doc = await service(request).document(doc_id)
-    if doc is None or not access(request).reaches(doc.collection):
+    caller = access(request)
+    doc = await service(request).document(doc_id, caller.principals)
+    if doc is None or not caller.reaches(doc.collection):
         raise NotFound(f"no document with id {doc_id!r}", id=doc_id)
     return doc

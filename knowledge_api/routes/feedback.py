@@ -120,7 +120,10 @@ async def rate(request: Request) -> Response:
         values["expected_source"] or None,
         who.request_id,
     )
-    rating_id, answered = await use.rate(service(request), rating, access(request).collection)
+    caller = access(request)
+    rating_id, answered = await use.rate(
+        service(request), rating, caller.collection, caller.principals
+    )
     changed = {"id": rating_id, "query_id": rating.query_id, "rating": rating.rating}
     await service(request).audit(who, "POST /v1/knowledge/feedback", answered.collection, changed)
     return JSONResponse(

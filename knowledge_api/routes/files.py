@@ -13,6 +13,7 @@ from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.ledger import DONE, FAILED, QUEUED, RUNNING, Job
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
+from knowledge_api.principals import acl_text
 from knowledge_api.routes.audit import actor
 from knowledge_api.usecases.uploads import MAX_FILES, Sent, Upload, UploadJobs
 from knowledge_api.web.access import access, budget_of
@@ -71,6 +72,15 @@ FIELDS = (
     Date(
         "updated_at",
         "When they last changed (ISO 8601; a JSON-lines record's own wins).",
+    ),
+    Custom(
+        "acl",
+        "Who may read the documents: comma-separated principals (public, user:<id>, "
+        "group:<name>; empty: closed, admin keys only); remembered as the source's own. "
+        "Absent: the source's own list, else public.",
+        None,
+        check=lambda value: None if value is None else acl_text(value, "acl"),
+        shape={"type": "string", "maxLength": 20_000},
     ),
 )
 FILES = Body(

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import KnowledgeAPIError
+from knowledge_api.principals import DELEGATED_HEADER
 from knowledge_api.web.access import READ, access
 from knowledge_api.web.fields import NUMBER, STRING, enum, obj
 from knowledge_api.web.http import JSONResponse, service
@@ -50,13 +51,14 @@ async def health(request: Request) -> Response:
     caller = access(request)
     if not caller.allows(READ):
         body = {key: body[key] for key in MINIMAL}
-    elif caller.collections is not None:
-        body = limited(body)
+    elif caller.collections is not None or DELEGATED_HEADER in request.headers:
+        body = limited(body)  # the store's counts would say hidden documents exist
     return JSONResponse(body, status_code=503 if body["status"] == "unhealthy" else 200)
 
 
 def limited(body: dict[str, Any]) -> dict[str, Any]:
-    """/health as a key limited to some collections sees it: the store's backend and
+    """/health as a key limited to some collections (or asking for a user it delegates
+    for) sees it: the store's backend and
     status without its store-wide counts, its place (a path, a URL) or its error (which
     may name them), and the status
     of each part beyond the store's and the providers'."""

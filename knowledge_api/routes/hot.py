@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -53,6 +53,8 @@ class Rendered:
     head: bytes
     """The body up to `total_ms`'s value."""
     tail: bytes
+    principals: frozenset[str] | None = None
+    """What the value was read with (knowledge_api.principals)."""
 
     def body(self, started: float) -> bytes:
         total_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -98,7 +100,7 @@ class QueryHits:
                 return
         status = await self.forward(scope, first, receive, send, exchange)
         if whole and status == 200:
-            self.remember(body)
+            self.remember(body, scope)
 
     async def answered(
         self,
@@ -125,6 +127,8 @@ class QueryHits:
             caller = await admit(
                 self.gate, headers, host, READ, rendered.collection, count_refusals=False
             )
+            if caller.principals != rendered.principals:
+                return False  # remembered for other principals: the usual way reads it
         except KnowledgeAPIError:
             return False  # the usual way answers with the error
         except BaseException:
@@ -143,9 +147,7 @@ class QueryHits:
             await send({"type": "http.response.body", "body": content})
             if exchange is not None:
                 exchange.finished = True
-            query.followed_up(
-                body, query.client_id(caller.name, host), self.service, rendered.value
-            )
+            query.followed_up(body, caller, host, self.service, rendered.value)
         finally:
             if exchange is not None and self.observer is not None:
                 self.observer.recorded(exchange, ROUTE.path, "POST", caller.name)
@@ -188,19 +190,26 @@ class QueryHits:
             await self.app(scope, receiving, sending)
         return status
 
-    def remember(self, body: bytes) -> None:
-        """Render, as a hit, the tier-1 value this body was just answered from."""
+    def remember(self, body: bytes, scope: Scope) -> None:
+        """Render, as a hit, the tier-1 value this body was just answered from (for the
+        principals it was read with: a hit is served to a caller reading with the same)."""
         if len(body) > MAX_BODY_BYTES or body in self.rendered:
             return
         try:
             params, stream = query.parse(orjson.loads(body))
         except (ValueError, KnowledgeAPIError):
             return
+        caller = scope.get("state", {}).get("access")
+        if caller is None:
+            return
+        params = replace(params, principals=caller.principals)
         key = params.cache_key()
         value = self.service.tier1.peek(key)
         if stream or value is None:
             return  # a streamed answer, or one tier 1 did not keep (warnings)
-        self.rendered[body] = rendered(key, value, params.scope)
+        self.rendered[body] = replace(
+            rendered(key, value, params.scope), principals=params.principals
+        )
         if len(self.rendered) > MAX_BODIES:
             self.rendered.popitem(last=False)
 

@@ -65,7 +65,8 @@ def model_name(info: CollectionInfo) -> str:
 
 
 async def models(request: Request) -> Response:
-    found = await use.chat_models(service(request), access(request).reaches)
+    caller = access(request)
+    found = await use.chat_models(service(request), caller.reaches, caller.principals)
     # a collection named `knowledge` cannot be a model: that name is the default's
     listed = [info for info in found if info.name != DEFAULT_MODEL]
     data = [model_view(model_name(info), info) for info in listed]
@@ -79,7 +80,7 @@ async def model(request: Request) -> Response:
     caller = access(request)
     if validation.valid_collection(asked):
         caller.collection(collection_of(asked))
-    found = await use.chat_models(service(request), caller.reaches)
+    found = await use.chat_models(service(request), caller.reaches, caller.principals)
     for info in found:
         if info.name == collection_of(asked):
             return JSONResponse(model_view(asked, info))

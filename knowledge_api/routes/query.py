@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import InvalidQuery
+from knowledge_api.principals import fingerprint
 from knowledge_api.routes.views import (
     FACET_COUNTS,
     FACETS,
@@ -28,7 +29,7 @@ from knowledge_api.routes.views import (
 from knowledge_api.service import KnowledgeService, Served
 from knowledge_api.usecases import query as use
 from knowledge_api.usecases.query import QueryParams, QueryResult
-from knowledge_api.web.access import access
+from knowledge_api.web.access import Access, access
 from knowledge_api.web.fields import (
     BOOLEAN,
     NUMBER,
@@ -65,7 +66,8 @@ async def query(request: Request) -> Response:
     params, stream = parse(await read_json(request))
     caller = access(request)
     caller.searches(params.searched)
-    client = client_id(caller.name, request.client.host if request.client else "")
+    params = caller.asking(params)
+    client = client_id(caller, request.client.host if request.client else "")
     if stream:
         return await event_stream(use.events(service(request), params, client), sse_event)
     served = await use.query(service(request), params, client)
@@ -73,18 +75,23 @@ async def query(request: Request) -> Response:
     return JSONResponse(render(served))
 
 
-def client_id(key_name: str, host: str) -> str:
-    """Who asked, for the log of what each client asks next (prefetching)."""
-    return f"{key_name}@{host}"
+def client_id(caller: Access, host: str) -> str:
+    """Who asked, for the log of what each client asks next (prefetching): the key, the
+    principals it read with (each user a key delegates for has a log of its own) and
+    the address."""
+    reading = "" if caller.principals is None else f"#{fingerprint(caller.principals)}"
+    return f"{caller.name}{reading}@{host}"
 
 
 def followed_up(
-    request_body: bytes, client: str, service: KnowledgeService, value: QueryResult
+    request_body: bytes, caller: Access, host: str, service: KnowledgeService, value: QueryResult
 ) -> None:
     """A query answered without the use case (routes/hot.py) still goes into the log
-    of what each client asks next, and its follow-ups are prefetched."""
+    of what each client asks next, and its follow-ups are prefetched for the same
+    principals."""
     if service.prefetcher.enabled:
-        use.prefetch(service, parse(orjson.loads(request_body))[0], client, value.hits)
+        params = caller.asking(parse(orjson.loads(request_body))[0])
+        use.prefetch(service, params, client_id(caller, host), value.hits)
 
 
 def render(served: Served[QueryResult]) -> dict[str, Any]:

@@ -173,13 +173,14 @@ def expected_sources(value: Any, queries: Sequence[str]) -> dict[str, frozenset[
 async def retrieve(request: Request) -> Response:
     params = parse_retrieve(await read_json(request))
     access(request).searches(params.searched)
+    params = access(request).asking(params)
     found = await use.retrieve(service(request), params)
     return JSONResponse(render_retrieved(found))
 
 
 async def validate(request: Request) -> Response:
     params = parse_validate(await read_json(request))
-    access(request).collection(params.collection)
+    params = access(request).asking(params)
     report = await use.validate(service(request), params)
     return JSONResponse(render_validation(report))
 

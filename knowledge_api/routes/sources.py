@@ -14,6 +14,7 @@ from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import QUEUED
 from knowledge_api.models import DEFAULT_COLLECTION, ConnectorSource
 from knowledge_api.routes.audit import actor
+from knowledge_api.routes.views import acl_field
 from knowledge_api.usecases import connectors as use
 from knowledge_api.usecases.connectors import SyncJobs
 from knowledge_api.web.access import access
@@ -73,6 +74,11 @@ ADD = Body(
         strings("secrets"),
         STRINGS,
     ),
+    acl_field(
+        "Who may read its documents (public, user:<id>, group:<name>); absent or empty: "
+        "closed, admin keys only, until an access list is set.",
+        (),
+    ),
 )
 SYNC = Body(
     "SourceSync",
@@ -97,8 +103,10 @@ async def add(request: Request) -> Response:
     values = ADD.parse(await read_json(request))
     collection = access(request).collection(values["collection"])
     source = ConnectorSource(values["kind"], values["url"], values["settings"], values["secrets"])
-    added = await use.add_source(service(request), collection, values["name"], source)
-    changed = {"source": values["name"], "kind": source.kind}
+    added = await use.add_source(
+        service(request), collection, values["name"], source, values["acl"]
+    )
+    changed = {"source": values["name"], "kind": source.kind, "acl": list(values["acl"])}
     await service(request).audit(actor(request), "POST /v1/knowledge/sources", collection, changed)
     return JSONResponse(
         use.source_view(added, service(request).settings.sync_interval), status_code=201

@@ -62,7 +62,8 @@ RESPONSE = obj(
 async def support(request: Request) -> Response:
     """The body's fields go to the use case, which validates them as the in-process
     contract does; only the JSON itself and unknown fields are checked here."""
-    access(request).collection(service(request).settings.support_collection)
+    caller = access(request)
+    caller.collection(service(request).settings.support_collection)
     try:
         body = validation.require_object(await read_json(request))
         validation.reject_unknown(body, SUPPORT.names)
@@ -74,5 +75,6 @@ async def support(request: Request) -> Response:
         body.get("message"),
         body.get("metadata"),
         body.get("filters"),
+        caller.principals,
     )
     return JSONResponse(answer)

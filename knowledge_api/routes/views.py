@@ -16,8 +16,9 @@ from knowledge_api.models import (
     Document,
     SearchHit,
 )
+from knowledge_api.principals import acl_of
 from knowledge_api.ranking import MAX_OFFSET
-from knowledge_api.validation import KEY_MAX_LENGTH, KEY_PATTERN
+from knowledge_api.validation import KEY_MAX_LENGTH, KEY_PATTERN, PRINCIPAL_PATTERN, REQUIRED
 from knowledge_api.web.fields import (
     BOOLEAN,
     INTEGER,
@@ -89,6 +90,24 @@ def result_view(hit: SearchHit) -> Body:
     }
 
 
+ACL: Schema = {
+    **array({**STRING, "pattern": PRINCIPAL_PATTERN}),
+    "description": "The principals that may read it (public, user:<id>, group:<name>); "
+    "empty: closed, read by admin keys only.",
+}
+
+
+def acl_field(description: str, default: Any = None) -> Custom:
+    """An access list of a request: a list of principals (absent: `default`)."""
+
+    shown = default if default is REQUIRED else list(default)
+
+    def check(value: Any) -> Any:
+        return default if value is shown else acl_of(value)
+
+    return Custom("acl", description, shown, check=check, shape=dict(ACL))
+
+
 CHUNK = obj(
     {"id": STRING, "chunk_index": INTEGER, "section": STRING, "content": STRING},
 )
@@ -103,6 +122,7 @@ DOCUMENT: Schema = obj(
         "collection": STRING,
         "created_at": STRING,
         "updated_at": STRING,
+        "acl": ACL,
         "chunks": array(CHUNK),
     }
 )
@@ -136,6 +156,7 @@ def document_view(doc: Document) -> Body:
         "collection": doc.collection,
         "created_at": doc.created_at,
         "updated_at": doc.updated_at,
+        "acl": list(doc.acl),
         "chunks": [
             {"id": c.id, "chunk_index": c.chunk_index, "section": c.section, "content": c.content}
             for c in doc.chunks

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -40,11 +41,14 @@ from knowledge_api.models import (
     DEFAULT_COLLECTION,
     ConnectorSource,
     Document,
+    DocumentPage,
+    DocumentSummary,
     IndexSummary,
     KBHost,
     Progress,
     SourceInfo,
 )
+from knowledge_api.principals import visible
 from knowledge_api.service.engine import Engine
 from knowledge_api.service.trail import Trail
 from knowledge_api.settings import column_roles
@@ -53,6 +57,8 @@ log = logging.getLogger("knowledge_api")
 SEED_SOURCE = "bundled-docs"
 """The source the documents seeded into an empty store are recorded under: pruned or
 deleted as one, like any source."""
+READ_PAGE = 500
+"""Documents a listing reads at a time while it skips those a caller may not read."""
 EMBED_SLICE = 512
 """Texts one call of the model thread embeds (a multiple of the local model's window)."""
 
@@ -192,16 +198,27 @@ class Catalog:
             raise EmbeddingError("the embedder is not loaded")
         return await self.embed_documents(texts)
 
-    async def document(self, doc_id: str) -> Document | None:
-        return await self.engine.store.get_by_id(doc_id)
+    async def document(
+        self, doc_id: str, principals: frozenset[str] | None = None
+    ) -> Document | None:
+        """The document of this id, when `principals` may read it (None: any)."""
+        found = await self.engine.store.get_by_id(doc_id)
+        return found if found is not None and visible(found.acl, principals) else None
 
     async def find_document(
-        self, source_type: str, key: str, collection: str, source: str | None = None
+        self,
+        source_type: str,
+        key: str,
+        collection: str,
+        source: str | None = None,
+        principals: frozenset[str] | None = None,
     ) -> Document | None:
         """A document by source id, document id or the id of one of its chunks; with a
-        `source`, only that source's. AmbiguousDocument when the source id is one
-        several sources produced and no source is named."""
+        `source`, only that source's; only those `principals` may read (a hidden one is
+        missing). AmbiguousDocument when the source id is one several sources produced
+        and no source is named."""
         found = await self.engine.store.find_documents(source_type, key, collection)
+        found = [doc for doc in found if visible(doc.acl, principals)]
         if source is not None:
             found = [doc for doc in found if doc.source == source]
         if len(found) > 1:
@@ -220,29 +237,61 @@ class Catalog:
     async def delete_document(self, doc_id: str) -> bool:
         return await self.engine.store.delete(doc_id)
 
-    async def collections(self) -> dict[str, int]:
-        """Document count of every collection that holds documents."""
-        return await self.engine.store.collections()
+    async def collections(self, principals: frozenset[str] | None = None) -> dict[str, int]:
+        """Document count of every collection that holds documents `principals` may
+        read (None: any document)."""
+        counts = await self.engine.store.collections()
+        if principals is None:
+            return counts
+        readable = {name: len(await self.readable(name, principals)) for name in counts}
+        return {name: count for name, count in readable.items() if count}
 
-    async def require_collection(self, collection: str) -> None:
+    async def readable(self, collection: str, principals: frozenset[str]) -> list[DocumentSummary]:
+        """Every document of `collection` that `principals` may read."""
+        found: list[DocumentSummary] = []
+        page = DocumentPage(collection, READ_PAGE)
+        while listed := await self.engine.store.list_documents(page):
+            found += [doc for doc in listed if visible(doc.acl, principals)]
+            page = replace(page, after=listed[-1].id)
+        return found
+
+    async def list_documents(
+        self, page: DocumentPage, principals: frozenset[str] | None = None
+    ) -> list[DocumentSummary]:
+        """One page of a listing, of the documents `principals` may read: the hidden
+        ones are skipped before the page is cut."""
+        if principals is None:
+            return await self.engine.store.list_documents(page)
+        found: list[DocumentSummary] = []
+        asked = replace(page, limit=max(page.limit, READ_PAGE))
+        while len(found) < page.limit and (listed := await self.engine.store.list_documents(asked)):
+            found += [doc for doc in listed if visible(doc.acl, principals)]
+            asked = replace(asked, after=listed[-1].id)
+        return found[: page.limit]
+
+    async def require_collection(
+        self, collection: str, principals: frozenset[str] | None = None
+    ) -> None:
         """CollectionNotFound, listing the collections, unless `collection` holds
-        documents or is the default one (an empty knowledge base is not a typo). The
-        reading routes call it once a search found nothing, so a found passage costs no
-        count of the collections."""
+        documents (that `principals` may read) or is the default one (an empty knowledge
+        base is not a typo). The reading routes call it once a search found nothing, so
+        a found passage costs no count of the collections."""
         if collection == DEFAULT_COLLECTION:
             return
-        existing = await self.collections()
+        existing = await self.collections(principals)
         if collection not in existing:
             raise CollectionNotFound.among(collection, existing)
 
-    async def require_collections(self, collections: Sequence[str]) -> None:
+    async def require_collections(
+        self, collections: Sequence[str], principals: frozenset[str] | None = None
+    ) -> None:
         """CollectionNotFound for the first of `collections` that holds no documents
-        (the default one excepted): several searched as one are checked before the
-        search, with one count of the collections."""
+        (that `principals` may read; the default one excepted): several searched as one
+        are checked before the search, with one count of the collections."""
         missing = [name for name in collections if name != DEFAULT_COLLECTION]
         if not missing:
             return
-        existing = await self.collections()
+        existing = await self.collections(principals)
         for name in missing:
             if name not in existing:
                 raise CollectionNotFound.among(name, existing)

@@ -302,25 +302,36 @@ class KnowledgeService(Engine):
     async def embed_sentences(self, texts: Sequence[str]) -> np.ndarray:
         return await self.catalog.embed_sentences(texts)
 
-    async def document(self, doc_id: str) -> Document | None:
-        return await self.catalog.document(doc_id)
+    async def document(
+        self, doc_id: str, principals: frozenset[str] | None = None
+    ) -> Document | None:
+        return await self.catalog.document(doc_id, principals)
 
     async def find_document(
-        self, source_type: str, key: str, collection: str, source: str | None = None
+        self,
+        source_type: str,
+        key: str,
+        collection: str,
+        source: str | None = None,
+        principals: frozenset[str] | None = None,
     ) -> Document | None:
-        return await self.catalog.find_document(source_type, key, collection, source)
+        return await self.catalog.find_document(source_type, key, collection, source, principals)
 
     async def delete_document(self, doc_id: str) -> bool:
         return await self.catalog.delete_document(doc_id)
 
-    async def collections(self) -> dict[str, int]:
-        return await self.catalog.collections()
+    async def collections(self, principals: frozenset[str] | None = None) -> dict[str, int]:
+        return await self.catalog.collections(principals)
 
-    async def require_collection(self, collection: str) -> None:
-        await self.catalog.require_collection(collection)
+    async def require_collection(
+        self, collection: str, principals: frozenset[str] | None = None
+    ) -> None:
+        await self.catalog.require_collection(collection, principals)
 
-    async def require_collections(self, collections: Sequence[str]) -> None:
-        await self.catalog.require_collections(collections)
+    async def require_collections(
+        self, collections: Sequence[str], principals: frozenset[str] | None = None
+    ) -> None:
+        await self.catalog.require_collections(collections, principals)
 
     def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         return self.catalog.iter_documents(collection)

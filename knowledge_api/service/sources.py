@@ -79,6 +79,16 @@ class Sources:
         await store.record_source(collection, source, root)
         return deleted
 
+    async def set_acl(self, collection: str, source: str, acl: Sequence[str]) -> None:
+        """Remember the access list `source` gives the documents it writes (empty:
+        closed, admin keys only)."""
+        await self.engine.keys.set_source_acl(collection, source, acl)
+
+    async def acl_of(self, collection: str, source: str) -> tuple[str, ...] | None:
+        """The access list `source` gives its documents; None when it has none of its
+        own (they are public)."""
+        return await self.engine.keys.source_acl(collection, source)
+
     async def note_connector(self, collection: str, source: str, connector: str) -> None:
         """Note a connector source's run (or its definition) under its name."""
         await self.engine.store.record_source(collection, source, connector=connector)

@@ -16,6 +16,7 @@ from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.filters import as_json
 from knowledge_api.ledger import Actor, Answered, AuditEntry, AuditQuery, stamp
 from knowledge_api.models import Ranking, SearchHit, SearchParams
+from knowledge_api.principals import fingerprint
 from knowledge_api.ranking import recency_json
 from knowledge_api.service.engine import Engine
 
@@ -102,6 +103,7 @@ class Trail:
             "threshold": params.threshold,
             "sources": list(params.sources) if params.sources else None,
             "filters": as_json(params.filters),
+            "principals": fingerprint(params.principals),
         }
 
     def ranking_ran(self, ranking: Ranking, reranking: bool) -> dict[str, Any]:

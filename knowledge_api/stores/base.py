@@ -132,6 +132,10 @@ class KnowledgeStore(Protocol):
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         """Delete these documents with their chunks; how many existed."""
 
+    async def set_acl(self, doc_ids: Sequence[str], acl: Sequence[str]) -> int:
+        """Give these documents (and their chunks) the access list `acl`, embedding
+        nothing again; how many existed. Their collection's generation moves."""
+
     async def record_source(
         self, collection: str, source: str, root: str = "", connector: str = ""
     ) -> None:

@@ -30,6 +30,8 @@ class Columns:
     own: Mapping[str, str]
     metadata: str
     document: str = ""
+    acl: str = ""
+    """Without `document`: the SQL of the access list as a JSON array."""
 
 
 def where_sql(node: Node, columns: Columns) -> tuple[str, list[Any]]:
@@ -56,6 +58,8 @@ def _node(node: Node, columns: Columns, params: list[Any]) -> str:
             assert isinstance(node.part, Condition)
             return _absent(node.part, columns.document, params)
         return f"NOT ({_node(node.part, columns, params)})"
+    if node.acl:
+        return _acl(node, columns, params)
     if (positive := node.positive()) is not None:
         if columns.document and _indexed_leaf(positive, columns):
             return _absent(positive, columns.document, params)
@@ -65,6 +69,21 @@ def _node(node: Node, columns: Columns, params: list[Any]) -> str:
     if columns.document:
         return _indexed(node, columns.document, params)
     return _metadata(node, columns.metadata, params)
+
+
+def _acl(condition: Condition, columns: Columns, params: list[Any]) -> str:
+    """A test of the access list: in the indexed `document_acl` table by the document's
+    id, else in the JSON array of `columns.acl`."""
+    if columns.document:
+        return f"{columns.document} IN ({_found(condition, params)})"
+    principals = condition.texts()
+    params.extend(principals)
+    found = f"SELECT 1 FROM json_each({columns.acl}) WHERE value IN ({_marks(principals)})"
+    return f"EXISTS ({found})"
+
+
+def _marks(values: list[Any]) -> str:
+    return ",".join("?" * len(values))
 
 
 def _own(condition: Condition, column: str, params: list[Any]) -> str:
@@ -238,6 +257,11 @@ def _indexed_leaf(node: Node, columns: Columns) -> bool:
 def _absent(condition: Condition, document: str, params: list[Any]) -> str:
     """The complement of a metadata test: no value of the document passes it, checked
     on the document's own few values (a set of nearly every document is not built)."""
+    if condition.acl:
+        principals = condition.texts()
+        params.extend(principals)
+        found = f"SELECT 1 FROM document_acl WHERE document_id = {document}"
+        return f"NOT EXISTS ({found} AND principal IN ({_marks(principals)}))"
     params.append(condition.field)
     test = _value_test(condition, params)
     found = f"SELECT 1 FROM document_values WHERE document_id = {document} AND key = ?"
@@ -288,6 +312,10 @@ def _found(condition: Condition, params: list[Any]) -> str:
     """A SELECT of the ids of the documents with a value of the condition's key that
     passes it (any test but `$ne`, `$nin` and `$exists: false`)."""
     op, value, key = condition.op, condition.value, condition.field
+    if condition.acl:
+        principals = condition.texts()
+        params.extend(principals)
+        return f"SELECT document_id FROM document_acl WHERE principal IN ({_marks(principals)})"
     found = "SELECT document_id FROM document_values WHERE key = ?"
     if op == "$exists":
         params.append(key)

@@ -106,7 +106,7 @@ def filter_documents(filters: SearchFilters) -> tuple[str, list[Any]] | None:
 def _columns(chunks: str, documents: str, document: str) -> Columns:
     own = {"source_type": f"{chunks}.source_type"}
     own.update({name: f"{documents}.{name}" for name in OWN_FIELDS if name not in own})
-    return Columns(own, f"{documents}.metadata", document)
+    return Columns(own, f"{documents}.metadata", document, f"{documents}.acl")
 
 
 def reads_documents(filters: SearchFilters) -> bool:
@@ -132,7 +132,8 @@ CREATE TABLE chunks (
     metadata TEXT NOT NULL,
     title TEXT NOT NULL,
     section TEXT NOT NULL,
-    content TEXT NOT NULL
+    content TEXT NOT NULL,
+    acl TEXT NOT NULL
 );
 CREATE INDEX chunks_document ON chunks (document_id);
 """
@@ -155,6 +156,7 @@ class KeywordEntry:
     source_id: str = ""
     created_at: str = ""
     updated_at: str = ""
+    acl: tuple[str, ...] = ("public",)
 
     @classmethod
     def of(
@@ -166,7 +168,7 @@ class KeywordEntry:
         stored: Any = None,
     ) -> KeywordEntry:
         """The entry of a chunk; `stored` (its document, or its record) gives the
-        source id and timestamps filters test."""
+        source id, timestamps and access list filters test."""
 
         def field(name: str) -> str:
             value = stored.get(name, "") if isinstance(stored, dict) else getattr(stored, name, "")
@@ -184,6 +186,7 @@ class KeywordEntry:
             field("source_id"),
             field("created_at"),
             field("updated_at"),
+            acl_of(stored),
         )
 
     def row(self) -> tuple[Any, ...]:
@@ -199,7 +202,14 @@ class KeywordEntry:
             self.title,
             self.section,
             self.content,
+            json.dumps(self.acl, ensure_ascii=False),
         )
+
+
+def acl_of(stored: Any) -> tuple[str, ...]:
+    """The access list of a document or a stored record (public when it has none)."""
+    found = stored.get("acl") if isinstance(stored, dict) else getattr(stored, "acl", None)
+    return ("public",) if found is None else tuple(found)
 
 
 class KeywordIndex:
@@ -225,8 +235,8 @@ class KeywordIndex:
             )
             self._db.executemany(
                 """INSERT INTO chunks (id, document_id, collection, source_type, source_id,
-                       created_at, updated_at, metadata, title, section, content)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                       created_at, updated_at, metadata, title, section, content, acl)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [entry.row() for entry in entries],
             )
 

@@ -100,6 +100,7 @@ def document_record(doc: Document, created_at: str, updated_at: str) -> Record:
         "updated_at": updated_at,
         "metadata": json.dumps(doc.metadata),
         "source": doc.source,
+        "acl": json.dumps(list(doc.acl)),
     }
 
 
@@ -115,7 +116,30 @@ def document_from_record(record: Row, content: str, chunks: list[Chunk]) -> Docu
         created_at=as_timestamp(record["created_at"]),
         updated_at=as_timestamp(record["updated_at"]),
         source=source_of(record),
+        acl=acl_of(record),
     )
+
+
+def acl_of(record: Row) -> tuple[str, ...]:
+    """The access list a record keeps (JSON text or a list; a stored one holds the
+    marker `STORED_ACL` leads with), public when written before access lists were kept."""
+    keys = record.keys()
+    found = record["acl"] if "acl" in keys else None
+    if found is None:
+        return ("public",)
+    listed = json.loads(found) if isinstance(found, str | bytes) else found
+    return tuple(each for each in listed if each != STORED_ACL)
+
+
+STORED_ACL = "~"
+"""The first entry of an access list as an engine without tables keeps it on each
+chunk (Chroma, Qdrant): never a principal, it tells a closed document (the marker
+alone) from a chunk written before access lists were kept (no list at all)."""
+
+
+def stored_acl(acl: Sequence[str]) -> list[str]:
+    """The access list as Chroma and Qdrant keep it on each chunk."""
+    return [STORED_ACL, *acl]
 
 
 def source_of(record: Row) -> str:

@@ -80,7 +80,7 @@ async def answer(service: KnowledgeService, params: AnswerParams) -> Served[Grou
 async def compute(service: KnowledgeService, params: AnswerParams) -> tuple[GroundedAnswer, bool]:
     found = await passages(service, params)
     if not found.hits:
-        await service.require_collections(params.searched)
+        await service.require_collections(params.searched, params.principals)
         grounded = await insufficient(service, params, found.warnings)
         return await finished(service, params, found, grounded)
     started = time.perf_counter()
@@ -106,10 +106,10 @@ def events(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Ev
 
 async def streamed(service: KnowledgeService, params: AnswerParams) -> AsyncGenerator[Event, None]:
     if params.collections:  # several: each checked before the search
-        await service.require_collections(params.collections)
+        await service.require_collections(params.collections, params.principals)
     found = await passages(service, params)
     if not found.hits:
-        await service.require_collections(params.searched)
+        await service.require_collections(params.searched, params.principals)
     yield "results", tuple(found.hits)
     if not found.hits:
         grounded = await insufficient(service, params, found.warnings)

@@ -90,11 +90,16 @@ def counts(plan: MirrorPlan, deleted: int) -> str:
 
 
 async def add_source(
-    service: KnowledgeService, collection: str, name: str, source: ConnectorSource
+    service: KnowledgeService,
+    collection: str,
+    name: str,
+    source: ConnectorSource,
+    acl: tuple[str, ...] = (),
 ) -> SourceInfo:
     """Register a connector source (no sync): the source as listed now. 400 naming the
     field for a kind, URL, setting or secret its connector refuses, 409 when the
-    collection has a source of that name."""
+    collection has a source of that name. Its documents take `acl`: without one the
+    source is closed (admin keys only) until an access list is set."""
     for key, variable in source.secrets.items():
         if not ENV_NAME.fullmatch(variable):
             raise InvalidRequest(
@@ -108,6 +113,7 @@ async def add_source(
             source=name,
             collection=collection,
         )
+    await service.sources.set_acl(collection, name, acl)
     await service.sources.note_connector(collection, name, source.to_json())
     return next(i for i in await service.sources.listed(collection) if i.name == name)
 

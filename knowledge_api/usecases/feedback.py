@@ -23,6 +23,7 @@ from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.ir_metrics import distinct, eval_metrics, mean_metrics
 from knowledge_api.ledger import Answered, Rating
 from knowledge_api.models import SearchFilters
+from knowledge_api.principals import fingerprint
 from knowledge_api.service import KnowledgeService
 
 CHAT_PREFIX = "chatcmpl-"
@@ -34,11 +35,17 @@ def query_id_of(value: str) -> str:
     return value.removeprefix(CHAT_PREFIX)
 
 
-async def rate(service: KnowledgeService, rating: Rating, may_reach: Any) -> tuple[int, Answered]:
+async def rate(
+    service: KnowledgeService,
+    rating: Rating,
+    may_reach: Any,
+    principals: frozenset[str] | None = None,
+) -> tuple[int, Answered]:
     """Store `rating` of an answer the caller may reach (`may_reach(collection)` raises
-    when it may not); its id. 404 for a query_id the service never returned."""
+    when it may not) and could see (asked with the same principals; None: any); its
+    id. 404 for a query_id the service never returned, or one the caller could not see."""
     answered = await service.find_answered(rating.query_id)
-    if answered is None:
+    if answered is None or not seen_by(answered, principals):
         raise NotFound(
             f"no query or answer with query_id {rating.query_id!r}: rate the query_id of a "
             "response this service returned",
@@ -51,6 +58,13 @@ async def rate(service: KnowledgeService, rating: Rating, may_reach: Any) -> tup
             "cited", f"must be citation numbers of the answer, 1 to {len(answered.results)}"
         )
     return await service.records.rate(rating), answered
+
+
+def seen_by(answered: Answered, principals: frozenset[str] | None) -> bool:
+    """Whether a caller reading with `principals` could see the answer: it was asked
+    with the same ones (an answer recorded before principals were kept: by anyone)."""
+    asked = answered.ranking.get("principals")
+    return principals is None or asked is None or asked == fingerprint(principals)
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,9 @@ class KBSync:
             settings = self.service.settings
             plan.check_deletions(settings.prune_max_fraction, allow_mass_delete)
         documents = found.documents
+        acl = await self.service.sources.acl_of(self.collection, host)
+        for doc in documents:
+            doc.acl = doc.acl if acl is None else acl
         summary = await self.service.ingest(documents, source=host)
         removed = await self.service.sources.prune(self.collection, host, list(plan.deleted))
         if summary.documents or removed:
@@ -197,10 +200,16 @@ def now_iso() -> str:
 
 
 async def sync_command(
-    service: KnowledgeService, full: bool, allow_mass_delete: bool = False
+    service: KnowledgeService,
+    full: bool,
+    allow_mass_delete: bool = False,
+    acl: tuple[str, ...] | None = None,
 ) -> int:
-    """`knowledge-api sync --from URL`: one sync, a summary line, exit status 1 on failure."""
+    """`knowledge-api sync --from URL`: one sync, a summary line, exit status 1 on failure;
+    with `acl`, the host's articles take that access list from now on."""
     sync = KBSync.from_service(service, local_user())
+    if acl is not None:
+        await service.sources.set_acl(sync.collection, sync.base_url, acl)
     try:
         report = await sync.run(full, allow_mass_delete)
     except MassDeleteRefused as e:

@@ -82,7 +82,7 @@ def prefetch(
 async def compute(service: KnowledgeService, params: QueryParams) -> tuple[QueryResult, bool]:
     found, counted = await asyncio.gather(search(service, params), count(service, params))
     if not found.hits:
-        await service.require_collections(params.searched)
+        await service.require_collections(params.searched, params.principals)
     outcome, synthesis_ms = None, 0.0
     if params.synthesize:
         started = time.perf_counter()
@@ -143,7 +143,7 @@ async def followed(
 async def streamed(service: KnowledgeService, params: QueryParams) -> AsyncGenerator[Event, None]:
     """Each source's results go out as they come, before the fused ones: the collection
     is checked first, so a mistyped one is a 404 rather than a stream of empty results."""
-    await service.require_collections(params.searched)
+    await service.require_collections(params.searched, params.principals)
     plan = await service.plan(params.query, params.search_filters(), route=True)
     found: Retrieval | None = None
     async for name, data in progressive(service, params, plan):

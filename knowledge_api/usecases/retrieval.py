@@ -22,6 +22,7 @@ from knowledge_api.errors import InvalidRequest
 from knowledge_api.facets import Facets
 from knowledge_api.filters import Node
 from knowledge_api.models import SETTINGS_RANKING, Ranking, SearchFilters, SearchHit, one_of
+from knowledge_api.principals import scoped
 from knowledge_api.ranking import next_offset
 from knowledge_api.service import KnowledgeService, Retrieval
 from knowledge_api.timing import elapsed_ms
@@ -39,6 +40,8 @@ class RetrieveParams:
     facets: tuple[str, ...] = ()
     collections: tuple[str, ...] = ()
     """Several collections searched as one (instead of `collection`)."""
+    principals: frozenset[str] | None = None
+    """What the caller may read (knowledge_api.principals); None: everything."""
 
     def __post_init__(self) -> None:
         one_of(self)
@@ -70,6 +73,8 @@ class ValidateParams:
     expected_sources: Mapping[str, frozenset[str]] = field(default_factory=dict)
     consistency_runs: int = 3
     top_k: int = 5
+    principals: frozenset[str] | None = None
+    """What the caller may read (knowledge_api.principals); None: everything."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +119,12 @@ async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retriev
     started = time.perf_counter()
     model = check_model(service, params.query_embedding_model)
     if params.collections:  # several: each checked before the search
-        await service.require_collections(params.collections)
-    where = SearchFilters(
-        where=params.filters, collection=params.collection, collections=params.collections
+        await service.require_collections(params.collections, params.principals)
+    where = scoped(
+        SearchFilters(
+            where=params.filters, collection=params.collection, collections=params.collections
+        ),
+        params.principals,
     )
     found, counted = await asyncio.gather(
         service.retrieve(
@@ -125,7 +133,7 @@ async def retrieve(service: KnowledgeService, params: RetrieveParams) -> Retriev
         service.facets(where, params.facets),
     )
     if not found.hits:
-        await service.require_collections(params.searched)
+        await service.require_collections(params.searched, params.principals)
     return Retrieved(
         found.hits,
         found.vector,
@@ -153,11 +161,18 @@ def check_model(service: KnowledgeService, requested: str) -> str:
 
 
 async def search(
-    service: KnowledgeService, query: str, collection: str, top_k: int, where: Node | None = None
+    service: KnowledgeService,
+    query: str,
+    collection: str,
+    top_k: int,
+    where: Node | None = None,
+    principals: frozenset[str] | None = None,
 ) -> Retrieval:
-    found = await service.retrieve(query, top_k, SearchFilters(where=where, collection=collection))
+    """The hits of `query` in `collection` that `principals` may read (None: any)."""
+    filters = scoped(SearchFilters(where=where, collection=collection), principals)
+    found = await service.retrieve(query, top_k, filters)
     if not found.hits:
-        await service.require_collection(collection)
+        await service.require_collection(collection, principals)
     return found
 
 
@@ -170,19 +185,23 @@ def source_url(hit: SearchHit) -> str:
 
 
 async def validate(service: KnowledgeService, params: ValidateParams) -> Validation:
-    await service.require_collection(params.collection)
+    await service.require_collection(params.collection, params.principals)
     settings = service.settings
     results = []
     for query in params.test_queries:
         runs = [
-            (await search(service, query, params.collection, params.top_k)).hits
+            (
+                await search(
+                    service, query, params.collection, params.top_k, None, params.principals
+                )
+            ).hits
             for _ in range(params.consistency_runs)
         ]
         results.append(
             validate_query(
                 query,
                 runs,
-                await stored_in(service, runs[0], params.collection),
+                await stored_in(service, runs[0], params.collection, params.principals),
                 params.expected_sources.get(query),
                 params.top_k,
                 settings.validate_min_similarity,
@@ -192,12 +211,16 @@ async def validate(service: KnowledgeService, params: ValidateParams) -> Validat
 
 
 async def stored_in(
-    service: KnowledgeService, hits: Sequence[SearchHit], collection: str
+    service: KnowledgeService,
+    hits: Sequence[SearchHit],
+    collection: str,
+    principals: frozenset[str] | None = None,
 ) -> set[str]:
-    """The ids of the hits' documents that the store holds in `collection`."""
+    """The ids of the hits' documents that the store holds in `collection` (and
+    `principals` may read)."""
     found = set()
     for doc_id in {hit.document_id for hit in hits}:
-        doc = await service.document(doc_id)
+        doc = await service.document(doc_id, principals)
         if doc is not None and doc.collection == collection:
             found.add(doc_id)
     return found

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import orjson
 
@@ -28,6 +28,7 @@ from knowledge_api.models import (
     SourceInfo,
     document_id,
 )
+from knowledge_api.principals import PUBLIC_ACL
 from knowledge_api.service import KnowledgeService
 
 MAX_PAGE = 500
@@ -64,6 +65,9 @@ class MirrorPlan:
     adopted: list[str] = field(default_factory=list)
     """Ids of documents of no source (stored before sources were kept) that documents
     added now replace: deleted once those are written."""
+    acl: tuple[str, ...] | None = None
+    """The access list given for this run (`--acl`): remembered as the source's own once
+    the run writes; None: the source's own list applies (public when it has none)."""
 
     @property
     def changed(self) -> list[Document]:
@@ -126,21 +130,32 @@ async def plan_mirror(
     prune: bool,
     kept: Callable[[str], bool] = lambda source_id: False,
     root: str = "",
+    acl: tuple[str, ...] | None = None,
 ) -> MirrorPlan:
     """What mirroring `documents` as `source` would do; with `prune`, the stored documents
     it no longer produces are to be deleted, except those whose source id `kept` keeps (a
     file that could not be read this time). With a `root` (where the source reads its
     files: their source ids are relative to it, or URLs under it), SourceOverlap when
-    another source of the collection indexes one of these files already."""
+    another source of the collection indexes one of these files already. Each document
+    takes `acl`, or the source's own access list (knowledge_api.principals), unless its
+    connector gave it one."""
     incoming = list(documents)
+    given = acl if acl is not None else await service.keys.source_acl(collection, source)
     for doc in incoming:
         doc.source = source
+        if given is not None and doc.acl == PUBLIC_ACL:
+            doc.acl = given
     if root:
         await refuse_overlap(service, incoming, source, collection, root)
     changed, stored = await service.sources.compared(incoming)
     owned = await service.sources.produced(collection, source)
     plan = MirrorPlan(
-        collection, source, unchanged=len(incoming) - len(changed), stored=len(owned), root=root
+        collection,
+        source,
+        unchanged=len(incoming) - len(changed),
+        stored=len(owned),
+        root=root,
+        acl=acl,
     )
     for doc in changed:
         (plan.updated if doc.id in stored else plan.added).append(doc)
@@ -169,6 +184,8 @@ async def mirror(
         progress,
         replaced=plan.adopted,
     )
+    if plan.acl is not None:
+        await service.sources.set_acl(plan.collection, plan.source, plan.acl)
     return MirrorReport(indexed, plan.unchanged, deleted)
 
 
@@ -216,34 +233,56 @@ def source_id_under(root: str, file: str) -> str | None:
 
 
 async def collections(
-    service: KnowledgeService, visible: Callable[[str], bool]
+    service: KnowledgeService,
+    visible: Callable[[str], bool],
+    principals: frozenset[str] | None = None,
 ) -> list[CollectionInfo]:
-    return [info for info in await service.sources.collection_stats() if visible(info.name)]
+    """The collections `visible` lets through, counted over the documents `principals`
+    may read (None: all of them); one with none of those is left out."""
+    found = [info for info in await service.sources.collection_stats() if visible(info.name)]
+    if principals is None:
+        return found
+    counted = []
+    for info in found:
+        readable = await service.catalog.readable(info.name, principals)
+        if readable:
+            chunks = sum(doc.chunks for doc in readable)
+            counted.append(replace(info, documents=len(readable), chunks=chunks))
+    return counted
 
 
 async def chat_models(
-    service: KnowledgeService, visible: Callable[[str], bool]
+    service: KnowledgeService,
+    visible: Callable[[str], bool],
+    principals: frozenset[str] | None = None,
 ) -> list[CollectionInfo]:
     """The collections a chat client may name as its model, among those `visible`: the
     default one first, even empty (an empty knowledge base is still one to ask), then
     each other collection that holds documents (one that has only a source's record
     answers nothing)."""
-    found = {info.name: info for info in await collections(service, visible)}
+    found = {info.name: info for info in await collections(service, visible, principals)}
     default = found.pop(DEFAULT_COLLECTION, CollectionInfo(DEFAULT_COLLECTION, 0, 0, 0, ""))
     others = [info for info in found.values() if info.documents != 0]
     return [default, *others] if visible(DEFAULT_COLLECTION) else others
 
 
 async def require_collection(
-    service: KnowledgeService, collection: str, visible: Callable[[str], bool]
+    service: KnowledgeService,
+    collection: str,
+    visible: Callable[[str], bool],
+    principals: frozenset[str] | None = None,
 ) -> None:
     """404 `collection_not_found` for a collection that holds nothing (no document, no
     source), listing those the caller may read. Asked only when a listing found nothing:
-    counting every collection's documents costs more than a page."""
-    known = set(await service.collections())
-    if collection in known or await service.sources.listed(collection):
+    counting every collection's documents costs more than a page. For a caller that
+    reads some documents only (`principals`), a collection holds what it may read."""
+    known = set(await service.collections(principals))
+    if collection in known:
         return
-    known |= {info.collection for info in await service.sources.listed()}
+    if principals is None:
+        if await service.sources.listed(collection):
+            return
+        known |= {info.collection for info in await service.sources.listed()}
     raise CollectionNotFound(
         f"no collection {collection!r}",
         collection=collection,
@@ -251,8 +290,25 @@ async def require_collection(
     )
 
 
-async def sources(service: KnowledgeService, collection: str | None) -> list[SourceInfo]:
-    return await service.sources.listed(collection)
+async def sources(
+    service: KnowledgeService, collection: str | None, principals: frozenset[str] | None = None
+) -> list[SourceInfo]:
+    """The sources (of one collection, or all), each with its documents counted over
+    those `principals` may read (None: all); for such a caller, a source none of whose
+    documents it may read is left out."""
+    found = await service.sources.listed(collection)
+    if principals is None:
+        return found
+    readable: dict[tuple[str, str], int] = {}
+    for name in sorted({info.collection for info in found}):
+        for doc in await service.catalog.readable(name, principals):
+            key = (name, doc.source)
+            readable[key] = readable.get(key, 0) + 1
+    return [
+        replace(info, documents=readable[info.collection, info.name])
+        for info in found
+        if (info.collection, info.name) in readable
+    ]
 
 
 async def delete_source(
@@ -269,19 +325,24 @@ async def delete_source(
 
 
 async def documents(
-    service: KnowledgeService, page: DocumentPage, cursor: str, visible: Callable[[str], bool]
+    service: KnowledgeService,
+    page: DocumentPage,
+    cursor: str,
+    visible: Callable[[str], bool],
+    principals: frozenset[str] | None = None,
 ) -> tuple[list[DocumentSummary], str | None]:
-    """One page of the listing and the cursor of the next (None after the last); 404
-    for a collection that holds nothing."""
+    """One page of the listing (of the documents `principals` may read) and the cursor
+    of the next (None after the last); 404 for a collection that holds nothing."""
     if cursor:
         page = DocumentPage(
             page.collection, page.limit, resumed_after(cursor, page), page.source_type, page.source
         )
-    found = await service.sources.document_page(
-        DocumentPage(page.collection, page.limit + 1, page.after, page.source_type, page.source)
+    found = await service.catalog.list_documents(
+        DocumentPage(page.collection, page.limit + 1, page.after, page.source_type, page.source),
+        principals,
     )
     if not found and not cursor:
-        await require_collection(service, page.collection, visible)
+        await require_collection(service, page.collection, visible, principals)
     if len(found) <= page.limit:
         return found, None
     shown = found[: page.limit]

@@ -30,7 +30,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from knowledge_api import validation
@@ -38,6 +38,7 @@ from knowledge_api.errors import EmbeddingError, InvalidRequest, KnowledgeAPIErr
 from knowledge_api.filters import Node
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import SearchFilters, SearchHit
+from knowledge_api.principals import scoped
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 
@@ -62,6 +63,8 @@ class SupportRequest:
     message: str
     product: str = ""
     where: Node | None = None
+    principals: frozenset[str] | None = None
+    """What the caller may read (knowledge_api.principals); None: everything."""
 
     @classmethod
     def from_values(
@@ -98,14 +101,21 @@ class Scored:
 
 
 async def retrieve(
-    service: KnowledgeService, intent: Any, message: Any, metadata: Any, where: Any = None
+    service: KnowledgeService,
+    intent: Any,
+    message: Any,
+    metadata: Any,
+    where: Any = None,
+    principals: frozenset[str] | None = None,
 ) -> Body:
     """retrieve_knowledge on a running service (`where`: a filter of the filter
-    language, knowledge_api.filters); never raises."""
+    language, knowledge_api.filters), of the articles `principals` may read (None:
+    all); never raises."""
     try:
         request = SupportRequest.from_values(intent, message, metadata, where)
     except KnowledgeAPIError as e:
         return invalid(e)
+    request = replace(request, principals=principals)
     return await answer(service, request)
 
 
@@ -137,7 +147,10 @@ async def consult(service: KnowledgeService, request: SupportRequest) -> Body:
     found = await service.retrieve(
         request.query,
         CANDIDATE_PASSAGES,
-        SearchFilters(where=request.where, collection=settings.support_collection),
+        scoped(
+            SearchFilters(where=request.where, collection=settings.support_collection),
+            request.principals,
+        ),
         rerank=False,
     )
     if found.vector is None:
@@ -146,7 +159,8 @@ async def consult(service: KnowledgeService, request: SupportRequest) -> Body:
     sources = [c for c in ranked if c.score >= settings.support_min_score][:MAX_SOURCES]
     coverage = coverage_of(request, sources, ranked, settings)
     gaps = gaps_of(request, sources, ranked, settings)
-    if not found.hits and settings.support_collection not in await service.collections():
+    known = await service.collections(request.principals) if not found.hits else {}
+    if not found.hits and settings.support_collection not in known:
         gaps = ["No KB articles are indexed yet (run `knowledge-api sync`)"]
     return {
         "sources_consulted": [await source_view(service, c) for c in sources],

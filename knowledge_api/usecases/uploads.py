@@ -56,6 +56,8 @@ class Upload:
     created_at: str = ""
     updated_at: str = ""
     """The documents' dates (a JSON-lines record's own win); "": the file's."""
+    acl: tuple[str, ...] | None = None
+    """Who may read them (None: the source's own list, else public)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,7 @@ class UploadJobs:
                 )
                 if date
             },
+            acl=None if upload.acl is None else list(upload.acl),
         )
         await self.jobs.save(job)
         self.queue.put_nowait(job.id)
@@ -255,7 +258,12 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
             read.append((file, documents))
     job.chunks_total = sum(file.chunks for file in job.files if file.state != "failed")
     await records.save_job(job)
+    if job.acl is not None:
+        await service.sources.set_acl(job.collection, job.source, job.acl)
+    acl = await service.sources.acl_of(job.collection, job.source)
     for file, documents in read:
+        for doc in documents:
+            doc.acl = doc.acl if acl is None else acl
         try:
             summary = await service.ingest(documents, source=job.source)
         except KnowledgeAPIError as e:

@@ -13,7 +13,8 @@ import ipaddress
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar, cast
 
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -28,30 +29,51 @@ from knowledge_api.errors import (
     Unauthorized,
 )
 from knowledge_api.models import ApiKey
+from knowledge_api.principals import DELEGATED_HEADER, held, user_id
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.validation import parses
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Asked(Protocol):
+    """What a search request carries: its collection, and the principals it reads with."""
+
+    @property
+    def collection(self) -> str: ...
+
+    @property
+    def principals(self) -> frozenset[str] | None: ...
+
+
+P = TypeVar("P", bound=Asked)
 PUBLIC = "public"
-READ, WRITE, ADMIN = "read", "write", "admin"
-SCOPES = (READ, WRITE, ADMIN)
+READ, WRITE, ADMIN, DELEGATE = "read", "write", "admin", "delegate"
+SCOPES = (READ, WRITE, ADMIN, DELEGATE)
 METRICS_SCRAPER = "metrics-token"
 WRITES = frozenset(("POST", "PUT", "PATCH", "DELETE"))
 """The methods a page of any site may send without a CORS preflight (a form's POST),
 or that change something: a browser's request with them must come from a page the
 service accepts (`Origins`)."""
-HEADERS = ("Authorization", "X-API-Key", "Content-Type", "X-Request-ID")
+HEADERS = ("Authorization", "X-API-Key", "Content-Type", "X-Request-ID", "X-Knowledge-User")
 
 
 @dataclass(frozen=True, slots=True)
 class Access:
-    """A caller: the key's name, what it may do, which collections it may reach."""
+    """A caller: the key's name, what it may do, which collections it may reach, and
+    the principals it reads with (knowledge_api.principals)."""
 
     name: str
     scopes: frozenset[str]
     collections: frozenset[str] | None = None
     """None: every collection."""
+    user: str = ""
+    """The key's own user id ('' for none)."""
+    groups: frozenset[str] = frozenset()
+    """The key's own groups."""
+    principals: frozenset[str] | None = None
+    """What the request may read (None: everything), set once the caller is admitted."""
 
     def allows(self, scope: str) -> bool:
         return scope == PUBLIC or scope in self.scopes or ADMIN in self.scopes
@@ -76,6 +98,12 @@ class Access:
 
     def visible(self, names: Iterable[str]) -> list[str]:
         return sorted(name for name in names if self.reaches(name))
+
+    def asking(self, params: P) -> P:
+        """`params` of a search in a collection this caller reaches (403 otherwise),
+        narrowed to what its principals may read."""
+        self.collection(params.collection)
+        return cast(P, replace(cast(Any, params), principals=self.principals))
 
 
 EVERYONE = Access("-", frozenset(SCOPES))
@@ -173,11 +201,36 @@ async def admit(
             scope=scope,
             key=caller.name,
         )
+    caller = await reading(gate, caller, headers)
     if collection:
         caller.searches((collection,) if isinstance(collection, str) else collection)
     if limiter is not None:
         limiter.take(budget_of(caller, client))
     return caller
+
+
+async def reading(gate: Gate, caller: Access, headers: Mapping[str, str]) -> Access:
+    """The caller with the principals its request reads with: with X-Knowledge-User
+    (a key with the `delegate` scope only: 403 otherwise, before anything is read)
+    that user's, never the key's own; else the key's own (`public`, its user, its
+    groups and the groups the service knows for its user); everything for an admin
+    key (and with KNOWLEDGE_AUTH off)."""
+    delegated = headers.get(DELEGATED_HEADER)
+    keys = gate.service.keys
+    if delegated is not None:
+        if not caller.allows(DELEGATE):
+            raise Forbidden(
+                f"the key {caller.name!r} lacks the {DELEGATE!r} scope: it may not send "
+                "X-Knowledge-User",
+                scope=DELEGATE,
+                key=caller.name,
+            )
+        user = user_id(delegated.strip(), "X-Knowledge-User")
+        return replace(caller, principals=held(user, await keys.groups(user)))
+    if caller.allows(ADMIN):
+        return caller
+    known = await keys.groups(caller.user) if caller.user else ()
+    return replace(caller, principals=held(caller.user, {*caller.groups, *known}))
 
 
 def budget_of(caller: Access, client: str) -> str:
@@ -224,7 +277,7 @@ def access_of(key: ApiKey) -> Access:
     if len(accesses) >= 1024:
         accesses.clear()
     collections = None if key.collections is None else frozenset(key.collections)
-    access = Access(key.name, frozenset(key.scopes), collections)
+    access = Access(key.name, frozenset(key.scopes), collections, key.user, frozenset(key.groups))
     accesses[key.key_hash] = (key, access)
     return access
 

@@ -14,6 +14,7 @@ from knowledge_api import facets
 from knowledge_api.errors import (
     ConfigurationError,
     EmbedderMismatchError,
+    InvalidRequest,
     KnowledgeStoreError,
     StoreReadOnly,
 )
@@ -21,14 +22,18 @@ from knowledge_api.facets import Facets
 from knowledge_api.filters import require_equalities
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
+    SETTINGS_RANKING,
     CollectionInfo,
     Document,
     DocumentPage,
     DocumentSummary,
+    Ranking,
     SearchFilters,
     SearchHit,
+    SearchMode,
     SourceInfo,
 )
+from knowledge_api.principals import read_as_public
 from knowledge_api.stores.existing.rows import (
     SIAM,
     SIAM_COLUMNS,
@@ -145,6 +150,30 @@ class ExistingTables(HybridSearch, BesideTheFile):
 
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         raise self.refused()
+
+    async def set_acl(self, doc_ids: Sequence[str], acl: Sequence[str]) -> int:
+        raise InvalidRequest(
+            "acl",
+            f"cannot be changed: the tables of KNOWLEDGE_SCHEMA_MODE={self.mode} keep no "
+            "access lists, every row is public",
+            schema_mode=self.mode,
+        )
+
+    async def search(
+        self,
+        query: str,
+        vector: np.ndarray | None,
+        top_k: int,
+        filters: SearchFilters,
+        threshold: float = 0.0,
+        mode: SearchMode = "hybrid",
+        ranking: Ranking = SETTINGS_RANKING,
+    ) -> list[SearchHit]:
+        """Every row is public: a reader's principals pass all of them or none."""
+        readable = read_as_public(filters)
+        if readable is None:
+            return []
+        return await super().search(query, vector, top_k, readable, threshold, mode, ranking)
 
     async def record_source(
         self, collection: str, source: str, root: str = "", connector: str = ""

@@ -54,6 +54,10 @@ READ_ONLY_WIDEN = 4
 apply: the RPC has no filter arguments, so filters cut its answer afterwards."""
 
 FACETS_LEFT_OUT = "facets (a request with `facets` is a 400: no function counts the passages)"
+ACL_LEFT_OUT = (
+    "document permissions (the tables keep no access lists: every row is public, and "
+    "changing one is a 400)"
+)
 DATES_LEFT_OUT = (
     "recency on created_at or updated_at (the tables' functions return no dates: every "
     "passage counts as undated in metrics.ranking.recency; rank by a metadata date)"
@@ -107,7 +111,7 @@ class AdoptedTables(ExistingTables):
         }
 
     def left_out(self) -> list[str]:
-        missing = ["writes through the service", FACETS_LEFT_OUT, DATES_LEFT_OUT]
+        missing = ["writes through the service", FACETS_LEFT_OUT, DATES_LEFT_OUT, ACL_LEFT_OUT]
         if not self.wiki_vectors:
             missing.append("wiki search by meaning (run `knowledge-api migrate --wiki-vectors`)")
         return missing
@@ -187,6 +191,7 @@ class ReadOnlyTables(ExistingTables):
             "writes through the service",
             FACETS_LEFT_OUT,
             DATES_LEFT_OUT,
+            ACL_LEFT_OUT,
             "full-text ranking (keywords are matched by ILIKE, a query word at a time)",
             "filters inside the vector search (applied to what match_siam_vectors_gemini returns)",
             "wiki search by meaning (needs `knowledge-api migrate --adopt --wiki-vectors`)",

@@ -302,6 +302,30 @@ class PointStore(PointEngine):
                     await self._wrote(touched=set(touched))
         return len(touched)
 
+    async def set_acl(self, doc_ids: Sequence[str], acl: Sequence[str]) -> int:
+        """Each document written again with its chunks' own vectors under the new list
+        (the engines keep it on every chunk, where their filters read it)."""
+        ids = [doc_id for doc_id in dict.fromkeys(doc_ids) if is_uuid(doc_id)]
+        async with self._write_lock:
+            await self._ready()
+            documents = []
+            for start in range(0, len(ids), DOCUMENT_PAGE):
+                documents += await self._documents_by_id(
+                    ids[start : start + DOCUMENT_PAGE], vectors=True
+                )
+            for doc in documents:
+                doc.acl = tuple(acl)
+            try:
+                await self._write(documents, {doc.id: doc.created_at for doc in documents})
+            except KnowledgeStoreError:
+                self.writes.forget()
+                raise
+            else:
+                self._indexed(documents)
+            finally:
+                await self._wrote(touched={doc.collection for doc in documents})
+        return len(documents)
+
     async def record_source(
         self, collection: str, source: str, root: str = "", connector: str = ""
     ) -> None:

@@ -21,6 +21,7 @@ from knowledge_api.stores import records
 
 META_PREFIX = "meta."
 BACKEND = "chroma"
+PUBLIC = "public"
 Where = dict[str, Any]
 NOTHING: Where = {"chunk_index": {"$lt": 0}}
 """A `where` no chunk passes."""
@@ -46,6 +47,7 @@ def chunk_fields(doc: Document) -> dict[str, Any]:
     for name in ("created_at", "updated_at", "created_ms", "updated_ms"):
         if found[name] is not None:
             fields[name] = found[name]
+    fields["acl"] = records.stored_acl(doc.acl)
     return fields
 
 
@@ -67,9 +69,25 @@ def _node(node: Node, negated: bool) -> Where | bool:
     if isinstance(node, Combined):
         parts = [_node(part, negated) for part in node.parts]
         return _all(parts) if (node.op == "$and") != negated else _any(parts)
+    if node.acl:
+        return _acl(node, negated)
     if (positive := node.positive()) is not None:
         return _node(positive, not negated)
     return _own(node, negated) if node.own else _metadata(node, negated)
+
+
+def _acl(condition: Condition, negated: bool) -> Where | bool:
+    """The chunks whose access list holds one of the principals (or, `negated`, none of
+    them). A chunk written before access lists were kept has no list (every list
+    written since starts with records.STORED_ACL) and is public."""
+    principals = condition.texts()
+    test = "$not_contains" if negated else "$contains"
+    tests: list[Where | bool] = [{"acl": {test: p}} for p in principals]
+    if PUBLIC not in principals:
+        return _all(tests) if negated else _any(tests)
+    if negated:  # a list, without any of them
+        return _all([*tests, {"acl": {"$contains": records.STORED_ACL}}])
+    return _any([*tests, {"acl": {"$not_contains": records.STORED_ACL}}])
 
 
 def _all(parts: list[Where | bool]) -> Where | bool:

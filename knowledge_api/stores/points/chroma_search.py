@@ -17,7 +17,7 @@ from knowledge_api.stores.fusion import Candidate, cosine_to_similarity
 from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
 from knowledge_api.stores.points.base import PointStore, best_of
 from knowledge_api.stores.points.chroma_filter import chroma_where
-from knowledge_api.stores.points.chroma_points import counted_facets, keyword_entries
+from knowledge_api.stores.points.chroma_points import PAGE, counted_facets, keyword_entries
 from knowledge_api.stores.points.engine import Record
 
 T = TypeVar("T")
@@ -54,9 +54,14 @@ class ChromaSearch(PointStore):
                 where=where,
                 include=["distances"],
             )
+            ids, distances = found["ids"][0], found["distances"][0]
+            if where is not None and len(ids) < n:
+                # a filtered HNSW walk can stop short of n when few chunks pass: the
+                # passing chunks are then few enough to measure each one
+                ids, distances = exact_nearest(chunks, vector, n, where)
             return [
                 Candidate((collection, key), cosine_to_similarity(1.0 - distance))
-                for key, distance in zip(found["ids"][0], found["distances"][0], strict=True)
+                for key, distance in zip(ids, distances, strict=True)
             ]
 
         def union() -> list[Candidate]:
@@ -105,3 +110,29 @@ class ChromaSearch(PointStore):
         entries = await asyncio.to_thread(lambda: keyword_entries(self._all_chunks()))
         self.keywords.clear()
         self.keywords.replace([], entries)
+
+
+def exact_nearest(
+    chunks: Any, vector: np.ndarray, n: int, where: dict[str, Any]
+) -> tuple[list[str], list[float]]:
+    """The n chunks nearest `vector` among those `where` passes, by cosine distance
+    measured for each (read a page at a time)."""
+    query = np.asarray(vector, dtype=np.float32)
+    query = query / (np.linalg.norm(query) or 1.0)
+    ids: list[str] = []
+    vectors: list[np.ndarray] = []
+    offset = 0
+    while True:
+        got = chunks.get(where=where, include=["embeddings"], limit=PAGE, offset=offset)
+        if not got["ids"]:
+            break
+        ids += got["ids"]
+        vectors.append(np.asarray(got["embeddings"], dtype=np.float32))
+        offset += len(got["ids"])
+    if not ids:
+        return [], []
+    matrix = np.concatenate(vectors)
+    norms = np.linalg.norm(matrix, axis=1)
+    distances = 1.0 - (matrix @ query) / np.where(norms == 0, 1.0, norms)
+    order = np.argsort(distances, kind="stable")[:n]
+    return [ids[i] for i in order], [float(distances[i]) for i in order]

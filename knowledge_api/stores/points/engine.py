@@ -66,6 +66,7 @@ class CatalogEntry:
             int(record["chunk_count"]),
             records.as_timestamp(record["updated_at"]),
             records.as_timestamp(record["created_at"]),
+            records.acl_of(record),
         )
 
 

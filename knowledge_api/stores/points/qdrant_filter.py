@@ -17,6 +17,7 @@ from knowledge_api.models import Document
 from knowledge_api.stores import records
 
 BACKEND = "qdrant"
+PUBLIC = "public"
 RANGE_NAMES = {"$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
 
 
@@ -29,6 +30,7 @@ def chunk_fields(doc: Document) -> dict[str, Any]:
         "created_ms": found["created_ms"],
         "updated_ms": found["updated_ms"],
         "filter": {name: found[name] for name in ("ms", "words", "source_words")},
+        "acl": records.stored_acl(doc.acl),
     }
 
 
@@ -45,9 +47,22 @@ def payload_filter(m: Any, node: Node) -> Any:
         return _all(m, parts) if node.op == "$and" else _any(m, parts)
     if isinstance(node, Negated):
         return _not(m, payload_filter(m, node.part))
+    if node.acl:
+        return _acl(m, node)
     if (positive := node.positive()) is not None:
         return _not(m, payload_filter(m, positive))
     return _own(m, node) if node.own else _metadata(m, node)
+
+
+def _acl(m: Any, condition: Condition) -> Any:
+    """The chunks whose access list holds one of the principals; a chunk written before
+    access lists were kept (none on it: records.STORED_ACL) is public."""
+    principals = condition.texts()
+    listed = m.FieldCondition(key="acl", match=m.MatchAny(any=principals))
+    if PUBLIC not in principals:
+        return listed
+    unlisted = m.IsEmptyCondition(is_empty=m.PayloadField(key="acl"))
+    return _any(m, [listed, unlisted])
 
 
 def _all(m: Any, parts: list[Any]) -> Any:

@@ -21,6 +21,8 @@ def filter_tree(node: Node) -> Tree:
         return {"op": node.op, "parts": [filter_tree(part) for part in node.parts]}
     if isinstance(node, Negated):
         return {"op": "$not", "part": filter_tree(node.part)}
+    if node.acl:  # the passage's access list holds one of the principals
+        return {"op": "$acl", "values": node.texts()}
     if (positive := node.positive()) is not None:
         return {"op": "$not", "part": filter_tree(positive)}
     return _own(node) if node.own else _metadata(node)

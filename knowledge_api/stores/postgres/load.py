@@ -42,6 +42,7 @@ DOCUMENT_COLUMNS = (
     "source",
     "created_at",
     "updated_at",
+    "acl",
 )
 PASSAGE_COLUMNS = (
     "id",
@@ -178,6 +179,7 @@ def document_records(documents: Sequence[Document]) -> Iterator[tuple[Any, ...]]
             doc.content_hash,
             doc.source,
             *records.carried_dates(doc),
+            list(doc.acl),
         )
 
 

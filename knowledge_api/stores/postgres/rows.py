@@ -31,7 +31,7 @@ Condition = tuple[str, str, Any]
 TENANCY = ("organization", "division", "app_under_test")
 DOCUMENT_COLUMNS = (
     "id,collection,source_type,source_id,title,content,metadata,content_hash,created_at,updated_at,"
-    "source"
+    "source,acl"
 )
 CHUNK_COLUMNS = "id,document_id,chunk_index,chunk_count,title,section,content,content_hash"
 LOOKUP_BATCH = 100
@@ -96,6 +96,7 @@ def document_payload(doc: Document) -> Row:
         "metadata": doc.metadata,
         "content_hash": doc.content_hash,
         "source": doc.source,
+        "acl": list(doc.acl),
         "created_at": doc.created_at or None,
         "updated_at": doc.updated_at or None,
         "chunks": [
@@ -190,6 +191,7 @@ def summary_from_row(r: Mapping[str, Any]) -> DocumentSummary:
         int(r["chunks"]),
         records.as_timestamp(r["updated_at"]),
         records.as_timestamp(r["created_at"]),
+        records.acl_of(r),
     )
 
 

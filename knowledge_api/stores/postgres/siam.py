@@ -259,6 +259,19 @@ class SiamStore(HybridSearch):
         await self._acknowledged(None)
         return deleted
 
+    async def set_acl(self, doc_ids: Sequence[str], acl: Sequence[str]) -> int:
+        ids = list(dict.fromkeys(doc_id for doc_id in doc_ids if is_uuid(doc_id)))
+        changed = 0
+        try:
+            for part in lookup_parts(ids):
+                params = {"doc_ids": part, "new_acl": list(acl)}
+                rows = await self.call("knowledge_set_acl", params, IndexingError)
+                changed += len(rows)
+        finally:
+            self._wrote()
+        await self._acknowledged(None)
+        return changed
+
     async def record_source(
         self, collection: str, source: str, root: str = "", connector: str = ""
     ) -> None:

@@ -39,7 +39,7 @@ def list_documents(conn: sqlite3.Connection, page: DocumentPage) -> list[Documen
     rows = conn.execute(
         f"""SELECT id, collection, source_type, source_id, source, title, metadata,
                updated_at, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id),
-               created_at
+               created_at, acl
            FROM documents d WHERE {" AND ".join(conditions)} ORDER BY id LIMIT ?""",
         (*params, page.limit),
     )
@@ -55,6 +55,7 @@ def list_documents(conn: sqlite3.Connection, page: DocumentPage) -> list[Documen
             r[8],
             records.as_timestamp(r["updated_at"]),
             records.as_timestamp(r["created_at"]),
+            records.acl_of(r),
         )
         for r in rows
     ]

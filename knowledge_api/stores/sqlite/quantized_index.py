@@ -25,9 +25,16 @@ from typing import Any
 import numpy as np
 
 from knowledge_api.registry import import_extra
-from knowledge_api.stores.sqlite.vector_index import Collections, LabelledIndex, label_codes
+from knowledge_api.stores.sqlite.vector_index import (
+    Collections,
+    LabelledIndex,
+    allowed_at,
+    label_codes,
+)
 
 DEFAULT_PROBES = 16
+WIDE_SHARE = 0.25
+"""From this share of the rows, a mask is tried after an unfiltered search first."""
 TRAINING_ROWS_PER_LIST = 40
 """faiss asks for 39 training vectors per list at least."""
 
@@ -108,10 +115,28 @@ class QuantizedIndex(LabelledIndex):
             self._label_of[ids] = -1
 
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
-        """(key, approximate cosine) of about the n best rows `mask` allows, best first."""
+        """(key, approximate cosine) of about the n best rows `mask` allows, best first.
+
+        A mask allowing a wide share of the rows (a reader's principals allowing half
+        the store) is first tried after the search: the best rows of the whole index,
+        twice as many as the share should hold n of, keep their n best allowed ones when
+        n pass. Probing `probes / share` clusters under a bitmap instead cost 2.5 times
+        the unfiltered search at 200,000 passages for half of them."""
         if mask is not None and not mask.any():
             return []
         fraction = 1.0 if mask is None else mask.sum() / max(len(self), 1)
+        if mask is not None and fraction >= WIDE_SHARE:
+            wanted = math.ceil(2 * n / fraction)
+            best = self._searched(query, wanted, None, 1.0)
+            keys = np.array([key for key, _ in best], dtype=np.int64)
+            passing = [hit for hit, keep in zip(best, allowed_at(mask, keys), strict=True) if keep]
+            if len(passing) >= n or len(best) < wanted:
+                return passing[:n]
+        return self._searched(query, n, mask, fraction)
+
+    def _searched(
+        self, query: np.ndarray, n: int, mask: np.ndarray | None, fraction: float
+    ) -> list[tuple[int, float]]:
         params = self._faiss.SearchParametersIVF(
             nprobe=min(self._index.nlist, math.ceil(self.probes / fraction))
         )

@@ -208,6 +208,12 @@ class SQLiteStore(HybridSearch, BesideTheFile):
         ids = list(dict.fromkeys(doc_ids))
         return await self._write_sql(lambda c: writes.delete_documents(c, ids), "delete documents")
 
+    async def set_acl(self, doc_ids: Sequence[str], acl: Sequence[str]) -> int:
+        ids = list(dict.fromkeys(doc_ids))
+        return await self._write_sql(
+            lambda c: writes.set_acl(c, ids, acl), "change the access list"
+        )
+
     async def record_source(
         self, collection: str, source: str, root: str = "", connector: str = ""
     ) -> None:

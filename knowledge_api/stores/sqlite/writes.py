@@ -50,13 +50,14 @@ def write_document(conn: sqlite3.Connection, doc: Document) -> None:
         conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
         conn.execute(
             """INSERT INTO documents (id, collection, source_type, source_id, title,
-                   content, metadata, content_hash, created_at, updated_at, source)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   content, metadata, content_hash, created_at, updated_at, source, acl)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (id) DO UPDATE SET title = excluded.title,
                    content = excluded.content, metadata = excluded.metadata,
                    content_hash = excluded.content_hash,
                    created_at = iif(?, excluded.created_at, created_at),
-                   updated_at = excluded.updated_at, source = excluded.source""",
+                   updated_at = excluded.updated_at, source = excluded.source,
+                   acl = excluded.acl""",
             (
                 *doc.leading_columns(),
                 json.dumps(doc.metadata),
@@ -64,9 +65,11 @@ def write_document(conn: sqlite3.Connection, doc: Document) -> None:
                 doc.created_at or now,
                 doc.updated_at or now,
                 doc.source,
+                json.dumps(doc.acl),
                 bool(doc.created_at),
             ),
         )
+        write_acl_rows(conn, [doc.id], doc.acl)
         conn.execute("DELETE FROM document_values WHERE document_id = ?", (doc.id,))
         conn.executemany(
             "INSERT INTO document_values (document_id, key, kind, value, ms) "
@@ -79,6 +82,30 @@ def write_document(conn: sqlite3.Connection, doc: Document) -> None:
         raise  # a lock or a lost file: SQLiteFile.write says so
     except sqlite3.Error as e:
         raise IndexingError(f"could not index {doc.source_id!r}: {e}", backend="sqlite") from e
+
+
+def write_acl_rows(conn: sqlite3.Connection, ids: Sequence[str], acl: Sequence[str]) -> None:
+    """The `document_acl` rows of these documents: one per principal of `acl`."""
+    conn.executemany("DELETE FROM document_acl WHERE document_id = ?", [(i,) for i in ids])
+    conn.executemany(
+        "INSERT INTO document_acl (principal, document_id) VALUES (?, ?)",
+        [(principal, i) for i in ids for principal in acl],
+    )
+
+
+def set_acl(conn: sqlite3.Connection, ids: list[str], acl: Sequence[str]) -> int:
+    """Give these documents the access list `acl` (their collection's generation moves:
+    its cached answers go); how many of them exist."""
+    found = [
+        row[0]
+        for part in batches(ids)
+        for row in conn.execute(f"SELECT id FROM documents WHERE id IN ({marks(part)})", part)
+    ]
+    text = json.dumps(list(acl))
+    for part in batches(found):
+        conn.execute(f"UPDATE documents SET acl = ? WHERE id IN ({marks(part)})", (text, *part))
+    write_acl_rows(conn, found, acl)
+    return len(found)
 
 
 def insert_chunk(conn: sqlite3.Connection, doc: Document, chunk: Chunk) -> None:

@@ -20,6 +20,9 @@ PRAGMAS = ("busy_timeout=5000", "journal_mode=WAL", "synchronous=NORMAL")
 class SQLiteTables:
     SCHEMA: tuple[str, ...] = ()
     """The statements that create the tables, each run at every open."""
+    ADDED: tuple[str, ...] = ()
+    """`ALTER TABLE ... ADD COLUMN` statements of columns added since, each run at every
+    open (a column already there is left as it is)."""
     WHAT = "tables"
     """What the tables hold, as a failure names it."""
 
@@ -39,6 +42,8 @@ class SQLiteTables:
                     conn.execute(f"PRAGMA {pragma}")
                 for statement in self.SCHEMA:
                     conn.execute(statement)
+                for statement in self.ADDED:
+                    _add_column(conn, statement)
             except (sqlite3.Error, OSError) as e:
                 raise BackendConnectionError(
                     f"cannot open the {self.WHAT} in {self.path}: {e}"
@@ -63,3 +68,11 @@ class SQLiteTables:
     def _failed(self, error: sqlite3.Error) -> Exception:
         """The error a failed statement is raised as."""
         return BackendConnectionError(f"{self.WHAT} unavailable: {error}")
+
+
+def _add_column(conn: sqlite3.Connection, statement: str) -> None:
+    try:
+        conn.execute(statement)
+    except sqlite3.OperationalError as e:
+        if "duplicate column" not in str(e):
+            raise

@@ -8,6 +8,7 @@ no tables) or of the Postgres schema (`SiamKeys`, for the postgres and supabase 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -35,6 +36,19 @@ class KeyStore(Protocol):
 
     async def revoke(self, name: str) -> bool: ...
 
+    async def groups(self, user: str) -> tuple[str, ...]:
+        """The groups the service knows for a user id (none when it knows none)."""
+
+    async def set_groups(self, user: str, groups: Sequence[str]) -> None:
+        """Replace the groups of a user id (none: it is forgotten)."""
+
+    async def source_acl(self, collection: str, source: str) -> tuple[str, ...] | None:
+        """The access list a source gives the documents it writes; None when it has none
+        of its own (its documents are public)."""
+
+    async def set_source_acl(self, collection: str, source: str, acl: Sequence[str]) -> None:
+        """Remember a source's access list (empty: closed)."""
+
 
 KEY_CACHE_SECONDS = 5.0
 
@@ -47,6 +61,7 @@ class RememberedKeys:
     def __init__(self, keys: KeyStore) -> None:
         self.keys = keys
         self._known: TTLCache[str, ApiKey] = TTLCache(10_000, KEY_CACHE_SECONDS)
+        self._groups: TTLCache[str, tuple[str, ...]] = TTLCache(10_000, KEY_CACHE_SECONDS)
 
     async def open(self) -> None:
         await self.keys.open()
@@ -83,6 +98,25 @@ class RememberedKeys:
         self._known.clear()
         return revoked
 
+    async def groups(self, user: str) -> tuple[str, ...]:
+        """A user's groups as the service knows them, remembered as keys are: a change
+        is in force at once here and within KEY_CACHE_SECONDS on every other replica."""
+        try:
+            return self._groups[user]
+        except KeyError:
+            found = self._groups[user] = await self.keys.groups(user)
+            return found
+
+    async def set_groups(self, user: str, groups: Sequence[str]) -> None:
+        await self.keys.set_groups(user, groups)
+        self._groups.pop(user, None)
+
+    async def source_acl(self, collection: str, source: str) -> tuple[str, ...] | None:
+        return await self.keys.source_acl(collection, source)
+
+    async def set_source_acl(self, collection: str, source: str, acl: Sequence[str]) -> None:
+        await self.keys.set_source_acl(collection, source, acl)
+
 
 class SQLiteKeys(SQLiteTables):
     """Keys in a table of a SQLite file (the sqlite store's own, or beside another store)."""
@@ -94,6 +128,18 @@ class SQLiteKeys(SQLiteTables):
         scopes TEXT NOT NULL,
         collections TEXT,
         created_at TEXT NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS principals (
+        id TEXT PRIMARY KEY,
+        groups TEXT NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS source_acls (
+        collection TEXT NOT NULL,
+        source TEXT NOT NULL,
+        acl TEXT NOT NULL,
+        PRIMARY KEY (collection, source))""",
+    )
+    ADDED = (
+        "ALTER TABLE api_keys ADD COLUMN user_id TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE api_keys ADD COLUMN groups TEXT NOT NULL DEFAULT ''",
     )
 
     WHAT = "API keys"
@@ -106,8 +152,17 @@ class SQLiteKeys(SQLiteTables):
     async def add(self, key: ApiKey) -> None:
         collections = None if key.collections is None else ",".join(key.collections)
         await self._run(
-            "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?)",
-            (key.name, key.key_hash, ",".join(key.scopes), collections, now()),
+            "INSERT INTO api_keys (name, key_hash, scopes, collections, created_at, user_id, "
+            "groups) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                key.name,
+                key.key_hash,
+                ",".join(key.scopes),
+                collections,
+                now(),
+                key.user,
+                ",".join(key.groups),
+            ),
         )
 
     async def find(self, key_hash: str) -> ApiKey | None:
@@ -120,18 +175,49 @@ class SQLiteKeys(SQLiteTables):
     async def revoke(self, name: str) -> bool:
         return bool(await self._run("DELETE FROM api_keys WHERE name = ? RETURNING 1", (name,)))
 
+    async def groups(self, user: str) -> tuple[str, ...]:
+        rows = await self._run("SELECT groups FROM principals WHERE id = ?", (user,))
+        return split(rows[0][0]) if rows else ()
+
+    async def set_groups(self, user: str, groups: Sequence[str]) -> None:
+        if not groups:
+            await self._run("DELETE FROM principals WHERE id = ?", (user,))
+            return
+        await self._run(
+            "INSERT INTO principals (id, groups) VALUES (?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET groups = excluded.groups",
+            (user, ",".join(groups)),
+        )
+
+    async def source_acl(self, collection: str, source: str) -> tuple[str, ...] | None:
+        rows = await self._run(
+            "SELECT acl FROM source_acls WHERE collection = ? AND source = ?", (collection, source)
+        )
+        return tuple(json.loads(rows[0][0])) if rows else None
+
+    async def set_source_acl(self, collection: str, source: str, acl: Sequence[str]) -> None:
+        await self._run(
+            "INSERT INTO source_acls (collection, source, acl) VALUES (?, ?, ?) "
+            "ON CONFLICT (collection, source) DO UPDATE SET acl = excluded.acl",
+            (collection, source, json.dumps(list(acl))),
+        )
+
+
+def split(listed: str) -> tuple[str, ...]:
+    return tuple(each for each in listed.split(",") if each)
+
 
 def sqlite_key(row: Sequence[Any]) -> ApiKey:
-    name, key_hash, scopes, collections, created_at = row
-    listed = None if collections is None else tuple(c for c in collections.split(",") if c)
-    return ApiKey(name, key_hash, tuple(scopes.split(",")), listed, created_at)
+    name, key_hash, scopes, collections, created_at, user, groups = row
+    listed = None if collections is None else split(collections)
+    return ApiKey(name, key_hash, tuple(scopes.split(",")), listed, created_at, user, split(groups))
 
 
 class SiamKeys(SchemaTables):
     """Keys in the Postgres schema, through the store's own primitives (a direct
     connection for postgres, PostgREST for supabase)."""
 
-    COLUMNS = "name,key_hash,scopes,collections,created_at"
+    COLUMNS = "name,key_hash,scopes,collections,created_at,user_id,groups"
 
     async def add(self, key: ApiKey) -> None:
         rows = await self.store.call(
@@ -141,6 +227,8 @@ class SiamKeys(SchemaTables):
                 "key_hash": key.key_hash,
                 "key_scopes": list(key.scopes),
                 "key_collections": None if key.collections is None else list(key.collections),
+                "key_user": key.user,
+                "key_groups": list(key.groups),
             },
             BackendConnectionError,
         )
@@ -163,6 +251,27 @@ class SiamKeys(SchemaTables):
         )
         return bool(rows)
 
+    async def groups(self, user: str) -> tuple[str, ...]:
+        rows = await self.store.select("knowledge_principals", "groups", ("id", "eq", user))
+        return tuple(rows[0]["groups"]) if rows else ()
+
+    async def set_groups(self, user: str, groups: Sequence[str]) -> None:
+        params = {"principal_id": user, "principal_groups": list(groups)}
+        await self.store.call("knowledge_principal_set", params, BackendConnectionError)
+
+    async def source_acl(self, collection: str, source: str) -> tuple[str, ...] | None:
+        rows = await self.store.select(
+            "knowledge_source_acls",
+            "acl",
+            ("collection", "eq", collection),
+            ("source", "eq", source),
+        )
+        return tuple(rows[0]["acl"]) if rows else None
+
+    async def set_source_acl(self, collection: str, source: str, acl: Sequence[str]) -> None:
+        params = {"acl_collection": collection, "acl_source": source, "source_acl": list(acl)}
+        await self.store.call("knowledge_source_acl_set", params, BackendConnectionError)
+
 
 def siam_key(row: dict[str, Any]) -> ApiKey:
     collections = row["collections"]
@@ -173,6 +282,8 @@ def siam_key(row: dict[str, Any]) -> ApiKey:
         tuple(row["scopes"]),
         None if collections is None else tuple(collections),
         created if isinstance(created, str) else created.isoformat(timespec="seconds"),
+        row.get("user_id") or "",
+        tuple(row.get("groups") or ()),
     )
 
 

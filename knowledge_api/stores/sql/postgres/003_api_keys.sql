@@ -8,7 +8,17 @@ CREATE TABLE knowledge_api_keys (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 
-\ir functions/knowledge_api_key_create.sql
+-- Replaced in 022_document_acl: the current text is functions/knowledge_api_key_create.sql.
+CREATE OR REPLACE FUNCTION knowledge_api_key_create(
+    key_name text, key_hash text, key_scopes text[], key_collections text[]
+)
+RETURNS TABLE (created boolean)
+LANGUAGE sql AS $$
+    INSERT INTO knowledge_api_keys (name, key_hash, scopes, collections)
+    VALUES (key_name, key_hash, key_scopes, key_collections)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING true
+$$;
 
 \ir functions/knowledge_api_key_revoke.sql
 

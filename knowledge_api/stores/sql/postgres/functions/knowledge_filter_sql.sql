@@ -31,6 +31,9 @@ BEGIN
         RETURN 'NOT (' || knowledge_filter_sql(tree -> 'part') || ')';
     ELSIF op = '$const' THEN
         RETURN CASE WHEN (tree ->> 'value')::boolean THEN 'true' ELSE 'false' END;
+    ELSIF op = '$acl' THEN  -- the passage's access list holds one of the principals
+        RETURN format('v.acl && %L::text[]',
+            (SELECT array_agg(x) FROM jsonb_array_elements_text(tree -> 'values') x));
     END IF;
     IF own THEN
         target := CASE field

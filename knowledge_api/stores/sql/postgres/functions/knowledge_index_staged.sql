@@ -10,17 +10,17 @@ BEGIN
     -- another is updated now, and created now when it is new
     INSERT INTO knowledge_documents AS k (id, collection, source_type, source_id, title,
         content, metadata, organization, division, app_under_test, content_hash, source,
-        created_at, updated_at)
+        created_at, updated_at, acl)
     SELECT d.id, d.collection, d.source_type, d.source_id, d.title, d.content, d.metadata,
            knowledge_text_field(d.metadata, 'organization'),
            knowledge_text_field(d.metadata, 'division'),
            knowledge_text_field(d.metadata, 'app_under_test'), d.content_hash, d.source,
-           coalesce(d.created_at, now()), coalesce(d.updated_at, now())
+           coalesce(d.created_at, now()), coalesce(d.updated_at, now()), d.acl
     FROM knowledge_staged_documents d
     ON CONFLICT (id) DO UPDATE SET title = excluded.title, content = excluded.content,
         metadata = excluded.metadata, organization = excluded.organization,
         division = excluded.division, app_under_test = excluded.app_under_test,
-        content_hash = excluded.content_hash, source = excluded.source,
+        content_hash = excluded.content_hash, source = excluded.source, acl = excluded.acl,
         created_at = coalesce((SELECT s.created_at FROM knowledge_staged_documents s
                                WHERE s.id = excluded.id), k.created_at),
         updated_at = excluded.updated_at;
@@ -29,12 +29,12 @@ BEGIN
 
     INSERT INTO siam_vectors (id, document_id, collection, organization, division,
         app_under_test, source_type, source_id, title, section, chunk_index, chunk_count,
-        content, content_hash, embedding, metadata)
+        content, content_hash, embedding, metadata, acl)
     SELECT c.id, d.id, d.collection, knowledge_text_field(d.metadata, 'organization'),
            knowledge_text_field(d.metadata, 'division'),
            knowledge_text_field(d.metadata, 'app_under_test'), d.source_type, d.source_id,
            c.title, c.section, c.chunk_index, c.chunk_count, c.content, c.content_hash,
-           c.embedding, d.metadata
+           c.embedding, d.metadata, d.acl
     FROM knowledge_staged_passages c JOIN knowledge_staged_documents d ON d.id = c.document_id;
 
     INSERT INTO wiki_documents AS w (id, title, markdown_content, url, app_name, embedding)

@@ -5,11 +5,13 @@ CREATE OR REPLACE FUNCTION knowledge_list_documents(
     list_source text DEFAULT NULL,
     list_limit integer DEFAULT 100
 ) RETURNS TABLE (id uuid, collection text, source_type text, source_id text, source text,
-    title text, metadata jsonb, updated_at timestamptz, chunks bigint, created_at timestamptz)
+    title text, metadata jsonb, updated_at timestamptz, chunks bigint, created_at timestamptz,
+    acl text[])
 LANGUAGE sql STABLE AS $$
     SELECT d.id, d.collection, d.source_type, d.source_id, d.source, d.title, d.metadata,
            d.updated_at,
-           (SELECT count(*) FROM siam_vectors v WHERE v.document_id = d.id), d.created_at
+           (SELECT count(*) FROM siam_vectors v WHERE v.document_id = d.id), d.created_at,
+           d.acl
     FROM knowledge_documents d
     WHERE d.collection = list_collection
       -- a range of the listing index whatever the plan: an `IS NULL OR` here would make

@@ -12,7 +12,8 @@ BEGIN
         content_hash text NOT NULL,
         source text NOT NULL DEFAULT '',
         created_at timestamptz,
-        updated_at timestamptz
+        updated_at timestamptz,
+        acl text[] NOT NULL DEFAULT '{public}'
     ) ON COMMIT DROP;
     CREATE TEMP TABLE IF NOT EXISTS knowledge_staged_passages (
         id uuid NOT NULL,

@@ -1,0 +1,141 @@
+"""Who may read a document: its access list (ACL) of principals, and the principals a
+caller holds.
+
+A principal is `public`, `user:<id>` (an e-mail address or any stable id) or
+`group:<name>` (a connector may qualify it: `group:jira:<project>`). A document's ACL
+lists the principals that may read it; a caller reads the documents whose ACL lists one
+of its principals. An empty ACL is closed: only a caller that sees everything (an admin
+key that does not delegate, principals None) reads it. Documents written without an ACL
+are `public`.
+
+The caller's principals reach every store as one more condition of the filter tree
+(`acl` `$in` the principals, knowledge_api.filters), so each backend applies them where
+it applies filters: in both legs of the search, before the limit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any, Protocol, TypeVar, cast
+
+from knowledge_api.errors import InvalidRequest
+from knowledge_api.filters import ACL_FIELD, Combined, Condition, Node
+from knowledge_api.validation import principal
+
+
+class Filtered(Protocol):
+    """Where a search looks (models.SearchFilters): its filter tree."""
+
+    @property
+    def where(self) -> Node | None: ...
+
+
+F = TypeVar("F", bound=Filtered)
+
+DELEGATED_HEADER = "x-knowledge-user"
+"""The header a key with the `delegate` scope names the user it asks for with."""
+PUBLIC = "public"
+PUBLIC_ACL: tuple[str, ...] = (PUBLIC,)
+MAX_PRINCIPALS = 100
+GROUP_PATTERN = r"^[^\s\x00-\x1f\x7f,]{1,189}$"
+_GROUP = re.compile(GROUP_PATTERN)
+ID_PATTERN = r"^[^\s\x00-\x1f\x7f,]{1,195}$"
+_ID = re.compile(ID_PATTERN)
+
+
+def acl_of(value: Any, path: str = "acl") -> tuple[str, ...]:
+    """A written ACL: a list of principals, kept in order without repeats (an empty list
+    closes the document)."""
+    if not isinstance(value, list) or len(value) > MAX_PRINCIPALS:
+        raise InvalidRequest(path, f"must be a list of at most {MAX_PRINCIPALS} principals")
+    return tuple(dict.fromkeys(principal(each, f"{path}[{i}]") for i, each in enumerate(value)))
+
+
+def acl_text(value: str, path: str = "--acl") -> tuple[str, ...]:
+    """An ACL given on the command line: comma-separated principals ('' closes)."""
+    return acl_of([part.strip() for part in value.split(",") if part.strip()], path)
+
+
+def group_name(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not _GROUP.fullmatch(value):
+        rule = "must be a group name: 1-189 characters without spaces, commas or control characters"
+        raise InvalidRequest(path, rule)
+    return value
+
+
+def groups_of(value: Any, path: str = "groups") -> tuple[str, ...]:
+    """A list of group names (without `group:`), in order without repeats."""
+    if not isinstance(value, list) or len(value) > MAX_PRINCIPALS:
+        raise InvalidRequest(path, f"must be a list of at most {MAX_PRINCIPALS} group names")
+    return tuple(dict.fromkeys(group_name(each, f"{path}[{i}]") for i, each in enumerate(value)))
+
+
+def user_id(value: Any, path: str) -> str:
+    """A user's id (an e-mail address or any stable id)."""
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        rule = "must be a user id: 1-195 characters without spaces, commas or control characters"
+        raise InvalidRequest(path, rule)
+    return value
+
+
+def held(user: str, groups: Iterable[str]) -> frozenset[str]:
+    """The principals of a user (empty id: none of its own) with these groups."""
+    found = {PUBLIC, *(f"group:{group}" for group in groups)}
+    if user:
+        found.add(f"user:{user}")
+    return frozenset(found)
+
+
+def visible(acl: Sequence[str], principals: frozenset[str] | None) -> bool:
+    """Whether a document of this ACL may be read by a caller holding `principals`."""
+    return principals is None or not principals.isdisjoint(acl)
+
+
+def condition(principals: frozenset[str]) -> Condition:
+    """The filter condition of the documents readable with `principals`."""
+    return Condition(ACL_FIELD, "$in", tuple(sorted(principals)))
+
+
+def scoped(filters: F, principals: frozenset[str] | None) -> F:
+    """`filters` narrowed to what `principals` may read (unchanged for None: sees all)."""
+    if principals is None:
+        return filters
+    return cast(F, replace(cast(Any, filters), where=narrowed(filters.where, principals)))
+
+
+def narrowed(where: Node | None, principals: frozenset[str] | None) -> Node | None:
+    """A filter tree narrowed to what `principals` may read."""
+    if principals is None:
+        return where
+    allowed = condition(principals)
+    if where is None:
+        return allowed
+    parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
+    return Combined("$and", (allowed, *parts))
+
+
+def read_as_public(filters: F) -> F | None:
+    """`filters` for rows that keep no access list (a database other pipelines fill),
+    each of them public: the tests of `acl` in the tree's top `$and` decided (None when
+    one excludes `public`: nothing passes), the rest kept."""
+    where = filters.where
+    if where is None:
+        return filters
+    parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
+    tests = [part for part in parts if isinstance(part, Condition) and part.acl]
+    if any(PUBLIC not in test.values for test in tests):
+        return None
+    rest = tuple(part for part in parts if part not in tests)
+    kept = None if not rest else rest[0] if len(rest) == 1 else Combined("$and", rest)
+    return cast(F, replace(cast(Any, filters), where=kept))
+
+
+def fingerprint(principals: frozenset[str] | None) -> str:
+    """A short hash of the sorted principals, for cache keys ('*': sees everything)."""
+    if principals is None:
+        return "*"
+    joined = "\x1f".join(sorted(principals)).encode()
+    return hashlib.blake2b(joined, digest_size=12).hexdigest()

@@ -1,0 +1,128 @@
+"""Permissions benchmark: what narrowing a hybrid query to a reader's principals costs,
+beside the unfiltered query and a 1 % equality filter, on the synthetic corpus of
+bench_stores.py.
+
+    .venv/bin/python scripts/bench_acl.py --stores sqlite --sizes 200000
+
+Each chunk's document is readable by one group of 100 (`group:g<i mod 100>`) and holds
+`bucket` (its number modulo 100) in its metadata. The rows: the unfiltered query (an
+admin key), a principal set of 50 groups (50 % of the passages readable), the same
+share with each query its own set of 50 (readers of other groups in turn), one of a
+single group (1 %, query i asking as group i mod 100, so no query repeats the set of
+the one before) and the equality filter `{"bucket": b}` over the same 1 %. Per store
+and size it prints the p50/p95 ms of hybrid queries (10 results), each p50 as a
+multiple of the unfiltered one, and the fewest results a query returned (10 whenever
+10 are readable, which they all are). It asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from bench_stores import SETUPS, Corpus, fill, percentiles, read_through, timed_open
+
+from knowledge_api.filters import parse
+from knowledge_api.models import Document, SearchFilters
+from knowledge_api.principals import scoped
+from knowledge_api.service.startup import single_threaded_blas
+from knowledge_api.settings import Settings
+
+GROUPS = 100
+HALF = frozenset(f"group:g{g}" for g in range(GROUPS // 2))
+
+ROWS: dict[str, Callable[[int], SearchFilters]] = {
+    "unfiltered": lambda b: SearchFilters(),
+    "principals 50 %": lambda b: scoped(SearchFilters(), HALF),
+    "principals 50 %, each query its own set": lambda b: scoped(
+        SearchFilters(), frozenset(f"group:g{(b + g) % GROUPS}" for g in range(GROUPS // 2))
+    ),
+    "principals 1 %": lambda b: scoped(SearchFilters(), frozenset({f"group:g{b}"})),
+    "equality 1 %": lambda b: SearchFilters(where=parse({"bucket": b})),
+}
+
+
+class AclCorpus(Corpus):
+    def document(self, i: int) -> Document:
+        doc = super().document(i)
+        doc.metadata = {"bucket": i % GROUPS}
+        doc.acl = (f"group:g{i % GROUPS}",)
+        return doc
+
+
+async def time_rows(
+    store: Any, queries: list[tuple[str, np.ndarray]], filters: Callable[[int], SearchFilters]
+) -> tuple[float, float, int]:
+    latencies, fewest = [], 10
+    for i, (text, vector) in enumerate(queries):
+        asked = filters(i % GROUPS)
+        start = time.perf_counter()
+        hits = await store.search(text, vector, 10, asked, 0.0, "hybrid")
+        latencies.append((time.perf_counter() - start) * 1000)
+        fewest = min(fewest, len(hits))
+    p50, p95 = percentiles(latencies)
+    return p50, p95, fewest
+
+
+async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list[str]:
+    queries = corpus.queries(n_queries)
+    lines = []
+    async with SETUPS[name](folder) as changes:
+        settings = Settings.from_env(environ={}, env_file=None).replace(
+            **{"store": name, **changes}
+        )
+        store, _ = await timed_open(settings)
+        await fill(store, corpus)
+        await store.close()
+        store, _ = await timed_open(settings)
+        read_through(folder)
+        for filters in ROWS.values():  # a first pass warms every plan and page
+            await time_rows(store, queries[:20], filters)
+        unfiltered = 0.0
+        for label, filters in ROWS.items():
+            p50, p95, fewest = await time_rows(store, queries, filters)
+            unfiltered = unfiltered or p50
+            lines.append(
+                f"{name:8} | {corpus.size:>7} | {label:39} | {p50:7.2f} / {p95:7.2f} | "
+                f"{p50 / unfiltered:5.2f}x | {fewest:>2}"
+            )
+        await store.close()
+    return lines
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--stores", default="sqlite")
+    parser.add_argument("--sizes", default="5000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="a folder per store and size kept between runs (<keep>/<store>-<size>), "
+        "so a store filled once is measured again without filling it again",
+    )
+    args = parser.parse_args()
+    single_threaded_blas()  # as the service runs
+    print(f"store    |  chunks | {'readers':39} | hybrid p50/p95 ms | p50 / unfiltered | fewest")
+    for size in (int(s) for s in args.sizes.split(",")):
+        corpus = AclCorpus(size, "topics")
+        for name in args.stores.split(","):
+            if args.keep is not None:
+                kept = args.keep / f"{name}-{size}"
+                kept.mkdir(parents=True, exist_ok=True)
+                for row in await bench(name, corpus, args.queries, kept):
+                    print(row, flush=True)
+                continue
+            with tempfile.TemporaryDirectory(prefix="bench-acl-") as folder:
+                for row in await bench(name, corpus, args.queries, Path(folder)):
+                    print(row, flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
