@@ -21,6 +21,15 @@ class Records:
     async def keys(self) -> list[ApiKey]:
         return await self.engine.keys.all()
 
+    async def groups(self, user: str) -> tuple[str, ...]:
+        """The groups the service knows for the user id `user`."""
+        found: tuple[str, ...] = await self.engine.keys.groups(user)
+        return found
+
+    async def set_groups(self, user: str, groups: tuple[str, ...]) -> None:
+        """Replace the groups of the user id `user`."""
+        await self.engine.keys.set_groups(user, groups)
+
     async def revoke_key(self, name: str) -> bool:
         """Whether a key of that name was there to revoke."""
         return await self.engine.keys.revoke(name)

@@ -79,6 +79,12 @@ class Sources:
         await store.record_source(collection, source, root)
         return deleted
 
+    async def set_document_acls(self, ids: Sequence[str], acl: Sequence[str]) -> int:
+        """Give the documents `ids` the access list `acl` (their passages too), embedding
+        nothing; how many documents changed."""
+        changed: int = await self.engine.store.set_acl(list(ids), acl)
+        return changed
+
     async def set_acl(self, collection: str, source: str, acl: Sequence[str]) -> None:
         """Remember the access list `source` gives the documents it writes (empty:
         closed, admin keys only)."""

@@ -14,8 +14,7 @@ from knowledge_api.service import KnowledgeService
 
 async def groups(service: KnowledgeService, user: str) -> tuple[str, ...]:
     """The groups the service knows for `user` (none when it knows none)."""
-    found: tuple[str, ...] = await service.keys.groups(user_id(user, "id"))
-    return found
+    return await service.records.groups(user_id(user, "id"))
 
 
 async def set_groups(
@@ -25,7 +24,7 @@ async def set_groups(
     other replica and process (as a revoked key)."""
     user = user_id(user, "id")
     checked = groups_of(list(names))
-    await service.keys.set_groups(user, checked)
+    await service.records.set_groups(user, checked)
     changed = {"principal": user, "groups": list(checked)}
     await service.audit(actor or local_user(), "groups set", None, changed)
     return checked
@@ -39,7 +38,7 @@ async def set_document_acl(
     actor: Actor | None = None,
 ) -> dict[str, object]:
     """Give one document the access list `acl`; what changed, as its audit record says."""
-    changed = await service.store.set_acl([doc.id], acl)
+    changed = await service.sources.set_document_acls([doc.id], acl)
     if not changed:
         raise NotFound(f"no document with id {doc.id!r}", id=doc.id)
     said: dict[str, object] = {"ids": [doc.id], "acl": list(acl), "documents": 1, "embedded": 0}
@@ -49,8 +48,8 @@ async def set_document_acl(
 
 async def source_documents(service: KnowledgeService, collection: str, source: str) -> list[str]:
     """The ids of the documents of a source; 404 for a source the collection lacks."""
-    known = {info.name for info in await service.store.sources(collection)}
-    owned = await service.store.source_documents(collection, source)
+    known = {info.name for info in await service.sources.listed(collection)}
+    owned = await service.sources.produced(collection, source)
     if source not in known and not owned:
         raise NotFound(
             f"no source {source!r} in collection {collection!r}",
@@ -71,8 +70,8 @@ async def set_source_acl(
     """Give every document of a source the access list `acl`, and remember it as the
     source's default for the documents its next runs write; 404 for an unknown source."""
     owned = await source_documents(service, collection, source)
-    changed = await service.store.set_acl(owned, acl)
-    await service.keys.set_source_acl(collection, source, acl)
+    changed = await service.sources.set_document_acls(owned, acl)
+    await service.sources.set_acl(collection, source, acl)
     said: dict[str, object] = {
         "source": source,
         "acl": list(acl),

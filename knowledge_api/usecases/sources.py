@@ -140,7 +140,7 @@ async def plan_mirror(
     takes `acl`, or the source's own access list (knowledge_api.principals), unless its
     connector gave it one."""
     incoming = list(documents)
-    given = acl if acl is not None else await service.keys.source_acl(collection, source)
+    given = acl if acl is not None else await service.sources.acl_of(collection, source)
     for doc in incoming:
         doc.source = source
         if given is not None and doc.acl == PUBLIC_ACL:
