@@ -77,6 +77,13 @@ class Chunk:
     section: str = ""
     embedding: np.ndarray | None = None
     chunk_count: int = 1
+    start: int | None = None
+    """Where the chunk sits in its document's text (code points): text[start:end] reads
+    as the content, runs of whitespace as one space. None: not recorded (a chunk
+    stored before offsets were, until `knowledge-api backfill-offsets`)."""
+    end: int | None = None
+    page: int | None = None
+    """The page of a PDF (or a multi-page scan) the chunk is on."""
 
     @property
     def embedded_text(self) -> str:

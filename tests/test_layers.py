@@ -26,6 +26,7 @@ CORE = {
     "grounding",
     "ir_metrics",
     "text",
+    "spans",
     "timing",
     "registry",
     "sdk",

@@ -364,6 +364,7 @@ ROUTES = [
         READ,
         "A stored document with its chunks.",
         response=documents.STORED,
+        parameters=documents.PARAMETERS,
     ),
     ApiRoute(
         "/v1/knowledge/documents/{id}",

@@ -13,7 +13,7 @@ from knowledge_api.ledger import changes
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
 from knowledge_api.routes.audit import actor
 from knowledge_api.routes.views import DOCUMENT as DOCUMENT_VIEW
-from knowledge_api.routes.views import document_view
+from knowledge_api.routes.views import OFFSETS, document_view
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (
     INTEGER,
@@ -87,6 +87,8 @@ CREATED = obj(
 """The body of `create`'s 201."""
 STORED = DOCUMENT_VIEW
 """The body of `get`: the document with its chunks."""
+PARAMETERS = (OFFSETS,)
+"""The query of `get`: the unit of its chunks' offsets."""
 DELETED = obj({"success": {"const": True}, "deleted": STRING})
 """The body of `delete`."""
 
@@ -135,7 +137,8 @@ async def create(request: Request) -> Response:
 
 
 async def get(request: Request) -> Response:
-    return JSONResponse(document_view(await reachable(request)))
+    unit = OFFSETS.parse(dict(request.query_params), OFFSETS.default)
+    return JSONResponse(document_view(await reachable(request), unit))
 
 
 async def delete(request: Request) -> Response:

@@ -21,6 +21,7 @@ from knowledge_api.routes.views import (
     RANKING,
     RANKING_RAN,
     facets_view,
+    placed,
 )
 from knowledge_api.usecases import retrieval as use
 from knowledge_api.usecases.retrieval import (
@@ -185,8 +186,11 @@ CHUNK = obj(
         "chunk_index": INTEGER,
         "similarity_score": NUMBER,
         "vector_id": STRING,
-    }
+    },
+    {"start": INTEGER, "end": INTEGER, "page": INTEGER},
 )
+"""`start`, `end`: where the chunk sits in its document's text (code points), `page`
+its PDF page, when the store has them."""
 TRUE = {"const": True}
 RETRIEVED = obj(
     {
@@ -259,6 +263,7 @@ def chunk_view(hit: SearchHit) -> dict[str, Any]:
         "chunk_index": chunk.chunk_index,
         "similarity_score": round(hit.similarity, 4),
         "vector_id": chunk.id,
+        **placed(chunk),
     }
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from knowledge_api import facets, ranking
+from knowledge_api import facets, ranking, spans
 from knowledge_api.facets import Facets
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
     SETTINGS_RANKING,
     SOURCE_TYPES,
+    Chunk,
     Document,
     SearchHit,
 )
@@ -29,6 +30,7 @@ from knowledge_api.web.fields import (
     Field,
     Filters,
     Integer,
+    OneOf,
     Schema,
     array,
     enum,
@@ -56,9 +58,22 @@ RESULT = obj(
             extra=SCALAR,
         ),
         "expandable": BOOLEAN,
-    }
+    },
+    {"start": INTEGER, "end": INTEGER, "page": INTEGER},
 )
-"""A search hit as `result_view` renders it; its metadata is the document's plus these."""
+"""A search hit as `result_view` renders it; its metadata is the document's plus these.
+`start`, `end`: where the passage sits in its document's text, in code points (the
+store knows them), `page` its PDF page."""
+
+OFFSETS = OneOf(
+    "offsets",
+    "How offsets are counted: Unicode code points (Python's str indices) or UTF-16 "
+    "code units (JavaScript's string indices).",
+    "codepoints",
+    allowed=spans.UNITS,
+)
+"""The unit of the offsets a route returns; chat routes default to utf16 (`CHAT_OFFSETS`)."""
+CHAT_OFFSETS = OneOf("offsets", OFFSETS.description, "utf16", allowed=spans.UNITS)
 
 
 def result_view(hit: SearchHit) -> Body:
@@ -79,12 +94,32 @@ def result_view(hit: SearchHit) -> Body:
         "similarity": round(hit.similarity, 4),
         "metadata": metadata,
         "expandable": chunk.chunk_count > 1,
+        **placed(chunk),
     }
+
+
+def placed(chunk: Chunk, text: str | None = None, unit: spans.Unit = "codepoints") -> Body:
+    """The chunk's `start`, `end` in its document's `text` (counted in `unit`), and
+    `page`: those it has."""
+    body: Body = {}
+    if chunk.start is not None and chunk.end is not None:
+        if text is not None:
+            body["start"] = spans.in_unit(text, chunk.start, unit)
+            body["end"] = spans.in_unit(text, chunk.end, unit)
+        else:
+            body["start"], body["end"] = chunk.start, chunk.end
+    if chunk.page is not None:
+        body["page"] = chunk.page
+    return body
 
 
 CHUNK = obj(
     {"id": STRING, "chunk_index": INTEGER, "section": STRING, "content": STRING},
+    {"start": INTEGER, "end": INTEGER, "page": INTEGER},
 )
+"""`start`, `end`: where the chunk sits in the document's `content` (its `content`
+there with runs of whitespace as one space), in the request's `offsets` unit; absent
+for a chunk stored before offsets were (`knowledge-api backfill-offsets`)."""
 DOCUMENT: Schema = obj(
     {
         "id": STRING,
@@ -118,7 +153,7 @@ def excerpt(content: str, limit: int = EXCERPT_CHARS) -> str:
     return flat if len(flat) <= limit else flat[:limit].rsplit(" ", 1)[0] + " …"
 
 
-def document_view(doc: Document) -> Body:
+def document_view(doc: Document, unit: spans.Unit = "codepoints") -> Body:
     return {
         "id": doc.id,
         "source_type": doc.source_type,
@@ -130,7 +165,13 @@ def document_view(doc: Document) -> Body:
         "created_at": doc.created_at,
         "updated_at": doc.updated_at,
         "chunks": [
-            {"id": c.id, "chunk_index": c.chunk_index, "section": c.section, "content": c.content}
+            {
+                "id": c.id,
+                "chunk_index": c.chunk_index,
+                "section": c.section,
+                "content": c.content,
+                **placed(c, doc.content, unit),
+            }
             for c in doc.chunks
         ],
     }

@@ -53,6 +53,9 @@ PASSAGE_COLUMNS = (
     "content",
     "content_hash",
     "embedding",
+    "start_offset",
+    "end_offset",
+    "page",
 )
 
 
@@ -194,4 +197,7 @@ def passage_records(documents: Sequence[Document]) -> Iterator[tuple[Any, ...]]:
                 chunk.content,
                 chunk.content_hash,
                 chunk.embedding,
+                chunk.start,
+                chunk.end,
+                chunk.page,
             )

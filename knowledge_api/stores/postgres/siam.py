@@ -391,8 +391,14 @@ class SiamStore(HybridSearch):
     async def hydrate(
         self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
     ) -> list[SearchHit]:
+        """The hits, each with its place in its document: read by id for the hits alone
+        (the search functions return what ranking needs)."""
+        ids = [key.id for key, _ in ranked if isinstance(key, Passage)]
+        columns = "id,start_offset,end_offset,page"
+        rows = await self._lookup("siam_vectors", columns, "id", ids, on=SEARCHED.get())
+        placed = {str(row["id"]): row for row in rows}
         return [
-            hit_from_row(key.row, score, similarity[key])
+            hit_from_row({**key.row, **placed.get(key.id, {})}, score, similarity[key])
             for key, score in ranked
             if isinstance(key, Passage)
         ]

@@ -19,7 +19,8 @@ from knowledge_api.stores.keyword import filter_sql, fts_expression, reads_docum
 from knowledge_api.stores.sqlite.filtered import best_allowed
 
 HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.chunk_index, c.chunk_count, c.title,
-    c.section, c.content, d.source_type, d.source_id, d.metadata, d.created_at, d.updated_at"""
+    c.section, c.content, c.start_offset, c.end_offset, c.page, d.source_type, d.source_id,
+    d.metadata, d.created_at, d.updated_at"""
 WITH_DOCUMENTS = "JOIN documents d ON d.id = c.document_id"
 
 
