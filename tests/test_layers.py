@@ -27,6 +27,7 @@ CORE = {
     "ir_metrics",
     "text",
     "spans",
+    "evidence",
     "timing",
     "registry",
     "sdk",

@@ -13,6 +13,7 @@ from knowledge_api.models import (
     SOURCE_TYPES,
     Chunk,
     Document,
+    Outcome,
     SearchHit,
 )
 from knowledge_api.ranking import MAX_OFFSET
@@ -146,6 +147,31 @@ SYNTHESIZER = obj(
     }
 )
 """Who wrote a synthesis or an answer (`SynthesisOutcome.view`)."""
+
+
+SPAN = obj({"start": INTEGER, "end": INTEGER})
+CITATION = obj(
+    {
+        "n": {**INTEGER, "minimum": 1},
+        "chunk_id": STRING,
+        "document_id": STRING,
+        "quote": nullable(STRING),
+        "passage": nullable(SPAN),
+        "document": nullable(SPAN),
+        "answer": SPAN,
+    },
+    {"unsupported": {"const": True}},
+)
+"""The words behind one citation marker (`Evidence.view`): `quote` is the document's
+stored text at `document`, `passage` where it reads in the passage's content, `answer`
+the cited sentence through its last marker; null and `unsupported` when no passage text
+supports the sentence."""
+CITATIONS = array(CITATION)
+
+
+def citations_view(outcome: Outcome | None, unit: spans.Unit) -> list[Body]:
+    """The evidence of every citation marker of an answer, its offsets in `unit`."""
+    return [] if outcome is None else [found.view(unit) for found in outcome.evidence]
 
 
 def excerpt(content: str, limit: int = EXCERPT_CHARS) -> str:

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes import ROUTES, query
 from knowledge_api.service import Served
+from knowledge_api.spans import Unit
 from knowledge_api.web.access import READ, Gate, admit
 from knowledge_api.web.observe import Exchange, RequestObserver
 
@@ -192,14 +193,14 @@ class QueryHits:
         if len(body) > MAX_BODY_BYTES or body in self.rendered:
             return
         try:
-            params, stream = query.parse(orjson.loads(body))
+            params, stream, unit = query.parse(orjson.loads(body))
         except (ValueError, KnowledgeAPIError):
             return
         key = params.cache_key()
         value = self.service.tier1.peek(key)
         if stream or value is None:
             return  # a streamed answer, or one tier 1 did not keep (warnings)
-        self.rendered[body] = rendered(key, value, params.collection)
+        self.rendered[body] = rendered(key, value, params.collection, unit)
         if len(self.rendered) > MAX_BODIES:
             self.rendered.popitem(last=False)
 
@@ -222,10 +223,10 @@ def servable(headers: dict[str, str]) -> bool:
     return media_type == "application/json" and "origin" not in headers
 
 
-def rendered(key: Hashable, value: Any, collection: str) -> Rendered:
+def rendered(key: Hashable, value: Any, collection: str, unit: Unit) -> Rendered:
     """The route's own rendering of a hit, cut where `total_ms` goes (the last field
     of `metrics`' first one, which `query.render` always writes first)."""
-    body = query.render(Served(value, True, time.perf_counter()))
+    body = query.render(Served(value, True, time.perf_counter()), unit)
     metrics = body.pop("metrics")
     metrics.pop("total_ms")
     head = orjson.dumps(body)[:-1] + b',"metrics":{"total_ms":'
