@@ -42,6 +42,7 @@ _WORD = re.compile(r"\w")
 _WORDS = re.compile(r"\w+")
 _ELLIPSIS = " …"
 _OPENING = "`*_\"'([¡¿«“‘"
+_CLOSING = ".!?…\"')]”’»"
 """Marks a sentence may begin with (code, emphasis, a quotation)."""
 
 ALIGNED = 0.9
@@ -151,7 +152,7 @@ def support(claim: str, content: str) -> tuple[Span, float] | None:
         return None
     quoted = spans.Squeezed(content).find(wanted)
     if quoted is not None:
-        return quoted, 100.0
+        return closed(content, *quoted), 100.0
     found = aligned(wanted, content)
     if found is not None and found[1] >= ALIGNED:
         return found[0], round(found[1] * 100, 2)
@@ -186,6 +187,14 @@ def aligned(claim: str, content: str) -> tuple[Span, float] | None:
     while end < len(content) and not content[end].isspace():
         end += 1
     return (start, end), best[2] / len(asked)
+
+
+def closed(content: str, start: int, end: int) -> Span:
+    """The span with the marks that close its sentence in the passage (a written
+    answer puts its marker before the period: "... is the cache key [1].")."""
+    while end < len(content) and content[end] in _CLOSING:
+        end += 1
+    return start, end
 
 
 def best_sentences(claim: str, content: str) -> tuple[Span, float] | None:
