@@ -18,7 +18,8 @@ Its support in passage n is found in three steps, the first that holds wins:
 The quote is always the document's stored text at its `document` span; `passage` is
 where it reads in the chunk's content (respaced by the chunker), and both are found
 through the chunk's recorded offsets (`Chunk.start`), or by looking for the passage in
-the document when a chunk has none.
+the document when a chunk has none. A store that keeps no document text by id (tables
+other pipelines fill) gives the passage's words and no `document` span.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from rapidfuzz import fuzz
+from rapidfuzz import fuzz, process
 from rapidfuzz.distance import Indel
 from rapidfuzz.utils import default_process
 
@@ -120,27 +121,30 @@ def cite(
 
 
 def evidence(base: Evidence, claim: str, hit: SearchHit, document: str | None) -> Evidence:
-    """`base` with its quote and places, when the passage supports `claim`."""
+    """`base` with its quote and places, when the passage supports `claim`. Without the
+    document's text (a database other pipelines fill keeps none by id) the quote is the
+    passage's, and `document` is left out."""
     content = hit.chunk.content
     supported = support(claim, content)
     if supported is None:
         return base
     (start, end), score = supported
     placed = in_document(hit, document, start, end)
-    if placed is None or document is None:
-        return base
-    passage = (start, end)
+    whole = content if placed is None or document is None else document
+    quote = content[start:end] if placed is None else whole[placed[0] : placed[1]]
     return Evidence(
         base.n,
         base.chunk_id,
         base.document_id,
         base.answer,
         base.answer_utf16,
-        quote=document[placed[0] : placed[1]],
-        passage=passage,
+        quote=quote,
+        passage=(start, end),
         passage_utf16=(spans.utf16(content, start), spans.utf16(content, end)),
         document=placed,
-        document_utf16=(spans.utf16(document, placed[0]), spans.utf16(document, placed[1])),
+        document_utf16=None
+        if placed is None
+        else (spans.utf16(whole, placed[0]), spans.utf16(whole, placed[1])),
         support=round(score / 100, 4),
     )
 
@@ -202,13 +206,14 @@ def best_sentences(claim: str, content: str) -> tuple[Span, float] | None:
     it reaches SUPPORT_FLOOR."""
     sentences = text.sentence_spans(content)
     windows = sentences + [(first[0], second[1]) for first, second in pairwise(sentences)]
-    best: tuple[Span, float] | None = None
-    asked = default_process(claim)
-    for start, end in windows:
-        score = fuzz.token_set_ratio(asked, default_process(content[start:end]))
-        if best is None or score > best[1] + 1e-9:
-            best = (start, end), score
-    return best if best is not None and best[1] >= SUPPORT_FLOOR else None
+    best = process.extractOne(
+        claim,
+        [content[start:end] for start, end in windows],
+        scorer=fuzz.token_set_ratio,
+        processor=default_process,
+        score_cutoff=SUPPORT_FLOOR,
+    )
+    return None if best is None else (windows[best[2]], float(best[1]))
 
 
 def in_document(hit: SearchHit, document: str | None, start: int, end: int) -> Span | None:

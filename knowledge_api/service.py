@@ -337,9 +337,7 @@ class KnowledgeService(Startup, Health):
         cited = list(dict.fromkeys(passages[n - 1].document_id for n in outcome.citations))
         if not cited:
             return ()
-        found = await asyncio.gather(*(self.store.get_by_id(doc_id) for doc_id in cited))
-        texts = {doc_id: doc.content for doc_id, doc in zip(cited, found, strict=True) if doc}
-        return evidence.cite(outcome.text, passages, texts)
+        return evidence.cite(outcome.text, passages, await self.store.document_texts(cited))
 
     async def sentence_support(self, query: str, hits: Sequence[SearchHit]) -> list[float] | None:
         """Per passage, the cosine with the question of its sentence closest to it, as

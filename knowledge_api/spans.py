@@ -19,7 +19,6 @@ Unit = Literal["codepoints", "utf16"]
 UNITS: tuple[Unit, ...] = ("codepoints", "utf16")
 _SPACE = re.compile(r"\s+")
 _LONG_SPACE = re.compile(r"\s\s+")
-_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 
 
 def squeezed(text: str) -> str:
@@ -93,7 +92,9 @@ def carried(content: str, stored: str, start: int, end: int) -> tuple[int, int] 
 def utf16(text: str, offset: int) -> int:
     """A code point offset into `text` as UTF-16 code units: characters beyond the
     Basic Multilingual Plane (most emoji) count two."""
-    return offset + len(_ASTRAL.findall(text, 0, offset))
+    if offset == 0 or text.isascii():
+        return offset
+    return len(text[:offset].encode("utf-16-le", "surrogatepass")) // 2
 
 
 def in_unit(text: str, offset: int, unit: Unit) -> int:

@@ -262,3 +262,16 @@ def test_an_answer_marker_beyond_the_passages_gives_no_entry() -> None:
     found = cite("Falcon listens on port 7400. [1][2]", [hit], {"d": chunk.content})
     assert [e.n for e in found] == [1]
     assert found[0].document == (0, 28)
+
+
+def test_without_the_document_text_the_quote_is_the_passages() -> None:
+    """A store that keeps no document text by id (tables other pipelines fill): the
+    words are still found in the passage, and no document span is claimed."""
+    doc = Document("knowledge", "falcon.md", NOTES["falcon"], "Falcon")
+    hits, _ = hits_of(doc)
+    hits = [hit for hit in hits if hit.chunk.section == "Running Falcon"]
+    (found,) = cite("Falcon listens on port 7400 by default. [1]", hits, {})
+    assert found.quote == "Falcon listens on port 7400 by default."
+    assert found.passage is not None and found.document is None
+    assert hits[0].chunk.content[found.passage[0] : found.passage[1]] == found.quote
+    assert "unsupported" not in found.view()

@@ -1611,6 +1611,8 @@ async def test_chunks_record_their_place_and_page_in_the_document(
     assert_placed(paged)
     assert [c.page for c in paged.chunks] == [1, 2]
     assert all(c.page is None for c in text.chunks)
+    texts = await store.document_texts([text.id, paged.id, document_id("default", "wiki", "no")])
+    assert texts == {text.id: SPAN_TEXT, paged.id: PAGED_TEXT}
     (hit,) = await search(store, "torque limits hub bolts", k=1, collection="default")
     assert (hit.chunk.start, hit.chunk.end, hit.chunk.page) == (
         paged.chunks[1].start,
@@ -1649,3 +1651,30 @@ async def test_backfill_gives_stored_chunks_their_offsets(store: KnowledgeStore)
     (hit,) = await search(store, "torque limits hub bolts", k=1)
     assert hit.chunk.page == 2
     assert (await backfill(store, ["default"])).documents == 0
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_citations_slice_the_stored_document_on_every_backend(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """An answer's citations, read through the backend's own hits and documents: each
+    quote is the stored text at its document span, in code points and in UTF-16."""
+    settings = BACKENDS[name](request, tmp_path).replace(answer_threshold="0.1")
+    doc = {"source_type": "wiki", "source_id": "spans.md", "title": "Spans", "content": SPAN_TEXT}
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/knowledge/documents", json=doc).status_code == 201
+        question = "How long does the Tier-2 cache keep entries?"
+        for unit in ("codepoints", "utf16"):
+            body = client.post(
+                "/v1/knowledge/answer", json={"query": question, "offsets": unit}
+            ).json()
+            assert body["status"] == "success", body
+            (citation,) = body["citations"]
+            stored = client.get(f"/v1/knowledge/documents/{citation['document_id']}").json()
+            start, end = citation["document"]["start"], citation["document"]["end"]
+            if unit == "utf16":
+                there = stored["content"].encode("utf-16-le")[2 * start : 2 * end]
+                assert there.decode("utf-16-le") == citation["quote"]
+            else:
+                assert stored["content"][start:end] == citation["quote"]
+            assert citation["quote"].endswith("the Tier-2 cache keeps entries for 24 hours.")

@@ -434,6 +434,11 @@ class SiamStore(HybridSearch):
         rows = await self._lookup("knowledge_documents", "id,content_hash", "id", ids)
         return {str(r["id"]): r["content_hash"] for r in rows}
 
+    async def document_texts(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        ids = [doc_id for doc_id in doc_ids if is_uuid(doc_id)]
+        rows = await self._lookup("knowledge_documents", "id,content", "id", ids)
+        return {str(r["id"]): r["content"] for r in rows}
+
     async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         rows = await self._lookup(
             "siam_vectors",
