@@ -11,14 +11,20 @@ JavaScript counts UTF-16 code units: `utf16` converts.
 
 from __future__ import annotations
 
-import re
-from bisect import bisect_left
 from typing import Literal
+
+import numpy as np
 
 Unit = Literal["codepoints", "utf16"]
 UNITS: tuple[Unit, ...] = ("codepoints", "utf16")
-_SPACE = re.compile(r"\s+")
-_LONG_SPACE = re.compile(r"\s\s+")
+WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+"""Every character `str.isspace` takes (and `str.split` splits at)."""
+_SPACE_TABLE = np.zeros(ord(max(WHITESPACE)) + 2, dtype=bool)
+_SPACE_TABLE[[ord(c) for c in WHITESPACE]] = True
+"""Whitespace by code point, up to the last one; the last entry stands for all beyond."""
 
 
 def squeezed(text: str) -> str:
@@ -28,28 +34,29 @@ def squeezed(text: str) -> str:
 
 class Squeezed:
     """A stored text with its whitespace runs made one space (none at either end), and
-    the way back: the compact position of each run of two or more whitespace
-    characters and the characters dropped up to its end."""
+    the way back: the stored offset of each character of the compact text (a run's
+    space stands at the run's first character)."""
 
-    __slots__ = ("_dropped", "_lead", "_runs", "compact", "text")
+    __slots__ = ("_kept", "compact", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.compact = squeezed(text)
-        self._lead = len(text) - len(text.lstrip())
-        self._runs: list[int] = []
-        self._dropped: list[int] = []
-        dropped = self._lead
-        for run in _LONG_SPACE.finditer(text, self._lead):  # one character moves nothing
-            start, end = run.span()
-            self._runs.append(start - dropped)
-            dropped += end - start - 1
-            self._dropped.append(dropped)
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        space = _SPACE_TABLE[np.minimum(codes, len(_SPACE_TABLE) - 1)]
+        kept = ~space
+        kept[1:] |= space[1:] & ~space[:-1]  # a run's first character stands for it
+        words = np.flatnonzero(~space)
+        if words.size:  # no run before the first word nor after the last
+            kept[: words[0]] = False
+            kept[words[-1] + 1 :] = False
+        else:
+            kept[:] = False
+        self._kept = np.flatnonzero(kept)
 
     def original(self, at: int) -> int:
-        """The stored offset of the compact text's character `at` (not a space)."""
-        k = bisect_left(self._runs, at) - 1
-        return at + (self._dropped[k] if k >= 0 else self._lead)
+        """The stored offset of the compact text's character `at`."""
+        return int(self._kept[at])
 
     def find(self, needle: str, start: int = 0, end: int | None = None) -> tuple[int, int] | None:
         """(start, end) in the stored text of the first place from stored offset
@@ -67,14 +74,7 @@ class Squeezed:
 
     def compact_offset(self, stored: int) -> int:
         """The compact position of a stored offset (the first at or after it)."""
-        lo, hi = 0, len(self.compact)
-        while lo < hi:  # original() is increasing: the first compact index reaching it
-            mid = (lo + hi) // 2
-            if self.original(mid) < stored:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return int(np.searchsorted(self._kept, stored))
 
 
 def carried(content: str, stored: str, start: int, end: int) -> tuple[int, int] | None:

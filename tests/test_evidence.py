@@ -275,3 +275,17 @@ def test_without_the_document_text_the_quote_is_the_passages() -> None:
     assert found.passage is not None and found.document is None
     assert hits[0].chunk.content[found.passage[0] : found.passage[1]] == found.quote
     assert "unsupported" not in found.view()
+
+
+def test_the_whitespace_compared_is_what_str_split_splits_at() -> None:
+    """Squeezed's table of whitespace and str.split agree on every character, so the
+    compact text and its map back to the stored offsets line up."""
+    every = {chr(c) for c in range(0x110000) if chr(c).isspace()}
+    assert set(spans.WHITESPACE) == every
+    stored = "\u3000Caf\u00e9\u2028\u2028 e\u0301 \U0001f389\t\x1cend\u00a0"
+    found = spans.Squeezed(stored)
+    assert found.compact == " ".join(stored.split())
+    for at, char in enumerate(found.compact):
+        assert stored[found.original(at)] == char or (
+            char == " " and stored[found.original(at)].isspace()
+        )
