@@ -365,6 +365,7 @@ ROUTES = [
         "A stored document with its chunks.",
         response=documents.STORED,
         parameters=documents.PARAMETERS,
+        errors=(400, 404, 503),
     ),
     ApiRoute(
         "/v1/knowledge/documents/{id}",
