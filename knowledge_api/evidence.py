@@ -42,9 +42,10 @@ _BOUNDARY = re.compile(r"[.!?…][\"')\]*_`]*\s+|\n\s*")
 _WORD = re.compile(r"\w")
 _WORDS = re.compile(r"\w+")
 _ELLIPSIS = " …"
-_OPENING = "`*_\"'([¡¿«“‘"
+_JOINING = ",;:.!?)]}—–-|"
+"""Marks that join a sentence to the one before (", and ..."), not a part of it."""
 _CLOSING = ".!?…\"')]”’»"
-"""Marks a sentence may begin with (code, emphasis, a quotation)."""
+"""Marks that close a sentence after its last word."""
 
 ALIGNED = 0.9
 """The share of the sentence's words a stretch of the passage must hold, in order, to
@@ -98,7 +99,7 @@ def sentence_start(head: str) -> int:
     for boundary in _BOUNDARY.finditer(body):
         if _WORD.search(body, boundary.end()):
             start = boundary.end()
-    while start < len(head) and not (head[start].isalnum() or head[start] in _OPENING):
+    while start < len(head) and (head[start].isspace() or head[start] in _JOINING):
         start += 1
     return start
 

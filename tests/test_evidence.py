@@ -289,3 +289,9 @@ def test_the_whitespace_compared_is_what_str_split_splits_at() -> None:
         assert stored[found.original(at)] == char or (
             char == " " and stored[found.original(at)].isspace()
         )
+
+
+def test_a_sentence_begins_at_its_first_word_or_emoji() -> None:
+    answer = "Caches keep entries [1], and 🎉 deploys run daily [2]. 日本語です [1]"
+    spans_of = [answer[slice(*group.span)] for group in marked(answer)]
+    assert spans_of == ["Caches keep entries [1]", "and 🎉 deploys run daily [2]", "日本語です [1]"]
