@@ -685,6 +685,8 @@ async def stored_before_sourced_ids(
         with sqlite3.connect(settings.db_path) as conn:
             for column in ("root", "connector", "lease_holder", "lease_until"):
                 conn.execute(f"ALTER TABLE sources DROP COLUMN {column}")  # 008 and 009 again
+            for column in ("start_offset", "end_offset", "page"):
+                conn.execute(f"ALTER TABLE chunks DROP COLUMN {column}")  # and 011
             conn.execute("PRAGMA user_version = 7")
     elif name in ("postgres", "supabase"):
         conn = await asyncpg.connect(database_url(name, settings, request))
