@@ -69,6 +69,7 @@ bench: install-dev bytecode
 	$(BIN)/python scripts/bench.py --store $(STORE) --corpus $(CORPUS)
 	$(BIN)/python scripts/bench_embedder.py --routes --corpus $(dir $(CORPUS)) --passages 1000
 	$(BIN)/python scripts/bench_overhead.py
+	$(BIN)/python scripts/bench_citations.py
 	$(BIN)/python scripts/bench_replicas.py
 	$(BIN)/python scripts/bench_read_replicas.py
 	$(BIN)/python scripts/bench_uploads.py --corpus $(CORPUS)

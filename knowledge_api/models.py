@@ -78,6 +78,13 @@ class Chunk:
     section: str = ""
     embedding: np.ndarray | None = None
     chunk_count: int = 1
+    start: int | None = None
+    """Where the chunk sits in its document's text (code points): text[start:end] reads
+    as the content, runs of whitespace as one space. None: not recorded (a chunk
+    stored before offsets were, until `knowledge-api backfill-offsets`)."""
+    end: int | None = None
+    page: int | None = None
+    """The page of a PDF (or a multi-page scan) the chunk is on."""
 
     @property
     def embedded_text(self) -> str:
@@ -409,6 +416,57 @@ class SearchParams:
         return SearchFilters(self.sources, where, self.collection, self.collections)
 
 
+Span = tuple[int, int]
+"""(start, end) of a text in another, end exclusive."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """The words behind one citation marker of an answer (knowledge_api.evidence): the
+    passage text `quote` that supports the answer's sentence, where it sits in the
+    passage's content and in the document's text, and where the sentence (through its
+    last marker) sits in the answer. Each span in code points and in UTF-16 code units;
+    no quote and no place when no passage text supports the sentence."""
+
+    n: int
+    chunk_id: str
+    document_id: str
+    answer: Span
+    answer_utf16: Span
+    quote: str | None = None
+    passage: Span | None = None
+    passage_utf16: Span | None = None
+    document: Span | None = None
+    document_utf16: Span | None = None
+    support: float = 0.0
+    """How closely the quote reads as the sentence, 0 to 1 (1: quoted as it is)."""
+
+    @property
+    def supported(self) -> bool:
+        return self.quote is not None
+
+    def view(self, unit: str = "codepoints") -> dict[str, Any]:
+        """The citation as responses show it, its offsets in `unit`."""
+        utf16 = unit == "utf16"
+
+        def place(points: Span | None, units: Span | None) -> dict[str, int] | None:
+            chosen = units if utf16 else points
+            return None if chosen is None else {"start": chosen[0], "end": chosen[1]}
+
+        body: dict[str, Any] = {
+            "n": self.n,
+            "chunk_id": self.chunk_id,
+            "document_id": self.document_id,
+            "quote": self.quote,
+            "passage": place(self.passage, self.passage_utf16),
+            "document": place(self.document, self.document_utf16),
+            "answer": place(self.answer, self.answer_utf16),
+        }
+        if not self.supported:
+            body["unsupported"] = True
+        return body
+
+
 @dataclass(slots=True)
 class Outcome:
     """What the chain wrote, who wrote it, and what happened on the way."""
@@ -424,6 +482,8 @@ class Outcome:
     skipped: list[dict[str, str]] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     """Links that failed (not merely skipped): the answer is a degraded one."""
+    evidence: tuple[Evidence, ...] = ()
+    """The words behind each citation marker of `text`, in the order of the markers."""
 
     def view(self) -> dict[str, Any]:
         return {

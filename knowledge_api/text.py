@@ -163,3 +163,18 @@ def stem(word: str) -> str:
 def sentences(text: str) -> list[str]:
     parts = (part.strip() for part in _SENTENCE_END.split(text))
     return [part for part in parts if part]
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence of `text` as `sentences` cuts it."""
+    found = []
+    start = 0
+    for boundary in [*_SENTENCE_END.finditer(text), None]:
+        end = boundary.start() if boundary is not None else len(text)
+        piece = text[start:end]
+        if piece.strip():
+            lead = len(piece) - len(piece.lstrip())
+            found.append((start + lead, start + len(piece.rstrip())))
+        if boundary is not None:
+            start = boundary.end()
+    return found

@@ -15,7 +15,9 @@ extractive synthesizer, the default answer threshold, 5 passages) and reports:
   the first 5 a search finds (threshold 0);
 - refused when retrieved: the share of those that /answer answers insufficient_context;
 - refused, no answer there: the share of questions with no answering sentence (about an
-  entity the notes do not cover) that are refused, as they should be.
+  entity the notes do not cover) that are refused, as they should be;
+- citations with support: of every citation marker of the answers given, the share whose
+  words were found in the passage it cites (a quote, not `unsupported`).
 
 The set is split as tests/answers.json says: every third question and those marked
 `added_after_tuning` were kept out of every tuning decision. Both are reported.
@@ -78,6 +80,10 @@ class Scored:
     answer: str
     retrieved: bool
     """A passage holding the answering sentence is among the first 5 found."""
+    citations: int = 0
+    """Citation markers of the answer."""
+    supported: int = 0
+    """Those whose words were found in the passage they cite."""
 
     @property
     def contains(self) -> bool:
@@ -132,7 +138,11 @@ async def score(service: KnowledgeService, question: Question) -> Scored:
         w in normalised(hit.chunk.content) for hit in found.hits[:LIMIT] for w in wanted
     )
     grounded, _ = await answers.compute(service, params)
-    return Scored(question, grounded.status, grounded.answer or "", retrieved)
+    cited = grounded.outcome.evidence if grounded.answer and grounded.outcome else ()
+    supported = sum(found.supported for found in cited)
+    return Scored(
+        question, grounded.status, grounded.answer or "", retrieved, len(cited), supported
+    )
 
 
 def row(label: str, scored: list[Scored]) -> str:
@@ -167,6 +177,10 @@ def report(scored: list[Scored], misses: bool) -> None:
         or any(len(part.strip()) > 321 for part in re.split(r"\[\d+\]", s.answer))
     ]
     print(f"answers over 3 sentences or 320 characters a sentence: {len(too_long)}")
+    cited = sum(s.citations for s in scored)
+    supported = sum(s.supported for s in scored)
+    if cited:
+        print(f"citations with support: {supported} of {cited} ({100 * supported / cited:.1f}%)")
     if misses:
         for s in scored:
             wrong = (s.question.sentence and not s.contains) or (

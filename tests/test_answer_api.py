@@ -68,6 +68,7 @@ def test_a_grounded_answer_has_every_field_of_the_contract(client: TestClient) -
         "answer",
         "confidence",
         "sources",
+        "citations",
         "metadata",
         "error_message",
     }
@@ -89,6 +90,13 @@ def test_a_grounded_answer_has_every_field_of_the_contract(client: TestClient) -
     assert source["metadata"]["title"] == "Supported audio formats"
     assert source["excerpt"].startswith("Asset ingestion accepts WAV and FLAC")
     assert 0.3 <= source["relevance_score"] <= 1.0
+    [citation] = body["citations"]  # the quoted sentence, where it reads
+    quote = "Asset ingestion accepts WAV and FLAC audio files."
+    assert citation["n"] == 1 and citation["chunk_id"] == source["chunk_id"]
+    assert citation["quote"] == quote
+    assert citation["answer"] == {"start": 0, "end": len(body["answer"])}
+    assert citation["document_id"] == source["metadata"]["document_id"]
+    assert citation["passage"] == {"start": 0, "end": len(quote)}
     confidence = body["confidence"]
     assert confidence["retrieval_quality"] == source["relevance_score"]
     assert confidence["coverage_score"] == 1.0  # 'formats' is in the passage's title

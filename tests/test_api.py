@@ -45,7 +45,12 @@ def test_query_returns_ranked_results_with_every_field(client: TestClient) -> No
         "collection",
         "metadata",
         "expandable",
+        "start",
+        "end",
     }
+    stored = client.get(f"/v1/knowledge/documents/{first['metadata']['document_id']}").json()
+    there = stored["content"][first["start"] : first["end"]]
+    assert there.split() == first["content"].split()  # where it sits in its document
     assert first["source_type"] == "wiki" and first["collection"] == "default"
     assert first["metadata"]["title"] == "Creating test cases"
     assert first["expandable"] is True  # the page has two sections, so two chunks

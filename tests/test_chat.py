@@ -95,11 +95,14 @@ def test_openai_chat_completions(client: TestClient) -> None:
     message = choice["message"]
     assert choice["finish_reason"] == "stop" and message["role"] == "assistant"
     assert "[1]" in message["content"] and "\n\nSources:\n[1] " in message["content"]
+    spans = [(c["answer"]["start"], c["answer"]["end"]) for c in completion["citations"]]
     for annotation in message["annotations"]:
         citation = annotation["url_citation"]
         assert annotation["type"] == "url_citation" and citation["url"].startswith("https://")
+        # the cited sentence through its last marker, as the citation's answer span
         marked = message["content"][citation["start_index"] : citation["end_index"]]
-        assert marked.startswith("[") and marked.endswith("]")
+        assert marked.endswith("]") and not marked.startswith(("[", " "))
+        assert (citation["start_index"], citation["end_index"]) in spans
 
 
 def test_openai_streaming_chunks_end_with_done(tmp_path: Path) -> None:

@@ -286,11 +286,13 @@ async def test_a_file_written_before_the_value_index_is_filtered_after_its_migra
         "DROP TRIGGER documents_acl_ad; DROP TABLE document_acl; "
         "ALTER TABLE documents DROP COLUMN acl; PRAGMA user_version = 5;"
     )
-    # the columns of sources that later migrations add (they run again after 006)
+    # the columns of sources and chunks that later migrations add (they run again after 006)
     columns = {row[1] for row in db.execute("PRAGMA table_info(sources)")}
     for column in ("root", "connector", "lease_holder", "lease_until"):
         if column in columns:
             db.execute(f"ALTER TABLE sources DROP COLUMN {column}")
+    for column in ("start_offset", "end_offset", "page"):
+        db.execute(f"ALTER TABLE chunks DROP COLUMN {column}")
     db.commit()
     db.close()
     again = SQLiteStore(path)

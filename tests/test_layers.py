@@ -29,6 +29,8 @@ CORE = {
     "grounding",
     "ir_metrics",
     "text",
+    "spans",
+    "evidence",
     "timing",
     "registry",
     "sdk",

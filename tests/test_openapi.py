@@ -97,8 +97,10 @@ def test_path_and_query_parameters_are_typed() -> None:
     assert detail["id"]["schema"]["type"] == "string"
     assert detail["collection"]["in"] == "query" and detail["collection"]["required"] is False
     assert detail["collection"]["schema"]["default"] == "default"
-    (doc_id,) = operation(route_at("/v1/knowledge/documents/{id}"))["parameters"]
+    doc_id, offsets = operation(route_at("/v1/knowledge/documents/{id}"))["parameters"]
     assert doc_id["in"] == "path" and doc_id["schema"] == {"type": "string", "pattern": "^[^/]+$"}
+    assert offsets["in"] == "query" and offsets["schema"]["enum"] == ["codepoints", "utf16"]
+    assert detail["offsets"]["schema"]["default"] == "codepoints"
 
 
 def test_every_error_response_references_the_one_error_shape() -> None:

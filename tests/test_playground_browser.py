@@ -66,6 +66,13 @@ PIECES = [
 ]
 ANSWER = "".join(PIECES)
 BREAKS = "outage"
+QUOTES = "verbatim"
+QUOTED = (
+    "The normalised text, together with `sources`, `limit`, `threshold`, `synthesize` and "
+    "`filters`, is the cache key [1]. Bananas are yellow [1]."
+)
+"""Gemini's answer to a question with QUOTES in it: a sentence of overview.md as it
+reads (but for its Markdown), then one no passage supports."""
 GROQ_PIECES = ["Groq writes this: ", "results are fused [1]."]
 TIMEOUT_MS = 20_000
 DONE = """() => document.querySelector('#answer').getAttribute('aria-busy') === 'false'
@@ -85,6 +92,8 @@ def gemini() -> Iterator[respx.MockRouter]:
     def answer(request: httpx.Request) -> httpx.Response:
         if BREAKS.encode() in request.content:
             return streamed(Stream(chunks[:1], then="break"))
+        if QUOTES.encode() in request.content:
+            return streamed(Stream([gemini_chunk(QUOTED, "STOP", 42)]))
         return streamed(Stream(chunks, pause=0.15))
 
     for router in providers.mocked():
@@ -271,6 +280,49 @@ def test_a_citation_scrolls_to_its_source_and_highlights_it(tab: Playground, ser
     tab.page.keyboard.press("Enter")
     tab.page.wait_for_function(in_view, arg=1)
     assert tab.texts("#results > li.highlighted .number") == ["[1]"]
+
+
+def test_a_citation_marks_its_quote_and_the_document_marks_every_cited_span(
+    tab: Playground, server: Any
+) -> None:
+    """A click on [n] marks the words of source n behind it; its link shows the whole
+    document with every cited span of it marked, the chosen one scrolled into view. A
+    citation no passage text supports says so."""
+    tab.enter_key(server[1])
+    with tab.page.expect_response(re.compile(r"/v1/knowledge/query$")) as sent:
+        tab.ask(f"What is the cache key of a query? ({QUOTES})")
+    tab.answered()
+    assert json.loads(sent.value.request.post_data)["offsets"] == "utf16"
+    links = tab.page.locator("#answer a.cite")
+    assert links.count() == 2
+
+    links.nth(0).click()
+    quote = tab.page.locator("#result-1 .content mark")
+    quote.wait_for()
+    marked = quote.inner_text()
+    assert marked.startswith("The normalised text, together with") and marked.endswith("cache key.")
+    assert tab.page.get_attribute("#result-1", "class") == "highlighted"
+
+    tab.page.click("#result-1 a.open-document")
+    current = tab.page.locator("#document-text mark.current")
+    current.wait_for()
+    assert current.inner_text() == marked
+    in_view = """() => {
+      const box = document.querySelector('#document-text mark.current').getBoundingClientRect();
+      const pane = document.querySelector('#document-text').getBoundingClientRect();
+      return box.top >= Math.max(0, pane.top) && box.bottom <= Math.min(innerHeight, pane.bottom);
+    }"""
+    tab.page.wait_for_function(in_view)
+    stored = tab.page.inner_text("#document-text")
+    assert stored.startswith("# Knowledge API overview")  # the document's stored text
+    assert tab.page.locator("#document-text mark").count() == 1  # the other is unsupported
+
+    links.nth(1).click()
+    note = tab.page.locator("#result-1 .quote-note")
+    note.wait_for()
+    assert "No sentence of this source" in note.inner_text()
+    assert tab.page.locator("#result-1 .content mark").count() == 0
+    assert tab.crashes == [] and tab.policy_violations() == []
 
 
 def test_the_filters_change_the_request_and_the_results(tab: Playground, server: Any) -> None:

@@ -73,6 +73,8 @@ def test_retrieve_returns_chunks_with_their_source_and_the_query_vector(
             "similarity_score": body["retrieved_chunks"][0]["similarity_score"],
             "vector_id": body["retrieved_chunks"][0]["vector_id"],
             "collection": "manuals",
+            "start": 33,  # where it sits in the document, after its heading
+            "end": 71,
         }
     ]
     assert 0 < body["retrieved_chunks"][0]["similarity_score"] <= 1

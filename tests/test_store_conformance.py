@@ -21,7 +21,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from knowledge_api import facets
+from knowledge_api import facets, spans
 from knowledge_api.app import create_app
 from knowledge_api.config.fields import Secret
 from knowledge_api.embeddings.fake import FakeEmbedder
@@ -35,6 +35,7 @@ from knowledge_api.errors import (
 from knowledge_api.filters import RANGES, matches, millis_of
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.ingest import transfer
+from knowledge_api.ingest.backfill import backfill
 from knowledge_api.ingest.pipeline import Ingestor
 from knowledge_api.ledger import Job, JobFile
 from knowledge_api.models import (
@@ -687,6 +688,8 @@ async def stored_before_sourced_ids(
             conn.execute("ALTER TABLE documents DROP COLUMN acl")
             for column in ("root", "connector", "lease_holder", "lease_until"):
                 conn.execute(f"ALTER TABLE sources DROP COLUMN {column}")  # 008 and 009 again
+            for column in ("start_offset", "end_offset", "page"):
+                conn.execute(f"ALTER TABLE chunks DROP COLUMN {column}")  # and 011
             conn.execute("PRAGMA user_version = 7")
     elif name in ("postgres", "supabase"):
         conn = await asyncpg.connect(database_url(name, settings, request))
@@ -1664,3 +1667,116 @@ async def test_several_collections_rank_as_one_collection_holding_them_all(
     assert counted == await store.facet_counts(
         SearchFilters(collection="whole"), ("team", "source_type")
     )
+
+
+# text whose offsets are easy to get wrong: emoji (two UTF-16 units), a combining
+# accent, CJK, CRLF line ends, tabs and runs of spaces the chunker respaces
+SPAN_TEXT = (
+    "# Spans\r\n\r\nCafé 🎉 naïve e\u0301clair — 日本語のテキストです。\r\n\r\n"
+    "Tabs\there\tand\r\n   there: the Tier-2 cache keeps entries for 24 hours.\r\n\r\n"
+    + "Another sentence of prose 🚀 follows here. "
+    * 40
+)
+PAGED_TEXT = (
+    "## Page 1\n\nThe turbine manual covers blade pitch.\n\n"
+    "## Page 2\n\nTorque limits are 40 Nm for the hub bolts."
+)
+
+
+def span_documents() -> list[Document]:
+    return [
+        Document("wiki", "spans.md", SPAN_TEXT, "Spans"),
+        Document("knowledge", "manual.pdf", PAGED_TEXT, "Manual", {"pages": 2}),
+    ]
+
+
+def assert_placed(doc: Document) -> None:
+    """Every chunk reads where it says in the stored text, in code points and in UTF-16."""
+    utf16 = doc.content.encode("utf-16-le")
+    for chunk in doc.chunks:
+        assert chunk.start is not None and chunk.end is not None, chunk
+        there = doc.content[chunk.start : chunk.end]
+        assert " ".join(there.split()) == " ".join(chunk.content.split())
+        start16, end16 = (spans.utf16(doc.content, at) for at in (chunk.start, chunk.end))
+        assert utf16[2 * start16 : 2 * end16].decode("utf-16-le") == there
+
+
+async def test_chunks_record_their_place_and_page_in_the_document(
+    store: KnowledgeStore, tmp_path: Path
+) -> None:
+    """Stored, read back, found by search, exported and imported: each chunk keeps where
+    it sits in its document's text, and a PDF's chunk its page."""
+    await index(store, span_documents())
+    text, paged = [await store.get_by_id(doc.id) for doc in span_documents()]
+    assert text is not None and paged is not None and len(text.chunks) > 1
+    assert_placed(text)
+    assert_placed(paged)
+    assert [c.page for c in paged.chunks] == [1, 2]
+    assert all(c.page is None for c in text.chunks)
+    texts = await store.document_texts([text.id, paged.id, document_id("default", "wiki", "no")])
+    assert texts == {text.id: SPAN_TEXT, paged.id: PAGED_TEXT}
+    (hit,) = await search(store, "torque limits hub bolts", k=1, collection="default")
+    assert (hit.chunk.start, hit.chunk.end, hit.chunk.page) == (
+        paged.chunks[1].start,
+        paged.chunks[1].end,
+        2,
+    )
+
+    path = tmp_path / "spans.jsonl"
+    await transfer.export_collection(store, EMBEDDER, "default", path)
+    await store.delete_documents([text.id, paged.id])
+    await transfer.import_file(store, EMBEDDER, path)
+    restored = await store.get_by_id(text.id)
+    assert restored is not None
+    assert [(c.start, c.end) for c in restored.chunks] == [(c.start, c.end) for c in text.chunks]
+
+
+async def test_backfill_gives_stored_chunks_their_offsets(store: KnowledgeStore) -> None:
+    """Chunks written without offsets (before they were recorded) get them from the
+    stored text, with their vectors as they were."""
+    docs = span_documents()
+    await index(store, docs)
+    for doc in docs:
+        for chunk in doc.chunks:
+            chunk.start = chunk.end = chunk.page = None
+    await store.delete_documents([doc.id for doc in docs])
+    await store.index_documents(docs)
+    bare = await store.get_by_id(docs[0].id)
+    assert bare is not None and all(c.start is None for c in bare.chunks)
+
+    done = await backfill(store, ["default"])
+    assert (done.documents, done.unplaced) == (2, 0)
+    text, paged = [await store.get_by_id(doc.id) for doc in docs]
+    assert text is not None and paged is not None
+    assert_placed(text)
+    assert [c.page for c in paged.chunks] == [1, 2]
+    (hit,) = await search(store, "torque limits hub bolts", k=1)
+    assert hit.chunk.page == 2
+    assert (await backfill(store, ["default"])).documents == 0
+
+
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_citations_slice_the_stored_document_on_every_backend(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """An answer's citations, read through the backend's own hits and documents: each
+    quote is the stored text at its document span, in code points and in UTF-16."""
+    settings = BACKENDS[name](request, tmp_path).replace(answer_threshold="0.1")
+    doc = {"source_type": "wiki", "source_id": "spans.md", "title": "Spans", "content": SPAN_TEXT}
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/knowledge/documents", json=doc).status_code == 201
+        question = "How long does the Tier-2 cache keep entries?"
+        for unit in ("codepoints", "utf16"):
+            body = client.post(
+                "/v1/knowledge/answer", json={"query": question, "offsets": unit}
+            ).json()
+            assert body["status"] == "success", body
+            (citation,) = body["citations"]
+            stored = client.get(f"/v1/knowledge/documents/{citation['document_id']}").json()
+            start, end = citation["document"]["start"], citation["document"]["end"]
+            if unit == "utf16":
+                there = stored["content"].encode("utf-16-le")[2 * start : 2 * end]
+                assert there.decode("utf-16-le") == citation["quote"]
+            else:
+                assert stored["content"][start:end] == citation["quote"]
+            assert citation["quote"].endswith("the Tier-2 cache keeps entries for 24 hours.")

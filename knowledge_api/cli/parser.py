@@ -33,6 +33,7 @@ def parser() -> argparse.ArgumentParser:
         sync_command,
         eval_command,
         migrate_store_command,
+        backfill_offsets_command,
         keys_command,
         groups_command,
         acl_command,
@@ -252,6 +253,17 @@ def eval_command(commands: Commands) -> None:
         "apply); without it KNOWLEDGE_RERANKER is not used",
     )
     command.set_defaults(run=evaluate.run_eval)
+
+
+def backfill_offsets_command(commands: Commands) -> None:
+    command = commands.add_parser(
+        "backfill-offsets",
+        help="give chunks stored before offsets were recorded their place in their document",
+    )
+    command.add_argument(
+        "--collection", action="append", default=[], help="only this one (repeatable)"
+    )
+    command.set_defaults(run=stores.run_backfill_offsets)
 
 
 def migrate_store_command(commands: Commands) -> None:

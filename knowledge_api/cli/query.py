@@ -25,7 +25,7 @@ def run_query(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.routes import query as contract
     from knowledge_api.usecases.query import query
 
-    params, _ = contract.parse(payload)  # checked before the model loads
+    params, _, _ = contract.parse(payload)  # checked before the model loads
     if args.url:
         from knowledge_api.client import KnowledgeClient
 

@@ -1,5 +1,6 @@
-"""`export`, `import`, `migrate-store` and `migrate`: a store's contents carried to a file
-or to another store, and the Postgres schema applied, or adopted in a database other
+"""`export`, `import`, `migrate-store`, `backfill-offsets` and `migrate`: a store's
+contents carried to a file or to another store, the offsets of chunks stored before
+chunks had them, and the Postgres schema applied, or adopted in a database other
 pipelines fill."""
 
 from __future__ import annotations
@@ -118,6 +119,26 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(run())
+
+
+def run_backfill_offsets(settings: Settings, args: argparse.Namespace) -> int:
+    """Chunks stored without offsets get them from their document's stored text; no
+    model loads (nothing is embedded)."""
+    from knowledge_api.ingest.backfill import backfill
+
+    chosen = [validation.collection_name(name, "--collection") for name in args.collection]
+
+    async def run(service: KnowledgeService) -> int:
+        collections = chosen or sorted(await service.collections())
+        with progress(total=None, unit="document", desc="backfilling") as update:
+            done = await backfill(service.store, collections, update)
+        print(
+            f"{done.documents} documents written again: {done.chunks} chunks given offsets, "
+            f"{done.unplaced} whose text reads nowhere in their document left without"
+        )
+        return 0
+
+    return with_storage(settings, run)
 
 
 PATH_SETTINGS = {"sqlite": "db_path", "chroma": "chroma_path", "qdrant": "qdrant_path"}

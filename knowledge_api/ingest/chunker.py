@@ -4,22 +4,32 @@ Blocks (paragraphs, lists, fenced code) are packed into chunks of at most
 `max_chars` characters without crossing a heading, so every chunk belongs to
 exactly one section path ("Install > Linux"). About 900 characters stays within
 the 256 word pieces the local model reads, heading path included.
+
+Every chunk records where it sits in the document's text (`start`, `end`, code points):
+the text there reads as the chunk's content with runs of whitespace as one space (a
+block's lines keep their breaks, a cut sentence its words). A chunk of a PDF also
+records its page: the `## Page N` heading the extractor put above the page's text.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from knowledge_api import text
 from knowledge_api.models import Chunk, Document, chunk_id
+from knowledge_api.spans import Squeezed, squeezed
 
 MAX_CHARS = 900
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _LINE_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+|^\s*\|")
 """A list item or a table row: a line that starts a unit of a line-structured block."""
+_PAGE = re.compile(r"^## Page (\d+)[ \t\r]*$", re.MULTILINE)
+PAGED = ("pages", "ocr_pages")
+"""Metadata keys of a document extracted page by page (a PDF, a multi-page scan)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +47,8 @@ def chunk_document(doc: Document, max_chars: int = MAX_CHARS, markdown: bool = T
     if not pieces and doc.content.strip():
         # only headings: index them as they are, so the document can still be found
         pieces = [("", piece) for piece in pack((doc.content.strip(),), max_chars)]
+    spans = offsets(doc.content, [piece for _, piece in pieces])
+    pages = page_starts(doc) if any(key in doc.metadata for key in PAGED) else None
     return [
         Chunk(
             id=chunk_id(doc.id, i),
@@ -46,9 +58,41 @@ def chunk_document(doc: Document, max_chars: int = MAX_CHARS, markdown: bool = T
             title=doc.title,
             section=path,
             chunk_count=len(pieces),
+            start=span[0] if span else None,
+            end=span[1] if span else None,
+            page=page_at(pages, span[0]) if pages and span else None,
         )
-        for i, (path, piece) in enumerate(pieces)
+        for i, ((path, piece), span) in enumerate(zip(pieces, spans, strict=True))
     ]
+
+
+def offsets(content: str, pieces: Sequence[str]) -> list[tuple[int, int] | None]:
+    """Where each piece (in document order) reads in `content`, whitespace runs as one
+    space: each is looked for after the one before; None where none reads so."""
+    stored = Squeezed(content)
+    found: list[tuple[int, int] | None] = []
+    cursor = 0
+    for piece in pieces:
+        wanted = squeezed(piece)
+        at = stored.compact.find(wanted, cursor) if wanted else -1
+        if at < 0 and wanted:
+            at = stored.compact.find(wanted)
+        if at < 0:
+            found.append(None)
+            continue
+        cursor = at + len(wanted)
+        found.append((stored.original(at), stored.original(cursor - 1) + 1))
+    return found
+
+
+def page_starts(doc: Document) -> list[tuple[int, int]]:
+    """(offset, page number) of each `## Page N` heading of a paged document."""
+    return [(m.start(), int(m.group(1))) for m in _PAGE.finditer(doc.content)]
+
+
+def page_at(pages: list[tuple[int, int]], offset: int) -> int | None:
+    k = bisect_right(pages, (offset, float("inf"))) - 1
+    return pages[k][1] if k >= 0 else None
 
 
 def sections(content: str, title: str, markdown: bool = True) -> Iterator[Section]:

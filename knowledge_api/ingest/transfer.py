@@ -44,6 +44,7 @@ from knowledge_api.models import (
 )
 from knowledge_api.principals import PUBLIC_ACL, acl_of
 from knowledge_api.registry import import_extra
+from knowledge_api.stores import records
 from knowledge_api.stores.base import KnowledgeStore
 
 FORMAT = "knowledge-api-export"
@@ -62,7 +63,7 @@ DOCUMENT_FIELDS = (
     "chunks",
     "acl",
 )
-CHUNK_FIELDS = ("chunk_index", "title", "section", "content", "vector")
+CHUNK_FIELDS = ("chunk_index", "title", "section", "content", "vector", "start", "end", "page")
 MAX_CHUNK_INDEX = 2**31 - 1
 """The largest chunk index every store keeps (Postgres's integer column)."""
 ANY_LENGTH = 2**62
@@ -231,6 +232,7 @@ def document_line(doc: Document) -> dict[str, Any]:
                 "section": chunk.section,
                 "content": chunk.content,
                 "vector": encoded(chunk.embedding),
+                **records.offsets_record(chunk),
             }
             for chunk in doc.chunks
         ],
@@ -426,7 +428,17 @@ def read_chunk(item: Any, doc: Document, count: int, dimension: int) -> Chunk:
         section=validation.text(body, "section", max_length=ANY_LENGTH, default=""),
         embedding=decoded(body.get("vector"), dimension),
         chunk_count=count,
+        start=offset(body, "start"),
+        end=offset(body, "end"),
+        page=offset(body, "page"),
     )
+
+
+def offset(body: dict[str, Any], field: str) -> int | None:
+    """A chunk's start, end or page; None when the file (an older one) has none."""
+    if body.get(field) is None:
+        return None
+    return validation.integer(body, field, low=0, high=MAX_CHUNK_INDEX, default=0)
 
 
 def decoded(text: Any, dimension: int) -> np.ndarray:

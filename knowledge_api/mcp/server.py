@@ -96,6 +96,13 @@ Skip = Annotated[
         "`next_skip` of the page before."
     ),
 ]
+Offsets = Annotated[
+    str,
+    Field(
+        description="How the offsets of `citations` count: codepoints (Python's string "
+        "indices) or utf16 (JavaScript's)."
+    ),
+]
 RankingArg = Annotated[
     dict[str, Any] | None,
     Field(
@@ -205,7 +212,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
                 filters=filters,
                 ranking=ranking,
             )
-            params, _ = query_route.parse(
+            params, _, _ = query_route.parse(
                 {**body, "limit": limit, "synthesize": False, "offset": skip}
             )
             caller(ctx).searches(params.searched)
@@ -226,21 +233,25 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
         offset: Offset = 0,
         history: History = None,
         ranking: RankingArg = None,
+        offsets: Offsets = "codepoints",
     ) -> str:
         """Answer a question from the knowledge base: a grounded answer whose [n] marks
         cite the numbered sources listed with it, a confidence (overall 0-1 and a level)
         and a status: insufficient_context when nothing relevant was found (say so rather
-        than guess). With the conversation so far in `history`, a follow-up ("and how is
-        it configured?") is searched as the standalone question shown under `rewrite`."""
+        than guess). `citations` quotes, for every [n], the words of source n behind it
+        and where they sit in the source, its document and the answer. With the
+        conversation so far in `history`, a follow-up ("and how is it configured?") is
+        searched as the standalone question shown under `rewrite`."""
         with tool_errors(ctx):
             said = [*chat.turns(history, "history"), Turn("user", query)] if history else None
-            params, _ = answer_route.parse(
+            params, _, unit = answer_route.parse(
                 payload(
                     query=query,
                     **named(collection, collections),
                     sources=sources,
                     filters=filters,
                     ranking=ranking,
+                    offsets=offsets,
                 ),
                 service.answer_threshold,
             )
@@ -250,7 +261,7 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
             if rewrite is not None:
                 params = replace(params, query=rewrite.question, context=rewrite.context)
             served = await answers.answer(service, params)
-        body = steady(answer_route.render(served), "metadata")
+        body = steady(answer_route.render(served, unit), "metadata")
         if rewrite is not None:
             body["rewrite"] = steady(rewrite.view(), "rewrite_ms", "cache_hit")
         return clipped(body, offset, max_chars)

@@ -377,6 +377,8 @@ ROUTES = [
         READ,
         "A stored document with its chunks.",
         response=documents.STORED,
+        parameters=documents.PARAMETERS,
+        errors=(400, 404, 503),
     ),
     ApiRoute(
         "/v1/knowledge/documents/{id}",

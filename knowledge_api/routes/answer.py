@@ -4,6 +4,7 @@ retrieval agent's AgentResponse); with `stream: true` as Server-Sent Events."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
@@ -14,6 +15,7 @@ from knowledge_api.grounding import WEIGHTS
 from knowledge_api.models import SearchHit
 from knowledge_api.routes import views
 from knowledge_api.service import Served
+from knowledge_api.spans import Unit
 from knowledge_api.timing import utc_now
 from knowledge_api.usecases import answers as use
 from knowledge_api.web.access import access
@@ -51,22 +53,24 @@ ANSWER = views.search_body(
         "(default: KNOWLEDGE_ANSWER_THRESHOLD, or the embedder's own).",
         None,
     ),
+    views.OFFSETS,
 )
 
 
-def parse(payload: Any, default_threshold: float) -> tuple[use.AnswerParams, bool]:
+def parse(payload: Any, default_threshold: float) -> tuple[use.AnswerParams, bool, Unit]:
     values = ANSWER.parse(payload, defaults={"threshold": default_threshold})
     stream = values.pop("stream")
-    return use.AnswerParams(**values), stream
+    unit = values.pop("offsets")
+    return use.AnswerParams(**values), stream, unit
 
 
 async def answer(request: Request) -> Response:
     knowledge = service(request)
-    params, stream = parse(await read_json(request), knowledge.answer_threshold)
+    params, stream, unit = parse(await read_json(request), knowledge.answer_threshold)
     access(request).searches(params.searched)
     params = access(request).asking(params)
     if not stream:
-        return JSONResponse(render(await use.answer(knowledge, params)))
+        return JSONResponse(render(await use.answer(knowledge, params), unit))
     started = time.perf_counter()
 
     def failure(error: Exception) -> Event:
@@ -78,7 +82,10 @@ async def answer(request: Request) -> Response:
             message = UNEXPECTED
         return "done", render(Served(use.failed(message), False, started))
 
-    return await event_stream(use.events(knowledge, params), sse_event, failure)
+    events = use.events(knowledge, params)
+    return await event_stream(
+        events, views.translation("answer", partial(render, unit=unit)), failure
+    )
 
 
 CONFIDENCE = obj(
@@ -116,6 +123,7 @@ RESPONSE = obj(
         "answer": nullable(STRING),
         "confidence": CONFIDENCE,
         "sources": array(SOURCE),
+        "citations": views.CITATIONS,
         "metadata": obj(
             {
                 "model": nullable(STRING),
@@ -137,7 +145,7 @@ RESPONSE = obj(
 """The AgentResponse `render` returns; also the data of the stream's `done` event."""
 
 
-def render(served: Served[use.GroundedAnswer]) -> dict[str, Any]:
+def render(served: Served[use.GroundedAnswer], unit: Unit = "codepoints") -> dict[str, Any]:
     """The AgentResponse: the answer, its sources and confidence, and metadata."""
     grounded, outcome = served.value, served.value.outcome
     note_cache_hit(served.cache_hit)
@@ -163,6 +171,7 @@ def render(served: Served[use.GroundedAnswer]) -> dict[str, Any]:
         "answer": grounded.answer,
         "confidence": grounded.confidence.view(),
         "sources": [source_view(n, hit) for n, hit in grounded.sources],
+        "citations": views.citations_view(outcome, unit) if grounded.answer else [],
         "metadata": metadata,
         "error_message": grounded.error_message,
     }

@@ -22,9 +22,10 @@ from starlette.responses import Response, StreamingResponse
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.models import DEFAULT_COLLECTION, SETTINGS_RANKING, Ranking, SearchHit
-from knowledge_api.routes import models
-from knowledge_api.routes.views import COLLECTIONS, FILTERS, RANKING
+from knowledge_api.routes import models, views
+from knowledge_api.routes.views import CHAT_OFFSETS, COLLECTIONS, FILTERS, RANKING
 from knowledge_api.service import KnowledgeService, Served
+from knowledge_api.spans import Unit
 from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
 from knowledge_api.usecases.conversation import Rewrite, Turn
@@ -76,23 +77,26 @@ COMPLETION = obj(
         "model": STRING,
         "choices": array(obj({"index": INTEGER, "message": obj({}, extra=True)}, extra=True)),
         "rewrite": REWRITE,
+        "citations": views.CITATIONS,
     },
     extra=True,
 )
 """A chat.completion (without `stream`); with `stream: true`, chat.completion.chunk
-events and `data: [DONE]`."""
+events and `data: [DONE]`. `citations`: the words behind every [n] of the answer, its
+offsets in UTF-16 code units unless the request says `offsets: "codepoints"`."""
 UI_EVENTS = {
     **obj({"data": STRING}, {"event": STRING}),
     "description": "Server-Sent Events of `data:` lines only: JSON parts of type start, "
     "text-start, text-delta, text-end, source-url, source-document, message-metadata, "
     "finish (or error), then `data: [DONE]`. The message-metadata part holds `rewrite`, "
-    "the standalone question searched.",
+    "the standalone question searched; each source part's providerMetadata.knowledge."
+    "citations the words behind each [n] citing it.",
 }
 COMPLETION_EVENTS = {
     **obj({"data": STRING}, {"event": STRING}),
     "description": "Server-Sent Events of `data:` lines: chat.completion.chunk objects, "
-    "the last with finish_reason stop and `rewrite` (the standalone question searched), "
-    "then `data: [DONE]`.",
+    "the last with finish_reason stop, `rewrite` (the standalone question searched) and "
+    "`citations` (the words behind each [n]), then `data: [DONE]`.",
 }
 
 
@@ -258,6 +262,7 @@ UI_CHAT = Body(
     ),
     FILTERS,
     RANKING,
+    CHAT_OFFSETS,
     *(Custom(name, UNUSED, None, shape=ANY) for name in ("id", "trigger", "messageId", "metadata")),
 )
 """The AI SDK's request (useChat)."""
@@ -280,6 +285,7 @@ COMPLETION_REQUEST = Body(
     Boolean("stream", "Answer as chat.completion.chunk events.", False),
     FILTERS,
     RANKING,
+    CHAT_OFFSETS,
     others_ignored=True,
 )
 """OpenAI's request: fields of OpenAI's this service has no use for (temperature, n,
@@ -333,14 +339,17 @@ async def chat(request: Request) -> Response:
     events = answers.events(knowledge, params)
     first = await anext(events)  # bad input and an unavailable store keep their status
     return StreamingResponse(
-        ui_stream(first, events, rewrite),
+        ui_stream(first, events, rewrite, values["offsets"]),
         media_type="text/event-stream",
         headers=UI_STREAM_HEADERS,
     )
 
 
 async def ui_stream(
-    first: tuple[str, Any], events: AsyncGenerator[tuple[str, Any], None], rewrite: Rewrite
+    first: tuple[str, Any],
+    events: AsyncGenerator[tuple[str, Any], None],
+    rewrite: Rewrite,
+    unit: Unit = "utf16",
 ) -> AsyncIterator[bytes]:
     part = 1
     streamed = False
@@ -357,7 +366,7 @@ async def ui_stream(
                 yield data({"type": "text-start", "id": f"text-{part}"})
             elif name == "done":
                 grounded: GroundedAnswer = value.value
-                for chunk in ui_done(grounded, f"text-{part}", streamed, rewrite):
+                for chunk in ui_done(grounded, f"text-{part}", streamed, rewrite, unit):
                     yield data(chunk)
     except Exception as e:
         yield data({"type": "error", "errorText": failure_text(e)})
@@ -374,15 +383,25 @@ async def rest_of(
 
 
 def ui_done(
-    grounded: GroundedAnswer, text_id: str, streamed: bool, rewrite: Rewrite
+    grounded: GroundedAnswer,
+    text_id: str,
+    streamed: bool,
+    rewrite: Rewrite,
+    unit: Unit = "utf16",
 ) -> list[dict[str, Any]]:
     chunks: list[dict[str, Any]] = []
     if not streamed and said_text(grounded):
         chunks.append({"type": "text-delta", "id": text_id, "delta": said_text(grounded)})
     chunks.append({"type": "text-end", "id": text_id})
+    cited = citations_of(grounded, unit)
     for n, hit in grounded.sources:
         url = source_url(hit)
-        source = {"sourceId": f"{n}", "title": source_title(hit)}
+        own = [citation for citation in cited if citation["n"] == n]
+        source = {
+            "sourceId": f"{n}",
+            "title": source_title(hit),
+            "providerMetadata": {"knowledge": {"citations": own}},
+        }
         if url:
             chunks.append({"type": "source-url", "url": url, **source})
         else:
@@ -398,6 +417,11 @@ def ui_done(
     chunks.append({"type": "message-metadata", "messageMetadata": metadata})
     chunks.append({"type": "finish"})
     return chunks
+
+
+def citations_of(grounded: GroundedAnswer, unit: Unit) -> list[dict[str, Any]]:
+    """The evidence of every citation marker of the answer (none without an answer)."""
+    return views.citations_view(grounded.outcome, unit) if grounded.answer else []
 
 
 def data(chunk: dict[str, Any]) -> bytes:
@@ -419,7 +443,7 @@ async def completions(request: Request) -> Response:
     values = COMPLETION_REQUEST.parse(
         await read_json(request, limit=knowledge.settings.max_chat_bytes)
     )
-    model, stream = values["model"], values["stream"]
+    model, stream, unit = values["model"], values["stream"], values["offsets"]
     if not validation.valid_collection(model):
         raise InvalidRequest("model", "must name a collection, or knowledge for the default")
     collection = models.collection_of(model)
@@ -437,10 +461,11 @@ async def completions(request: Request) -> Response:
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not stream:
         served = await answers.answer(knowledge, params)
-        return JSONResponse(completion(completion_id_of(served.value), model, served, rewrite))
+        grounded = served.value
+        return JSONResponse(completion(completion_id_of(grounded), model, served, rewrite, unit))
     events = answers.events(knowledge, params)
     first = await anext(events)
-    chunks = completion_chunks(completion_id, model, first, events, rewrite)
+    chunks = completion_chunks(completion_id, model, first, events, rewrite, unit)
     return StreamingResponse(chunks, media_type="text/event-stream", headers=UI_STREAM_HEADERS)
 
 
@@ -451,14 +476,19 @@ def completion_id_of(grounded: GroundedAnswer) -> str:
 
 
 def completion(
-    completion_id: str, model: str, served: Served[GroundedAnswer], rewrite: Rewrite
+    completion_id: str,
+    model: str,
+    served: Served[GroundedAnswer],
+    rewrite: Rewrite,
+    unit: Unit = "utf16",
 ) -> dict[str, Any]:
     grounded = served.value
     content = said_text(grounded) + footer(grounded)
+    cited = citations_of(grounded, unit)
     message = {
         "role": "assistant",
         "content": content,
-        "annotations": url_citations(content, grounded),
+        "annotations": url_citations(cited, grounded),
     }
     tokens = grounded.outcome.tokens_used if grounded.outcome else 0
     return {
@@ -474,25 +504,29 @@ def completion(
         },
         "status": grounded.status,
         "confidence": grounded.confidence.view(),
+        "citations": cited,
         "rewrite": rewrite.view(),
         "ranking": grounded.ranking,
     }
 
 
-def url_citations(content: str, grounded: GroundedAnswer) -> list[dict[str, Any]]:
-    """A url_citation for each cited source with a URL, over its first [n] in the text."""
+def url_citations(cited: list[dict[str, Any]], grounded: GroundedAnswer) -> list[dict[str, Any]]:
+    """A url_citation for each citation marker of a source with a URL, over the
+    sentence it cites through its last marker (`answer` of the citation, in the
+    route's unit)."""
     found = []
-    for n, hit in grounded.sources:
-        url = source_url(hit)
-        start = content.find(f"[{n}]")
-        if url and start >= 0:
-            citation = {
+    sources = dict(grounded.sources)
+    for citation in cited:
+        hit = sources.get(citation["n"])
+        url = source_url(hit) if hit is not None else ""
+        if url and hit is not None:
+            annotation = {
                 "url": url,
                 "title": source_title(hit),
-                "start_index": start,
-                "end_index": start + len(f"[{n}]"),
+                "start_index": citation["answer"]["start"],
+                "end_index": citation["answer"]["end"],
             }
-            found.append({"type": "url_citation", "url_citation": citation})
+            found.append({"type": "url_citation", "url_citation": annotation})
     return found
 
 
@@ -502,6 +536,7 @@ async def completion_chunks(
     first: tuple[str, Any],
     events: AsyncGenerator[tuple[str, Any], None],
     rewrite: Rewrite,
+    unit: Unit = "utf16",
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
 
@@ -528,10 +563,12 @@ async def completion_chunks(
                 grounded: GroundedAnswer = value.value
                 rest = footer(grounded) if said else said_text(grounded) + footer(grounded)
                 said += rest
-                yield chunk({"content": rest, "annotations": url_citations(said, grounded)})
+                cited = citations_of(grounded, unit)
+                yield chunk({"content": rest, "annotations": url_citations(cited, grounded)})
                 # streamed, the id is sent before the answer exists: the last chunk
                 # names the query_id (the one a rating refers to)
-                yield chunk({}, "stop", query_id=grounded.query_id, rewrite=rewrite.view())
+                last = {"query_id": grounded.query_id, "rewrite": rewrite.view()}
+                yield chunk({}, "stop", **last, citations=cited)
     except Exception as e:
         yield data({"error": {"message": failure_text(e), "type": "server_error"}})
     yield b"data: [DONE]\n\n"

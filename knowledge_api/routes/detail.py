@@ -6,7 +6,7 @@ from starlette.responses import Response
 from knowledge_api.errors import NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
 from knowledge_api.routes.catalog import source_filter
-from knowledge_api.routes.views import DOCUMENT, document_view
+from knowledge_api.routes.views import DOCUMENT, OFFSETS, document_view
 from knowledge_api.validation import SOURCE_PATTERN
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import CollectionName, Custom, OneOf, Text
@@ -24,8 +24,8 @@ SOURCE = Custom(
     check=source_filter,
     shape={"type": "string", "pattern": f"^$|{SOURCE_PATTERN}"},
 )
-PARAMETERS = (TYPE, ID, COLLECTION, SOURCE)
-"""The path's type and id, and the query's collection and source."""
+PARAMETERS = (TYPE, ID, COLLECTION, SOURCE, OFFSETS)
+"""The path's type and id, and the query's collection, source and offsets unit."""
 RESPONSE = DOCUMENT
 
 
@@ -36,6 +36,7 @@ async def detail(request: Request) -> Response:
     caller = access(request)
     collection = caller.collection(COLLECTION.parse(query, COLLECTION.default))
     source = SOURCE.parse(query, SOURCE.default)
+    unit = OFFSETS.parse(query, OFFSETS.default)
     knowledge = service(request)
     doc = await knowledge.find_document(source_type, key, collection, source, caller.principals)
     if doc is None:
@@ -46,4 +47,4 @@ async def detail(request: Request) -> Response:
             id=key,
             collection=collection,
         )
-    return JSONResponse(document_view(doc))
+    return JSONResponse(document_view(doc, unit))

@@ -13,7 +13,7 @@ from knowledge_api.ledger import changes
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
 from knowledge_api.principals import PUBLIC_ACL
 from knowledge_api.routes.audit import actor
-from knowledge_api.routes.views import ACL, acl_field, document_view
+from knowledge_api.routes.views import ACL, OFFSETS, acl_field, document_view
 from knowledge_api.routes.views import DOCUMENT as DOCUMENT_VIEW
 from knowledge_api.usecases import permissions
 from knowledge_api.validation import REQUIRED
@@ -104,6 +104,8 @@ CREATED = obj(
 """The body of `create`'s 201."""
 STORED = DOCUMENT_VIEW
 """The body of `get`: the document with its chunks."""
+PARAMETERS = (OFFSETS,)
+"""The query of `get`: the unit of its chunks' offsets."""
 DELETED = obj({"success": {"const": True}, "deleted": STRING})
 """The body of `delete`."""
 
@@ -152,7 +154,8 @@ async def create(request: Request) -> Response:
 
 
 async def get(request: Request) -> Response:
-    return JSONResponse(document_view(await reachable(request)))
+    unit = OFFSETS.parse(dict(request.query_params), OFFSETS.default)
+    return JSONResponse(document_view(await reachable(request), unit))
 
 
 ACL_CHANGE = Body(

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes import ROUTES, query
 from knowledge_api.service import Served
+from knowledge_api.spans import Unit
 from knowledge_api.web.access import READ, Gate, admit
 from knowledge_api.web.observe import Exchange, RequestObserver
 
@@ -196,7 +197,7 @@ class QueryHits:
         if len(body) > MAX_BODY_BYTES or body in self.rendered:
             return
         try:
-            params, stream = query.parse(orjson.loads(body))
+            params, stream, unit = query.parse(orjson.loads(body))
         except (ValueError, KnowledgeAPIError):
             return
         caller = scope.get("state", {}).get("access")
@@ -208,7 +209,7 @@ class QueryHits:
         if stream or value is None:
             return  # a streamed answer, or one tier 1 did not keep (warnings)
         self.rendered[body] = replace(
-            rendered(key, value, params.scope), principals=params.principals
+            rendered(key, value, params.scope, unit), principals=params.principals
         )
         if len(self.rendered) > MAX_BODIES:
             self.rendered.popitem(last=False)
@@ -232,10 +233,10 @@ def servable(headers: dict[str, str]) -> bool:
     return media_type == "application/json" and "origin" not in headers
 
 
-def rendered(key: Hashable, value: Any, collection: str | tuple[str, ...]) -> Rendered:
+def rendered(key: Hashable, value: Any, collection: str | tuple[str, ...], unit: Unit) -> Rendered:
     """The route's own rendering of a hit, cut where `total_ms` goes (the last field
     of `metrics`' first one, which `query.render` always writes first)."""
-    body = query.render(Served(value, True, time.perf_counter()))
+    body = query.render(Served(value, True, time.perf_counter()), unit)
     metrics = body.pop("metrics")
     metrics.pop("total_ms")
     head = orjson.dumps(body)[:-1] + b',"metrics":{"total_ms":'

@@ -3,6 +3,7 @@ from them; with `stream: true` as Server-Sent Events."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import orjson
@@ -12,14 +13,17 @@ from starlette.responses import Response
 from knowledge_api.errors import InvalidQuery
 from knowledge_api.principals import fingerprint
 from knowledge_api.routes.views import (
+    CITATIONS,
     FACET_COUNTS,
     FACETS,
     FACETS_CUT,
     NEXT_OFFSET,
     OFFSET,
+    OFFSETS,
     RANKING_RAN,
     RESULT,
     SYNTHESIZER,
+    citations_view,
     facets_view,
     result_view,
     search_body,
@@ -27,6 +31,7 @@ from knowledge_api.routes.views import (
     zeroed_on_hit,
 )
 from knowledge_api.service import KnowledgeService, Served
+from knowledge_api.spans import Unit
 from knowledge_api.usecases import query as use
 from knowledge_api.usecases.query import QueryParams, QueryResult
 from knowledge_api.web.access import Access, access
@@ -52,27 +57,30 @@ QUERY = search_body(
     Boolean("synthesize", "Write an answer from the results.", True),
     OFFSET,
     FACETS,
+    OFFSETS,
 )
 
 
-def parse(payload: Any) -> tuple[QueryParams, bool]:
-    """The query's parameters, and whether the answer streams."""
+def parse(payload: Any) -> tuple[QueryParams, bool, Unit]:
+    """The query's parameters, whether the answer streams, and the unit of offsets."""
     values = QUERY.parse(payload)
     stream = values.pop("stream")
-    return QueryParams(**values), stream
+    unit = values.pop("offsets")
+    return QueryParams(**values), stream, unit
 
 
 async def query(request: Request) -> Response:
-    params, stream = parse(await read_json(request))
+    params, stream, unit = parse(await read_json(request))
     caller = access(request)
     caller.searches(params.searched)
     params = caller.asking(params)
     client = client_id(caller, request.client.host if request.client else "")
     if stream:
-        return await event_stream(use.events(service(request), params, client), sse_event)
+        events = use.events(service(request), params, client)
+        return await event_stream(events, translation("synthesis", partial(done_event, unit=unit)))
     served = await use.query(service(request), params, client)
     note_cache_hit(served.cache_hit)
-    return JSONResponse(render(served))
+    return JSONResponse(render(served, unit))
 
 
 def client_id(caller: Access, host: str) -> str:
@@ -94,7 +102,7 @@ def followed_up(
         use.prefetch(service, params, client_id(caller, host), value.hits)
 
 
-def render(served: Served[QueryResult]) -> dict[str, Any]:
+def render(served: Served[QueryResult], unit: Unit = "codepoints") -> dict[str, Any]:
     result = served.value
     body: dict[str, Any] = {
         "query_id": result.query_id,
@@ -104,6 +112,7 @@ def render(served: Served[QueryResult]) -> dict[str, Any]:
     if result.outcome is not None:
         body["synthesis"] = result.outcome.text
         body["synthesizer"] = result.outcome.view()
+        body["citations"] = citations_view(result.outcome, unit)
     if result.warnings:
         body["warnings"] = list(result.warnings)
     if result.facets is not None:
@@ -132,6 +141,7 @@ RESPONSE = obj(
     {
         "synthesis": STRING,
         "synthesizer": SYNTHESIZER,
+        "citations": CITATIONS,
         "warnings": array(STRING),
         "facets": FACET_COUNTS,
         "facets_cut": FACETS_CUT,
@@ -150,16 +160,13 @@ def metrics(served: Served[QueryResult]) -> dict[str, Any]:
     return body
 
 
-def done_event(served: Served[QueryResult]) -> dict[str, Any]:
+def done_event(served: Served[QueryResult], unit: Unit = "codepoints") -> dict[str, Any]:
     """The last event: the whole synthesis, its citations, where the next page starts,
     the counts, the metrics and warnings."""
     note_cache_hit(served.cache_hit)
-    body = render(served)
-    final: dict[str, Any] = {
-        k: body[k]
-        for k in ("query_id", "synthesis", "synthesizer", "next_offset", "facets", "facets_cut")
-        if k in body
-    }
+    body = render(served, unit)
+    kept = ("query_id", "synthesis", "synthesizer", "citations", "next_offset", "facets")
+    final: dict[str, Any] = {k: body[k] for k in (*kept, "facets_cut") if k in body}
     return {**final, "metrics": body["metrics"], "warnings": body.get("warnings", [])}
 
 

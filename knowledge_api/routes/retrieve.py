@@ -22,6 +22,7 @@ from knowledge_api.routes.views import (
     RANKING,
     RANKING_RAN,
     facets_view,
+    placed,
 )
 from knowledge_api.usecases import retrieval as use
 from knowledge_api.usecases.retrieval import (
@@ -195,8 +196,11 @@ CHUNK = obj(
         "similarity_score": NUMBER,
         "vector_id": STRING,
         "collection": {**STRING, "description": "The collection the chunk is in."},
-    }
+    },
+    {"start": INTEGER, "end": INTEGER, "page": INTEGER},
 )
+"""`start`, `end`: where the chunk sits in its document's text (code points), `page`
+its PDF page, when the store has them."""
 TRUE = {"const": True}
 RETRIEVED = obj(
     {
@@ -270,6 +274,7 @@ def chunk_view(hit: SearchHit) -> dict[str, Any]:
         "similarity_score": round(hit.similarity, 4),
         "vector_id": chunk.id,
         "collection": hit.collection,
+        **placed(chunk),
     }
 
 

@@ -7,13 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from knowledge_api import facets, ranking
+from knowledge_api import facets, ranking, spans
 from knowledge_api.facets import Facets
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
     SETTINGS_RANKING,
     SOURCE_TYPES,
+    Chunk,
     Document,
+    Outcome,
     SearchHit,
 )
 from knowledge_api.principals import acl_of
@@ -34,6 +36,7 @@ from knowledge_api.web.fields import (
     Field,
     Filters,
     Integer,
+    OneOf,
     Schema,
     array,
     enum,
@@ -63,9 +66,22 @@ RESULT = obj(
             extra=SCALAR,
         ),
         "expandable": BOOLEAN,
-    }
+    },
+    {"start": INTEGER, "end": INTEGER, "page": INTEGER},
 )
-"""A search hit as `result_view` renders it; its metadata is the document's plus these."""
+"""A search hit as `result_view` renders it; its metadata is the document's plus these.
+`start`, `end`: where the passage sits in its document's text, in code points (the
+store knows them), `page` its PDF page."""
+
+OFFSETS = OneOf(
+    "offsets",
+    "How offsets are counted: Unicode code points (Python's str indices) or UTF-16 "
+    "code units (JavaScript's string indices).",
+    "codepoints",
+    allowed=spans.UNITS,
+)
+"""The unit of the offsets a route returns; chat routes default to utf16 (`CHAT_OFFSETS`)."""
+CHAT_OFFSETS = OneOf("offsets", OFFSETS.description, "utf16", allowed=spans.UNITS)
 
 
 def result_view(hit: SearchHit) -> Body:
@@ -87,6 +103,7 @@ def result_view(hit: SearchHit) -> Body:
         "collection": hit.collection,
         "metadata": metadata,
         "expandable": chunk.chunk_count > 1,
+        **placed(chunk),
     }
 
 
@@ -108,9 +125,28 @@ def acl_field(description: str, default: Any = None) -> Custom:
     return Custom("acl", description, shown, check=check, shape=dict(ACL))
 
 
+def placed(chunk: Chunk, text: str | None = None, unit: spans.Unit = "codepoints") -> Body:
+    """The chunk's `start`, `end` in its document's `text` (counted in `unit`), and
+    `page`: those it has."""
+    body: Body = {}
+    if chunk.start is not None and chunk.end is not None:
+        if text is not None:
+            body["start"] = spans.in_unit(text, chunk.start, unit)
+            body["end"] = spans.in_unit(text, chunk.end, unit)
+        else:
+            body["start"], body["end"] = chunk.start, chunk.end
+    if chunk.page is not None:
+        body["page"] = chunk.page
+    return body
+
+
 CHUNK = obj(
     {"id": STRING, "chunk_index": INTEGER, "section": STRING, "content": STRING},
+    {"start": INTEGER, "end": INTEGER, "page": INTEGER},
 )
+"""`start`, `end`: where the chunk sits in the document's `content` (its `content`
+there with runs of whitespace as one space), in the request's `offsets` unit; absent
+for a chunk stored before offsets were (`knowledge-api backfill-offsets`)."""
 DOCUMENT: Schema = obj(
     {
         "id": STRING,
@@ -140,12 +176,37 @@ SYNTHESIZER = obj(
 """Who wrote a synthesis or an answer (`SynthesisOutcome.view`)."""
 
 
+SPAN = obj({"start": INTEGER, "end": INTEGER})
+CITATION = obj(
+    {
+        "n": {**INTEGER, "minimum": 1},
+        "chunk_id": STRING,
+        "document_id": STRING,
+        "quote": nullable(STRING),
+        "passage": nullable(SPAN),
+        "document": nullable(SPAN),
+        "answer": SPAN,
+    },
+    {"unsupported": {"const": True}},
+)
+"""The words behind one citation marker (`Evidence.view`): `quote` is the document's
+stored text at `document`, `passage` where it reads in the passage's content, `answer`
+the cited sentence through its last marker; null and `unsupported` when no passage text
+supports the sentence."""
+CITATIONS = array(CITATION)
+
+
+def citations_view(outcome: Outcome | None, unit: spans.Unit) -> list[Body]:
+    """The evidence of every citation marker of an answer, its offsets in `unit`."""
+    return [] if outcome is None else [found.view(unit) for found in outcome.evidence]
+
+
 def excerpt(content: str, limit: int = EXCERPT_CHARS) -> str:
     flat = " ".join(content.split())
     return flat if len(flat) <= limit else flat[:limit].rsplit(" ", 1)[0] + " …"
 
 
-def document_view(doc: Document) -> Body:
+def document_view(doc: Document, unit: spans.Unit = "codepoints") -> Body:
     return {
         "id": doc.id,
         "source_type": doc.source_type,
@@ -158,7 +219,13 @@ def document_view(doc: Document) -> Body:
         "updated_at": doc.updated_at,
         "acl": list(doc.acl),
         "chunks": [
-            {"id": c.id, "chunk_index": c.chunk_index, "section": c.section, "content": c.content}
+            {
+                "id": c.id,
+                "chunk_index": c.chunk_index,
+                "section": c.section,
+                "content": c.content,
+                **placed(c, doc.content, unit),
+            }
             for c in doc.chunks
         ],
     }

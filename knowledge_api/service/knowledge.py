@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from knowledge_api import tracing
+from knowledge_api import evidence, tracing
 from knowledge_api.cache.base import COMPUTED, Event, Served
 from knowledge_api.embeddings.base import Embedder
 from knowledge_api.facets import Facets
@@ -37,6 +37,7 @@ from knowledge_api.ledger import Actor, Answered, AuditEntry, AuditQuery
 from knowledge_api.models import (
     SETTINGS_RANKING,
     Document,
+    Evidence,
     IndexSummary,
     Outcome,
     Progress,
@@ -198,12 +199,26 @@ class KnowledgeService(Engine):
 
     # -- answers from passages -------------------------------------------------------
 
-    def synthesis_events(
+    async def synthesis_events(
         self, query: str, hits: Sequence[SearchHit]
     ) -> AsyncGenerator[Event, None]:
         """The chain's events: ("delta", text) as text arrives, ("reset", why) when a
-        link failed mid-answer, then ("done", Outcome)."""
-        return self.synthesizer.stream(query, hits)
+        link failed mid-answer, then ("done", Outcome) with the evidence of its
+        citations."""
+        async with aclosing(self.synthesizer.stream(query, hits)) as events:
+            async for name, data in events:
+                if name == "done":
+                    data.evidence = await self.evidence(data)
+                yield name, data
+
+    async def evidence(self, outcome: Outcome) -> tuple[Evidence, ...]:
+        """The words behind each citation marker of the outcome (knowledge_api.evidence),
+        read in the stored text of the documents it cites."""
+        passages = outcome.passages
+        cited = list(dict.fromkeys(passages[n - 1].document_id for n in outcome.citations))
+        if not cited:
+            return ()
+        return evidence.cite(outcome.text, passages, await self.store.document_texts(cited))
 
     async def sentence_support(self, query: str, hits: Sequence[SearchHit]) -> list[float] | None:
         """Per passage, the cosine with the question of its sentence closest to it, as

@@ -2,10 +2,13 @@
 // question. Its events: `results`, `synthesis` deltas (`reset` drops the text so far),
 // then `done` with the whole synthesis and the metrics, or `error` in the error shape.
 // Another page of results is the same query with an `offset` and no synthesis; the
-// answer and its citations stay those of the first page.
+// answer and its citations stay those of the first page. The query asks for offsets in
+// UTF-16 code units, the unit of JavaScript's strings: a citation's spans slice the
+// passage and the document (GET /v1/knowledge/documents/{id}) as they are here.
 // Text from the service only ever reaches the page as text nodes, never as HTML.
 
 const QUERY = "/v1/knowledge/query";
+const DOCUMENTS = "/v1/knowledge/documents/";
 const FEEDBACK = "/v1/knowledge/feedback";
 const KEY = "knowledge-api-key";
 const $ = (id) => document.getElementById(id);
@@ -16,6 +19,7 @@ const apiKey = $("api-key");
 const answer = $("answer");
 let asked = null; // the body of the question shown
 let answered = { results: [], next: null }; // its first page: what the answer's [n] cite
+let citations = []; // the `done` event's: the words behind each [n], in the answer's order
 let shown = { offset: 0, ...answered }; // the page on screen; `next`: the next page's offset
 let running = null;
 let paging = null;
@@ -78,7 +82,20 @@ answer.addEventListener("click", (event) => {
   const link = event.target.closest("a.cite");
   if (!link) return;
   event.preventDefault();
-  showSource(Number(link.dataset.n));
+  showSource(Number(link.dataset.n), citations[Number(link.dataset.k)]);
+});
+
+// A source's "in its document" link: the document's text, every cited span of it marked.
+$("results").addEventListener("click", (event) => {
+  const link = event.target.closest("a.open-document");
+  if (!link) return;
+  event.preventDefault();
+  showDocument(link.dataset.document, Number(link.dataset.k));
+});
+
+$("document-close").addEventListener("click", (event) => {
+  event.preventDefault();
+  $("document-view").hidden = true;
 });
 
 /** The query as the form sets it: no `sources` when no type is checked (all types), no
@@ -87,7 +104,7 @@ answer.addEventListener("click", (event) => {
 function requestBody() {
   const where = filterObject();
   if (where === null) return null;
-  const body = { query: question.value.trim(), stream: true };
+  const body = { query: question.value.trim(), stream: true, offsets: "utf16" };
   if (where) body.filters = where;
   const sources = [...form.querySelectorAll("input[name=sources]:checked")].map((c) => c.value);
   if (sources.length) body.sources = sources;
@@ -251,6 +268,8 @@ function described(body, fallback, status) {
 
 function clear() {
   answered = { results: [], next: null };
+  citations = [];
+  $("document-view").hidden = true;
   shown = { offset: 0, ...answered };
   $("pages").hidden = true;
   $("counts").hidden = true;
@@ -356,9 +375,11 @@ function resultItem(result, n) {
   return item;
 }
 
-/** The answer with each `[n]` of an existing result as a link to it. */
+/** The answer with each `[n]` of an existing result as a link to it; the k-th link is
+ * the k-th citation (the service lists one per marker, in the answer's order). */
 function showAnswer(text) {
   const parts = text.split(/(\[\d+\])/);
+  let k = 0;
   answer.replaceChildren(
     ...parts.map((part) => {
       const n = Number(part.slice(1, -1));
@@ -366,16 +387,18 @@ function showAnswer(text) {
       const link = element("a", "cite", part);
       link.href = `#result-${n}`;
       link.dataset.n = String(n);
+      link.dataset.k = String(k++);
       link.setAttribute("aria-label", `source ${n}: ${answered.results[n - 1].metadata.title ?? ""}`);
       return link;
     }),
   );
 }
 
-function showSource(n) {
+function showSource(n, citation) {
   if (shown.offset > 0) showPage(0, answered); // the answer cites its first page
   const item = $(`result-${n}`);
   if (!item) return;
+  showQuote(item, answered.results[n - 1], citation);
   for (const other of document.querySelectorAll(".results > li.highlighted")) {
     other.classList.remove("highlighted");
   }
@@ -385,7 +408,62 @@ function showSource(n) {
   item.focus({ preventScroll: true });
 }
 
+/** The passage with the cited quote marked, and a link to it in its document; an
+ * unsupported citation says so instead. */
+function showQuote(item, result, citation) {
+  const content = item.querySelector(".content");
+  item.querySelector(".quote-note")?.remove();
+  if (!citation || citation.n !== Number(item.id.slice(7))) return;
+  if (!citation.passage) {
+    content.replaceChildren(result.content);
+    item.append(element("p", "quote-note help", "No sentence of this source was found to support the cited sentence."));
+    return;
+  }
+  const { start, end } = citation.passage;
+  const text = result.content;
+  content.replaceChildren(text.slice(0, start), element("mark", "quote", text.slice(start, end)), text.slice(end));
+  const link = element("a", "open-document", "Show it in its document");
+  link.href = `#document-${citation.document_id}`;
+  link.dataset.document = citation.document_id;
+  link.dataset.k = String(citations.indexOf(citation));
+  item.append(element("p", "quote-note", "", link));
+}
+
+/** The document's stored text with every span the answer cites in it marked, the one
+ * chosen (`k`, its citation's place in the list) scrolled into view. */
+async function showDocument(id, k) {
+  const response = await fetch(DOCUMENTS + encodeURIComponent(id) + "?offsets=utf16", { headers: headers("application/json") });
+  if (!response.ok) return showError(await failure(response));
+  const doc = await response.json();
+  const text = doc.content;
+  const marked = citations
+    .map((citation, index) => ({ citation, index }))
+    .filter(({ citation }) => citation.document_id === id && citation.document)
+    .sort((a, b) => a.citation.document.start - b.citation.document.start);
+  const parts = [];
+  let at = 0;
+  for (const { citation, index } of marked) {
+    const { start, end } = citation.document;
+    if (start < at) continue; // overlapping an earlier span: it is marked already
+    parts.push(text.slice(at, start));
+    const mark = element("mark", index === k ? "current" : "", text.slice(start, end));
+    mark.id = `cited-${index}`;
+    mark.title = `cited as [${citation.n}]`;
+    parts.push(mark);
+    at = end;
+  }
+  parts.push(text.slice(at));
+  $("document-title").textContent = doc.title || doc.source_id;
+  $("document-text").replaceChildren(...parts);
+  $("document-view").hidden = false;
+  const chosen = $(`cited-${k}`) ?? $("document-text").querySelector("mark");
+  const still = matchMedia("(prefers-reduced-motion: reduce)").matches;
+  $("document-view").scrollIntoView({ behavior: "auto", block: "start" });
+  chosen?.scrollIntoView({ behavior: still ? "auto" : "smooth", block: "center" });
+}
+
 function finish(done) {
+  citations = done.citations ?? [];
   answered.next = done.next_offset ?? null;
   if (shown.offset === 0) {
     shown.next = answered.next;

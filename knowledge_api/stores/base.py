@@ -89,6 +89,11 @@ class KnowledgeStore(Protocol):
 
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]: ...
 
+    async def document_texts(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        """The stored text of each of these documents that exists (the words behind a
+        citation are read there), without its chunks."""
+        ...
+
     async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]: ...
 
     async def generation(self) -> Hashable:

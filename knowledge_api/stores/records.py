@@ -193,7 +193,29 @@ def chunk_record(doc: Document, chunk: Chunk) -> Record:
         "title": chunk.title,
         "section": chunk.section,
         "content_hash": chunk.content_hash,
+        **offsets_record(chunk),
     }
+
+
+OFFSETS = ("start", "end", "page")
+"""A chunk's place in its document (`Chunk.start`, `end`, `page`), as records name it;
+the SQL tables name the first two start_offset, end_offset."""
+
+
+def offsets_record(chunk: Chunk) -> Record:
+    """The offsets the chunk has (an engine's metadata holds no null)."""
+    return {name: value for name in OFFSETS if (value := getattr(chunk, name)) is not None}
+
+
+def offsets_of(record: Row) -> dict[str, int | None]:
+    """The offsets a record or row carries: None where it carries none."""
+    keys = record.keys()
+    found: dict[str, int | None] = {}
+    for name, column in zip(OFFSETS, ("start_offset", "end_offset", "page"), strict=True):
+        key = name if name in keys else column
+        value = record[key] if key in keys else None
+        found[name] = None if value is None else int(value)
+    return found
 
 
 def filter_record(doc: Document) -> Record:
@@ -233,6 +255,7 @@ def chunk_from_record(
         section=record["section"],
         chunk_count=int(record["chunk_count"]),
         embedding=embedding,
+        **offsets_of(record),
     )
 
 

@@ -279,6 +279,10 @@ class ExistingTables(HybridSearch, BesideTheFile):
         """Documents are named by source here (find_documents); ids name passages."""
         return None
 
+    async def document_texts(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        """None by id, as get_by_id: a citation quotes its passage alone."""
+        return {}
+
     async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
         """One at most: a database other pipelines fill keeps no sources."""
         found = await self._find_document(source_type, key, collection)

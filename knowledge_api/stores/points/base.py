@@ -490,6 +490,9 @@ class PointStore(PointEngine):
         found = await self._documents_by_id([doc_id])
         return found[0] if found else None
 
+    async def document_texts(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        return {doc.id: doc.content for doc in await self._documents_by_id(list(doc_ids))}
+
     async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         ids = sorted(await self._document_ids(collection))
         for start in range(0, len(ids), DOCUMENT_PAGE):

@@ -54,6 +54,9 @@ PASSAGE_COLUMNS = (
     "content",
     "content_hash",
     "embedding",
+    "start_offset",
+    "end_offset",
+    "page",
 )
 
 
@@ -196,4 +199,7 @@ def passage_records(documents: Sequence[Document]) -> Iterator[tuple[Any, ...]]:
                 chunk.content,
                 chunk.content_hash,
                 chunk.embedding,
+                chunk.start,
+                chunk.end,
+                chunk.page,
             )

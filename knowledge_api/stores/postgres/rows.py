@@ -33,7 +33,10 @@ DOCUMENT_COLUMNS = (
     "id,collection,source_type,source_id,title,content,metadata,content_hash,created_at,updated_at,"
     "source,acl"
 )
-CHUNK_COLUMNS = "id,document_id,chunk_index,chunk_count,title,section,content,content_hash"
+CHUNK_COLUMNS = (
+    "id,document_id,chunk_index,chunk_count,title,section,content,content_hash,"
+    "start_offset,end_offset,page"
+)
 LOOKUP_BATCH = 100
 """Keys per `in` filter: keeps a PostgREST URL well under common limits."""
 WRITE_BATCH_CHUNKS = 200
@@ -109,6 +112,9 @@ def document_payload(doc: Document) -> Row:
                 "content": chunk.content,
                 "content_hash": chunk.content_hash,
                 "embedding": vector_literal(chunk.embedding),
+                "start_offset": chunk.start,
+                "end_offset": chunk.end,
+                "page": chunk.page,
             }
             for chunk in doc.chunks
         ],

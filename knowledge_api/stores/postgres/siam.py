@@ -402,8 +402,14 @@ class SiamStore(HybridSearch):
     async def hydrate(
         self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
     ) -> list[SearchHit]:
+        """The hits, each with its place in its document: read by id for the hits alone
+        (the search functions return what ranking needs)."""
+        ids = [key.id for key, _ in ranked if isinstance(key, Passage)]
+        columns = "id,start_offset,end_offset,page"
+        rows = await self._lookup("siam_vectors", columns, "id", ids, on=SEARCHED.get())
+        placed = {str(row["id"]): row for row in rows}
         return [
-            hit_from_row(key.row, score, similarity[key])
+            hit_from_row({**key.row, **placed.get(key.id, {})}, score, similarity[key])
             for key, score in ranked
             if isinstance(key, Passage)
         ]
@@ -438,6 +444,11 @@ class SiamStore(HybridSearch):
         ids = [doc_id for doc_id in doc_ids if is_uuid(doc_id)]
         rows = await self._lookup("knowledge_documents", "id,content_hash", "id", ids)
         return {str(r["id"]): r["content_hash"] for r in rows}
+
+    async def document_texts(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        ids = [doc_id for doc_id in doc_ids if is_uuid(doc_id)]
+        rows = await self._lookup("knowledge_documents", "id,content", "id", ids)
+        return {str(r["id"]): r["content"] for r in rows}
 
     async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         rows = await self._lookup(

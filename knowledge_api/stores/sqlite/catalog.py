@@ -94,7 +94,8 @@ def document(conn: sqlite3.Connection, row: sqlite3.Row) -> Document:
     chunks = [
         records.chunk_from_record(c["id"], c, c["content"])
         for c in conn.execute(
-            """SELECT id, document_id, chunk_index, chunk_count, title, section, content
+            """SELECT id, document_id, chunk_index, chunk_count, title, section, content,
+                      start_offset, end_offset, page
                FROM chunks WHERE document_id = ? ORDER BY chunk_index""",
             (row["id"],),
         )

@@ -19,8 +19,8 @@ from knowledge_api.stores.sqlite.filtered import best_allowed
 from knowledge_api.stores.sqlite.fts_terms import TermFrequencies
 
 HIT_COLUMNS = """c.rowid, c.id, c.document_id, c.collection, c.chunk_index, c.chunk_count,
-    c.title, c.section, c.content, d.source_type, d.source_id, d.metadata, d.created_at,
-    d.updated_at"""
+    c.title, c.section, c.content, c.start_offset, c.end_offset, c.page, d.source_type,
+    d.source_id, d.metadata, d.created_at, d.updated_at"""
 WITH_DOCUMENTS = "JOIN documents d ON d.id = c.document_id"
 
 

@@ -366,6 +366,9 @@ class SQLiteStore(HybridSearch, BesideTheFile):
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return dict(self._select_in("SELECT id, content_hash FROM documents WHERE id IN", doc_ids))
 
+    async def document_texts(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        return dict(self._select_in("SELECT id, content FROM documents WHERE id IN", doc_ids))
+
     async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         rows = self._select_in(
             "SELECT content_hash, embedding FROM chunks WHERE content_hash IN", hashes

@@ -113,8 +113,9 @@ def insert_chunk(conn: sqlite3.Connection, doc: Document, chunk: Chunk) -> None:
         raise IndexingError(f"chunk {chunk.chunk_index} of {doc.source_id!r} has no embedding")
     conn.execute(
         """INSERT INTO chunks (id, document_id, chunk_index, chunk_count, collection,
-               source_type, title, section, content, content_hash, embedding)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               source_type, title, section, content, content_hash, embedding,
+               start_offset, end_offset, page)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (
             chunk.id,
             doc.id,
@@ -127,6 +128,9 @@ def insert_chunk(conn: sqlite3.Connection, doc: Document, chunk: Chunk) -> None:
             chunk.content,
             chunk.content_hash,
             np.asarray(chunk.embedding, dtype=np.float32).tobytes(),
+            chunk.start,
+            chunk.end,
+            chunk.page,
         ),
     )
 

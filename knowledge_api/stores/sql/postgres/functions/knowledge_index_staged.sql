@@ -29,12 +29,12 @@ BEGIN
 
     INSERT INTO siam_vectors (id, document_id, collection, organization, division,
         app_under_test, source_type, source_id, title, section, chunk_index, chunk_count,
-        content, content_hash, embedding, metadata, acl)
+        content, content_hash, embedding, metadata, acl, start_offset, end_offset, page)
     SELECT c.id, d.id, d.collection, knowledge_text_field(d.metadata, 'organization'),
            knowledge_text_field(d.metadata, 'division'),
            knowledge_text_field(d.metadata, 'app_under_test'), d.source_type, d.source_id,
            c.title, c.section, c.chunk_index, c.chunk_count, c.content, c.content_hash,
-           c.embedding, d.metadata, d.acl
+           c.embedding, d.metadata, d.acl, c.start_offset, c.end_offset, c.page
     FROM knowledge_staged_passages c JOIN knowledge_staged_documents d ON d.id = c.document_id;
 
     INSERT INTO wiki_documents AS w (id, title, markdown_content, url, app_name, embedding)

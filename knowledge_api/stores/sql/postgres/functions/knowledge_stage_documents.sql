@@ -24,7 +24,10 @@ BEGIN
         section text NOT NULL,
         content text NOT NULL,
         content_hash text NOT NULL,
-        embedding vector NOT NULL
+        embedding vector NOT NULL,
+        start_offset integer,
+        end_offset integer,
+        page integer
     ) ON COMMIT DROP;
 END
 $$;

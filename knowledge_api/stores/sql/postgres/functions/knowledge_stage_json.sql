@@ -11,9 +11,10 @@ BEGIN
         source text, created_at timestamptz, updated_at timestamptz, acl text[]);
     INSERT INTO knowledge_staged_passages
     SELECT c.id, d.id, c.chunk_index, c.chunk_count, c.title, c.section, c.content,
-           c.content_hash, c.embedding
+           c.content_hash, c.embedding, c.start_offset, c.end_offset, c.page
     FROM jsonb_to_recordset(staged) AS d(id uuid, chunks jsonb),
         jsonb_to_recordset(d.chunks) AS c(id uuid, chunk_index integer, chunk_count integer,
-        title text, section text, content text, content_hash text, embedding vector);
+        title text, section text, content text, content_hash text, embedding vector,
+        start_offset integer, end_offset integer, page integer);
 END
 $$;
