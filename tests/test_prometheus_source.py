@@ -20,6 +20,7 @@ from knowledge_api.usecases import connectors
 from tests.conftest import make_settings, make_store
 from tests.prometheus_server import Server, prometheus
 from tests.test_access import bearer, error_of, make_key
+from tests.test_uploads import wait_for
 
 SOURCES = "/v1/knowledge/sources"
 RULES = """groups:
@@ -169,13 +170,7 @@ def test_a_source_is_added_and_synced_over_http(server: Server, tmp_path: Path) 
         assert client.post(f"{SOURCES}/nothing/sync", headers=writer).status_code == 404
         accepted = client.post(f"{SOURCES}/alerts/sync", headers=writer)
         assert accepted.status_code == 202, accepted.text
-        job = accepted.json()["job_id"]
-        deadline = time.monotonic() + 30
-        while (done := client.get(f"/v1/knowledge/jobs/{job}", headers=writer).json())[
-            "status"
-        ] not in ("done", "failed"):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        done = wait_for(client, accepted.json()["job_id"], headers=writer)
         assert done["status"] == "done" and done["source"] == "alerts", done
         listed = client.get(SOURCES, params={"collection": "ops"}, headers=writer).json()
         (alerts,) = listed["sources"]
