@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from zoneinfo import ZoneInfo
+
+from tests import loopback
 
 EMAIL, TOKEN = "ada@example.com", "api-token-s3cret"
 PAT = "pat-s3cret-0123456789"
@@ -371,8 +372,8 @@ def split_and(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-class Handler(BaseHTTPRequestHandler):
-    server: Server
+class Handler(loopback.Handler):
+    state: Atlassian
 
     def do_GET(self) -> None:
         self.handle_call("GET")
@@ -387,7 +388,7 @@ class Handler(BaseHTTPRequestHandler):
         params = dict(urllib.parse.parse_qsl(url.query))
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        state = self.server.state
+        state = self.state
         call = Call(time.monotonic(), method, url.path, params)
         status, headers, payload = state.answer(
             method, url.path, params, self.headers.get("Authorization", ""), body
@@ -399,38 +400,14 @@ class Handler(BaseHTTPRequestHandler):
             data, kind = payload, headers.pop("Content-Type", "application/octet-stream")
         else:
             data, kind = json.dumps(payload).encode(), "application/json;charset=UTF-8"
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, state: Atlassian) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.state = state
+        self.respond(status, data, {"Content-Type": kind} | headers)
 
 
 @contextmanager
 def serving(state: Atlassian) -> Iterator[Atlassian]:
-    server = Server(state)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with loopback.serving(type("Bound", (Handler,), {"state": state})) as url:
+        state.url = url
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 # -- Confluence -------------------------------------------------------------------------

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests import loopback
 
 TOKEN = "ghp_fake_token_for_tests"
 PREFIX = "/api/v3"
@@ -227,7 +228,7 @@ class GitHub:
         return 200, headers, chunk
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(loopback.Handler):
     github: GitHub
 
     def do_GET(self) -> None:
@@ -237,33 +238,17 @@ class Handler(BaseHTTPRequestHandler):
         status, headers, body = self.github.answer(
             path, query, self.headers.get("Authorization", "")
         )
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("X-RateLimit-Limit", "5000")
+        quota = {"X-RateLimit-Limit": "5000"}
         if "X-RateLimit-Remaining" not in headers:
-            self.send_header("X-RateLimit-Remaining", "4999")
-            self.send_header("X-RateLimit-Reset", str(int(time.time()) + 3600))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+            quota["X-RateLimit-Remaining"] = "4999"
+            quota["X-RateLimit-Reset"] = str(int(time.time()) + 3600)
+        kind = {"Content-Type": "application/json; charset=utf-8"}
+        self.respond(status, json.dumps(body).encode(), kind | quota | headers)
 
 
 @contextmanager
 def github() -> Iterator[GitHub]:
     state = GitHub()
-    handler = type("Bound", (Handler,), {"github": state})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}{PREFIX}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with loopback.serving(type("Bound", (Handler,), {"github": state})) as url:
+        state.url = url + PREFIX
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -12,18 +12,18 @@ import socket
 import ssl
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from email.message import EmailMessage
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
+
+from tests import loopback
 
 DOVECOT = shutil.which("dovecot") or (
     "/usr/sbin/dovecot" if Path("/usr/sbin/dovecot").exists() else None
@@ -156,7 +156,7 @@ def certificate(folder: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-class Introspection(BaseHTTPRequestHandler):
+class Introspection(loopback.Handler):
     """An OAuth 2.0 token introspection endpoint (RFC 7662): a POSTed `token` is active,
     for the user, when it is `TOKEN`."""
 
@@ -167,28 +167,14 @@ class Introspection(BaseHTTPRequestHandler):
         token = urllib.parse.parse_qs(body).get("token", [""])[0]
         self.asked.append(token)
         answer = {"active": True, "username": USER} if token == TOKEN else {"active": False}
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        self.respond(200, json.dumps(answer).encode(), {"Content-Type": "application/json"})
 
 
 @contextmanager
 def introspection() -> Iterator[str]:
     """The introspection endpoint on a loopback port: its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Introspection)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/introspect"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback.serving(Introspection) as url:
+        yield url + "/introspect"
 
 
 @contextmanager

@@ -12,8 +12,9 @@ import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests import loopback
 
 TOKEN = "xoxb-fake-bot-token"
 TEAM_URL = "https://acme.slack.example.com/"
@@ -185,7 +186,7 @@ def page(rows: list[Any], params: dict[str, str], key: str) -> dict[str, Any]:
     return {key: rows[start:end], "has_more": more, "response_metadata": {"next_cursor": cursor}}
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(loopback.Handler):
     slack: Slack
 
     def do_POST(self) -> None:
@@ -197,31 +198,15 @@ class Handler(BaseHTTPRequestHandler):
         status, headers, body = self.slack.answer(
             method, params, self.headers.get("Authorization", "")
         )
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        kind = {"Content-Type": "application/json; charset=utf-8"}
+        self.respond(status, json.dumps(body).encode(), kind | headers)
 
     do_GET = do_POST
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 @contextmanager
 def slack() -> Iterator[Slack]:
     state = Slack()
-    handler = type("Bound", (Handler,), {"slack": state})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/api"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with loopback.serving(type("Bound", (Handler,), {"slack": state})) as url:
+        state.url = url + "/api"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -6,7 +6,6 @@ attachments come and go; Cloud and Server; the failures a run rides out or stops
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,9 +30,8 @@ from tests.atlassian_server import (
     Page,
     serving,
 )
-from tests.conftest import make_store
+from tests.cli_env import cli_settings, source_documents, sync_source
 from tests.documents import pdf_bytes, write_docx, write_pptx
-from tests.pg import fresh_database
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 DAYS = [NOW - timedelta(days=40 - n) for n in range(10)]
@@ -44,31 +42,18 @@ HTML_PAGE = (
 )
 
 
-def environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    monkeypatch.setenv("WIKI_TOKEN", TOKEN)
-    monkeypatch.setenv("WIKI_PAT", PAT)
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def environment(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Settings:
-    environ(monkeypatch, tmp_path)
-    if request.param == "postgres":
-        url = fresh_database(request.getfixturevalue("postgres_server"))
-        monkeypatch.setenv("KNOWLEDGE_STORE", "postgres")
-        monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
-    return Settings.from_env(env_file=None)
+    return cli_settings(request, tmp_path, monkeypatch, WIKI_TOKEN=TOKEN, WIKI_PAT=PAT)
 
 
 @pytest.fixture
-def sqlite_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    environ(monkeypatch, tmp_path)
-    return Settings.from_env(env_file=None)
+def sqlite_only(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    return cli_settings(request, tmp_path, monkeypatch, WIKI_TOKEN=TOKEN, WIKI_PAT=PAT)
 
 
 def wiki(tmp_path: Path, context: str = "/wiki") -> Confluence:
@@ -175,22 +160,11 @@ def add_source(url: str, *more: str) -> int:
 
 
 def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
-    status = main(["sources", "sync", "wiki", *more])
-    return status, capsys.readouterr().out.strip().splitlines()[-1]
+    return sync_source(capsys, "wiki", *more)
 
 
 def stored(settings: Settings) -> dict[str, Document]:
-    async def read() -> dict[str, Document]:
-        store = make_store(settings.store, settings)
-        await store.open()
-        try:
-            owned = await store.source_documents("ops", "wiki")
-            found = [await store.get_by_id(doc_id) for doc_id in owned]
-            return {doc.source_id: doc for doc in found if doc is not None}
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
+    return source_documents(settings, "ops", "wiki")
 
 
 KNOWN = (".pdf", ".docx", ".pptx", ".html")

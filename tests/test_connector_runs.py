@@ -7,12 +7,10 @@ mass-delete guard, the scheduled runs, and what /health, /metrics and the listin
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,6 +28,7 @@ from knowledge_api.models import ConnectorSource, Document, IndexSummary
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import connectors as use
+from tests import loopback
 from tests.conftest import make_settings
 from tests.pg import postgres_settings
 
@@ -430,28 +429,17 @@ class Script:
 def service_http() -> Iterator[tuple[str, Script]]:
     script = Script()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(loopback.Handler):
         def do_GET(self) -> None:
             script.headers.append(self.headers.get("Authorization", ""))
             status, body = script.next()
             if script.echo:
                 body = {"message": f"refused, request headers: {dict(self.headers)}"}
             payload = json.dumps(body if status != 200 else script.body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            self.respond(status, payload, {"Content-Type": "application/json"})
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", script
-    server.shutdown()
-    server.server_close()
+    with loopback.serving(Handler) as url:
+        yield url, script
 
 
 async def add_http(service: KnowledgeService, url: str) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,10 +19,11 @@ from knowledge_api.cli import main
 from knowledge_api.connectors import github as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.conftest import make_settings, make_store
+from tests.cli_env import cli_settings, source_documents, sync_source
+from tests.conftest import make_settings
 from tests.github_server import TOKEN, GitHub, github, stamp
-from tests.pg import fresh_database
 from tests.test_access import bearer, error_of, make_key
+from tests.test_uploads import wait_for
 
 SOURCES = "/v1/knowledge/sources"
 ADD = ["sources", "add", "tracker", "--kind", "github", "--collection", "eng"]
@@ -33,16 +33,7 @@ ADD = ["sources", "add", "tracker", "--kind", "github", "--collection", "eng"]
 def environment(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Settings:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    monkeypatch.setenv("GITHUB_TOKEN_FOR_TESTS", TOKEN)
-    if request.param == "postgres":
-        url = fresh_database(request.getfixturevalue("postgres_server"))
-        monkeypatch.setenv("KNOWLEDGE_STORE", "postgres")
-        monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
-    return Settings.from_env(env_file=None)
+    return cli_settings(request, tmp_path, monkeypatch, GITHUB_TOKEN_FOR_TESTS=TOKEN)
 
 
 @pytest.fixture
@@ -64,17 +55,7 @@ def fake() -> Iterator[GitHub]:
 
 
 def stored(settings: Settings) -> dict[str, Document]:
-    async def read() -> dict[str, Document]:
-        store = make_store(settings.store, settings)
-        await store.open()
-        try:
-            owned = await store.source_documents("eng", "tracker")
-            found = [await store.get_by_id(doc_id) for doc_id in owned]
-            return {doc.source_id: doc for doc in found if doc is not None}
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
+    return source_documents(settings, "eng", "tracker")
 
 
 def assert_mirrors(settings: Settings, fake: GitHub) -> dict[str, Document]:
@@ -98,8 +79,7 @@ def assert_mirrors(settings: Settings, fake: GitHub) -> dict[str, Document]:
 
 
 def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
-    status = main(["sources", "sync", "tracker", *more])
-    return status, capsys.readouterr().out.strip().splitlines()[-1]
+    return sync_source(capsys, "tracker", *more)
 
 
 def add(fake: GitHub, repos: str = "acme/api,acme/web") -> int:
@@ -266,11 +246,7 @@ def test_a_github_source_is_added_and_synced_over_http(
         assert client.post(SOURCES, json=body, headers=admin).status_code == 201
         accepted = client.post(f"{SOURCES}/tracker/sync", headers=admin)
         assert accepted.status_code == 202, accepted.text
-        job = f"/v1/knowledge/jobs/{accepted.json()['job_id']}"
-        deadline = time.monotonic() + 30
-        while (done := client.get(job, headers=admin).json())["status"] not in ("done", "failed"):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        done = wait_for(client, accepted.json()["job_id"], headers=admin)
         assert done["status"] == "done", done
         (listed,) = client.get(SOURCES, params={"collection": "eng"}, headers=admin).json()[
             "sources"

@@ -16,7 +16,8 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
-from tests.conftest import make_settings, make_store
+from tests.cli_env import source_documents, sync_source
+from tests.conftest import make_settings
 from tests.imap_server import (
     PASSWORD,
     TOKEN,
@@ -48,18 +49,7 @@ def mailbox() -> object:
 
 def stored(tmp_path: Path, source: str = "mail") -> dict[str, Document]:
     """The documents of the source, by source id."""
-
-    async def read() -> dict[str, Document]:
-        store = make_store("sqlite", make_settings(tmp_path, db_path=tmp_path / "k.db"))
-        await store.open()
-        try:
-            owned = await store.source_documents("support", source)
-            found = [await store.get_by_id(doc_id) for doc_id in owned]
-            return {doc.source_id: doc for doc in found if doc is not None}
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
+    return source_documents(make_settings(tmp_path, db_path=tmp_path / "k.db"), "support", source)
 
 
 def add(mailbox: Mailbox, *more: str, secret: str = "password=MAIL_PASSWORD") -> int:
@@ -72,8 +62,7 @@ def add(mailbox: Mailbox, *more: str, secret: str = "password=MAIL_PASSWORD") ->
 
 
 def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
-    status = main(["sources", "sync", "mail", *more])
-    return status, capsys.readouterr().out.strip().splitlines()[-1]
+    return sync_source(capsys, "mail", *more)
 
 
 def listing(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:

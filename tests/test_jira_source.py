@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,9 +32,10 @@ from tests.atlassian_server import (
     Issue,
     serving,
 )
-from tests.conftest import make_settings, make_store
-from tests.pg import fresh_database
+from tests.cli_env import cli_settings, source_documents, sync_source
+from tests.conftest import make_settings
 from tests.test_access import bearer, make_key
+from tests.test_uploads import wait_for
 
 SOURCES = "/v1/knowledge/sources"
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -46,28 +46,14 @@ JQL = "project in (OPS, WEB) ORDER BY created DESC"
 def environment(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Settings:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    monkeypatch.setenv("JIRA_TOKEN", TOKEN)
-    monkeypatch.setenv("JIRA_PAT", PAT)
-    if request.param == "postgres":
-        url = fresh_database(request.getfixturevalue("postgres_server"))
-        monkeypatch.setenv("KNOWLEDGE_STORE", "postgres")
-        monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
-    return Settings.from_env(env_file=None)
+    return cli_settings(request, tmp_path, monkeypatch, JIRA_TOKEN=TOKEN, JIRA_PAT=PAT)
 
 
 @pytest.fixture
-def sqlite_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    monkeypatch.setenv("JIRA_TOKEN", TOKEN)
-    monkeypatch.setenv("JIRA_PAT", PAT)
-    return Settings.from_env(env_file=None)
+def sqlite_only(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    return cli_settings(request, tmp_path, monkeypatch, JIRA_TOKEN=TOKEN, JIRA_PAT=PAT)
 
 
 def project(cloud: bool = True) -> Atlassian:
@@ -147,22 +133,11 @@ def add_source(url: str, *more: str) -> int:
 
 
 def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
-    status = main(["sources", "sync", "jira", *more])
-    return status, capsys.readouterr().out.strip().splitlines()[-1]
+    return sync_source(capsys, "jira", *more)
 
 
 def stored(settings: Settings) -> dict[str, Document]:
-    async def read() -> dict[str, Document]:
-        store = make_store(settings.store, settings)
-        await store.open()
-        try:
-            owned = await store.source_documents("ops", "jira")
-            found = [await store.get_by_id(doc_id) for doc_id in owned]
-            return {doc.source_id: doc for doc in found if doc is not None}
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
+    return source_documents(settings, "ops", "jira")
 
 
 def holds_what_jira_holds(settings: Settings, jira: Atlassian) -> dict[str, Document]:
@@ -475,13 +450,7 @@ def test_a_jira_source_is_added_and_synced_over_http(
         assert created.json()["kind"] == "jira" and TOKEN not in created.text
         accepted = client.post(f"{SOURCES}/jira/sync", headers=writer)
         assert accepted.status_code == 202, accepted.text
-        job = accepted.json()["job_id"]
-        deadline = time.monotonic() + 30
-        while (done := client.get(f"/v1/knowledge/jobs/{job}", headers=writer).json())[
-            "status"
-        ] not in ("done", "failed"):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        done = wait_for(client, accepted.json()["job_id"], headers=writer)
         assert done["status"] == "done", done
         (listed,) = client.get(SOURCES, params={"collection": "ops"}, headers=writer).json()[
             "sources"

@@ -17,9 +17,11 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.usecases import connectors
+from tests.cli_env import source_documents, sync_source
 from tests.conftest import make_settings, make_store
 from tests.prometheus_server import Server, prometheus
 from tests.test_access import bearer, error_of, make_key
+from tests.test_uploads import wait_for
 
 SOURCES = "/v1/knowledge/sources"
 RULES = """groups:
@@ -58,23 +60,12 @@ def server() -> object:
 
 def stored(tmp_path: Path) -> dict[str, Document]:
     """The documents of the source, by rule name."""
-
-    async def read() -> dict[str, Document]:
-        store = make_store("sqlite", make_settings(tmp_path, db_path=tmp_path / "k.db"))
-        await store.open()
-        try:
-            owned = await store.source_documents("ops", "alerts")
-            found = [await store.get_by_id(doc_id) for doc_id in owned]
-            return {doc.metadata["name"]: doc for doc in found if doc is not None}
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
+    docs = source_documents(make_settings(tmp_path, db_path=tmp_path / "k.db"), "ops", "alerts")
+    return {doc.metadata["name"]: doc for doc in docs.values()}
 
 
 def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
-    status = main(["sources", "sync", "alerts", *more])
-    return status, capsys.readouterr().out.strip().splitlines()[-1]
+    return sync_source(capsys, "alerts", *more)
 
 
 def test_the_rules_of_a_running_prometheus_become_documents(
@@ -169,13 +160,7 @@ def test_a_source_is_added_and_synced_over_http(server: Server, tmp_path: Path) 
         assert client.post(f"{SOURCES}/nothing/sync", headers=writer).status_code == 404
         accepted = client.post(f"{SOURCES}/alerts/sync", headers=writer)
         assert accepted.status_code == 202, accepted.text
-        job = accepted.json()["job_id"]
-        deadline = time.monotonic() + 30
-        while (done := client.get(f"/v1/knowledge/jobs/{job}", headers=writer).json())[
-            "status"
-        ] not in ("done", "failed"):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        done = wait_for(client, accepted.json()["job_id"], headers=writer)
         assert done["status"] == "done" and done["source"] == "alerts", done
         listed = client.get(SOURCES, params={"collection": "ops"}, headers=admin).json()
         (alerts,) = listed["sources"]

@@ -6,7 +6,6 @@ the run. After each sync the store holds what Slack holds, on SQLite and on Post
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +16,7 @@ from knowledge_api.cli import main
 from knowledge_api.connectors import slack as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.conftest import make_store
-from tests.pg import fresh_database
+from tests.cli_env import cli_settings, source_documents, sync_source
 from tests.slack_server import TEAM_URL, TOKEN, USERS, Slack, slack
 
 ADD = ["sources", "add", "chat", "--kind", "slack", "--collection", "team"]
@@ -28,16 +26,7 @@ ADD = ["sources", "add", "chat", "--kind", "slack", "--collection", "team"]
 def environment(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Settings:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    monkeypatch.setenv("SLACK_TOKEN_FOR_TESTS", TOKEN)
-    if request.param == "postgres":
-        url = fresh_database(request.getfixturevalue("postgres_server"))
-        monkeypatch.setenv("KNOWLEDGE_STORE", "postgres")
-        monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
-    return Settings.from_env(env_file=None)
+    return cli_settings(request, tmp_path, monkeypatch, SLACK_TOKEN_FOR_TESTS=TOKEN)
 
 
 @pytest.fixture
@@ -59,17 +48,7 @@ def fake() -> Iterator[Slack]:
 
 
 def stored(settings: Settings) -> dict[str, Document]:
-    async def read() -> dict[str, Document]:
-        store = make_store(settings.store, settings)
-        await store.open()
-        try:
-            owned = await store.source_documents("team", "chat")
-            found = [await store.get_by_id(doc_id) for doc_id in owned]
-            return {doc.source_id: doc for doc in found if doc is not None}
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
+    return source_documents(settings, "team", "chat")
 
 
 def assert_mirrors(settings: Settings, fake: Slack) -> dict[str, Document]:
@@ -94,8 +73,7 @@ def assert_mirrors(settings: Settings, fake: Slack) -> dict[str, Document]:
 
 
 def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
-    status = main(["sources", "sync", "chat", *more])
-    return status, capsys.readouterr().out.strip().splitlines()[-1]
+    return sync_source(capsys, "chat", *more)
 
 
 def add(fake: Slack, *more: str) -> int:

@@ -15,9 +15,10 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.settings import Settings
+from tests.cli_env import cli_settings
 from tests.conftest import make_settings
 from tests.conftest import seeded as wait_for_seed
-from tests.pg import SERVICE_ROLE_KEY, SUPABASE_URL, fresh_database
+from tests.pg import SERVICE_ROLE_KEY, SUPABASE_URL
 
 FILES = {
     "alpha.md": "# Alpha\n\nAlpha rotates the signing keys every month.",
@@ -32,15 +33,7 @@ def environment(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Settings:
     """The CLI's environment and the same settings for an app: one store, shared."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    if request.param == "postgres":
-        url = fresh_database(request.getfixturevalue("postgres_server"))
-        monkeypatch.setenv("KNOWLEDGE_STORE", "postgres")
-        monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
-    return Settings.from_env(env_file=None)
+    return cli_settings(request, tmp_path, monkeypatch)
 
 
 @pytest.fixture
@@ -227,22 +220,17 @@ def every_backend(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Settings:
     """The CLI's environment on each of the five backends, and the same settings for an app."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    monkeypatch.setenv("KNOWLEDGE_STORE", request.param)
-    if request.param == "postgres":
-        url = fresh_database(request.getfixturevalue("postgres_server"))
-        monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
-    elif request.param == "supabase":
+    store = {
+        "KNOWLEDGE_STORE": request.param,
+        "KNOWLEDGE_CHROMA_PATH": str(tmp_path / "chroma"),
+        "KNOWLEDGE_QDRANT_PATH": str(tmp_path / "qdrant"),
+    }
+    if request.param == "supabase":
         request.getfixturevalue("postgrest")
-        monkeypatch.setenv("SUPABASE_URL", SUPABASE_URL)
-        monkeypatch.setenv("SUPABASE_SERVICE_ROLE_KEY", SERVICE_ROLE_KEY)
-        monkeypatch.setenv("KNOWLEDGE_SUPABASE_BACKOFF", "0")
-    monkeypatch.setenv("KNOWLEDGE_CHROMA_PATH", str(tmp_path / "chroma"))
-    monkeypatch.setenv("KNOWLEDGE_QDRANT_PATH", str(tmp_path / "qdrant"))
-    return Settings.from_env(env_file=None)
+        store["SUPABASE_URL"] = SUPABASE_URL
+        store["SUPABASE_SERVICE_ROLE_KEY"] = SERVICE_ROLE_KEY
+        store["KNOWLEDGE_SUPABASE_BACKOFF"] = "0"
+    return cli_settings(request, tmp_path, monkeypatch, **store)
 
 
 STORE_FIELDS = [

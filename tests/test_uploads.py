@@ -65,10 +65,16 @@ def parts(files: list[tuple[str, bytes]]) -> list[tuple[str, tuple[str, bytes]]]
     return [("file", (name, data)) for name, data in files]
 
 
-def wait_for(client: TestClient, job_id: str, timeout: float = 30.0) -> dict[str, Any]:
+def wait_for(
+    client: TestClient,
+    job_id: str,
+    timeout: float = 30.0,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The job once it is done or failed, asked with `headers`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        body: dict[str, Any] = client.get(f"/v1/knowledge/jobs/{job_id}").json()
+        body: dict[str, Any] = client.get(f"/v1/knowledge/jobs/{job_id}", headers=headers).json()
         if body["status"] in ("done", "failed"):
             return body
         time.sleep(0.05)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,23 +22,22 @@ from knowledge_api.connectors.web import Known, read_cursor, write_cursor
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.conftest import make_settings, make_store
+from tests.cli_env import cli_settings, source_documents, sync_source, use_postgres
+from tests.conftest import make_settings
 from tests.documents import pdf_bytes
-from tests.pg import fresh_database
 from tests.test_access import bearer, error_of, make_key
+from tests.test_uploads import wait_for
 from tests.web_site import Site, serving
 
 SOURCES = "/v1/knowledge/sources"
 
 
 @pytest.fixture
-def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+def environment(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
     monkeypatch.setattr(http, "BACKOFF_BASE", 0.01)  # a 503 without Retry-After: short waits
-    return Settings.from_env(env_file=None)
+    return cli_settings(request, tmp_path, monkeypatch)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -47,9 +45,7 @@ def backends(
     request: pytest.FixtureRequest, environment: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> Settings:
     if request.param == "postgres":
-        url = fresh_database(request.getfixturevalue("postgres_server"))
-        monkeypatch.setenv("KNOWLEDGE_STORE", "postgres")
-        monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
+        use_postgres(request, monkeypatch)
     return Settings.from_env(env_file=None)
 
 
@@ -70,24 +66,11 @@ def elsewhere() -> Iterator[Site]:
 def stored(
     settings: Settings, source: str = "site", collection: str = "web"
 ) -> dict[str, Document]:
-    """The documents of the source, by source id."""
-
-    async def read() -> dict[str, Document]:
-        store = make_store(settings.store, settings)
-        await store.open()
-        try:
-            owned = await store.source_documents(collection, source)
-            found = [await store.get_by_id(doc_id) for doc_id in owned]
-            return {doc.source_id: doc for doc in found if doc is not None}
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
+    return source_documents(settings, collection, source)
 
 
 def sync(capsys: pytest.CaptureFixture[str], name: str = "site") -> tuple[int, str]:
-    status = main(["sources", "sync", name])
-    return status, capsys.readouterr().out.strip().splitlines()[-1]
+    return sync_source(capsys, name)
 
 
 def add(site: Site, *settings: str, url: str = "/", name: str = "site") -> None:
@@ -382,13 +365,7 @@ def test_a_site_is_added_and_synced_over_http(
         assert created.status_code == 201 and created.json()["kind"] == "web", created.text
         accepted = client.post(f"{SOURCES}/site/sync", headers=admin)
         assert accepted.status_code == 202, accepted.text
-        job = accepted.json()["job_id"]
-        deadline = time.monotonic() + 30
-        while (done := client.get(f"/v1/knowledge/jobs/{job}", headers=admin).json())[
-            "status"
-        ] not in ("done", "failed"):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        done = wait_for(client, accepted.json()["job_id"], headers=admin)
         assert done["status"] == "done", done
         (listed,) = client.get(SOURCES, params={"collection": "web"}, headers=admin).json()[
             "sources"

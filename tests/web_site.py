@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import format_datetime, parsedate_to_datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests import loopback
 
 
 @dataclass
@@ -108,30 +109,22 @@ def not_modified(resource: Resource, headers: dict[str, str]) -> bool:
     return False
 
 
-def handler(site: Site) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def handler(site: Site) -> type[loopback.Handler]:
+    class Handler(loopback.Handler):
         def do_GET(self) -> None:
             headers = {k.lower(): v for k, v in self.headers.items()}
             found = site.answer(self.path, headers)
             with site.lock:
                 site.log.append((self.path, found.status))
                 site.times.append(time.monotonic())
-            self.send_response(found.status)
-            if found.content_type:
-                self.send_header("Content-Type", found.content_type)
-            if found.etag:
-                self.send_header("ETag", found.etag)
-            if found.modified:
-                self.send_header("Last-Modified", found.modified)
-            for name, value in found.headers.items():
-                self.send_header(name, value)
+            described = {
+                "Content-Type": found.content_type,
+                "ETag": found.etag,
+                "Last-Modified": found.modified,
+            }
+            written = {name: value for name, value in described.items() if value}
             body = b"" if found.status == 304 else found.body
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
+            self.respond(found.status, body, written | found.headers)
 
     return Handler
 
@@ -139,13 +132,6 @@ def handler(site: Site) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def serving() -> Iterator[Site]:
     site = Site()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler(site))
-    site.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with loopback.serving(handler(site)) as url:
+        site.url = url
         yield site
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

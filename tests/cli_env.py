@@ -1,0 +1,66 @@
+"""The environment the CLI's source tests run in, and what they read back: settings
+from the environment (the fake embedder, no seed, a SQLite file in the test's folder, or
+a fresh Postgres database when the fixture's param says "postgres"), the documents a
+source owns, and the last line a sync prints."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from knowledge_api.cli import main
+from knowledge_api.models import Document
+from knowledge_api.settings import Settings
+from tests.conftest import make_store
+from tests.pg import fresh_database
+
+
+def use_postgres(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store is a fresh database of the session's Postgres."""
+    url = fresh_database(request.getfixturevalue("postgres_server"))
+    monkeypatch.setenv("KNOWLEDGE_STORE", "postgres")
+    monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
+
+
+def cli_settings(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    **variables: str,
+) -> Settings:
+    """The CLI's environment, run from `tmp_path` with `variables` set (a source's
+    secrets), and the same settings for an app: one store, shared. Postgres when the
+    requesting fixture's param is "postgres", SQLite otherwise."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    if getattr(request, "param", "sqlite") == "postgres":
+        use_postgres(request, monkeypatch)
+    return Settings.from_env(env_file=None)
+
+
+def source_documents(settings: Settings, collection: str, source: str) -> dict[str, Document]:
+    """The documents the source owns in the store of `settings`, by source id."""
+
+    async def read() -> dict[str, Document]:
+        store = make_store(settings.store, settings)
+        await store.open()
+        try:
+            owned = await store.source_documents(collection, source)
+            found = [await store.get_by_id(doc_id) for doc_id in owned]
+            return {doc.source_id: doc for doc in found if doc is not None}
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def sync_source(capsys: pytest.CaptureFixture[str], name: str, *more: str) -> tuple[int, str]:
+    """`sources sync NAME` with `more` options: its status and the last line it printed."""
+    status = main(["sources", "sync", name, *more])
+    return status, capsys.readouterr().out.strip().splitlines()[-1]
