@@ -442,6 +442,7 @@ def test_a_jira_source_is_added_and_synced_over_http(
         "collection": "ops",
         "settings": {"deployment": "cloud", "user": EMAIL, "jql": JQL},
         "secrets": {"token": "JIRA_TOKEN"},
+        "acl": ["public"],  # a connector source is closed (admin keys only) unless opened
     }
     with TestClient(create_app(settings)) as client:
         writer, admin = bearer(tokens["writer"]), bearer(tokens["admin"])
