@@ -94,6 +94,7 @@ def test_a_query_of_two_collections_ranks_as_one_collection_of_both(client: Test
         (ask(collections=[]), "must be a list of 1-10 collection names"),
         (ask(collections=[f"c{i}" for i in range(11)]), "must be a list of 1-10"),
         (ask(collections="a"), "must be a list of 1-10"),
+        (ask(collections=None), "must be a list of 1-10"),  # null is no list either
         (ask(collections=["a", "Bad Name!"]), "must be 1-64 letters"),
     ],
 )

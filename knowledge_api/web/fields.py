@@ -242,9 +242,9 @@ class CollectionNames(Field):
     """The field it may not be sent with ("": none, where it overrides another)."""
 
     def parse(self, body: dict[str, Any], default: Any) -> Any:
-        value = body.get(self.name)
-        if value is None:
+        if self.name not in body:
             return ()
+        value = body[self.name]
         if self.single and self.single in body:
             raise InvalidRequest(
                 self.name,
