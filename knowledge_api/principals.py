@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import ACL_FIELD, Combined, Condition, Node
-from knowledge_api.validation import principal
+from knowledge_api.validation import NAME_CHAR, PRINCIPAL_ONE, principal
 
 
 class Filtered(Protocol):
@@ -40,9 +40,11 @@ DELEGATED_HEADER = "x-knowledge-user"
 PUBLIC = "public"
 PUBLIC_ACL: tuple[str, ...] = (PUBLIC,)
 MAX_PRINCIPALS = 100
-GROUP_PATTERN = r"^[^\s\x00-\x1f\x7f,]{1,189}$"
+GROUP_PATTERN = rf"^{NAME_CHAR}{{1,189}}$"
 _GROUP = re.compile(GROUP_PATTERN)
-ID_PATTERN = r"^[^\s\x00-\x1f\x7f,]{1,195}$"
+ID_PATTERN = rf"^{NAME_CHAR}{{1,195}}$"
+ACL_TEXT_PATTERN = rf"^[ \t]*{PRINCIPAL_ONE}?[ \t]*(?:,[ \t]*{PRINCIPAL_ONE}?[ \t]*)*$"
+"""An access list as text: principals separated by commas, spaces and tabs around them."""
 _ID = re.compile(ID_PATTERN)
 
 
@@ -56,7 +58,7 @@ def acl_of(value: Any, path: str = "acl") -> tuple[str, ...]:
 
 def acl_text(value: str, path: str = "--acl") -> tuple[str, ...]:
     """An ACL given on the command line: comma-separated principals ('' closes)."""
-    return acl_of([part.strip() for part in value.split(",") if part.strip()], path)
+    return acl_of([part.strip(" \t") for part in value.split(",") if part.strip(" \t")], path)
 
 
 def group_name(value: Any, path: str) -> str:

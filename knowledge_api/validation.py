@@ -26,7 +26,11 @@ COLLECTION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _COLLECTION = re.compile(COLLECTION_PATTERN.strip("^$"))
 COLLECTION_RULE = "must be 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
 PRINCIPAL_MAX_LENGTH = 200
-PRINCIPAL_PATTERN = r"^(?:public|(?:user|group):[^\s\x00-\x1f\x7f,]{1,194})$"
+NAME_CHAR = r"[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff,]"
+"""A character of a user id, group name or principal: no whitespace, control character
+or comma, the same set to Python and to JSON Schema (whose `\\s` are not the same)."""
+PRINCIPAL_ONE = rf"(?:public|(?:user|group):{NAME_CHAR}{{1,194}})"
+PRINCIPAL_PATTERN = rf"^{PRINCIPAL_ONE}$"
 _PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
 PRINCIPAL_RULE = (
     "must be 'public', 'user:<id>' or 'group:<name>' (no spaces, commas or control "

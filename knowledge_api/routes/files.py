@@ -13,7 +13,7 @@ from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.ledger import DONE, FAILED, QUEUED, RUNNING, Job
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
-from knowledge_api.principals import acl_text
+from knowledge_api.principals import ACL_TEXT_PATTERN, acl_text
 from knowledge_api.routes.audit import actor
 from knowledge_api.usecases.uploads import MAX_FILES, Sent, Upload, UploadJobs
 from knowledge_api.web.access import access, budget_of
@@ -30,7 +30,7 @@ from knowledge_api.web.fields import (
     obj,
 )
 from knowledge_api.web.http import JSONResponse, service
-from knowledge_api.web.multipart import Pace, Receiving, receive
+from knowledge_api.web.multipart import MAX_FIELD_BYTES, Pace, Receiving, receive
 
 FILE = "file"
 BINARY = {"type": "string", "format": "binary"}
@@ -68,10 +68,12 @@ FIELDS = (
     Date(
         "created_at",
         "When the files' items were created (ISO 8601; a JSON-lines record's own wins).",
+        null=False,
     ),
     Date(
         "updated_at",
         "When they last changed (ISO 8601; a JSON-lines record's own wins).",
+        null=False,
     ),
     Custom(
         "acl",
@@ -80,7 +82,11 @@ FIELDS = (
         "Absent: the source's own list, else public.",
         None,
         check=lambda value: None if value is None else acl_text(value, "acl"),
-        shape={"type": "string", "maxLength": 20_000},
+        shape={  # at most MAX_FIELD_BYTES: 4 bytes at most a character
+            "type": "string",
+            "maxLength": MAX_FIELD_BYTES // 4,
+            "pattern": ACL_TEXT_PATTERN,
+        },
     ),
 )
 FILES = Body(

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.models import DEFAULT_COLLECTION
-from knowledge_api.principals import GROUP_PATTERN, groups_of
+from knowledge_api.principals import GROUP_PATTERN, ID_PATTERN, groups_of, user_id
 from knowledge_api.routes.audit import actor
 from knowledge_api.routes.documents import ACL_CHANGE
 from knowledge_api.usecases import permissions
@@ -32,6 +32,12 @@ GROUPS = Body(
     ),
 )
 PRINCIPAL = obj({"id": STRING, "groups": array(STRING)})
+USER = Custom(
+    "id",
+    "A user id: an e-mail address or any stable id (no spaces, commas or control characters).",
+    check=lambda value: user_id(value, "id"),
+    shape={"type": "string", "pattern": ID_PATTERN},
+)
 """The body of `principal` and `set_principal`."""
 COLLECTION = CollectionName("collection", "The collection of the source.", DEFAULT_COLLECTION)
 

@@ -99,12 +99,15 @@ class Date(Field):
     or null)."""
 
     default: Any = None
+    null: bool = True
+    """JSON null is taken as absent (a form field has no null: there it is text)."""
 
     def parse(self, body: dict[str, Any], default: Any) -> Any:
         return validation.date(body, self.name)
 
     def schema(self) -> Schema:
-        return {"type": ["string", "null"], "pattern": filters.DATE_PATTERN}
+        kind = ["string", "null"] if self.null else "string"
+        return {"type": kind, "pattern": filters.DATE_PATTERN}
 
 
 @dataclass(frozen=True)
@@ -324,13 +327,21 @@ class Body:
         return {f.name: f.parse(body, overrides.get(f.name, f.default)) for f in self.fields}
 
     def schema(self) -> Schema:
-        return {
+        found: Schema = {
             "type": "object",
             "title": self.name,
             "properties": {f.name: f.described() for f in self.fields},
             "required": [f.name for f in self.fields if f.required],
             "additionalProperties": self.others_ignored,
         }
+        apart = [
+            [f.single, f.name]
+            for f in self.fields
+            if isinstance(f, CollectionNames) and f.single in self.names
+        ]
+        if apart:  # fields that may not be sent together
+            found["not"] = {"anyOf": [{"required": pair} for pair in apart]}
+        return found
 
 
 # -- response declarations: small builders of the JSON Schema of a rendered body ---------
