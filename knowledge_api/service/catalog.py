@@ -109,7 +109,7 @@ class Catalog:
     async def read_kb(self, host: KBHost, since: str, collection: str) -> kb.Read:
         """The articles of a KB host updated since `since` (all when empty), read by the
         `kb` connector's client with KNOWLEDGE_SYNC_RETRIES (connectors/kb.py)."""
-        retries = Retries(attempts=self.engine.settings.sync_retries)
+        retries = self.connector_runtime().retries
         client = kb.KBClient.at(host.url, host.token, host.timeout, host.page_size, retries)
         return await asyncio.to_thread(kb.read, client, since, collection)
 
