@@ -1,9 +1,13 @@
 """The SQLite file's watch on commits: another connection's commit is seen at once,
-and asking whether one was made costs no `PRAGMA data_version` while none was."""
+asking whether one was made costs no `PRAGMA data_version` while none was, and watching
+never drops the locks SQLite holds on the WAL index."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -77,4 +81,36 @@ async def test_generations_cost_no_pragma_until_another_connection_commits(
     assert sum("data_version" in s for s in statements) == 1
     assert await other.collection_generation("docs") == after
     await other.close()
+    await store.close()
+
+
+FIRST_OPENER = """
+import fcntl, sys
+with open(sys.argv[1], "r+b") as index:
+    try:  # the byte SQLite locks to learn whether it is the first to open the index
+        fcntl.lockf(index, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)
+    except OSError:
+        sys.exit(1)
+"""
+
+
+def would_be_first_opener(path: Path) -> bool:
+    """Whether another process could take the index as the first to open it (SQLite
+    then truncates it, and a process still mapping it dies of SIGBUS on its commit)."""
+    shm = f"{path}-shm"
+    return subprocess.run([sys.executable, "-c", FIRST_OPENER, shm]).returncode == 0
+
+
+async def test_watching_keeps_the_locks_sqlite_holds_on_the_wal_index(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "k.db")
+    await store.open()
+    await store.check_embedder("test", 4)
+    await store.index_documents([document("a", "docs")])
+    assert store.file.commit_watch.mapped is not None  # watching
+    await store.generation()
+    assert not would_be_first_opener(tmp_path / "k.db")
+    await store.index_documents([document("b", "docs")])
+    assert not would_be_first_opener(tmp_path / "k.db")
+    os.close(os.open(f"{tmp_path / 'k.db'}-shm", os.O_RDONLY))  # what the watch must not do
+    assert would_be_first_opener(tmp_path / "k.db")  # the probe tells dropped locks
     await store.close()

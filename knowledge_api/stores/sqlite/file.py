@@ -159,7 +159,13 @@ class CommitWatch:
     process is while a connection holds it, so the mapped page is never cut from under
     a read (`_sync` opens the reader before it looks). Without a WAL index to map (a
     database in memory, a file not opened yet) the answer is always "maybe", which
-    costs the pragma, as before."""
+    costs the pragma, as before.
+
+    The file stays open as long as it is mapped, and is closed only after the store's
+    connections: SQLite's locks are POSIX locks, which belong to the process, and closing
+    any descriptor of the file drops all of them. Closed early, it would let another
+    process open the index as if it were the first, truncate it, and kill this one with
+    SIGBUS on its next commit."""
 
     HEADER_BYTES = 48
     """The first copy of the WAL index header (SQLite's walformat.html)."""
@@ -168,6 +174,8 @@ class CommitWatch:
         self.path = Path(f"{path}-shm")
         self.memory = str(path) == ":memory:"
         self.mapped: mmap.mmap | None = None
+        self.index: int | None = None
+        """The open WAL index, kept while mapped (see above)."""
         self.seen = b""
 
     def open(self) -> None:
@@ -175,15 +183,18 @@ class CommitWatch:
         if self.memory:
             return
         try:
-            with self.path.open("rb") as index:
-                self.mapped = mmap.mmap(index.fileno(), self.HEADER_BYTES, access=mmap.ACCESS_READ)
+            self.index = os.open(self.path, os.O_RDONLY)
+            self.mapped = mmap.mmap(self.index, self.HEADER_BYTES, access=mmap.ACCESS_READ)
         except (OSError, ValueError):  # no index, or one shorter than its header
-            self.mapped = None
+            self.mapped = None  # an index opened stays open until close(), as above
 
     def close(self) -> None:
+        """Unmap and close the index: only once the store's connections are closed."""
         if self.mapped is not None:
             self.mapped.close()
-        self.mapped, self.seen = None, b""
+        if self.index is not None:
+            os.close(self.index)
+        self.mapped, self.index, self.seen = None, None, b""
 
     def moved(self) -> bytes | None:
         """The header when it moved since `seen` (b"" when there is none to read: maybe
