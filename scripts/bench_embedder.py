@@ -211,8 +211,8 @@ def routes(args: argparse.Namespace) -> None:
     ids = [e.ids for e in tokenizer.encode_batch(passages)]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     batches = [order[i : i + args.batch] for i in range(0, len(order), args.batch)]
-    feeds = [padded([ids[i] for i in rows]) for rows in batches]
-    query_feeds = [padded([tokenizer.encode(q).ids]) for q in queries[:50]]
+    feeds = [padded([ids[i] for i in rows], 1) for rows in batches]  # the same for every route
+    query_feeds = [padded([tokenizer.encode(q).ids], 1) for q in queries[:50]]
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="bench-routes-") as scratch:
         build_routes(Path(scratch))

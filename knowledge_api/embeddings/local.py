@@ -144,7 +144,7 @@ class LocalEmbedder(BatchEmbedder):
                 with reporting:
                     progress(len(batches[index]))
 
-        encoder.run_all(self._feeds(texts, batches), done)
+        encoder.run_all(self._feeds(texts, batches, encoder.pad_to), done)
         release_freed_memory()
         if not batches:
             return np.empty((0, self.dimension), dtype=np.float32)
@@ -153,7 +153,9 @@ class LocalEmbedder(BatchEmbedder):
             out[rows] = results[index]
         return out
 
-    def _feeds(self, texts: Sequence[str], batches: list[list[int]]) -> Iterator[Feed]:
+    def _feeds(
+        self, texts: Sequence[str], batches: list[list[int]], pad_to: int
+    ) -> Iterator[Feed]:
         """The feeds of `texts`, a window at a time, each batch's rows appended to
         `batches` as it is made (tokenizing lazily: while earlier batches run)."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -165,14 +167,15 @@ class LocalEmbedder(BatchEmbedder):
             chosen: list[int] = []
             for k in ranked:  # by token count: the row added is the longest
                 full = len(chosen) == self.batch_size
-                if chosen and (full or (len(chosen) + 1) * len(encodings[k].ids) > BATCH_TOKENS):
+                tokens = (len(chosen) + 1) * padded_width(len(encodings[k].ids), pad_to)
+                if chosen and (full or tokens > BATCH_TOKENS):
                     batches.append([rows[j] for j in chosen])
-                    yield padded([encodings[j].ids for j in chosen])
+                    yield padded([encodings[j].ids for j in chosen], pad_to)
                     chosen = []
                 chosen.append(k)
             if chosen:
                 batches.append([rows[j] for j in chosen])
-                yield padded([encodings[j].ids for j in chosen])
+                yield padded([encodings[j].ids for j in chosen], pad_to)
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         return self.embed_documents(texts)
@@ -192,9 +195,9 @@ class LocalEmbedder(BatchEmbedder):
     def _run_queries(self, texts: Sequence[str]) -> np.ndarray:
         encoder = self._require_loaded()
         if len(texts) == 1:  # no batch: the tokenizer's thread pool is not woken
-            return encoder.run(padded([self._tokenizer.encode(texts[0]).ids]))
+            return encoder.run(padded([self._tokenizer.encode(texts[0]).ids], encoder.pad_to))
         encodings = self._tokenizer.encode_batch(list(texts))
-        return encoder.run(padded([e.ids for e in encodings]))
+        return encoder.run(padded([e.ids for e in encodings], encoder.pad_to))
 
     def _require_loaded(self) -> Encoder:
         if self._encoder is None:
@@ -268,7 +271,8 @@ def measure_bf16(model_file: Path) -> dict[str, Any]:
     vectors = []
     for precision in ("fp32", "bf16"):  # one compiled model at a time
         encoder = OpenVinoEncoder(model_file, precision, 1)
-        vectors.append(np.concatenate([encoder.run(padded([ids])) for ids in sample]))
+        runs = [encoder.run(padded([ids], encoder.pad_to)) for ids in sample]
+        vectors.append(np.concatenate(runs))
         del encoder
     lowest = float(np.min(np.sum(vectors[0] * vectors[1], axis=1)))
     return {"lowest_cosine": round(lowest, 6), "paragraphs": len(sample)}
@@ -290,12 +294,18 @@ def load_tokenizer(model_dir: Path) -> Any:
     return tokenizer
 
 
-def padded(rows: Sequence[Sequence[int]]) -> Feed:
-    """Token ids padded with zeros ([PAD]) to the longest row, and their attention mask."""
-    width = max(len(ids) for ids in rows)
+def padded(rows: Sequence[Sequence[int]], pad_to: int) -> Feed:
+    """Token ids padded with zeros ([PAD]) to the longest row rounded up to a multiple
+    of `pad_to` (the encoder's), and their attention mask."""
+    width = padded_width(max(len(ids) for ids in rows), pad_to)
     ids = np.zeros((len(rows), width), dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)
     for row, tokens in enumerate(rows):
         ids[row, : len(tokens)] = tokens
         mask[row, : len(tokens)] = 1
     return {"input_ids": ids, "attention_mask": mask}
+
+
+def padded_width(tokens: int, pad_to: int) -> int:
+    """The row width a batch whose longest row has `tokens` tokens runs at."""
+    return -(-tokens // pad_to) * pad_to
