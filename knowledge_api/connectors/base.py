@@ -18,13 +18,16 @@ The contract every kind keeps (usecases/connectors.py runs it):
   the service has them; "" leaves them to the store (created when first stored, updated
   when written). Filters, recency and listings use them, and the run keeps, of an item
   read twice in one window, the copy updated last.
-- `changed(since)`: the items updated at or after `since` ("" for every item). The run
+- `changed(since)`: the items updated at or after `since` ("" for every item), as a
+  `Window` whose documents come as the service's pages are read (a generator). The run
   passes the last cursor moved back by KNOWLEDGE_SYNC_OVERLAP when it is an ISO 8601
   instant, so an item a service's search returned late (its index lags) is read by the
   next run; a cursor of another form (a mailbox's UIDs) is the kind's own, handed back
   as it was left. `Window.cursor` "" stands for the instant the read began, which is
-  what a kind searching by update time should leave. The cursor is stored only once the
-  window's documents are.
+  what a kind searching by update time should leave. The run writes the documents in
+  batches as they come and stores the cursor only once every one of them is: a run
+  that stops midway leaves the cursor where it was, and the next run reads the window
+  again (what was written already is unchanged, neither embedded nor written again).
 - `visible()`: the source id of every item, asked only when the run prunes (`sources
   sync --full`, or a source's last prune older than KNOWLEDGE_PRUNE_EVERY); a kind
   that learns them anyway while reading (it reads the service whole) sets `Window.seen`
@@ -39,7 +42,7 @@ The contract every kind keeps (usecases/connectors.py runs it):
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -52,11 +55,16 @@ from knowledge_api.models import ConnectorSource, Document
 
 @dataclass
 class Window:
-    """What one run read: the documents new or changed since the cursor it started
+    """What one run reads: the documents new or changed since the cursor it started
     from, and the cursor the next run starts from once they are stored ("": the instant
-    the read began)."""
+    the read began).
 
-    documents: list[Document]
+    `documents` is read once, as the run writes them: a kind hands a generator that
+    reads its service page by page, so no run holds a whole project. What a kind learns
+    only by reading (its cursor, `problems`, `seen`) it sets on the window as the
+    generator ends; the run reads them then."""
+
+    documents: Iterable[Document] = ()
     cursor: str = ""
     problems: list[str] = field(default_factory=list)
     """Items left out (unreadable), each with its reason: the run goes on without them."""

@@ -87,7 +87,7 @@ class JiraConnector:
         bound = None
         if since is not None:
             bound = f'updated >= "{atlassian.query_time(since, self.time_zone())}"'
-        documents = [self.document(issue) for issue in self.search(bound, FIELDS)]
+        documents = (self.document(issue) for issue in self.search(bound, FIELDS))
         return Window(documents, atlassian.cursor_of(started))
 
     def visible(self) -> set[str]:
