@@ -401,10 +401,10 @@ def test_a_page_that_keeps_failing_is_asked_again_smaller(cloud: Atlassian) -> N
         patch.setenv("JIRA_PAT", PAT)
         connector = JiraConnector(source, "ops", Retries(attempts=1, sleep=waits.append))
         try:
-            window = connector.changed("")
+            documents = list(connector.changed("").documents)  # read as the pages come
         finally:
             connector.close()
-    assert sorted(doc.source_id for doc in window.documents) == sorted(cloud.issues)
+    assert sorted(doc.source_id for doc in documents) == sorted(cloud.issues)
     asked = [c.params["maxResults"] for c in cloud.searches()]
     assert asked == ["100", "100", "50", "50", "25"]
     assert cloud.searches()[-1].params["jql"] == 'created >= "1970-01-01" ORDER BY key ASC'

@@ -19,6 +19,7 @@ import logging
 import tempfile
 import urllib.parse
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
@@ -73,18 +74,22 @@ class ConfluenceConnector:
 
     def changed(self, cursor: str) -> Window:
         started = atlassian.now()
-        since = atlassian.since(cursor)
         self.problems = []
-        documents: list[Document] = []
+        documents = self.read(atlassian.since(cursor))
+        return Window(documents, atlassian.cursor_of(started), self.problems)
+
+    def read(self, since: datetime | None) -> Iterator[Document]:
+        """The documents of the pages modified since `since` (all when None), as the
+        search's pages come."""
         if since is None:
             for page in self.search(self.scope("page"), EXPAND, PAGE):
-                documents.extend(self.documents(page))
-            return Window(documents, atlassian.cursor_of(started), self.problems)
+                yield from self.documents(page)
+            return
         bound = f'lastmodified >= "{atlassian.query_time(since, self.zone)}"'
         done: set[str] = set()
         for page in self.search(self.scope("page", bound), EXPAND, PAGE):
             done.add(str(page["id"]))
-            documents.extend(self.documents(page))
+            yield from self.documents(page)
         # a new comment or attachment leaves its page's date as it was: such pages are
         # read again whole, those the source's spaces and CQL take
         touched: list[str] = []
@@ -97,8 +102,7 @@ class ConfluenceConnector:
         for start in range(0, len(touched), PAGE):
             ids = f"id in ({','.join(touched[start : start + PAGE])})"
             for page in self.search(self.scope("page", ids), EXPAND, PAGE):
-                documents.extend(self.documents(page))
-        return Window(documents, atlassian.cursor_of(started), self.problems)
+                yield from self.documents(page)
 
     def visible(self) -> set[str]:
         """Every page's id, and `PAGE ID/attachments/FILE` of every attachment of a known

@@ -56,18 +56,25 @@ class GitHubConnector:
         return cls(source, collection, runtime)
 
     def changed(self, cursor: str) -> Window:
-        since = read_cursor(cursor)
-        documents: list[Document] = []
+        window = Window()
+        window.documents = self.read(read_cursor(cursor), window)
+        return window
+
+    def read(self, since: dict[str, str], window: Window) -> Iterator[Document]:
+        """Each repository's items updated since its cursor, as the listing's pages
+        come; the window's cursor once all are read."""
         state: dict[str, str] = {}
+        listed: set[str] = set()
         for repo in self.repos:
             newest = since.get(repo, "")
             for issue in self.issues(repo, earlier(newest, self.runtime.overlap)):
-                documents.append(self.document(repo, issue))
+                listed.add(item_id(repo, issue))
+                yield self.document(repo, issue)
                 newest = max(newest, str(issue.get("updated_at") or ""))
             state[repo] = newest
         if not any(since.get(repo) for repo in self.repos):
-            self.listed = {doc.source_id for doc in documents}
-        return Window(documents, json.dumps(state, sort_keys=True))
+            self.listed = listed
+        window.cursor = json.dumps(state, sort_keys=True)
 
     def visible(self) -> set[str]:
         if self.listed is not None:

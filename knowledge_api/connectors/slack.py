@@ -75,8 +75,13 @@ class SlackConnector:
     # -- the connector --------------------------------------------------------------
 
     def changed(self, cursor: str) -> Window:
-        known = read_cursor(cursor)
-        documents: list[Document] = []
+        window = Window()
+        window.documents = self.read(read_cursor(cursor), window)
+        return window
+
+    def read(self, known: dict[str, dict[str, str]], window: Window) -> Iterator[Document]:
+        """The threads with activity since each channel's cursor, as the histories'
+        pages come; the window's cursor and every thread seen once all are read."""
         state: dict[str, dict[str, str]] = {}
         self.threads = {}
         for channel in self.channels():
@@ -91,11 +96,11 @@ class SlackConnector:
                 moved = activity(message)
                 newest = max(newest, moved, key=float)
                 if not since or float(moved) > float(since):
-                    documents.append(self.document(channel, message))
+                    yield self.document(channel, message)
             state[channel["id"]] = {"ts": newest, "name": name}
         # every run reads every channel's history (to find the threads with new
         # replies), so it knows every thread: what is gone is pruned at every run
-        return Window(documents, json.dumps(state, sort_keys=True), seen=self.visible())
+        window.cursor, window.seen = json.dumps(state, sort_keys=True), self.visible()
 
     def visible(self) -> set[str]:
         if self.threads is None:

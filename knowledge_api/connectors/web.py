@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.robotparser
 import zlib
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from xml.etree import ElementTree
@@ -72,6 +73,7 @@ class Crawl:
     known: dict[str, Known]
     found: dict[str, Known] = field(default_factory=dict)
     documents: list[Document] = field(default_factory=list)
+    """Those of the page read last, until the crawl hands them on."""
     seen: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
 
@@ -114,6 +116,13 @@ class WebConnector:
         """Every page the site leads to; those unchanged since `cursor` (a 304) are
         seen without being read."""
         crawl = Crawl(read_cursor(cursor))
+        window = Window(problems=crawl.problems)
+        window.documents = self.crawl(crawl, window)
+        return window
+
+    def crawl(self, crawl: Crawl, window: Window) -> Iterator[Document]:
+        """The pages read, one at a time as the crawl goes; the window's cursor and
+        every page seen once it ends."""
         robots = self.robots()
         first = [] if self.start in self.sitemaps else [self.start]
         if first and not robots.can_fetch(AGENT, self.start):
@@ -136,6 +145,8 @@ class WebConnector:
                 self.pause(robots)
             fetched += 1
             links, moved = self.visit(url, crawl, url in critical)
+            yield from crawl.documents
+            crawl.documents.clear()
             if moved is not None and moved not in queued:
                 queued.add(moved)
                 queue.appendleft((moved, depth))  # a redirect is the page itself
@@ -148,14 +159,13 @@ class WebConnector:
         self.seen = crawl.seen
         # every run walks the whole site (a page unchanged is a 304), so it knows every
         # page: what is gone is pruned at every run
-        return Window(
-            crawl.documents, write_cursor(crawl.found), crawl.problems, seen=set(crawl.seen)
-        )
+        window.cursor, window.seen = write_cursor(crawl.found), set(crawl.seen)
 
     def visible(self) -> set[str]:
         """The pages the last `changed` saw (a crawl of its own when none ran)."""
         if self.seen is None:
-            self.changed("")
+            for _ in self.changed("").documents:
+                pass
         return set(self.seen or ())
 
     def close(self) -> None:
