@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 
 from knowledge_api.connectors import atlassian
 from knowledge_api.connectors.base import Runtime, Window, check_settings, split
-from knowledge_api.connectors.http import Retries, SourceHTTP
+from knowledge_api.connectors.http import Retries, SourceHTTP, shrinking
 from knowledge_api.connectors.markup import storage_text
 from knowledge_api.errors import ConnectorFailed, ExtractionError, InvalidRequest
 from knowledge_api.ingest.extract import DOCX, HTML, PDF, PPTX, extractor
@@ -157,15 +157,9 @@ class ConfluenceConnector:
         `next` link each page gives. A page that keeps failing with 5xx is asked again
         with half as many results, down to 10."""
         while True:
-            try:
-                body = self.get(path, params)
-            except ConnectorFailed as e:
-                half = atlassian.smaller(e, int(params.get("limit") or PAGE))
-                if half is None:
-                    raise
-                params = {**params, "limit": half}
-                log.warning("%s; asking again for %d results a page", e.message, half)
-                continue
+            limit = int(params.get("limit") or PAGE)
+            body, limit = shrinking(self.get, path, params, "limit", limit)
+            params = {**params, "limit": limit}
             yield from (r for r in body.get("results") or [] if isinstance(r, dict) and r.get("id"))
             links = body.get("_links") or {}
             following = str(links.get("next") or "")

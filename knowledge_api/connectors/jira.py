@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from knowledge_api.connectors import atlassian
 from knowledge_api.connectors.base import Runtime, Window, check_settings
-from knowledge_api.connectors.http import Retries, SourceHTTP
+from knowledge_api.connectors.http import Retries, SourceHTTP, shrinking
 from knowledge_api.connectors.markup import adf_text, wiki_text
 from knowledge_api.errors import ConnectorFailed
 from knowledge_api.models import ConnectorSource, Document
@@ -126,15 +126,7 @@ class JiraConnector:
         params: dict[str, Any] = {"jql": self.query(bound), "fields": ",".join(fields)}
         position: dict[str, Any] = {} if self.cloud else {"startAt": 0}
         while True:
-            try:
-                body = self.get(path, {**params, **position, "maxResults": size})
-            except ConnectorFailed as e:
-                half = atlassian.smaller(e, size)
-                if half is None:
-                    raise
-                size = half
-                log.warning("%s; asking again for %d issues a page", e.message, size)
-                continue
+            body, size = shrinking(self.get, path, {**params, **position}, "maxResults", size)
             if not isinstance(body, dict):
                 raise ConnectorFailed(f"GET {path} did not answer a JSON object")
             issues = [i for i in body.get("issues") or [] if isinstance(i, dict) and i.get("key")]

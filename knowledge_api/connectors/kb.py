@@ -178,8 +178,7 @@ class KBClient:
                 fresh = [a for a in page if article_key(a) not in seen]
                 if page and not fresh:
                     raise HostUnavailable(
-                        f"{self.base_url}{ARTICLES_PATH} repeats the same page: it ignores "
-                        "`offset`"
+                        f"{self.base_url}{ARTICLES_PATH} repeats the same page: it ignores `offset`"
                     )
                 seen.update(article_key(a) for a in fresh)
                 yield fresh
