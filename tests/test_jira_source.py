@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
+from knowledge_api.connectors.base import Runtime
 from knowledge_api.connectors.http import Retries
 from knowledge_api.connectors.jira import JiraConnector
 from knowledge_api.models import ConnectorSource, Document
@@ -399,7 +400,7 @@ def test_a_page_that_keeps_failing_is_asked_again_smaller(cloud: Atlassian) -> N
     waits: list[float] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JIRA_PAT", PAT)
-        connector = JiraConnector(source, "ops", Retries(attempts=1, sleep=waits.append))
+        connector = JiraConnector(source, "ops", Runtime(Retries(attempts=1, sleep=waits.append)))
         try:
             documents = list(connector.changed("").documents)  # read as the pages come
         finally:

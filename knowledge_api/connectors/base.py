@@ -41,10 +41,11 @@ The contract every kind keeps (usecases/connectors.py runs it):
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
 import httpx
 
@@ -111,6 +112,47 @@ class Connector(Protocol):
     def close(self) -> None: ...
 
 
+class Kind:
+    """What the kinds' classes share: built by the registry (`from_settings`) for a
+    source, into a collection, with the service's runtime, then set up from the
+    source's settings (`setup`: the kind's own, which it checks); a kind calling an
+    HTTP API opens its client (`connect`) when first needed (`client`), and closing
+    the connector closes it."""
+
+    kind: ClassVar[str]
+    http: SourceHTTP | None = None
+
+    def __init__(
+        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
+    ) -> None:
+        self.source = source
+        self.collection = collection
+        self.runtime = runtime or Runtime()
+        self.setup(source)
+
+    def setup(self, source: ConnectorSource) -> None:
+        """Check the source's settings (InvalidRequest naming the field the kind
+        refuses) and keep what the kind reads of them."""
+
+    @classmethod
+    def from_settings(cls, source: ConnectorSource, collection: str, runtime: Runtime) -> Self:
+        return cls(source, collection, runtime)
+
+    def connect(self) -> SourceHTTP:
+        """The client of the kind's service (its URL, credentials, timeout)."""
+        raise NotImplementedError(f"{self.kind} calls no HTTP API")
+
+    def client(self) -> SourceHTTP:
+        if self.http is None:
+            self.http = self.connect()
+        return self.http
+
+    def close(self) -> None:
+        if self.http is not None:
+            self.http.close()
+            self.http = None
+
+
 def secret(source: ConnectorSource, key: str, environ: Mapping[str, str] | None = None) -> str:
     """The value of the secret `key` of `source` from its environment variable ('' when
     the source names none); ConfigurationError naming the variable when it is unset."""
@@ -146,6 +188,18 @@ def check_settings(
         raise InvalidRequest(f"secrets.{stray[0]}", rule)
     if "every" in source.settings:
         source.every(0.0)
+
+
+def json_cursor(cursor: str) -> dict[str, Any]:
+    """A cursor a kind keeps as a JSON object (a state per repository, channel...);
+    empty when there is none or it is of another form (the next run reads all once)."""
+    if not cursor:
+        return {}
+    try:
+        state = json.loads(cursor)
+    except ValueError:
+        return {}
+    return state if isinstance(state, dict) else {}
 
 
 def split(value: str) -> list[str]:

@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
 from knowledge_api.connectors import atlassian
-from knowledge_api.connectors.base import Runtime, Window, check_settings, split
-from knowledge_api.connectors.http import Retries, SourceHTTP, shrinking
+from knowledge_api.connectors.base import Kind, Window, check_settings, split
+from knowledge_api.connectors.http import SourceHTTP, shrinking
 from knowledge_api.connectors.markup import storage_text
 from knowledge_api.errors import ConnectorFailed, ExtractionError, InvalidRequest
 from knowledge_api.ingest.extract import DOCX, HTML, PDF, PPTX, extractor
@@ -44,15 +44,11 @@ EARLIEST_CLOCK = "Etc/GMT+12"
 """UTC-12: a time written so is read as no later than meant in any time zone."""
 
 
-class ConfluenceConnector:
+class ConfluenceConnector(Kind):
     kind: ClassVar[str] = "confluence"
 
-    def __init__(
-        self, source: ConnectorSource, collection: str, retries: Retries | None = None
-    ) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.source = source
-        self.collection = collection
         self.cloud = atlassian.is_cloud(source)
         url = urllib.parse.urlsplit(source.url.rstrip("/"))
         path = url.path or ("/wiki" if self.cloud else "")
@@ -60,15 +56,7 @@ class ConfluenceConnector:
         self.spaces = split(source.settings.get("spaces", ""))
         self.cql = source.settings.get("cql", "").strip()
         self.zone = source.settings.get("time_zone", "") or EARLIEST_CLOCK
-        self.retries = retries
-        self.http: SourceHTTP | None = None
         self.problems: list[str] = []
-
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> ConfluenceConnector:
-        return cls(source, collection, runtime.retries)
 
     # -- the connector --------------------------------------------------------------
 
@@ -115,17 +103,10 @@ class ConfluenceConnector:
                 seen.add(f"{page_id}/attachments/{item.get('title')}")
         return seen
 
-    def close(self) -> None:
-        if self.http is not None:
-            self.http.close()
-            self.http = None
-
     # -- reading ----------------------------------------------------------------------
 
-    def client(self) -> SourceHTTP:
-        if self.http is None:
-            self.http = atlassian.client(self.source, self.retries, self.site)
-        return self.http
+    def connect(self) -> SourceHTTP:
+        return atlassian.client(self.source, self.runtime.retries, self.site)
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         found = self.client().get_json(path, params)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from knowledge_api.connectors.base import Runtime, Window, check_settings, secret, split
+from knowledge_api.connectors.base import Kind, Window, check_settings, json_cursor, secret, split
 from knowledge_api.connectors.http import SourceHTTP
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.models import ConnectorSource, Document
@@ -33,27 +33,15 @@ API_VERSION = "2022-11-28"
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 
-class GitHubConnector:
+class GitHubConnector(Kind):
     kind: ClassVar[str] = "github"
 
-    def __init__(
-        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
-    ) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.source = source
-        self.collection = collection
-        self.runtime = runtime or Runtime()
         self.repos = split(source.settings["repos"])
         self.timeout = float(source.settings.get("timeout", "30"))
-        self.http: SourceHTTP | None = None
         self.listed: set[str] | None = None
         """Every item's source id, when this run read every repository whole."""
-
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> GitHubConnector:
-        return cls(source, collection, runtime)
 
     def changed(self, cursor: str) -> Window:
         window = Window()
@@ -81,25 +69,18 @@ class GitHubConnector:
             return self.listed
         return {item_id(repo, issue) for repo in self.repos for issue in self.issues(repo, "")}
 
-    def close(self) -> None:
-        if self.http is not None:
-            self.http.close()
-            self.http = None
-
     # -- reading ----------------------------------------------------------------------
 
-    def client(self) -> SourceHTTP:
-        if self.http is None:
-            headers = {
-                "Accept": "application/vnd.github+json",
-                "X-GitHub-Api-Version": API_VERSION,
-                "User-Agent": "knowledge-api",
-            }
-            token = secret(self.source, "token")
-            if token:
-                headers["Authorization"] = f"Bearer {token}"
-            self.http = self.runtime.http(self.source.url, headers=headers, timeout=self.timeout)
-        return self.http
+    def connect(self) -> SourceHTTP:
+        headers = {
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+            "User-Agent": "knowledge-api",
+        }
+        token = secret(self.source, "token")
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return self.runtime.http(self.source.url, headers=headers, timeout=self.timeout)
 
     def listing(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
         """Each item of a paged listing."""
@@ -230,13 +211,7 @@ def earlier(instant: str, seconds: float) -> str:
 
 def read_cursor(cursor: str) -> dict[str, str]:
     """Repository -> the latest `updated_at` a run saw there."""
-    if not cursor:
-        return {}
-    try:
-        state = json.loads(cursor)
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in state.items()} if isinstance(state, dict) else {}
+    return {str(k): str(v) for k, v in json_cursor(cursor).items()}
 
 
 def check(source: ConnectorSource) -> None:

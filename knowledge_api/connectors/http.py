@@ -285,6 +285,14 @@ def query_of(url: str, params: Mapping[str, Any] | None) -> dict[str, str]:
     return {**dict(httpx.URL(url).params), **{k: str(v) for k, v in (params or {}).items()}}
 
 
+def bearer(token: str) -> dict[str, str]:
+    """The headers of a JSON API's calls, the token (if any) as a bearer."""
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
 MESSAGE_LENGTH = 300
 CREDENTIAL_HEADERS = ("authorization", "cookie", "token", "key", "secret", "auth")
 """Words of the names of headers that carry credentials."""

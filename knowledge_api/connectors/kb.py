@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from knowledge_api import validation
-from knowledge_api.connectors.base import Runtime, Window, check_settings, secret
-from knowledge_api.connectors.http import Retries, SourceHTTP
+from knowledge_api.connectors.base import Kind, Window, check_settings, secret
+from knowledge_api.connectors.http import Retries, SourceHTTP, bearer
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.models import ConnectorSource, Document
 
@@ -205,13 +205,6 @@ class KBClient:
         return articles, total
 
 
-def bearer(token: str) -> dict[str, str]:
-    headers = {"Accept": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    return headers
-
-
 @dataclass(frozen=True)
 class Read:
     """What one read of the host found: its articles as documents, those left out with
@@ -232,27 +225,20 @@ def read(client: KBClient, since: str, collection: str) -> Read:
     return Read(len(raw), documents, invalid, {article_key(item) for item in raw})
 
 
-class KBConnector:
+class KBConnector(Kind):
     """The `kb` kind: a KB host's articles into the source's collection."""
 
     kind: ClassVar[str] = "kb"
 
-    def __init__(self, source: ConnectorSource, collection: str, runtime: Runtime) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.collection = collection
         self.host = source.url.rstrip("/")
         headers = bearer(secret(source, "token"))
         timeout = number(source, "timeout", 30.0)
         page_size = int(number(source, "page_size", 100))
-        self.client = KBClient(
-            lambda: runtime.http(self.host, headers, timeout=timeout), self.host, page_size
+        self.articles = KBClient(
+            lambda: self.runtime.http(self.host, headers, timeout=timeout), self.host, page_size
         )
-
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> KBConnector:
-        return cls(source, collection, runtime)
 
     def changed(self, since: str) -> Window:
         window = Window()
@@ -262,16 +248,13 @@ class KBConnector:
     def read(self, since: str, problems: list[str]) -> Iterator[Document]:
         """The articles updated since `since` as documents, a page at a time; those
         left out go to `problems` with their reason."""
-        for page in self.client.pages(since):
+        for page in self.articles.pages(since):
             articles, invalid = parse_articles(page)
             problems.extend(invalid)
             yield from (a.document(self.collection, self.host) for a in articles)
 
     def visible(self) -> set[str]:
-        return {article_key(raw) for raw in self.client.fetch()}
-
-    def close(self) -> None:
-        pass  # each read closed its client
+        return {article_key(raw) for raw in self.articles.fetch()}
 
 
 def number(source: ConnectorSource, name: str, default: float) -> float:

@@ -25,8 +25,8 @@ from xml.etree import ElementTree
 
 import httpx
 
-from knowledge_api.connectors.base import Runtime, Window, check_settings, split
-from knowledge_api.connectors.http import WAIT_CEILING
+from knowledge_api.connectors.base import Kind, Window, check_settings, split
+from knowledge_api.connectors.http import WAIT_CEILING, SourceHTTP
 from knowledge_api.connectors.pages import (
     AGENT,
     GONE,
@@ -85,14 +85,12 @@ class Crawl:
         return known.links
 
 
-class WebConnector:
+class WebConnector(Kind):
     kind: ClassVar[str] = "web"
+    http: SourceHTTP
 
-    def __init__(
-        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
-    ) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.collection = collection
         self.start = canonical(source.url)
         self.origin = origin_of(self.start)
         self.depth = int(source.settings.get("depth", DEPTH))
@@ -101,14 +99,8 @@ class WebConnector:
         self.pdfs = source.settings.get("pdf", "off") == "on"
         if is_sitemap(self.start):
             self.sitemaps.insert(0, self.start)
-        self.http = client(self.origin, float(source.settings.get("timeout", "30")), runtime)
+        self.http = client(self.origin, float(source.settings.get("timeout", "30")), self.runtime)
         self.seen: set[str] | None = None
-
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> WebConnector:
-        return cls(source, collection, runtime)
 
     # -- the connector --------------------------------------------------------------
 
@@ -167,9 +159,6 @@ class WebConnector:
             for _ in self.changed("").documents:
                 pass
         return set(self.seen or ())
-
-    def close(self) -> None:
-        self.http.close()
 
     # -- reading ----------------------------------------------------------------------
 
