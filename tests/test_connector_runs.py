@@ -1,6 +1,7 @@
 """The rules every connector's runs keep, with a fake kind whose service is a dict (and,
 for the HTTP rules, a real server on loopback): the overlap of incremental windows, an
-item read twice, the cursor, dates, retries, refusals that stop a run, the warning of a
+item read twice, a window written in bounded batches as its pages come, the cursor (a
+run stopped midway skips nothing), dates, retries, refusals that stop a run, the warning of a
 first sync that finds nothing, prunes (--full, KNOWLEDGE_PRUNE_EVERY) under the
 mass-delete guard, the scheduled runs, and what /health, /metrics and the listing say."""
 
@@ -421,6 +422,26 @@ async def test_a_prune_of_most_of_a_source_needs_allow_mass_delete(
     assert (await record(service, "jira")).last_error == refused.error
     allowed = await run(service, "jira", full=True, allow_mass_delete=True)
     assert allowed.report is not None and allowed.report.deleted == 3
+
+
+async def test_a_run_that_would_empty_most_of_a_source_empties_nothing(
+    service: KnowledgeService,
+) -> None:
+    """Every item lost its text (a changed API, a field renamed): the documents that
+    would be emptied are held back while the window streams by, and the guard refuses
+    them; the stored text stays until the run is allowed."""
+    vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}") for n in range(1, 5)})
+    await add(service, "jira", vendor)
+    await run(service, "jira")
+    vendor.items = {key: Item(" ", updated=ago(seconds=1)) for key in vendor.items}
+    refused = await run(service, "jira", full=True)
+    assert refused.error is not None and "(4 of them emptied)" in refused.error
+    kept = await stored(service, "jira")
+    assert sorted(doc.content for doc in kept.values()) == [f"Issue {n}" for n in range(1, 5)]
+    allowed = await run(service, "jira", full=True, allow_mass_delete=True)
+    assert allowed.error is None and allowed.plan is not None
+    assert any("(emptied: no text left)" in line for line in allowed.plan.lines())
+    assert all(not doc.content.strip() for doc in (await stored(service, "jira")).values())
 
 
 # -- failures and warnings -------------------------------------------------------------
