@@ -3,6 +3,7 @@
 the project takes.
 
     .venv/bin/python scripts/bench_jira.py [--issues 10000] [--runs 3] [--full-issues 10000]
+        [--skip-unchanged] [--skip-memory]
 
 The project is the tests' fake Jira Cloud (tests/atlassian_server.py: a real HTTP
 server on loopback, in this process), 100 issues a search page, each issue an MS MARCO
@@ -26,10 +27,12 @@ difference of two long timings is noise, so the same sync also runs with the fak
 embedder into another fresh file: that time is what the sync costs without the model,
 measured directly.
 
-Memory: the connector reads a quarter of the project and the whole of it under
-tracemalloc. Pages are streamed: what reading costs beyond the documents it hands
-back (one page of issues and its JSON at a time) stays the same as the project grows
-(the budget: flat).
+Memory: the first sync of a fifth of the project and of the whole of it, each the
+whole `knowledge-api sources sync` command (a new process, the fake embedder, a fresh
+SQLite file), and the peak resident memory of that process (`wait4`). The window's
+pages are streamed: the sync reads a batch of documents while the one before is
+embedded and written, so the peak stays the same as the project grows (the budget:
+flat); what grows is ids alone (those the run wrote, and the store's of the source).
 """
 
 from __future__ import annotations
@@ -38,24 +41,24 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from knowledge_api.compose import build_embedder, build_service  # noqa: E402
+from knowledge_api.compose import build_service  # noqa: E402
 from knowledge_api.connectors.jira import JiraConnector  # noqa: E402
 from knowledge_api.ingest.pipeline import chunked  # noqa: E402
 from knowledge_api.ledger import Actor  # noqa: E402
 from knowledge_api.models import ConnectorSource  # noqa: E402
 from knowledge_api.settings import Settings  # noqa: E402
 from knowledge_api.usecases.connectors import add_source, find_source, sync_source  # noqa: E402
-from scripts.bench_mail import DEFAULT_CORPUS, passages  # noqa: E402
+from scripts.bench_mail import DEFAULT_CORPUS, embedding_time, passages  # noqa: E402
 from scripts.bench_sources import command, environment  # noqa: E402
 from tests.atlassian_server import EMAIL, TOKEN, Atlassian, Comment, Issue, serving  # noqa: E402
 
@@ -93,11 +96,7 @@ def source(url: str) -> ConnectorSource:
 def unchanged(texts: list[str], runs: int) -> None:
     with serving(project(texts)) as jira, tempfile.TemporaryDirectory() as tmp:
         env = {**environment(Path(tmp), "sqlite"), TOKEN_VARIABLE: TOKEN}
-        command(
-            env, "sources", "add", "jira", "--kind", "jira", "--url", jira.url,
-            "--collection", "ops", "--set", "deployment=cloud", "--set", f"user={EMAIL}",
-            "--set", "jql=project = OPS", "--secret", f"token={TOKEN_VARIABLE}",
-        )  # fmt: skip
+        register(env, jira.url)
         seconds, _, line = command(env, "sources", "sync", "jira")
         print(f"first sync of {len(texts)} issues: {seconds:.1f} s ({line})", flush=True)
         walls, cpus = [], []
@@ -117,37 +116,53 @@ def unchanged(texts: list[str], runs: int) -> None:
 
 
 def memory(texts: list[str]) -> None:
-    os.environ[TOKEN_VARIABLE] = TOKEN
-    for count in (len(texts) // 4, len(texts)):
-        with serving(project(texts[:count])) as jira:
-            connector = JiraConnector(source(jira.url), "ops")
-            tracemalloc.start()
-            window = connector.changed("")
-            held, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            connector.close()
+    for count in (len(texts) // 5, len(texts)):
+        with serving(project(texts[:count])) as jira, tempfile.TemporaryDirectory() as tmp:
+            env = {**environment(Path(tmp), "sqlite"), TOKEN_VARIABLE: TOKEN}
+            register(env, jira.url)
+            peak, seconds, line = peak_memory(env, "sources", "sync", "jira")
             print(
-                f"reading {count} issues: documents {held / 2**20:.1f} MB, reading beyond "
-                f"them {(peak - held) / 2**20:.2f} MB at its peak ({len(window.documents)} "
-                "documents)",
+                f"first sync of {count} issues: peak RSS {peak / 2**20:.0f} MB, "
+                f"{seconds:.1f} s ({line}); load average {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
+
+
+def register(env: dict[str, str], url: str) -> None:
+    command(
+        env, "sources", "add", "jira", "--kind", "jira", "--url", url,
+        "--collection", "ops", "--set", "deployment=cloud", "--set", f"user={EMAIL}",
+        "--set", "jql=project = OPS", "--secret", f"token={TOKEN_VARIABLE}",
+    )  # fmt: skip
+
+
+def peak_memory(env: dict[str, str], *args: str) -> tuple[int, float, str]:
+    """(the peak resident bytes, wall seconds, output) of one command, its process
+    waited for with `wait4` (its own figures, not those of every child so far)."""
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "knowledge_api", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    out = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"{' '.join(args)} exited {child.returncode}: {out}")
+    return usage.ru_maxrss * 1024, time.perf_counter() - started, out.strip()
 
 
 def embedding_alone(url: str, settings: Settings) -> tuple[int, float]:
     """(passages, seconds) to embed the issues' passages alone in this process."""
     connector = JiraConnector(source(url), "ops")
     try:
-        documents = connector.changed("").documents
+        documents = chunked(connector.changed("").documents)
     finally:
         connector.close()
-    texts = [chunk.embedded_text for doc in chunked(documents) for chunk in doc.chunks]
-    embedder = build_embedder(settings)
-    embedder.load()
-    embedder.embed_documents(texts[:64])  # warm
-    started = time.perf_counter()
-    embedder.embed_documents(texts)
-    return len(texts), time.perf_counter() - started
+    return embedding_time(documents, settings)
 
 
 async def full_sync(url: str, settings: Settings) -> tuple[str, float]:

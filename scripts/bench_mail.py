@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +50,7 @@ from knowledge_api.compose import build_embedder, build_service  # noqa: E402
 from knowledge_api.ingest.loaders import LoadOptions, load_paths  # noqa: E402
 from knowledge_api.ingest.mail import Threads  # noqa: E402
 from knowledge_api.ingest.pipeline import chunked  # noqa: E402
+from knowledge_api.models import Document  # noqa: E402
 from knowledge_api.settings import Settings  # noqa: E402
 from scripts.bench_sources import command, environment  # noqa: E402
 from tests.imap_server import DOVECOT, PASSWORD, USER, dovecot, owned  # noqa: E402
@@ -122,11 +123,13 @@ def memory(path: Path) -> tuple[float, float, float]:
 
 def embedding_alone(path: Path, settings: Settings) -> tuple[int, float]:
     """(passages, seconds) to embed the mbox's passages alone in this process."""
-    texts = [
-        chunk.embedded_text
-        for doc in chunked(load_paths([path], LoadOptions()).documents)
-        for chunk in doc.chunks
-    ]
+    return embedding_time(chunked(load_paths([path], LoadOptions()).documents), settings)
+
+
+def embedding_time(documents: Iterable[Document], settings: Settings) -> tuple[int, float]:
+    """(passages, seconds) to embed the passages of (chunked) `documents` alone, with
+    the embedder of `settings` loaded and warmed first."""
+    texts = [chunk.embedded_text for doc in documents for chunk in doc.chunks]
     embedder = build_embedder(settings)
     embedder.load()
     embedder.embed_documents(texts[:64])  # warm

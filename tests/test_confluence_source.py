@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from knowledge_api.cli import main
+from knowledge_api.connectors.base import Runtime
 from knowledge_api.connectors.confluence import ConfluenceConnector
 from knowledge_api.connectors.http import Retries
 from knowledge_api.models import ConnectorSource, Document
@@ -400,12 +401,14 @@ def test_a_page_of_results_that_keeps_failing_is_asked_again_smaller(tmp_path: P
         patch.setenv("WIKI_PAT", PAT)
         settings = {"deployment": "cloud"}
         source = ConnectorSource("confluence", f"{state.url}/wiki", settings, {"token": "WIKI_PAT"})
-        connector = ConfluenceConnector(source, "ops", Retries(attempts=1, sleep=waits.append))
+        connector = ConfluenceConnector(
+            source, "ops", Runtime(Retries(attempts=1, sleep=waits.append))
+        )
         try:
-            window = connector.changed("")
+            documents = list(connector.changed("").documents)  # read as the pages come
         finally:
             connector.close()
-    pages = sorted(d.source_id for d in window.documents if "/" not in d.source_id)
+    pages = sorted(d.source_id for d in documents if "/" not in d.source_id)
     assert pages == sorted(site.pages)
     asked = [c.params["limit"] for c in state.calls if c.path.endswith("/content/search")]
     assert asked[:3] == ["50", "50", "25"] and set(asked[3:]) == {"2"}

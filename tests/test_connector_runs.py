@@ -1,6 +1,7 @@
 """The rules every connector's runs keep, with a fake kind whose service is a dict (and,
 for the HTTP rules, a real server on loopback): the overlap of incremental windows, an
-item read twice, the cursor, dates, retries, refusals that stop a run, the warning of a
+item read twice, a window written in bounded batches as its pages come, the cursor (a
+run stopped midway skips nothing), dates, retries, refusals that stop a run, the warning of a
 first sync that finds nothing, prunes (--full, KNOWLEDGE_PRUNE_EVERY) under the
 mass-delete guard, the scheduled runs, and what /health, /metrics and the listing say."""
 
@@ -55,6 +56,10 @@ class Vendor:
     twice: list[Document] = field(default_factory=list)
     """Read again at the end of the window (a page shifted under the search)."""
     fail: str = ""
+    page: int = 0
+    """Items a page of its search serves, one page at a time (0: all at once)."""
+    pages: int = 0
+    """Pages its searches have served."""
 
 
 VENDORS: dict[str, Vendor] = {}
@@ -94,7 +99,15 @@ class FakeConnector:
             for key, item in sorted(self.vendor.items.items())
             if item.indexed and (start is None or datetime.fromisoformat(item.updated) >= start)
         ]
+        if self.vendor.page:
+            return Window(self.paged(found))
         return Window(found + self.vendor.twice)
+
+    def paged(self, found: list[Document]) -> Iterator[Document]:
+        """The documents a page at a time, as a service's search serves them."""
+        for start in range(0, len(found), self.vendor.page):
+            self.vendor.pages += 1
+            yield from found[start : start + self.vendor.page]
 
     def visible(self) -> set[str]:
         self.vendor.listed += 1
@@ -273,6 +286,73 @@ async def test_the_cursor_moves_only_once_the_window_is_stored(settings: Setting
         await service.stop()
 
 
+def pages_left(vendor: Vendor) -> int:
+    return -(-len(vendor.items) // vendor.page) - vendor.pages
+
+
+async def test_a_window_is_written_in_bounded_batches_while_it_is_read(
+    service: KnowledgeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window of 40 items served 4 a page: the store is written batch by batch (at
+    most READ_BATCH documents a write) while the service still has pages to serve, so
+    a run never holds a whole project."""
+    monkeypatch.setattr(registry, "READ_BATCH", 6)
+    vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}", updated=ago(hours=1)) for n in range(40)})
+    vendor.page = 4
+    writes: list[tuple[int, int]] = []
+    index = service.store.index_documents
+
+    async def recorded(documents: Any) -> None:
+        writes.append((len(documents), pages_left(vendor)))
+        await index(documents)
+
+    monkeypatch.setattr(service.store, "index_documents", recorded)
+    await add(service, "jira", vendor)
+    result = await run(service, "jira")
+    assert result.error is None and result.plan is not None and len(result.plan.added) == 40
+    assert len(writes) >= 40 // 6 and all(size <= 6 for size, _ in writes)
+    assert writes[0][1] > 0  # written while pages were still to be read
+    assert len(await stored(service, "jira")) == 40
+
+
+async def test_a_run_stopped_midway_keeps_its_cursor_and_skips_nothing_next_time(
+    service: KnowledgeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store fails on the second batch of a window: the first batch stays written,
+    the cursor stays where it was, and the next run reads the window again and writes
+    the rest (the first batch, unchanged, is not embedded again)."""
+    monkeypatch.setattr(registry, "READ_BATCH", 5)
+    vendor = Vendor({f"OPS-{n:02}": Item(f"Old issue {n}", updated=ago(days=3)) for n in range(3)})
+    vendor.page = 5
+    await add(service, "jira", vendor)
+    assert (await run(service, "jira")).error is None
+    cursor = (await record(service, "jira")).cursor
+    vendor.items |= {
+        f"OPS-{n:02}": Item(f"New issue {n}", updated=ago(seconds=1)) for n in range(3, 20)
+    }
+    index, writes = service.store.index_documents, []
+
+    async def failing(documents: Any) -> None:
+        writes.append(len(documents))
+        if len(writes) == 2:
+            raise KnowledgeStoreError("the disk is full")
+        await index(documents)
+
+    monkeypatch.setattr(service.store, "index_documents", failing)
+    stopped = await run(service, "jira")
+    assert stopped.error is not None and "the disk is full" in stopped.error
+    assert (await record(service, "jira")).cursor == cursor
+    assert 3 < len(await stored(service, "jira")) < 20
+    monkeypatch.setattr(service.store, "index_documents", index)
+    again = await run(service, "jira")
+    assert again.error is None and again.report is not None
+    assert sorted(await stored(service, "jira")) == sorted(vendor.items)
+    assert again.plan is not None and again.plan.unchanged == writes[0]
+    assert again.report.indexed.embedded == 20 - 3 - writes[0]
+    moved = await record(service, "jira")
+    assert moved.last_error is None and moved.cursor >= cursor
+
+
 # -- prunes ----------------------------------------------------------------------------
 
 
@@ -342,6 +422,26 @@ async def test_a_prune_of_most_of_a_source_needs_allow_mass_delete(
     assert (await record(service, "jira")).last_error == refused.error
     allowed = await run(service, "jira", full=True, allow_mass_delete=True)
     assert allowed.report is not None and allowed.report.deleted == 3
+
+
+async def test_a_run_that_would_empty_most_of_a_source_empties_nothing(
+    service: KnowledgeService,
+) -> None:
+    """Every item lost its text (a changed API, a field renamed): the documents that
+    would be emptied are held back while the window streams by, and the guard refuses
+    them; the stored text stays until the run is allowed."""
+    vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}") for n in range(1, 5)})
+    await add(service, "jira", vendor)
+    await run(service, "jira")
+    vendor.items = {key: Item(" ", updated=ago(seconds=1)) for key in vendor.items}
+    refused = await run(service, "jira", full=True)
+    assert refused.error is not None and "(4 of them emptied)" in refused.error
+    kept = await stored(service, "jira")
+    assert sorted(doc.content for doc in kept.values()) == [f"Issue {n}" for n in range(1, 5)]
+    allowed = await run(service, "jira", full=True, allow_mass_delete=True)
+    assert allowed.error is None and allowed.plan is not None
+    assert any("(emptied: no text left)" in line for line in allowed.plan.lines())
+    assert all(not doc.content.strip() for doc in (await stored(service, "jira")).values())
 
 
 # -- failures and warnings -------------------------------------------------------------

@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
+from knowledge_api.connectors.base import Runtime
 from knowledge_api.connectors.http import Retries
 from knowledge_api.connectors.jira import JiraConnector
 from knowledge_api.models import ConnectorSource, Document
@@ -399,12 +400,12 @@ def test_a_page_that_keeps_failing_is_asked_again_smaller(cloud: Atlassian) -> N
     waits: list[float] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JIRA_PAT", PAT)
-        connector = JiraConnector(source, "ops", Retries(attempts=1, sleep=waits.append))
+        connector = JiraConnector(source, "ops", Runtime(Retries(attempts=1, sleep=waits.append)))
         try:
-            window = connector.changed("")
+            documents = list(connector.changed("").documents)  # read as the pages come
         finally:
             connector.close()
-    assert sorted(doc.source_id for doc in window.documents) == sorted(cloud.issues)
+    assert sorted(doc.source_id for doc in documents) == sorted(cloud.issues)
     asked = [c.params["maxResults"] for c in cloud.searches()]
     assert asked == ["100", "100", "50", "50", "25"]
     assert cloud.searches()[-1].params["jql"] == 'created >= "1970-01-01" ORDER BY key ASC'

@@ -17,14 +17,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from knowledge_api.connectors.base import secret
 from knowledge_api.connectors.http import Retries, SourceHTTP
-from knowledge_api.errors import ConnectorFailed, InvalidRequest
+from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import ConnectorSource
 
 SETTINGS = ("deployment", "user", "timeout")
 SECRETS = ("token", "email")
 DEPLOYMENTS = ("cloud", "server")
 CLOUD_HOSTS = (".atlassian.net", ".jira.com", ".jira-dev.com")
-SMALLEST_PAGE = 10
 
 
 def check(source: ConnectorSource, product: str) -> None:
@@ -82,16 +81,6 @@ def client(
         retries=retries,
         timeout=float(source.settings.get("timeout", "30")),
     )
-
-
-def smaller(error: ConnectorFailed, size: int) -> int | None:
-    """The page size to ask again with after a page kept failing with 5xx (a large page
-    can time the server out): half, down to SMALLEST_PAGE; None for another error or a
-    page that small already."""
-    status = error.details.get("status")
-    if isinstance(status, int) and status >= 500 and size > SMALLEST_PAGE:
-        return max(SMALLEST_PAGE, size // 2)
-    return None
 
 
 def now() -> datetime:

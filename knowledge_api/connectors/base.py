@@ -18,13 +18,16 @@ The contract every kind keeps (usecases/connectors.py runs it):
   the service has them; "" leaves them to the store (created when first stored, updated
   when written). Filters, recency and listings use them, and the run keeps, of an item
   read twice in one window, the copy updated last.
-- `changed(since)`: the items updated at or after `since` ("" for every item). The run
+- `changed(since)`: the items updated at or after `since` ("" for every item), as a
+  `Window` whose documents come as the service's pages are read (a generator). The run
   passes the last cursor moved back by KNOWLEDGE_SYNC_OVERLAP when it is an ISO 8601
   instant, so an item a service's search returned late (its index lags) is read by the
   next run; a cursor of another form (a mailbox's UIDs) is the kind's own, handed back
   as it was left. `Window.cursor` "" stands for the instant the read began, which is
-  what a kind searching by update time should leave. The cursor is stored only once the
-  window's documents are.
+  what a kind searching by update time should leave. The run writes the documents in
+  batches as they come and stores the cursor only once every one of them is: a run
+  that stops midway leaves the cursor where it was, and the next run reads the window
+  again (what was written already is unchanged, neither embedded nor written again).
 - `visible()`: the source id of every item, asked only when the run prunes (`sources
   sync --full`, or a source's last prune older than KNOWLEDGE_PRUNE_EVERY); a kind
   that learns them anyway while reading (it reads the service whole) sets `Window.seen`
@@ -38,10 +41,11 @@ The contract every kind keeps (usecases/connectors.py runs it):
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
 import httpx
 
@@ -52,11 +56,16 @@ from knowledge_api.models import ConnectorSource, Document
 
 @dataclass
 class Window:
-    """What one run read: the documents new or changed since the cursor it started
+    """What one run reads: the documents new or changed since the cursor it started
     from, and the cursor the next run starts from once they are stored ("": the instant
-    the read began)."""
+    the read began).
 
-    documents: list[Document]
+    `documents` is read once, as the run writes them: a kind hands a generator that
+    reads its service page by page, so no run holds a whole project. What a kind learns
+    only by reading (its cursor, `problems`, `seen`) it sets on the window as the
+    generator ends; the run reads them then."""
+
+    documents: Iterable[Document] = ()
     cursor: str = ""
     problems: list[str] = field(default_factory=list)
     """Items left out (unreadable), each with its reason: the run goes on without them."""
@@ -103,6 +112,47 @@ class Connector(Protocol):
     def close(self) -> None: ...
 
 
+class Kind:
+    """What the kinds' classes share: built by the registry (`from_settings`) for a
+    source, into a collection, with the service's runtime, then set up from the
+    source's settings (`setup`: the kind's own, which it checks); a kind calling an
+    HTTP API opens its client (`connect`) when first needed (`client`), and closing
+    the connector closes it."""
+
+    kind: ClassVar[str]
+    http: SourceHTTP | None = None
+
+    def __init__(
+        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
+    ) -> None:
+        self.source = source
+        self.collection = collection
+        self.runtime = runtime or Runtime()
+        self.setup(source)
+
+    def setup(self, source: ConnectorSource) -> None:
+        """Check the source's settings (InvalidRequest naming the field the kind
+        refuses) and keep what the kind reads of them."""
+
+    @classmethod
+    def from_settings(cls, source: ConnectorSource, collection: str, runtime: Runtime) -> Self:
+        return cls(source, collection, runtime)
+
+    def connect(self) -> SourceHTTP:
+        """The client of the kind's service (its URL, credentials, timeout)."""
+        raise NotImplementedError(f"{self.kind} calls no HTTP API")
+
+    def client(self) -> SourceHTTP:
+        if self.http is None:
+            self.http = self.connect()
+        return self.http
+
+    def close(self) -> None:
+        if self.http is not None:
+            self.http.close()
+            self.http = None
+
+
 def secret(source: ConnectorSource, key: str, environ: Mapping[str, str] | None = None) -> str:
     """The value of the secret `key` of `source` from its environment variable ('' when
     the source names none); ConfigurationError naming the variable when it is unset."""
@@ -138,6 +188,18 @@ def check_settings(
         raise InvalidRequest(f"secrets.{stray[0]}", rule)
     if "every" in source.settings:
         source.every(0.0)
+
+
+def json_cursor(cursor: str) -> dict[str, Any]:
+    """A cursor a kind keeps as a JSON object (a state per repository, channel...);
+    empty when there is none or it is of another form (the next run reads all once)."""
+    if not cursor:
+        return {}
+    try:
+        state = json.loads(cursor)
+    except ValueError:
+        return {}
+    return state if isinstance(state, dict) else {}
 
 
 def split(value: str) -> list[str]:

@@ -19,13 +19,14 @@ import logging
 import tempfile
 import urllib.parse
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
 from knowledge_api.connectors import atlassian
-from knowledge_api.connectors.base import Runtime, Window, check_settings, split
-from knowledge_api.connectors.http import Retries, SourceHTTP
+from knowledge_api.connectors.base import Kind, Window, check_settings, split
+from knowledge_api.connectors.http import SourceHTTP, shrinking
 from knowledge_api.connectors.markup import storage_text
 from knowledge_api.errors import ConnectorFailed, ExtractionError, InvalidRequest
 from knowledge_api.ingest.extract import DOCX, HTML, PDF, PPTX, extractor
@@ -43,15 +44,11 @@ EARLIEST_CLOCK = "Etc/GMT+12"
 """UTC-12: a time written so is read as no later than meant in any time zone."""
 
 
-class ConfluenceConnector:
+class ConfluenceConnector(Kind):
     kind: ClassVar[str] = "confluence"
 
-    def __init__(
-        self, source: ConnectorSource, collection: str, retries: Retries | None = None
-    ) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.source = source
-        self.collection = collection
         self.cloud = atlassian.is_cloud(source)
         url = urllib.parse.urlsplit(source.url.rstrip("/"))
         path = url.path or ("/wiki" if self.cloud else "")
@@ -59,32 +56,28 @@ class ConfluenceConnector:
         self.spaces = split(source.settings.get("spaces", ""))
         self.cql = source.settings.get("cql", "").strip()
         self.zone = source.settings.get("time_zone", "") or EARLIEST_CLOCK
-        self.retries = retries
-        self.http: SourceHTTP | None = None
         self.problems: list[str] = []
-
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> ConfluenceConnector:
-        return cls(source, collection, runtime.retries)
 
     # -- the connector --------------------------------------------------------------
 
     def changed(self, cursor: str) -> Window:
         started = atlassian.now()
-        since = atlassian.since(cursor)
         self.problems = []
-        documents: list[Document] = []
+        documents = self.read(atlassian.since(cursor))
+        return Window(documents, atlassian.cursor_of(started), self.problems)
+
+    def read(self, since: datetime | None) -> Iterator[Document]:
+        """The documents of the pages modified since `since` (all when None), as the
+        search's pages come."""
         if since is None:
             for page in self.search(self.scope("page"), EXPAND, PAGE):
-                documents.extend(self.documents(page))
-            return Window(documents, atlassian.cursor_of(started), self.problems)
+                yield from self.documents(page)
+            return
         bound = f'lastmodified >= "{atlassian.query_time(since, self.zone)}"'
         done: set[str] = set()
         for page in self.search(self.scope("page", bound), EXPAND, PAGE):
             done.add(str(page["id"]))
-            documents.extend(self.documents(page))
+            yield from self.documents(page)
         # a new comment or attachment leaves its page's date as it was: such pages are
         # read again whole, those the source's spaces and CQL take
         touched: list[str] = []
@@ -97,8 +90,7 @@ class ConfluenceConnector:
         for start in range(0, len(touched), PAGE):
             ids = f"id in ({','.join(touched[start : start + PAGE])})"
             for page in self.search(self.scope("page", ids), EXPAND, PAGE):
-                documents.extend(self.documents(page))
-        return Window(documents, atlassian.cursor_of(started), self.problems)
+                yield from self.documents(page)
 
     def visible(self) -> set[str]:
         """Every page's id, and `PAGE ID/attachments/FILE` of every attachment of a known
@@ -111,17 +103,10 @@ class ConfluenceConnector:
                 seen.add(f"{page_id}/attachments/{item.get('title')}")
         return seen
 
-    def close(self) -> None:
-        if self.http is not None:
-            self.http.close()
-            self.http = None
-
     # -- reading ----------------------------------------------------------------------
 
-    def client(self) -> SourceHTTP:
-        if self.http is None:
-            self.http = atlassian.client(self.source, self.retries, self.site)
-        return self.http
+    def connect(self) -> SourceHTTP:
+        return atlassian.client(self.source, self.runtime.retries, self.site)
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         found = self.client().get_json(path, params)
@@ -153,15 +138,9 @@ class ConfluenceConnector:
         `next` link each page gives. A page that keeps failing with 5xx is asked again
         with half as many results, down to 10."""
         while True:
-            try:
-                body = self.get(path, params)
-            except ConnectorFailed as e:
-                half = atlassian.smaller(e, int(params.get("limit") or PAGE))
-                if half is None:
-                    raise
-                params = {**params, "limit": half}
-                log.warning("%s; asking again for %d results a page", e.message, half)
-                continue
+            limit = int(params.get("limit") or PAGE)
+            body, limit = shrinking(self.get, path, params, "limit", limit)
+            params = {**params, "limit": limit}
             yield from (r for r in body.get("results") or [] if isinstance(r, dict) and r.get("id"))
             links = body.get("_links") or {}
             following = str(links.get("next") or "")

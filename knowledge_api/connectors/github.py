@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from knowledge_api.connectors.base import Runtime, Window, check_settings, secret, split
+from knowledge_api.connectors.base import Kind, Window, check_settings, json_cursor, secret, split
 from knowledge_api.connectors.http import SourceHTTP
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.models import ConnectorSource, Document
@@ -33,66 +33,54 @@ API_VERSION = "2022-11-28"
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 
-class GitHubConnector:
+class GitHubConnector(Kind):
     kind: ClassVar[str] = "github"
 
-    def __init__(
-        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
-    ) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.source = source
-        self.collection = collection
-        self.runtime = runtime or Runtime()
         self.repos = split(source.settings["repos"])
         self.timeout = float(source.settings.get("timeout", "30"))
-        self.http: SourceHTTP | None = None
         self.listed: set[str] | None = None
         """Every item's source id, when this run read every repository whole."""
 
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> GitHubConnector:
-        return cls(source, collection, runtime)
-
     def changed(self, cursor: str) -> Window:
-        since = read_cursor(cursor)
-        documents: list[Document] = []
+        window = Window()
+        window.documents = self.read(read_cursor(cursor), window)
+        return window
+
+    def read(self, since: dict[str, str], window: Window) -> Iterator[Document]:
+        """Each repository's items updated since its cursor, as the listing's pages
+        come; the window's cursor once all are read."""
         state: dict[str, str] = {}
+        listed: set[str] = set()
         for repo in self.repos:
             newest = since.get(repo, "")
             for issue in self.issues(repo, earlier(newest, self.runtime.overlap)):
-                documents.append(self.document(repo, issue))
+                listed.add(item_id(repo, issue))
+                yield self.document(repo, issue)
                 newest = max(newest, str(issue.get("updated_at") or ""))
             state[repo] = newest
         if not any(since.get(repo) for repo in self.repos):
-            self.listed = {doc.source_id for doc in documents}
-        return Window(documents, json.dumps(state, sort_keys=True))
+            self.listed = listed
+        window.cursor = json.dumps(state, sort_keys=True)
 
     def visible(self) -> set[str]:
         if self.listed is not None:
             return self.listed
         return {item_id(repo, issue) for repo in self.repos for issue in self.issues(repo, "")}
 
-    def close(self) -> None:
-        if self.http is not None:
-            self.http.close()
-            self.http = None
-
     # -- reading ----------------------------------------------------------------------
 
-    def client(self) -> SourceHTTP:
-        if self.http is None:
-            headers = {
-                "Accept": "application/vnd.github+json",
-                "X-GitHub-Api-Version": API_VERSION,
-                "User-Agent": "knowledge-api",
-            }
-            token = secret(self.source, "token")
-            if token:
-                headers["Authorization"] = f"Bearer {token}"
-            self.http = self.runtime.http(self.source.url, headers=headers, timeout=self.timeout)
-        return self.http
+    def connect(self) -> SourceHTTP:
+        headers = {
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+            "User-Agent": "knowledge-api",
+        }
+        token = secret(self.source, "token")
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return self.runtime.http(self.source.url, headers=headers, timeout=self.timeout)
 
     def listing(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
         """Each item of a paged listing."""
@@ -223,13 +211,7 @@ def earlier(instant: str, seconds: float) -> str:
 
 def read_cursor(cursor: str) -> dict[str, str]:
     """Repository -> the latest `updated_at` a run saw there."""
-    if not cursor:
-        return {}
-    try:
-        state = json.loads(cursor)
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in state.items()} if isinstance(state, dict) else {}
+    return {str(k): str(v) for k, v in json_cursor(cursor).items()}
 
 
 def check(source: ConnectorSource) -> None:

@@ -21,7 +21,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import httpx
 
@@ -42,6 +43,7 @@ STOPS = {
 RETRIED = {429, 500, 502, 503, 504}
 SMALLEST_PAGE = 10
 """A failing page is not asked for in halves smaller than this."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -212,21 +214,16 @@ class SourceHTTP:
     ) -> Iterator[Any]:
         """The decoded body of each page, following the `Link` header's `rel="next"`
         (RFC 8288, as GitHub pages) until a page names none. A page that keeps failing
-        with 5xx (a listing too heavy to build in time) is asked again in halves, its
-        `size` parameter halved while it is even and above SMALLEST_PAGE."""
+        with 5xx is asked again smaller (`shrinking`): its `size` parameter halved, and
+        its `page` number moved to match."""
         url: str | None = path
         while url is not None:
-            try:
+            count = int(query_of(url, params).get(size, "0") or 0)
+            if count:
+                asked = partial(self.resized, size, count)
+                response, _ = shrinking(asked, url, params or {}, size, count, exact=True)
+            else:
                 response = self.request("GET", url, params=params)
-            except ConnectorFailed as e:
-                smaller = (
-                    halved(url, params, size) if (e.details.get("status") or 0) >= 500 else None
-                )
-                if smaller is None:
-                    raise
-                log.info("%s; asking for pages half that size", e.message)
-                url, params = smaller, None
-                continue
             params = None  # the next link carries them
             try:
                 yield response.json()
@@ -234,22 +231,66 @@ class SourceHTTP:
                 raise ConnectorFailed(f"GET {url}: the answer is not JSON") from e
             url = response.links.get("next", {}).get("url")
 
+    def resized(self, size: str, count: int, url: str, params: Mapping[str, Any]) -> httpx.Response:
+        """A page of `url` (`count` items a page) asked for with the `size` `params`
+        say: its first part when that is smaller, its `page` number moved to match."""
+        query = query_of(url, params)
+        smaller = int(query[size])
+        if "page" in query and smaller != count:
+            query["page"] = str((int(query["page"]) - 1) * (count // smaller) + 1)
+        return self.request("GET", str(httpx.URL(url).copy_with(query=None)), params=query)
+
     def close(self) -> None:
         self.client.close()
 
 
-def halved(url: str, params: Mapping[str, Any] | None, size: str) -> str | None:
-    """The URL of the first half of a page of `url` (its `size` parameter halved, its
-    `page` number doubled to match); None when the size is odd or too small to halve."""
-    parts = httpx.URL(url)
-    query = {**dict(parts.params), **{k: str(v) for k, v in (params or {}).items()}}
-    count = int(query.get(size, "0") or 0)
-    if count % 2 or count // 2 < SMALLEST_PAGE:
+def smaller(error: ConnectorFailed, size: int, exact: bool = False) -> int | None:
+    """The size of page to ask for again after a page of `size` kept failing with 5xx
+    (a large page can time the server out): half, down to SMALLEST_PAGE; None for
+    another error, or a page that small already. An `exact` half (a listing paged by
+    page number, whose pages must stay aligned) halves only an even size."""
+    status = error.details.get("status")
+    if not isinstance(status, int) or status < 500 or size <= SMALLEST_PAGE:
         return None
-    query[size] = str(count // 2)
-    if "page" in query:
-        query["page"] = str(2 * int(query["page"]) - 1)
-    return str(parts.copy_with(query=None).copy_merge_params(query))
+    if exact:
+        return size // 2 if size % 2 == 0 and size // 2 >= SMALLEST_PAGE else None
+    return max(SMALLEST_PAGE, size // 2)
+
+
+def shrinking(
+    get: Callable[[str, dict[str, Any]], T],
+    path: str,
+    params: Mapping[str, Any],
+    name: str,
+    size: int,
+    exact: bool = False,
+) -> tuple[T, int]:
+    """`get(path, params)` of a page of a listing, `size` items a page (its parameter
+    `name`), asked again with pages `smaller` while it keeps failing with 5xx; its
+    answer and the size that got it (the listing goes on with it). The last failure
+    when no smaller page is left."""
+    while True:
+        try:
+            return get(path, {**params, name: size}), size
+        except ConnectorFailed as e:
+            half = smaller(e, size, exact)
+            if half is None:
+                raise
+            log.warning("%s; asking again for %d a page", e.message, half)
+            size = half
+
+
+def query_of(url: str, params: Mapping[str, Any] | None) -> dict[str, str]:
+    """The query of a call: its URL's, with `params` over it."""
+    return {**dict(httpx.URL(url).params), **{k: str(v) for k, v in (params or {}).items()}}
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The headers of a JSON API's calls, the token (if any) as a bearer."""
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
 
 
 MESSAGE_LENGTH = 300

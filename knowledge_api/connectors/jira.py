@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from knowledge_api.connectors import atlassian
-from knowledge_api.connectors.base import Runtime, Window, check_settings
-from knowledge_api.connectors.http import Retries, SourceHTTP
+from knowledge_api.connectors.base import Kind, Window, check_settings
+from knowledge_api.connectors.http import SourceHTTP, shrinking
 from knowledge_api.connectors.markup import adf_text, wiki_text
 from knowledge_api.errors import ConnectorFailed
 from knowledge_api.models import ConnectorSource, Document
@@ -57,27 +57,15 @@ EVERYTHING = 'created >= "1970-01-01"'
 _ORDER = re.compile(r"\s+order\s+by\s+.*$", re.IGNORECASE | re.DOTALL)
 
 
-class JiraConnector:
+class JiraConnector(Kind):
     kind: ClassVar[str] = "jira"
 
-    def __init__(
-        self, source: ConnectorSource, collection: str, retries: Retries | None = None
-    ) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.source = source
-        self.collection = collection
         self.base_url = source.url.rstrip("/")
         self.cloud = atlassian.is_cloud(source)
         self.api = "/rest/api/3" if self.cloud else "/rest/api/2"
         self.jql = _ORDER.sub("", source.settings.get("jql", "")).strip()
-        self.retries = retries
-        self.http: SourceHTTP | None = None
-
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> JiraConnector:
-        return cls(source, collection, runtime.retries)
 
     # -- the connector --------------------------------------------------------------
 
@@ -87,23 +75,16 @@ class JiraConnector:
         bound = None
         if since is not None:
             bound = f'updated >= "{atlassian.query_time(since, self.time_zone())}"'
-        documents = [self.document(issue) for issue in self.search(bound, FIELDS)]
+        documents = (self.document(issue) for issue in self.search(bound, FIELDS))
         return Window(documents, atlassian.cursor_of(started))
 
     def visible(self) -> set[str]:
         return {str(issue["key"]) for issue in self.search(None, ("updated",), IDS_PAGE)}
 
-    def close(self) -> None:
-        if self.http is not None:
-            self.http.close()
-            self.http = None
-
     # -- reading ----------------------------------------------------------------------
 
-    def client(self) -> SourceHTTP:
-        if self.http is None:
-            self.http = atlassian.client(self.source, self.retries)
-        return self.http
+    def connect(self) -> SourceHTTP:
+        return atlassian.client(self.source, self.runtime.retries)
 
     def time_zone(self) -> str:
         """The account's time zone, in which Jira reads a JQL date."""
@@ -126,15 +107,7 @@ class JiraConnector:
         params: dict[str, Any] = {"jql": self.query(bound), "fields": ",".join(fields)}
         position: dict[str, Any] = {} if self.cloud else {"startAt": 0}
         while True:
-            try:
-                body = self.get(path, {**params, **position, "maxResults": size})
-            except ConnectorFailed as e:
-                half = atlassian.smaller(e, size)
-                if half is None:
-                    raise
-                size = half
-                log.warning("%s; asking again for %d issues a page", e.message, size)
-                continue
+            body, size = shrinking(self.get, path, {**params, **position}, "maxResults", size)
             if not isinstance(body, dict):
                 raise ConnectorFailed(f"GET {path} did not answer a JSON object")
             issues = [i for i in body.get("issues") or [] if isinstance(i, dict) and i.get("key")]

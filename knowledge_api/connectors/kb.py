@@ -12,14 +12,14 @@ KNOWLEDGE_KB_SYNC_URL; usecases/kb_sync.py). An incremental read asks for the ar
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from knowledge_api import validation
-from knowledge_api.connectors.base import Runtime, Window, check_settings, secret
-from knowledge_api.connectors.http import Retries, SourceHTTP
+from knowledge_api.connectors.base import Kind, Window, check_settings, secret
+from knowledge_api.connectors.http import Retries, SourceHTTP, bearer
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.models import ConnectorSource, Document
 
@@ -162,30 +162,31 @@ class KBClient:
 
     def fetch(self, updated_since: str = "") -> list[Any]:
         """Every article (updated since `updated_since`), page after page."""
+        return [article for page in self.pages(updated_since) for article in page]
+
+    def pages(self, updated_since: str) -> Iterator[list[Any]]:
+        """The articles a page at a time, each once, with a client opened for the
+        read and closed at its end."""
         http = self.connect()
         try:
-            return self.pages(http, updated_since)
+            seen: set[str] = set()
+            for _ in range(MAX_PAGES):
+                params: dict[str, Any] = {"limit": self.page_size, "offset": len(seen)}
+                if updated_since:
+                    params["updated_since"] = updated_since
+                page, total = self.page(http, params)
+                fresh = [a for a in page if article_key(a) not in seen]
+                if page and not fresh:
+                    raise HostUnavailable(
+                        f"{self.base_url}{ARTICLES_PATH} repeats the same page: it ignores `offset`"
+                    )
+                seen.update(article_key(a) for a in fresh)
+                yield fresh
+                if not page or len(seen) >= total:
+                    return
+            raise HostUnavailable(f"{self.base_url}{ARTICLES_PATH} never reached its total")
         finally:
             http.close()
-
-    def pages(self, http: SourceHTTP, updated_since: str) -> list[Any]:
-        articles: list[Any] = []
-        seen: set[str] = set()
-        for _ in range(MAX_PAGES):
-            params: dict[str, Any] = {"limit": self.page_size, "offset": len(articles)}
-            if updated_since:
-                params["updated_since"] = updated_since
-            page, total = self.page(http, params)
-            fresh = [a for a in page if article_key(a) not in seen]
-            if page and not fresh:
-                raise HostUnavailable(
-                    f"{self.base_url}{ARTICLES_PATH} repeats the same page: it ignores `offset`"
-                )
-            seen.update(article_key(a) for a in fresh)
-            articles.extend(fresh)
-            if not page or len(articles) >= total:
-                return articles
-        raise HostUnavailable(f"{self.base_url}{ARTICLES_PATH} never reached its total")
 
     def page(self, http: SourceHTTP, params: dict[str, Any]) -> tuple[list[Any], int]:
         try:
@@ -202,13 +203,6 @@ class KBClient:
                 f"{self.base_url}{ARTICLES_PATH} answered without an `articles` list and `total`"
             )
         return articles, total
-
-
-def bearer(token: str) -> dict[str, str]:
-    headers = {"Accept": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    return headers
 
 
 @dataclass(frozen=True)
@@ -231,37 +225,36 @@ def read(client: KBClient, since: str, collection: str) -> Read:
     return Read(len(raw), documents, invalid, {article_key(item) for item in raw})
 
 
-class KBConnector:
+class KBConnector(Kind):
     """The `kb` kind: a KB host's articles into the source's collection."""
 
     kind: ClassVar[str] = "kb"
 
-    def __init__(self, source: ConnectorSource, collection: str, runtime: Runtime) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.collection = collection
         self.host = source.url.rstrip("/")
         headers = bearer(secret(source, "token"))
         timeout = number(source, "timeout", 30.0)
         page_size = int(number(source, "page_size", 100))
-        self.client = KBClient(
-            lambda: runtime.http(self.host, headers, timeout=timeout), self.host, page_size
+        self.articles = KBClient(
+            lambda: self.runtime.http(self.host, headers, timeout=timeout), self.host, page_size
         )
 
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> KBConnector:
-        return cls(source, collection, runtime)
-
     def changed(self, since: str) -> Window:
-        found = read(self.client, iso_timestamp(since) if since else "", self.collection)
-        return Window(found.documents, problems=found.invalid)
+        window = Window()
+        window.documents = self.read(iso_timestamp(since) if since else "", window.problems)
+        return window
+
+    def read(self, since: str, problems: list[str]) -> Iterator[Document]:
+        """The articles updated since `since` as documents, a page at a time; those
+        left out go to `problems` with their reason."""
+        for page in self.articles.pages(since):
+            articles, invalid = parse_articles(page)
+            problems.extend(invalid)
+            yield from (a.document(self.collection, self.host) for a in articles)
 
     def visible(self) -> set[str]:
-        return {article_key(raw) for raw in self.client.fetch()}
-
-    def close(self) -> None:
-        pass  # each read closed its client
+        return {article_key(raw) for raw in self.articles.fetch()}
 
 
 def number(source: ConnectorSource, name: str, default: float) -> float:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any, ClassVar
 
-from knowledge_api.connectors.base import Runtime, Window, check_settings, secret
+from knowledge_api.connectors.base import Kind, Window, check_settings, secret
+from knowledge_api.connectors.http import SourceHTTP, bearer
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.ingest.metrics import SOURCE_TYPE, mapping, rule_part
 from knowledge_api.models import ConnectorSource, Document
@@ -21,25 +22,14 @@ SETTINGS = ("timeout",)
 SECRETS = ("token",)
 
 
-class PrometheusConnector:
+class PrometheusConnector(Kind):
     kind: ClassVar[str] = "prometheus"
 
-    def __init__(
-        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
-    ) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.source = source
-        self.collection = collection
         self.base_url = source.url.rstrip("/")
         self.timeout = float(source.settings.get("timeout", "30"))
-        self.runtime = runtime or Runtime()
         self.documents: list[Document] | None = None
-
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> PrometheusConnector:
-        return cls(source, collection, runtime)
 
     def changed(self, since: str) -> Window:
         """Every rule (the server keeps no change time): the window holds them all, so
@@ -52,6 +42,7 @@ class PrometheusConnector:
         return {doc.source_id for doc in documents}
 
     def close(self) -> None:
+        super().close()
         self.documents = None
 
     def rules(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -99,16 +90,12 @@ class PrometheusConnector:
             collection=self.collection,
         )
 
+    def connect(self) -> SourceHTTP:
+        headers = bearer(secret(self.source, "token"))
+        return self.runtime.http(self.base_url, headers, timeout=self.timeout)
+
     def get(self, path: str) -> dict[str, Any]:
-        token = secret(self.source, "token")
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        http = self.runtime.http(self.base_url, headers, timeout=self.timeout)
-        try:
-            found = http.get_json(path)
-        finally:
-            http.close()
+        found = self.client().get_json(path)
         if not isinstance(found, dict):
             raise ConnectorFailed(f"{self.base_url}{path} did not answer a JSON object")
         return found

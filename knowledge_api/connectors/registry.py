@@ -1,10 +1,15 @@
-"""Connector kinds, chosen by a source's `--kind`."""
+"""Connector kinds, chosen by a source's `--kind`, and one run's read of a source."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from itertools import islice
+from types import TracebackType
+
 from knowledge_api.connectors.base import Connector, Runtime, Window
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.models import ConnectorSource
+from knowledge_api.models import ConnectorSource, Document
 from knowledge_api.registry import Registry
 
 connectors: Registry[Connector] = Registry("connector kind", "--kind")
@@ -16,6 +21,10 @@ connectors.register("prometheus", "knowledge_api.connectors.prometheus:Prometheu
 connectors.register("github", "knowledge_api.connectors.github:GitHubConnector")
 connectors.register("slack", "knowledge_api.connectors.slack:SlackConnector")
 connectors.register("web", "knowledge_api.connectors.web:WebConnector")
+
+READ_BATCH = 256
+"""Documents a run takes from its connector at a time (the pipeline's batch): what a
+sync holds of a window is this many documents and the one batch read ahead."""
 
 
 def connector_for(
@@ -29,17 +38,60 @@ def connector_for(
     return connectors.create(source.kind, source, collection, runtime or Runtime())
 
 
-def read(
-    source: ConnectorSource, collection: str, since: str, prune: bool, runtime: Runtime
-) -> tuple[Window, set[str] | None]:
-    """The window of the items updated since `since` (all of them when empty), and when
-    the run prunes (or the read learned them anyway) every source id its service still
-    has; None otherwise. Blocking (a connector's client): run it in a thread."""
-    connector = connector_for(source, collection, runtime)
-    try:
-        window = connector.changed(since)
-        if window.seen is not None:
-            return window, window.seen
-        return window, connector.visible() if prune else None
-    finally:
-        connector.close()
+class Reading:
+    """One run's read of a source: the documents of its window in batches, as the
+    connector's pages come (each read on a worker thread, the next one while the run
+    writes the last), then the window's cursor and what the service still has. Used as
+    `async with`: the connector is closed at its end."""
+
+    def __init__(
+        self, source: ConnectorSource, collection: str, since: str, runtime: Runtime
+    ) -> None:
+        self.connector = connector_for(source, collection, runtime)
+        self.since = since
+        self.window: Window | None = None
+        self.documents: Iterator[Document] = iter(())
+        self.ahead: asyncio.Future[list[Document]] | None = None
+
+    async def __aenter__(self) -> Reading:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.ahead is not None:  # a read still on its thread: let it end first
+            await asyncio.gather(self.ahead, return_exceptions=True)
+        await asyncio.to_thread(self.connector.close)
+
+    async def batches(self) -> AsyncIterator[list[Document]]:
+        """The window's documents, READ_BATCH at a time, the next batch read while the
+        caller handles this one."""
+        self.ahead = asyncio.ensure_future(asyncio.to_thread(self.batch))
+        while batch := await self.ahead:
+            self.ahead = asyncio.ensure_future(asyncio.to_thread(self.batch))
+            yield batch
+        self.ahead = None
+
+    def batch(self) -> list[Document]:
+        """The next documents of the window ([] once all are read). Blocking."""
+        if self.window is None:
+            self.window = self.connector.changed(self.since)
+            self.documents = iter(self.window.documents)
+        return list(islice(self.documents, READ_BATCH))
+
+    @property
+    def read(self) -> Window:
+        """The window, once its documents are read: its cursor and problems."""
+        assert self.window is not None, "the window is read first"
+        return self.window
+
+    async def seen(self, prune: bool) -> set[str] | None:
+        """Once the documents are read: every source id the service still has, when the
+        run prunes (the cheap listing, `visible`) or the read learned them anyway;
+        None otherwise."""
+        if self.read.seen is not None:
+            return self.read.seen
+        return await asyncio.to_thread(self.connector.visible) if prune else None

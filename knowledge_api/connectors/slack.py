@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from knowledge_api.connectors import http
-from knowledge_api.connectors.base import Runtime, Window, check_settings, secret, split
+from knowledge_api.connectors.base import Kind, Window, check_settings, json_cursor, secret, split
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.ingest.extract import literal
 from knowledge_api.models import ConnectorSource, Document
@@ -47,36 +47,30 @@ _MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 _LINK = re.compile(r"<(https?://[^|>]+)\|([^>]+)>")
 
 
-class SlackConnector:
+class SlackConnector(Kind):
     kind: ClassVar[str] = "slack"
 
-    def __init__(
-        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
-    ) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.source = source
-        self.collection = collection
-        self.runtime = runtime or Runtime()
         self.wanted = [name.lstrip("#") for name in split(source.settings.get("channels", ""))]
         self.timeout = int(float(source.settings.get("timeout", "30")))
-        self.client: WebClient | None = None
+        self.sdk: WebClient | None = None
         self.team_url = ""
         self.names: dict[str, str] = {}
         """User id -> the name messages show."""
         self.threads: dict[str, set[str]] | None = None
         """Channel id -> the root ts of every thread its history holds (this run's)."""
 
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> SlackConnector:
-        return cls(source, collection, runtime)
-
     # -- the connector --------------------------------------------------------------
 
     def changed(self, cursor: str) -> Window:
-        known = read_cursor(cursor)
-        documents: list[Document] = []
+        window = Window()
+        window.documents = self.read(read_cursor(cursor), window)
+        return window
+
+    def read(self, known: dict[str, dict[str, str]], window: Window) -> Iterator[Document]:
+        """The threads with activity since each channel's cursor, as the histories'
+        pages come; the window's cursor and every thread seen once all are read."""
         state: dict[str, dict[str, str]] = {}
         self.threads = {}
         for channel in self.channels():
@@ -91,11 +85,11 @@ class SlackConnector:
                 moved = activity(message)
                 newest = max(newest, moved, key=float)
                 if not since or float(moved) > float(since):
-                    documents.append(self.document(channel, message))
+                    yield self.document(channel, message)
             state[channel["id"]] = {"ts": newest, "name": name}
         # every run reads every channel's history (to find the threads with new
         # replies), so it knows every thread: what is gone is pruned at every run
-        return Window(documents, json.dumps(state, sort_keys=True), seen=self.visible())
+        window.cursor, window.seen = json.dumps(state, sort_keys=True), self.visible()
 
     def visible(self) -> set[str]:
         if self.threads is None:
@@ -105,14 +99,14 @@ class SlackConnector:
         return {thread_id(channel, ts) for channel, roots in self.threads.items() for ts in roots}
 
     def close(self) -> None:
-        self.client = None
+        self.sdk = None
 
     # -- reading ----------------------------------------------------------------------
 
     def web(self) -> WebClient:
         """The client, its token checked (`auth.test`, which also names the workspace's
         URL the permalinks start with)."""
-        if self.client is None:
+        if self.sdk is None:
             sdk = import_extra("slack_sdk", EXTRA)
             handlers = import_extra("slack_sdk.http_retry.builtin_handlers", EXTRA)
             client = sdk.WebClient(
@@ -125,8 +119,8 @@ class SlackConnector:
             )
             found = next(answers(client, "auth_test", self.source.url))
             self.team_url = str(found.get("url") or "")
-            self.client = client
-        return self.client
+            self.sdk = client
+        return self.sdk
 
     def call(self, method: str, **params: Any) -> Any:
         """One call's answer (its first page)."""
@@ -328,17 +322,9 @@ def shorten(text: str, size: int = 80) -> str:
 def read_cursor(cursor: str) -> dict[str, dict[str, str]]:
     """Channel id -> the latest activity a run saw there (`ts`) and the channel's name
     then (`name`)."""
-    if not cursor:
-        return {}
-    try:
-        state = json.loads(cursor)
-    except ValueError:
-        return {}
-    if not isinstance(state, dict):
-        return {}
     return {
         str(k): {"ts": str(v.get("ts", "")), "name": str(v.get("name", ""))}
-        for k, v in state.items()
+        for k, v in json_cursor(cursor).items()
         if isinstance(v, dict)
     }
 

@@ -18,14 +18,15 @@ import urllib.parse
 import urllib.robotparser
 import zlib
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from xml.etree import ElementTree
 
 import httpx
 
-from knowledge_api.connectors.base import Runtime, Window, check_settings, split
-from knowledge_api.connectors.http import WAIT_CEILING
+from knowledge_api.connectors.base import Kind, Window, check_settings, split
+from knowledge_api.connectors.http import WAIT_CEILING, SourceHTTP
 from knowledge_api.connectors.pages import (
     AGENT,
     GONE,
@@ -72,6 +73,7 @@ class Crawl:
     known: dict[str, Known]
     found: dict[str, Known] = field(default_factory=dict)
     documents: list[Document] = field(default_factory=list)
+    """Those of the page read last, until the crawl hands them on."""
     seen: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
 
@@ -83,14 +85,12 @@ class Crawl:
         return known.links
 
 
-class WebConnector:
+class WebConnector(Kind):
     kind: ClassVar[str] = "web"
+    http: SourceHTTP
 
-    def __init__(
-        self, source: ConnectorSource, collection: str, runtime: Runtime | None = None
-    ) -> None:
+    def setup(self, source: ConnectorSource) -> None:
         check(source)
-        self.collection = collection
         self.start = canonical(source.url)
         self.origin = origin_of(self.start)
         self.depth = int(source.settings.get("depth", DEPTH))
@@ -99,14 +99,8 @@ class WebConnector:
         self.pdfs = source.settings.get("pdf", "off") == "on"
         if is_sitemap(self.start):
             self.sitemaps.insert(0, self.start)
-        self.http = client(self.origin, float(source.settings.get("timeout", "30")), runtime)
+        self.http = client(self.origin, float(source.settings.get("timeout", "30")), self.runtime)
         self.seen: set[str] | None = None
-
-    @classmethod
-    def from_settings(
-        cls, source: ConnectorSource, collection: str, runtime: Runtime
-    ) -> WebConnector:
-        return cls(source, collection, runtime)
 
     # -- the connector --------------------------------------------------------------
 
@@ -114,6 +108,13 @@ class WebConnector:
         """Every page the site leads to; those unchanged since `cursor` (a 304) are
         seen without being read."""
         crawl = Crawl(read_cursor(cursor))
+        window = Window(problems=crawl.problems)
+        window.documents = self.crawl(crawl, window)
+        return window
+
+    def crawl(self, crawl: Crawl, window: Window) -> Iterator[Document]:
+        """The pages read, one at a time as the crawl goes; the window's cursor and
+        every page seen once it ends."""
         robots = self.robots()
         first = [] if self.start in self.sitemaps else [self.start]
         if first and not robots.can_fetch(AGENT, self.start):
@@ -136,6 +137,8 @@ class WebConnector:
                 self.pause(robots)
             fetched += 1
             links, moved = self.visit(url, crawl, url in critical)
+            yield from crawl.documents
+            crawl.documents.clear()
             if moved is not None and moved not in queued:
                 queued.add(moved)
                 queue.appendleft((moved, depth))  # a redirect is the page itself
@@ -148,18 +151,14 @@ class WebConnector:
         self.seen = crawl.seen
         # every run walks the whole site (a page unchanged is a 304), so it knows every
         # page: what is gone is pruned at every run
-        return Window(
-            crawl.documents, write_cursor(crawl.found), crawl.problems, seen=set(crawl.seen)
-        )
+        window.cursor, window.seen = write_cursor(crawl.found), set(crawl.seen)
 
     def visible(self) -> set[str]:
         """The pages the last `changed` saw (a crawl of its own when none ran)."""
         if self.seen is None:
-            self.changed("")
+            for _ in self.changed("").documents:
+                pass
         return set(self.seen or ())
-
-    def close(self) -> None:
-        self.http.close()
 
     # -- reading ----------------------------------------------------------------------
 

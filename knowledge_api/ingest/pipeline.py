@@ -9,7 +9,15 @@ of a document behind.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass
 from itertools import islice
 
@@ -45,13 +53,27 @@ class Ingestor:
         `source`, every document is recorded as that source's, and its run noted.
         `checked` documents are chunked already and each new or changed (a mirror's
         plan found them so): neither is asked again."""
-        await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
-        total = IndexSummary()
         collections: set[str] = set()
         iterator = iter(documents) if source is None else owned(documents, source, collections)
+        total = await self.ingest_batches(batched(iterator), progress, checked)
+        for collection in sorted(collections):
+            await self.store.record_source(collection, source or "")
+        return total
+
+    async def ingest_batches(
+        self,
+        batches: AsyncIterable[list[Document]],
+        progress: Progress | None = None,
+        checked: bool = False,
+    ) -> IndexSummary:
+        """The same for batches as they come (a connector's run reads the next while
+        this one is embedded): each batch is embedded, then written while the next
+        is embedded."""
+        await self.store.check_embedder(self.embedder.name, self.embedder.dimension)
+        total = IndexSummary()
         writing: asyncio.Task[IndexSummary] | None = None
         try:
-            while batch := list(islice(iterator, BATCH_DOCUMENTS)):
+            async for batch in batches:
                 # a batch's span: the root of its own trace outside a request (the CLI,
                 # a KB sync), ended once its write is done
                 size = {"knowledge.documents": len(batch)}
@@ -71,8 +93,6 @@ class Ingestor:
         finally:
             if writing is not None:  # also when embedding failed: never leave a write behind
                 total += await self._written(writing, progress)
-        for collection in sorted(collections):
-            await self.store.record_source(collection, source or "")
         return total
 
     async def _embedded(
@@ -128,6 +148,11 @@ class Ingestor:
         if progress is not None:
             progress(summary.documents + summary.skipped)
         return summary
+
+
+async def batched(documents: Iterator[Document]) -> AsyncIterator[list[Document]]:
+    while batch := list(islice(documents, BATCH_DOCUMENTS)):
+        yield batch
 
 
 def owned(documents: Iterable[Document], source: str, collections: set[str]) -> Iterator[Document]:

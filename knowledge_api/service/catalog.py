@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -16,7 +16,7 @@ import numpy as np
 from knowledge_api import tracing
 from knowledge_api.connectors import kb, pages
 from knowledge_api.connectors import registry as connectors
-from knowledge_api.connectors.base import Runtime, Window
+from knowledge_api.connectors.base import Runtime
 from knowledge_api.connectors.http import Retries
 from knowledge_api.errors import (
     AmbiguousDocument,
@@ -72,29 +72,32 @@ class Catalog:
 
     async def ingest(
         self,
-        documents: Iterable[Document],
+        documents: Iterable[Document] | AsyncIterable[list[Document]],
         progress: Progress | None = None,
         source: str | None = None,
         checked: bool = False,
     ) -> IndexSummary:
-        """Index `documents`; with a `source`, as that source's; `checked` ones are
-        chunked and found new or changed already (see Ingestor.ingest)."""
+        """Index `documents`, or batches of them as they come (a connector's run); with
+        a `source`, as that source's; `checked` ones are chunked and found new or
+        changed already (see Ingestor.ingest)."""
         if not self.engine.embedder_ready:
             raise EmbeddingError("the embedder is not loaded: documents cannot be indexed")
         ingestor = Ingestor(self.engine.store, self.engine.identity, self.embed_documents)
+        if isinstance(documents, AsyncIterable):
+            return await ingestor.ingest_batches(documents, progress, checked)
         return await ingestor.ingest(documents, progress, source, checked)
 
     def check_connector(self, source: ConnectorSource, collection: str) -> None:
         """400 naming the field for a connector source its kind cannot read."""
         connectors.connector_for(source, collection, self.connector_runtime()).close()
 
-    async def read_connector(
-        self, source: ConnectorSource, collection: str, since: str, prune: bool
-    ) -> tuple[Window, set[str] | None]:
-        """A connector source's documents updated since `since` (all when empty) and,
-        when `prune`, the source ids its service still has (connectors/registry.py)."""
-        runtime = self.connector_runtime()
-        return await asyncio.to_thread(connectors.read, source, collection, since, prune, runtime)
+    def read_connector(
+        self, source: ConnectorSource, collection: str, since: str
+    ) -> connectors.Reading:
+        """One run's read of a connector source: its documents updated since `since`
+        (all when empty) in batches as its pages come, then the source ids its service
+        still has (connectors/registry.py)."""
+        return connectors.Reading(source, collection, since, self.connector_runtime())
 
     async def connector_sources(
         self, collection: str | None = None

@@ -4,6 +4,7 @@ documents."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 
 from knowledge_api.ingest.pipeline import BATCH_DOCUMENTS, chunked
@@ -40,7 +41,8 @@ class Sources:
         """The documents chunked, those the store does not hold as they are (new or
         changed), and which of their ids, and of the ids they had before sources were
         kept, the store holds: one question to the store per batch, and no model."""
-        candidates = chunked(documents)
+        # a worker thread cuts them: a sync's batches come while queries are served
+        candidates = await asyncio.to_thread(chunked, documents)
         hashes: dict[str, str] = {}
         for start in range(0, len(candidates), BATCH_DOCUMENTS):
             batch = candidates[start : start + BATCH_DOCUMENTS]

@@ -2,10 +2,11 @@
 cursor, then pruning what its service no longer has, under the mass-delete guard),
 syncing them all, and what the listing says of each.
 
-A run reads the service first, then plans from the store alone; nothing is written
-until the plan passes the guard, and the cursor moves only once the documents of its
-window are stored. A run that fails keeps its error in the source's record (shown by
-the listing) and deletes nothing.
+A run writes the documents of its window in batches as the service's pages come
+(usecases/sync_window.py), then lists what the service still has; nothing is deleted
+or emptied until that passes the mass-delete guard, and the cursor moves only once
+every document of its window is stored. A run that fails keeps its error in the
+source's record (shown by the listing), deletes nothing and keeps its cursor.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from typing import Any
 from knowledge_api import validation
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError, NotFound
 from knowledge_api.ledger import DONE, FAILED, MAX_AUDITED_IDS, RUNNING, Actor, Job, changes
-from knowledge_api.models import ConnectorSource, Document, SourceInfo
+from knowledge_api.models import ConnectorSource, SourceInfo
 from knowledge_api.service import KnowledgeService
-from knowledge_api.usecases.sources import MirrorPlan, MirrorReport, mirror, plan_mirror
+from knowledge_api.usecases.sources import MirrorReport
+from knowledge_api.usecases.sync_window import SyncPlan, write_window
 
 log = logging.getLogger("knowledge_api.connectors")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -45,7 +47,7 @@ class SyncResult:
 
     collection: str
     name: str
-    plan: MirrorPlan | None = None
+    plan: SyncPlan | None = None
     report: MirrorReport | None = None
     problems: list[str] = field(default_factory=list)
     error: str | None = None
@@ -82,7 +84,7 @@ class SyncResult:
         }
 
 
-def counts(plan: MirrorPlan, deleted: int) -> str:
+def counts(plan: SyncPlan, deleted: int) -> str:
     return (
         f"{len(plan.added)} added, {len(plan.updated)} updated, {plan.unchanged} unchanged, "
         f"{deleted} deleted"
@@ -201,8 +203,9 @@ async def run_source(
     allow_mass_delete: bool,
 ) -> SyncResult:
     """Read the window since the cursor (moved back by KNOWLEDGE_SYNC_OVERLAP; all with
-    `full`), list every id when the run prunes, plan from the store, then write, delete
-    and move the cursor, in that order."""
+    `full`), writing its documents in batches as they come (usecases/sync_window.py);
+    then list every id when the run prunes, delete what is gone under the mass-delete
+    guard, and move the cursor, in that order."""
     result = SyncResult(info.collection, info.name)
     settings = service.settings
     started = datetime.now(UTC)
@@ -210,44 +213,43 @@ async def run_source(
     since = "" if full else window_start(source.cursor, settings.sync_overlap)
     try:
         owned = await service.sources.produced(info.collection, info.name)
-        # with nothing stored there is nothing to prune: no need to list every id
-        window, seen = await service.catalog.read_connector(
-            source, info.collection, since, prune and bool(owned)
-        )
-        documents = latest(window.documents)
-        plan = await plan_mirror(service, documents, info.name, info.collection, False)
+        result.plan = plan = SyncPlan(info.collection, info.name, stored=len(owned))
+        given = await service.sources.acl_of(info.collection, info.name)
+        async with service.catalog.read_connector(source, info.collection, since) as reading:
+            indexed = await write_window(service, reading, plan, given, dry_run)
+            # with nothing stored there is nothing to prune: no need to list every id
+            seen = await reading.seen(prune and bool(owned))
+            window = reading.read
         if seen is not None:
             plan.deleted = {i: sid for i, sid in owned.items() if not seen_in(sid, seen)}
             plan.check_deletions(settings.prune_max_fraction, allow_mass_delete)
-    except KnowledgeAPIError as e:
-        return await stopped(service, info, source, result, e, dry_run)
-    result.plan, result.problems = plan, window.problems
-    if not source.last_sync and not documents and not owned:
-        result.warning = FOUND_NOTHING
-    if dry_run:
-        return result
-    try:
-        if plan.changed and not service.embedder_ready:
-            await service.load_embedder()  # a command: the model only for a run with work
-        result.report = await mirror(service, plan)
+        result.problems = window.problems
+        if not source.last_sync and not plan.taken and not owned:
+            result.warning = FOUND_NOTHING
+        if dry_run:
+            return result
+        if plan.emptied and not service.embedder_ready:
+            await service.load_embedder()
+        emptied, deleted = await service.sources.mirror(
+            plan.emptied, info.collection, info.name, list(plan.deleted), replaced=plan.adopted
+        )
     except KnowledgeAPIError as e:  # the cursor stays: the next run reads the window again
         return await stopped(service, info, source, result, e, dry_run)
+    result.report = MirrorReport(indexed + emptied, plan.unchanged, deleted)
     finished = datetime.now(UTC).isoformat(timespec="seconds")
     cursor = window.cursor or validation.utc_text(started)
     moved = source.moved(cursor, finished, prune or seen is not None, result.warning)
     await service.sources.note_connector(info.collection, info.name, moved.to_json())
-    if plan.changed or result.report.deleted:
-        removed = list(plan.deleted)
-        summary = result.report.indexed
+    if plan.changed or deleted:
         await service.audit(
             actor,
             f"sources sync {info.name}",
             info.collection,
             changes(
-                plan.changed,
-                summary,
-                removed=result.report.deleted,
-                removed_ids=removed[:MAX_AUDITED_IDS],
+                ids=plan.changed,
+                summary=result.report.indexed,
+                removed=deleted,
+                removed_ids=list(plan.deleted)[:MAX_AUDITED_IDS],
             ),
         )
     return result
@@ -295,29 +297,6 @@ def prune_due(source: ConnectorSource, every: float, now: datetime) -> bool:
     if not source.last_prune:
         return True
     return datetime.fromisoformat(source.last_prune) + timedelta(seconds=every) <= now
-
-
-def latest(documents: list[Document]) -> list[Document]:
-    """Each item once (a window may read one twice, across pages or an overlap): the
-    copy updated last, in the order first read."""
-    kept: dict[str, Document] = {}
-    for doc in documents:
-        held = kept.get(doc.id)
-        if held is None or updated_after(doc, held):
-            kept[doc.id] = doc
-    return list(kept.values())
-
-
-def updated_after(doc: Document, other: Document) -> bool:
-    if not doc.updated_at or not other.updated_at:
-        return True  # undated: the later read wins
-    return instant(doc.updated_at) >= instant(other.updated_at)
-
-
-def instant(text: str) -> datetime:
-    """An ISO 8601 date as an instant (UTC when it names no offset)."""
-    moment = datetime.fromisoformat(text)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def seen_in(source_id: str, seen: set[str]) -> bool:

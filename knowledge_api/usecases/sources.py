@@ -92,19 +92,10 @@ class MirrorPlan:
     def refusal(self, max_fraction: float, allowed: bool) -> MassDeleteRefused | None:
         """Why a plan deleting (or emptying) more than `max_fraction` of the source is
         refused unless `allowed`; None when it is not."""
-        lost = len(self.deleted) + len(self.emptied)
-        if allowed or not lost or lost <= max_fraction * self.stored:
+        if allowed:
             return None
-        emptied = f" ({len(self.emptied)} of them emptied)" if self.emptied else ""
-        return MassDeleteRefused(
-            f"the source {self.source!r} would lose {lost} of its {self.stored} "
-            f"documents{emptied}, more than KNOWLEDGE_PRUNE_MAX_FRACTION ({max_fraction:g}) "
-            "allows; nothing was changed. If the source really lost them, run again with "
-            "--allow-mass-delete",
-            source=self.source,
-            deleted=len(self.deleted),
-            emptied=len(self.emptied),
-            stored=self.stored,
+        return mass_delete(
+            self.source, len(self.deleted), len(self.emptied), self.stored, max_fraction
         )
 
     def check_deletions(self, max_fraction: float, allowed: bool) -> None:
@@ -113,6 +104,26 @@ class MirrorPlan:
         refused = self.refusal(max_fraction, allowed)
         if refused is not None:
             raise refused
+
+
+def mass_delete(
+    source: str, deleted: int, emptied: int, stored: int, max_fraction: float
+) -> MassDeleteRefused | None:
+    """The refusal of a run that would delete `deleted` and empty `emptied` of the
+    `stored` documents of `source`, when that is more than `max_fraction` of them."""
+    lost = deleted + emptied
+    if not lost or lost <= max_fraction * stored:
+        return None
+    some = f" ({emptied} of them emptied)" if emptied else ""
+    return MassDeleteRefused(
+        f"the source {source!r} would lose {lost} of its {stored} documents{some}, more "
+        f"than KNOWLEDGE_PRUNE_MAX_FRACTION ({max_fraction:g}) allows; nothing was "
+        "deleted. If the source really lost them, run again with --allow-mass-delete",
+        source=source,
+        deleted=deleted,
+        emptied=emptied,
+        stored=stored,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,10 +152,7 @@ async def plan_mirror(
     connector gave it one."""
     incoming = list(documents)
     given = acl if acl is not None else await service.sources.acl_of(collection, source)
-    for doc in incoming:
-        doc.source = source
-        if given is not None and doc.acl == PUBLIC_ACL:
-            doc.acl = given
+    owned_by(incoming, source, given)
     if root:
         await refuse_overlap(service, incoming, source, collection, root)
     changed, stored = await service.sources.compared(incoming)
@@ -159,8 +167,7 @@ async def plan_mirror(
     )
     for doc in changed:
         (plan.updated if doc.id in stored else plan.added).append(doc)
-    unsourced = [document_id(d.collection, d.source_type, d.source_id) for d in plan.added]
-    plan.adopted = [doc_id for doc_id in dict.fromkeys(unsourced) if doc_id in stored]
+    plan.adopted = adopted(plan.added, stored)
     if prune:
         produced = {doc.id for doc in incoming}
         plan.deleted = {
@@ -169,6 +176,22 @@ async def plan_mirror(
             if doc_id not in produced and not kept(source_id)
         }
     return plan
+
+
+def owned_by(documents: Iterable[Document], source: str, given: tuple[str, ...] | None) -> None:
+    """Name `source` as the documents' own, and give them the access list `given` (the
+    run's, or the source's own; None: none) unless their connector gave them one."""
+    for doc in documents:
+        doc.source = source
+        if given is not None and doc.acl == PUBLIC_ACL:
+            doc.acl = given
+
+
+def adopted(added: Iterable[Document], stored: set[str]) -> list[str]:
+    """The ids of documents of no source (stored before sources were kept) that the
+    documents `added` replace, among the ids the store holds (`stored`)."""
+    unsourced = [document_id(d.collection, d.source_type, d.source_id) for d in added]
+    return [doc_id for doc_id in dict.fromkeys(unsourced) if doc_id in stored]
 
 
 async def mirror(
