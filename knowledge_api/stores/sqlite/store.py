@@ -64,6 +64,7 @@ WRITE_BATCH = 500
 class SQLiteStore(HybridSearch, BesideTheFile):
     name = "sqlite"
     concurrent_candidates = True  # the keyword query runs on the reader thread
+    keyword_aside = True
 
     def __init__(
         self,
