@@ -240,11 +240,10 @@ class HybridSearch(FromSettings):
         toward its best hits (pseudo-relevance feedback); similarity stays the cosine
         of the original query. Without stored vectors for those hits, nothing changes."""
         tuning = asked.tuning
-        seeds = await self.hydrate(fused[: tuning.feedback_docs], similarity)
-        stored = await self.embeddings_by_hash([hit.chunk.content_hash for hit in seeds])
+        stored = await self.seed_vectors(fused[: tuning.feedback_docs], similarity)
         if not stored:
             return fused, similarity
-        moved = feedback_vector(vector, list(stored.values()), tuning.feedback_weight)
+        moved = feedback_vector(vector, stored, tuning.feedback_weight)
         by_feedback = await self.feedback_candidates(moved, asked.n, asked.filters)
         refused = reciprocal_rank_fusion(
             [[c.key for c in by_feedback], [key for key, _ in fused]],
@@ -255,6 +254,15 @@ class HybridSearch(FromSettings):
         similarity = {**similarity, **await self.similarities(missing, vector)}
         # a hit deleted since the feedback search found it has no similarity: left out
         return [(key, score) for key, score in refused if key in similarity], similarity
+
+    async def seed_vectors(
+        self, seeds: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
+    ) -> list[np.ndarray]:
+        """The stored vectors of the feedback round's seeds (one per distinct text);
+        none for a seed deleted since it was ranked."""
+        hits = await self.hydrate(seeds, similarity)
+        stored = await self.embeddings_by_hash([hit.chunk.content_hash for hit in hits])
+        return list(stored.values())
 
     async def feedback_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters

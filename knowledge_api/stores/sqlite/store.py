@@ -333,6 +333,11 @@ class SQLiteStore(HybridSearch, BesideTheFile):
     ) -> list[SearchHit]:
         return search.hits(self.file.db(), ranked, similarity)
 
+    async def seed_vectors(
+        self, seeds: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
+    ) -> list[np.ndarray]:
+        return search.seed_vectors(self.file.db(), [key for key, _ in seeds])
+
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
         self._sync()
         generation = await self.generation()
