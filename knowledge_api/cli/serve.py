@@ -24,12 +24,19 @@ from knowledge_api.settings import Settings
 GRACEFUL_SHUTDOWN_S = 8
 """Seconds in-flight requests get to finish after SIGINT or SIGTERM (PM2 waits 10)."""
 DRAIN_S = 0.25
+GIL_SWITCH_S = 0.0005
+"""How long a thread waiting for the GIL lets the one holding it run on (Python's
+default: 5 ms). A query's steps hand off between threads (the model's, the store's
+reader, the event loop): a thread back from the model or SQLite with a result waited
+up to the whole interval while another ran Python, which made a cold query's embedding
+and keyword legs milliseconds slower than their own work."""
 
 
 def run_serve(settings: Settings, args: argparse.Namespace) -> int:
     from knowledge_api.app import create_app
 
     settings = settings.replace(host=args.host or settings.host, port=args.port or settings.port)
+    sys.setswitchinterval(GIL_SWITCH_S)
     app = Draining(create_app(settings))
     config = uvicorn.Config(
         app,

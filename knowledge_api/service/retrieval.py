@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +26,7 @@ from knowledge_api.ranking import DEEPEST, by_recency
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.service.engine import Engine
 from knowledge_api.service.trail import Trail
+from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.timing import elapsed_ms, ms
 
 
@@ -91,8 +93,9 @@ class Retriever:
         """Embed (through tier 2), search, rerank: the step every use case shares.
         `route=True` lets semantic routing (KNOWLEDGE_ROUTING) skip sources the query
         does not need, when the request names none."""
-        plan = await self.plan(query, filters, route)
-        return await self.search(plan, query, limit, threshold, mode, rerank, ranking, offset)
+        with self._keywords_ahead(query, limit, filters, mode, rerank, route, ranking, offset):
+            plan = await self.plan(query, filters, route)
+            return await self.search(plan, query, limit, threshold, mode, rerank, ranking, offset)
 
     async def plan(self, query: str, filters: SearchFilters, route: bool = False) -> Plan:
         """The query's vector (through tier 2) and the sources to search."""
@@ -137,13 +140,8 @@ class Retriever:
         A page that ends in the first places costs one search; a deeper one two. Recency
         orders each part within itself."""
         reranking = self._reranking(ranking, rerank, mode)
-        settings = self.engine.settings
-        first = max(settings.candidates, settings.rerank_top if reranking else 0)
+        first, wanted = self._depth(limit, offset, ranking, reranking)
         end = offset + limit
-        # one hit more than the page: whether another page follows
-        wanted = first if ranking.recency is not None else min(end + 1, first)
-        if reranking:
-            wanted = max(wanted, settings.rerank_top)
         started = time.perf_counter()
         with tracing.span("knowledge.search", self._search_attributes(plan, query, mode)) as span:
             hits = await self.engine.store.search(
@@ -182,6 +180,45 @@ class Retriever:
             ordered = head + rest
             found.ranking["recency"]["undated"] = undated + undated_after
         return replace(found, hits=ordered[offset:end], more=len(ordered) > end)
+
+    def _keywords_ahead(
+        self,
+        query: str,
+        limit: int,
+        filters: SearchFilters,
+        mode: SearchMode,
+        rerank: bool,
+        route: bool,
+        ranking: Ranking,
+        offset: int,
+    ) -> AbstractContextManager[None]:
+        """The keyword list of the search `retrieve` is about to ask, sent off while the
+        query is embedded, where the store runs it aside (HybridSearch.keywords_ahead)
+        and the vector cannot change where the search looks (routing)."""
+        store = self.engine.store
+        if mode != "hybrid" or self._may_route(filters, route):
+            return nullcontext()
+        if not isinstance(store, HybridSearch):
+            return nullcontext()
+        _, wanted = self._depth(limit, offset, ranking, self._reranking(ranking, rerank, mode))
+        return store.keywords_ahead(query, wanted, filters, ranking)
+
+    def _depth(self, limit: int, offset: int, ranking: Ranking, reranking: bool) -> tuple[int, int]:
+        """The first places a search ranks in one order, and the hits the page asks
+        of the store (see `search`)."""
+        settings = self.engine.settings
+        first = max(settings.candidates, settings.rerank_top if reranking else 0)
+        # one hit more than the page: whether another page follows
+        wanted = first if ranking.recency is not None else min(offset + limit + 1, first)
+        if reranking:
+            wanted = max(wanted, settings.rerank_top)
+        return first, wanted
+
+    def _may_route(self, filters: SearchFilters, route: bool) -> bool:
+        """Whether routing may narrow `filters` once the query's vector is known."""
+        if not route or self.engine.settings.routing != "on":
+            return False
+        return filters.source_types is None and not filters.collections
 
     def _reranking(self, ranking: Ranking, rerank: bool, mode: SearchMode) -> bool:
         """Whether this search is reranked; a request that asks for reranking when no

@@ -8,7 +8,9 @@ and hydrates hits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Awaitable, Hashable, Sequence
+import contextlib
+from collections.abc import AsyncIterable, Awaitable, Hashable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -50,6 +52,18 @@ class Asked(NamedTuple):
     tuning: SearchTuning
 
 
+class Ahead(NamedTuple):
+    """A keyword list asked for before its search: the search asking the same uses it."""
+
+    query: str
+    n: int
+    filters: SearchFilters
+    candidates: asyncio.Future[list[Candidate]]
+
+
+AHEAD: ContextVar[Ahead | None] = ContextVar("keyword_ahead", default=None)
+"""The keyword list the request's next search may take (`HybridSearch.keywords_ahead`)."""
+
 DB_SYSTEMS = {"postgres": "postgresql", "supabase": "postgresql", "chroma": "chromadb"}
 """db.system.name of the backends whose name is not the semantic conventions' one."""
 
@@ -64,6 +78,10 @@ class HybridSearch(FromSettings):
     """Whether both candidate lists may be asked for at once (a database server that
     runs the two queries side by side, or a query sent off to a thread); otherwise one
     after the other."""
+    keyword_aside = False
+    """Whether the keyword query runs off the event loop (on a thread of the store's
+    own), so that it can be sent off before the query's vector is known and run while
+    the model embeds the query (`keywords_ahead`)."""
 
     @classmethod
     def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
@@ -93,7 +111,7 @@ class HybridSearch(FromSettings):
         ranking: Ranking = SETTINGS_RANKING,
     ) -> list[SearchHit]:
         tuning = self.tuning.adjusted(ranking)
-        asked = Asked(query, vector, max(tuning.candidates, top_k), filters, mode, tuning)
+        asked = Asked(query, vector, self.depth(top_k, ranking), filters, mode, tuning)
         fused, similarity = await self.fused_candidates(asked)
         if mode == "hybrid" and vector is not None and tuning.feedback_docs > 0:
             feedback = {"knowledge.feedback.docs": tuning.feedback_docs}
@@ -103,20 +121,55 @@ class HybridSearch(FromSettings):
         kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
         return await self.hydrate(kept, similarity)
 
+    def depth(self, top_k: int, ranking: Ranking) -> int:
+        """Candidates each list hands to fusion for a search of `top_k` hits."""
+        return max(self.tuning.adjusted(ranking).candidates, top_k)
+
+    @contextlib.contextmanager
+    def keywords_ahead(
+        self, query: str, top_k: int, filters: SearchFilters, ranking: Ranking
+    ) -> Iterator[None]:
+        """The keyword list of the hybrid search to come, sent off now when the store
+        runs it aside, so that it runs while the query is embedded; the search asking
+        for it within the block takes it instead of asking again. Not taken by then
+        (the embedding failed, say), it is cancelled."""
+        if not self.keyword_aside:
+            yield
+            return
+        n = self.depth(top_k, ranking)
+        candidates = asyncio.ensure_future(self.keyword_candidates(query, n, filters))
+        token = AHEAD.set(Ahead(query, n, filters, candidates))
+        try:
+            yield
+        finally:
+            AHEAD.reset(token)
+            if not candidates.done():
+                candidates.cancel()
+            elif not candidates.cancelled():
+                candidates.exception()  # its error, if any, was raised to no one
+
+    def keyword_list(self, asked: Asked) -> Awaitable[list[Candidate]]:
+        """The keyword list of `asked`: the one sent off ahead for it, or asked now."""
+        ahead = AHEAD.get()
+        if ahead is not None and ahead[:3] == (asked.query, asked.n, asked.filters):
+            AHEAD.set(None)
+            return ahead.candidates
+        return self.keyword_candidates(asked.query, asked.n, asked.filters)
+
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
         raise facets.unsupported(self.name, "it has no query that counts the matching passages")
 
     async def fused_candidates(self, asked: Asked) -> Fused:
         """Up to `asked.n` candidates of each ranking fused best first (as its tuning
         fuses), and the similarity of each."""
-        query, vector, n, filters, mode, tuning = asked
+        _, vector, n, filters, mode, tuning = asked
         by_vector: list[Candidate] = []
         by_keyword: list[Candidate] = []
         if vector is not None and mode == "hybrid" and self.concurrent_candidates:
             # keyword first: a store whose vector search holds the event loop (sqlite's
             # runs in process) has sent its keyword query off to its thread by then
             by_keyword, by_vector = await asyncio.gather(
-                self.traced("keyword", self.keyword_candidates(query, n, filters), asked),
+                self.traced("keyword", self.keyword_list(asked), asked),
                 self.traced("vector", self.vector_candidates(vector, n, filters), asked),
             )
         else:
@@ -125,9 +178,7 @@ class HybridSearch(FromSettings):
                     "vector", self.vector_candidates(vector, n, filters), asked
                 )
             if mode != "vector":
-                by_keyword = await self.traced(
-                    "keyword", self.keyword_candidates(query, n, filters), asked
-                )
+                by_keyword = await self.traced("keyword", self.keyword_list(asked), asked)
         method = {"knowledge.fusion.method": tuning.fusion}
         with tracing.span("knowledge.search.fusion", method) as fusing:
             if vector is None:
@@ -189,11 +240,10 @@ class HybridSearch(FromSettings):
         toward its best hits (pseudo-relevance feedback); similarity stays the cosine
         of the original query. Without stored vectors for those hits, nothing changes."""
         tuning = asked.tuning
-        seeds = await self.hydrate(fused[: tuning.feedback_docs], similarity)
-        stored = await self.embeddings_by_hash([hit.chunk.content_hash for hit in seeds])
+        stored = await self.seed_vectors(fused[: tuning.feedback_docs], similarity)
         if not stored:
             return fused, similarity
-        moved = feedback_vector(vector, list(stored.values()), tuning.feedback_weight)
+        moved = feedback_vector(vector, stored, tuning.feedback_weight)
         by_feedback = await self.feedback_candidates(moved, asked.n, asked.filters)
         refused = reciprocal_rank_fusion(
             [[c.key for c in by_feedback], [key for key, _ in fused]],
@@ -204,6 +254,15 @@ class HybridSearch(FromSettings):
         similarity = {**similarity, **await self.similarities(missing, vector)}
         # a hit deleted since the feedback search found it has no similarity: left out
         return [(key, score) for key, score in refused if key in similarity], similarity
+
+    async def seed_vectors(
+        self, seeds: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
+    ) -> list[np.ndarray]:
+        """The stored vectors of the feedback round's seeds (one per distinct text);
+        none for a seed deleted since it was ranked."""
+        hits = await self.hydrate(seeds, similarity)
+        stored = await self.embeddings_by_hash([hit.chunk.content_hash for hit in hits])
+        return list(stored.values())
 
     async def feedback_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters

@@ -95,3 +95,16 @@ def hits(
 def hit_from_row(row: sqlite3.Row, score: float, similarity: float) -> SearchHit:
     metadata = json.loads(row["metadata"])
     return records.hit_from_record(row["id"], row, row["content"], metadata, score, similarity)
+
+
+def seed_vectors(conn: sqlite3.Connection, keys: list[Hashable]) -> list[np.ndarray]:
+    """The stored vectors of the chunks `keys` names, one per distinct text, read by row
+    id (no hit is built for them)."""
+    if not keys:
+        return []
+    marks = ",".join("?" * len(keys))
+    rows = conn.execute(
+        f"SELECT content_hash, embedding FROM chunks WHERE rowid IN ({marks})", keys
+    ).fetchall()
+    stored = {row[0]: np.frombuffer(row[1], dtype=np.float32) for row in rows}
+    return list(stored.values())

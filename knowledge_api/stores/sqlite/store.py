@@ -64,6 +64,7 @@ WRITE_BATCH = 500
 class SQLiteStore(HybridSearch, BesideTheFile):
     name = "sqlite"
     concurrent_candidates = True  # the keyword query runs on the reader thread
+    keyword_aside = True
 
     def __init__(
         self,
@@ -331,6 +332,11 @@ class SQLiteStore(HybridSearch, BesideTheFile):
         self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
     ) -> list[SearchHit]:
         return search.hits(self.file.db(), ranked, similarity)
+
+    async def seed_vectors(
+        self, seeds: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
+    ) -> list[np.ndarray]:
+        return search.seed_vectors(self.file.db(), [key for key, _ in seeds])
 
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
         self._sync()
