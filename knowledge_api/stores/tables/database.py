@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ class SQLiteTables:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
+        self._using = threading.Lock()
+        """Held by each statement's thread and by close: closing the connection under a
+        statement still running on another thread (a write sent off as a request ended,
+        at shutdown) crashes the process."""
 
     async def open(self) -> None:
         await asyncio.to_thread(self._connect)
@@ -52,13 +57,18 @@ class SQLiteTables:
         return self._conn
 
     async def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        with self._using:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     async def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         def run() -> list[tuple[Any, ...]]:
-            return self._connect().execute(sql, params).fetchall()
+            with self._using:
+                return self._connect().execute(sql, params).fetchall()
 
         try:
             return await asyncio.to_thread(run)
