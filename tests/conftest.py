@@ -20,13 +20,14 @@ from knowledge_api.filters import Node
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.logs import remove_split_handlers
 from knowledge_api.models import Document
-from knowledge_api.routes import query as query_contract
+from knowledge_api.routes import query as query_route
 from knowledge_api.service import KnowledgeService
 from knowledge_api.service.catalog import Catalog
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.usecases import query as query_use
 from knowledge_api.usecases.query import QueryParams
+from knowledge_api.views import query as query_contract
 from tests.pg import postgres_server, postgrest  # noqa: F401 (fixtures)
 from tests.pg_replication import replicated  # noqa: F401 (fixture)
 from tests.redis_server import redis_server  # noqa: F401 (fixture)
@@ -185,7 +186,7 @@ async def query_events(
 ) -> AsyncIterator[tuple[str, Any]]:
     """A streamed query's events, as POST /v1/knowledge/query sends them."""
     async for name, data in query_use.events(service, params):
-        yield query_contract.sse_event(name, data)
+        yield query_route.sse_event(name, data)
 
 
 def make_store(backend: str, settings: Settings) -> KnowledgeStore:

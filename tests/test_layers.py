@@ -58,6 +58,7 @@ LAYERS = [
     ("use cases", {"usecases"}),
     ("composition", {"compose"}),
     ("http plumbing", {"web"}),
+    ("views", {"views"}),
     ("entry points", {"routes", "mcp", "app", "cli", "support", "client", "__main__"}),
 ]
 
@@ -113,6 +114,7 @@ def test_the_check_sees_an_upward_import() -> None:
     assert layer_of("knowledge_api.service") > layer_of("knowledge_api.stores.sqlite.store")
     assert "knowledge_api.service" in imports(PACKAGE / "usecases" / "query.py")
     assert layer_of("knowledge_api.routes.query") > layer_of("knowledge_api.web.sse")
+    assert layer_of("knowledge_api.views.query") > layer_of("knowledge_api.web.fields")
 
 
 def test_settings_import_nothing_from_the_seams() -> None:
@@ -208,6 +210,41 @@ def test_the_cycle_check_sees_a_cycle_and_the_hidden_arrows(tmp_path: Path) -> N
         "knowledge_api.service",
         "knowledge_api.compose",
         "knowledge_api.cache.redis",
+    }
+
+
+def borrowed_from_routes(path: Path, known: set[str]) -> set[str]:
+    """The modules of routes/ that `path` imports, wherever the import stands."""
+    routes = "knowledge_api.routes"
+    return {t for t in arrows(path, known) if t == routes or t.startswith(routes + ".")}
+
+
+def test_the_command_line_borrows_nothing_from_the_routes() -> None:
+    """A command goes through the use cases and the service as a route does; what it
+    shares with a route (a body's parsing, a reply's rendering) lives below both, in
+    views/."""
+    known = set(import_graph())
+    borrowed = {
+        module: sorted(borrowed_from_routes(path, known))
+        for module, path in modules().items()
+        if module.startswith("knowledge_api.cli.") and borrowed_from_routes(path, known)
+    }
+    assert borrowed == {}
+
+
+def test_the_route_check_sees_a_command_borrow_from_a_route(tmp_path: Path) -> None:
+    """The rule bites: a route module imported inside a function, the routes package
+    and a route imported by name from it are each reported; views are not."""
+    module = tmp_path / "command.py"
+    module.write_text(
+        "from knowledge_api.routes import ROUTES\n"
+        "from knowledge_api.views.query import parse\n"
+        "def run():\n"
+        "    from knowledge_api.routes import query\n"
+    )
+    assert borrowed_from_routes(module, set(import_graph())) == {
+        "knowledge_api.routes",
+        "knowledge_api.routes.query",
     }
 
 
