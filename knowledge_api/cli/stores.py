@@ -16,7 +16,7 @@ from knowledge_api import compose, validation
 from knowledge_api.cli.progress import progress
 from knowledge_api.cli.running import with_storage
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.ledger import AuditEntry, changes, local_user
+from knowledge_api.ledger import local_user
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
@@ -76,7 +76,7 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
 def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from knowledge_api.ingest.migrate import migrate
+    from knowledge_api.service.maintenance import migrate_store
 
     target_settings = settings
     if args.to_path is not None:
@@ -101,16 +101,18 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
             for store in (source, target):
                 await store.open()
                 stack.push_async_callback(store.close)
+            action = f"cli migrate-store --from {args.source}"
             with tqdm(unit="doc", file=sys.stderr, disable=None) as bar:
-                copied = await migrate(source, target, identity, collections, bar.update)
-            trail = target.audit_log(settings.db_path)  # the target's trail: it was written
-            await trail.open()
-            stack.push_async_callback(trail.close)
-            for name, summary in copied.items():
-                if summary.documents:
-                    action = f"cli migrate-store --from {args.source}"
-                    counts = changes(None, summary)
-                    await trail.append(AuditEntry(local_user().name, action, name, counts))
+                copied = await migrate_store(
+                    settings,
+                    source,
+                    target,
+                    identity,
+                    collections,
+                    local_user(),
+                    action,
+                    bar.update,
+                )
         for name, summary in copied.items():
             print(
                 f"{name}: {summary.documents} documents copied ({summary.chunks} chunks), "

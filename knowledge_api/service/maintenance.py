@@ -1,19 +1,24 @@
 """Carrying a collection out of the store and back in (`knowledge-api export` and
-`import`): the service does the work and writes its audit entry, so the command line
-goes through the service as the HTTP doors do."""
+`import`), or from one store into another (`migrate-store`): the service does the work
+and writes its audit entries, so the command line goes through the service as the
+HTTP doors do."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.ingest import transfer
+from knowledge_api.ingest.migrate import migrate
 from knowledge_api.ingest.transfer import Transferred
-from knowledge_api.ledger import Actor
-from knowledge_api.models import EmbedderIdentity, Progress
+from knowledge_api.ledger import Actor, AuditEntry, changes
+from knowledge_api.models import EmbedderIdentity, IndexSummary, Progress
 from knowledge_api.service.catalog import Catalog
 from knowledge_api.service.engine import Engine
 from knowledge_api.service.trail import Trail
+from knowledge_api.settings import Settings
+from knowledge_api.stores.base import KnowledgeStore
 
 
 class Maintenance:
@@ -68,3 +73,30 @@ class Maintenance:
         }
         await self.trail.audit(actor, "cli import", collection, imported)
         return done
+
+
+async def migrate_store(
+    settings: Settings,
+    source: KnowledgeStore,
+    target: KnowledgeStore,
+    identity: EmbedderIdentity,
+    collections: Sequence[str],
+    actor: Actor,
+    action: str,
+    progress: Progress | None = None,
+) -> dict[str, IndexSummary]:
+    """Copy `collections` (every one when empty) from the open `source` into the open
+    `target`, and audit each collection that received documents as `actor`'s
+    `action`, in the target's trail: the target is the store that was written, and no
+    service is running over it."""
+    copied = await migrate(source, target, identity, collections, progress)
+    trail = target.audit_log(settings.db_path)
+    await trail.open()
+    try:
+        for name, summary in copied.items():
+            if summary.documents:
+                counts = changes(None, summary)
+                await trail.append(AuditEntry(actor.name, action, name, counts, actor.request_id))
+    finally:
+        await trail.close()
+    return copied
