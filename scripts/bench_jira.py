@@ -48,14 +48,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from knowledge_api.compose import build_embedder, build_service  # noqa: E402
+from knowledge_api.compose import build_service  # noqa: E402
 from knowledge_api.connectors.jira import JiraConnector  # noqa: E402
-from knowledge_api.ingest.pipeline import chunked  # noqa: E402
 from knowledge_api.ledger import Actor  # noqa: E402
 from knowledge_api.models import ConnectorSource  # noqa: E402
 from knowledge_api.settings import Settings  # noqa: E402
 from knowledge_api.usecases.connectors import add_source, find_source, sync_source  # noqa: E402
-from scripts.bench_mail import DEFAULT_CORPUS, passages  # noqa: E402
+from scripts.bench_mail import DEFAULT_CORPUS, embedded_alone, passages  # noqa: E402
 from scripts.bench_sources import command, environment  # noqa: E402
 from tests.atlassian_server import EMAIL, TOKEN, Atlassian, Comment, Issue, serving  # noqa: E402
 
@@ -141,13 +140,7 @@ def embedding_alone(url: str, settings: Settings) -> tuple[int, float]:
         documents = connector.changed("").documents
     finally:
         connector.close()
-    texts = [chunk.embedded_text for doc in chunked(documents) for chunk in doc.chunks]
-    embedder = build_embedder(settings)
-    embedder.load()
-    embedder.embed_documents(texts[:64])  # warm
-    started = time.perf_counter()
-    embedder.embed_documents(texts)
-    return len(texts), time.perf_counter() - started
+    return embedded_alone(documents, settings)
 
 
 async def full_sync(url: str, settings: Settings) -> tuple[str, float]:

@@ -50,6 +50,7 @@ from knowledge_api.compose import build_embedder, build_service  # noqa: E402
 from knowledge_api.ingest.loaders import LoadOptions, load_paths  # noqa: E402
 from knowledge_api.ingest.mail import Threads  # noqa: E402
 from knowledge_api.ingest.pipeline import chunked  # noqa: E402
+from knowledge_api.models import Document  # noqa: E402
 from knowledge_api.settings import Settings  # noqa: E402
 from scripts.bench_sources import command, environment  # noqa: E402
 from tests.imap_server import DOVECOT, PASSWORD, USER, dovecot, owned  # noqa: E402
@@ -122,11 +123,13 @@ def memory(path: Path) -> tuple[float, float, float]:
 
 def embedding_alone(path: Path, settings: Settings) -> tuple[int, float]:
     """(passages, seconds) to embed the mbox's passages alone in this process."""
-    texts = [
-        chunk.embedded_text
-        for doc in chunked(load_paths([path], LoadOptions()).documents)
-        for chunk in doc.chunks
-    ]
+    return embedded_alone(load_paths([path], LoadOptions()).documents, settings)
+
+
+def embedded_alone(documents: list[Document], settings: Settings) -> tuple[int, float]:
+    """(passages, seconds) to embed the passages of `documents` in this process, the
+    model loaded and warm first."""
+    texts = [chunk.embedded_text for doc in chunked(documents) for chunk in doc.chunks]
     embedder = build_embedder(settings)
     embedder.load()
     embedder.embed_documents(texts[:64])  # warm
