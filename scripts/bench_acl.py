@@ -18,13 +18,12 @@ multiple of the unfiltered one, and the fewest results a query returned (10 when
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_stores import Corpus, filled_store, percentiles, print_rows, row_args
+from bench_stores import Corpus, filled_store, print_rows, row_args, time_filtered
 
 from knowledge_api.filters import parse
 from knowledge_api.models import Document, SearchFilters
@@ -53,18 +52,11 @@ class AclCorpus(Corpus):
         return doc
 
 
-async def time_rows(
+def time_rows(
     store: Any, queries: list[tuple[str, np.ndarray]], filters: Callable[[int], SearchFilters]
-) -> tuple[float, float, int]:
-    latencies, fewest = [], 10
-    for i, (text, vector) in enumerate(queries):
-        asked = filters(i % GROUPS)
-        start = time.perf_counter()
-        hits = await store.search(text, vector, 10, asked, 0.0, "hybrid")
-        latencies.append((time.perf_counter() - start) * 1000)
-        fewest = min(fewest, len(hits))
-    p50, p95 = percentiles(latencies)
-    return p50, p95, fewest
+) -> Awaitable[tuple[float, float, int]]:
+    """Query i asks as the readers of group i mod 100."""
+    return time_filtered(store, queries, lambda i: filters(i % GROUPS))
 
 
 async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list[str]:

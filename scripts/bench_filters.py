@@ -18,14 +18,13 @@ without facets. It asserts nothing.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_stores import Corpus, filled_store, percentiles, print_rows, row_args
+from bench_stores import Corpus, filled_store, print_rows, row_args, time_filtered
 
 from knowledge_api.filters import parse
 from knowledge_api.models import Document, SearchFilters
@@ -65,26 +64,18 @@ class FilteredCorpus(Corpus):
         return doc
 
 
-async def time_filtered(
+def time_where(
     store: Any,
     queries: list[tuple[str, np.ndarray]],
     where: Callable[[int], dict[str, Any] | None],
     facets: tuple[str, ...] = (),
-) -> tuple[float, float, int]:
-    """A hybrid search of 10 results, and its facets beside it as the service counts them."""
-    latencies, fewest = [], 10
-    for i, (text, vector) in enumerate(queries):
-        filters = SearchFilters(where=parse(where(i % BUCKETS)))
-        start = time.perf_counter()
-        search = store.search(text, vector, 10, filters, 0.0, "hybrid")
-        if facets:
-            hits, _ = await asyncio.gather(search, store.facet_counts(filters, facets))
-        else:
-            hits = await search
-        latencies.append((time.perf_counter() - start) * 1000)
-        fewest = min(fewest, len(hits))
-    p50, p95 = percentiles(latencies)
-    return p50, p95, fewest
+) -> Awaitable[tuple[float, float, int]]:
+    """Query i filtered to bucket i mod 100."""
+
+    def filters(i: int) -> SearchFilters:
+        return SearchFilters(where=parse(where(i % BUCKETS)))
+
+    return time_filtered(store, queries, filters, facets)
 
 
 async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list[str]:
@@ -92,12 +83,12 @@ async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list
     lines = []
     async with filled_store(name, corpus, folder) as store:
         for where in FILTERS.values():  # a first pass warms every plan and page
-            await time_filtered(store, queries[:20], where)
+            await time_where(store, queries[:20], where)
         measured: dict[str, float] = {}
         rows = [(label, where, (), "none") for label, where in FILTERS.items()]
         rows += [(label, FILTERS[of], FACETS, of) for label, of in FACETED.items()]
         for label, where, facets, of in rows:
-            p50, p95, fewest = await time_filtered(store, queries, where, facets)
+            p50, p95, fewest = await time_where(store, queries, where, facets)
             measured[label] = p50
             lines.append(
                 f"{name:8} | {corpus.size:>7} | {label:16} | {p50:7.2f} / {p95:7.2f} | "

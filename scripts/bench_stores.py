@@ -231,6 +231,30 @@ async def fill(store: Any, corpus: Corpus) -> float:
     return (corpus.size - done) / (time.perf_counter() - start)
 
 
+async def time_filtered(
+    store: Any,
+    queries: list[tuple[str, np.ndarray]],
+    filters: Callable[[int], SearchFilters],
+    facets: tuple[str, ...] = (),
+) -> tuple[float, float, int]:
+    """Hybrid searches of 10 results, query i filtered by `filters(i)`, with `facets`
+    counted beside each as the service counts them: p50 and p95 ms, and the fewest
+    results a query returned."""
+    latencies, fewest = [], 10
+    for i, (text, vector) in enumerate(queries):
+        asked = filters(i)
+        start = time.perf_counter()
+        search = store.search(text, vector, 10, asked, 0.0, "hybrid")
+        if facets:
+            hits, _ = await asyncio.gather(search, store.facet_counts(asked, facets))
+        else:
+            hits = await search
+        latencies.append((time.perf_counter() - start) * 1000)
+        fewest = min(fewest, len(hits))
+    p50, p95 = percentiles(latencies)
+    return p50, p95, fewest
+
+
 def store_settings(name: str, changes: dict[str, Any]) -> Settings:
     """The settings of store `name` as its setup placed it, nothing read from the host."""
     return Settings.from_env(environ={}, env_file=None).replace(**{"store": name, **changes})
