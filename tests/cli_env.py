@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,6 +49,20 @@ def cli_settings(
     if getattr(request, "param", "sqlite") == "postgres":
         use_postgres(request, monkeypatch)
     return Settings.from_env(env_file=None)
+
+
+def cli_environment(*backends: str, **variables: str) -> Any:
+    """A fixture of `cli_settings` with `variables` set, run over each of `backends`
+    ("sqlite", "postgres"; SQLite alone when none): assigned in a test module, the
+    name it is assigned to is the fixture's."""
+
+    @pytest.fixture(params=list(backends) or None)
+    def environment(
+        request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> Settings:
+        return cli_settings(request, tmp_path, monkeypatch, **variables)
+
+    return environment
 
 
 def source_documents(settings: Settings, collection: str, source: str) -> dict[str, Document]:

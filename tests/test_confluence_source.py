@@ -30,7 +30,7 @@ from tests.atlassian_server import (
     Page,
     serving,
 )
-from tests.cli_env import cli_settings, source_documents, sync_source
+from tests.cli_env import cli_environment, source_documents, sync_source
 from tests.documents import pdf_bytes, write_docx, write_pptx
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -42,18 +42,10 @@ HTML_PAGE = (
 )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def environment(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    return cli_settings(request, tmp_path, monkeypatch, WIKI_TOKEN=TOKEN, WIKI_PAT=PAT)
+environment = cli_environment("sqlite", "postgres", WIKI_TOKEN=TOKEN, WIKI_PAT=PAT)
 
 
-@pytest.fixture
-def sqlite_only(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    return cli_settings(request, tmp_path, monkeypatch, WIKI_TOKEN=TOKEN, WIKI_PAT=PAT)
+sqlite_only = cli_environment(WIKI_TOKEN=TOKEN, WIKI_PAT=PAT)
 
 
 def wiki(tmp_path: Path, context: str = "/wiki") -> Confluence:

@@ -32,7 +32,7 @@ from tests.atlassian_server import (
     Issue,
     serving,
 )
-from tests.cli_env import cli_settings, source_documents, sync_source
+from tests.cli_env import cli_environment, source_documents, sync_source
 from tests.conftest import make_settings
 from tests.test_access import bearer, make_key
 from tests.test_uploads import wait_for
@@ -42,18 +42,10 @@ NOW = datetime.now(UTC).replace(microsecond=0)
 JQL = "project in (OPS, WEB) ORDER BY created DESC"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def environment(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    return cli_settings(request, tmp_path, monkeypatch, JIRA_TOKEN=TOKEN, JIRA_PAT=PAT)
+environment = cli_environment("sqlite", "postgres", JIRA_TOKEN=TOKEN, JIRA_PAT=PAT)
 
 
-@pytest.fixture
-def sqlite_only(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    return cli_settings(request, tmp_path, monkeypatch, JIRA_TOKEN=TOKEN, JIRA_PAT=PAT)
+sqlite_only = cli_environment(JIRA_TOKEN=TOKEN, JIRA_PAT=PAT)
 
 
 def project(cloud: bool = True) -> Atlassian:
