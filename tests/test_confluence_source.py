@@ -19,7 +19,6 @@ from knowledge_api.connectors.http import Retries
 from knowledge_api.models import ConnectorSource, Document
 from knowledge_api.settings import Settings
 from tests.atlassian_server import (
-    EMAIL,
     PAT,
     SITE_ZONE,
     TOKEN,
@@ -29,6 +28,7 @@ from tests.atlassian_server import (
     Confluence,
     Page,
     serving,
+    source_args,
 )
 from tests.cli_env import cli_environment, source_documents, sync_source
 from tests.documents import pdf_bytes, write_docx, write_pptx
@@ -128,26 +128,7 @@ def wiki(tmp_path: Path, context: str = "/wiki") -> Confluence:
 
 def add_source(url: str, *more: str) -> int:
     return main(
-        [
-            "sources",
-            "add",
-            "wiki",
-            "--kind",
-            "confluence",
-            "--url",
-            url,
-            "--collection",
-            "ops",
-            "--set",
-            "deployment=cloud",
-            "--set",
-            f"user={EMAIL}",
-            "--secret",
-            "token=WIKI_TOKEN",
-            "--set",
-            "spaces=ENG,OPS",
-            *more,
-        ]
+        [*source_args("wiki", "confluence", url, "WIKI_TOKEN"), "--set", "spaces=ENG,OPS", *more]
     )
 
 
@@ -287,19 +268,7 @@ def test_confluence_server_without_a_time_zone_and_the_failures_of_a_run(
         assert (
             main(
                 [
-                    "sources",
-                    "add",
-                    "wiki",
-                    "--kind",
-                    "confluence",
-                    "--url",
-                    state.url,
-                    "--collection",
-                    "ops",
-                    "--set",
-                    "deployment=server",
-                    "--secret",
-                    "token=WIKI_PAT",
+                    *source_args("wiki", "confluence", state.url, "WIKI_PAT", server=True, user=""),
                     "--set",
                     'cql=label = "runbook"',
                 ]

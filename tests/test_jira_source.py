@@ -31,6 +31,7 @@ from tests.atlassian_server import (
     Comment,
     Issue,
     serving,
+    source_args,
 )
 from tests.cli_env import cli_environment, source_documents, sync_source
 from tests.conftest import make_settings
@@ -102,26 +103,7 @@ def project(cloud: bool = True) -> Atlassian:
 
 
 def add_source(url: str, *more: str) -> int:
-    return main(
-        [
-            "sources",
-            "add",
-            "jira",
-            "--kind",
-            "jira",
-            "--url",
-            url,
-            "--collection",
-            "ops",
-            "--set",
-            "deployment=cloud",
-            "--set",
-            f"user={EMAIL}",
-            "--secret",
-            "token=JIRA_TOKEN",
-            *more,
-        ]
-    )
+    return main([*source_args("jira", "jira", url, "JIRA_TOKEN"), *more])
 
 
 def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
@@ -286,28 +268,7 @@ def test_the_retired_search_stops_the_run_saying_what_to_set(
 ) -> None:
     """Jira Cloud answers 410 where Server searches: a run that must not look like an
     empty project."""
-    assert (
-        main(
-            [
-                "sources",
-                "add",
-                "jira",
-                "--kind",
-                "jira",
-                "--url",
-                cloud.url,
-                "--collection",
-                "ops",
-                "--set",
-                "deployment=server",
-                "--set",
-                f"user={EMAIL}",
-                "--secret",
-                "token=JIRA_TOKEN",
-            ]
-        )
-        == 0
-    )
+    assert main(source_args("jira", "jira", cloud.url, "JIRA_TOKEN", server=True)) == 0
     capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1
@@ -334,26 +295,7 @@ def test_jira_server_pages_by_start_and_reads_wiki_markup(
         "|api-2|3 March|"
     )
     with serving(state) as server:
-        assert (
-            main(
-                [
-                    "sources",
-                    "add",
-                    "jira",
-                    "--kind",
-                    "jira",
-                    "--url",
-                    server.url,
-                    "--collection",
-                    "ops",
-                    "--set",
-                    "deployment=server",
-                    "--secret",
-                    "token=JIRA_PAT",
-                ]
-            )
-            == 0
-        )
+        assert main(source_args("jira", "jira", server.url, "JIRA_PAT", server=True, user="")) == 0
         capsys.readouterr()
         assert sync(capsys) == (0, "ops/jira: 5 added, 0 updated, 0 unchanged, 0 deleted")
         searches = [c for c in server.searches() if "summary" in c.params["fields"]]
