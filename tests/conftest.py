@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import respx
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
@@ -137,6 +138,14 @@ def seeded_at(url: str, key: str = "", timeout_s: float = 300) -> None:
     while seeding := health().get("seeding"):
         assert "error" not in seeding and time.monotonic() < deadline, seeding
         time.sleep(0.1)
+
+
+@pytest.fixture
+def mock() -> Iterator[respx.MockRouter]:
+    """Every HTTP request must match a route of the test's; none reaches the network."""
+    from tests import providers  # it builds its settings with this module's make_settings
+
+    yield from providers.mocked()
 
 
 @pytest.fixture

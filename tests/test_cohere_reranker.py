@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +15,11 @@ import respx
 from knowledge_api.config.fields import Secret
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from tests import providers
 from tests.conftest import ask, make_settings, query_params
 from tests.providers import COHERE_KEY, COHERE_RERANK, COHERE_URL, cohere_error, cohere_ranking
 from tests.reranking import QUESTION, TOP, fused, ids, reranked, started
 
 pytest.importorskip("cohere")
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
 
 
 def cohere_settings(tmp_path: Path, **changes: Any) -> Settings:

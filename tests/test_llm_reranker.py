@@ -4,7 +4,7 @@ the real google-genai and groq SDKs answered by respx."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,6 @@ from tests.reranking import QUESTION, TOP, fused, ids, reranked, started
 
 pytest.importorskip("google.genai")
 pytest.importorskip("groq")
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
 
 
 def settings_of(tmp_path: Path, **changes: Any) -> Settings:

@@ -243,11 +243,6 @@ def test_the_key_name_is_an_attribute_and_the_token_never(
 # -- synthesis, rerank and the providers' HTTP calls -----------------------------------
 
 
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
-
-
 def test_each_synthesis_link_is_a_span_and_its_http_call_carries_the_trace(
     tmp_path: Path, exporter: InMemorySpanExporter, mock: respx.MockRouter
 ) -> None:
