@@ -188,17 +188,31 @@ class Ranking:
 SETTINGS_RANKING = Ranking()
 
 
-def one_of(searching: Any) -> None:
-    """`collections` sorted, each once; one alone is `collection` (the same request)."""
-    names = tuple(sorted(set(searching.collections)))
-    if len(names) == 1:
-        object.__setattr__(searching, "collection", names[0])
-        names = ()
-    object.__setattr__(searching, "collections", names)
+class OneOrSeveral:
+    """What a request searches: `collection`, or `collections` searched as one. Mixed
+    into the frozen dataclasses of the requests that search, so each reads the two the
+    same way."""
+
+    __slots__ = ()
+    collection: str
+    collections: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        """`collections` sorted, each once; one alone is `collection` (the same request)."""
+        names = tuple(sorted(set(self.collections)))
+        if len(names) == 1:
+            object.__setattr__(self, "collection", names[0])
+            names = ()
+        object.__setattr__(self, "collections", names)
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        """The collections the request looks in."""
+        return self.collections or (self.collection,)
 
 
 @dataclass(frozen=True, slots=True)
-class SearchFilters:
+class SearchFilters(OneOrSeveral):
     """Where a search looks: the source types, the filter tree (knowledge_api.filters)
     the passages must pass, and the collection."""
 
@@ -208,14 +222,6 @@ class SearchFilters:
     collections: tuple[str, ...] = ()
     """Several collections searched as one (their union, ranked as one collection
     would be); empty: `collection` alone."""
-
-    def __post_init__(self) -> None:
-        one_of(self)
-
-    @property
-    def searched(self) -> tuple[str, ...]:
-        """The collections the search looks in."""
-        return self.collections or (self.collection,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +376,7 @@ def normalize_query(text: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class SearchParams:
+class SearchParams(OneOrSeveral):
     """What a search-backed request asks: its text, where to look and what to keep."""
 
     query: str
@@ -384,14 +390,6 @@ class SearchParams:
     """Results skipped: the page that starts there (see KnowledgeService.search)."""
     collections: tuple[str, ...] = ()
     """Two or more collections searched as one, sorted; empty: `collection` alone."""
-
-    def __post_init__(self) -> None:
-        one_of(self)
-
-    @property
-    def searched(self) -> tuple[str, ...]:
-        """The collections the request looks in."""
-        return self.collections or (self.collection,)
 
     @property
     def scope(self) -> str | tuple[str, ...]:

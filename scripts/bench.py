@@ -24,7 +24,6 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,11 +36,19 @@ from typing import Any
 import bench_targets
 import httpx
 import numpy as np
+from bench_http import (
+    HOST,
+    free_port,
+    start_process,
+    uvicorn,
+    wait_ready,
+    write_bare_app,
+    wrk_run,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "msmarco-dev" / "corpus.jsonl"
 BUNDLED_DOCS = ROOT / "knowledge_api" / "docs"
-HOST = "127.0.0.1"
 QUERY_PATH = "/v1/knowledge/query"
 SUMMARY = re.compile(
     r"(?P<documents>\d+) documents indexed \((?P<chunks>\d+) chunks, (?P<embedded>\d+) embedded\)"
@@ -82,30 +89,6 @@ BUILTIN_QUERIES = [
 ]
 SYNTHESIS_SUFFIX = "explained"
 WARMUP_QUERIES = ["bench warm-up one", "bench warm-up two", "bench warm-up three"]
-BARE_APP = """\
-from pathlib import Path
-
-from starlette.applications import Starlette
-from starlette.responses import Response
-from starlette.routing import Route
-
-BODY = Path("bare_body.json").read_bytes()
-
-
-async def ok(request):
-    return Response(BODY, media_type="application/json")
-
-
-app = Starlette(routes=[Route("/{path:path}", ok, methods=["GET", "POST"])])
-"""
-WRK_SCRIPT = """\
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = [==[{body}]==]
-"""
-
-
-# -- arguments and environment ---------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -198,12 +181,6 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 # -- corpus and queries ----------------------------------------------------------------
 
 
@@ -256,64 +233,6 @@ def run_ingest(
     for key in ("documents", "chunks", "embedded", "skipped"):
         figures[key] = int(figures[key])
     return {**figures, "wall_s": round(wall, 3), "summary": match.group(0)}
-
-
-def start_process(
-    stack: ExitStack, command: list[str], env: dict[str, str], cwd: Path, log: Path
-) -> subprocess.Popen[bytes]:
-    """A child in its own session (a Ctrl-C reaches us; we stop it), logging to `log`."""
-    out = stack.enter_context(log.open("wb"))
-    proc = subprocess.Popen(
-        command,
-        env=env,
-        cwd=cwd,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    stack.callback(stop_process, proc)
-    return proc
-
-
-def stop_process(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(grace)
-
-
-def wait_ready(
-    proc: subprocess.Popen[bytes],
-    url: str,
-    log: Path,
-    deadline_s: float,
-    started: float | None = None,
-) -> float:
-    """Seconds until `url` answers 200, counted from `started` (perf_counter; now when
-    None); fails when the process exits or time runs out."""
-    started = time.perf_counter() if started is None else started
-    while time.perf_counter() - started < deadline_s:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: the process exited ({proc.returncode}):\n{tail(log)}")
-        try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return time.perf_counter() - started
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} not ready after {deadline_s:.0f}s:\n{tail(log)}")
-
-
-def tail(log: Path, chars: int = 3000) -> str:
-    try:
-        return log.read_text(encoding="utf-8", errors="replace")[-chars:]
-    except OSError:
-        return ""
 
 
 def rss_mb(pid: int) -> dict[str, float]:
@@ -441,65 +360,15 @@ def concurrency_bodies(queries: list[str], count: int) -> list[dict[str, Any]]:
 # -- throughput (wrk) ------------------------------------------------------------------
 
 
-def wrk_run(
-    url: str, body: dict[str, Any], workdir: Path, duration: int, connections: int
-) -> dict[str, Any]:
-    raw = json.dumps(body)
-    if "]==]" in raw:
-        raise ValueError("the wrk body cannot hold ']==]'")
-    script = workdir / "post.lua"
-    script.write_text(WRK_SCRIPT.format(body=raw), encoding="utf-8")
-    done = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "-s", str(script), url],
-        capture_output=True,
-        text=True,
-        timeout=duration + 60,
-        check=False,
-    )
-    output = done.stdout + done.stderr
-    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
-    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
-    errors = re.search(r"Socket errors:.*", output)
-    return {
-        "requests_per_s": float(rate.group(1)) if rate else None,
-        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
-        "socket_errors": errors.group(0) if errors else "",
-        "returncode": done.returncode,
-    }
-
-
 def start_bare_app(stack: ExitStack, workdir: Path, env: dict[str, str], body: bytes) -> str:
     """A bare Starlette endpoint under the service's uvicorn options, answering every
     request with `body` (the service's answer to the throughput's query, so both send
     the same bytes); its base URL."""
-    (workdir / "bare_app.py").write_text(BARE_APP, encoding="utf-8")
-    (workdir / "bare_body.json").write_bytes(body)
     port = free_port()
     log = workdir / "bare.log"
     bare_env = {k: v for k, v in env.items() if not k.startswith("KNOWLEDGE_")}
-    proc = start_process(
-        stack,
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "bare_app:app",
-            "--host",
-            HOST,
-            "--port",
-            str(port),
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--no-access-log",
-            "--log-level",
-            "warning",
-        ],
-        bare_env,
-        workdir,
-        log,
-    )
+    command = uvicorn(write_bare_app(workdir, body), port)
+    proc = start_process(stack, command, bare_env, workdir, log)
     url = f"http://{HOST}:{port}"
     wait_ready(proc, url + "/", log, 30.0)
     return url

@@ -17,22 +17,18 @@ multiple of the unfiltered one, and the fewest results a query returned (10 when
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import tempfile
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_stores import SETUPS, Corpus, fill, percentiles, read_through, timed_open
+from bench_stores import Corpus, filled_store, print_rows, row_args, time_filtered
 
 from knowledge_api.filters import parse
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.principals import scoped
 from knowledge_api.service.startup import single_threaded_blas
-from knowledge_api.settings import Settings
 
 GROUPS = 100
 HALF = frozenset(f"group:g{g}" for g in range(GROUPS // 2))
@@ -56,32 +52,17 @@ class AclCorpus(Corpus):
         return doc
 
 
-async def time_rows(
+def time_rows(
     store: Any, queries: list[tuple[str, np.ndarray]], filters: Callable[[int], SearchFilters]
-) -> tuple[float, float, int]:
-    latencies, fewest = [], 10
-    for i, (text, vector) in enumerate(queries):
-        asked = filters(i % GROUPS)
-        start = time.perf_counter()
-        hits = await store.search(text, vector, 10, asked, 0.0, "hybrid")
-        latencies.append((time.perf_counter() - start) * 1000)
-        fewest = min(fewest, len(hits))
-    p50, p95 = percentiles(latencies)
-    return p50, p95, fewest
+) -> Awaitable[tuple[float, float, int]]:
+    """Query i asks as the readers of group i mod 100."""
+    return time_filtered(store, queries, lambda i: filters(i % GROUPS))
 
 
 async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list[str]:
     queries = corpus.queries(n_queries)
     lines = []
-    async with SETUPS[name](folder) as changes:
-        settings = Settings.from_env(environ={}, env_file=None).replace(
-            **{"store": name, **changes}
-        )
-        store, _ = await timed_open(settings)
-        await fill(store, corpus)
-        await store.close()
-        store, _ = await timed_open(settings)
-        read_through(folder)
+    async with filled_store(name, corpus, folder) as store:
         for filters in ROWS.values():  # a first pass warms every plan and page
             await time_rows(store, queries[:20], filters)
         unfiltered = 0.0
@@ -92,36 +73,14 @@ async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list
                 f"{name:8} | {corpus.size:>7} | {label:39} | {p50:7.2f} / {p95:7.2f} | "
                 f"{p50 / unfiltered:5.2f}x | {fewest:>2}"
             )
-        await store.close()
     return lines
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--stores", default="sqlite")
-    parser.add_argument("--sizes", default="5000")
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument(
-        "--keep",
-        type=Path,
-        help="a folder per store and size kept between runs (<keep>/<store>-<size>), "
-        "so a store filled once is measured again without filling it again",
-    )
-    args = parser.parse_args()
+    args = row_args(__doc__.split("\n")[0], "sqlite")
     single_threaded_blas()  # as the service runs
     print(f"store    |  chunks | {'readers':39} | hybrid p50/p95 ms | p50 / unfiltered | fewest")
-    for size in (int(s) for s in args.sizes.split(",")):
-        corpus = AclCorpus(size, "topics")
-        for name in args.stores.split(","):
-            if args.keep is not None:
-                kept = args.keep / f"{name}-{size}"
-                kept.mkdir(parents=True, exist_ok=True)
-                for row in await bench(name, corpus, args.queries, kept):
-                    print(row, flush=True)
-                continue
-            with tempfile.TemporaryDirectory(prefix="bench-acl-") as folder:
-                for row in await bench(name, corpus, args.queries, Path(folder)):
-                    print(row, flush=True)
+    await print_rows(args, lambda size: AclCorpus(size, "topics"), bench)
 
 
 if __name__ == "__main__":

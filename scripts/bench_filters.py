@@ -17,22 +17,18 @@ without facets. It asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import tempfile
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_stores import SETUPS, Corpus, fill, percentiles, read_through, timed_open
+from bench_stores import Corpus, filled_store, print_rows, row_args, time_filtered
 
 from knowledge_api.filters import parse
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.service.startup import single_threaded_blas
-from knowledge_api.settings import Settings
 
 BUCKETS = 100
 FIRST_DAY = date(2026, 1, 1)
@@ -68,82 +64,44 @@ class FilteredCorpus(Corpus):
         return doc
 
 
-async def time_filtered(
+def time_where(
     store: Any,
     queries: list[tuple[str, np.ndarray]],
     where: Callable[[int], dict[str, Any] | None],
     facets: tuple[str, ...] = (),
-) -> tuple[float, float, int]:
-    """A hybrid search of 10 results, and its facets beside it as the service counts them."""
-    latencies, fewest = [], 10
-    for i, (text, vector) in enumerate(queries):
-        filters = SearchFilters(where=parse(where(i % BUCKETS)))
-        start = time.perf_counter()
-        search = store.search(text, vector, 10, filters, 0.0, "hybrid")
-        if facets:
-            hits, _ = await asyncio.gather(search, store.facet_counts(filters, facets))
-        else:
-            hits = await search
-        latencies.append((time.perf_counter() - start) * 1000)
-        fewest = min(fewest, len(hits))
-    p50, p95 = percentiles(latencies)
-    return p50, p95, fewest
+) -> Awaitable[tuple[float, float, int]]:
+    """Query i filtered to bucket i mod 100."""
+
+    def filters(i: int) -> SearchFilters:
+        return SearchFilters(where=parse(where(i % BUCKETS)))
+
+    return time_filtered(store, queries, filters, facets)
 
 
 async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list[str]:
     queries = corpus.queries(n_queries)
     lines = []
-    async with SETUPS[name](folder) as changes:
-        settings = Settings.from_env(environ={}, env_file=None).replace(
-            **{"store": name, **changes}
-        )
-        store, _ = await timed_open(settings)
-        await fill(store, corpus)
-        await store.close()
-        store, _ = await timed_open(settings)
-        read_through(folder)
+    async with filled_store(name, corpus, folder) as store:
         for where in FILTERS.values():  # a first pass warms every plan and page
-            await time_filtered(store, queries[:20], where)
+            await time_where(store, queries[:20], where)
         measured: dict[str, float] = {}
         rows = [(label, where, (), "none") for label, where in FILTERS.items()]
         rows += [(label, FILTERS[of], FACETS, of) for label, of in FACETED.items()]
         for label, where, facets, of in rows:
-            p50, p95, fewest = await time_filtered(store, queries, where, facets)
+            p50, p95, fewest = await time_where(store, queries, where, facets)
             measured[label] = p50
             lines.append(
                 f"{name:8} | {corpus.size:>7} | {label:16} | {p50:7.2f} / {p95:7.2f} | "
                 f"{p50 - measured[of]:+7.2f} | {fewest:>2}"
             )
-        await store.close()
     return lines
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--stores", default="sqlite,postgres")
-    parser.add_argument("--sizes", default="5000")
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument(
-        "--keep",
-        type=Path,
-        help="a folder per store and size kept between runs (<keep>/<store>-<size>), "
-        "so a store filled once is measured again without filling it again",
-    )
-    args = parser.parse_args()
+    args = row_args(__doc__.split("\n")[0], "sqlite,postgres")
     single_threaded_blas()  # as the service runs
     print("store    |  chunks | filter           | hybrid p50/p95 ms | +p50 ms | fewest")
-    for size in (int(s) for s in args.sizes.split(",")):
-        corpus = FilteredCorpus(size, "topics")
-        for name in args.stores.split(","):
-            if args.keep is not None:
-                kept = args.keep / f"{name}-{size}"
-                kept.mkdir(parents=True, exist_ok=True)
-                for row in await bench(name, corpus, args.queries, kept):
-                    print(row, flush=True)
-                continue
-            with tempfile.TemporaryDirectory(prefix="bench-filters-") as folder:
-                for row in await bench(name, corpus, args.queries, Path(folder)):
-                    print(row, flush=True)
+    await print_rows(args, lambda size: FilteredCorpus(size, "topics"), bench)
 
 
 if __name__ == "__main__":

@@ -21,11 +21,7 @@ costs when off (`full`, no endpoint).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,8 +33,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+from bench_http import (
+    HOST,
+    free_port,
+    serve_command,
+    service_env,
+    start_server,
+    uvicorn,
+    write_bare_app,
+    wrk_run,
+)
 
-HOST = "127.0.0.1"
 QUERY = "/v1/knowledge/query"
 BODY = {"query": "How is a query answered?", "synthesize": False}
 PLAIN_APP = """\
@@ -49,54 +54,6 @@ from knowledge_api.settings import Settings
 app = create_app(Settings.from_env())
 app.user_middleware = [m for m in app.user_middleware if m.cls is not RequestObserver]
 """
-BARE_APP = """\
-import orjson
-from starlette.applications import Starlette
-from starlette.responses import Response
-from starlette.routing import Route
-
-BODY = open("cached.json", "rb").read()
-
-
-async def ok(request):
-    return Response(BODY, media_type="application/json")
-
-
-app = Starlette(routes=[Route("/{path:path}", ok, methods=["GET", "POST"])])
-"""
-WRK_SCRIPT = """\
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-{auth}wrk.body = [==[{body}]==]
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
-
-
-def uvicorn(app: str, port: int) -> list[str]:
-    return [
-        sys.executable, "-m", "uvicorn", app, "--host", HOST, "--port", str(port),
-        "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning",
-    ]  # fmt: skip
-
-
-def start(stack: ExitStack, command: list[str], env: dict[str, str], cwd: Path, url: str) -> None:
-    log = (cwd / f"server-{len(stack._exit_callbacks)}.log").open("w")
-    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
-    stack.callback(process.wait, 10)
-    stack.callback(process.terminate)
-    stack.callback(log.close)
-    for _ in range(600):
-        try:
-            if httpx.get(url + "/livez", timeout=1).status_code in (200, 404):
-                return
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    raise SystemExit(f"{command} did not start: see {log.name}")
 
 
 class Sink(BaseHTTPRequestHandler):
@@ -120,21 +77,11 @@ def sink(stack: ExitStack) -> str:
 
 
 def wrk(url: str, token: str, cwd: Path, duration: int) -> float:
-    auth = f'wrk.headers["Authorization"] = "Bearer {token}"\n' if token else ""
-    script = cwd / "post.lua"
-    script.write_text(WRK_SCRIPT.format(auth=auth, body=json.dumps(BODY)), encoding="utf-8")
-    done = subprocess.run(
-        ["wrk", "-t2", "-c64", f"-d{duration}s", "-s", str(script), url + QUERY],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if "Non-2xx" in done.stdout:
-        raise SystemExit(f"{url} answered errors under load:\n{done.stdout}")
-    found = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
-    if not found:
-        raise SystemExit(f"wrk failed:\n{done.stdout}{done.stderr}")
-    return float(found.group(1))
+    """Requests/s of the cached query posted to `url`: every answer must be a 2xx."""
+    run = wrk_run(url + QUERY, BODY, cwd, duration, token=token)
+    if run["non_2xx"] or run["requests_per_s"] is None:
+        raise SystemExit(f"{url} under load: {run}")
+    return float(run["requests_per_s"])
 
 
 def main() -> None:
@@ -152,13 +99,7 @@ def main() -> None:
         raise SystemExit("wrk not found: apt-get install wrk")
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
         cwd = Path(folder)
-        base = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_")},
-            "KNOWLEDGE_EMBEDDER": "fake",
-            "KNOWLEDGE_SYNTHESIZER": "extractive",
-            "KNOWLEDGE_DB_PATH": str(cwd / "k.db"),
-            "KNOWLEDGE_LOG_LEVEL": "info",
-        }
+        base = service_env(cwd, log_level="info")
         names = ("full", "plain", "bare")
         names += ("baseline",) if args.baseline else ()
         names += ("traced",) if args.traced else ()
@@ -181,20 +122,18 @@ def main() -> None:
         token = tokens["full"]
         if args.traced:
             traced_env = {**full_env, "OTEL_EXPORTER_OTLP_ENDPOINT": sink(stack)}
-            traced = [sys.executable, "-m", "knowledge_api", "serve", "--port"]
-            start(stack, [*traced, str(ports["traced"])], traced_env, cwd, urls["traced"])
+            start_server(stack, serve_command(ports["traced"]), traced_env, cwd, urls["traced"])
             tokens["traced"] = token
         (cwd / "plain_app.py").write_text(PLAIN_APP, encoding="utf-8")
         plain_env = {**base, "KNOWLEDGE_AUTH": "off", "KNOWLEDGE_SEED_ON_EMPTY": "false"}
-        start(stack, uvicorn("plain_app:app", ports["plain"]), plain_env, cwd, urls["plain"])
+        start_server(stack, uvicorn("plain_app:app", ports["plain"]), plain_env, cwd, urls["plain"])
         headers = {"Authorization": f"Bearer {token}"}
         cached = httpx.post(urls["full"] + QUERY, json=BODY, headers=headers).content
         if args.traced:
             httpx.post(urls["traced"] + QUERY, json=BODY, headers=headers)
         httpx.post(urls["plain"] + QUERY, json=BODY)
-        (cwd / "cached.json").write_bytes(cached)
-        (cwd / "bare_app.py").write_text(BARE_APP, encoding="utf-8")
-        start(stack, uvicorn("bare_app:app", ports["bare"]), base, cwd, urls["bare"])
+        bare = uvicorn(write_bare_app(cwd, cached), ports["bare"])
+        start_server(stack, bare, base, cwd, urls["bare"])
         rates: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(args.rounds):
             for name in rates:
@@ -209,8 +148,7 @@ def serve_full(stack: ExitStack, env: dict[str, str], cwd: Path, port: int) -> s
          "--scopes", "read"],
         env=env, cwd=cwd, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    command = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(port)]
-    start(stack, command, env, cwd, f"http://{HOST}:{port}")
+    start_server(stack, serve_command(port), env, cwd, f"http://{HOST}:{port}")
     token = created.stdout.splitlines()[-1]
     seeded(f"http://{HOST}:{port}", token)
     return token

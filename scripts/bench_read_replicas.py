@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import re
 import shutil
@@ -48,9 +47,9 @@ from knowledge_api.ingest.pipeline import Ingestor  # noqa: E402
 from knowledge_api.models import Document, SearchFilters  # noqa: E402
 from knowledge_api.settings import Settings  # noqa: E402
 from knowledge_api.stores.postgres.replicas import Reading, Replicas  # noqa: E402
-from tests.pg_replication import Replicated, free_port  # noqa: E402
+from scripts.bench_http import serve_alone, service_env  # noqa: E402
+from tests.pg_replication import Replicated  # noqa: E402
 
-HOST = "127.0.0.1"
 WARM_UP = 20
 """Searches of each run not counted: the server's caches fill."""
 WORDS = [
@@ -181,32 +180,16 @@ def bench_search(cluster: Replicated, folder: Path, args: argparse.Namespace) ->
 
 
 def serve(cluster: Replicated, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_")},
-        "PYTHONPATH": str(ROOT),
-        "KNOWLEDGE_STORE": "postgres",
-        "KNOWLEDGE_DATABASE_URL": cluster.primary_url,
-        "KNOWLEDGE_DATABASE_READ_URLS": cluster.standby_url,
-        "KNOWLEDGE_EMBEDDER": "fake",
-        "KNOWLEDGE_SYNTHESIZER": "extractive",
-        "KNOWLEDGE_DB_PATH": str(folder / "k.db"),
-        "KNOWLEDGE_SEED_ON_EMPTY": "false",
-        "KNOWLEDGE_LOG_LEVEL": "warning",
-        "KNOWLEDGE_RATE_LIMIT": "0",
-    }
-    log = (folder / "server.log").open("w")
-    command = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(port)]
-    process = subprocess.Popen(command, env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://{HOST}:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(url + "/livez", timeout=1).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    process.terminate()
-    raise SystemExit(f"the server did not start: see {folder / 'server.log'}")
+    env = service_env(
+        folder,
+        store="postgres",
+        database_url=cluster.primary_url,
+        database_read_urls=cluster.standby_url,
+        seed_on_empty="false",
+        log_level="warning",
+        rate_limit="0",
+    )
+    return serve_alone({**env, "PYTHONPATH": str(ROOT)}, folder)
 
 
 async def store_reads(client: httpx.AsyncClient) -> dict[str, float]:

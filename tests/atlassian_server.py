@@ -661,3 +661,15 @@ def cql_filter(cql: str) -> Callable[[str, datetime, Page], bool]:
             )
             tests.append(lambda k, m, p, s=since: m >= s)
     return lambda kind, modified, page: all(test(kind, modified, page) for test in tests)
+
+
+def source_args(
+    name: str, kind: str, url: str, token_env: str, server: bool = False, user: str = EMAIL
+) -> list[str]:
+    """`sources add` of a `kind` source `name` in collection ops, reading the fake at
+    `url` as a cloud deployment does (as `user`, with the token in `token_env`) or, with
+    `server`, as a server deployment (with `user` "", a personal access token's)."""
+    as_user = ["--set", f"user={user}"] if user else []
+    return ["sources", "add", name, "--kind", kind, "--url", url, "--collection", "ops",
+            "--set", f"deployment={'server' if server else 'cloud'}", *as_user,
+            "--secret", f"token={token_env}"]  # fmt: skip

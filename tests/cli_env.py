@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,17 @@ def use_postgres(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("KNOWLEDGE_DATABASE_URL", url)
 
 
+def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **variables: str) -> Path:
+    """Commands run from `tmp_path` on the fake embedder and a SQLite file there, with
+    `variables` set (a source's secrets): `tmp_path`."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
+    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    return tmp_path
+
+
 def cli_settings(
     request: pytest.FixtureRequest,
     tmp_path: Path,
@@ -33,15 +45,24 @@ def cli_settings(
     """The CLI's environment, run from `tmp_path` with `variables` set (a source's
     secrets), and the same settings for an app: one store, shared. Postgres when the
     requesting fixture's param is "postgres", SQLite otherwise."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    for name, value in variables.items():
-        monkeypatch.setenv(name, value)
+    cli_home(tmp_path, monkeypatch, KNOWLEDGE_SEED_ON_EMPTY="false", **variables)
     if getattr(request, "param", "sqlite") == "postgres":
         use_postgres(request, monkeypatch)
     return Settings.from_env(env_file=None)
+
+
+def cli_environment(*backends: str, **variables: str) -> Any:
+    """A fixture of `cli_settings` with `variables` set, run over each of `backends`
+    ("sqlite", "postgres"; SQLite alone when none): assigned in a test module, the
+    name it is assigned to is the fixture's."""
+
+    @pytest.fixture(params=list(backends) or None)
+    def environment(
+        request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> Settings:
+        return cli_settings(request, tmp_path, monkeypatch, **variables)
+
+    return environment
 
 
 def source_documents(settings: Settings, collection: str, source: str) -> dict[str, Document]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import respx
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
@@ -20,13 +21,14 @@ from knowledge_api.filters import Node
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.logs import remove_split_handlers
 from knowledge_api.models import Document
-from knowledge_api.routes import query as query_contract
+from knowledge_api.routes import query as query_route
 from knowledge_api.service import KnowledgeService
 from knowledge_api.service.catalog import Catalog
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.usecases import query as query_use
 from knowledge_api.usecases.query import QueryParams
+from knowledge_api.views import query as query_contract
 from tests.pg import postgres_server, postgrest  # noqa: F401 (fixtures)
 from tests.pg_replication import replicated  # noqa: F401 (fixture)
 from tests.redis_server import redis_server  # noqa: F401 (fixture)
@@ -139,6 +141,14 @@ def seeded_at(url: str, key: str = "", timeout_s: float = 300) -> None:
 
 
 @pytest.fixture
+def mock() -> Iterator[respx.MockRouter]:
+    """Every HTTP request must match a route of the test's; none reaches the network."""
+    from tests import providers  # it builds its settings with this module's make_settings
+
+    yield from providers.mocked()
+
+
+@pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return make_settings(tmp_path)
 
@@ -185,7 +195,7 @@ async def query_events(
 ) -> AsyncIterator[tuple[str, Any]]:
     """A streamed query's events, as POST /v1/knowledge/query sends them."""
     async for name, data in query_use.events(service, params):
-        yield query_contract.sse_event(name, data)
+        yield query_route.sse_event(name, data)
 
 
 def make_store(backend: str, settings: Settings) -> KnowledgeStore:

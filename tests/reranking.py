@@ -31,5 +31,15 @@ async def reranked(service: KnowledgeService, limit: int = 6) -> Any:
     return await service.retrieve(QUESTION, limit, SearchFilters(), 0.0)
 
 
+async def ranked_once(settings: Settings) -> tuple[list[SearchHit], Any, dict[str, Any]]:
+    """On a service of `settings` started for it alone: the fused hits, the reranked
+    retrieval and /health after it."""
+    service = await started(settings)
+    try:
+        return await fused(service), await reranked(service), await service.health()
+    finally:
+        await service.stop()
+
+
 def ids(hits: list[SearchHit]) -> list[str]:
     return [hit.chunk.id for hit in hits]

@@ -23,6 +23,7 @@ from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
 from knowledge_api.web import access as access_module
 from knowledge_api.web.access import RateLimiter, access_of, accesses
+from tests.cli_env import cli_home
 from tests.conftest import make_settings
 
 QUERY = "/v1/knowledge/query"
@@ -313,9 +314,7 @@ def test_any_origin_listed_takes_writes_from_any_page(tmp_path: Path) -> None:
 def test_keys_cli_prints_the_token_once_and_never_lists_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     assert main(["keys", "create", "--name", "ui", "--scopes", "read", "--collections", "a"]) == 0
     token = capsys.readouterr().out.splitlines()[-1]
     assert token.startswith("kapi_") and len(token) >= 5 + 43

@@ -5,7 +5,6 @@ access list still fills the limit when that many passages are readable."""
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,7 @@ from knowledge_api.models import SEARCH_MODES, Document, SearchFilters
 from knowledge_api.principals import scoped, visible
 from knowledge_api.stores.base import KnowledgeStore
 from tests import test_permissions as routes
-from tests.conftest import make_store
-from tests.test_store_conformance import BACKENDS, index, vector
+from tests.test_store_conformance import BACKENDS, index, opened, vector
 
 PRINCIPALS = ("public", "user:ann@example.com", "user:bob", "group:hr", "group:eng", "group:x")
 QUERY = "upload queue release note"
@@ -28,13 +26,7 @@ FIVE = [name for name in BACKENDS if name != "postgres-replica"]
 """The five backends (the replica reads what the postgres store wrote)."""
 
 
-@pytest.fixture(params=FIVE)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KnowledgeStore]:
-    settings = BACKENDS[request.param](request, tmp_path)
-    backend = make_store(settings.store, settings)
-    await backend.open()
-    yield backend
-    await backend.close()
+store = pytest.fixture(params=FIVE, name="store")(opened)
 
 
 def documents(acls: list[list[str]]) -> list[Document]:

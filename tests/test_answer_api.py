@@ -19,17 +19,11 @@ from knowledge_api.errors import BackendConnectionError
 from knowledge_api.settings import Settings
 from knowledge_api.synthesis.extractive import NO_RESULTS
 from knowledge_api.usecases import answers
-from tests import providers
 from tests.conftest import corpus, make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
 
 ANSWER = "/v1/knowledge/answer"
 QUESTION = "Which audio formats does asset ingestion accept?"
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
 
 
 def serve(settings: Settings) -> Iterator[TestClient]:

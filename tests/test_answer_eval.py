@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from knowledge_api.cli import main
+from tests.cli_env import cli_home
 
 PASSAGES = {
     "p1": "Paris is the capital of France and its largest city.",
@@ -30,9 +31,7 @@ cites: both answers count as wrong."""
 
 @pytest.fixture
 def beir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     monkeypatch.setenv("KNOWLEDGE_SEED_ON_EMPTY", "false")
     monkeypatch.setenv("KNOWLEDGE_SYNTHESIZER", "extractive")
     monkeypatch.setenv("KNOWLEDGE_ANSWER_THRESHOLD", "0.1")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,6 @@ from knowledge_api import grounding
 from knowledge_api.app import create_app
 from knowledge_api.embeddings.local import LocalEmbedder
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
-from tests import providers
 from tests.conftest import corpus, make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
 from tests.test_extractive import hit
@@ -34,11 +33,6 @@ def model() -> LocalEmbedder:
     embedder = LocalEmbedder(precision="auto")
     embedder.load()
     return embedder
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
 
 
 async def support(model: LocalEmbedder, answer: str) -> float:

@@ -27,6 +27,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
 from knowledge_api.usecases.kb_sync import KBSync
+from tests.cli_env import cli_home
 from tests.conftest import make_settings, seeded
 from tests.kb_host import Host, serve
 from tests.pg import postgres_settings, supabase_settings
@@ -186,9 +187,7 @@ async def test_an_mcp_write_is_recorded_with_its_key_and_request(tmp_path: Path)
 def test_command_line_writes_and_key_management_are_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     (tmp_path / "notes.md").write_text("# Notes\n\nThe gateway timeout is 30 s.")
     assert main(["ingest", "notes.md", "--collection", "ops"]) == 0
     assert main(["keys", "create", "--name", "bot", "--scopes", "read"]) == 0
@@ -336,9 +335,7 @@ def test_a_store_migration_is_recorded_in_the_targets_trail(
 def test_a_mirror_an_import_and_a_source_delete_are_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in ("a", "b", "c"):
@@ -425,9 +422,7 @@ def test_an_upload_and_its_job_are_recorded(tmp_path: Path) -> None:
 def test_an_import_lists_every_document_of_the_file_it_stored_after_a_killed_run_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in ("a", "b", "c"):

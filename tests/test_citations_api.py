@@ -16,7 +16,6 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests import providers
 from tests.conftest import make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
 from tests.test_mcp import connected, load, serving, text_of
@@ -66,11 +65,6 @@ def serve(settings: Settings) -> Iterator[TestClient]:
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     yield from serve(make_settings(tmp_path, answer_threshold="0.1"))
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
 
 
 @pytest.mark.parametrize("unit", ["codepoints", "utf16"])

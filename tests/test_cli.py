@@ -20,6 +20,7 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.cli.parser import parser
 from knowledge_api.cli.serve import ready_message
+from tests.cli_env import cli_home
 from tests.conftest import make_settings, make_store
 from tests.conftest import seeded as wait_for_seed
 from tests.test_faults import free_port
@@ -29,10 +30,7 @@ PACKAGE_ROOT = Path(knowledge_api.__file__).parent.parent
 
 @pytest.fixture(autouse=True)
 def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    return tmp_path
+    return cli_home(tmp_path, monkeypatch)
 
 
 def test_ingest_then_query(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,15 +14,13 @@ from knowledge_api.cli.ingest import skipped_summary
 from knowledge_api.cli.progress import progress
 from knowledge_api.service import KnowledgeService
 from tests import hostile_records
+from tests.cli_env import cli_home
 from tests.documents import PNG, commit, git_repo, pdf_bytes, write_docx
 
 
 @pytest.fixture(autouse=True)
 def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    return tmp_path
+    return cli_home(tmp_path, monkeypatch)
 
 
 @pytest.fixture

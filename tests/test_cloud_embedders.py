@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +19,11 @@ from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import EmbedderMismatchError, EmbeddingError
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests import providers
 from tests.conftest import ask, corpus, make_settings, query_params
 from tests.providers import COHERE_KEY, COHERE_URL, GEMINI_KEY, GEMINI_URL
 
 GEMINI_EMBED = f"{GEMINI_URL}/v1/models/gemini-embedding-001:batchEmbedContents"
 COHERE_EMBED = f"{COHERE_URL}/v2/embed"
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
 
 
 def vectors(texts: list[str], dimension: int) -> list[list[float]]:

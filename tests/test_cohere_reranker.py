@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +15,11 @@ import respx
 from knowledge_api.config.fields import Secret
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from tests import providers
 from tests.conftest import ask, make_settings, query_params
 from tests.providers import COHERE_KEY, COHERE_RERANK, COHERE_URL, cohere_error, cohere_ranking
-from tests.reranking import QUESTION, TOP, fused, ids, reranked, started
+from tests.reranking import QUESTION, TOP, fused, ids, ranked_once, reranked, started
 
 pytest.importorskip("cohere")
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
 
 
 def cohere_settings(tmp_path: Path, **changes: Any) -> Settings:
@@ -131,13 +125,7 @@ async def test_a_failed_ranking_is_not_cached_and_a_later_one_is(
 
 async def test_without_a_key_no_request_is_made(tmp_path: Path, mock: respx.MockRouter) -> None:
     route = mock.post(COHERE_RERANK)
-    service = await started(cohere_settings(tmp_path, cohere_api_key=Secret("")))
-    try:
-        hits = await fused(service)
-        found = await reranked(service)
-        health = await service.health()
-    finally:
-        await service.stop()
+    hits, found, health = await ranked_once(cohere_settings(tmp_path, cohere_api_key=Secret("")))
     assert ids(found.hits) == ids(hits) and not route.called
     assert found.warnings == [
         "reranker cohere unavailable (missing key: set COHERE_API_KEY): fused order"

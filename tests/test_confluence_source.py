@@ -20,7 +20,6 @@ from knowledge_api.connectors.http import Retries
 from knowledge_api.models import ConnectorSource, Document
 from knowledge_api.settings import Settings
 from tests.atlassian_server import (
-    EMAIL,
     PAT,
     SITE_ZONE,
     TOKEN,
@@ -30,8 +29,9 @@ from tests.atlassian_server import (
     Confluence,
     Page,
     serving,
+    source_args,
 )
-from tests.cli_env import cli_settings, source_documents, sync_source
+from tests.cli_env import cli_environment, source_documents, sync_source
 from tests.documents import pdf_bytes, write_docx, write_pptx
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -43,18 +43,10 @@ HTML_PAGE = (
 )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def environment(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    return cli_settings(request, tmp_path, monkeypatch, WIKI_TOKEN=TOKEN, WIKI_PAT=PAT)
+environment = cli_environment("sqlite", "postgres", WIKI_TOKEN=TOKEN, WIKI_PAT=PAT)
 
 
-@pytest.fixture
-def sqlite_only(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    return cli_settings(request, tmp_path, monkeypatch, WIKI_TOKEN=TOKEN, WIKI_PAT=PAT)
+sqlite_only = cli_environment(WIKI_TOKEN=TOKEN, WIKI_PAT=PAT)
 
 
 def wiki(tmp_path: Path, context: str = "/wiki") -> Confluence:
@@ -137,26 +129,7 @@ def wiki(tmp_path: Path, context: str = "/wiki") -> Confluence:
 
 def add_source(url: str, *more: str) -> int:
     return main(
-        [
-            "sources",
-            "add",
-            "wiki",
-            "--kind",
-            "confluence",
-            "--url",
-            url,
-            "--collection",
-            "ops",
-            "--set",
-            "deployment=cloud",
-            "--set",
-            f"user={EMAIL}",
-            "--secret",
-            "token=WIKI_TOKEN",
-            "--set",
-            "spaces=ENG,OPS",
-            *more,
-        ]
+        [*source_args("wiki", "confluence", url, "WIKI_TOKEN"), "--set", "spaces=ENG,OPS", *more]
     )
 
 
@@ -296,19 +269,7 @@ def test_confluence_server_without_a_time_zone_and_the_failures_of_a_run(
         assert (
             main(
                 [
-                    "sources",
-                    "add",
-                    "wiki",
-                    "--kind",
-                    "confluence",
-                    "--url",
-                    state.url,
-                    "--collection",
-                    "ops",
-                    "--set",
-                    "deployment=server",
-                    "--secret",
-                    "token=WIKI_PAT",
+                    *source_args("wiki", "confluence", state.url, "WIKI_PAT", server=True, user=""),
                     "--set",
                     'cql=label = "runbook"',
                 ]

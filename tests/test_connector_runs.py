@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -154,14 +154,6 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     if request.param == "postgres":
         return postgres_settings(request, tmp_path)
     return make_settings(tmp_path, db_path=tmp_path / "k.db")
-
-
-@pytest.fixture
-async def service(settings: Settings) -> AsyncIterator[KnowledgeService]:
-    svc = build_service(settings)
-    await svc.start()
-    yield svc
-    await svc.stop()
 
 
 async def add(service: KnowledgeService, name: str, vendor: Vendor, **settings: str) -> None:

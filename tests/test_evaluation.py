@@ -19,6 +19,7 @@ from knowledge_api.rerankers import rerankers
 from knowledge_api.rerankers.base import OrderingReranker, RerankError
 from knowledge_api.service import KnowledgeService
 from knowledge_api.usecases import evaluation as ev
+from tests.cli_env import cli_home
 from tests.conftest import make_settings
 
 RANKED = ["a", "b", "c"]
@@ -127,9 +128,7 @@ async def test_evaluate_uses_a_temporary_collection(
 def test_eval_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     folder = write_beir(tmp_path / "set")
     assert main(["eval", str(folder), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -240,9 +239,7 @@ def test_no_verdict_without_every_mode() -> None:
 def test_eval_command_with_a_reranker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     monkeypatch.setenv("KNOWLEDGE_RERANKER", "refusing")  # not used by eval unless named
     folder = write_beir(tmp_path / "set")
     assert main(["eval", str(folder), "--reranker", "upside-down", "--json"]) == 0

@@ -19,7 +19,7 @@ from knowledge_api.cli import main
 from knowledge_api.connectors import github as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.cli_env import cli_settings, source_documents, sync_source
+from tests.cli_env import cli_environment, source_documents, sync_source
 from tests.conftest import make_settings
 from tests.github_server import TOKEN, GitHub, github, stamp
 from tests.test_access import bearer, error_of, make_key
@@ -29,11 +29,7 @@ SOURCES = "/v1/knowledge/sources"
 ADD = ["sources", "add", "tracker", "--kind", "github", "--collection", "eng"]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def environment(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    return cli_settings(request, tmp_path, monkeypatch, GITHUB_TOKEN_FOR_TESTS=TOKEN)
+environment = cli_environment("sqlite", "postgres", GITHUB_TOKEN_FOR_TESTS=TOKEN)
 
 
 @pytest.fixture

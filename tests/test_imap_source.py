@@ -16,7 +16,7 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
-from tests.cli_env import source_documents, sync_source
+from tests.cli_env import cli_home, source_documents, sync_source
 from tests.conftest import make_settings
 from tests.imap_server import (
     PASSWORD,
@@ -34,11 +34,7 @@ SOURCES = "/v1/knowledge/sources"
 
 @pytest.fixture(autouse=True)
 def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    monkeypatch.setenv("MAIL_PASSWORD", PASSWORD)
-    return tmp_path
+    return cli_home(tmp_path, monkeypatch, MAIL_PASSWORD=PASSWORD)
 
 
 @pytest.fixture

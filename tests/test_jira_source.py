@@ -32,8 +32,9 @@ from tests.atlassian_server import (
     Comment,
     Issue,
     serving,
+    source_args,
 )
-from tests.cli_env import cli_settings, source_documents, sync_source
+from tests.cli_env import cli_environment, source_documents, sync_source
 from tests.conftest import make_settings
 from tests.test_access import bearer, make_key
 from tests.test_uploads import wait_for
@@ -43,18 +44,10 @@ NOW = datetime.now(UTC).replace(microsecond=0)
 JQL = "project in (OPS, WEB) ORDER BY created DESC"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def environment(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    return cli_settings(request, tmp_path, monkeypatch, JIRA_TOKEN=TOKEN, JIRA_PAT=PAT)
+environment = cli_environment("sqlite", "postgres", JIRA_TOKEN=TOKEN, JIRA_PAT=PAT)
 
 
-@pytest.fixture
-def sqlite_only(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    return cli_settings(request, tmp_path, monkeypatch, JIRA_TOKEN=TOKEN, JIRA_PAT=PAT)
+sqlite_only = cli_environment(JIRA_TOKEN=TOKEN, JIRA_PAT=PAT)
 
 
 def project(cloud: bool = True) -> Atlassian:
@@ -111,26 +104,7 @@ def project(cloud: bool = True) -> Atlassian:
 
 
 def add_source(url: str, *more: str) -> int:
-    return main(
-        [
-            "sources",
-            "add",
-            "jira",
-            "--kind",
-            "jira",
-            "--url",
-            url,
-            "--collection",
-            "ops",
-            "--set",
-            "deployment=cloud",
-            "--set",
-            f"user={EMAIL}",
-            "--secret",
-            "token=JIRA_TOKEN",
-            *more,
-        ]
-    )
+    return main([*source_args("jira", "jira", url, "JIRA_TOKEN"), *more])
 
 
 def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
@@ -295,28 +269,7 @@ def test_the_retired_search_stops_the_run_saying_what_to_set(
 ) -> None:
     """Jira Cloud answers 410 where Server searches: a run that must not look like an
     empty project."""
-    assert (
-        main(
-            [
-                "sources",
-                "add",
-                "jira",
-                "--kind",
-                "jira",
-                "--url",
-                cloud.url,
-                "--collection",
-                "ops",
-                "--set",
-                "deployment=server",
-                "--set",
-                f"user={EMAIL}",
-                "--secret",
-                "token=JIRA_TOKEN",
-            ]
-        )
-        == 0
-    )
+    assert main(source_args("jira", "jira", cloud.url, "JIRA_TOKEN", server=True)) == 0
     capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1
@@ -343,26 +296,7 @@ def test_jira_server_pages_by_start_and_reads_wiki_markup(
         "|api-2|3 March|"
     )
     with serving(state) as server:
-        assert (
-            main(
-                [
-                    "sources",
-                    "add",
-                    "jira",
-                    "--kind",
-                    "jira",
-                    "--url",
-                    server.url,
-                    "--collection",
-                    "ops",
-                    "--set",
-                    "deployment=server",
-                    "--secret",
-                    "token=JIRA_PAT",
-                ]
-            )
-            == 0
-        )
+        assert main(source_args("jira", "jira", server.url, "JIRA_PAT", server=True, user="")) == 0
         capsys.readouterr()
         assert sync(capsys) == (0, "ops/jira: 5 added, 0 updated, 0 unchanged, 0 deleted")
         searches = [c for c in server.searches() if "summary" in c.params["fields"]]

@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.usecases import connectors
+from tests.cli_env import cli_home
 from tests.conftest import make_settings
 from tests.kb_host import Host, article, serve
 
@@ -27,12 +28,7 @@ TOKEN = "kb-token-5e1d7c"
 
 @pytest.fixture(autouse=True)
 def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    monkeypatch.setenv("KNOWLEDGE_SYNC_RETRIES", "0")
-    monkeypatch.setenv("HELP_CENTER_TOKEN", TOKEN)
-    return tmp_path
+    return cli_home(tmp_path, monkeypatch, KNOWLEDGE_SYNC_RETRIES="0", HELP_CENTER_TOKEN=TOKEN)
 
 
 def articles() -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases.kb_sync import KBSync
 from knowledge_api.usecases.sources import MassDeleteRefused
+from tests.cli_env import cli_home
 from tests.conftest import fake_embedder, make_settings
 from tests.kb_host import Host, article, closed_port_url, serve
 
@@ -244,9 +245,7 @@ def test_article_timestamps_become_utc_iso_8601() -> None:
 def test_sync_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], host: Host
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     monkeypatch.setenv("KNOWLEDGE_KB_SYNC_TOKEN", "host-token-123")
     monkeypatch.setenv("KNOWLEDGE_SYNC_RETRIES", "0")
     assert main(["sync", "--from", host.url, "--full"]) == 0

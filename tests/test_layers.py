@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import knowledge_api
@@ -58,6 +59,7 @@ LAYERS = [
     ("use cases", {"usecases"}),
     ("composition", {"compose"}),
     ("http plumbing", {"web"}),
+    ("views", {"views"}),
     ("entry points", {"routes", "mcp", "app", "cli", "support", "client", "__main__"}),
 ]
 
@@ -113,6 +115,7 @@ def test_the_check_sees_an_upward_import() -> None:
     assert layer_of("knowledge_api.service") > layer_of("knowledge_api.stores.sqlite.store")
     assert "knowledge_api.service" in imports(PACKAGE / "usecases" / "query.py")
     assert layer_of("knowledge_api.routes.query") > layer_of("knowledge_api.web.sse")
+    assert layer_of("knowledge_api.views.query") > layer_of("knowledge_api.web.fields")
 
 
 def test_settings_import_nothing_from_the_seams() -> None:
@@ -211,6 +214,45 @@ def test_the_cycle_check_sees_a_cycle_and_the_hidden_arrows(tmp_path: Path) -> N
     }
 
 
+def found_in(package: str, finding: Callable[[Path, set[str]], set[str]]) -> dict[str, list[str]]:
+    """Each module of `package` in which `finding` finds an import, with what it found."""
+    known = set(import_graph())
+    return {
+        module: sorted(found)
+        for module, path in modules().items()
+        if module.startswith(package + ".") and (found := finding(path, known))
+    }
+
+
+def borrowed_from_routes(path: Path, known: set[str]) -> set[str]:
+    """The modules of routes/ that `path` imports, wherever the import stands."""
+    routes = "knowledge_api.routes"
+    return {t for t in arrows(path, known) if t == routes or t.startswith(routes + ".")}
+
+
+def test_the_command_line_borrows_nothing_from_the_routes() -> None:
+    """A command goes through the use cases and the service as a route does; what it
+    shares with a route (a body's parsing, a reply's rendering) lives below both, in
+    views/."""
+    assert found_in("knowledge_api.cli", borrowed_from_routes) == {}
+
+
+def test_the_route_check_sees_a_command_borrow_from_a_route(tmp_path: Path) -> None:
+    """The rule bites: a route module imported inside a function, the routes package
+    and a route imported by name from it are each reported; views are not."""
+    module = tmp_path / "command.py"
+    module.write_text(
+        "from knowledge_api.routes import ROUTES\n"
+        "from knowledge_api.views.query import parse\n"
+        "def run():\n"
+        "    from knowledge_api.routes import query\n"
+    )
+    assert borrowed_from_routes(module, set(import_graph())) == {
+        "knowledge_api.routes",
+        "knowledge_api.routes.query",
+    }
+
+
 def seams_reached(path: Path, known: set[str]) -> set[str]:
     """The seam modules `path` imports, wherever the import stands."""
     return {target for target in arrows(path, known) if layer_of(target) == SEAM_LAYER}
@@ -222,13 +264,7 @@ SEAM_LAYER = next(level for level, (name, _) in enumerate(LAYERS) if name == "se
 def test_use_cases_talk_to_the_service_not_to_the_seams() -> None:
     """A use case reaches a store, an embedder, the synthesis chain or a loader only
     through the service, so a backend can change under it."""
-    known = set(import_graph())
-    reached = {
-        module: sorted(seams_reached(path, known))
-        for module, path in modules().items()
-        if module.startswith("knowledge_api.usecases.") and seams_reached(path, known)
-    }
-    assert reached == {}
+    assert found_in("knowledge_api.usecases", seams_reached) == {}
 
 
 def test_the_seam_check_sees_a_use_case_reach_a_seam(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ the real google-genai and groq SDKs answered by respx."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +29,10 @@ from tests.providers import (
     llm_settings,
     streamed,
 )
-from tests.reranking import QUESTION, TOP, fused, ids, reranked, started
+from tests.reranking import QUESTION, TOP, fused, ids, ranked_once, reranked, started
 
 pytest.importorskip("google.genai")
 pytest.importorskip("groq")
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
 
 
 def settings_of(tmp_path: Path, **changes: Any) -> Settings:
@@ -85,13 +80,7 @@ async def test_groq_ranks_when_gemini_has_no_key(tmp_path: Path, mock: respx.Moc
     groq = mock.post(GROQ_CHAT).mock(return_value=groq_answer(['{"ranking": [4, 3, 2, 1]}']))
     # a first groq call builds its client: the stall tests' 0.5 s is too tight for that
     quick = settings_of(tmp_path, gemini_api_key=Secret(""), groq_timeout=10.0)
-    service = await started(quick.replace(rerank_timeout=20.0))
-    try:
-        hits = await fused(service)
-        found = await reranked(service)
-        health = await service.health()
-    finally:
-        await service.stop()
+    hits, found, health = await ranked_once(quick.replace(rerank_timeout=20.0))
     assert ids(found.hits) == ids([*reversed(hits[:TOP]), *hits[TOP:]])
     assert "QUESTION:" in json.loads(groq.calls.last.request.content)["messages"][0]["content"]
     assert health["reranker"] == {"name": "llm", "links": ["gemini", "groq"], "status": "ok"}
@@ -192,13 +181,7 @@ async def test_a_warning_keeps_the_response_out_of_the_cache(
 async def test_without_an_llm_link_the_fused_order_stands(
     tmp_path: Path, mock: respx.MockRouter
 ) -> None:
-    service = await started(settings_of(tmp_path, synthesizer="extractive"))
-    try:
-        hits = await fused(service)
-        found = await reranked(service)
-        health = await service.health()
-    finally:
-        await service.stop()
+    hits, found, health = await ranked_once(settings_of(tmp_path, synthesizer="extractive"))
     assert ids(found.hits) == ids(hits)
     assert found.warnings == [
         "reranker llm unavailable (the synthesis chain has no LLM link "

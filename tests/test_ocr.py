@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 from knowledge_api.cli import main
 from knowledge_api.ingest import ocr
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
+from tests.cli_env import cli_home
 from tests.documents import pdf_bytes
 
 Image = pytest.importorskip("PIL.Image", reason="pip install 'knowledge-api[ocr]'")
@@ -75,9 +76,7 @@ def test_a_scanned_pdf_page_is_read_by_ocr_beside_a_text_page(tmp_path: Path) ->
 def test_without_tesseract_images_are_skipped_and_the_summary_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
     docs = tmp_path / "docs"
     docs.mkdir()

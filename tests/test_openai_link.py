@@ -21,7 +21,7 @@ from knowledge_api.errors import ConfigurationError
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.synthesis.openai import PLACEHOLDER_KEY
-from tests import openai_server, providers
+from tests import openai_server
 from tests.conftest import ask, corpus, make_settings, query_params
 from tests.providers import (
     AZURE_CHAT,
@@ -39,11 +39,6 @@ from tests.reranking import TOP, fused, ids, reranked
 from tests.test_synthesis_chain import QUESTION, client_text, events_of
 
 CHAIN = "openai,extractive"
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
 
 
 @pytest.fixture

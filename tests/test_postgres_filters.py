@@ -4,8 +4,6 @@ an unfiltered search are read from. Both follow every write, whoever writes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -15,11 +13,8 @@ import pytest
 from knowledge_api import facets
 from knowledge_api.filters import matches, parse
 from knowledge_api.models import Document, SearchFilters, document_id
-from knowledge_api.settings import Settings
-from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.store import PostgresStore
-from tests.conftest import make_store
-from tests.pg import postgres_settings
+from tests.pg_store import store_fixtures
 from tests.test_store_conformance import index, vector
 
 FIELDS = ("team", "n", "ok", "due", "source_type", "source_id")
@@ -27,26 +22,7 @@ EVERY_PASSAGE = {"$not": {"no-such-key": {"$exists": True}}}
 """A filter every passage passes: its facets are counted, not read."""
 
 
-@pytest.fixture
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    return postgres_settings(request, tmp_path)
-
-
-@pytest.fixture
-async def store(settings: Settings) -> AsyncIterator[PostgresStore]:
-    backend = make_store("postgres", settings)
-    assert isinstance(backend, PostgresStore)
-    await backend.open()
-    yield backend
-    await backend.close()
-
-
-@pytest.fixture
-async def db(store: PostgresStore, settings: Settings) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(settings.database_url.get())
-    await register_codecs(conn)
-    yield conn
-    await conn.close()
+settings, store, db = store_fixtures("postgres")
 
 
 def notes() -> list[Document]:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,38 +35,18 @@ from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, 
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Settings
-from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.filter_json import filter_tree
 from knowledge_api.stores.postgres.schema import migrations
 from knowledge_api.stores.postgres.store import PostgresStore
 from tests.conftest import corpus, make_store, pairs
-from tests.pg import fresh_database, postgres_settings
+from tests.pg import fresh_database
+from tests.pg_store import store_fixtures
 from tests.test_store_conformance import EMBEDDER, index, vector
 
 UNREACHABLE = "postgresql://knowledge:s3cret-pass@127.0.0.1:9/knowledge"
 
 
-@pytest.fixture
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    return postgres_settings(request, tmp_path)
-
-
-@pytest.fixture
-async def store(settings: Settings) -> AsyncIterator[PostgresStore]:
-    backend = make_store("postgres", settings)
-    assert isinstance(backend, PostgresStore)
-    await backend.open()
-    yield backend
-    await backend.close()
-
-
-@pytest.fixture
-async def db(store: PostgresStore, settings: Settings) -> AsyncIterator[asyncpg.Connection]:
-    """A direct connection to the store's database, to look behind the store."""
-    conn = await asyncpg.connect(settings.database_url.get())
-    await register_codecs(conn)
-    yield conn
-    await conn.close()
+settings, store, db = store_fixtures("postgres")
 
 
 async def test_migrations_create_the_production_schema(

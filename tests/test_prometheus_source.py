@@ -17,7 +17,7 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.usecases import connectors
-from tests.cli_env import source_documents, sync_source
+from tests.cli_env import cli_home, source_documents, sync_source
 from tests.conftest import make_settings, make_store
 from tests.prometheus_server import Server, prometheus
 from tests.test_access import bearer, error_of, make_key
@@ -46,10 +46,7 @@ RULES = """groups:
 
 @pytest.fixture(autouse=True)
 def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
-    return tmp_path
+    return cli_home(tmp_path, monkeypatch)
 
 
 @pytest.fixture

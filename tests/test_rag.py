@@ -21,6 +21,7 @@ from knowledge_api.models import Chunk, SearchHit, document_id
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import retrieval as rag
+from tests.cli_env import cli_home
 from tests.conftest import corpus, make_settings
 from tests.test_errors import assert_error_shape
 
@@ -303,9 +304,7 @@ def test_documents_reject_a_bad_collection_name(client: TestClient) -> None:
 def test_ingest_into_a_collection(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     (tmp_path / "page.md").write_text("# Page\n\nText of the page.")
     assert main(["ingest", str(tmp_path / "page.md"), "--collection", "manuals"]) == 0
     assert main(["ingest", str(tmp_path / "page.md"), "--collection", "no good"]) == 2

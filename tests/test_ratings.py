@@ -27,6 +27,7 @@ from knowledge_api.settings import Settings
 from knowledge_api.stores.tables.feedback import SQLiteFeedback
 from knowledge_api.usecases import feedback
 from knowledge_api.usecases.query import QueryParams
+from tests.cli_env import cli_home
 from tests.conftest import corpus, make_settings
 from tests.test_access import bearer, make_key
 from tests.test_audit import BACKENDS
@@ -246,9 +247,7 @@ async def test_answers_and_ratings_are_kept_on_every_backend(
 def test_eval_feedback_judges_todays_ranking_by_the_ratings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     settings = Settings.from_env(env_file=None)
     served = settings.replace(seed_on_empty=False, allowed_hosts="testserver")
     with TestClient(create_app(served)) as client:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,17 +15,13 @@ from knowledge_api.cli import main
 from knowledge_api.connectors import slack as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.cli_env import cli_settings, source_documents, sync_source
+from tests.cli_env import cli_environment, source_documents, sync_source
 from tests.slack_server import TEAM_URL, TOKEN, USERS, Slack, slack
 
 ADD = ["sources", "add", "chat", "--kind", "slack", "--collection", "team"]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def environment(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    return cli_settings(request, tmp_path, monkeypatch, SLACK_TOKEN_FOR_TESTS=TOKEN)
+environment = cli_environment("sqlite", "postgres", SLACK_TOKEN_FOR_TESTS=TOKEN)
 
 
 @pytest.fixture

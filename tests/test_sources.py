@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.settings import Settings
-from tests.cli_env import cli_settings
+from tests.cli_env import cli_environment, cli_settings
 from tests.conftest import make_settings
 from tests.conftest import seeded as wait_for_seed
 from tests.pg import SERVICE_ROLE_KEY, SUPABASE_URL
@@ -28,12 +28,7 @@ FILES = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def environment(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    """The CLI's environment and the same settings for an app: one store, shared."""
-    return cli_settings(request, tmp_path, monkeypatch)
+environment = cli_environment("sqlite", "postgres")
 
 
 @pytest.fixture

@@ -110,13 +110,16 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Settings]] = {
 }
 
 
-@pytest.fixture(params=list(BACKENDS))
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KnowledgeStore]:
+async def opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KnowledgeStore]:
+    """The open store of the backend the fixture's param names; closed after."""
     settings = BACKENDS[request.param](request, tmp_path)
     backend = make_store(settings.store, settings)
     await backend.open()
     yield backend
     await backend.close()
+
+
+store = pytest.fixture(params=list(BACKENDS), name="store")(opened)
 
 
 async def index(store: KnowledgeStore, docs: Sequence[Document]) -> IndexSummary:

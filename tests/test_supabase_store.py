@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +25,11 @@ from tests.pg import (
     project_settings,
     supabase_settings,
 )
+from tests.pg_store import store_fixtures
 from tests.postgrest import PostgREST
 from tests.test_store_conformance import EMBEDDER, index, vector
 
-
-@pytest.fixture
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    return supabase_settings(request, tmp_path)
-
-
-@pytest.fixture
-async def store(settings: Settings) -> AsyncIterator[SupabaseStore]:
-    backend = make_store("supabase", settings)
-    assert isinstance(backend, SupabaseStore)
-    await backend.open()
-    yield backend
-    await backend.close()
+settings, store, _ = store_fixtures("supabase")
 
 
 def calls(postgrest: PostgREST) -> list[str]:

@@ -24,6 +24,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import support
 from knowledge_api.usecases.support import Scored, SupportRequest
+from tests.cli_env import cli_home
 from tests.conftest import make_settings
 from tests.kb_host import article
 
@@ -280,9 +281,7 @@ def test_the_in_process_function_for_programs_that_are_not_async(tmp_path: Path)
 def test_retrieve_knowledge_starts_in_the_background_and_never_raises(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")
-    monkeypatch.setenv("KNOWLEDGE_DB_PATH", str(tmp_path / "k.db"))
+    cli_home(tmp_path, monkeypatch)
     monkeypatch.setattr(sidecar, "_default", None)
     first = sidecar.retrieve_knowledge("not_hashing", HASHING, {})
     assert first["coverage"] == "none" and first["retrieval_time_ms"] == 0

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from knowledge_api.stores.sqlite.store import SQLiteStore
 from knowledge_api.synthesis.chain import SynthesisChain
 from knowledge_api.synthesis.gemini import GeminiSynthesizer
 from knowledge_api.synthesis.prompt import build_prompt
-from tests import providers
 from tests.conftest import ask, corpus, make_settings, query_events, query_params
 from tests.providers import (
     GEMINI_GENERATE,
@@ -46,11 +45,6 @@ from tests.providers import (
 )
 
 QUESTION = "Which audio formats does asset ingestion accept?"
-
-
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
 
 
 async def started(settings: Settings) -> KnowledgeService:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +69,19 @@ def parent_of(span: ReadableSpan, spans: list[ReadableSpan]) -> ReadableSpan:
     return parent
 
 
-def loaded_client(app: Any) -> TestClient:
+@contextmanager
+def traced_client(settings: Settings, exporter: InMemorySpanExporter) -> Iterator[TestClient]:
+    """A client of the app traced into `exporter`, the corpus loaded and its spans
+    cleared: what the test's requests trace alone."""
+    app = traced_app(settings, exporter)
     client = TestClient(app)
     client.__enter__()
-    client.portal.call(app.state.service.ingest, corpus())
-    return client
+    try:
+        client.portal.call(app.state.service.ingest, corpus())
+        exporter.clear()
+        yield client
+    finally:
+        client.__exit__(None, None, None)
 
 
 # -- off ------------------------------------------------------------------------------
@@ -136,17 +145,12 @@ def test_a_bad_tracing_setting_fails_at_start_naming_it(
 def test_a_query_continues_the_callers_trace_with_a_span_per_stage(
     tmp_path: Path, exporter: InMemorySpanExporter
 ) -> None:
-    app = traced_app(make_settings(tmp_path), exporter)
-    client = loaded_client(app)
-    try:
-        exporter.clear()
+    with traced_client(make_settings(tmp_path), exporter) as client:
         response = client.post(
             "/v1/knowledge/query",
             json=ASK,
             headers={"traceparent": TRACEPARENT, "X-Request-ID": "req-7"},
         )
-    finally:
-        client.__exit__(None, None, None)
     assert response.status_code == 200
     spans = list(exporter.get_finished_spans())
     named = by_name(spans)
@@ -190,13 +194,8 @@ def test_a_query_continues_the_callers_trace_with_a_span_per_stage(
 def test_the_query_text_is_an_attribute_only_when_asked_for(
     tmp_path: Path, exporter: InMemorySpanExporter
 ) -> None:
-    app = traced_app(make_settings(tmp_path, trace_query_text=True), exporter)
-    client = loaded_client(app)
-    try:
-        exporter.clear()
+    with traced_client(make_settings(tmp_path, trace_query_text=True), exporter) as client:
         assert client.post("/v1/knowledge/query", json=ASK).status_code == 200
-    finally:
-        client.__exit__(None, None, None)
     named = by_name(list(exporter.get_finished_spans()))
     assert named["knowledge.search"].attributes["knowledge.query.text"] == "login timeout"  # type: ignore[index]
 
@@ -204,15 +203,11 @@ def test_the_query_text_is_an_attribute_only_when_asked_for(
 def test_a_hit_is_one_request_span_saying_so_and_a_request_without_traceparent_starts_a_trace(
     tmp_path: Path, exporter: InMemorySpanExporter
 ) -> None:
-    app = traced_app(make_settings(tmp_path), exporter)
-    client = loaded_client(app)
-    try:
+    with traced_client(make_settings(tmp_path), exporter) as client:
         client.post("/v1/knowledge/query", json=ASK)
         client.post("/v1/knowledge/query", json=ASK)  # remembered by the hit path now
         exporter.clear()
         assert client.post("/v1/knowledge/query", json=ASK).json()["metrics"]["cache_hit"]
-    finally:
-        client.__exit__(None, None, None)
     [server] = exporter.get_finished_spans()
     assert server.parent is None
     assert server.attributes["knowledge.cache.hit"] is True  # type: ignore[index]
@@ -224,14 +219,9 @@ def test_the_key_name_is_an_attribute_and_the_token_never(
 ) -> None:
     settings = make_settings(tmp_path, auth="keys")
     token = asyncio.run(make_key(settings, "reader", ["read"]))
-    app = traced_app(settings, exporter)
-    client = loaded_client(app)
-    try:
-        exporter.clear()
+    with traced_client(settings, exporter) as client:
         assert client.post("/v1/knowledge/query", json=ASK, headers=bearer(token)).is_success
         refused = client.post("/v1/knowledge/query", json=ASK)
-    finally:
-        client.__exit__(None, None, None)
     assert refused.status_code == 401
     spans = list(exporter.get_finished_spans())
     servers = [s for s in spans if s.kind is SpanKind.SERVER]
@@ -243,11 +233,6 @@ def test_the_key_name_is_an_attribute_and_the_token_never(
 # -- synthesis, rerank and the providers' HTTP calls -----------------------------------
 
 
-@pytest.fixture
-def mock() -> Iterator[respx.MockRouter]:
-    yield from providers.mocked()
-
-
 def test_each_synthesis_link_is_a_span_and_its_http_call_carries_the_trace(
     tmp_path: Path, exporter: InMemorySpanExporter, mock: respx.MockRouter
 ) -> None:
@@ -257,16 +242,11 @@ def test_each_synthesis_link_is_a_span_and_its_http_call_carries_the_trace(
     groq = mock.post(providers.GROQ_CHAT).mock(
         return_value=providers.groq_answer(["Raise the gateway timeout [1]."], tokens=77)
     )
-    app = traced_app(providers.llm_settings(tmp_path), exporter)
-    client = loaded_client(app)
-    try:
-        exporter.clear()
+    with traced_client(providers.llm_settings(tmp_path), exporter) as client:
         body = {"query": "login timeout", "synthesize": True}
         answered = client.post(
             "/v1/knowledge/query", json=body, headers={"traceparent": TRACEPARENT}
         )
-    finally:
-        client.__exit__(None, None, None)
     assert answered.json()["synthesizer"]["provider"] == "groq"
     spans = list(exporter.get_finished_spans())
     links = [s for s in spans if s.name == "knowledge.synthesis.link"]
@@ -294,13 +274,9 @@ def test_each_synthesis_link_is_a_span_and_its_http_call_carries_the_trace(
 
 
 def test_a_skipped_link_says_why(tmp_path: Path, exporter: InMemorySpanExporter) -> None:
-    app = traced_app(make_settings(tmp_path), exporter)  # no LLM key: gemini and groq skipped
-    client = loaded_client(app)
-    try:
-        exporter.clear()
+    # no LLM key: gemini and groq skipped
+    with traced_client(make_settings(tmp_path), exporter) as client:
         client.post("/v1/knowledge/query", json={"query": "login timeout"})
-    finally:
-        client.__exit__(None, None, None)
     links = [s for s in exporter.get_finished_spans() if s.name == "knowledge.synthesis.link"]
     reasons = {
         s.attributes["gen_ai.provider.name"]: s.attributes.get("knowledge.synthesis.skipped")
@@ -321,13 +297,8 @@ def test_rerank_is_a_span_and_cohere_gets_the_trace(
         cohere_base_url=providers.COHERE_URL,
         rerank_top=2,
     )
-    app = traced_app(settings, exporter)
-    client = loaded_client(app)
-    try:
-        exporter.clear()
+    with traced_client(settings, exporter) as client:
         assert client.post("/v1/knowledge/query", json={**ASK, "threshold": 0}).is_success
-    finally:
-        client.__exit__(None, None, None)
     spans = list(exporter.get_finished_spans())
     named = by_name(spans)
     reranked = named["knowledge.rerank"]
@@ -343,14 +314,9 @@ def test_rerank_is_a_span_and_cohere_gets_the_trace(
 def test_the_chat_routes_are_traced_like_a_query(
     tmp_path: Path, exporter: InMemorySpanExporter
 ) -> None:
-    app = traced_app(make_settings(tmp_path, answer_threshold="0.3"), exporter)
-    client = loaded_client(app)
-    try:
-        exporter.clear()
+    with traced_client(make_settings(tmp_path, answer_threshold="0.3"), exporter) as client:
         body = {"model": "knowledge", "messages": [{"role": "user", "content": "login timeout?"}]}
         assert client.post("/v1/chat/completions", json=body).is_success
-    finally:
-        client.__exit__(None, None, None)
     spans = list(exporter.get_finished_spans())
     named = by_name(spans)
     server = named["POST /v1/chat/completions"]
@@ -514,15 +480,10 @@ def test_knowledge_api_ingest_sends_a_trace_per_batch(
 def test_a_streamed_query_traces_each_sources_own_search(
     tmp_path: Path, exporter: InMemorySpanExporter
 ) -> None:
-    app = traced_app(make_settings(tmp_path), exporter)
-    client = loaded_client(app)
-    try:
-        exporter.clear()
+    with traced_client(make_settings(tmp_path), exporter) as client:
         body = {**ASK, "stream": True, "sources": ["jira", "git"]}
         with client.stream("POST", "/v1/knowledge/query", json=body) as response:
             assert "event: done" in "".join(response.iter_text())
-    finally:
-        client.__exit__(None, None, None)
     spans = list(exporter.get_finished_spans())
     keyword = [s for s in spans if s.name == "knowledge.search.keyword"]
     searched = sorted(tuple(s.attributes["knowledge.search.sources"]) for s in keyword)  # type: ignore[arg-type, index]

@@ -22,10 +22,10 @@ def run_query(settings: Settings, args: argparse.Namespace) -> int:
         payload["sources"] = split(args.sources)
     if args.threshold is not None:
         payload["threshold"] = args.threshold
-    from knowledge_api.routes import query as contract
     from knowledge_api.usecases.query import query
+    from knowledge_api.views.query import parse, render
 
-    params, _, _ = contract.parse(payload)  # checked before the model loads
+    params, _, _ = parse(payload)  # checked before the model loads
     if args.url:
         from knowledge_api.client import KnowledgeClient
 
@@ -34,7 +34,7 @@ def run_query(settings: Settings, args: argparse.Namespace) -> int:
             return show(remote.query(text, **payload), args.json)
 
     async def ask(service: KnowledgeService) -> int:
-        return show(contract.render(await query(service, params)), args.json)
+        return show(render(await query(service, params)), args.json)
 
     return with_service(settings, ask)
 

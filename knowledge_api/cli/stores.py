@@ -9,14 +9,14 @@ import argparse
 import asyncio
 import contextlib
 import sys
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 from knowledge_api import compose, validation
 from knowledge_api.cli.progress import progress
 from knowledge_api.cli.running import with_storage
 from knowledge_api.errors import InvalidRequest
-from knowledge_api.ledger import AuditEntry, changes, local_user
+from knowledge_api.ledger import local_user
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.stores import stores
@@ -76,7 +76,7 @@ def run_import(settings: Settings, args: argparse.Namespace) -> int:
 def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from knowledge_api.ingest.migrate import migrate
+    from knowledge_api.service.maintenance import migrate_store
 
     target_settings = settings
     if args.to_path is not None:
@@ -101,16 +101,18 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
             for store in (source, target):
                 await store.open()
                 stack.push_async_callback(store.close)
+            action = f"cli migrate-store --from {args.source}"
             with tqdm(unit="doc", file=sys.stderr, disable=None) as bar:
-                copied = await migrate(source, target, identity, collections, bar.update)
-            trail = target.audit_log(settings.db_path)  # the target's trail: it was written
-            await trail.open()
-            stack.push_async_callback(trail.close)
-            for name, summary in copied.items():
-                if summary.documents:
-                    action = f"cli migrate-store --from {args.source}"
-                    counts = changes(None, summary)
-                    await trail.append(AuditEntry(local_user().name, action, name, counts))
+                copied = await migrate_store(
+                    settings,
+                    source,
+                    target,
+                    identity,
+                    collections,
+                    local_user(),
+                    action,
+                    bar.update,
+                )
         for name, summary in copied.items():
             print(
                 f"{name}: {summary.documents} documents copied ({summary.chunks} chunks), "
@@ -124,14 +126,11 @@ def run_migrate_store(settings: Settings, args: argparse.Namespace) -> int:
 def run_backfill_offsets(settings: Settings, args: argparse.Namespace) -> int:
     """Chunks stored without offsets get them from their document's stored text; no
     model loads (nothing is embedded)."""
-    from knowledge_api.ingest.backfill import backfill
-
     chosen = [validation.collection_name(name, "--collection") for name in args.collection]
 
     async def run(service: KnowledgeService) -> int:
-        collections = chosen or sorted(await service.collections())
         with progress(total=None, unit="document", desc="backfilling") as update:
-            done = await backfill(service.store, collections, update)
+            done = await service.maintenance.backfill_offsets(chosen, update)
         print(
             f"{done.documents} documents written again: {done.chunks} chunks given offsets, "
             f"{done.unplaced} whose text reads nowhere in their document left without"
@@ -165,7 +164,7 @@ def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
 def run_adoption(settings: Settings, args: argparse.Namespace) -> int:
     """`migrate --adopt | --wiki-vectors | --undo` on a database other pipelines fill:
     the plan first, then (without --dry-run) the steps, each printed as it starts."""
-    from knowledge_api.stores.existing import adopt
+    from knowledge_api.service.maintenance import Adoption, adopt_database
 
     if args.undo and (args.adopt or args.wiki_vectors):
         raise InvalidRequest("--undo", "cannot be combined with --adopt or --wiki-vectors")
@@ -175,51 +174,6 @@ def run_adoption(settings: Settings, args: argparse.Namespace) -> int:
         )
     embedder = compose.build_embedder(settings)
     store = stores.create("postgres", settings, compose.embedder_identity(embedder))
-
-    def report(step: str) -> None:
-        print(f"applying {step}" if not args.undo else f"undoing {step}", flush=True)
-
-    async def run() -> int:
-        async with store.administered() as conn:  # type: ignore[attr-defined]
-            if args.undo:
-                steps = [adopt.Step(name, sql, "") for name, sql in await adopt.undo_plan(conn)]
-                print_plan("undo", steps)
-                if not args.dry_run:
-                    await adopt.undo(conn, report)
-                return 0
-            if args.adopt:
-                steps = await adopt.adoption_plan(conn)
-                print_plan("adopt", steps)
-                if not args.dry_run:
-                    await adopt.apply(conn, steps, report)
-            if args.wiki_vectors:
-                await wiki_vectors(conn)
-        return 0
-
-    async def wiki_vectors(conn: Any) -> None:
-        pages = await adopt.remaining_wiki_pages(conn)
-        print(
-            f"wiki vectors: {pages} pages to convert in batches of {args.batch_size} "
-            f"(TEXT embeddings parsed; empty or malformed ones embedded by {embedder.name})"
-        )
-        if args.dry_run:
-            return
-        await asyncio.to_thread(embedder.load)
-        done = await adopt.convert_wiki_vectors(
-            conn,
-            embedder.embed_documents,
-            embedder.dimension,
-            args.batch_size,
-            report,
-            lambda total: print(f"  {total.converted + total.embedded} pages", flush=True),
-        )
-        print(f"wiki vectors: {done.converted} converted, {done.embedded} embedded anew")
-
-    return asyncio.run(run())
-
-
-def print_plan(action: str, steps: list[Any]) -> None:
-    if not steps:
-        print(f"{action}: nothing to do")
-    for step in steps:
-        print(f"-- {action}: {step.name}\n{step.sql.strip()};")
+    asked = Adoption(args.adopt, args.wiki_vectors, args.undo, args.dry_run, args.batch_size)
+    asyncio.run(adopt_database(store, embedder, asked, partial(print, flush=True)))
+    return 0

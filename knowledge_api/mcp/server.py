@@ -31,13 +31,13 @@ from knowledge_api.models import DEFAULT_COLLECTION
 from knowledge_api.ranking import MAX_OFFSET
 from knowledge_api.routes import answer as answer_route
 from knowledge_api.routes import chat, detail, documents
-from knowledge_api.routes import query as query_route
-from knowledge_api.routes.views import document_view
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases import query as query_use
 from knowledge_api.usecases.conversation import Turn
+from knowledge_api.views import document_view
+from knowledge_api.views import query as query_contract
 from knowledge_api.web.access import EVERYONE, WRITE, Access, access
 from knowledge_api.web.traces import CONTEXT
 
@@ -212,13 +212,13 @@ def build(service: KnowledgeService, settings: Settings) -> MCPServer:
                 filters=filters,
                 ranking=ranking,
             )
-            params, _, _ = query_route.parse(
+            params, _, _ = query_contract.parse(
                 {**body, "limit": limit, "synthesize": False, "offset": skip}
             )
             caller(ctx).searches(params.searched)
             params = caller(ctx).asking(params)
             served = await query_use.query(service, params)
-        found = steady(query_route.render(served), "metrics")
+        found = steady(query_contract.render(served), "metrics")
         found["next_skip"] = found.pop("next_offset")
         return clipped(found, offset, max_chars)
 

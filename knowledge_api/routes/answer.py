@@ -10,10 +10,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from knowledge_api import views
 from knowledge_api.errors import InvalidQuery, KnowledgeAPIError
 from knowledge_api.grounding import WEIGHTS
 from knowledge_api.models import SearchHit
-from knowledge_api.routes import views
 from knowledge_api.service import Served
 from knowledge_api.spans import Unit
 from knowledge_api.timing import utc_now

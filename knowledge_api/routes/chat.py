@@ -19,16 +19,16 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from knowledge_api import validation
+from knowledge_api import validation, views
 from knowledge_api.errors import InvalidRequest, KnowledgeAPIError
 from knowledge_api.models import DEFAULT_COLLECTION, SETTINGS_RANKING, Ranking, SearchHit
-from knowledge_api.routes import models, views
-from knowledge_api.routes.views import CHAT_OFFSETS, COLLECTIONS, FILTERS, RANKING
+from knowledge_api.routes import models
 from knowledge_api.service import KnowledgeService, Served
 from knowledge_api.spans import Unit
 from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
 from knowledge_api.usecases.conversation import Rewrite, Turn
+from knowledge_api.views import CHAT_OFFSETS, COLLECTIONS, FILTERS, RANKING
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (
     ANY,

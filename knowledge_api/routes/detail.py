@@ -6,8 +6,8 @@ from starlette.responses import Response
 from knowledge_api.errors import NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES
 from knowledge_api.routes.catalog import source_filter
-from knowledge_api.routes.views import DOCUMENT, OFFSETS, document_view
 from knowledge_api.validation import SOURCE_PATTERN
+from knowledge_api.views import DOCUMENT, OFFSETS, document_view
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import CollectionName, Custom, OneOf, Text
 from knowledge_api.web.http import JSONResponse, service

@@ -13,10 +13,10 @@ from knowledge_api.ledger import changes
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, Document
 from knowledge_api.principals import PUBLIC_ACL
 from knowledge_api.routes.audit import actor
-from knowledge_api.routes.views import ACL, OFFSETS, acl_field, document_view
-from knowledge_api.routes.views import DOCUMENT as DOCUMENT_VIEW
 from knowledge_api.usecases import permissions
 from knowledge_api.validation import REQUIRED
+from knowledge_api.views import ACL, OFFSETS, acl_field, document_view
+from knowledge_api.views import DOCUMENT as DOCUMENT_VIEW
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (
     INTEGER,

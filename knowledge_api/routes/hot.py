@@ -27,6 +27,7 @@ from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes import ROUTES, query
 from knowledge_api.service import Served
 from knowledge_api.spans import Unit
+from knowledge_api.views.query import parse, render
 from knowledge_api.web.access import READ, Gate, admit
 from knowledge_api.web.observe import Exchange, RequestObserver
 
@@ -197,7 +198,7 @@ class QueryHits:
         if len(body) > MAX_BODY_BYTES or body in self.rendered:
             return
         try:
-            params, stream, unit = query.parse(orjson.loads(body))
+            params, stream, unit = parse(orjson.loads(body))
         except (ValueError, KnowledgeAPIError):
             return
         caller = scope.get("state", {}).get("access")
@@ -235,8 +236,8 @@ def servable(headers: dict[str, str]) -> bool:
 
 def rendered(key: Hashable, value: Any, collection: str | tuple[str, ...], unit: Unit) -> Rendered:
     """The route's own rendering of a hit, cut where `total_ms` goes (the last field
-    of `metrics`' first one, which `query.render` always writes first)."""
-    body = query.render(Served(value, True, time.perf_counter()), unit)
+    of `metrics`' first one, which `render` always writes first)."""
+    body = render(Served(value, True, time.perf_counter()), unit)
     metrics = body.pop("metrics")
     metrics.pop("total_ms")
     head = orjson.dumps(body)[:-1] + b',"metrics":{"total_ms":'

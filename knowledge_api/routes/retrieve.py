@@ -11,7 +11,15 @@ from starlette.responses import Response
 from knowledge_api import validation
 from knowledge_api.errors import InvalidQuery, InvalidRequest
 from knowledge_api.models import DEFAULT_COLLECTION, SearchHit
-from knowledge_api.routes.views import (
+from knowledge_api.usecases import retrieval as use
+from knowledge_api.usecases.retrieval import (
+    QueryValidation,
+    Retrieved,
+    RetrieveParams,
+    ValidateParams,
+    Validation,
+)
+from knowledge_api.views import (
     COLLECTIONS,
     FACET_COUNTS,
     FACETS,
@@ -23,14 +31,6 @@ from knowledge_api.routes.views import (
     RANKING_RAN,
     facets_view,
     placed,
-)
-from knowledge_api.usecases import retrieval as use
-from knowledge_api.usecases.retrieval import (
-    QueryValidation,
-    Retrieved,
-    RetrieveParams,
-    ValidateParams,
-    Validation,
 )
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (

@@ -14,9 +14,9 @@ from knowledge_api.errors import InvalidRequest
 from knowledge_api.ledger import QUEUED
 from knowledge_api.models import DEFAULT_COLLECTION, ConnectorSource
 from knowledge_api.routes.audit import actor
-from knowledge_api.routes.views import acl_field
 from knowledge_api.usecases import connectors as use
 from knowledge_api.usecases.connectors import SyncJobs
+from knowledge_api.views import acl_field
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (
     STRING,

@@ -10,8 +10,8 @@ from starlette.responses import Response
 
 from knowledge_api import validation
 from knowledge_api.errors import KnowledgeAPIError
-from knowledge_api.routes.views import FILTERS
 from knowledge_api.usecases import support as use
+from knowledge_api.views import FILTERS
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (
     INTEGER,

@@ -92,6 +92,11 @@ class Engine:
         self.prefetcher = Prefetcher.from_settings(settings)
         if self.prefetcher.enabled:
             self.health_reports["prefetch"] = self.prefetcher.report
+        self.hold_parts()
+
+    def hold_parts(self) -> None:
+        """Make the parts a service built on the engine holds, once its seams are set
+        (the engine alone holds none)."""
 
     def observe(self, observer: Observer) -> None:
         """Report model calls, searches and syntheses to `observer` from now on."""

@@ -6,63 +6,35 @@ an answer from passages, keep values in tier 1, ingest and read documents, repor
 health. It returns domain values; nothing here knows HTTP or which backend runs.
 
 This module is the query pipeline; what the service holds is engine.py, and its other
-concerns are parts it holds, a module each (trail.py, catalog.py, startup.py,
-health.py): the steps of theirs that the doors take are offered here by name.
+concerns are parts it holds, a module each (retrieval.py, trail.py, catalog.py,
+startup.py, health.py, sources.py, records.py, maintenance.py): the steps of theirs
+that the doors take are offered here by name, each a `Step` (step.py) that calls the
+part's own method.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Hashable,
-    Iterable,
-    Sequence,
-)
+from collections.abc import AsyncGenerator, Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractContextManager, aclosing
 from functools import partial
-from pathlib import Path
 from typing import Any, TypeVar
-
-import numpy as np
 
 from knowledge_api import evidence, tracing
 from knowledge_api.cache.base import COMPUTED, Event, Served
-from knowledge_api.embeddings.base import Embedder
-from knowledge_api.facets import Facets
-from knowledge_api.ledger import Actor, Answered, AuditEntry, AuditQuery
-from knowledge_api.models import (
-    SETTINGS_RANKING,
-    Document,
-    Evidence,
-    IndexSummary,
-    Outcome,
-    Progress,
-    Ranking,
-    SearchFilters,
-    SearchHit,
-    SearchMode,
-    SearchParams,
-)
+from knowledge_api.models import Evidence, Outcome, SearchHit
 from knowledge_api.prefetch import Warm
-from knowledge_api.rerankers.base import Reranker
-from knowledge_api.routing import Centroids, Route
 from knowledge_api.service.catalog import Catalog
-from knowledge_api.service.engine import Body, Engine
+from knowledge_api.service.engine import Engine
 from knowledge_api.service.health import Health
 from knowledge_api.service.maintenance import Maintenance
 from knowledge_api.service.records import Records
 from knowledge_api.service.retrieval import Plan, Retrieval, Retriever
 from knowledge_api.service.sources import Sources
 from knowledge_api.service.startup import Startup
+from knowledge_api.service.step import Step
 from knowledge_api.service.trail import Trail
-from knowledge_api.settings import Settings
-from knowledge_api.stores.base import KnowledgeStore
 from knowledge_api.synthesis.base import Synthesizer
-from knowledge_api.synthesis.chain import SynthesisChain
 from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
 
 __all__ = [
@@ -82,15 +54,8 @@ class KnowledgeService(Engine):
     keep values in tier 1, write answers from passages (trail.py records them). Its
     parts read the seams through the engine when called."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: KnowledgeStore,
-        embedder: Embedder,
-        synthesizer: SynthesisChain | Synthesizer,
-        reranker: Reranker | None = None,
-    ) -> None:
-        super().__init__(settings, store, embedder, synthesizer, reranker)
+    def hold_parts(self) -> None:
+        """The parts, each over this engine (built by Engine.__init__ once the seams are set)."""
         self.trail = Trail(self)
         self.catalog = Catalog(self, self.trail)
         self.startup = Startup(self, self.catalog, self.trail)
@@ -100,52 +65,13 @@ class KnowledgeService(Engine):
         self.records = Records(self)
         self.maintenance = Maintenance(self, self.catalog, self.trail)
 
-    async def retrieve(
-        self,
-        query: str,
-        limit: int,
-        filters: SearchFilters,
-        threshold: float = 0.0,
-        mode: SearchMode = "hybrid",
-        rerank: bool = True,
-        route: bool = False,
-        ranking: Ranking = SETTINGS_RANKING,
-        offset: int = 0,
-    ) -> Retrieval:
-        """Embed (through tier 2), search, rerank: the step every use case shares."""
-        return await self.retriever.retrieve(
-            query, limit, filters, threshold, mode, rerank, route, ranking, offset
-        )
-
-    async def plan(self, query: str, filters: SearchFilters, route: bool = False) -> Plan:
-        return await self.retriever.plan(query, filters, route)
-
-    async def search(
-        self,
-        plan: Plan,
-        query: str,
-        limit: int,
-        threshold: float = 0.0,
-        mode: SearchMode = "hybrid",
-        rerank: bool = True,
-        ranking: Ranking = SETTINGS_RANKING,
-        offset: int = 0,
-    ) -> Retrieval:
-        return await self.retriever.search(
-            plan, query, limit, threshold, mode, rerank, ranking, offset
-        )
-
-    async def facets(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets | None:
-        return await self.retriever.facets(filters, fields)
-
-    async def route(self, query: str, vector: np.ndarray | None, collection: str) -> Route:
-        return await self.retriever.route(query, vector, collection)
-
-    async def learn_routes(self, collection: str) -> Centroids:
-        return await self.retriever.learn_routes(collection)
-
-    def forget_query_embeddings(self) -> None:
-        self.retriever.forget_query_embeddings()
+    retrieve = Step("retriever", Retriever.retrieve)
+    plan = Step("retriever", Retriever.plan)
+    search = Step("retriever", Retriever.search)
+    facets = Step("retriever", Retriever.facets)
+    route = Step("retriever", Retriever.route)
+    learn_routes = Step("retriever", Retriever.learn_routes)
+    forget_query_embeddings = Step("retriever", Retriever.forget_query_embeddings)
 
     async def served(
         self,
@@ -252,104 +178,31 @@ class KnowledgeService(Engine):
                     return outcome
         raise RuntimeError("the synthesis chain ended without an outcome")
 
-    # -- the parts' steps --------------------------------------------------------------
+    # -- the parts' steps, offered by name -------------------------------------------
 
-    async def start(self) -> None:
-        await self.startup.start()
-
-    async def open(self) -> None:
-        await self.startup.open()
-
-    async def load(self) -> None:
-        await self.startup.load()
-
-    async def open_storage(self) -> None:
-        await self.startup.open_storage()
-
-    async def load_embedder(self) -> None:
-        await self.startup.load_embedder()
-
-    async def seed_in_background(self) -> None:
-        await self.startup.seed_in_background()
-
-    async def seeded(self) -> None:
-        await self.startup.seeded()
-
-    async def stop(self) -> None:
-        await self.startup.stop()
-
-    async def health(self) -> Body:
-        return await self.checks.health()
-
-    async def readiness(self) -> dict[str, str]:
-        return await self.checks.readiness()
-
-    async def audit(
-        self, actor: Actor, action: str, collection: str | None, changed: dict[str, Any]
-    ) -> None:
-        await self.trail.audit(actor, action, collection, changed)
-
-    async def audit_page(self, query: AuditQuery) -> list[AuditEntry]:
-        return await self.trail.audit_page(query)
-
-    async def answered(
-        self, kind: str, params: SearchParams, hits: Sequence[SearchHit], cited: Sequence[int] = ()
-    ) -> str:
-        return await self.trail.answered(kind, params, hits, cited)
-
-    async def find_answered(self, query_id: str) -> Answered | None:
-        return await self.trail.find_answered(query_id)
-
-    async def recorded(self) -> None:
-        await self.trail.recorded()
-
-    async def ingest(
-        self,
-        documents: Iterable[Document],
-        progress: Progress | None = None,
-        source: str | None = None,
-    ) -> IndexSummary:
-        return await self.catalog.ingest(documents, progress, source)
-
-    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return await self.catalog.embed_documents(texts)
-
-    async def embed_sentences(self, texts: Sequence[str]) -> np.ndarray:
-        return await self.catalog.embed_sentences(texts)
-
-    async def document(
-        self, doc_id: str, principals: frozenset[str] | None = None
-    ) -> Document | None:
-        return await self.catalog.document(doc_id, principals)
-
-    async def find_document(
-        self,
-        source_type: str,
-        key: str,
-        collection: str,
-        source: str | None = None,
-        principals: frozenset[str] | None = None,
-    ) -> Document | None:
-        return await self.catalog.find_document(source_type, key, collection, source, principals)
-
-    async def delete_document(self, doc_id: str) -> bool:
-        return await self.catalog.delete_document(doc_id)
-
-    async def collections(self, principals: frozenset[str] | None = None) -> dict[str, int]:
-        return await self.catalog.collections(principals)
-
-    async def require_collection(
-        self, collection: str, principals: frozenset[str] | None = None
-    ) -> None:
-        await self.catalog.require_collection(collection, principals)
-
-    async def require_collections(
-        self, collections: Sequence[str], principals: frozenset[str] | None = None
-    ) -> None:
-        await self.catalog.require_collections(collections, principals)
-
-    def iter_documents(self, collection: str) -> AsyncIterator[Document]:
-        return self.catalog.iter_documents(collection)
-
-    def seed_path(self) -> Path:
-        return self.catalog.seed_path()
+    start = Step("startup", Startup.start)
+    open = Step("startup", Startup.open)
+    load = Step("startup", Startup.load)
+    open_storage = Step("startup", Startup.open_storage)
+    load_embedder = Step("startup", Startup.load_embedder)
+    seed_in_background = Step("startup", Startup.seed_in_background)
+    seeded = Step("startup", Startup.seeded)
+    stop = Step("startup", Startup.stop)
+    health = Step("checks", Health.health)
+    readiness = Step("checks", Health.readiness)
+    audit = Step("trail", Trail.audit)
+    audit_page = Step("trail", Trail.audit_page)
+    answered = Step("trail", Trail.answered)
+    find_answered = Step("trail", Trail.find_answered)
+    recorded = Step("trail", Trail.recorded)
+    ingest = Step("catalog", Catalog.ingest)
+    embed_documents = Step("catalog", Catalog.embed_documents)
+    embed_sentences = Step("catalog", Catalog.embed_sentences)
+    document = Step("catalog", Catalog.document)
+    find_document = Step("catalog", Catalog.find_document)
+    delete_document = Step("catalog", Catalog.delete_document)
+    collections = Step("catalog", Catalog.collections)
+    require_collection = Step("catalog", Catalog.require_collection)
+    require_collections = Step("catalog", Catalog.require_collections)
+    iter_documents = Step("catalog", Catalog.iter_documents)
+    seed_path = Step("catalog", Catalog.seed_path)

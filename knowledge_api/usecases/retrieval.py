@@ -21,7 +21,7 @@ from knowledge_api import ir_metrics
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.facets import Facets
 from knowledge_api.filters import Node
-from knowledge_api.models import SETTINGS_RANKING, Ranking, SearchFilters, SearchHit, one_of
+from knowledge_api.models import SETTINGS_RANKING, OneOrSeveral, Ranking, SearchFilters, SearchHit
 from knowledge_api.principals import scoped
 from knowledge_api.ranking import next_offset
 from knowledge_api.service import KnowledgeService, Retrieval
@@ -29,7 +29,7 @@ from knowledge_api.timing import elapsed_ms
 
 
 @dataclass(frozen=True, slots=True)
-class RetrieveParams:
+class RetrieveParams(OneOrSeveral):
     query: str
     collection: str
     top_k: int = 5
@@ -42,13 +42,6 @@ class RetrieveParams:
     """Several collections searched as one (instead of `collection`)."""
     principals: frozenset[str] | None = None
     """What the caller may read (knowledge_api.principals); None: everything."""
-
-    def __post_init__(self) -> None:
-        one_of(self)
-
-    @property
-    def searched(self) -> tuple[str, ...]:
-        return self.collections or (self.collection,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,194 @@
+"""What the benchmarks that serve the API over HTTP share: a free port on loopback, the
+environment of a service on the fake embedder, a server started and awaited, the bare
+Starlette app a hit is measured beside, and a run of wrk posting one body."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HOST = "127.0.0.1"
+BARE_APP = """\
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+BODY = open("bare_body.json", "rb").read()
+
+
+async def ok(request):
+    return Response(BODY, media_type="application/json")
+
+
+app = Starlette(routes=[Route("/{path:path}", ok, methods=["GET", "POST"])])
+"""
+WRK_SCRIPT = """\
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+{auth}wrk.body = [==[{body}]==]
+"""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def service_env(folder: Path, **settings: str) -> dict[str, str]:
+    """The host's environment without its KNOWLEDGE_ settings, and a service on the fake
+    embedder and the extractive synthesizer with its files in `folder`; `settings` by
+    their KNOWLEDGE_ name without the prefix (`log_level="warning"`)."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_")},
+        "KNOWLEDGE_EMBEDDER": "fake",
+        "KNOWLEDGE_SYNTHESIZER": "extractive",
+        "KNOWLEDGE_DB_PATH": str(folder / "k.db"),
+        **{f"KNOWLEDGE_{name.upper()}": value for name, value in settings.items()},
+    }
+
+
+def serve_command(port: int) -> list[str]:
+    return [sys.executable, "-m", "knowledge_api", "serve", "--port", str(port)]
+
+
+def uvicorn(app: str, port: int) -> list[str]:
+    """An ASGI app under the service's uvicorn options."""
+    return [
+        sys.executable, "-m", "uvicorn", app, "--host", HOST, "--port", str(port),
+        "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning",
+    ]  # fmt: skip
+
+
+def write_bare_app(folder: Path, body: bytes) -> str:
+    """A bare Starlette app in `folder` answering every request with `body`; its name
+    for `uvicorn`."""
+    (folder / "bare_app.py").write_text(BARE_APP, encoding="utf-8")
+    (folder / "bare_body.json").write_bytes(body)
+    return "bare_app:app"
+
+
+def start_process(
+    stack: ExitStack, command: list[str], env: dict[str, str], cwd: Path, log: Path
+) -> subprocess.Popen[bytes]:
+    """A child in its own session (a Ctrl-C reaches us; we stop it), logging to `log`."""
+    out = stack.enter_context(log.open("wb"))
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        cwd=cwd,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    stack.callback(stop_process, proc)
+    return proc
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace)
+
+
+def wait_ready(
+    proc: subprocess.Popen[bytes],
+    url: str,
+    log: Path,
+    deadline_s: float,
+    started: float | None = None,
+) -> float:
+    """Seconds until `url` answers 200, counted from `started` (perf_counter; now when
+    None); fails when the process exits or time runs out."""
+    started = time.perf_counter() if started is None else started
+    while time.perf_counter() - started < deadline_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited ({proc.returncode}):\n{tail(log)}")
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return time.perf_counter() - started
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready after {deadline_s:.0f}s:\n{tail(log)}")
+
+
+def tail(log: Path, chars: int = 3000) -> str:
+    try:
+        return log.read_text(encoding="utf-8", errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def start_server(
+    stack: ExitStack, command: list[str], env: dict[str, str], cwd: Path, url: str
+) -> str:
+    """`command` started in `cwd` (stopped with `stack`), once `url` is live; `url`."""
+    log = cwd / f"server-{len(stack._exit_callbacks)}.log"
+    wait_ready(start_process(stack, command, env, cwd, log), url + "/livez", log, 60.0)
+    return url
+
+
+def wrk_run(
+    url: str, body: Any, cwd: Path, duration: int, connections: int = 64, token: str = ""
+) -> dict[str, Any]:
+    """wrk posting `body` (as JSON) to `url` for `duration` seconds, with a bearer
+    `token` if given: requests/s (None when wrk reported none), the count of non-2xx
+    answers and the socket errors."""
+    raw = json.dumps(body)
+    if "]==]" in raw:
+        raise ValueError("the wrk body cannot hold ']==]'")
+    auth = f'wrk.headers["Authorization"] = "Bearer {token}"\n' if token else ""
+    script = cwd / "post.lua"
+    script.write_text(WRK_SCRIPT.format(auth=auth, body=raw), encoding="utf-8")
+    done = subprocess.run(
+        ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        timeout=duration + 60,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    errors = re.search(r"Socket errors:.*", output)
+    return {
+        "requests_per_s": float(rate.group(1)) if rate else None,
+        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
+        "socket_errors": errors.group(0) if errors else "",
+        "returncode": done.returncode,
+    }
+
+
+def serve_alone(env: dict[str, str], folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`knowledge-api serve` on a free port in `folder` (its log `server.log`), once it is
+    live: the process (the caller stops it) and its URL."""
+    port = free_port()
+    log = folder / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            serve_command(port), env=env, cwd=folder, stdout=out, stderr=subprocess.STDOUT
+        )
+    url = f"http://{HOST}:{port}"
+    try:
+        wait_ready(process, url + "/livez", log, 60.0)
+    except RuntimeError:
+        stop_process(process)
+        raise
+    return process, url
