@@ -166,6 +166,7 @@ def run_adoption(settings: Settings, args: argparse.Namespace) -> int:
     """`migrate --adopt | --wiki-vectors | --undo` on a database other pipelines fill:
     the plan first, then (without --dry-run) the steps, each printed as it starts."""
     from knowledge_api.stores.existing import adopt
+    from knowledge_api.stores.existing import wiki_vectors as conversion
 
     if args.undo and (args.adopt or args.wiki_vectors):
         raise InvalidRequest("--undo", "cannot be combined with --adopt or --wiki-vectors")
@@ -197,7 +198,7 @@ def run_adoption(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
     async def wiki_vectors(conn: Any) -> None:
-        pages = await adopt.remaining_wiki_pages(conn)
+        pages = await conversion.remaining_wiki_pages(conn)
         print(
             f"wiki vectors: {pages} pages to convert in batches of {args.batch_size} "
             f"(TEXT embeddings parsed; empty or malformed ones embedded by {embedder.name})"
@@ -205,7 +206,7 @@ def run_adoption(settings: Settings, args: argparse.Namespace) -> int:
         if args.dry_run:
             return
         await asyncio.to_thread(embedder.load)
-        done = await adopt.convert_wiki_vectors(
+        done = await conversion.convert_wiki_vectors(
             conn,
             embedder.embed_documents,
             embedder.dimension,
