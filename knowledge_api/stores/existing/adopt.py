@@ -104,11 +104,9 @@ ACL_STEP = "knowledge_acl_functions"
 """The step after which rows keep access lists the searches apply."""
 ACL_FUNCTIONS = (
     "knowledge_acl_passes(text[], text[], jsonb)",
-    "knowledge_match_siam_vectors_acl(vector, integer, text[], text, text, text, jsonb, "
-    "text[], jsonb)",
-    "knowledge_search_siam_vectors_acl(text, integer, text[], text, text, text, jsonb, "
-    "text[], jsonb)",
-    "knowledge_search_wiki_documents_acl(text, integer, text, text[], jsonb)",
+    "knowledge_match_siam_vectors(vector, integer, text[], text, text, text, jsonb, text[], jsonb)",
+    "knowledge_search_siam_vectors(text, integer, text[], text, text, text, jsonb, text[], jsonb)",
+    "knowledge_search_wiki_documents(text, integer, text, text[], jsonb)",
     "knowledge_set_siam_acl(text, text, text[])",
     "knowledge_set_wiki_acl(text, text[])",
 )
@@ -120,7 +118,8 @@ lists are there, whichever came last."""
 def acl_steps() -> list[Step]:
     """Who may read each row: a `knowledge_acl text[]` column on both tables, `{public}`
     for every row until the service is told otherwise (a constant default: no rewrite),
-    a GIN index over it, and the searches and writes that use it."""
+    a GIN index over it, and the writes and searches that use it (replacing those of
+    SEARCH_STEP, which `--undo` then finds gone)."""
     steps: list[Step] = []
     for table in ("siam_vectors", "wiki_documents"):
         steps.append(
@@ -138,7 +137,7 @@ def wiki_acl_step() -> Step:
     return functions(
         WIKI_ACL_VECTORS,
         "wiki_acl_search.sql",
-        ["knowledge_match_wiki_documents_acl(vector, integer, text, text[], jsonb)"],
+        ["knowledge_match_wiki_documents(vector, integer, text, text[], jsonb)"],
     )
 
 

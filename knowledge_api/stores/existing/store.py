@@ -181,11 +181,10 @@ class AdoptedTables(ExistingTables):
         function) within `filters`, as candidates scored by `score`."""
         found: list[Candidate] = []
         filters, access = self.access(filters)
-        within = "_acl" if self.acl_kept else ""
         siam = siam_filter(filters, self.filter_backend)
         if siam is not None:
             rows = await self.tables.call(
-                siam_function + within,
+                siam_function,
                 {**params, **siam, **access},
                 SearchError,
                 on=EVERY_COLLECTION,
@@ -194,7 +193,7 @@ class AdoptedTables(ExistingTables):
         wiki = self.wiki_filter(filters)
         if wiki is not None and wiki_function is not None:
             rows = await self.tables.call(
-                wiki_function + within,
+                wiki_function,
                 {**params, **wiki, **access},
                 SearchError,
                 on=EVERY_COLLECTION,

@@ -1,8 +1,13 @@
--- Who may read each row of an adopted database: the searches of search.sql within a
--- reader's principals, and the two writes of an access list. A row passes when its
--- knowledge_acl holds one of `filter_acl` (the reader's principals, under the GIN index;
--- NULL: any row) and one of each list of `filter_acl_also` (a filter's own tests of
--- `acl`). The service writes nothing else of the tables other pipelines fill.
+-- Who may read each row of an adopted database: the searches of search.sql, replaced by
+-- the same searches within a reader's principals, and the two writes of an access list.
+-- A row passes when its knowledge_acl holds one of `filter_acl` (the reader's
+-- principals, under the GIN index; NULL: any row) and one of each list of
+-- `filter_acl_also` (a filter's own tests of `acl`). The service writes nothing else of
+-- the tables other pipelines fill.
+
+DROP FUNCTION knowledge_match_siam_vectors(vector, integer, text[], text, text, text, jsonb);
+DROP FUNCTION knowledge_search_siam_vectors(text, integer, text[], text, text, text, jsonb);
+DROP FUNCTION knowledge_search_wiki_documents(text, integer, text);
 
 CREATE FUNCTION knowledge_acl_passes(acl text[], filter_acl text[], filter_acl_also jsonb)
 RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -13,7 +18,7 @@ RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- Passages by cosine similarity within the principals, best first.
-CREATE FUNCTION knowledge_match_siam_vectors_acl(
+CREATE FUNCTION knowledge_match_siam_vectors(
     query_embedding vector,
     match_count integer DEFAULT 10,
     filter_source_types text[] DEFAULT NULL,
@@ -25,8 +30,7 @@ CREATE FUNCTION knowledge_match_siam_vectors_acl(
     filter_acl_also jsonb DEFAULT '[]'
 ) RETURNS TABLE (
     id text, content text, source_type text, source_id text, metadata jsonb,
-    organization text, division text, app_under_test text, knowledge_acl text[],
-    similarity double precision
+    organization text, division text, app_under_test text, similarity double precision
 )
 LANGUAGE sql STABLE
 SET hnsw.ef_search = 100
@@ -35,7 +39,7 @@ SET plan_cache_mode = force_custom_plan
 AS $$
     SELECT v.id::text, v.content::text, v.source_type::text, v.source_id::text,
            coalesce(v.metadata::jsonb, '{}'), v.organization::text, v.division::text,
-           v.app_under_test::text, v.knowledge_acl, 1 - (v.embedding <=> query_embedding)
+           v.app_under_test::text, 1 - (v.embedding <=> query_embedding)
     FROM siam_vectors v
     WHERE v.embedding IS NOT NULL
       AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
@@ -49,8 +53,8 @@ AS $$
     LIMIT match_count
 $$;
 
--- Passages by keyword within the principals, scored as knowledge_search_siam_vectors.
-CREATE FUNCTION knowledge_search_siam_vectors_acl(
+-- Passages by keyword within the principals, scored as search.sql scored them.
+CREATE FUNCTION knowledge_search_siam_vectors(
     query_text text,
     match_count integer DEFAULT 10,
     filter_source_types text[] DEFAULT NULL,
@@ -62,8 +66,7 @@ CREATE FUNCTION knowledge_search_siam_vectors_acl(
     filter_acl_also jsonb DEFAULT '[]'
 ) RETURNS TABLE (
     id text, content text, source_type text, source_id text, metadata jsonb,
-    organization text, division text, app_under_test text, knowledge_acl text[],
-    rank double precision
+    organization text, division text, app_under_test text, rank double precision
 )
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
@@ -99,7 +102,7 @@ BEGIN
     )
     SELECT v.id::text, v.content::text, v.source_type::text, v.source_id::text,
            coalesce(v.metadata::jsonb, '{}'), v.organization::text, v.division::text,
-           v.app_under_test::text, v.knowledge_acl, b.score::double precision
+           v.app_under_test::text, b.score::double precision
     FROM best b JOIN siam_vectors v ON v.id = b.id
     ORDER BY b.score DESC, b.id;
     IF FOUND THEN
@@ -108,7 +111,7 @@ BEGIN
     RETURN QUERY
     SELECT v.id::text, v.content::text, v.source_type::text, v.source_id::text,
            coalesce(v.metadata::jsonb, '{}'), v.organization::text, v.division::text,
-           v.app_under_test::text, v.knowledge_acl, 0.001::double precision
+           v.app_under_test::text, 0.001::double precision
     FROM siam_vectors v
     WHERE v.content ILIKE knowledge_adopted_pattern(query_text)
       AND (filter_source_types IS NULL OR v.source_type = ANY (filter_source_types))
@@ -122,16 +125,15 @@ BEGIN
 END;
 $$;
 
--- Wiki pages by keyword within the principals, scored as knowledge_search_wiki_documents.
-CREATE FUNCTION knowledge_search_wiki_documents_acl(
+-- Wiki pages by keyword within the principals, scored as search.sql scored them.
+CREATE FUNCTION knowledge_search_wiki_documents(
     query_text text,
     match_count integer DEFAULT 10,
     filter_app_name text DEFAULT NULL,
     filter_acl text[] DEFAULT NULL,
     filter_acl_also jsonb DEFAULT '[]'
 ) RETURNS TABLE (
-    id text, title text, url text, app_name text, markdown_content text,
-    knowledge_acl text[], rank double precision
+    id text, title text, url text, app_name text, markdown_content text, rank double precision
 )
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_custom_plan
@@ -164,7 +166,7 @@ BEGIN
         LIMIT match_count
     )
     SELECT w.id::text, w.title::text, w.url::text, w.app_name::text, w.markdown_content::text,
-           w.knowledge_acl, b.score::double precision
+           b.score::double precision
     FROM best b JOIN wiki_documents w ON w.id = b.id
     ORDER BY b.score DESC, b.id;
     IF FOUND THEN
@@ -172,14 +174,13 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT w.id::text, w.title::text, w.url::text, w.app_name::text, w.markdown_content::text,
-           w.knowledge_acl,
            (CASE WHEN w.title ILIKE knowledge_adopted_pattern(query_text) THEN 0.002 ELSE 0.001 END)::double precision
     FROM wiki_documents w
     WHERE (w.title ILIKE knowledge_adopted_pattern(query_text)
            OR w.markdown_content ILIKE knowledge_adopted_pattern(query_text))
       AND (filter_app_name IS NULL OR lower(w.app_name) = lower(filter_app_name))
       AND knowledge_acl_passes(w.knowledge_acl, filter_acl, filter_acl_also)
-    ORDER BY 7 DESC, 1
+    ORDER BY 6 DESC, 1
     LIMIT match_count;
 END;
 $$;

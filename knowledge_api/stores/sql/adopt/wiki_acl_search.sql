@@ -1,6 +1,8 @@
 -- Wiki pages by meaning within a reader's principals (acl_search.sql), once both the
--- wiki vectors and the access lists are there.
-CREATE FUNCTION knowledge_match_wiki_documents_acl(
+-- wiki vectors and the access lists are there: replaces wiki_search.sql's.
+DROP FUNCTION knowledge_match_wiki_documents(vector, integer, text);
+
+CREATE FUNCTION knowledge_match_wiki_documents(
     query_embedding vector,
     match_count integer DEFAULT 10,
     filter_app_name text DEFAULT NULL,
@@ -8,7 +10,7 @@ CREATE FUNCTION knowledge_match_wiki_documents_acl(
     filter_acl_also jsonb DEFAULT '[]'
 ) RETURNS TABLE (
     id text, title text, url text, app_name text, markdown_content text,
-    knowledge_acl text[], similarity double precision
+    similarity double precision
 )
 LANGUAGE sql STABLE
 SET hnsw.ef_search = 100
@@ -16,7 +18,7 @@ SET hnsw.iterative_scan = strict_order
 SET plan_cache_mode = force_custom_plan
 AS $$
     SELECT w.id::text, w.title::text, w.url::text, w.app_name::text, w.markdown_content::text,
-           w.knowledge_acl, 1 - (w.knowledge_embedding <=> query_embedding)
+           1 - (w.knowledge_embedding <=> query_embedding)
     FROM wiki_documents w
     WHERE w.knowledge_embedding IS NOT NULL
       AND (filter_app_name IS NULL OR lower(w.app_name) = lower(filter_app_name))
