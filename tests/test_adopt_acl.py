@@ -141,6 +141,8 @@ def test_every_reading_route_keeps_to_the_access_lists(
     assert client.get(by_id, headers=hr).status_code == 200
     assert error_of(client.get(by_id, headers=bearer(keys.plain)), 404)
     assert client.get(f"/v1/knowledge/detail/wiki/{ROLLBACK}", headers=hr).status_code == 404
+    deleted = client.delete(by_id, headers=bearer(keys.admin))  # found, and not deleted
+    assert error_of(deleted, 409)["type"] == "store_read_only"
 
     # the listing and the counts leave the hidden rows out
     def listed(headers: dict[str, str]) -> list[str]:

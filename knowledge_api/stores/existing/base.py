@@ -52,10 +52,6 @@ WRITES_REFUSED = (
 )
 
 
-def hit_source(hit: SearchHit) -> tuple[str, str]:
-    return hit.source_type, hit.source_id
-
-
 class ExistingTables(ExistingReads, HybridSearch, BesideTheFile):
     mode = ""
 
@@ -238,8 +234,10 @@ class ExistingTables(ExistingReads, HybridSearch, BesideTheFile):
         for key, score in ranked:
             if isinstance(key, Found):
                 hit = hit_from_found(key, score, similarity[key])
-                rows = (WIKI, "wiki", key.id) if key.table == WIKI else (SIAM, *hit_source(hit))
-                self.remember(hit.document_id, rows)
+                where = (SIAM, hit.source_type, hit.source_id)
+                self.remember(
+                    hit.document_id, (WIKI, "wiki", key.id) if key.table == WIKI else where
+                )
                 hits.append(hit)
         return hits
 
