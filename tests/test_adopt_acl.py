@@ -91,19 +91,23 @@ def set_acl(client: TestClient, admin: str, detail: str, acl: list[str]) -> dict
     return body
 
 
-async def acl_rows(url: str) -> dict[str, list[str]]:
+async def stored_acls(url: str, by: str = "id") -> dict[str, list[str]]:
+    """Each row's knowledge_acl, by row id; by="source": the lists of each source's
+    passages (or page's url), one after the other."""
+    keys = {"id": ("id::text", "id::text"), "source": ("coalesce(source_id, id::text)", "url")}
+    siam, wiki = keys[by]
     conn = await asyncpg.connect(url)
     try:
         rows = await conn.fetch(
-            "SELECT coalesce(source_id, id::text) AS k, knowledge_acl FROM siam_vectors "
-            "UNION ALL SELECT url, knowledge_acl FROM wiki_documents"
+            f"SELECT {siam} AS k, knowledge_acl FROM siam_vectors "
+            f"UNION ALL SELECT {wiki}, knowledge_acl FROM wiki_documents"
         )
-        found: dict[str, list[str]] = {}
-        for row in rows:
-            found.setdefault(row["k"], []).extend(row["knowledge_acl"])
-        return found
     finally:
         await conn.close()
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        found.setdefault(row["k"], []).extend(row["knowledge_acl"])
+    return found
 
 
 ROLLBACK = "https://wiki.example.com/aoma/rollback"
@@ -117,7 +121,7 @@ def test_every_reading_route_keeps_to_the_access_lists(
     said = set_acl(client, keys.admin, "jira/AOMA-101", ["group:hr"])
     assert said == {"success": True, "acl": ["group:hr"], "documents": 1, "embedded": 0}
     set_acl(client, keys.admin, f"wiki/{ROLLBACK}", [])  # closed: admin keys only
-    stored = run_sync(acl_rows(database))
+    stored = run_sync(stored_acls(database, by="source"))
     assert stored["AOMA-101"] == ["group:hr", "group:hr"]  # each of its passages
     assert stored[ROLLBACK] == [] and stored["KB-7"] == ["public"]
     assert original(run_sync(snapshot(database))) == original(before)  # nothing else written
@@ -181,7 +185,7 @@ def test_each_search_leg_returns_every_allowed_row_and_no_other(
     for _ in range(3):
         run_sync(random_acls(database, chance, names))
         store.acl_changed()
-        acls = run_sync(row_acls(database))
+        acls = run_sync(stored_acls(database))
         for _ in range(8):
             user = chance.choice(["ann", "bob", "carol"])
             groups = chance.sample(["hr", "eng"], chance.randint(0, 2))
@@ -209,18 +213,6 @@ async def random_acls(url: str, chance: random.Random, names: list[str]) -> None
                 await conn.execute(
                     f"UPDATE {table} SET knowledge_acl = $2 WHERE id = $1", row_id, acl
                 )
-    finally:
-        await conn.close()
-
-
-async def row_acls(url: str) -> dict[str, list[str]]:
-    conn = await asyncpg.connect(url)
-    try:
-        rows = await conn.fetch(
-            "SELECT id::text, knowledge_acl FROM siam_vectors "
-            "UNION ALL SELECT id::text, knowledge_acl FROM wiki_documents"
-        )
-        return {r["id"]: list(r["knowledge_acl"]) for r in rows}
     finally:
         await conn.close()
 
