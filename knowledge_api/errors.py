@@ -52,6 +52,10 @@ class InvalidRequest(KnowledgeAPIError, status=400, type="invalid_request"):
 class InvalidQuery(InvalidRequest, type="invalid_query"): ...
 
 
+class NameTaken(InvalidRequest, status=409, type="name_taken"):
+    """A name that must be unique (an API key's) is already in use."""
+
+
 class InvalidJSON(InvalidRequest, type="invalid_json"): ...
 
 

@@ -119,20 +119,26 @@ def narrowed(where: Node | None, principals: frozenset[str] | None) -> Node | No
     return Combined("$and", (allowed, *parts))
 
 
+def acl_split(where: Node | None) -> tuple[list[tuple[str, ...]], Node | None]:
+    """The tests of `acl` in the tree's top `$and` (each the principals any one of which
+    passes it), and the rest of the tree: for a store that applies them apart."""
+    if where is None:
+        return [], None
+    parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
+    tests = [part for part in parts if isinstance(part, Condition) and part.acl]
+    rest = tuple(part for part in parts if part not in tests)
+    kept = None if not rest else rest[0] if len(rest) == 1 else Combined("$and", rest)
+    return [tuple(test.texts()) for test in tests], kept
+
+
 def read_as_public(filters: F) -> F | None:
     """`filters` for rows that keep no access list (a database other pipelines fill),
     each of them public: the tests of `acl` in the tree's top `$and` decided (None when
     one excludes `public`: nothing passes), the rest kept."""
-    where = filters.where
-    if where is None:
-        return filters
-    parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
-    tests = [part for part in parts if isinstance(part, Condition) and part.acl]
-    if any(PUBLIC not in test.values for test in tests):
+    tests, rest = acl_split(filters.where)
+    if any(PUBLIC not in test for test in tests):
         return None
-    rest = tuple(part for part in parts if part not in tests)
-    kept = None if not rest else rest[0] if len(rest) == 1 else Combined("$and", rest)
-    return cast(F, replace(cast(Any, filters), where=kept))
+    return cast(F, replace(cast(Any, filters), where=rest))
 
 
 def fingerprint(principals: frozenset[str] | None) -> str:

@@ -31,7 +31,7 @@ import numpy as np
 from knowledge_api.config.fields import Secret
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.models import SearchFilters
-from knowledge_api.stores.existing import adopt
+from knowledge_api.stores.existing import adopt, wiki_vectors
 from knowledge_api.stores.existing.store import AdoptedTables, ExistingTables, ReadOnlyTables
 from knowledge_api.stores.postgres.store import PostgresStore
 
@@ -208,7 +208,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         embedder = FakeEmbedder(DIMENSION)
         start = time.perf_counter()
-        done = await adopt.convert_wiki_vectors(
+        done = await wiki_vectors.convert_wiki_vectors(
             admin, embedder.embed_batch, DIMENSION, 200, lambda step: None
         )
         elapsed = time.perf_counter() - start

@@ -27,6 +27,7 @@ from knowledge_api.errors import ConfigurationError, EmbedderMismatchError
 from knowledge_api.models import EmbedderIdentity, SearchFilters
 from knowledge_api.settings import Settings
 from knowledge_api.stores.existing import adopt
+from knowledge_api.stores.existing import wiki_vectors as conversion
 from knowledge_api.stores.existing.store import ExistingTables
 from knowledge_api.stores.postgres.codecs import register_codecs
 from tests import providers
@@ -271,24 +272,47 @@ async def snapshot(url: str) -> dict[str, Any]:
 
 
 def original(state: dict[str, Any]) -> dict[str, Any]:
-    """What adoption must leave exactly as it was: the tables, rows and old function."""
-    return {key: state[key] for key in ("columns", "siam", "wiki", "answers")} | {
-        "old_rpc": [f for f in state["functions"] if f[0].startswith("match_siam_vectors_gemini")]
+    """What adoption must leave exactly as it was: the tables' own columns, rows and old
+    function (the columns it adds, named knowledge_*, come after them)."""
+    own = {
+        table: [c for c in columns if not c[1].startswith("knowledge_")]
+        for table, columns in state["columns"].items()
+    }
+    return {key: state[key] for key in ("siam", "wiki", "answers")} | {
+        "columns": own,
+        "old_rpc": [f for f in state["functions"] if f[0].startswith("match_siam_vectors_gemini")],
     }
 
 
-@pytest.fixture
-def database(postgres_server: Any) -> str:
-    url = fresh_database(postgres_server, "knowledge_adopt")
+def added_columns(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    return {
+        table: [c[1:] for c in columns if c not in before["columns"][table]]
+        for table, columns in after["columns"].items()
+    }
+
+
+def seeded_database(server: Any, name: str = "knowledge_adopt") -> str:
+    """A fresh database of the original shape, filled as the other pipelines fill it."""
+    url = fresh_database(server, name)
     run_sync(seed(url))
     return url
 
 
-@pytest.fixture
-def gemini() -> Iterator[respx.MockRouter]:
+def gemini_answering() -> Iterator[respx.MockRouter]:
+    """The Gemini embedder's HTTP API, answered with `embed`'s vectors."""
     for router in providers.mocked():
         router.post(GEMINI_EMBED).mock(side_effect=gemini_embeddings)
         yield router
+
+
+@pytest.fixture
+def database(postgres_server: Any) -> str:
+    return seeded_database(postgres_server)
+
+
+@pytest.fixture
+def gemini() -> Iterator[respx.MockRouter]:
+    yield from gemini_answering()
 
 
 def adopted_settings(tmp_path: Path, url: str, **changes: Any) -> Settings:
@@ -322,7 +346,7 @@ async def adopted(url: str, wiki_vectors: bool = False) -> None:
     try:
         await adopt.apply(conn, await adopt.adoption_plan(conn), lambda step: None)
         if wiki_vectors:
-            await adopt.convert_wiki_vectors(conn, embed_list, DIMENSION, 2, lambda s: None)
+            await conversion.convert_wiki_vectors(conn, embed_list, DIMENSION, 2, lambda s: None)
     finally:
         await conn.close()
 
@@ -373,7 +397,11 @@ def test_adopt_only_adds_and_undo_takes_exactly_that_back(
         "knowledge_siam_vectors_fts",
         "knowledge_siam_vectors_source",
         "knowledge_wiki_documents_fts",
+        "knowledge_siam_vectors_acl_index",
+        "knowledge_wiki_documents_acl_index",
     }
+    acl = [("knowledge_acl", "text[]", True)]  # appended, with a default: no rewrite
+    assert added_columns(before, after) == {"siam_vectors": acl, "wiki_documents": acl}
     assert set(after["tables"]) - set(before["tables"]) == {"knowledge_adoption"}
     assert run_sync(invalid_indexes(cli_env)) == 0
 
@@ -417,7 +445,7 @@ async def test_a_step_that_cannot_get_its_lock_fails_cleanly_and_a_rerun_finishe
         assert await conn.fetchval("SELECT count(*) FROM pg_index WHERE NOT indisvalid") == 0
         assert await conn.fetchval("SELECT to_regclass('knowledge_wiki_documents_fts')") is None
         await adopt.apply(conn, await adopt.adoption_plan(conn), lambda step: None)
-        assert len(await adopt.applied_steps(conn)) == 5
+        assert len(await adopt.applied_steps(conn)) == 10
         assert await adopt.adoption_plan(conn) == []
     finally:
         await conn.close()
@@ -754,15 +782,15 @@ async def test_wiki_vectors_resume_after_an_interruption(database: str) -> None:
     await adopted(database)
     conn = await asyncpg.connect(database)
 
-    def stop(total: adopt.WikiConversion) -> None:
+    def stop(total: conversion.WikiConversion) -> None:
         raise Interrupted
 
     try:
         with pytest.raises(Interrupted):
-            await adopt.convert_wiki_vectors(conn, embed_list, DIMENSION, 2, print, stop)
+            await conversion.convert_wiki_vectors(conn, embed_list, DIMENSION, 2, print, stop)
         half = await wiki_vectors(database)
         assert sum(v is not None for v in half.values()) == 2  # one batch committed
-        assert await adopt.remaining_wiki_pages(conn) == 3
+        assert await conversion.remaining_wiki_pages(conn) == 3
 
         embedded: list[str] = []
 
@@ -770,9 +798,9 @@ async def test_wiki_vectors_resume_after_an_interruption(database: str) -> None:
             embedded.extend(texts)
             return embed(texts)
 
-        done = await adopt.convert_wiki_vectors(conn, counting, DIMENSION, 2, print)
+        done = await conversion.convert_wiki_vectors(conn, counting, DIMENSION, 2, print)
         assert done.converted + done.embedded == 3  # the rest, not the first batch again
-        assert await adopt.remaining_wiki_pages(conn) == 0
+        assert await conversion.remaining_wiki_pages(conn) == 0
     finally:
         await conn.close()
     vectors = await wiki_vectors(database)
@@ -823,7 +851,7 @@ def test_the_wiki_vectors_command(
     monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "fake")  # 64-d: not the passages' space
     assert main(["migrate", "--wiki-vectors"]) == 2
     assert "holds 768-d vectors and KNOWLEDGE_EMBEDDER makes 64-d" in capsys.readouterr().err
-    assert run_sync(adopt_record(cli_env)) == 5  # nothing added by the refused run
+    assert run_sync(adopt_record(cli_env)) == 10  # nothing added by the refused run
     monkeypatch.setenv("KNOWLEDGE_EMBEDDER", "gemini")
     assert main(["migrate", "--adopt", "--wiki-vectors", "--dry-run"]) == 0
     assert "wiki vectors: 5 pages to convert in batches of 200" in capsys.readouterr().out
@@ -831,6 +859,7 @@ def test_the_wiki_vectors_command(
     out = capsys.readouterr().out
     assert "wiki vectors: 2 converted, 3 embedded anew" in out
     assert "applying knowledge_wiki_vector_function" in out
+    assert "applying knowledge_wiki_acl_vector_function" in out  # within access lists too
     assert all(v is not None for v in run_sync(wiki_vectors(cli_env)).values())
     sent = [json.loads(call.request.content) for call in gemini.calls]
     assert sum(len(body["requests"]) for body in sent) == 3  # only the pages lacking one
@@ -882,16 +911,26 @@ def test_supabase_serves_the_existing_tables(
         wiki = query(client, "rollback deployment")["results"]
         assert "https://wiki.example.com/aoma/rollback" in [r["source_id"] for r in wiki]
         assert client.get("/health").json()["store"]["schema_mode"] == mode
+        # within access lists where the adoption keeps them (every row public here)
+        hidden = query(client, "asset upload timeout", filters={"acl": "group:hr"})["results"]
+        assert hidden == []
+        public = query(client, "asset upload timeout", filters={"acl": "public"})["results"]
+        assert [r["id"] for r in public] == [r["id"] for r in results]
 
 
-@pytest.mark.parametrize("mode", ["adopted", "read_only"])
-def test_every_row_is_public(mode: str, request: pytest.FixtureRequest) -> None:
+def test_read_only_reads_every_row_as_public(reader_client: TestClient) -> None:
     """The tables keep no access lists: a filter on `acl` finds every row for `public`
-    and none for another principal, and /health says so."""
-    client = request.getfixturevalue("adopted_client" if mode == "adopted" else "reader_client")
+    and none for another principal, changing one is a 400 naming `acl`, and /health
+    says so."""
+    client = reader_client
     plain = query(client, "asset upload timeout")["results"]
     public = query(client, "asset upload timeout", filters={"acl": "public"})["results"]
     assert plain and [r["id"] for r in public] == [r["id"] for r in plain]
     assert query(client, "asset upload timeout", filters={"acl": "group:hr"})["results"] == []
     left_out = client.get("/health").json()["store"]["left_out"]
     assert any(item.startswith("document permissions") for item in left_out)
+    doc = client.get("/v1/knowledge/detail/jira/AOMA-101").json()
+    refused = client.patch(f"/v1/knowledge/documents/{doc['id']}", json={"acl": ["group:hr"]})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["details"]["field"] == "acl" and "read_only" in error["message"]

@@ -39,13 +39,15 @@ SEMANTIC = {
     "/v1/knowledge/feedback",
     "/v1/knowledge/sources",
     "/v1/knowledge/files",
+    "/v1/knowledge/keys",
 }
 """Routes with rules beyond JSON Schema, where a schema-valid request may still be a 400:
 query_embedding_model must be the store's own model, an expected_sources query must be
 one of test_queries, a page's cursor must be one the service gave for that listing (it
 is opaque), a source's URL must be one its kind reads (imap:// for a mailbox, http://
 for a Prometheus server), an item's `updated_at` may not come before its `created_at`
-(a document's, an upload's). Every other route accepts what its document declares valid."""
+(a document's, an upload's), a new key's name must be one no key has (409). Every other
+route accepts what its document declares valid."""
 OVERLAPPING = "/v1/knowledge/sources/{name}/sync"
 """A source's name may hold a slash, so `.../sources/x/sync` is also the source named
 `x/sync`, which DELETE takes: the Allow header of this path lists both routes' methods."""

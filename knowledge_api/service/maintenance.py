@@ -25,7 +25,7 @@ from knowledge_api.service.engine import Engine
 from knowledge_api.service.trail import Trail
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
-from knowledge_api.stores.existing import adopt
+from knowledge_api.stores.existing import adopt, wiki_vectors
 
 
 class Maintenance:
@@ -163,7 +163,7 @@ async def convert_wiki_vectors(
     show: Callable[[str], None],
     report: Callable[[str], None],
 ) -> None:
-    pages = await adopt.remaining_wiki_pages(conn)
+    pages = await wiki_vectors.remaining_wiki_pages(conn)
     show(
         f"wiki vectors: {pages} pages to convert in batches of {asked.batch_size} "
         f"(TEXT embeddings parsed; empty or malformed ones embedded by {embedder.name})"
@@ -171,7 +171,7 @@ async def convert_wiki_vectors(
     if asked.dry_run:
         return
     await asyncio.to_thread(embedder.load)
-    done = await adopt.convert_wiki_vectors(
+    done = await wiki_vectors.convert_wiki_vectors(
         conn,
         embedder.embed_documents,
         embedder.dimension,

@@ -21,6 +21,10 @@ class Records:
     async def keys(self) -> list[ApiKey]:
         return await self.engine.keys.all()
 
+    async def key(self, name: str) -> ApiKey | None:
+        """The key of this name, read from the store (None when there is none)."""
+        return await self.engine.keys.named(name)
+
     async def groups(self, user: str) -> tuple[str, ...]:
         """The groups the service knows for the user id `user`."""
         found: tuple[str, ...] = await self.engine.keys.groups(user)

@@ -2,38 +2,30 @@
 
 The tables `siam_vectors` and `wiki_documents` keep their shape, rows and functions
 (`match_siam_vectors_gemini` included, whatever its signature): the adoption only adds,
-online, what the service searches with — expression indexes built CONCURRENTLY (no new
-column, no table rewrite), and functions named `knowledge_*`. Every step is recorded
+online, what the service searches with — expression indexes built CONCURRENTLY (no
+table rewrite), and functions named `knowledge_*`. Every step is recorded
 with the SQL that takes it back in `knowledge_adoption`, so `migrate --undo` removes
 exactly what was added, newest first, and then the record itself.
 
-`--wiki-vectors` gives wiki pages a `knowledge_embedding vector(d)` column beside the
-TEXT `embedding` the other pipelines write (both are kept: their readers go on reading
-the TEXT), filled in batches of one transaction each, so an interrupted run resumes
-where it stopped.
+Two columns are added, each of one statement that rewrites nothing: `knowledge_acl`
+on both tables (who may read each row, `{public}` unless the service is told otherwise,
+under a GIN index), and, with `--wiki-vectors` (stores/existing/wiki_vectors.py), a
+`knowledge_embedding vector(d)` column on wiki pages.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import numpy as np
-import orjson
-
 from knowledge_api.errors import ConfigurationError
-from knowledge_api.stores.postgres.codecs import register_codecs
 
 RECORD = "knowledge_adoption"
 LOCK_TIMEOUT = "5s"
 """How long a step waits for a lock: an ALTER queued behind a long transaction would
 block every reader of the table behind it; failing is better, and the step can be rerun."""
-WIKI_TEXT_CHARS = 8000
-"""Of a page embedded anew (its TEXT vector empty or malformed): title and this much
-markdown, about what an embedding model reads."""
 ORIGINAL_COLUMNS = {
     "siam_vectors": {
         "id",
@@ -107,6 +99,48 @@ WIKI_VECTORS = "knowledge_wiki_vector_function"
 """The step after which wiki pages are searched by meaning."""
 
 
+ACL_COLUMN = "knowledge_acl"
+ACL_STEP = "knowledge_acl_functions"
+"""The step after which rows keep access lists the searches apply."""
+ACL_FUNCTIONS = (
+    "knowledge_acl_passes(text[], text[], jsonb)",
+    "knowledge_match_siam_vectors(vector, integer, text[], text, text, text, jsonb, text[], jsonb)",
+    "knowledge_search_siam_vectors(text, integer, text[], text, text, text, jsonb, text[], jsonb)",
+    "knowledge_search_wiki_documents(text, integer, text, text[], jsonb)",
+    "knowledge_set_siam_acl(text, text, text[])",
+    "knowledge_set_wiki_acl(text, text[])",
+)
+WIKI_ACL_VECTORS = "knowledge_wiki_acl_vector_function"
+"""Wiki pages by meaning within access lists: once both the wiki vectors and the access
+lists are there, whichever came last."""
+
+
+def acl_steps() -> list[Step]:
+    """Who may read each row: a `knowledge_acl text[]` column on both tables, `{public}`
+    for every row until the service is told otherwise (a constant default: no rewrite),
+    a GIN index over it, and the writes and searches that use it (replacing those of
+    SEARCH_STEP, which `--undo` then finds gone)."""
+    steps: list[Step] = []
+    for table in ("siam_vectors", "wiki_documents"):
+        steps.append(
+            Step(
+                f"knowledge_{table}_acl",
+                f"ALTER TABLE {table} ADD COLUMN {ACL_COLUMN} text[] NOT NULL DEFAULT '{{public}}'",
+                f"ALTER TABLE {table} DROP COLUMN IF EXISTS {ACL_COLUMN}",
+            )
+        )
+        steps.append(concurrent_index(f"knowledge_{table}_acl_index", table, f"gin ({ACL_COLUMN})"))
+    return [*steps, functions(ACL_STEP, "acl_search.sql", ACL_FUNCTIONS)]
+
+
+def wiki_acl_step() -> Step:
+    return functions(
+        WIKI_ACL_VECTORS,
+        "wiki_acl_search.sql",
+        ["knowledge_match_wiki_documents(vector, integer, text, text[], jsonb)"],
+    )
+
+
 def adopt_steps(has_vector_index: bool) -> list[Step]:
     """What the service needs of the original tables. An existing vector index on
     siam_vectors.embedding is used as it is; otherwise one is built."""
@@ -125,6 +159,7 @@ def adopt_steps(has_vector_index: bool) -> list[Step]:
             concurrent=True,
         ),
         functions(SEARCH_STEP, "search.sql", SEARCH_FUNCTIONS),
+        *acl_steps(),
     ]
     if not has_vector_index:
         steps.insert(0, hnsw_index("knowledge_siam_vectors_embedding", "siam_vectors", "embedding"))
@@ -195,7 +230,10 @@ async def adoption_plan(conn: Any) -> list[Step]:
     """The steps `--adopt` would apply now (none once adopted)."""
     await check_adoptable(conn)
     done = set(await applied_steps(conn))
-    return [s for s in adopt_steps(await has_vector_index(conn)) if s.name not in done]
+    steps = adopt_steps(await has_vector_index(conn))
+    if WIKI_VECTORS in done:  # adopted before access lists were kept
+        steps.append(wiki_acl_step())
+    return [s for s in steps if s.name not in done]
 
 
 # -- applying and undoing ---------------------------------------------------------------
@@ -264,114 +302,3 @@ async def undo(conn: Any, report: Callable[[str], None]) -> list[str]:
         undone.append(name)
     await conn.execute(f"DROP TABLE IF EXISTS {RECORD}")
     return undone
-
-
-# -- wiki vectors ----------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class WikiConversion:
-    converted: int = 0
-    """Pages whose TEXT embedding became their vector."""
-    embedded: int = 0
-    """Pages whose TEXT embedding was empty or malformed, embedded anew."""
-
-
-def parsed_vector(value: str | None, dimension: int) -> np.ndarray | None:
-    """A TEXT embedding ('[0.1,0.2,...]') as a vector, or None when it is empty,
-    malformed, of another dimension, not finite or all zeros."""
-    if not value:
-        return None
-    try:
-        numbers = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(numbers, list) or len(numbers) != dimension:
-        return None
-    if not all(isinstance(n, int | float) and math.isfinite(n) for n in numbers):
-        return None
-    vector = np.asarray(numbers, dtype=np.float32)
-    return vector if np.any(vector) else None
-
-
-def page_text(title: str | None, markdown: str | None) -> str:
-    return f"{title or ''}\n{markdown or ''}".strip()[:WIKI_TEXT_CHARS]
-
-
-async def convert_wiki_vectors(
-    conn: Any,
-    embed: Callable[[list[str]], np.ndarray],
-    dimension: int,
-    batch_size: int,
-    report: Callable[[str], None],
-    progress: Callable[[WikiConversion], None] = lambda done: None,
-) -> WikiConversion:
-    """Give every wiki page a vector, then index and search them; resumes an
-    interrupted run (pages that have their vector are not read again). `progress` hears
-    of every committed batch."""
-    done_steps = set(await applied_steps(conn))
-    if SEARCH_STEP not in done_steps:
-        raise ConfigurationError(
-            "the database is not adopted: run `knowledge-api migrate --adopt` first"
-        )
-    stored = await conn.fetchval(
-        "SELECT atttypmod FROM pg_attribute "
-        "WHERE attrelid = 'siam_vectors'::regclass AND attname = 'embedding'"
-    )
-    if stored > 0 and stored != dimension:
-        raise ConfigurationError(
-            f"siam_vectors.embedding holds {stored}-d vectors and KNOWLEDGE_EMBEDDER makes "
-            f"{dimension}-d ones: wiki pages must share the passages' vector space; set "
-            "KNOWLEDGE_EMBEDDER to the embedder of siam_vectors"
-        )
-    if WIKI_COLUMN not in done_steps:
-        await apply(conn, [wiki_column_step(dimension)], report)
-    await register_codecs(conn)
-    total = WikiConversion()
-    after: Any = None
-    while True:
-        after, batch = await convert_wiki_batch(conn, embed, dimension, after, batch_size)
-        if after is None:
-            break
-        total.converted += batch.converted
-        total.embedded += batch.embedded
-        progress(total)
-    await apply(conn, [s for s in WIKI_SEARCH_STEPS if s.name not in done_steps], report)
-    return total
-
-
-async def convert_wiki_batch(
-    conn: Any, embed: Callable[[list[str]], np.ndarray], dimension: int, after: Any, size: int
-) -> tuple[Any, WikiConversion]:
-    """Fill knowledge_embedding of the next `size` pages lacking it (after id `after`,
-    in id order), in one transaction; the last id seen (None when no page was left)."""
-    after_id = "" if after is None else "AND id > $2 "
-    rows = await conn.fetch(
-        "SELECT id, embedding::text AS text_embedding, title::text, markdown_content::text "
-        f"FROM wiki_documents WHERE knowledge_embedding IS NULL {after_id}ORDER BY id LIMIT $1",
-        size,
-        *([] if after is None else [after]),
-    )
-    if not rows:
-        return None, WikiConversion()
-    vectors = [parsed_vector(r["text_embedding"], dimension) for r in rows]
-    missing = [i for i, vector in enumerate(vectors) if vector is None]
-    if missing:
-        fresh = embed([page_text(rows[i]["title"], rows[i]["markdown_content"]) for i in missing])
-        for i, vector in zip(missing, fresh, strict=True):
-            vectors[i] = vector
-    async with conn.transaction():
-        await conn.executemany(
-            "UPDATE wiki_documents SET knowledge_embedding = $2 WHERE id = $1",
-            [(r["id"], vector) for r, vector in zip(rows, vectors, strict=True)],
-        )
-    return rows[-1]["id"], WikiConversion(len(rows) - len(missing), len(missing))
-
-
-async def remaining_wiki_pages(conn: Any) -> int:
-    """Pages without a vector (every page before the vector column exists)."""
-    lacking = (
-        "WHERE knowledge_embedding IS NULL" if WIKI_COLUMN in await applied_steps(conn) else ""
-    )
-    count: int = await conn.fetchval(f"SELECT count(*) FROM wiki_documents {lacking}")
-    return count

@@ -1,10 +1,12 @@
 """What the adopted and read-only stores share (stores/existing/store.py): the embedder check,
-the generation, refused writes, reads by source, health, and the cosine of keyword hits."""
+the generation, refused writes, the access lists a search applies, health, and the cosine
+of keyword hits (reads by source and the listing: stores/existing/reads.py)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Hashable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,6 @@ from knowledge_api import facets
 from knowledge_api.errors import (
     ConfigurationError,
     EmbedderMismatchError,
-    InvalidRequest,
     KnowledgeStoreError,
     StoreReadOnly,
 )
@@ -25,34 +26,20 @@ from knowledge_api.models import (
     SETTINGS_RANKING,
     CollectionInfo,
     Document,
-    DocumentPage,
-    DocumentSummary,
     Ranking,
     SearchFilters,
     SearchHit,
     SearchMode,
     SourceInfo,
 )
-from knowledge_api.principals import read_as_public
-from knowledge_api.stores.existing.rows import (
-    SIAM,
-    SIAM_COLUMNS,
-    WIKI,
-    WIKI_COLUMNS,
-    Found,
-    cosine,
-    hit_from_found,
-    source_document,
-    source_metadata,
-    wiki_document,
-    wiki_metadata,
-)
+from knowledge_api.principals import acl_split, read_as_public
+from knowledge_api.stores.existing.reads import ExistingReads
+from knowledge_api.stores.existing.rows import SIAM, WIKI, Found, cosine, hit_from_found
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION
-from knowledge_api.stores.postgres.rows import Condition, Row, as_vector
+from knowledge_api.stores.postgres.rows import as_vector
 from knowledge_api.stores.postgres.siam import SiamStore
-from knowledge_api.stores.records import is_uuid
 from knowledge_api.stores.tables.beside import BesideTheFile
 from knowledge_api.stores.tables.jobs import JobStore, RefusedJobs
 
@@ -65,10 +52,11 @@ WRITES_REFUSED = (
 )
 
 
-class ExistingTables(HybridSearch, BesideTheFile):
+class ExistingTables(ExistingReads, HybridSearch, BesideTheFile):
     mode = ""
 
     def __init__(self, tables: SiamStore, tuning: SearchTuning = DEFAULT_TUNING) -> None:
+        super().__init__()
         self.tables = tables
         self.tuning = tuning
         self.name = tables.name
@@ -76,6 +64,9 @@ class ExistingTables(HybridSearch, BesideTheFile):
         """Wiki pages have vectors (`migrate --wiki-vectors` ran)."""
         self._generation = 0
         self._generation_expires = 0.0
+        self._acl_changes = 0
+        """Access lists this process changed: each makes cached answers misses at once
+        (the database's statistics tell the other processes within about two seconds)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.tables!r})"
@@ -118,7 +109,10 @@ class ExistingTables(HybridSearch, BesideTheFile):
         if time.monotonic() >= self._generation_expires:
             self._generation = await self.read_generation()
             self._generation_expires = time.monotonic() + GENERATION_POLL_SECONDS
-        return self._generation
+        return self._generation + self._acl_changes
+
+    def acl_changed(self) -> None:
+        self._acl_changes += 1
 
     async def read_generation(self) -> int:
         """The tables' write counter, from the statistics the database keeps."""
@@ -151,14 +145,6 @@ class ExistingTables(HybridSearch, BesideTheFile):
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         raise self.refused()
 
-    async def set_acl(self, doc_ids: Sequence[str], acl: Sequence[str]) -> int:
-        raise InvalidRequest(
-            "acl",
-            f"cannot be changed: the tables of KNOWLEDGE_SCHEMA_MODE={self.mode} keep no "
-            "access lists, every row is public",
-            schema_mode=self.mode,
-        )
-
     async def search(
         self,
         query: str,
@@ -169,11 +155,25 @@ class ExistingTables(HybridSearch, BesideTheFile):
         mode: SearchMode = "hybrid",
         ranking: Ranking = SETTINGS_RANKING,
     ) -> list[SearchHit]:
-        """Every row is public: a reader's principals pass all of them or none."""
-        readable = read_as_public(filters)
+        """Rows that keep access lists are searched within the reader's principals
+        (`access`); rows that keep none are all public: a reader's principals pass all
+        of them or none."""
+        readable = filters if self.acl_kept else read_as_public(filters)
         if readable is None:
             return []
         return await super().search(query, vector, top_k, readable, threshold, mode, ranking)
+
+    def access(self, filters: SearchFilters) -> tuple[SearchFilters, dict[str, Any]]:
+        """`filters` without their tests of `acl`, and those tests as the search
+        functions' arguments: `filter_acl` the first (the reader's principals, under the
+        index), `filter_acl_also` the others (a filter's own); none for rows that keep
+        no access lists (`search` decided them)."""
+        tests, rest = acl_split(filters.where)
+        plain = replace(filters, where=rest)
+        if not self.acl_kept:
+            return plain, {}
+        first = list(tests[0]) if tests else None
+        return plain, {"filter_acl": first, "filter_acl_also": [list(t) for t in tests[1:]]}
 
     async def record_source(
         self, collection: str, source: str, root: str = "", connector: str = ""
@@ -193,43 +193,6 @@ class ExistingTables(HybridSearch, BesideTheFile):
 
     async def sources(self, collection: str | None = None) -> list[SourceInfo]:
         return []
-
-    async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
-        """Wiki pages and passages, one entry per row, in id order across both tables
-        (every row was written by another pipeline, so of no source: `source` is '')."""
-        if page.collection != DEFAULT_COLLECTION or page.source:
-            return []
-        after: list[Condition] = [("id", "gt", page.after)] if is_uuid(page.after) else []
-        found: list[DocumentSummary] = []
-        if page.source_type in ("", "wiki"):
-            rows = await self.tables.select(
-                WIKI,
-                "id,title,url,app_name",
-                *after,
-                order="id",
-                limit=page.limit,
-                on=EVERY_COLLECTION,
-            )
-            found += [
-                listed_row(r, "wiki", str(r["url"] or r["id"]), wiki_metadata(r)) for r in rows
-            ]
-        kind: list[Condition] = (
-            [("source_type", "eq", page.source_type)] if page.source_type else []
-        )
-        rows = await self.tables.select(
-            SIAM,
-            SIAM_SUMMARY_COLUMNS,
-            *after,
-            *kind,
-            order="id",
-            limit=page.limit,
-            on=EVERY_COLLECTION,
-        )
-        found += [
-            listed_row(r, str(r["source_type"]), str(r["source_id"] or r["id"]), source_metadata(r))
-            for r in rows
-        ]
-        return sorted(found, key=lambda doc: doc.id)[: page.limit]
 
     async def collection_stats(self) -> list[CollectionInfo]:
         """The one collection, when it holds rows; counting tables other pipelines fill
@@ -267,65 +230,18 @@ class ExistingTables(HybridSearch, BesideTheFile):
     async def hydrate(
         self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
     ) -> list[SearchHit]:
-        return [
-            hit_from_found(key, score, similarity[key])
-            for key, score in ranked
-            if isinstance(key, Found)
-        ]
+        hits = []
+        for key, score in ranked:
+            if isinstance(key, Found):
+                hit = hit_from_found(key, score, similarity[key])
+                where = (SIAM, hit.source_type, hit.source_id)
+                self.remember(
+                    hit.document_id, (WIKI, "wiki", key.id) if key.table == WIKI else where
+                )
+                hits.append(hit)
+        return hits
 
     # -- reads ----------------------------------------------------------------------
-
-    async def get_by_id(self, doc_id: str) -> Document | None:
-        """Documents are named by source here (find_documents); ids name passages."""
-        return None
-
-    async def document_texts(self, doc_ids: Sequence[str]) -> dict[str, str]:
-        """None by id, as get_by_id: a citation quotes its passage alone."""
-        return {}
-
-    async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
-        """One at most: a database other pipelines fill keeps no sources."""
-        found = await self._find_document(source_type, key, collection)
-        return [found] if found else []
-
-    async def _find_document(self, source_type: str, key: str, collection: str) -> Document | None:
-        if collection != DEFAULT_COLLECTION:
-            return None
-        if source_type == "wiki":
-            page = await self._first(WIKI, WIKI_COLUMNS, ("url", key), ("id", key))
-            if page:
-                return wiki_document(page)
-        rows = await self.tables.select(
-            SIAM,
-            SIAM_COLUMNS,
-            ("source_type", "eq", source_type),
-            ("source_id", "eq", key),
-            on=EVERY_COLLECTION,
-        )
-        if not rows and is_uuid(key):
-            passage = await self._first(SIAM, SIAM_COLUMNS, ("id", key))
-            if passage and passage["source_type"] == source_type:
-                rows = await self.tables.select(
-                    SIAM,
-                    SIAM_COLUMNS,
-                    ("source_type", "eq", source_type),
-                    ("source_id", "eq", passage["source_id"]),
-                    on=EVERY_COLLECTION,
-                )
-        return source_document(sorted(rows, key=lambda r: str(r["id"]))) if rows else None
-
-    async def _first(self, table: str, columns: str, *keys: tuple[str, str]) -> Row | None:
-        """The first row whose column equals its key, trying the keys in order (a
-        uuid column is only asked for a uuid)."""
-        for column, key in keys:
-            if column == "id" and not is_uuid(key):
-                continue
-            rows = await self.tables.select(
-                table, columns, (column, "eq", key), limit=1, on=EVERY_COLLECTION
-            )
-            if rows:
-                return rows[0]
-        return None
 
     async def count(self) -> int:
         """Whether the tables hold passages (0 or 1): enough for the one caller, the
@@ -384,25 +300,3 @@ class ExistingTables(HybridSearch, BesideTheFile):
         if metadata or (app is not None and not isinstance(app, str)):
             return None
         return {"filter_app_name": app}
-
-
-SIAM_SUMMARY_COLUMNS = "id,source_type,source_id,metadata,organization,division,app_under_test"
-
-
-def listed_row(
-    row: Row, source_type: str, source_id: str, metadata: dict[str, Any]
-) -> DocumentSummary:
-    """A row of another pipeline's table as a listing shows it (one passage or page)."""
-    title = row.get("title") or metadata.get("title") or ""
-    return DocumentSummary(
-        str(row["id"]),
-        DEFAULT_COLLECTION,
-        source_type,
-        source_id,
-        "",
-        str(title),
-        metadata,
-        1,
-        "",
-        "",
-    )

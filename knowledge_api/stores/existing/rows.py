@@ -18,6 +18,7 @@ from knowledge_api.models import (
     SearchHit,
     document_id,
 )
+from knowledge_api.principals import PUBLIC_ACL
 from knowledge_api.stores.fusion import Candidate, cosine_to_similarity
 from knowledge_api.stores.postgres.rows import TENANCY, Condition, Row, filter_params
 
@@ -25,6 +26,8 @@ SIAM = "siam_vectors"
 WIKI = "wiki_documents"
 SIAM_COLUMNS = "id,content,source_type,source_id,metadata,organization,division,app_under_test"
 WIKI_COLUMNS = "id,title,url,app_name,markdown_content"
+ACL = "knowledge_acl"
+"""Who may read a row, once the adoption added it (stores/existing/adopt.py)."""
 WIKI_KEYWORD_SIMILARITY = 0.5
 """The similarity a wiki page without a vector has when it is the best keyword hit: a
 page found by its words alone counts as half-similar, above the default threshold and
@@ -145,6 +148,20 @@ def hit_from_found(key: Found, score: float, similarity: float) -> SearchHit:
     )
 
 
+def row_acl(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """A row's access list: public where the tables keep none."""
+    acl = row.get(ACL)
+    return PUBLIC_ACL if acl is None else tuple(acl)
+
+
+def shared_acl(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The access list of a document made of several rows: the principals every row
+    lists (a passage another pipeline added later is public until told otherwise; the
+    document as a whole is shown only to a reader every passage allows it to)."""
+    lists = [row_acl(row) for row in rows]
+    return tuple(p for p in lists[0] if all(p in acl for acl in lists[1:]))
+
+
 def source_document(rows: Sequence[Row]) -> Document:
     """The passages of one source as a document, in id order."""
     first = rows[0]
@@ -155,6 +172,7 @@ def source_document(rows: Sequence[Row]) -> Document:
         content="\n\n".join(r["content"] or "" for r in rows),
         title=str(metadata.get("title", "")),
         metadata=metadata,
+        acl=shared_acl(rows),
     )
     doc.chunks = [
         Chunk(
@@ -176,6 +194,7 @@ def wiki_document(row: Row) -> Document:
         content=row["markdown_content"] or "",
         title=row["title"] or "",
         metadata=wiki_metadata(row),
+        acl=row_acl(row),
     )
     doc.chunks = [Chunk(id=str(row["id"]), document_id=doc.id, chunk_index=0, content=doc.content)]
     return doc

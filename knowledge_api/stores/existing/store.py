@@ -26,7 +26,13 @@ import numpy as np
 from knowledge_api import text
 from knowledge_api.errors import ConfigurationError, KnowledgeStoreError, SearchError
 from knowledge_api.models import SearchFilters
-from knowledge_api.stores.existing.adopt import RECORD, SEARCH_STEP, WIKI_VECTORS
+from knowledge_api.stores.existing.adopt import (
+    ACL_STEP,
+    RECORD,
+    SEARCH_STEP,
+    WIKI_ACL_VECTORS,
+    WIKI_VECTORS,
+)
 from knowledge_api.stores.existing.base import ExistingTables
 from knowledge_api.stores.existing.rows import (
     SIAM,
@@ -58,6 +64,18 @@ ACL_LEFT_OUT = (
     "document permissions (the tables keep no access lists: every row is public, and "
     "changing one is a 400)"
 )
+ACL_NOT_ADDED = (
+    "document permissions (the adoption has not added access lists yet: every row is "
+    "public, and changing one is a 400; run `knowledge-api migrate --adopt`)"
+)
+ACL_FIXED = (
+    "cannot be changed: the tables of KNOWLEDGE_SCHEMA_MODE=read_only keep no access lists, "
+    "every row is public"
+)
+ACL_TO_ADD = (
+    "cannot be changed yet: the adopted tables keep no access lists until `knowledge-api "
+    "migrate --adopt` adds them (every row is public until then)"
+)
 DATES_LEFT_OUT = (
     "recency on created_at or updated_at (the tables' functions return no dates: every "
     "passage counts as undated in metrics.ranking.recency; rank by a metadata date)"
@@ -77,6 +95,7 @@ def existing_tables(store: Any, settings: Any) -> ExistingTables:
 
 class AdoptedTables(ExistingTables):
     mode = "adopted"
+    acl_missing = ACL_TO_ADD
 
     async def open(self) -> None:
         await super().open()
@@ -96,7 +115,11 @@ class AdoptedTables(ExistingTables):
                 f"({reason}): run `knowledge-api migrate --adopt`, or serve it with "
                 "KNOWLEDGE_SCHEMA_MODE=read_only"
             )
-        self.wiki_vectors = WIKI_VECTORS in steps
+        self.acl_kept = ACL_STEP in steps
+        # within access lists, wiki pages are searched by meaning by their own function
+        self.wiki_vectors = WIKI_VECTORS in steps and (
+            not self.acl_kept or WIKI_ACL_VECTORS in steps
+        )
 
     async def read_generation(self) -> int:
         rows = await self.tables.call("knowledge_adopted_generation", {}, SearchError)
@@ -108,10 +131,17 @@ class AdoptedTables(ExistingTables):
             "keyword_search": "full text over siam_vectors and wiki_documents",
             "wiki_search": "meaning and keyword" if self.wiki_vectors else "keyword",
             "writes": "refused: the tables belong to their pipelines",
+            "permissions": (
+                "access lists (knowledge_acl) in both searches, reads and listings"
+                if self.acl_kept
+                else "none: every row is public"
+            ),
         }
 
     def left_out(self) -> list[str]:
-        missing = ["writes through the service", FACETS_LEFT_OUT, DATES_LEFT_OUT, ACL_LEFT_OUT]
+        missing = ["writes through the service", FACETS_LEFT_OUT, DATES_LEFT_OUT]
+        if not self.acl_kept:
+            missing.append(ACL_NOT_ADDED)
         if not self.wiki_vectors:
             missing.append("wiki search by meaning (run `knowledge-api migrate --wiki-vectors`)")
         return missing
@@ -150,16 +180,23 @@ class AdoptedTables(ExistingTables):
         """The rows each table's search function finds (the wiki's none without a
         function) within `filters`, as candidates scored by `score`."""
         found: list[Candidate] = []
+        filters, access = self.access(filters)
         siam = siam_filter(filters, self.filter_backend)
         if siam is not None:
             rows = await self.tables.call(
-                siam_function, {**params, **siam}, SearchError, on=EVERY_COLLECTION
+                siam_function,
+                {**params, **siam, **access},
+                SearchError,
+                on=EVERY_COLLECTION,
             )
             found += [Candidate(found_row(SIAM, r), score(r)) for r in rows]
         wiki = self.wiki_filter(filters)
         if wiki is not None and wiki_function is not None:
             rows = await self.tables.call(
-                wiki_function, {**params, **wiki}, SearchError, on=EVERY_COLLECTION
+                wiki_function,
+                {**params, **wiki, **access},
+                SearchError,
+                on=EVERY_COLLECTION,
             )
             found += [Candidate(found_row(WIKI, r), score(r)) for r in rows]
         return found
@@ -167,6 +204,7 @@ class AdoptedTables(ExistingTables):
 
 class ReadOnlyTables(ExistingTables):
     mode = "read_only"
+    acl_missing = ACL_FIXED
     follows_writes = True
     """The statistics are readable (a direct connection; not Supabase's REST API)."""
 

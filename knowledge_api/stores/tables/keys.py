@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from cachetools import TTLCache
 
-from knowledge_api.errors import BackendConnectionError, InvalidRequest
+from knowledge_api.errors import BackendConnectionError, NameTaken
 from knowledge_api.models import ApiKey, token_hash
 from knowledge_api.stores.tables.database import SQLiteTables
 from knowledge_api.stores.tables.schema import SchemaTables
@@ -28,11 +28,13 @@ class KeyStore(Protocol):
     async def close(self) -> None: ...
 
     async def add(self, key: ApiKey) -> None:
-        """Store a new key; a name in use is an InvalidRequest."""
+        """Store a new key; a name in use is NameTaken."""
 
     async def find(self, key_hash: str) -> ApiKey | None: ...
 
     async def all(self) -> list[ApiKey]: ...
+
+    async def named(self, name: str) -> ApiKey | None: ...
 
     async def revoke(self, name: str) -> bool: ...
 
@@ -93,6 +95,9 @@ class RememberedKeys:
     async def all(self) -> list[ApiKey]:
         return await self.keys.all()
 
+    async def named(self, name: str) -> ApiKey | None:
+        return await self.keys.named(name)
+
     async def revoke(self, name: str) -> bool:
         revoked = await self.keys.revoke(name)
         self._known.clear()
@@ -146,7 +151,7 @@ class SQLiteKeys(SQLiteTables):
 
     def _failed(self, error: sqlite3.Error) -> Exception:
         if isinstance(error, sqlite3.IntegrityError):
-            return InvalidRequest("--name", "is already the name of a key")
+            return NameTaken("name", "is already the name of a key")
         return super()._failed(error)
 
     async def add(self, key: ApiKey) -> None:
@@ -171,6 +176,10 @@ class SQLiteKeys(SQLiteTables):
 
     async def all(self) -> list[ApiKey]:
         return [sqlite_key(row) for row in await self._run("SELECT * FROM api_keys ORDER BY name")]
+
+    async def named(self, name: str) -> ApiKey | None:
+        rows = await self._run("SELECT * FROM api_keys WHERE name = ?", (name,))
+        return sqlite_key(rows[0]) if rows else None
 
     async def revoke(self, name: str) -> bool:
         return bool(await self._run("DELETE FROM api_keys WHERE name = ? RETURNING 1", (name,)))
@@ -233,7 +242,7 @@ class SiamKeys(SchemaTables):
             BackendConnectionError,
         )
         if not rows:
-            raise InvalidRequest("--name", "is already the name of a key")
+            raise NameTaken("name", "is already the name of a key")
 
     async def find(self, key_hash: str) -> ApiKey | None:
         rows = await self.store.select(
@@ -244,6 +253,10 @@ class SiamKeys(SchemaTables):
     async def all(self) -> list[ApiKey]:
         rows = await self.store.select("knowledge_api_keys", self.COLUMNS, order="name")
         return [siam_key(row) for row in rows]
+
+    async def named(self, name: str) -> ApiKey | None:
+        rows = await self.store.select("knowledge_api_keys", self.COLUMNS, ("name", "eq", name))
+        return siam_key(rows[0]) if rows else None
 
     async def revoke(self, name: str) -> bool:
         rows = await self.store.call(

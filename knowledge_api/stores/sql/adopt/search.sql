@@ -2,6 +2,9 @@
 -- pipelines fill, as those pipelines shaped them (every column cast to what the service
 -- reads, so a varchar or json column serves too), and never write. Keyword search uses
 -- the expression indexes of the adoption, so the tables keep their columns.
+-- knowledge_match_siam_vectors, knowledge_search_siam_vectors and
+-- knowledge_search_wiki_documents are replaced in acl_search.sql (the step
+-- knowledge_acl_functions), which keeps their text within a reader's principals.
 
 -- The query's words as one-lexeme queries (stemmed, stop words dropped, each once).
 CREATE FUNCTION knowledge_adopted_terms(query_text text) RETURNS TABLE (term tsquery)

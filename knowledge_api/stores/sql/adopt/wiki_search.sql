@@ -1,5 +1,6 @@
 -- Wiki pages by meaning, once `knowledge-api migrate --wiki-vectors` gave them vectors
 -- (knowledge_embedding; the TEXT column `embedding` stays for its other readers).
+-- Replaced in wiki_acl_search.sql (the step knowledge_wiki_acl_vector_function).
 CREATE FUNCTION knowledge_match_wiki_documents(
     query_embedding vector,
     match_count integer DEFAULT 10,
