@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, Awaitable, Hashable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -92,16 +93,26 @@ class HybridSearch(FromSettings):
         mode: SearchMode = "hybrid",
         ranking: Ranking = SETTINGS_RANKING,
     ) -> list[SearchHit]:
-        tuning = self.tuning.adjusted(ranking)
-        asked = Asked(query, vector, max(tuning.candidates, top_k), filters, mode, tuning)
-        fused, similarity = await self.fused_candidates(asked)
-        if mode == "hybrid" and vector is not None and tuning.feedback_docs > 0:
-            feedback = {"knowledge.feedback.docs": tuning.feedback_docs}
-            with tracing.span("knowledge.search.feedback", feedback) as round_:
-                fused, similarity = await self.with_feedback(vector, asked, fused, similarity)
-                round_.set_attribute("knowledge.search.hits", len(fused))
-        kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
-        return await self.hydrate(kept, similarity)
+        with self.searching(filters) as readable:
+            if readable is None:
+                return []
+            tuning = self.tuning.adjusted(ranking)
+            n = max(tuning.candidates, top_k)
+            asked = Asked(query, vector, n, readable, mode, tuning)
+            fused, similarity = await self.fused_candidates(asked)
+            if mode == "hybrid" and vector is not None and tuning.feedback_docs > 0:
+                feedback = {"knowledge.feedback.docs": tuning.feedback_docs}
+                with tracing.span("knowledge.search.feedback", feedback) as round_:
+                    fused, similarity = await self.with_feedback(vector, asked, fused, similarity)
+                    round_.set_attribute("knowledge.search.hits", len(fused))
+            kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
+            return await self.hydrate(kept, similarity)
+
+    def searching(self, filters: SearchFilters) -> AbstractContextManager[SearchFilters | None]:
+        """What a search runs under, held while it runs: the filters it reads by (None:
+        nothing passes them, there is nothing to search), and whatever the store keeps
+        of the search under way."""
+        return nullcontext(filters)
 
     async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
         raise facets.unsupported(self.name, "it has no query that counts the matching passages")
