@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Hashable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,12 @@ from knowledge_api.facets import Facets
 from knowledge_api.filters import require_equalities
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
-    SETTINGS_RANKING,
     CollectionInfo,
     Document,
     DocumentPage,
     DocumentSummary,
-    Ranking,
     SearchFilters,
     SearchHit,
-    SearchMode,
     SourceInfo,
 )
 from knowledge_api.principals import read_as_public
@@ -159,21 +157,9 @@ class ExistingTables(HybridSearch, BesideTheFile):
             schema_mode=self.mode,
         )
 
-    async def search(
-        self,
-        query: str,
-        vector: np.ndarray | None,
-        top_k: int,
-        filters: SearchFilters,
-        threshold: float = 0.0,
-        mode: SearchMode = "hybrid",
-        ranking: Ranking = SETTINGS_RANKING,
-    ) -> list[SearchHit]:
+    def searching(self, filters: SearchFilters) -> AbstractContextManager[SearchFilters | None]:
         """Every row is public: a reader's principals pass all of them or none."""
-        readable = read_as_public(filters)
-        if readable is None:
-            return []
-        return await super().search(query, vector, top_k, readable, threshold, mode, ranking)
+        return nullcontext(read_as_public(filters))
 
     async def record_source(
         self, collection: str, source: str, root: str = "", connector: str = ""
