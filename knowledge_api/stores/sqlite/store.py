@@ -19,11 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from knowledge_api.errors import (
-    BackendConnectionError,
-    IndexingError,
-    SearchError,
-)
+from knowledge_api.errors import BackendConnectionError, IndexingError, SearchError
 from knowledge_api.facets import Facets
 from knowledge_api.models import (
     CollectionInfo,
@@ -43,9 +39,7 @@ from knowledge_api.stores.fusion import (
     cosine_to_similarity,
 )
 from knowledge_api.stores.hybrid import HybridSearch
-from knowledge_api.stores.keyword import (
-    query_terms,
-)
+from knowledge_api.stores.keyword import query_terms
 from knowledge_api.stores.sqlite import catalog, search, writes
 from knowledge_api.stores.sqlite.facets import FacetColumns
 from knowledge_api.stores.sqlite.file import SQLiteFile
