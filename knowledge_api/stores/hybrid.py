@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterable, Awaitable, Hashable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
@@ -110,16 +111,25 @@ class HybridSearch(FromSettings):
         mode: SearchMode = "hybrid",
         ranking: Ranking = SETTINGS_RANKING,
     ) -> list[SearchHit]:
-        tuning = self.tuning.adjusted(ranking)
-        asked = Asked(query, vector, self.depth(top_k, ranking), filters, mode, tuning)
-        fused, similarity = await self.fused_candidates(asked)
-        if mode == "hybrid" and vector is not None and tuning.feedback_docs > 0:
-            feedback = {"knowledge.feedback.docs": tuning.feedback_docs}
-            with tracing.span("knowledge.search.feedback", feedback) as round_:
-                fused, similarity = await self.with_feedback(vector, asked, fused, similarity)
-                round_.set_attribute("knowledge.search.hits", len(fused))
-        kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
-        return await self.hydrate(kept, similarity)
+        with self.searching(filters) as readable:
+            if readable is None:
+                return []
+            tuning = self.tuning.adjusted(ranking)
+            asked = Asked(query, vector, self.depth(top_k, ranking), readable, mode, tuning)
+            fused, similarity = await self.fused_candidates(asked)
+            if mode == "hybrid" and vector is not None and tuning.feedback_docs > 0:
+                feedback = {"knowledge.feedback.docs": tuning.feedback_docs}
+                with tracing.span("knowledge.search.feedback", feedback) as round_:
+                    fused, similarity = await self.with_feedback(vector, asked, fused, similarity)
+                    round_.set_attribute("knowledge.search.hits", len(fused))
+            kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
+            return await self.hydrate(kept, similarity)
+
+    def searching(self, filters: SearchFilters) -> AbstractContextManager[SearchFilters | None]:
+        """What a search runs under, held while it runs: the filters it reads by (None:
+        nothing passes them, there is nothing to search), and whatever the store keeps
+        of the search under way."""
+        return nullcontext(filters)
 
     def depth(self, top_k: int, ranking: Ranking) -> int:
         """Candidates each list hands to fusion for a search of `top_k` hits."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,28 +26,24 @@ from knowledge_api.config.fields import Secret
 from knowledge_api.errors import (
     BackendConnectionError,
     ConfigurationError,
-    IndexingError,
     KnowledgeStoreError,
-    SearchError,
 )
 from knowledge_api.models import Document
 from knowledge_api.registry import import_extra
 from knowledge_api.stores import records
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.points.engine import CatalogEntry, ChunkPoint, Record, unavailable
-from knowledge_api.stores.points.qdrant_filter import quoted
+from knowledge_api.stores.points.qdrant_calls import BATCH
 from knowledge_api.stores.points.qdrant_points import (
     DENSE,
     catalog_entry,
     catalog_struct,
     chunk_point,
     chunk_struct,
-    chunk_vectors,
     documents_only,
     match,
     match_any,
     new_client,
-    unreachable,
     version_tuple,
     without_credentials,
 )
@@ -57,14 +53,13 @@ from knowledge_api.stores.records import is_uuid
 STORE_POINT = str(uuid.uuid5(uuid.NAMESPACE_URL, "knowledge-api:store"))
 SERVER_FUSION_SINCE = (1, 16)
 """The first Qdrant server whose RRF takes a k, so its fusion ranks like ours."""
-BATCH = 256
 SOURCES_NAMING = 1000
 """At most this many documents of one source id are read back (one per source)."""
-READS = frozenset({"query_points", "scroll", "retrieve", "facet"})
-"""The client's reads that take a read consistency (a count takes none)."""
 
 
 class QdrantStore(QdrantSearch):
+    """The store: its settings, its record and the primitives `PointStore` builds on."""
+
     name = "qdrant"
     engine = "Qdrant"
 
@@ -154,68 +149,6 @@ class QdrantStore(QdrantSearch):
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
-
-    async def _read(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await self._call(SearchError, what, method, *args, **kwargs)
-
-    async def _change(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await self._call(IndexingError, what, method, *args, **kwargs)
-
-    async def _call(
-        self, error: type[KnowledgeStoreError], what: str, method: str, *args: Any, **kwargs: Any
-    ) -> Any:
-        """Call a client method; engine failures become store errors."""
-        await self._ready()
-        if self.read_consistency and method in READS:
-            kwargs["consistency"] = self._consistency()
-        try:
-            return await getattr(self._client, method)(*args, **kwargs)
-        except KnowledgeStoreError:
-            raise
-        except Exception as e:
-            if unreachable(e):
-                raise self.lost(e) from e
-            raise error(f"{what} failed: {e}", backend=self.name) from e
-
-    def _consistency(self) -> Any:
-        """KNOWLEDGE_QDRANT_READ_CONSISTENCY as the client takes it: a number of copies,
-        or all, majority or quorum."""
-        value = self.read_consistency
-        return int(value) if value.isdigit() else self._m.ReadConsistencyType(value)
-
-    async def _index_fields(self, collection: str, fields: Iterable[str]) -> None:
-        """Payload indexes for filtered fields; local mode has none (it scans)."""
-        if not self.url:
-            return
-        for field in fields:
-            await self._client.create_payload_index(
-                collection, field, field_schema=self._m.PayloadSchemaType.KEYWORD
-            )
-
-    async def _chunks(self, collection: str, create: bool = False) -> str | None:
-        """The Qdrant collection of a knowledge collection (None if it does not exist)."""
-        name = records.chunk_collection(self.prefix, collection)
-        if name in self._collections:
-            return name
-        if not await self._read("listing collections", "collection_exists", name):
-            if not create:
-                return None
-            await self._create_chunks(name)
-        self._collections.add(name)
-        return name
-
-    async def _create_chunks(self, name: str) -> None:
-        assert self._embedder is not None
-        config = {**chunk_vectors(self._m, self._embedder.dimension), **self.cluster}
-        await self._change("creating a collection", "create_collection", name, **config)
-        fields = ["source_type", "document_id", "content_hash"]
-        metadata = [f"metadata.{quoted(f)}" for f in self.indexed_fields]
-        await self._index_fields(name, [*fields, *metadata])
-
-    async def _all_chunks(self) -> list[str]:
-        found = await self._read("listing collections", "get_collections")
-        wanted = f"{self.prefix}-"
-        return sorted(c.name for c in found.collections if c.name.startswith(wanted))
 
     async def _read_record(self) -> Record:
         found = await self._call(
@@ -344,23 +277,6 @@ class QdrantStore(QdrantSearch):
             chunk_point(point, vectors)
             async for point in self._scroll(name, mine, vectors and [DENSE])
         ]
-
-    async def _scroll(self, name: str, where: Any, with_vectors: Any = False) -> AsyncIterator[Any]:
-        offset = None
-        while True:
-            points, offset = await self._read(
-                "reading points",
-                "scroll",
-                name,
-                scroll_filter=where,
-                limit=BATCH,
-                offset=offset,
-                with_vectors=with_vectors,
-            )
-            for point in points:
-                yield point
-            if offset is None:
-                return
 
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         ids = [doc_id for doc_id in doc_ids if is_uuid(doc_id)]

@@ -17,8 +17,9 @@ from knowledge_api.models import SearchFilters
 from knowledge_api.stores.fusion import Candidate, cosine_to_similarity
 from knowledge_api.stores.hybrid import Asked, Fused
 from knowledge_api.stores.keyword import sparse_query
-from knowledge_api.stores.points.base import PointStore, best_of
+from knowledge_api.stores.points.base import best_of
 from knowledge_api.stores.points.engine import by_collection
+from knowledge_api.stores.points.qdrant_calls import QdrantCalls
 from knowledge_api.stores.points.qdrant_points import (
     DENSE,
     KEYWORDS,
@@ -32,20 +33,10 @@ FACET_PAGE = 1000
 """Points read per page when counting facets."""
 
 
-class QdrantSearch(PointStore):
-    """The search half of the Qdrant store; the store supplies the client calls."""
+class QdrantSearch(QdrantCalls):
+    """The search half of the Qdrant store."""
 
-    url: str
     server_fusion: bool
-    _m: Any  # qdrant_client.models
-
-    async def _chunks(self, collection: str, create: bool = False) -> str | None:
-        """The Qdrant collection of a knowledge collection (None if it does not exist)."""
-        raise NotImplementedError
-
-    async def _read(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call a client method that reads; engine failures become store errors."""
-        raise NotImplementedError
 
     async def fused_candidates(self, asked: Asked) -> Fused:
         query, vector, n, filters, mode, tuning = asked
@@ -172,23 +163,14 @@ class QdrantSearch(PointStore):
     ) -> list[tuple[str, list[Any]]]:
         """The n best points of each collection searched (`query(collection)` the query
         of each), by collection."""
-        found: list[tuple[str, list[Any]]] = []
-        for collection in filters.searched:
-            name = await self._chunks(collection)
-            if name is None:
-                continue
-            points = await self._read(
-                "search",
-                "query_points",
-                name,
-                query=query(collection),
-                using=using,
-                query_filter=search_filter(self._m, filters),
-                limit=n,
-                with_payload=False,
+        where = search_filter(self._m, filters)
+        return [
+            (
+                collection,
+                await self._best_points("search", collection, query(collection), using, where, n),
             )
-            found.append((collection, list(points.points)))
-        return found
+            for collection in filters.searched
+        ]
 
     async def similarities(
         self, keys: Sequence[Hashable], vector: np.ndarray
@@ -198,23 +180,36 @@ class QdrantSearch(PointStore):
         if not self.url:
             return await super().similarities(keys, vector)
         scores: dict[Hashable, float] = {}
+        query = dense(vector)
         for collection, ids in by_collection(keys).items():
-            name = await self._chunks(collection)
-            if name is None:
-                continue
-            scored = await self._read(
-                "similarity lookup",
-                "query_points",
-                name,
-                query=dense(vector),
-                using=DENSE,
-                query_filter=self._m.Filter(must=[self._m.HasIdCondition(has_id=ids)]),
-                limit=len(ids),
-                with_payload=False,
+            where = self._m.Filter(must=[self._m.HasIdCondition(has_id=ids)])
+            scored = await self._best_points(
+                "similarity lookup", collection, query, DENSE, where, len(ids)
             )
-            for point in scored.points:
+            for point in scored:
                 scores[(collection, str(point.id))] = cosine_to_similarity(point.score)
         return scores
+
+    async def _best_points(
+        self, what: str, collection: str, query: Any, using: str, where: Any, limit: int
+    ) -> list[Any]:
+        """The `limit` points of a collection that `query` (on the vector `using`) scores
+        best among those `where` lets through, without payload; none where the
+        collection has no engine collection."""
+        name = await self._chunks(collection)
+        if name is None:
+            return []
+        found = await self._read(
+            what,
+            "query_points",
+            name,
+            query=query,
+            using=using,
+            query_filter=where,
+            limit=limit,
+            with_payload=False,
+        )
+        return list(found.points)
 
 
 def idf(frequency: int, points: int) -> float:

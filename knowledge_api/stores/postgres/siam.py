@@ -3,7 +3,8 @@
 The `postgres` and `supabase` backends hold the same tables and call the same SQL
 functions (stores/sql/postgres/); they differ only in how a function is called and a
 table is read. `SiamStore` implements every operation once on three primitives the
-backends provide: `call` (a set-returning SQL function), `select` and `delete_rows`.
+backends provide: `call` (a set-returning SQL function), `select` and `delete_rows`
+(declared with the search built on them in `siam_search.py`).
 Documents are written by one SQL function, in one transaction per call, so a document
 and its passages change together whichever way the function is reached; the postgres
 store fills that function's staging tables by COPY instead (postgres/load.py).
@@ -12,12 +13,9 @@ store fills that function's staging tables by COPY instead (postgres/load.py).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Hashable, Iterable, Mapping, Sequence
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from knowledge_api.errors import (
     BackendConnectionError,
@@ -26,62 +24,41 @@ from knowledge_api.errors import (
     KnowledgeStoreError,
     SearchError,
 )
-from knowledge_api.facets import Facets
 from knowledge_api.models import (
-    SETTINGS_RANKING,
     CollectionInfo,
     Document,
     DocumentPage,
     DocumentSummary,
     EmbedderIdentity,
-    Ranking,
-    SearchFilters,
-    SearchHit,
-    SearchMode,
     SourceInfo,
 )
 from knowledge_api.stores.base import embedder_mismatch
-from knowledge_api.stores.fusion import (
-    DEFAULT_TUNING,
-    Candidate,
-    SearchTuning,
-    cosine_to_similarity,
-)
-from knowledge_api.stores.hybrid import HybridSearch
-from knowledge_api.stores.postgres.facets import facet_arguments, facets_of
+from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION, Reading
 from knowledge_api.stores.postgres.rows import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
     Condition,
-    Passage,
     Row,
-    as_vector,
     collection_from_row,
     document_from_rows,
     document_payload,
     documents_from_rows,
-    filter_params,
-    hit_from_row,
     lookup_parts,
     source_from_row,
     summary_from_row,
     write_batches,
 )
+from knowledge_api.stores.postgres.siam_search import SiamSearch
 from knowledge_api.stores.records import is_uuid, named
 from knowledge_api.stores.tables.audit import AuditLog, SiamAudit
 from knowledge_api.stores.tables.feedback import FeedbackLog, SiamFeedback
 from knowledge_api.stores.tables.jobs import JobStore, SiamJobs
 from knowledge_api.stores.tables.keys import KeyStore, SiamKeys
 
-SEARCHED: ContextVar[Reading | None] = ContextVar("searched", default=None)
-"""The collection a search under way reads: its lookups by passage or content hash
-(similarities, the feedback round's vectors) may be read where its candidates are."""
 
-
-class SiamStore(HybridSearch):
+class SiamStore(SiamSearch):
     name = "siam"
-    concurrent_candidates = True  # two pooled connections (or HTTP requests) at once
     generation_poll_seconds = 0.5
     """How long a read generation is trusted: another process's write is noticed within
     this time (this store's own writes at once), so every replica drops its cached
@@ -99,7 +76,7 @@ class SiamStore(HybridSearch):
     def configured(cls, settings: Any, *context: Any) -> dict[str, Any]:
         return {**super().configured(settings), "ef_search": settings.postgres_ef_search}
 
-    # -- transport, provided by the backends ---------------------------------------
+    # -- connection (provided by the backends) and the store's own tables ------------
 
     async def open(self) -> None:
         raise NotImplementedError
@@ -107,36 +84,9 @@ class SiamStore(HybridSearch):
     async def close(self) -> None:
         raise NotImplementedError
 
-    async def call(
-        self,
-        function: str,
-        params: Mapping[str, Any],
-        error: type[KnowledgeStoreError],
-        on: Reading | None = None,
-    ) -> list[Row]:
-        """Rows of a set-returning SQL function called with named parameters; `on`: a
-        read a read replica may serve (None: the primary answers)."""
-        raise NotImplementedError
-
-    async def select(
-        self,
-        table: str,
-        columns: str,
-        *conditions: Condition,
-        order: str = "",
-        limit: int = 0,
-        on: Reading | None = None,
-    ) -> list[Row]:
-        """Rows of `table` that meet every condition, ordered by `order` (a column; empty:
-        in any order), at most `limit` of them (0: all)."""
-        raise NotImplementedError
-
     async def _acknowledged(self, collections: Iterable[str] | None) -> None:
         """A write to `collections` (None: to any) was acknowledged: reads of them must
         see it from now on (a store with read replicas keeps them from stale ones)."""
-
-    async def delete_rows(self, table: str, *conditions: Condition) -> int:
-        raise NotImplementedError
 
     def key_store(self, sqlite_path: Path) -> KeyStore:
         """API keys live in the schema's own table, seen by every replica."""
@@ -331,89 +281,6 @@ class SiamStore(HybridSearch):
         rows = await self.call("knowledge_collection_stats", {}, SearchError, on=EVERY_COLLECTION)
         return [collection_from_row(r) for r in rows]
 
-    # -- search ---------------------------------------------------------------------
-
-    async def search(
-        self,
-        query: str,
-        vector: np.ndarray | None,
-        top_k: int,
-        filters: SearchFilters,
-        threshold: float = 0.0,
-        mode: SearchMode = "hybrid",
-        ranking: Ranking = SETTINGS_RANKING,
-    ) -> list[SearchHit]:
-        searched = SEARCHED.set(reading(filters))
-        try:
-            return await super().search(query, vector, top_k, filters, threshold, mode, ranking)
-        finally:
-            SEARCHED.reset(searched)
-
-    async def vector_candidates(
-        self, vector: np.ndarray, n: int, filters: SearchFilters
-    ) -> list[Candidate]:
-        params = {
-            "query_embedding": vector,
-            "match_threshold": -1.0,
-            "match_count": n,
-            "ef_search": self.ef_search,
-        }
-        rows = await self.call(
-            "match_siam_vectors_gemini",
-            {**params, **filter_params(filters)},
-            SearchError,
-            on=reading(filters),
-        )
-        return [
-            Candidate(Passage(str(r["id"]), r), cosine_to_similarity(r["similarity"])) for r in rows
-        ]
-
-    async def facet_counts(self, filters: SearchFilters, fields: tuple[str, ...]) -> Facets:
-        rows = await self.call(
-            "knowledge_facets",
-            facet_arguments(filters, fields),
-            SearchError,
-            on=reading(filters),
-        )
-        return facets_of(rows, fields)
-
-    async def keyword_candidates(
-        self, query: str, n: int, filters: SearchFilters
-    ) -> list[Candidate]:
-        params = {"query_text": query, "match_count": n, **filter_params(filters)}
-        rows = await self.call("search_siam_vectors_text", params, SearchError, on=reading(filters))
-        return [Candidate(Passage(str(r["id"]), r), float(r["rank"])) for r in rows]
-
-    async def similarities(
-        self, keys: Sequence[Hashable], vector: np.ndarray
-    ) -> dict[Hashable, float]:
-        if not keys:
-            return {}
-        by_id = {key.id: key for key in keys if isinstance(key, Passage)}
-        rows = await self.call(
-            "knowledge_chunk_similarities",
-            {"query_embedding": vector, "chunk_ids": list(by_id)},
-            SearchError,
-            on=SEARCHED.get(),
-        )
-        found = {by_id[str(r["id"])]: cosine_to_similarity(r["similarity"]) for r in rows}
-        return {key: found.get(key, 0.0) for key in by_id.values()}  # a passage deleted meanwhile
-
-    async def hydrate(
-        self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
-    ) -> list[SearchHit]:
-        """The hits, each with its place in its document: read by id for the hits alone
-        (the search functions return what ranking needs)."""
-        ids = [key.id for key, _ in ranked if isinstance(key, Passage)]
-        columns = "id,start_offset,end_offset,page"
-        rows = await self._lookup("siam_vectors", columns, "id", ids, on=SEARCHED.get())
-        placed = {str(row["id"]): row for row in rows}
-        return [
-            hit_from_row({**key.row, **placed.get(key.id, {})}, score, similarity[key])
-            for key, score in ranked
-            if isinstance(key, Passage)
-        ]
-
     # -- reads ----------------------------------------------------------------------
 
     async def get_by_id(self, doc_id: str) -> Document | None:
@@ -449,24 +316,6 @@ class SiamStore(HybridSearch):
         ids = [doc_id for doc_id in doc_ids if is_uuid(doc_id)]
         rows = await self._lookup("knowledge_documents", "id,content", "id", ids)
         return {str(r["id"]): r["content"] for r in rows}
-
-    async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        rows = await self._lookup(
-            "siam_vectors",
-            "content_hash,embedding",
-            "content_hash",
-            list(dict.fromkeys(hashes)),
-            on=SEARCHED.get(),
-        )
-        return {r["content_hash"]: as_vector(r["embedding"]) for r in rows}
-
-    async def _lookup(
-        self, table: str, columns: str, key: str, values: list[str], on: Reading | None = None
-    ) -> list[Row]:
-        rows: list[Row] = []
-        for part in lookup_parts(values):
-            rows.extend(await self.select(table, columns, (key, "in", part), on=on))
-        return rows
 
     async def collections(self) -> dict[str, int]:
         rows = await self.call("knowledge_collections", {}, SearchError, on=EVERY_COLLECTION)
@@ -509,9 +358,3 @@ class SiamStore(HybridSearch):
     def location(self) -> dict[str, Any]:
         """Where the data lives, for /health (never a secret)."""
         return {}
-
-
-def reading(filters: SearchFilters) -> Reading:
-    """The read a search is: of its collection, or of every one when it looks in several
-    (a replica that has replayed every write serves it)."""
-    return EVERY_COLLECTION if filters.collections else Reading(filters.collection)

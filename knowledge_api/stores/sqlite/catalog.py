@@ -1,10 +1,13 @@
 """The sqlite store's catalog: its collections and sources with their counts, the
-documents of a collection listed a page at a time, and a document read back whole."""
+documents of a collection listed a page at a time, a document read back whole, and
+columns of rows looked up by key."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from knowledge_api.models import (
     CollectionInfo,
@@ -14,6 +17,7 @@ from knowledge_api.models import (
     SourceInfo,
 )
 from knowledge_api.stores import records
+from knowledge_api.stores.sqlite.writes import batches, marks
 
 
 def sources(conn: sqlite3.Connection, collection: str | None) -> list[SourceInfo]:
@@ -101,3 +105,43 @@ def document(conn: sqlite3.Connection, row: sqlite3.Row) -> Document:
         )
     ]
     return records.document_from_record(row, row["content"], chunks)
+
+
+def document_by_id(conn: sqlite3.Connection, doc_id: str) -> Document | None:
+    row = conn.execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
+    return None if row is None else document(conn, row)
+
+
+def documents_in(conn: sqlite3.Connection, collection: str) -> Iterator[Document]:
+    """The documents of a collection in id order, each read whole as it is reached."""
+    sql = "SELECT * FROM documents WHERE collection = ? ORDER BY id"
+    for row in conn.execute(sql, (collection,)).fetchall():
+        yield document(conn, row)
+
+
+def source_documents(conn: sqlite3.Connection, collection: str, source: str) -> dict[str, str]:
+    """The ids of a source's documents, each with its source id."""
+    rows = conn.execute(
+        "SELECT id, source_id FROM documents WHERE collection = ? AND source = ?",
+        (collection, source),
+    )
+    return {r[0]: r[1] for r in rows}
+
+
+def collections(conn: sqlite3.Connection) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT collection, count(*) FROM documents GROUP BY collection ORDER BY collection"
+    )
+    return {name: count for name, count in rows}
+
+
+def pairs(
+    conn: sqlite3.Connection, columns: str, table: str, key: str, values: Sequence[str]
+) -> dict[Any, Any]:
+    """Two columns of the rows of `table` whose `key` is one of `values`, as a mapping
+    of the first to the second (looked up a batch of values at a time)."""
+    found: dict[Any, Any] = {}
+    for part in batches(list(values)):
+        sql = f"SELECT {columns} FROM {table} WHERE {key} IN ({marks(part)})"
+        found.update((row[0], row[1]) for row in conn.execute(sql, part))
+    return found

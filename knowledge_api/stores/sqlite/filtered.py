@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from knowledge_api.filters import Combined, Condition
+from knowledge_api.filters import Combined, Condition, Node
 from knowledge_api.models import SearchFilters
 from knowledge_api.stores.fusion import Candidate
 from knowledge_api.stores.keyword import (
@@ -206,31 +206,20 @@ class AllowedRows:
         if filters.where is None:
             return None
         key = (filters, generation)
-        if self._last[0] != key:
-            self._last = (key, self._read(conn, filters, generation, documents))
-        return self._last[1]
-
-    def _read(
-        self,
-        conn: sqlite3.Connection,
-        filters: SearchFilters,
-        generation: Hashable,
-        documents: ChunkDocuments | None,
-    ) -> np.ndarray | None:
-        assert filters.where is not None
-        where = filters.where
-        parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
-        tests = [p for p in parts if isinstance(p, Condition) and p.acl]
+        if self._last[0] == key:
+            return self._last[1]
+        tests, rest = principal_tests(filters.where)
         if documents is None or not tests:
-            return allowed_rows(conn, filters, documents)
-        masks = [self._union(conn, test, filters, generation, documents) for test in tests]
-        rest = tuple(p for p in parts if p not in tests)
-        if rest:
-            kept = rest[0] if len(rest) == 1 else Combined("$and", rest)
-            other = allowed_rows(conn, replace(filters, where=kept), documents)
-            assert other is not None
-            masks.append(other)
-        return _intersection(masks)
+            rows = allowed_rows(conn, filters, documents)
+        else:
+            masks = [self._union(conn, test, filters, generation, documents) for test in tests]
+            if rest is not None:
+                other = allowed_rows(conn, replace(filters, where=rest), documents)
+                assert other is not None
+                masks.append(other)
+            rows = _intersection(masks)
+        self._last = (key, rows)
+        return rows
 
     def _union(
         self,
@@ -261,6 +250,17 @@ class AllowedRows:
         for mask in masks:
             union[: mask.size] |= mask
         return union
+
+
+def principal_tests(where: Node) -> tuple[list[Condition], Node | None]:
+    """The `acl` tests of a tree's top `$and` (or the tree, when it is one), and the rest
+    of the tree (None: nothing else)."""
+    parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
+    tests = [p for p in parts if isinstance(p, Condition) and p.acl]
+    rest = tuple(p for p in parts if p not in tests)
+    if not rest:
+        return tests, None
+    return tests, rest[0] if len(rest) == 1 else Combined("$and", rest)
 
 
 def _intersection(masks: list[np.ndarray]) -> np.ndarray:

@@ -26,10 +26,8 @@ import numpy as np
 
 from knowledge_api.registry import import_extra
 from knowledge_api.stores.sqlite.vector_index import (
-    Collections,
     LabelledIndex,
     allowed_at,
-    label_codes,
 )
 
 DEFAULT_PROBES = 16
@@ -149,26 +147,15 @@ class QuantizedIndex(LabelledIndex):
         found = ids[0] >= 0
         return list(zip(ids[0][found].tolist(), scores[0][found].tolist(), strict=True))
 
-    def mask(
-        self,
-        collection: Collections,
-        source_types: Sequence[str] | None,
-        allowed: np.ndarray | None,
-    ) -> np.ndarray | None:
-        """Row ids (a mask over them) the filters and `allowed` (a mask over row ids)
-        allow; None when they allow every row."""
-        everywhere = self.covers(collection, source_types)
-        if allowed is None and everywhere:
-            return None
-        if everywhere:
-            mask = self._label_of >= 0
-        else:
-            mask = np.isin(self._label_of, label_codes(self._label_codes, collection, source_types))
-        if allowed is not None:
-            size = min(mask.size, allowed.size)
-            mask[size:] = False
-            mask[:size] &= allowed[:size]
-        return mask
+    def _row_labels(self) -> np.ndarray:
+        return self._label_of
+
+    def _allowed_rows(self, allowed: np.ndarray) -> np.ndarray:
+        """A row's id is its place: `allowed` cut or padded to the rows."""
+        found = np.zeros(len(self._label_of), dtype=bool)
+        size = min(found.size, allowed.size)
+        found[:size] = allowed[:size]
+        return found
 
     def _reserve(self, size: int) -> None:
         if size > len(self._label_of):

@@ -19,11 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from knowledge_api.errors import (
-    BackendConnectionError,
-    IndexingError,
-    SearchError,
-)
+from knowledge_api.errors import BackendConnectionError, IndexingError, SearchError
 from knowledge_api.facets import Facets
 from knowledge_api.models import (
     CollectionInfo,
@@ -43,9 +39,7 @@ from knowledge_api.stores.fusion import (
     cosine_to_similarity,
 )
 from knowledge_api.stores.hybrid import HybridSearch
-from knowledge_api.stores.keyword import (
-    query_terms,
-)
+from knowledge_api.stores.keyword import query_terms
 from knowledge_api.stores.sqlite import catalog, search, writes
 from knowledge_api.stores.sqlite.facets import FacetColumns
 from knowledge_api.stores.sqlite.file import SQLiteFile
@@ -218,24 +212,17 @@ class SQLiteStore(HybridSearch, BesideTheFile):
     async def record_source(
         self, collection: str, source: str, root: str = "", connector: str = ""
     ) -> None:
-        work = partial(
-            writes.record_source,
-            collection=collection,
-            source=source,
-            root=root,
-            connector=connector,
+        await self._write_sql(
+            lambda c: writes.record_source(c, collection, source, root, connector),
+            f"record the source {source!r}",
         )
-        await self._write_sql(work, f"record the source {source!r}")
 
     async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
-        work = partial(
-            writes.lease_source,
-            collection=collection,
-            source=source,
-            holder=holder,
-            seconds=seconds,
+        leased = await self._write_sql(
+            lambda c: writes.lease_source(c, collection, source, holder, seconds),
+            f"lease the source {source!r}",
         )
-        return await self._write_sql(work, f"lease the source {source!r}") == 1
+        return leased == 1
 
     async def delete_source(self, collection: str, source: str) -> int:
         work = partial(writes.delete_source, collection=collection, source=source)
@@ -259,11 +246,7 @@ class SQLiteStore(HybridSearch, BesideTheFile):
         return done
 
     async def source_documents(self, collection: str, source: str) -> dict[str, str]:
-        rows = self.file.db().execute(
-            "SELECT id, source_id FROM documents WHERE collection = ? AND source = ?",
-            (collection, source),
-        )
-        return {r[0]: r[1] for r in rows}
+        return catalog.source_documents(self.file.db(), collection, source)
 
     async def sources(self, collection: str | None = None) -> list[SourceInfo]:
         return catalog.sources(self.file.db(), collection)
@@ -363,46 +346,27 @@ class SQLiteStore(HybridSearch, BesideTheFile):
     # -- reads --------------------------------------------------------------------
 
     async def get_by_id(self, doc_id: str) -> Document | None:
-        row = self.file.db().execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
-        return None if row is None else catalog.document(self.file.db(), row)
+        return catalog.document_by_id(self.file.db(), doc_id)
 
     async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
         return catalog.find_documents(self.file.db(), source_type, key, collection)
 
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
-        return dict(self._select_in("SELECT id, content_hash FROM documents WHERE id IN", doc_ids))
+        return catalog.pairs(self.file.db(), "id, content_hash", "documents", "id", doc_ids)
 
     async def document_texts(self, doc_ids: Sequence[str]) -> dict[str, str]:
-        return dict(self._select_in("SELECT id, content FROM documents WHERE id IN", doc_ids))
+        return catalog.pairs(self.file.db(), "id, content", "documents", "id", doc_ids)
 
     async def embeddings_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        rows = self._select_in(
-            "SELECT content_hash, embedding FROM chunks WHERE content_hash IN", hashes
-        )
-        return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows}
-
-    def _select_in(self, sql: str, values: Sequence[str]) -> list[tuple[Any, Any]]:
-        rows: list[tuple[Any, Any]] = []
-        for start in range(0, len(values), 500):
-            part = values[start : start + 500]
-            marks = ",".join("?" * len(part))
-            rows.extend(tuple(r) for r in self.file.db().execute(f"{sql} ({marks})", part))
-        return rows
+        columns = "content_hash, embedding"
+        rows = catalog.pairs(self.file.db(), columns, "chunks", "content_hash", hashes)
+        return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows.items()}
 
     async def collections(self) -> dict[str, int]:
-        rows = self.file.db().execute(
-            "SELECT collection, count(*) FROM documents GROUP BY collection ORDER BY collection"
-        )
-        return {name: count for name, count in rows}
+        return catalog.collections(self.file.db())
 
     async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
-        rows = (
-            self.file.db()
-            .execute("SELECT * FROM documents WHERE collection = ? ORDER BY id", (collection,))
-            .fetchall()
-        )
-        for row in rows:
-            doc = catalog.document(self.file.db(), row)
+        for doc in catalog.documents_in(self.file.db(), collection):
             vectors = await self.embeddings_by_hash([c.content_hash for c in doc.chunks])
             for chunk in doc.chunks:
                 chunk.embedding = vectors[chunk.content_hash]

@@ -33,6 +33,27 @@ class LabelledIndex:
         source_types: Sequence[str] | None,
         allowed: np.ndarray | None,
     ) -> np.ndarray | None:
+        """The rows (a mask over them) in `collection`, of `source_types` (all when None),
+        whose row ids `allowed` holds (a mask over row ids; all when None); None when
+        that is every row."""
+        everywhere = self.covers(collection, source_types)
+        if allowed is None and everywhere:
+            return None
+        labels = self._row_labels()
+        if everywhere:
+            mask = labels >= 0
+        else:
+            mask = np.isin(labels, label_codes(self._label_codes, collection, source_types))
+        if allowed is not None:
+            mask &= self._allowed_rows(allowed)
+        return mask
+
+    def _row_labels(self) -> np.ndarray:
+        """The label code of each row (-1: no row there)."""
+        raise NotImplementedError
+
+    def _allowed_rows(self, allowed: np.ndarray) -> np.ndarray:
+        """Whether the mask over row ids `allowed` holds the id of each row."""
         raise NotImplementedError
 
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
@@ -97,22 +118,11 @@ class VectorIndex(LabelledIndex):
                 self._row[moved] = row
             self._size = last
 
-    def mask(
-        self,
-        collection: Collections,
-        source_types: Sequence[str] | None,
-        allowed: np.ndarray | None,
-    ) -> np.ndarray:
-        """Rows in `collection`, of `source_types` (all when None), whose row ids
-        `allowed` holds (a mask over row ids; all when None)."""
-        codes = label_codes(self._label_codes, collection, source_types)
-        if len(codes) == len(self._label_codes):
-            mask = np.ones(self._size, dtype=bool)
-        else:
-            mask = np.isin(self._labels[: self._size], codes)
-        if allowed is not None:
-            mask &= allowed_at(allowed, self._keys[: self._size])
-        return mask
+    def _row_labels(self) -> np.ndarray:
+        return self._labels[: self._size]
+
+    def _allowed_rows(self, allowed: np.ndarray) -> np.ndarray:
+        return allowed_at(allowed, self._keys[: self._size])
 
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
         """(key, cosine) of the n best rows allowed by `mask`, best first."""
