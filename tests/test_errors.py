@@ -43,6 +43,7 @@ def concrete(path: str) -> str:
         .replace("{id:path}", "NOPE-1")
         .replace("{id}", "nope")
         .replace("{name:path}", "nope")
+        .replace("{name}", "nope")
     )
 
 
