@@ -115,8 +115,7 @@ def narrowed(where: Node | None, principals: frozenset[str] | None) -> Node | No
     allowed = condition(principals)
     if where is None:
         return allowed
-    parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
-    return Combined("$and", (allowed, *parts))
+    return Combined("$and", (allowed, *top_parts(where)))
 
 
 def read_as_public(filters: F) -> F | None:
@@ -126,13 +125,34 @@ def read_as_public(filters: F) -> F | None:
     where = filters.where
     if where is None:
         return filters
-    parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
+    parts = top_parts(where)
     tests = [part for part in parts if isinstance(part, Condition) and part.acl]
     if any(PUBLIC not in test.values for test in tests):
         return None
-    rest = tuple(part for part in parts if part not in tests)
-    kept = None if not rest else rest[0] if len(rest) == 1 else Combined("$and", rest)
+    kept = joined(tuple(part for part in parts if part not in tests))
     return cast(F, replace(cast(Any, filters), where=kept))
+
+
+def readers_apart(where: Node | None) -> tuple[Node | None, tuple[str, ...] | None]:
+    """The tree without its first test of `acl` at the top, and that test's
+    principals (None when there is none): a store that plans a search by how much its
+    readers may read takes them apart from the rest of the filter."""
+    parts = top_parts(where) if where is not None else ()
+    for part in parts:
+        if isinstance(part, Condition) and part.acl:
+            readers = tuple(str(value) for value in part.values)
+            return joined(tuple(other for other in parts if other is not part)), readers
+    return where, None
+
+
+def top_parts(where: Node) -> tuple[Node, ...]:
+    """The conditions a tree's top `$and` joins (the tree alone when it is no `$and`)."""
+    return where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
+
+
+def joined(parts: tuple[Node, ...]) -> Node | None:
+    """The conditions as one tree: None, the one condition, or their `$and`."""
+    return None if not parts else parts[0] if len(parts) == 1 else Combined("$and", parts)
 
 
 def fingerprint(principals: frozenset[str] | None) -> str:

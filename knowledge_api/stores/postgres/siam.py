@@ -35,6 +35,7 @@ from knowledge_api.models import (
     DocumentSummary,
     EmbedderIdentity,
     Ranking,
+    ReadableCount,
     SearchFilters,
     SearchHit,
     SearchMode,
@@ -61,9 +62,9 @@ from knowledge_api.stores.postgres.rows import (
     document_from_rows,
     document_payload,
     documents_from_rows,
-    filter_params,
     hit_from_row,
     lookup_parts,
+    search_params,
     source_from_row,
     summary_from_row,
     write_batches,
@@ -321,6 +322,7 @@ class SiamStore(HybridSearch):
             "list_source_type": page.source_type or None,
             "list_source": page.source,
             "list_limit": page.limit,
+            "list_readers": None if page.readers is None else sorted(page.readers),
         }
         rows = await self.call(
             "knowledge_list_documents", params, SearchError, on=Reading(page.collection)
@@ -330,6 +332,15 @@ class SiamStore(HybridSearch):
     async def collection_stats(self) -> list[CollectionInfo]:
         rows = await self.call("knowledge_collection_stats", {}, SearchError, on=EVERY_COLLECTION)
         return [collection_from_row(r) for r in rows]
+
+    async def readable_counts(self, principals: frozenset[str]) -> list[ReadableCount]:
+        params = {"readers": sorted(principals)}
+        rows = await self.call(
+            "knowledge_readable_counts", params, SearchError, on=EVERY_COLLECTION
+        )
+        return [
+            ReadableCount(r["collection"], r["source"], r["documents"], r["chunks"]) for r in rows
+        ]
 
     # -- search ---------------------------------------------------------------------
 
@@ -360,7 +371,7 @@ class SiamStore(HybridSearch):
         }
         rows = await self.call(
             "match_siam_vectors_gemini",
-            {**params, **filter_params(filters)},
+            {**params, **search_params(filters)},
             SearchError,
             on=reading(filters),
         )
@@ -380,7 +391,7 @@ class SiamStore(HybridSearch):
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        params = {"query_text": query, "match_count": n, **filter_params(filters)}
+        params = {"query_text": query, "match_count": n, **search_params(filters)}
         rows = await self.call("search_siam_vectors_text", params, SearchError, on=reading(filters))
         return [Candidate(Passage(str(r["id"]), r), float(r["rank"])) for r in rows]
 

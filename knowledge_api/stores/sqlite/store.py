@@ -26,14 +26,10 @@ from knowledge_api.errors import (
 )
 from knowledge_api.facets import Facets
 from knowledge_api.models import (
-    CollectionInfo,
     Document,
-    DocumentPage,
-    DocumentSummary,
     EmbedderIdentity,
     SearchFilters,
     SearchHit,
-    SourceInfo,
 )
 from knowledge_api.stores.base import embedder_mismatch
 from knowledge_api.stores.fusion import (
@@ -47,6 +43,7 @@ from knowledge_api.stores.keyword import (
     query_terms,
 )
 from knowledge_api.stores.sqlite import catalog, search, writes
+from knowledge_api.stores.sqlite.catalog import SQLiteCatalog
 from knowledge_api.stores.sqlite.facets import FacetColumns
 from knowledge_api.stores.sqlite.file import SQLiteFile
 from knowledge_api.stores.sqlite.filtered import AllowedRows, allowed_rows
@@ -61,7 +58,7 @@ WRITE_BATCH = 500
 """Documents written per transaction by `index_documents`."""
 
 
-class SQLiteStore(HybridSearch, BesideTheFile):
+class SQLiteStore(SQLiteCatalog, HybridSearch, BesideTheFile):
     name = "sqlite"
     concurrent_candidates = True  # the keyword query runs on the reader thread
 
@@ -257,22 +254,6 @@ class SQLiteStore(HybridSearch, BesideTheFile):
         self._seen_own_write()
         return done
 
-    async def source_documents(self, collection: str, source: str) -> dict[str, str]:
-        rows = self.file.db().execute(
-            "SELECT id, source_id FROM documents WHERE collection = ? AND source = ?",
-            (collection, source),
-        )
-        return {r[0]: r[1] for r in rows}
-
-    async def sources(self, collection: str | None = None) -> list[SourceInfo]:
-        return catalog.sources(self.file.db(), collection)
-
-    async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
-        return catalog.list_documents(self.file.db(), page)
-
-    async def collection_stats(self) -> list[CollectionInfo]:
-        return catalog.collection_stats(self.file.db())
-
     # -- search -------------------------------------------------------------------
 
     async def vector_candidates(
@@ -356,13 +337,6 @@ class SQLiteStore(HybridSearch, BesideTheFile):
 
     # -- reads --------------------------------------------------------------------
 
-    async def get_by_id(self, doc_id: str) -> Document | None:
-        row = self.file.db().execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
-        return None if row is None else catalog.document(self.file.db(), row)
-
-    async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
-        return catalog.find_documents(self.file.db(), source_type, key, collection)
-
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return dict(self._select_in("SELECT id, content_hash FROM documents WHERE id IN", doc_ids))
 
@@ -383,12 +357,6 @@ class SQLiteStore(HybridSearch, BesideTheFile):
             rows.extend(tuple(r) for r in self.file.db().execute(f"{sql} ({marks})", part))
         return rows
 
-    async def collections(self) -> dict[str, int]:
-        rows = self.file.db().execute(
-            "SELECT collection, count(*) FROM documents GROUP BY collection ORDER BY collection"
-        )
-        return {name: count for name, count in rows}
-
     async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         rows = (
             self.file.db()
@@ -401,9 +369,6 @@ class SQLiteStore(HybridSearch, BesideTheFile):
             for chunk in doc.chunks:
                 chunk.embedding = vectors[chunk.content_hash]
             yield doc
-
-    async def count(self) -> int:
-        return int(self.file.db().execute("SELECT count(*) FROM documents").fetchone()[0])
 
     async def health_check(self) -> dict[str, Any]:
         try:
