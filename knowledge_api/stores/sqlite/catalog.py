@@ -81,7 +81,12 @@ def list_documents(conn: sqlite3.Connection, page: DocumentPage) -> list[Documen
         conditions.append("source = ?")
         params.append(page.source)
     if page.readers is not None:
-        conditions.append(f"id IN {readable(page.readers)}")
+        # tested on each document of the page's range in id order (a set of every id
+        # the readers may read, built first, took 0.5 s at 100,000 of them)
+        conditions.append(
+            "EXISTS (SELECT 1 FROM document_acl a WHERE a.document_id = d.id"
+            f" AND a.principal IN ({','.join('?' * len(page.readers))}))"
+        )
         params.extend(sorted(page.readers))
     rows = conn.execute(
         f"""SELECT id, collection, source_type, source_id, source, title, metadata,
