@@ -28,6 +28,7 @@ from knowledge_api.stores.postgres.filter_json import filter_tree
 Row = dict[str, Any]
 Condition = tuple[str, str, Any]
 """(column, operator, value); operator is "eq", "in", "gt" or "ilike"."""
+OPERATORS = {"eq": "= {}", "in": "= ANY({})", "gt": "> {}", "ilike": "ILIKE {}"}
 
 TENANCY = ("organization", "division", "app_under_test")
 DOCUMENT_COLUMNS = (
@@ -84,6 +85,15 @@ def search_params(filters: SearchFilters) -> dict[str, Any]:
     where, readers = readers_apart(filters.where)
     rest = filter_params(replace(filters, where=where))
     return {**rest, "filter_acl": None if readers is None else list(readers)}
+
+
+def where_sql(conditions: tuple[Condition, ...]) -> tuple[str, list[Any]]:
+    """The WHERE clause of `conditions` (empty for none), each value a parameter."""
+    clauses = [
+        f"{column} {OPERATORS[op].format(f'${i}')}"
+        for i, (column, op, _) in enumerate(conditions, start=1)
+    ]
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), [c[2] for c in conditions]
 
 
 def lookup_parts(keys: list[str]) -> list[list[str]]:
