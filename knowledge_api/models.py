@@ -251,6 +251,21 @@ class DocumentPage:
     after: str = ""
     source_type: str = ""
     source: str | None = None
+    readers: frozenset[str] | None = None
+    """Only the documents these principals may read (None: every one). A store that
+    lists by an index of access lists applies it in its query; the catalog tests each
+    listed document again, so a store may list the others too."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadableCount:
+    """How many documents of one source of a collection some principals may read, and
+    how many passages those documents hold."""
+
+    collection: str
+    source: str
+    documents: int
+    chunks: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,8 +115,7 @@ def narrowed(where: Node | None, principals: frozenset[str] | None) -> Node | No
     allowed = condition(principals)
     if where is None:
         return allowed
-    parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
-    return Combined("$and", (allowed, *parts))
+    return Combined("$and", (allowed, *top_parts(where)))
 
 
 def acl_split(where: Node | None) -> tuple[list[tuple[str, ...]], Node | None]:
@@ -124,10 +123,9 @@ def acl_split(where: Node | None) -> tuple[list[tuple[str, ...]], Node | None]:
     passes it), and the rest of the tree: for a store that applies them apart."""
     if where is None:
         return [], None
-    parts = where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
+    parts = top_parts(where)
     tests = [part for part in parts if isinstance(part, Condition) and part.acl]
-    rest = tuple(part for part in parts if part not in tests)
-    kept = None if not rest else rest[0] if len(rest) == 1 else Combined("$and", rest)
+    kept = joined(tuple(part for part in parts if part not in tests))
     return [tuple(test.texts()) for test in tests], kept
 
 
@@ -139,6 +137,27 @@ def read_as_public(filters: F) -> F | None:
     if any(PUBLIC not in test for test in tests):
         return None
     return cast(F, replace(cast(Any, filters), where=rest))
+
+
+def readers_apart(where: Node | None) -> tuple[Node | None, tuple[str, ...] | None]:
+    """The tree without its first test of `acl` at the top, and that test's
+    principals (None when there is none): a store that plans a search by how much its
+    readers may read takes them apart from the rest of the filter."""
+    parts = top_parts(where) if where is not None else ()
+    for part in parts:
+        if isinstance(part, Condition) and part.acl:
+            return joined(tuple(other for other in parts if other is not part)), tuple(part.texts())
+    return where, None
+
+
+def top_parts(where: Node) -> tuple[Node, ...]:
+    """The conditions a tree's top `$and` joins (the tree alone when it is no `$and`)."""
+    return where.parts if isinstance(where, Combined) and where.op == "$and" else (where,)
+
+
+def joined(parts: tuple[Node, ...]) -> Node | None:
+    """The conditions as one tree: None, the one condition, or their `$and`."""
+    return None if not parts else parts[0] if len(parts) == 1 else Combined("$and", parts)
 
 
 def fingerprint(principals: frozenset[str] | None) -> str:

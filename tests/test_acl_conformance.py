@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 from knowledge_api import facets
 from knowledge_api.filters import parse as parse_filter
-from knowledge_api.models import SEARCH_MODES, Document, SearchFilters
+from knowledge_api.models import SEARCH_MODES, Document, DocumentPage, ReadableCount, SearchFilters
 from knowledge_api.principals import scoped, visible
 from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.hybrid import HybridSearch
 from tests import test_permissions as routes
-from tests.test_store_conformance import BACKENDS, index, opened, vector
+from tests.test_store_conformance import BACKENDS, index, index_source, opened, vector
 
 PRINCIPALS = ("public", "user:ann@example.com", "user:bob", "group:hr", "group:eng", "group:x")
 QUERY = "upload queue release note"
@@ -103,6 +104,37 @@ async def test_a_narrow_access_list_still_fills_the_limit(store: KnowledgeStore)
     for mode in SEARCH_MODES:
         hits = await store.search(QUERY, vector(QUERY), 5, filters, 0.0, mode)
         assert sorted(h.source_id for h in hits) == [f"D-{i}" for i in (107, 207, 307, 407, 7)]
+
+
+async def test_counts_and_listings_keep_to_the_principals(store: KnowledgeStore) -> None:
+    """Each backend counts the documents a reader may read by collection and source as
+    the reference does (reading every page, testing each document's access list), and
+    a page listed for a reader holds the first readable documents (all of the page on
+    the backends that list by an index of access lists)."""
+    acls = [["group:hr"], [], ["public", "group:eng"], ["user:bob"], ["group:eng"]] * 4
+    docs = documents(acls)
+    for i, doc in enumerate(docs):
+        doc.collection, doc.source = ("hr", "") if i % 3 else ("eng", f"s{i % 2}")
+    for source in ("", "s0", "s1"):
+        await index_source(store, [d for d in docs if d.source == source], source)
+    chunks = {d.id: len((await store.get_by_id(d.id)).chunks) for d in docs}  # type: ignore[union-attr]
+    for held in (frozenset({"group:eng"}), frozenset({"public", "user:bob"}), frozenset()):
+        expected: dict[tuple[str, str], tuple[int, int]] = {}
+        for doc in (d for d in docs if visible(d.acl, held)):
+            count, passages = expected.get((doc.collection, doc.source), (0, 0))
+            expected[doc.collection, doc.source] = (count + 1, passages + chunks[doc.id])
+        want = [ReadableCount(c, s, *expected[c, s]) for c, s in sorted(expected)]
+        assert await store.readable_counts(held) == want, held
+        assert await HybridSearch.readable_counts(store, held) == want, held  # type: ignore[arg-type]
+        for collection in ("hr", "eng"):
+            page = DocumentPage(collection, 3, readers=held)
+            listed = [d.id for d in await store.list_documents(page) if visible(d.acl, held)]
+            readable = sorted(
+                d.id for d in docs if d.collection == collection and visible(d.acl, held)
+            )
+            assert listed == readable[: len(listed)], (held, collection)
+            if store.name in ("sqlite", "postgres", "supabase"):
+                assert len(listed) == min(3, len(readable)), (held, collection)
 
 
 @pytest.mark.parametrize("name", FIVE)

@@ -46,6 +46,7 @@ from knowledge_api.models import (
     IndexSummary,
     KBHost,
     Progress,
+    ReadableCount,
     SourceInfo,
 )
 from knowledge_api.principals import visible
@@ -57,8 +58,6 @@ log = logging.getLogger("knowledge_api")
 SEED_SOURCE = "bundled-docs"
 """The source the documents seeded into an empty store are recorded under: pruned or
 deleted as one, like any source."""
-READ_PAGE = 500
-"""Documents a listing reads at a time while it skips those a caller may not read."""
 EMBED_SLICE = 512
 """Texts one call of the model thread embeds (a multiple of the local model's window)."""
 
@@ -243,30 +242,27 @@ class Catalog:
     async def collections(self, principals: frozenset[str] | None = None) -> dict[str, int]:
         """Document count of every collection that holds documents `principals` may
         read (None: any document)."""
-        counts = await self.engine.store.collections()
         if principals is None:
-            return counts
-        readable = {name: len(await self.readable(name, principals)) for name in counts}
-        return {name: count for name, count in readable.items() if count}
+            return await self.engine.store.collections()
+        counts: dict[str, int] = {}
+        for count in await self.readable_counts(principals):
+            counts[count.collection] = counts.get(count.collection, 0) + count.documents
+        return counts
 
-    async def readable(self, collection: str, principals: frozenset[str]) -> list[DocumentSummary]:
-        """Every document of `collection` that `principals` may read."""
-        found: list[DocumentSummary] = []
-        page = DocumentPage(collection, READ_PAGE)
-        while listed := await self.engine.store.list_documents(page):
-            found += [doc for doc in listed if visible(doc.acl, principals)]
-            page = replace(page, after=listed[-1].id)
-        return found
+    async def readable_counts(self, principals: frozenset[str]) -> list[ReadableCount]:
+        """The documents `principals` may read, and their passages, counted by
+        collection and source, in the store's own query where it has one."""
+        return await self.engine.store.readable_counts(principals)
 
     async def list_documents(
         self, page: DocumentPage, principals: frozenset[str] | None = None
     ) -> list[DocumentSummary]:
         """One page of a listing, of the documents `principals` may read: the hidden
-        ones are skipped before the page is cut."""
+        ones are skipped before the page is cut (by the store's query where it can)."""
         if principals is None:
             return await self.engine.store.list_documents(page)
         found: list[DocumentSummary] = []
-        asked = replace(page, limit=max(page.limit, READ_PAGE))
+        asked = replace(page, readers=principals)
         while len(found) < page.limit and (listed := await self.engine.store.list_documents(asked)):
             found += [doc for doc in listed if visible(doc.acl, principals)]
             asked = replace(asked, after=listed[-1].id)

@@ -23,6 +23,7 @@ from knowledge_api.models import (
     DocumentSummary,
     EmbedderIdentity,
     Ranking,
+    ReadableCount,
     SearchFilters,
     SearchHit,
     SearchMode,
@@ -161,10 +162,15 @@ class KnowledgeStore(Protocol):
 
     async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
         """One page of a collection's documents, in id order (a keyset: ids after
-        `page.after`), without their text."""
+        `page.after`), without their text; a store that indexes access lists lists
+        only those `page.readers` may read."""
 
     async def collection_stats(self) -> list[CollectionInfo]:
         """Every collection holding documents or sources, by name."""
+
+    async def readable_counts(self, principals: frozenset[str]) -> list[ReadableCount]:
+        """The documents `principals` may read and their passages, counted by
+        collection and source (those with none left out), in that order."""
 
 
 def embedder_mismatch(

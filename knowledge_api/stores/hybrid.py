@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import AsyncIterable, Awaitable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -21,11 +22,15 @@ from knowledge_api.facets import Facets
 from knowledge_api.models import (
     SETTINGS_RANKING,
     Document,
+    DocumentPage,
+    DocumentSummary,
     Ranking,
+    ReadableCount,
     SearchFilters,
     SearchHit,
     SearchMode,
 )
+from knowledge_api.principals import visible
 from knowledge_api.registry import FromSettings
 from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
@@ -65,6 +70,8 @@ class Ahead(NamedTuple):
 AHEAD: ContextVar[Ahead | None] = ContextVar("keyword_ahead", default=None)
 """The keyword list the request's next search may take (`HybridSearch.keywords_ahead`)."""
 
+READ_PAGE = 500
+"""Documents a listing page read to count them holds."""
 DB_SYSTEMS = {"postgres": "postgresql", "supabase": "postgresql", "chroma": "chromadb"}
 """db.system.name of the backends whose name is not the semantic conventions' one."""
 
@@ -280,6 +287,28 @@ class HybridSearch(FromSettings):
         """The feedback search's best n, best first. Its ranking counts by rank alone,
         so a store may rank them by approximate scores."""
         return await self.vector_candidates(vector, n, filters)
+
+    async def readable_counts(self, principals: frozenset[str]) -> list[ReadableCount]:
+        """The documents `principals` may read and their passages, counted by collection
+        and source (none counted: left out), by collection and source. Here by reading
+        every listing page; a store that holds access lists in an index counts them in
+        one query of its own."""
+        counts: dict[tuple[str, str], tuple[int, int]] = {}
+        for name in await self.collections():
+            page = DocumentPage(name, READ_PAGE, readers=principals)
+            while listed := await self.list_documents(page):
+                for doc in listed:
+                    if visible(doc.acl, principals):
+                        documents, chunks = counts.get((name, doc.source), (0, 0))
+                        counts[name, doc.source] = (documents + 1, chunks + doc.chunks)
+                page = replace(page, after=listed[-1].id)
+        return [ReadableCount(c, s, *counts[c, s]) for c, s in sorted(counts)]
+
+    async def collections(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
+        raise NotImplementedError
 
     async def index_documents(self, documents: Sequence[Document]) -> None:
         raise NotImplementedError

@@ -265,13 +265,15 @@ async def collections(
     found = [info for info in await service.sources.collection_stats() if visible(info.name)]
     if principals is None:
         return found
-    counted = []
-    for info in found:
-        readable = await service.catalog.readable(info.name, principals)
-        if readable:
-            chunks = sum(doc.chunks for doc in readable)
-            counted.append(replace(info, documents=len(readable), chunks=chunks))
-    return counted
+    readable: dict[str, tuple[int, int]] = {}
+    for count in await service.catalog.readable_counts(principals):
+        documents, chunks = readable.get(count.collection, (0, 0))
+        readable[count.collection] = (documents + count.documents, chunks + count.chunks)
+    return [
+        replace(info, documents=readable[info.name][0], chunks=readable[info.name][1])
+        for info in found
+        if info.name in readable
+    ]
 
 
 async def chat_models(
@@ -322,11 +324,10 @@ async def sources(
     found = await service.sources.listed(collection)
     if principals is None:
         return found
-    readable: dict[tuple[str, str], int] = {}
-    for name in sorted({info.collection for info in found}):
-        for doc in await service.catalog.readable(name, principals):
-            key = (name, doc.source)
-            readable[key] = readable.get(key, 0) + 1
+    readable = {
+        (count.collection, count.source): count.documents
+        for count in await service.catalog.readable_counts(principals)
+    }
     return [
         replace(info, documents=readable[info.collection, info.name])
         for info in found

@@ -345,6 +345,18 @@ def connection_errors(asyncpg: Any) -> tuple[type[BaseException], ...]:
     )
 
 
+def open_errors(asyncpg: Any) -> tuple[type[Exception], ...]:
+    """What opening a database may raise: it is down, refuses us, or the URL is bad."""
+    errors: tuple[type[Exception], ...] = (
+        OSError,
+        TimeoutError,
+        ValueError,
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+    )
+    return errors
+
+
 def require_asyncpg() -> Any:
     return import_extra("asyncpg", "postgres")
 

@@ -4,7 +4,7 @@ search functions' filter arguments, and documents as the write function's payloa
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,12 +21,14 @@ from knowledge_api.models import (
     SearchHit,
     SourceInfo,
 )
+from knowledge_api.principals import readers_apart
 from knowledge_api.stores import records
 from knowledge_api.stores.postgres.filter_json import filter_tree
 
 Row = dict[str, Any]
 Condition = tuple[str, str, Any]
 """(column, operator, value); operator is "eq", "in", "gt" or "ilike"."""
+OPERATORS = {"eq": "= {}", "in": "= ANY({})", "gt": "> {}", "ilike": "ILIKE {}"}
 
 TENANCY = ("organization", "division", "app_under_test")
 DOCUMENT_COLUMNS = (
@@ -73,6 +75,25 @@ def filter_params(filters: SearchFilters) -> dict[str, Any]:
             contained[key] = value
     params["filter_metadata"] = contained
     return params
+
+
+def search_params(filters: SearchFilters) -> dict[str, Any]:
+    """The search functions' filter arguments: the reader's principals apart
+    (`filter_acl`), so that a keyword search narrowed by them alone ranks as many
+    passages as their share of the store allows (migration 025), the rest as
+    `filter_params` makes them."""
+    where, readers = readers_apart(filters.where)
+    rest = filter_params(replace(filters, where=where))
+    return {**rest, "filter_acl": None if readers is None else list(readers)}
+
+
+def where_sql(conditions: tuple[Condition, ...]) -> tuple[str, list[Any]]:
+    """The WHERE clause of `conditions` (empty for none), each value a parameter."""
+    clauses = [
+        f"{column} {OPERATORS[op].format(f'${i}')}"
+        for i, (column, op, _) in enumerate(conditions, start=1)
+    ]
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), [c[2] for c in conditions]
 
 
 def lookup_parts(keys: list[str]) -> list[list[str]]:

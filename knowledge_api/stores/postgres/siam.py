@@ -30,6 +30,7 @@ from knowledge_api.models import (
     DocumentPage,
     DocumentSummary,
     EmbedderIdentity,
+    ReadableCount,
     SourceInfo,
 )
 from knowledge_api.stores.base import embedder_mismatch
@@ -271,6 +272,7 @@ class SiamStore(SiamSearch):
             "list_source_type": page.source_type or None,
             "list_source": page.source,
             "list_limit": page.limit,
+            "list_readers": None if page.readers is None else sorted(page.readers),
         }
         rows = await self.call(
             "knowledge_list_documents", params, SearchError, on=Reading(page.collection)
@@ -280,6 +282,15 @@ class SiamStore(SiamSearch):
     async def collection_stats(self) -> list[CollectionInfo]:
         rows = await self.call("knowledge_collection_stats", {}, SearchError, on=EVERY_COLLECTION)
         return [collection_from_row(r) for r in rows]
+
+    async def readable_counts(self, principals: frozenset[str]) -> list[ReadableCount]:
+        params = {"readers": sorted(principals)}
+        rows = await self.call(
+            "knowledge_readable_counts", params, SearchError, on=EVERY_COLLECTION
+        )
+        return [
+            ReadableCount(r["collection"], r["source"], r["documents"], r["chunks"]) for r in rows
+        ]
 
     # -- reads ----------------------------------------------------------------------
 

@@ -23,9 +23,9 @@ from knowledge_api.stores.postgres.rows import (
     Passage,
     Row,
     as_vector,
-    filter_params,
     hit_from_row,
     lookup_parts,
+    search_params,
 )
 
 SEARCHED: ContextVar[Reading | None] = ContextVar("searched", default=None)
@@ -90,7 +90,7 @@ class SiamSearch(HybridSearch):
         }
         rows = await self.call(
             "match_siam_vectors_gemini",
-            {**params, **filter_params(filters)},
+            {**params, **search_params(filters)},
             SearchError,
             on=reading(filters),
         )
@@ -110,7 +110,7 @@ class SiamSearch(HybridSearch):
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        params = {"query_text": query, "match_count": n, **filter_params(filters)}
+        params = {"query_text": query, "match_count": n, **search_params(filters)}
         rows = await self.call("search_siam_vectors_text", params, SearchError, on=reading(filters))
         return [Candidate(Passage(str(r["id"]), r), float(r["rank"])) for r in rows]
 

@@ -22,7 +22,6 @@ from urllib.parse import urlsplit
 from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, IndexingError, KnowledgeStoreError
 from knowledge_api.models import Document, EmbedderIdentity
-from knowledge_api.registry import import_extra
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.load import DEFAULT_BUILD, IndexBuild, load
@@ -30,10 +29,12 @@ from knowledge_api.stores.postgres.replicas import (
     PRIMARY_POSITION,
     Reading,
     Replicas,
+    open_errors,
     read_urls,
     redact,
+    require_asyncpg,
 )
-from knowledge_api.stores.postgres.rows import Condition, Row
+from knowledge_api.stores.postgres.rows import Condition, Row, where_sql
 from knowledge_api.stores.postgres.schema import migrate
 from knowledge_api.stores.postgres.server import embedded_server_url, release_embedded_server
 from knowledge_api.stores.postgres.siam import SiamStore
@@ -47,7 +48,6 @@ connections and never answers fails a request in seconds, saying so."""
 ANALYZE_AFTER = 1000
 """Passages written before the planner's statistics are refreshed (or a fifth of the
 table, when that is more): plans stay right after a bulk load, before autovacuum."""
-OPERATORS = {"eq": "= {}", "in": "= ANY({})", "gt": "> {}", "ilike": "ILIKE {}"}
 
 
 class PostgresStore(SiamStore):
@@ -389,27 +389,3 @@ async def noted(
     async for batch in batches:
         collections.update(doc.collection for doc in batch)
         yield batch
-
-
-def where_sql(conditions: tuple[Condition, ...]) -> tuple[str, list[Any]]:
-    clauses = [
-        f"{column} {OPERATORS[op].format(f'${i}')}"
-        for i, (column, op, _) in enumerate(conditions, start=1)
-    ]
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), [c[2] for c in conditions]
-
-
-def require_asyncpg() -> Any:
-    return import_extra("asyncpg", "postgres")
-
-
-def open_errors(asyncpg: Any) -> tuple[type[Exception], ...]:
-    """What opening a database may raise: it is down, refuses us, or the URL is bad."""
-    errors: tuple[type[Exception], ...] = (
-        OSError,
-        TimeoutError,
-        ValueError,
-        asyncpg.PostgresError,
-        asyncpg.InterfaceError,
-    )
-    return errors

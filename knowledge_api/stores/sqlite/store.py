@@ -22,14 +22,10 @@ import numpy as np
 from knowledge_api.errors import BackendConnectionError, IndexingError, SearchError
 from knowledge_api.facets import Facets
 from knowledge_api.models import (
-    CollectionInfo,
     Document,
-    DocumentPage,
-    DocumentSummary,
     EmbedderIdentity,
     SearchFilters,
     SearchHit,
-    SourceInfo,
 )
 from knowledge_api.stores.base import embedder_mismatch
 from knowledge_api.stores.fusion import (
@@ -41,6 +37,7 @@ from knowledge_api.stores.fusion import (
 from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.keyword import query_terms
 from knowledge_api.stores.sqlite import catalog, search, writes
+from knowledge_api.stores.sqlite.catalog import SQLiteCatalog
 from knowledge_api.stores.sqlite.facets import FacetColumns
 from knowledge_api.stores.sqlite.file import SQLiteFile
 from knowledge_api.stores.sqlite.filtered import AllowedRows, allowed_rows
@@ -55,7 +52,7 @@ WRITE_BATCH = 500
 """Documents written per transaction by `index_documents`."""
 
 
-class SQLiteStore(HybridSearch, BesideTheFile):
+class SQLiteStore(SQLiteCatalog, HybridSearch, BesideTheFile):
     name = "sqlite"
     concurrent_candidates = True  # the keyword query runs on the reader thread
     keyword_aside = True
@@ -245,18 +242,6 @@ class SQLiteStore(HybridSearch, BesideTheFile):
         self._seen_own_write()
         return done
 
-    async def source_documents(self, collection: str, source: str) -> dict[str, str]:
-        return catalog.source_documents(self.file.db(), collection, source)
-
-    async def sources(self, collection: str | None = None) -> list[SourceInfo]:
-        return catalog.sources(self.file.db(), collection)
-
-    async def list_documents(self, page: DocumentPage) -> list[DocumentSummary]:
-        return catalog.list_documents(self.file.db(), page)
-
-    async def collection_stats(self) -> list[CollectionInfo]:
-        return catalog.collection_stats(self.file.db())
-
     # -- search -------------------------------------------------------------------
 
     async def vector_candidates(
@@ -345,12 +330,6 @@ class SQLiteStore(HybridSearch, BesideTheFile):
 
     # -- reads --------------------------------------------------------------------
 
-    async def get_by_id(self, doc_id: str) -> Document | None:
-        return catalog.document_by_id(self.file.db(), doc_id)
-
-    async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
-        return catalog.find_documents(self.file.db(), source_type, key, collection)
-
     async def document_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         return catalog.pairs(self.file.db(), "id, content_hash", "documents", "id", doc_ids)
 
@@ -362,18 +341,12 @@ class SQLiteStore(HybridSearch, BesideTheFile):
         rows = catalog.pairs(self.file.db(), columns, "chunks", "content_hash", hashes)
         return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows.items()}
 
-    async def collections(self) -> dict[str, int]:
-        return catalog.collections(self.file.db())
-
     async def iter_documents(self, collection: str) -> AsyncIterator[Document]:
         for doc in catalog.documents_in(self.file.db(), collection):
             vectors = await self.embeddings_by_hash([c.content_hash for c in doc.chunks])
             for chunk in doc.chunks:
                 chunk.embedding = vectors[chunk.content_hash]
             yield doc
-
-    async def count(self) -> int:
-        return int(self.file.db().execute("SELECT count(*) FROM documents").fetchone()[0])
 
     async def health_check(self) -> dict[str, Any]:
         try:

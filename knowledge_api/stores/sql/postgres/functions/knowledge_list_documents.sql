@@ -3,7 +3,8 @@ CREATE OR REPLACE FUNCTION knowledge_list_documents(
     after_id uuid DEFAULT NULL,
     list_source_type text DEFAULT NULL,
     list_source text DEFAULT NULL,
-    list_limit integer DEFAULT 100
+    list_limit integer DEFAULT 100,
+    list_readers text[] DEFAULT NULL
 ) RETURNS TABLE (id uuid, collection text, source_type text, source_id text, source text,
     title text, metadata jsonb, updated_at timestamptz, chunks bigint, created_at timestamptz,
     acl text[])
@@ -19,6 +20,8 @@ LANGUAGE sql STABLE AS $$
       AND d.id > coalesce(after_id, '00000000-0000-0000-0000-000000000000')
       AND (list_source_type IS NULL OR d.source_type = list_source_type)
       AND (list_source IS NULL OR d.source = list_source)
+      -- only what these principals may read (NULL: every document)
+      AND (list_readers IS NULL OR d.acl && list_readers)
     ORDER BY d.id
     LIMIT list_limit
 $$;

@@ -8,7 +8,8 @@ CREATE OR REPLACE FUNCTION search_siam_vectors_text(
     filter_metadata jsonb DEFAULT '{}',
     filter_collection text DEFAULT 'default',
     filter_where jsonb DEFAULT NULL,
-    filter_collections text[] DEFAULT NULL
+    filter_collections text[] DEFAULT NULL,
+    filter_acl text[] DEFAULT NULL
 ) RETURNS TABLE (
     id uuid,
     document_id uuid,
@@ -35,19 +36,34 @@ DECLARE
     searched text[] := coalesce(filter_collections, ARRAY[filter_collection]);
     terms tsquery := knowledge_any_terms(query_text);
     every tsquery := plainto_tsquery('english', query_text);
-    condition text := CASE WHEN filter_where IS NULL THEN 'true'
-                           ELSE knowledge_filter_sql(filter_where) END;
-    passes text := format($sql$ v.collection = ANY ($1)
-               AND ($2 IS NULL OR v.source_type = ANY ($2))
-               AND ($3 IS NULL OR v.organization = $3)
-               AND ($4 IS NULL OR v.division = $4)
-               AND ($5 IS NULL OR v.app_under_test = $5)
-               AND ($6 = '{}' OR v.metadata @> $6)
-               AND (%s) $sql$, condition);
+    bound integer := 2000;
+    allowed double precision;
+    wide boolean := false;
+    passes text;
     columns text := 'v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata, '
         '%s, v.organization, v.division, v.app_under_test, v.title, v.section, '
         'v.chunk_index, v.chunk_count, v.collection';
 BEGIN
+    IF filter_where IS NOT NULL THEN  -- the readers' principals join the rest of the tree
+        filter_where := knowledge_with_acl(filter_where, filter_acl);
+        passes := knowledge_passes_sql(filter_where);
+    ELSIF filter_acl IS NOT NULL AND btrim(query_text) <> '' THEN
+        -- Principals that let many passages through are tested on each row met (IS
+        -- TRUE: a bitmap of the access list's index would list a good share of the
+        -- table), and the search ranks as many of theirs as a search for everyone holds:
+        -- 2,000 times the share they may read, so it reads about as many rows whatever
+        -- the share (and finds them however they lie); never fewer than ten times the
+        -- results asked. Few are found through the index, and 2,000 of them ranked.
+        allowed := knowledge_planned_rows(filter_collection => filter_collection,
+            filter_where => knowledge_with_acl(NULL, filter_acl),
+            filter_collections => filter_collections);
+        wide := allowed > knowledge_exact_rows(match_count);
+        IF wide THEN
+            bound := least(2000, greatest(10 * match_count, ceil(2000 * allowed
+                / greatest((SELECT c.reltuples FROM pg_class c
+                            WHERE c.oid = 'siam_vectors'::regclass), 1))));
+        END IF;
+    END IF;
     IF filter_where IS NULL THEN  -- the static queries of before
         IF btrim(query_text) = '' THEN
             RETURN;
@@ -71,7 +87,9 @@ BEGIN
                    AND (filter_division IS NULL OR v.division = filter_division)
                    AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
                    AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
-                 LIMIT 2000)
+                   AND (filter_acl IS NULL OR CASE WHEN wide THEN (v.acl && filter_acl) IS TRUE
+                                             ELSE v.acl && filter_acl END)
+                 LIMIT bound)
                 UNION ALL
                 (
                 SELECT v.id, v.document_id, v.content, v.source_type, v.source_id, v.metadata,
@@ -86,7 +104,9 @@ BEGIN
                    AND (filter_division IS NULL OR v.division = filter_division)
                    AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
                    AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
-                 LIMIT 2000)
+                   AND (filter_acl IS NULL OR CASE WHEN wide THEN (v.acl && filter_acl) IS TRUE
+                                             ELSE v.acl && filter_acl END)
+                 LIMIT bound)
             ) m
             ORDER BY 7 DESC, 1
             LIMIT match_count;
@@ -110,6 +130,8 @@ BEGIN
           AND (filter_division IS NULL OR v.division = filter_division)
           AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
           AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
+          AND (filter_acl IS NULL OR CASE WHEN wide THEN (v.acl && filter_acl) IS TRUE
+                                     ELSE v.acl && filter_acl END)
         ORDER BY 7 DESC, v.id
         LIMIT match_count;
         RETURN;
