@@ -153,9 +153,7 @@ class LocalEmbedder(BatchEmbedder):
             out[rows] = results[index]
         return out
 
-    def _feeds(
-        self, texts: Sequence[str], batches: list[list[int]], pad_to: int
-    ) -> Iterator[Feed]:
+    def _feeds(self, texts: Sequence[str], batches: list[list[int]], pad_to: int) -> Iterator[Feed]:
         """The feeds of `texts`, a window at a time, each batch's rows appended to
         `batches` as it is made (tokenizing lazily: while earlier batches run)."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
