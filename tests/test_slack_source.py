@@ -17,7 +17,8 @@ from knowledge_api.connectors import slack as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
 from tests.cli_env import cli_settings, source_documents, sync_source
-from tests.slack_server import TEAM_URL, TOKEN, USERS, Slack, slack
+from tests.delegated import readable
+from tests.slack_server import TEAM_URL, TOKEN, USERS, Slack, email, slack
 
 ADD = ["sources", "add", "chat", "--kind", "slack", "--collection", "team"]
 
@@ -210,3 +211,54 @@ def test_an_unreachable_slack_stops_the_run_after_the_retries(
     capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1 and f"{url} is unreachable" in line and len(waits) == 5
+
+
+def test_private_channels_are_read_by_their_members_alone(
+    environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A public channel's threads are public; a private channel's are read by its
+    members (known by their e-mail addresses), and a change of members is followed by
+    the next run, without writing a thread again."""
+    alice, bob, carol = (email(user) for user in USERS)
+    fake.channels["C02INCIDENT"].members = ["U01ALICE", "U03CAROL", "U09BOT"]
+    assert add(fake) == 0
+    assert sync(capsys)[0] == 0
+    docs = stored(environment)
+    general = {s for s, d in docs.items() if d.metadata["channel_id"] == "C01GENERAL"}
+    incidents = set(docs) - general
+    assert len(general) == 2 and len(incidents) == 2
+    assert {docs[s].acl for s in incidents} == {("group:slack:C02INCIDENT",)}
+    assert {docs[s].acl for s in general} == {("public",)}
+    users = (alice, bob, carol, "mallory@acme.example.com")
+    seen = readable(environment, "team", "chat", users)
+    assert seen == {alice: set(docs), bob: general, carol: set(docs), users[3]: general}
+
+    fake.channels["C02INCIDENT"].members = ["U02BOB", "U03CAROL", "U09BOT"]
+    assert sync(capsys) == (0, "team/chat: 0 added, 0 updated, 0 unchanged, 0 deleted")
+    seen = readable(environment, "team", "chat", (alice, bob))
+    assert seen == {alice: general, bob: set(docs)}
+
+    # the bot removed from the channel: nobody is its member any more; the mapping
+    # turned off: the source's own access list (closed) applies again
+    assert main(["groups", "set", bob, "oncall"]) == 0  # set by hand: kept
+    fake.channels["C02INCIDENT"].member = False
+    assert sync(capsys)[0] == 0
+    assert readable(environment, "team", "chat", (bob,)) == {bob: general}
+    fake.channels["C02INCIDENT"].member = True
+    assert sync(capsys)[0] == 0
+    assert readable(environment, "team", "chat", (bob,)) == {bob: set(docs)}
+    assert main(["sources", "remove", "chat", "--collection", "team"]) == 0
+    assert add(fake, "--set", "permissions=off") == 0
+    capsys.readouterr()
+    assert sync(capsys)[0] == 0
+    assert readable(environment, "team", "chat", (bob,)) == {bob: set()}
+    assert main(["groups", "get", bob]) == 0
+    assert "oncall" in capsys.readouterr().out
+
+
+def test_an_explicit_access_list_wins_over_slack_permissions(
+    environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert add(fake, "--acl", "group:support") == 0
+    assert sync(capsys)[0] == 0
+    assert {d.acl for d in stored(environment).values()} == {("group:support",)}

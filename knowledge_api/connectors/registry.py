@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from knowledge_api.connectors import access
 from knowledge_api.connectors.base import Connector, Runtime, Window
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import ConnectorSource
@@ -34,10 +35,20 @@ def read(
 ) -> tuple[Window, set[str] | None]:
     """The window of the items updated since `since` (all of them when empty), and when
     the run prunes (or the read learned them anyway) every source id its service still
-    has; None otherwise. Blocking (a connector's client): run it in a thread."""
+    has; None otherwise. A kind that maps its service's permissions also says who is in
+    each group the window's documents name or the source granted before (`members`).
+    Blocking (a connector's client): run it in a thread."""
     connector = connector_for(source, collection, runtime)
     try:
         window = connector.changed(since)
+        members = getattr(connector, "members", None)
+        if members is not None:
+            # a source whose mapping is off takes back what it granted before
+            window.permissions = access.follows(source)
+            named = access.groups_named((doc.acl for doc in window.documents), "")
+            groups = named | source.members.keys()
+            window.members, problems = members(groups) if window.permissions else ({}, [])
+            window.problems.extend(problems)
         if window.seen is not None:
             return window, window.seen
         return window, connector.visible() if prune else None

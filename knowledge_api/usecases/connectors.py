@@ -27,6 +27,7 @@ from knowledge_api.errors import InvalidRequest, KnowledgeAPIError, NotFound
 from knowledge_api.ledger import DONE, FAILED, MAX_AUDITED_IDS, RUNNING, Actor, Job, changes
 from knowledge_api.models import ConnectorSource, Document, SourceInfo
 from knowledge_api.service import KnowledgeService
+from knowledge_api.usecases import memberships
 from knowledge_api.usecases.sources import MirrorPlan, MirrorReport, mirror, plan_mirror
 
 log = logging.getLogger("knowledge_api.connectors")
@@ -215,7 +216,9 @@ async def run_source(
             source, info.collection, since, prune and bool(owned)
         )
         documents = latest(window.documents)
-        plan = await plan_mirror(service, documents, info.name, info.collection, False)
+        plan = await plan_mirror(
+            service, documents, info.name, info.collection, False, own_acl=window.permissions
+        )
         if seen is not None:
             plan.deleted = {i: sid for i, sid in owned.items() if not seen_in(sid, seen)}
             plan.check_deletions(settings.prune_max_fraction, allow_mass_delete)
@@ -234,7 +237,8 @@ async def run_source(
         return await stopped(service, info, source, result, e, dry_run)
     finished = datetime.now(UTC).isoformat(timespec="seconds")
     cursor = window.cursor or validation.utc_text(started)
-    moved = source.moved(cursor, finished, prune or seen is not None, result.warning)
+    granted = await memberships.follow(service, info, source, window.members, actor)
+    moved = source.moved(cursor, finished, prune or seen is not None, result.warning, granted)
     await service.sources.note_connector(info.collection, info.name, moved.to_json())
     if plan.changed or result.report.deleted:
         removed = list(plan.deleted)

@@ -28,10 +28,14 @@ from knowledge_api.models import (
     SourceInfo,
     document_id,
 )
+from knowledge_api.ledger import Actor
 from knowledge_api.principals import PUBLIC_ACL
 from knowledge_api.service import KnowledgeService
+from knowledge_api.usecases import memberships
 
 MAX_PAGE = 500
+REMOVED = Actor("sources-remove")
+"""Who takes back a removed source's groups, as the audit trail names it."""
 
 
 class SourceOverlap(KnowledgeAPIError):
@@ -131,6 +135,7 @@ async def plan_mirror(
     kept: Callable[[str], bool] = lambda source_id: False,
     root: str = "",
     acl: tuple[str, ...] | None = None,
+    own_acl: bool = False,
 ) -> MirrorPlan:
     """What mirroring `documents` as `source` would do; with `prune`, the stored documents
     it no longer produces are to be deleted, except those whose source id `kept` keeps (a
@@ -138,12 +143,15 @@ async def plan_mirror(
     files: their source ids are relative to it, or URLs under it), SourceOverlap when
     another source of the collection indexes one of these files already. Each document
     takes `acl`, or the source's own access list (knowledge_api.principals), unless its
-    connector gave it one."""
+    connector gave it one. With `own_acl` (a connector following its service's
+    permissions) the documents keep theirs unless the source has a list of its own that
+    is not empty (closed, the default of a connector source, leaves them theirs)."""
     incoming = list(documents)
     given = acl if acl is not None else await service.sources.acl_of(collection, source)
+    keep = own_acl and not given
     for doc in incoming:
         doc.source = source
-        if given is not None and doc.acl == PUBLIC_ACL:
+        if given is not None and not keep and (own_acl or doc.acl == PUBLIC_ACL):
             doc.acl = given
     if root:
         await refuse_overlap(service, incoming, source, collection, root)
@@ -316,7 +324,11 @@ async def delete_source(
 ) -> list[str] | None:
     """The ids of the source's documents, deleted with it; None when the collection
     has no such source (404 `collection_not_found`, listing those the caller may read,
-    when the collection itself holds nothing)."""
+    when the collection itself holds nothing). The groups a connector source granted
+    from its service's permissions are taken back."""
+    for info, source in await service.catalog.connector_sources(collection):
+        if info.name == name and source.members:
+            await memberships.follow(service, info, source, {}, REMOVED)
     had, owned = await service.sources.delete(collection, name)
     if not had:
         await require_collection(service, collection, visible)
