@@ -20,13 +20,14 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
+from knowledge_api.connectors import github_access
 from knowledge_api.connectors.base import Runtime, Window, check_settings, secret, split
 from knowledge_api.connectors.http import SourceHTTP
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.models import ConnectorSource, Document
 
 SOURCE_TYPE = "git"
-SETTINGS = ("repos", "timeout")
+SETTINGS = ("repos", "timeout", *github_access.SETTINGS)
 SECRETS = ("token",)
 PER_PAGE = 100
 API_VERSION = "2022-11-28"
@@ -61,8 +62,10 @@ class GitHubConnector:
         state: dict[str, str] = {}
         for repo in self.repos:
             newest = since.get(repo, "")
+            acl: tuple[str, ...] | None = None
             for issue in self.issues(repo, earlier(newest, self.runtime.overlap)):
-                documents.append(self.document(repo, issue))
+                acl = acl or github_access.acl(self, repo)
+                documents.append(self.document(repo, issue, acl))
                 newest = max(newest, str(issue.get("updated_at") or ""))
             state[repo] = newest
         if not any(since.get(repo) for repo in self.repos):
@@ -73,6 +76,9 @@ class GitHubConnector:
         if self.listed is not None:
             return self.listed
         return {item_id(repo, issue) for repo in self.repos for issue in self.issues(repo, "")}
+
+    def members(self, groups: set[str]) -> tuple[dict[str, set[str]], list[str]]:
+        return github_access.members(self, groups)
 
     def close(self) -> None:
         if self.http is not None:
@@ -111,7 +117,7 @@ class GitHubConnector:
             if isinstance(issue.get("number"), int):
                 yield issue
 
-    def document(self, repo: str, issue: dict[str, Any]) -> Document:
+    def document(self, repo: str, issue: dict[str, Any], acl: tuple[str, ...]) -> Document:
         number = issue["number"]
         pull = isinstance(issue.get("pull_request"), dict)
         comments = []
@@ -152,6 +158,7 @@ class GitHubConnector:
             collection=self.collection,
             created_at=str(issue.get("created_at") or ""),
             updated_at=str(issue.get("updated_at") or ""),
+            acl=acl,
         )
 
 
@@ -240,6 +247,7 @@ def check(source: ConnectorSource) -> None:
             "url", "must be the API root: https://api.github.com or https://HOST/api/v3"
         )
     check_settings(source, SETTINGS, SECRETS)
+    github_access.check(source)
     repos = split(source.settings.get("repos", ""))
     if not repos:
         raise InvalidRequest("settings.repos", "a GitHub source needs --set repos=OWNER/NAME,...")
