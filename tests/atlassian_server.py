@@ -26,6 +26,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from tests import loopback
+from tests.atlassian_permissions import JiraPermissions
 
 EMAIL, TOKEN = "ada@example.com", "api-token-s3cret"
 PAT = "pat-s3cret-0123456789"
@@ -57,6 +58,8 @@ class Issue:
     reporter: str = "Ada Lovelace"
     resolution: str | None = None
     parent: str | None = None
+    security: str | None = None
+    """The issue's security level, when it has one."""
     comments: list[Comment] = field(default_factory=list)
     indexed: datetime | None = None
     """The `updated` the search index holds, when it lags behind (None: caught up)."""
@@ -99,6 +102,8 @@ class Atlassian:
         """The most issues a search page holds, whatever it asked (Jira may answer fewer)."""
         self.confluence: Any = None
         """A Confluence's state (tests/confluence fake), when it answers too."""
+        self.permissions = JiraPermissions(cloud)
+        """Who may browse each project (tests/atlassian_permissions.py)."""
 
     # -- the test's side ------------------------------------------------------------
 
@@ -164,6 +169,9 @@ class Atlassian:
         found = re.fullmatch(rf"{api}/issue/([A-Z]+-\d+)/comment", path)
         if found:
             return self.comment_page(found.group(1), params)
+        granted = self.permissions.answer(path, params, api, self.projects())
+        if granted is not None:
+            return granted
         return 404, {}, {"errorMessages": [f"no {path}"]}
 
     def search(self, params: dict[str, str]) -> tuple[int, dict[str, str], Any]:
@@ -228,6 +236,8 @@ class Atlassian:
                 "startAt": 0,
             },
         }
+        if issue.security:
+            everything["security"] = {"id": "10001", "name": issue.security}
         if issue.parent:
             everything["parent"] = {"id": "1", "key": issue.parent, "fields": {"summary": "Parent"}}
         return {
