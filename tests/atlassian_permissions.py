@@ -103,3 +103,70 @@ class JiraPermissions:
                 actors.append({"id": n, "type": "atlassian-user-role-actor",
                                "displayName": user.title(), **shape})  # fmt: skip
         return {"id": int(role), "name": "Developers", "actors": actors}
+
+
+@dataclass
+class ConfluencePermissions:
+    """Each space's `read` grants (users, groups, anonymous access; the group
+    `confluence-users` unless the test says otherwise) and each page's view
+    restrictions (users and groups)."""
+
+    cloud: bool
+    site: Site = field(default_factory=Site)
+    readers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    restricted: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    """Page id -> {"user": [...], "group": [...]}: who may view it."""
+
+    def subjects(self, users: list[str], groups: list[str]) -> dict[str, Any]:
+        return {
+            "user": {"results": [self.site.account(u, self.cloud, "email") | {"type": "known"}
+                                 for u in users], "size": len(users)},
+            "group": {"results": [{"type": "group", "name": g, "id": group_id(g)}
+                                  for g in groups], "size": len(groups)},
+        }  # fmt: skip
+
+    def restrictions(self, page_id: str) -> dict[str, Any]:
+        """A page's `restrictions` as the content API expands them."""
+        named = self.restricted.get(page_id, {})
+        subjects = self.subjects(named.get("user", []), named.get("group", []))
+        return {
+            "read": {"operation": "read", "restrictions": subjects},
+            "update": {"operation": "update", "restrictions": self.subjects([], [])},
+        }
+
+    def space(self, key: str) -> dict[str, Any]:
+        given = self.readers.get(key, {"groups": ["confluence-users"]})
+        grants = [
+            {"id": 1, "subjects": self.subjects(given.get("users", []), given.get("groups", [])),
+             "operation": {"operation": "read", "targetType": "space"},
+             "anonymousAccess": False, "unlicensedAccess": False},
+            {"id": 2, "subjects": self.subjects([], ["site-admins"]),
+             "operation": {"operation": "administer", "targetType": "space"},
+             "anonymousAccess": False, "unlicensedAccess": False},
+        ]  # fmt: skip
+        if given.get("anonymous"):
+            grants.append({"id": 3, "operation": {"operation": "read", "targetType": "space"},
+                           "anonymousAccess": True, "unlicensedAccess": False})  # fmt: skip
+        return {"id": 1, "key": key, "name": key, "type": "global", "permissions": grants}
+
+    def answer(self, path: str, params: dict[str, str], spaces: set[str]) -> Answer | None:
+        found = re.fullmatch(r"/rest/api/space/(\w+)", path)
+        if found is not None:
+            if found.group(1) not in spaces:
+                return 404, {}, {"statusCode": 404, "message": "No space"}
+            return 200, {}, self.space(found.group(1))
+        found = re.fullmatch(r"/rest/api/group/(?:([^/]+)/)?member", path)
+        if found is not None:
+            name = found.group(1) or group_name(params)
+            status, headers, body = self.site.members(name, {}, self.cloud, "email")
+            if status != 200:
+                return status, headers, body
+            results = [v | {"type": "known"} for v in body["values"]]
+            return 200, {}, {"results": results, "start": 0, "limit": 200, "size": len(results),
+                             "_links": {}}  # fmt: skip
+        if path == "/rest/api/user":
+            account = params.get("accountId", "")
+            if account not in self.site.accounts:
+                return 404, {}, {"statusCode": 404, "message": "No user"}
+            return 200, {}, self.site.account(account, self.cloud, "email") | {"type": "known"}
+        return None

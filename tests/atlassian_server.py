@@ -26,7 +26,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from tests import loopback
-from tests.atlassian_permissions import JiraPermissions
+from tests.atlassian_permissions import ConfluencePermissions, JiraPermissions
 
 EMAIL, TOKEN = "ada@example.com", "api-token-s3cret"
 PAT = "pat-s3cret-0123456789"
@@ -462,14 +462,22 @@ class Confluence:
         self.context = context
         self.pages: dict[str, Page] = {}
         self.url = ""
+        self.permissions = ConfluencePermissions(cloud=context == "/wiki")
+        """Who may read each space and page (tests/atlassian_permissions.py)."""
 
     def handles(self, path: str) -> bool:
-        return path.startswith(f"{self.context}/rest/api/content") or path.startswith(
-            f"{self.context}/download/"
-        )
+        return any(
+            path.startswith(f"{self.context}{part}")
+            for part in ("/rest/api/content", "/download/", "/rest/api/space/",
+                         "/rest/api/group/", "/rest/api/user")
+        )  # fmt: skip
 
     def answer(self, path: str, params: dict[str, str]) -> tuple[int, dict[str, str], Any]:
         path = path[len(self.context) :]
+        spaces = {page.space for page in self.pages.values()}
+        granted = self.permissions.answer(path, params, spaces)
+        if granted is not None:
+            return granted
         if path == "/rest/api/content/search":
             return self.search(params)
         found = re.fullmatch(r"/download/attachments/(\d+)/([^/]+)", path)
@@ -546,8 +554,11 @@ class Confluence:
             },
             "ancestors": [
                 {"id": a.id, "type": "page", "status": "current", "title": a.title}
+                | ({"restrictions": self.permissions.restrictions(a.id)}
+                   if "ancestors.restrictions.read.restrictions.user" in expand else {})
                 for a in self.ancestors(page)
             ],
+            "restrictions": self.permissions.restrictions(page.id),
             "body": {"storage": {"value": page.body, "representation": "storage"}},
             "metadata": {
                 "labels": {
