@@ -62,12 +62,18 @@ class JiraPermissions:
     def holders(self, project: str) -> list[dict[str, Any]]:
         return self.browse.get(project, [{"type": "applicationRole"}])
 
-    def answer(self, path: str, params: dict[str, str], api: str, projects: set[str]) -> Answer | None:
+    def answer(
+        self, path: str, params: dict[str, str], api: str, projects: set[str]
+    ) -> Answer | None:
         found = re.fullmatch(rf"{api}/project/([A-Z]+)/(permissionscheme|role/(\d+))", path)
         if found is not None:
-            project, what, role = found.groups()
+            project, _, role = found.groups()
             if project not in projects:
-                return 404, {}, {"errorMessages": [f"No project could be found with key '{project}'."]}
+                return (
+                    404,
+                    {},
+                    {"errorMessages": [f"No project could be found with key '{project}'."]},
+                )
             if role is None:
                 return 200, {}, self.scheme(project)
             return 200, {}, self.role(project, role)

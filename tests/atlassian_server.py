@@ -554,8 +554,11 @@ class Confluence:
             },
             "ancestors": [
                 {"id": a.id, "type": "page", "status": "current", "title": a.title}
-                | ({"restrictions": self.permissions.restrictions(a.id)}
-                   if "ancestors.restrictions.read.restrictions.user" in expand else {})
+                | (
+                    {"restrictions": self.permissions.restrictions(a.id)}
+                    if "ancestors.restrictions.read.restrictions.user" in expand
+                    else {}
+                )
                 for a in self.ancestors(page)
             ],
             "restrictions": self.permissions.restrictions(page.id),

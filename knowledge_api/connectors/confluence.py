@@ -37,10 +37,7 @@ SETTINGS = (*atlassian.SETTINGS, "spaces", "cql", "time_zone", access.SETTING)
 PAGE = 50
 """Pages a search asks for with their bodies (Cloud's most with `body.storage`)."""
 IDS_PAGE = 200
-EXPAND = (
-    "body.storage,version,space,ancestors,metadata.labels,history,"
-    + confluence_access.EXPAND
-)
+EXPAND = "body.storage,version,space,ancestors,metadata.labels,history," + confluence_access.EXPAND
 ATTACHED = (*PDF, *DOCX, *PPTX, *HTML)
 EARLIEST_CLOCK = "Etc/GMT+12"
 """UTC-12: a time written so is read as no later than meant in any time zone."""

@@ -90,7 +90,9 @@ class SpaceAccess:
 
     def subjects(self, subjects: dict[str, Any]) -> set[str]:
         """The users named and the members of the groups named."""
-        users = self.directory.users((account_of(u), u.get("email")) for u in results(subjects, "user"))
+        users = self.directory.users(
+            (account_of(u), u.get("email")) for u in results(subjects, "user")
+        )
         for group in results(subjects, "group"):
             users |= self.group_members(group)
         return users

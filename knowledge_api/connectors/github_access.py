@@ -45,13 +45,13 @@ def acl(connector: GitHubConnector, repo: str) -> tuple[str, ...]:
     return (access.PUBLIC,) if public else (access.principal(PREFIX + repo),)
 
 
-def members(
-    connector: GitHubConnector, groups: set[str]
-) -> tuple[access.Members, list[str]]:
+def members(connector: GitHubConnector, groups: set[str]) -> tuple[access.Members, list[str]]:
     """The collaborators of each repository's group among `groups` (none for a
     repository gone)."""
     by_login = connector.source.settings.get("identity", "email") == "login"
-    directory = access.Directory(lambda login: login.lower() if by_login else email(connector, login))
+    directory = access.Directory(
+        lambda login: login.lower() if by_login else email(connector, login)
+    )
     found: access.Members = {}
     for group in sorted(g for g in groups if g.startswith(PREFIX)):
         repo = group[len(PREFIX) :]

@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from knowledge_api.connectors import access, atlassian
-from knowledge_api.connectors.jira_access import ProjectAccess
 from knowledge_api.connectors.base import Runtime, Window, check_settings
 from knowledge_api.connectors.http import Retries, SourceHTTP
+from knowledge_api.connectors.jira_access import ProjectAccess
 from knowledge_api.connectors.markup import adf_text, wiki_text
 from knowledge_api.errors import ConnectorFailed
 from knowledge_api.models import ConnectorSource, Document

@@ -65,11 +65,15 @@ class ProjectAccess:
             path = f"{self.jira.api}/project/{project}/permissionscheme"
             body = self.answer(path, {"expand": "permissions"}, "permission scheme")
             grants = body.get("permissions") if isinstance(body, dict) else None
-            self.grants[project] = None if body is None else [
-                grant.get("holder") or {}
-                for grant in grants or []
-                if isinstance(grant, dict) and grant.get("permission") == BROWSE
-            ]
+            self.grants[project] = (
+                None
+                if body is None
+                else [
+                    grant.get("holder") or {}
+                    for grant in grants or []
+                    if isinstance(grant, dict) and grant.get("permission") == BROWSE
+                ]
+            )
         return self.grants[project]
 
     def holder_users(self, project: str, holder: dict[str, Any]) -> set[str]:

@@ -29,9 +29,7 @@ def acl(channel: dict[str, Any]) -> tuple[str, ...]:
     return (access.principal(PREFIX + str(channel["id"])),)
 
 
-def members(
-    connector: SlackConnector, groups: set[str]
-) -> tuple[access.Members, list[str]]:
+def members(connector: SlackConnector, groups: set[str]) -> tuple[access.Members, list[str]]:
     """The members of each private channel's group among `groups`."""
     directory = access.Directory(lambda user: email(connector, user))
     found: access.Members = {}

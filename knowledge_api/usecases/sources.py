@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import orjson
 
 from knowledge_api.errors import CollectionNotFound, InvalidRequest, KnowledgeAPIError
+from knowledge_api.ledger import Actor
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
     CollectionInfo,
@@ -28,7 +29,6 @@ from knowledge_api.models import (
     SourceInfo,
     document_id,
 )
-from knowledge_api.ledger import Actor
 from knowledge_api.principals import PUBLIC_ACL
 from knowledge_api.service import KnowledgeService
 from knowledge_api.usecases import memberships
