@@ -262,3 +262,22 @@ def test_an_explicit_access_list_wins_over_slack_permissions(
     assert add(fake, "--acl", "group:support") == 0
     assert sync(capsys)[0] == 0
     assert {d.acl for d in stored(environment).values()} == {("group:support",)}
+
+
+def test_a_group_two_sources_give_stays_while_one_still_gives_it(
+    environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bob = email("U02BOB")
+    assert add(fake) == 0
+    assert main([*ADD[:2], "chat2", *ADD[3:-1], "team2", "--url", fake.url,
+                 "--secret", "token=SLACK_TOKEN_FOR_TESTS"]) == 0  # fmt: skip
+    assert sync(capsys)[0] == 0 and sync_source(capsys, "chat2")[0] == 0
+    assert main(["sources", "remove", "chat", "--collection", "team"]) == 0
+    capsys.readouterr()
+    assert main(["groups", "get", bob]) == 0
+    assert "slack:C02INCIDENT" in capsys.readouterr().out
+    assert len(readable(environment, "team2", "chat2", (bob,))[bob]) == 4
+    assert main(["sources", "remove", "chat2", "--collection", "team2"]) == 0
+    capsys.readouterr()
+    assert main(["groups", "get", bob]) == 0
+    assert "slack:C02INCIDENT" not in capsys.readouterr().out

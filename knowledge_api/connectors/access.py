@@ -5,9 +5,10 @@ principals the service's permissions make, source-qualified (`group:jira:OPS`,
 `group:confluence:ENG`, `group:slack:C0123`, `group:github:acme/api`), or `public` for
 what the service shows to everyone in the organisation (a public Slack channel, a public
 repository). It also answers `members(groups)`: the user ids in each of those groups as
-the service says now. The run (usecases/memberships.py) gives each user the groups a
-source grants and takes back those it no longer grants, so a reader named by
-`X-Knowledge-User` reads what the service lets them read.
+the service says now, leaving out a group whose object is gone (a channel the bot left,
+a repository deleted): the run then drops it. The run (usecases/memberships.py) gives
+each user the groups a source grants and takes back those it no longer grants, so a
+reader named by `X-Knowledge-User` reads what the service lets them read.
 
 A user's id is the e-mail address the service shows for the account, lower-cased; an
 account whose address the service does not show (its privacy settings, a bot) gets no
@@ -19,10 +20,12 @@ document's list, and the groups are still filled for other sources to use.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from knowledge_api.errors import InvalidRequest
+from knowledge_api.connectors.http import SourceHTTP
+from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.models import ConnectorSource
 
 SETTING = "permissions"
@@ -57,6 +60,26 @@ def user_id(email: Any) -> str:
     """The id of an account as the service's e-mail address makes it ('' for none)."""
     text = str(email or "").strip().lower()
     return text if "@" in text and " " not in text and "," not in text else ""
+
+
+@contextmanager
+def needing(permission: str) -> Iterator[None]:
+    """A call of the mapping the service refuses (403) stops the run saying what it
+    takes: `permission`, or turning the mapping off."""
+    try:
+        yield
+    except ConnectorFailed as e:
+        if e.details.get("status") != 403:
+            raise
+        said = f"{e.message}; {permission} (or --set permissions=off)"
+        raise ConnectorFailed(said, **e.details) from e
+
+
+def fetch(http: SourceHTTP, path: str, params: dict[str, Any] | None, permission: str) -> Any:
+    """The decoded answer of a call of the mapping; None for something gone (404)."""
+    with needing(permission):
+        response = http.request("GET", path, answers=(404,), params=params)
+    return None if response.status_code == 404 else response.json()
 
 
 class Directory:

@@ -32,6 +32,7 @@ READ = "restrictions.read.restrictions.user,restrictions.read.restrictions.group
 EXPAND = f"{READ},ancestors.{READ.replace(',', ',ancestors.')}"
 """What a page is read with for its line's restrictions (in the search's expansion)."""
 LINE = f"space,ancestors,{EXPAND}"
+NEEDS = "reading who may view a space takes an account that may administer it"
 
 
 class SpaceAccess:
@@ -59,7 +60,9 @@ class SpaceAccess:
         found: access.Members = {}
         for group in sorted(g for g in groups if g.startswith(PREFIX)):
             space, _, page_id = group[len(PREFIX) :].partition(":")
-            found[group] = self.page_readers(space, page_id) if page_id else self.space(space)[1]
+            readers = self.page_readers(space, page_id) if page_id else self.space(space)[1]
+            if readers is not None:  # None: the page is gone, and so is its group
+                found[group] = readers
         return found, self.directory.problems("Confluence")
 
     def space(self, key: str) -> tuple[bool, set[str]]:
@@ -75,12 +78,12 @@ class SpaceAccess:
             self.spaces[key] = (anonymous, readers)
         return self.spaces[key]
 
-    def page_readers(self, space: str, page_id: str) -> set[str]:
+    def page_readers(self, space: str, page_id: str) -> set[str] | None:
         """The space's readers who pass the restrictions of the page and its ancestors
-        (none for a page gone)."""
+        (None for a page gone)."""
         page = self.answer(f"/rest/api/content/{page_id}", {"expand": LINE})
         if page is None:
-            return set()
+            return None
         anonymous, readers = self.space(space)
         allowed: set[str] | None = None if anonymous else set(readers)
         for _, subjects in restricted(page):
@@ -120,18 +123,7 @@ class SpaceAccess:
         return access.user_id(found.get("email"))
 
     def answer(self, path: str, params: dict[str, Any]) -> Any:
-        """The decoded answer; None for something gone (404)."""
-        try:
-            response = self.wiki.client().request("GET", path, answers=(404,), params=params)
-        except ConnectorFailed as e:
-            if e.details.get("status") != 403:
-                raise
-            raise ConnectorFailed(
-                f"{e.message}; reading who may view a space takes an account that may "
-                "administer it (or --set permissions=off)",
-                **e.details,
-            ) from e
-        return None if response.status_code == 404 else response.json()
+        return access.fetch(self.wiki.client(), path, params, NEEDS)
 
 
 def restricted(page: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

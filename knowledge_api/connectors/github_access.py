@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from knowledge_api.connectors import access
-from knowledge_api.errors import ConnectorFailed, InvalidRequest
+from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import ConnectorSource
 
 if TYPE_CHECKING:
@@ -46,8 +46,8 @@ def acl(connector: GitHubConnector, repo: str) -> tuple[str, ...]:
 
 
 def members(connector: GitHubConnector, groups: set[str]) -> tuple[access.Members, list[str]]:
-    """The collaborators of each repository's group among `groups` (none for a
-    repository gone)."""
+    """The collaborators of each repository's group among `groups` (a repository gone
+    is left out: its group lapses)."""
     by_login = connector.source.settings.get("identity", "email") == "login"
     directory = access.Directory(
         lambda login: login.lower() if by_login else email(connector, login)
@@ -57,18 +57,9 @@ def members(connector: GitHubConnector, groups: set[str]) -> tuple[access.Member
         repo = group[len(PREFIX) :]
         gone = connector.client().request("GET", f"/repos/{repo}", answers=(404,))
         if gone.status_code == 404:
-            found[group] = set()
-            continue
-        try:
+            continue  # the repository is gone: so is its group
+        with access.needing(f"listing the collaborators of {repo} takes a token that may push"):
             people = list(connector.listing(f"/repos/{repo}/collaborators", {"affiliation": "all"}))
-        except ConnectorFailed as e:
-            if e.details.get("status") != 403:
-                raise
-            raise ConnectorFailed(
-                f"{e.message}; listing the collaborators of {repo} takes a token that may "
-                "push to it (or --set permissions=off)",
-                **e.details,
-            ) from e
         found[group] = directory.users((login(person), None) for person in people)
     return found, directory.problems("GitHub")
 

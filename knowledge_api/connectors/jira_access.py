@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from knowledge_api.connectors import access
-from knowledge_api.errors import ConnectorFailed
 
 if TYPE_CHECKING:
     from knowledge_api.connectors.jira import JiraConnector
@@ -53,8 +52,11 @@ class ProjectAccess:
         found: access.Members = {}
         for group in sorted(g for g in groups if g.startswith(PREFIX)):
             project = group[len(PREFIX) :]
+            holders = self.holders(project)
+            if holders is None:
+                continue  # the project is gone: so is its group
             found[group] = set()
-            for holder in self.holders(project) or []:
+            for holder in holders:
                 found[group] |= self.holder_users(project, holder)
         return found, self.directory.problems("Jira")
 
@@ -124,17 +126,8 @@ class ProjectAccess:
 
     def answer(self, path: str, params: dict[str, Any] | None, what: str) -> Any:
         """The decoded answer; None for something gone (404)."""
-        try:
-            response = self.jira.client().request("GET", path, answers=(404,), params=params)
-        except ConnectorFailed as e:
-            if e.details.get("status") != 403:
-                raise
-            raise ConnectorFailed(
-                f"{e.message}; reading the {what} takes an account with Administer Jira or "
-                "Administer projects (or --set permissions=off)",
-                **e.details,
-            ) from e
-        return None if response.status_code == 404 else response.json()
+        needs = f"reading the {what} takes an account with Administer Jira or Administer projects"
+        return access.fetch(self.jira.client(), path, params, needs)
 
 
 def account_of(user: dict[str, Any], cloud: bool) -> str:

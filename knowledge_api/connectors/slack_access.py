@@ -30,7 +30,8 @@ def acl(channel: dict[str, Any]) -> tuple[str, ...]:
 
 
 def members(connector: SlackConnector, groups: set[str]) -> tuple[access.Members, list[str]]:
-    """The members of each private channel's group among `groups`."""
+    """The members of each private channel's group among `groups` (a channel gone, or
+    that the bot left, is left out: its group lapses)."""
     directory = access.Directory(lambda user: email(connector, user))
     found: access.Members = {}
     for group in sorted(g for g in groups if g.startswith(PREFIX)):
@@ -44,7 +45,7 @@ def members(connector: SlackConnector, groups: set[str]) -> tuple[access.Members
         except ConnectorFailed as e:
             if e.details.get("error") not in GONE:
                 raise
-            accounts = []
+            continue  # the channel is gone for the bot: so is its group
         found[group] = directory.users((account, None) for account in accounts)
     return found, directory.problems("Slack")
 

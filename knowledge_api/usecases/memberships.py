@@ -60,4 +60,5 @@ async def follow(
     if added or removed:
         changed = {"source": info.name, "granted": added, "revoked": removed}
         await service.audit(actor, f"sources sync {info.name} groups", info.collection, changed)
-    return {group: sorted(users) for group, users in sorted(members.items()) if users}
+    # a group with nobody in it now is kept, to be asked again; one gone is not
+    return {group: sorted(users) for group, users in sorted(members.items())}
