@@ -19,13 +19,27 @@ names on Server and Data Center, whose REST API shows no address.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from knowledge_api.connectors import access
+from knowledge_api.connectors.http import SourceHTTP
 from knowledge_api.errors import ConnectorFailed
+from knowledge_api.models import ConnectorSource
 
-if TYPE_CHECKING:
-    from knowledge_api.connectors.confluence import ConfluenceConnector
+
+class Wiki(Protocol):
+    """What the mapping reads through (connectors/confluence.py)."""
+
+    source: ConnectorSource
+    cloud: bool
+
+    def client(self) -> SourceHTTP: ...
+
+    def listing(
+        self, path: str, params: dict[str, Any], key: str = "id"
+    ) -> Iterator[dict[str, Any]]: ...
+
 
 PREFIX = "confluence:"
 READ = "restrictions.read.restrictions.user,restrictions.read.restrictions.group"
@@ -38,7 +52,7 @@ NEEDS = "reading who may view a space takes an account that may administer it"
 class SpaceAccess:
     """The readers of one run's spaces and restricted pages, each asked once."""
 
-    def __init__(self, connector: ConfluenceConnector) -> None:
+    def __init__(self, connector: Wiki) -> None:
         self.wiki = connector
         self.spaces: dict[str, tuple[bool, set[str]]] = {}
         self.groups: dict[str, set[str]] = {}

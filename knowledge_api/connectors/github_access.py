@@ -13,14 +13,24 @@ enterprise) are not listed: they do not read it here, which errs on the closed s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from knowledge_api.connectors import access
+from knowledge_api.connectors.http import SourceHTTP
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import ConnectorSource
 
-if TYPE_CHECKING:
-    from knowledge_api.connectors.github import GitHubConnector
+
+class GitHub(Protocol):
+    """What the mapping reads through (connectors/github.py)."""
+
+    source: ConnectorSource
+
+    def client(self) -> SourceHTTP: ...
+
+    def listing(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]: ...
+
 
 PREFIX = "github:"
 IDENTITIES = ("email", "login")
@@ -33,7 +43,7 @@ def check(source: ConnectorSource) -> None:
         raise InvalidRequest("settings.identity", "must be email or login")
 
 
-def acl(connector: GitHubConnector, repo: str) -> tuple[str, ...]:
+def acl(connector: GitHub, repo: str) -> tuple[str, ...]:
     """Who may read a repository's items: everyone for a public one, else its group."""
     if not access.follows(connector.source):
         return (access.PUBLIC,)
@@ -45,7 +55,7 @@ def acl(connector: GitHubConnector, repo: str) -> tuple[str, ...]:
     return (access.PUBLIC,) if public else (access.principal(PREFIX + repo),)
 
 
-def members(connector: GitHubConnector, groups: set[str]) -> tuple[access.Members, list[str]]:
+def members(connector: GitHub, groups: set[str]) -> tuple[access.Members, list[str]]:
     """The collaborators of each repository's group among `groups` (a repository gone
     is left out: its group lapses)."""
     by_login = connector.source.settings.get("identity", "email") == "login"
@@ -68,7 +78,7 @@ def login(person: dict[str, Any]) -> str:
     return str(person.get("login") or "") if person.get("type", "User") == "User" else ""
 
 
-def email(connector: GitHubConnector, name: str) -> str:
+def email(connector: GitHub, name: str) -> str:
     """The public e-mail address of an account ('' when it shows none)."""
     found = connector.client().get_json(f"/users/{name}")
     return access.user_id(found.get("email")) if isinstance(found, dict) else ""

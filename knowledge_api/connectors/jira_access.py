@@ -15,12 +15,22 @@ settings allow (Cloud), so an account hiding it gets no access and is counted.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from knowledge_api.connectors import access
+from knowledge_api.connectors.http import SourceHTTP
+from knowledge_api.models import ConnectorSource
 
-if TYPE_CHECKING:
-    from knowledge_api.connectors.jira import JiraConnector
+
+class Jira(Protocol):
+    """What the mapping reads through (connectors/jira.py)."""
+
+    source: ConnectorSource
+    cloud: bool
+    api: str
+
+    def client(self) -> SourceHTTP: ...
+
 
 PREFIX = "jira:"
 BROWSE = "BROWSE_PROJECTS"
@@ -31,7 +41,7 @@ MEMBERS_PAGE = 50
 class ProjectAccess:
     """The grants of one run's projects, each asked once."""
 
-    def __init__(self, connector: JiraConnector) -> None:
+    def __init__(self, connector: Jira) -> None:
         self.jira = connector
         self.cloud = connector.cloud
         self.grants: dict[str, list[dict[str, Any]] | None] = {}

@@ -7,13 +7,20 @@ bot was removed from, or that is gone, has no members any more."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from knowledge_api.connectors import access
 from knowledge_api.errors import ConnectorFailed
 
-if TYPE_CHECKING:
-    from knowledge_api.connectors.slack import SlackConnector
+
+class Slack(Protocol):
+    """What the mapping reads through (connectors/slack.py)."""
+
+    def pages(self, method: str, **params: Any) -> Iterator[Any]: ...
+
+    def person(self, user_id: str) -> dict[str, Any]: ...
+
 
 PREFIX = "slack:"
 GONE = {"channel_not_found", "not_in_channel", "is_archived"}
@@ -29,7 +36,7 @@ def acl(channel: dict[str, Any]) -> tuple[str, ...]:
     return (access.principal(PREFIX + str(channel["id"])),)
 
 
-def members(connector: SlackConnector, groups: set[str]) -> tuple[access.Members, list[str]]:
+def members(connector: Slack, groups: set[str]) -> tuple[access.Members, list[str]]:
     """The members of each private channel's group among `groups` (a channel gone, or
     that the bot left, is left out: its group lapses)."""
     directory = access.Directory(lambda user: email(connector, user))
@@ -50,7 +57,7 @@ def members(connector: SlackConnector, groups: set[str]) -> tuple[access.Members
     return found, directory.problems("Slack")
 
 
-def email(connector: SlackConnector, user: str) -> str | None:
+def email(connector: Slack, user: str) -> str | None:
     """A member's id: the e-mail address of the account ('' when none is shown, None
     for a bot or a deactivated account)."""
     person = connector.person(user)
