@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -550,3 +551,36 @@ def test_reading_a_permission_scheme_the_account_may_not_stops_the_run(
         assert add_source(server.url, "--set", f"jql={JQL}", "--set", "permissions=off") == 0
         assert sync(capsys)[0] == 0
         assert {doc.acl for doc in stored(environment).values()} == {()}
+
+
+def test_jira_server_grants_name_users_and_groups_by_their_names() -> None:
+    """On Server and Data Center a grant names a user by user name and a group by its
+    name; a project gone drops its group."""
+    state = project(cloud=False)
+    site = state.permissions.site
+    site.accounts = {"ann": "Ann@Acme.example.com", "bob": "bob@acme.example.com", "cy": None}
+    site.groups = {"ops-team": ["bob", "cy"]}
+    state.permissions.browse["OPS"] = [
+        {"type": "user", "parameter": "ann"},
+        {"type": "group", "parameter": "ops-team"},
+        {"type": "projectRole", "parameter": "10002"},
+    ]
+    state.permissions.roles[("OPS", "10002")] = [{"user": "cy"}]
+    source = ConnectorSource("jira", "", settings={"deployment": "server"},
+                             secrets={"token": "JIRA_PAT"})  # fmt: skip
+    with serving(state) as server, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JIRA_PAT", PAT)
+        connector = JiraConnector(replace(source, url=server.url), "ops")
+        try:
+            window = connector.changed("")
+            members, problems = connector.members({"jira:OPS", "jira:GONE"})
+        finally:
+            connector.close()
+    acls = {doc.source_id: doc.acl for doc in window.documents}
+    assert acls["OPS-1"] == ("group:jira:OPS",) and acls["WEB-1"] == ("public",)
+    assert members == {"jira:OPS": {"ann@acme.example.com", "bob@acme.example.com"}}
+    assert problems == ["1 Jira account(s) show no e-mail address and were given no access: cy"]
+    asked = [(c.path, c.params) for c in state.calls]
+    assert ("/rest/api/2/user", {"username": "ann"}) in asked
+    groups = [params for path, params in asked if path == "/rest/api/2/group/member"]
+    assert [params["groupname"] for params in groups] == ["ops-team"]
