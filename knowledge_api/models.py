@@ -300,6 +300,9 @@ class ConnectorSource:
     members: dict[str, list[str]] = field(default_factory=dict)
     """The groups the source grants, from its service's permissions (without `group:`),
     and the user ids it gave each: what the next run takes back when they lapse."""
+    scopes: dict[str, list[str]] = field(default_factory=dict)
+    """Source-id prefix -> the access list its service gave every item under it at the
+    last run (connectors/base.py, `Window.scopes`)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

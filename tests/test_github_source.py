@@ -263,33 +263,50 @@ def test_a_github_source_is_added_and_synced_over_http(
 
 
 def test_a_private_repository_is_read_by_its_collaborators_alone(
-    environment: Settings, fake: GitHub, capsys: pytest.CaptureFixture[str]
+    environment: Settings,
+    fake: GitHub,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A public repository's items are public; a private one's are read by its
     collaborators, known by their public e-mail addresses (an account showing none gets
-    no access, and the run says so); a change of collaborators follows at the next run."""
+    no access, and the run says so); a change of collaborators follows at the next run,
+    and so does a repository made private, to its items the run did not read."""
+    monkeypatch.setenv("KNOWLEDGE_SYNC_OVERLAP", "0")  # a run reads the newest item alone
+    fake.add("acme/web", "Keyboard shortcuts", "Press ? for the list.")
     fake.visibility["acme/api"] = "private"
     fake.collaborators["acme/api"] = ["alice", "bob", "carol"]
     fake.emails.update(alice="alice@acme.example.com", bob="Bob@Acme.example.com", carol=None)
-    alice, bob = "alice@acme.example.com", "bob@acme.example.com"
+    alice, bob, mallory = "alice@acme.example.com", "bob@acme.example.com", "mallory@example.com"
     assert add(fake) == 0
     capsys.readouterr()
     status, line = sync(capsys)
     assert status == 0 and "1 GitHub account(s) show no e-mail address" in line and "carol" in line
     docs = stored(environment)
     api = {s for s in docs if s.startswith("acme/api#")}
+    web = set(docs) - api
     assert {docs[s].acl for s in api} == {("group:github:acme/api",)}
-    assert docs["acme/web#1"].acl == ("public",)
-    seen = readable(environment, "eng", "tracker", (alice, bob, "carol", "mallory@example.com"))
-    assert seen == {alice: set(docs), bob: set(docs), "carol": {"acme/web#1"},
-                    "mallory@example.com": {"acme/web#1"}}  # fmt: skip
+    assert {docs[s].acl for s in web} == {("public",)} and len(web) == 2
+    seen = readable(environment, "eng", "tracker", (alice, bob, "carol", mallory))
+    assert seen == {alice: set(docs), bob: set(docs), "carol": web, mallory: web}
 
     fake.collaborators["acme/api"] = ["alice", "dave"]
     fake.emails["dave"] = "dave@acme.example.com"
     assert sync(capsys)[0] == 0
     seen = readable(environment, "eng", "tracker", (bob, "dave@acme.example.com"))
-    assert seen == {bob: {"acme/web#1"}, "dave@acme.example.com": set(docs)}
+    assert seen == {bob: web, "dave@acme.example.com": set(docs)}
     assert "/users/alice" in fake.requests
+
+    # made private: the item the run reads again (GitHub's `since` takes in the newest)
+    # and the one it does not read close alike
+    fake.visibility["acme/web"] = "private"
+    fake.collaborators["acme/web"] = ["alice"]
+    assert sync(capsys) == (0, "eng/tracker: 0 added, 1 updated, 1 unchanged, 0 deleted")
+    assert {d.acl for s, d in stored(environment).items() if s in web} == {
+        ("group:github:acme/web",)
+    }
+    seen = readable(environment, "eng", "tracker", (alice, mallory))
+    assert seen == {alice: set(docs), mallory: set()}
 
 
 def test_collaborators_may_be_known_by_their_logins(

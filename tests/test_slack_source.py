@@ -238,6 +238,15 @@ def test_private_channels_are_read_by_their_members_alone(
     seen = readable(environment, "team", "chat", (alice, bob))
     assert seen == {alice: general, bob: set(docs)}
 
+    # a public channel converted to private closes its threads, none of them changed
+    fake.channels["C01GENERAL"].private = True
+    fake.channels["C01GENERAL"].members = ["U01ALICE"]
+    assert sync(capsys) == (0, "team/chat: 0 added, 0 updated, 0 unchanged, 0 deleted")
+    seen = readable(environment, "team", "chat", (alice, bob))
+    assert seen == {alice: general, bob: incidents}
+    fake.channels["C01GENERAL"].private = False
+    assert sync(capsys)[0] == 0
+
     # the bot removed from the channel: nobody is its member any more; the mapping
     # turned off: the source's own access list (closed) applies again
     assert main(["groups", "set", bob, "oncall"]) == 0  # set by hand: kept

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from knowledge_api.connectors.base import Window
 from knowledge_api.connectors.http import SourceHTTP
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.models import ConnectorSource
@@ -45,6 +46,22 @@ def follows(source: ConnectorSource) -> bool:
 def check(source: ConnectorSource) -> None:
     if source.settings.get(SETTING, "on") not in CHOICES:
         raise InvalidRequest(f"settings.{SETTING}", "must be on or off")
+
+
+def read_members(connector: object, source: ConnectorSource, window: Window) -> None:
+    """For a kind that maps its service's permissions (it has `members`): who is in each
+    group the window's documents and scopes name or the source granted before, on the
+    window; a source whose mapping is off takes back what it granted."""
+    members = getattr(connector, "members", None)
+    if members is None:
+        return
+    window.permissions = follows(source)
+    if not window.permissions:
+        window.members, window.scopes = {}, None
+        return
+    acls = [doc.acl for doc in window.documents] + list((window.scopes or {}).values())
+    window.members, problems = members(groups_named(acls, "") | source.members.keys())
+    window.problems.extend(problems)
 
 
 def principal(group: str) -> str:

@@ -73,6 +73,10 @@ class Window:
     permissions: bool = False
     """The documents carry the service's permissions as their access lists (the source's
     own list, when it has one, still wins)."""
+    scopes: dict[str, tuple[str, ...]] | None = None
+    """Source-id prefix -> the access list of every item under it now (a repository's
+    `OWNER/NAME#`, a channel's `ID/`), so that a change of it (a repository made
+    private) reaches the items the run did not read."""
 
 
 @dataclass(frozen=True)

@@ -60,17 +60,21 @@ class GitHubConnector:
         since = read_cursor(cursor)
         documents: list[Document] = []
         state: dict[str, str] = {}
+        scopes: dict[str, tuple[str, ...]] = {}
         for repo in self.repos:
             newest = since.get(repo, "")
-            acl: tuple[str, ...] | None = None
+            acl: tuple[str, ...] = ()
             for issue in self.issues(repo, earlier(newest, self.runtime.overlap)):
-                acl = acl or github_access.acl(self, repo)
+                acl = acl or github_access.acl(self, repo)  # the listing first names a 404
                 documents.append(self.document(repo, issue, acl))
                 newest = max(newest, str(issue.get("updated_at") or ""))
+            scopes[f"{repo}#"] = acl or github_access.acl(self, repo)
             state[repo] = newest
         if not any(since.get(repo) for repo in self.repos):
             self.listed = {doc.source_id for doc in documents}
-        return Window(documents, json.dumps(state, sort_keys=True))
+        window = Window(documents, json.dumps(state, sort_keys=True))
+        window.scopes = scopes
+        return window
 
     def visible(self) -> set[str]:
         if self.listed is not None:

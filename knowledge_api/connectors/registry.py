@@ -41,14 +41,7 @@ def read(
     connector = connector_for(source, collection, runtime)
     try:
         window = connector.changed(since)
-        members = getattr(connector, "members", None)
-        if members is not None:
-            # a source whose mapping is off takes back what it granted before
-            window.permissions = access.follows(source)
-            named = access.groups_named((doc.acl for doc in window.documents), "")
-            groups = named | source.members.keys()
-            window.members, problems = members(groups) if window.permissions else ({}, [])
-            window.problems.extend(problems)
+        access.read_members(connector, source, window)
         if window.seen is not None:
             return window, window.seen
         return window, connector.visible() if prune else None

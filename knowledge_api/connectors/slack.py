@@ -82,8 +82,10 @@ class SlackConnector:
         known = read_cursor(cursor)
         documents: list[Document] = []
         state: dict[str, dict[str, str]] = {}
+        scopes: dict[str, tuple[str, ...]] = {}
         self.threads = {}
         for channel in self.channels():
+            scopes[thread_id(channel["id"], "")] = slack_access.acl(channel)
             seen = known.get(channel["id"], {})
             name = str(channel.get("name") or "")
             # a renamed channel's threads are all written again: their titles name it
@@ -99,7 +101,9 @@ class SlackConnector:
             state[channel["id"]] = {"ts": newest, "name": name}
         # every run reads every channel's history (to find the threads with new
         # replies), so it knows every thread: what is gone is pruned at every run
-        return Window(documents, json.dumps(state, sort_keys=True), seen=self.visible())
+        window = Window(documents, json.dumps(state, sort_keys=True), seen=self.visible())
+        window.scopes = scopes
+        return window
 
     def visible(self) -> set[str]:
         if self.threads is None:

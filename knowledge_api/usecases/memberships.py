@@ -3,6 +3,8 @@
 source's groups holds it, and a user it no longer puts there loses it, unless another
 source still grants it. Groups set by hand (`groups set`, `PUT /principals/{id}`) stay;
 a user whose list was replaced by hand gets the source's groups back at its next run.
+A change of the access list of a whole scope (a repository made private, a channel
+converted) is given to the stored documents under it that the run did not read.
 """
 
 from __future__ import annotations
@@ -62,3 +64,25 @@ async def follow(
         await service.audit(actor, f"sources sync {info.name} groups", info.collection, changed)
     # a group with nobody in it now is kept, to be asked again; one gone is not
     return {group: sorted(users) for group, users in sorted(members.items())}
+
+
+async def rescope(
+    service: KnowledgeService,
+    info: SourceInfo,
+    source: ConnectorSource,
+    scopes: Mapping[str, tuple[str, ...]] | None,
+    owned: Mapping[str, str],
+) -> dict[str, list[str]]:
+    """Give the stored documents (`owned`: id -> source id) under each source-id prefix
+    whose access list changed since the last run that list, embedding nothing (a
+    source with an access list of its own keeps it); what the source's record keeps."""
+    if scopes is None:
+        return source.scopes
+    if not await service.sources.acl_of(info.collection, info.name):
+        for prefix, acl in scopes.items():
+            if source.scopes.get(prefix) == list(acl):
+                continue
+            ids = [doc_id for doc_id, source_id in owned.items() if source_id.startswith(prefix)]
+            if ids:
+                await service.sources.set_document_acls(ids, acl)
+    return {prefix: list(acl) for prefix, acl in sorted(scopes.items())}
