@@ -334,9 +334,10 @@ class ConnectorSource:
         pruned: bool = False,
         warning: str | None = None,
         members: dict[str, list[str]] | None = None,
+        scopes: dict[str, list[str]] | None = None,
     ) -> ConnectorSource:
         """The source after a run that stored its window (and pruned, when `pruned`),
-        granting `members` (what it granted before when None)."""
+        granting `members` and giving `scopes` their lists (as before when None)."""
         return replace(
             self,
             cursor=cursor,
@@ -345,6 +346,7 @@ class ConnectorSource:
             last_prune=when if pruned else self.last_prune,
             warning=warning,
             members=self.members if members is None else members,
+            scopes=self.scopes if scopes is None else scopes,
         )
 
     def failed(self, error: str) -> ConnectorSource:

@@ -18,7 +18,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -239,8 +239,8 @@ async def run_source(
     cursor = window.cursor or validation.utc_text(started)
     granted = await memberships.follow(service, info, source, window.members, actor)
     scopes = await memberships.rescope(service, info, source, window.scopes, owned)
-    moved = source.moved(cursor, finished, prune or seen is not None, result.warning, granted)
-    moved = replace(moved, scopes=scopes)
+    pruned = prune or seen is not None
+    moved = source.moved(cursor, finished, pruned, result.warning, granted, scopes)
     await service.sources.note_connector(info.collection, info.name, moved.to_json())
     if plan.changed or result.report.deleted:
         removed = list(plan.deleted)
