@@ -318,6 +318,12 @@ class ConnectorSource:
     """When a run last listed every id of the service and pruned (ISO 8601)."""
     warning: str | None = None
     """What the last finished run found doubtful (a first sync that found nothing)."""
+    members: dict[str, list[str]] = field(default_factory=dict)
+    """The groups the source grants, from its service's permissions (without `group:`),
+    and the user ids it gave each: what the next run takes back when they lapse."""
+    scopes: dict[str, list[str]] = field(default_factory=dict)
+    """Source-id prefix -> the access list its service gave every item under it at the
+    last run (connectors/base.py, `Window.scopes`)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -343,9 +349,16 @@ class ConnectorSource:
         return float(sum(int(n) * DURATION_UNITS[u] for n, u in parts))
 
     def moved(
-        self, cursor: str, when: str, pruned: bool = False, warning: str | None = None
+        self,
+        cursor: str,
+        when: str,
+        pruned: bool = False,
+        warning: str | None = None,
+        members: dict[str, list[str]] | None = None,
+        scopes: dict[str, list[str]] | None = None,
     ) -> ConnectorSource:
-        """The source after a run that stored its window (and pruned, when `pruned`)."""
+        """The source after a run that stored its window (and pruned, when `pruned`),
+        granting `members` and giving `scopes` their lists (as before when None)."""
         return replace(
             self,
             cursor=cursor,
@@ -353,6 +366,8 @@ class ConnectorSource:
             last_sync=when,
             last_prune=when if pruned else self.last_prune,
             warning=warning,
+            members=self.members if members is None else members,
+            scopes=self.scopes if scopes is None else scopes,
         )
 
     def failed(self, error: str) -> ConnectorSource:

@@ -26,6 +26,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from tests import loopback
+from tests.atlassian_permissions import ConfluencePermissions, JiraPermissions
 
 EMAIL, TOKEN = "ada@example.com", "api-token-s3cret"
 PAT = "pat-s3cret-0123456789"
@@ -57,6 +58,8 @@ class Issue:
     reporter: str = "Ada Lovelace"
     resolution: str | None = None
     parent: str | None = None
+    security: str | None = None
+    """The issue's security level, when it has one."""
     comments: list[Comment] = field(default_factory=list)
     indexed: datetime | None = None
     """The `updated` the search index holds, when it lags behind (None: caught up)."""
@@ -99,6 +102,8 @@ class Atlassian:
         """The most issues a search page holds, whatever it asked (Jira may answer fewer)."""
         self.confluence: Any = None
         """A Confluence's state (tests/confluence fake), when it answers too."""
+        self.permissions = JiraPermissions(cloud)
+        """Who may browse each project (tests/atlassian_permissions.py)."""
 
     # -- the test's side ------------------------------------------------------------
 
@@ -164,6 +169,9 @@ class Atlassian:
         found = re.fullmatch(rf"{api}/issue/([A-Z]+-\d+)/comment", path)
         if found:
             return self.comment_page(found.group(1), params)
+        granted = self.permissions.answer(path, params, api, self.projects())
+        if granted is not None:
+            return granted
         return 404, {}, {"errorMessages": [f"no {path}"]}
 
     def search(self, params: dict[str, str]) -> tuple[int, dict[str, str], Any]:
@@ -228,6 +236,8 @@ class Atlassian:
                 "startAt": 0,
             },
         }
+        if issue.security:
+            everything["security"] = {"id": "10001", "name": issue.security}
         if issue.parent:
             everything["parent"] = {"id": "1", "key": issue.parent, "fields": {"summary": "Parent"}}
         return {
@@ -452,14 +462,22 @@ class Confluence:
         self.context = context
         self.pages: dict[str, Page] = {}
         self.url = ""
+        self.permissions = ConfluencePermissions(cloud=context == "/wiki")
+        """Who may read each space and page (tests/atlassian_permissions.py)."""
 
     def handles(self, path: str) -> bool:
-        return path.startswith(f"{self.context}/rest/api/content") or path.startswith(
-            f"{self.context}/download/"
-        )
+        return any(
+            path.startswith(f"{self.context}{part}")
+            for part in ("/rest/api/content", "/download/", "/rest/api/space/",
+                         "/rest/api/group/", "/rest/api/user")
+        )  # fmt: skip
 
     def answer(self, path: str, params: dict[str, str]) -> tuple[int, dict[str, str], Any]:
         path = path[len(self.context) :]
+        spaces = {page.space for page in self.pages.values()}
+        granted = self.permissions.answer(path, params, spaces)
+        if granted is not None:
+            return granted
         if path == "/rest/api/content/search":
             return self.search(params)
         found = re.fullmatch(r"/download/attachments/(\d+)/([^/]+)", path)
@@ -536,8 +554,14 @@ class Confluence:
             },
             "ancestors": [
                 {"id": a.id, "type": "page", "status": "current", "title": a.title}
+                | (
+                    {"restrictions": self.permissions.restrictions(a.id)}
+                    if "ancestors.restrictions.read.restrictions.user" in expand
+                    else {}
+                )
                 for a in self.ancestors(page)
             ],
+            "restrictions": self.permissions.restrictions(page.id),
             "body": {"storage": {"value": page.body, "representation": "storage"}},
             "metadata": {
                 "labels": {

@@ -102,6 +102,12 @@ class GitHub:
         self.disabled: set[str] = set()
         """Repositories whose issues are turned off (GitHub answers 410)."""
         self.faults: list[Fault] = []
+        self.visibility: dict[str, str] = {}
+        """Repository -> `public` (unless named), `private` or `internal`."""
+        self.collaborators: dict[str, list[str]] = {}
+        """Repository -> the logins that may read it (beyond the public, for a public one)."""
+        self.emails: dict[str, str | None] = {}
+        """Login -> the public e-mail address of the account (None: it shows none)."""
         self.requests: list[str] = []
         self.clock = EPOCH
         self.lock = threading.Lock()
@@ -190,13 +196,26 @@ class GitHub:
             return self.route(path, query)
 
     def route(self, path: str, query: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        known = {item.repo for item in self.items.values()} | self.disabled | {*self.visibility}
+        found = re.fullmatch(r"/repos/([^/]+/[^/]+)(/collaborators)?", path)
+        if found is not None:
+            repo, listing = found.groups()
+            if repo not in known:
+                return 404, {}, {"message": "Not Found"}
+            if listing:
+                rows = [self.person(login) for login in self.collaborators.get(repo, [])]
+                return self.page(path, query, rows)
+            return 200, {}, self.repository(repo)
+        found = re.fullmatch(r"/users/([^/]+)", path)
+        if found is not None:
+            name = found.group(1)
+            return 200, {}, self.person(name) | {"email": self.emails.get(name), "name": name}
         found = re.fullmatch(
             r"/repos/([^/]+/[^/]+)/(issues|pulls)(?:/(\d+)/(comments|reviews))?", path
         )
         if found is None:
             return 404, {}, {"message": "Not Found"}
         repo, what, number, part = found.groups()
-        known = {item.repo for item in self.items.values()} | self.disabled
         if repo not in known:
             return 404, {}, {"message": "Not Found"}
         if repo in self.disabled:
@@ -214,6 +233,22 @@ class GitHub:
         if what == "issues":
             return self.page(path, query, item.comments)
         return self.page(path, query, item.verdicts if part == "reviews" else item.reviews)
+
+    def repository(self, repo: str) -> dict[str, Any]:
+        visibility = self.visibility.get(repo, "public")
+        owner, name = repo.split("/")
+        return {
+            "id": hash(repo) & 0xFFFFFF,
+            "name": name,
+            "full_name": repo,
+            "owner": self.person(owner) | {"type": "Organization"},
+            "private": visibility != "public",
+            "visibility": visibility,
+            "html_url": f"https://github.example.com/{repo}",
+        }
+
+    def person(self, login: str) -> dict[str, Any]:
+        return {"login": login, "id": hash(login) & 0xFFFFFF, "type": "User", "site_admin": False}
 
     def page(
         self, path: str, query: dict[str, str], rows: list[Any]

@@ -27,6 +27,8 @@ class Channel:
     name: str
     member: bool = True
     private: bool = False
+    members: list[str] = field(default_factory=lambda: [*USERS, "U09BOT"])
+    """Who is in the channel (`conversations.members`): everyone and the bot at first."""
     roots: list[dict[str, Any]] = field(default_factory=list)
     replies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -163,17 +165,34 @@ class Slack:
         rows = [dict(root), *where.replies.get(root["ts"], [])]
         return page(rows, params, "messages")
 
+    def conversations_members(self, params: dict[str, str]) -> dict[str, Any]:
+        where = self.channels.get(params.get("channel", ""))
+        if where is None:
+            return {"ok": False, "error": "channel_not_found"}
+        if not where.member:
+            return {"ok": False, "error": "not_in_channel"}
+        return page(list(where.members), params, "members")
+
     def users_info(self, params: dict[str, str]) -> dict[str, Any]:
         user = params["user"]
         name = USERS.get(user, user)
+        profile = {"display_name": name, "real_name": name.title()}
+        if user in USERS:  # a bot's profile has no address
+            profile["email"] = email(user)
         return {
             "user": {
                 "id": user,
                 "name": name,
                 "real_name": name.title(),
-                "profile": {"display_name": name, "real_name": name.title()},
+                "is_bot": user not in USERS,
+                "profile": profile,
             }
         }
+
+
+def email(user: str) -> str:
+    """The address Slack shows of a person (to a token with users:read.email)."""
+    return f"{USERS[user]}@acme.example.com"
 
 
 def page(rows: list[Any], params: dict[str, str], key: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from tests.atlassian_server import (
     source_args,
 )
 from tests.cli_env import cli_environment, source_documents, sync_source
+from tests.delegated import readable
 from tests.documents import pdf_bytes, write_docx, write_pptx
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -374,3 +375,47 @@ def test_a_page_of_results_that_keeps_failing_is_asked_again_smaller(tmp_path: P
     asked = [c.params["limit"] for c in state.calls if c.path.endswith("/content/search")]
     assert asked[:3] == ["50", "50", "25"] and set(asked[3:]) == {"2"}
     assert len(waits) == 1
+
+
+def test_pages_are_read_by_those_their_space_and_restrictions_let_view(
+    environment: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A page is read by its space's readers who pass the view restrictions of the page
+    and of each restricted ancestor (a child of a restricted page inherits them), its
+    attachments alike; a space open to anonymous users is public; a change of who is in
+    a restriction or a group follows at the next run, with no page edited."""
+    state = wiki(tmp_path)
+    granted = state.permissions
+    granted.site.accounts = {"acc-ann": "ann@acme.example.com", "acc-bob": "bob@acme.example.com",
+                             "acc-cy": "cy@acme.example.com"}  # fmt: skip
+    granted.site.groups = {"engineers": ["acc-ann", "acc-bob", "acc-cy"], "sre": ["acc-bob"]}
+    granted.readers = {"ENG": {"groups": ["engineers"]}, "OPS": {"anonymous": True}}
+    granted.restricted = {"101": {"user": ["acc-ann"], "group": ["sre"]},
+                          "102": {"user": ["acc-bob", "acc-cy"]}}  # fmt: skip
+    ann, bob, cy = (f"{name}@acme.example.com" for name in ("ann", "bob", "cy"))
+    jira = Atlassian()
+    jira.confluence = state
+    with serving(jira) as server:
+        state.url = server.url
+        assert add_source(server.url + "/wiki") == 0
+        capsys.readouterr()
+        assert sync(capsys)[0] == 0
+        docs = stored(environment)
+        runbooks = {s for s in docs if s == "101" or s.startswith("101/")}
+        assert len(runbooks) == 5 and {docs[s].acl for s in runbooks} == {
+            ("group:confluence:ENG:101",)
+        }
+        assert docs["102"].acl == ("group:confluence:ENG:102",)
+        assert docs["100"].acl == ("group:confluence:ENG",)
+        assert docs["200"].acl == docs["201"].acl == ("public",)
+        public = {"200", "201"}
+        seen = readable(environment, "ops", "wiki", (ann, bob, cy, "mallory@example.com"))
+        assert seen == {ann: {"100", *runbooks, *public}, bob: {"100", *runbooks, "102", *public},
+                        cy: {"100", *public}, "mallory@example.com": public}  # fmt: skip
+
+        granted.site.groups["sre"] = []
+        granted.restricted["101"]["user"].append("acc-cy")
+        assert sync(capsys) == (0, "ops/wiki: 0 added, 0 updated, 0 unchanged, 0 deleted")
+        seen = readable(environment, "ops", "wiki", (ann, bob, cy))
+        assert seen == {ann: {"100", *runbooks, *public}, bob: {"100", *public},
+                        cy: {"100", *runbooks, "102", *public}}  # fmt: skip

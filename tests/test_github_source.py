@@ -21,6 +21,7 @@ from knowledge_api.models import Document
 from knowledge_api.settings import Settings
 from tests.cli_env import cli_environment, source_documents, sync_source
 from tests.conftest import make_settings
+from tests.delegated import readable
 from tests.github_server import TOKEN, GitHub, github, stamp
 from tests.test_access import bearer, error_of, make_key
 from tests.test_uploads import wait_for
@@ -78,9 +79,9 @@ def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
     return sync_source(capsys, "tracker", *more)
 
 
-def add(fake: GitHub, repos: str = "acme/api,acme/web") -> int:
+def add(fake: GitHub, repos: str = "acme/api,acme/web", *more: str) -> int:
     return main([*ADD, "--url", fake.url, "--set", f"repos={repos}",
-                 "--secret", "token=GITHUB_TOKEN_FOR_TESTS"])  # fmt: skip
+                 "--secret", "token=GITHUB_TOKEN_FOR_TESTS", *more])  # fmt: skip
 
 
 def test_issues_and_pull_requests_follow_github_between_syncs(
@@ -255,3 +256,64 @@ def test_a_github_source_is_added_and_synced_over_http(
             headers=admin,
         ).json()
         assert found["results"][0]["source_id"] == "acme/api#1"
+
+
+def test_a_private_repository_is_read_by_its_collaborators_alone(
+    environment: Settings,
+    fake: GitHub,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A public repository's items are public; a private one's are read by its
+    collaborators, known by their public e-mail addresses (an account showing none gets
+    no access, and the run says so); a change of collaborators follows at the next run,
+    and so does a repository made private, to its items the run did not read."""
+    monkeypatch.setenv("KNOWLEDGE_SYNC_OVERLAP", "0")  # a run reads the newest item alone
+    fake.add("acme/web", "Keyboard shortcuts", "Press ? for the list.")
+    fake.visibility["acme/api"] = "private"
+    fake.collaborators["acme/api"] = ["alice", "bob", "carol"]
+    fake.emails.update(alice="alice@acme.example.com", bob="Bob@Acme.example.com", carol=None)
+    alice, bob, mallory = "alice@acme.example.com", "bob@acme.example.com", "mallory@example.com"
+    assert add(fake) == 0
+    capsys.readouterr()
+    status, line = sync(capsys)
+    assert status == 0 and "1 GitHub account(s) show no e-mail address" in line and "carol" in line
+    docs = stored(environment)
+    api = {s for s in docs if s.startswith("acme/api#")}
+    web = set(docs) - api
+    assert {docs[s].acl for s in api} == {("group:github:acme/api",)}
+    assert {docs[s].acl for s in web} == {("public",)} and len(web) == 2
+    seen = readable(environment, "eng", "tracker", (alice, bob, "carol", mallory))
+    assert seen == {alice: set(docs), bob: set(docs), "carol": web, mallory: web}
+
+    fake.collaborators["acme/api"] = ["alice", "dave"]
+    fake.emails["dave"] = "dave@acme.example.com"
+    assert sync(capsys)[0] == 0
+    seen = readable(environment, "eng", "tracker", (bob, "dave@acme.example.com"))
+    assert seen == {bob: web, "dave@acme.example.com": set(docs)}
+    assert "/users/alice" in fake.requests
+
+    # made private: the item the run reads again (GitHub's `since` takes in the newest)
+    # and the one it does not read close alike
+    fake.visibility["acme/web"] = "private"
+    fake.collaborators["acme/web"] = ["alice"]
+    assert sync(capsys) == (0, "eng/tracker: 0 added, 1 updated, 1 unchanged, 0 deleted")
+    assert {d.acl for s, d in stored(environment).items() if s in web} == {
+        ("group:github:acme/web",)
+    }
+    seen = readable(environment, "eng", "tracker", (alice, mallory))
+    assert seen == {alice: set(docs), mallory: set()}
+
+
+def test_collaborators_may_be_known_by_their_logins(
+    environment: Settings, fake: GitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.visibility["acme/web"] = "internal"
+    fake.collaborators["acme/web"] = ["Carol"]
+    assert add(fake, "acme/web", "--set", "identity=login") == 0
+    assert sync(capsys)[0] == 0
+    assert readable(environment, "eng", "tracker", ("carol", "alice")) == {
+        "carol": {"acme/web#1"},
+        "alice": set(),
+    }
+    assert not any(path.startswith("/users/") for path in fake.requests)

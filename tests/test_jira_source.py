@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -36,6 +37,7 @@ from tests.atlassian_server import (
 )
 from tests.cli_env import cli_environment, source_documents, sync_source
 from tests.conftest import make_settings
+from tests.delegated import readable
 from tests.test_access import bearer, make_key
 from tests.test_uploads import wait_for
 
@@ -425,3 +427,95 @@ def test_a_project_that_does_not_exist_stops_the_run_with_jiras_reason(
     assert "answered 400" in line and "The value 'OSP' does not exist" in line
     (listed,) = source_list(capsys)
     assert "OSP" in str(listed["last_error"]) and listed["cursor"] == ""
+
+
+def test_issues_are_read_by_those_their_project_lets_browse(
+    environment: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A project's issues are read by the accounts its permission scheme lets browse it
+    (named, through a group, through a project role's users and groups), known by their
+    e-mail addresses; a project any logged-in user browses is public; an issue under a
+    security level is closed; a change of members follows at the next run."""
+    state = project()
+    state.issues["OPS-2"].security = "Staff only"
+    site = state.permissions.site
+    site.accounts = {"acc-ann": "ann@acme.example.com", "acc-bob": "bob@acme.example.com",
+                     "acc-cy": "cy@acme.example.com", "acc-dee": "dee@acme.example.com",
+                     "acc-eve": None}  # fmt: skip
+    site.groups = {"ops-team": ["acc-ann", "acc-bob", "acc-eve"], "sre": ["acc-dee"]}
+    state.permissions.browse["OPS"] = [
+        {"type": "group", "parameter": "ops-team", "value": "gid-ops-team"},
+        {"type": "projectRole", "parameter": "10002", "value": "10002"},
+    ]
+    state.permissions.roles[("OPS", "10002")] = [{"user": "acc-cy"}, {"group": "sre"}]
+    ann, bob, cy, dee = (f"{name}@acme.example.com" for name in ("ann", "bob", "cy", "dee"))
+    with serving(state) as server:
+        assert add_source(server.url, "--set", f"jql={JQL}") == 0
+        capsys.readouterr()
+        status, line = sync(capsys)
+        assert status == 0 and "1 Jira account(s) show no e-mail address" in line
+        docs = stored(environment)
+        ops = {key for key in docs if key.startswith("OPS-") and key != "OPS-2"}
+        assert {docs[key].acl for key in ops} == {("group:jira:OPS",)}
+        assert docs["OPS-2"].acl == () and docs["WEB-1"].acl == ("public",)
+        seen = readable(environment, "ops", "jira", (ann, bob, cy, dee, "mallory@example.com"))
+        everyone = {"WEB-1"}
+        assert seen == {ann: ops | everyone, bob: ops | everyone, cy: ops | everyone,
+                        dee: ops | everyone, "mallory@example.com": everyone}  # fmt: skip
+
+        site.groups["ops-team"].remove("acc-bob")
+        state.permissions.roles[("OPS", "10002")] = []
+        assert sync(capsys)[0] == 0
+        seen = readable(environment, "ops", "jira", (ann, bob, cy, dee))
+        assert seen == {ann: ops | everyone, bob: everyone, cy: everyone, dee: everyone}
+
+
+def test_reading_a_permission_scheme_the_account_may_not_stops_the_run(
+    environment: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with serving(project()) as server:
+        server.fail("/rest/api/3/project/OPS/permissionscheme", 403)
+        assert add_source(server.url, "--set", f"jql={JQL}") == 0
+        capsys.readouterr()
+        status, line = sync(capsys)
+        assert status == 1 and "Administer Jira" in line and "permissions=off" in line
+        assert stored(environment) == {}
+        # without the mapping the run goes on, and the source is closed as it was given
+        server.fail("/rest/api/3/project/OPS/permissionscheme", 403)
+        assert main(["sources", "remove", "jira", "--collection", "ops"]) == 0
+        assert add_source(server.url, "--set", f"jql={JQL}", "--set", "permissions=off") == 0
+        assert sync(capsys)[0] == 0
+        assert {doc.acl for doc in stored(environment).values()} == {()}
+
+
+def test_jira_server_grants_name_users_and_groups_by_their_names() -> None:
+    """On Server and Data Center a grant names a user by user name and a group by its
+    name; a project gone drops its group."""
+    state = project(cloud=False)
+    site = state.permissions.site
+    site.accounts = {"ann": "Ann@Acme.example.com", "bob": "bob@acme.example.com", "cy": None}
+    site.groups = {"ops-team": ["bob", "cy"]}
+    state.permissions.browse["OPS"] = [
+        {"type": "user", "parameter": "ann"},
+        {"type": "group", "parameter": "ops-team"},
+        {"type": "projectRole", "parameter": "10002"},
+    ]
+    state.permissions.roles[("OPS", "10002")] = [{"user": "cy"}]
+    source = ConnectorSource("jira", "", settings={"deployment": "server"},
+                             secrets={"token": "JIRA_PAT"})  # fmt: skip
+    with serving(state) as server, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JIRA_PAT", PAT)
+        connector = JiraConnector(replace(source, url=server.url), "ops")
+        try:
+            documents = list(connector.changed("").documents)  # read as the pages come
+            members, problems = connector.members({"jira:OPS", "jira:GONE"})
+        finally:
+            connector.close()
+    acls = {doc.source_id: doc.acl for doc in documents}
+    assert acls["OPS-1"] == ("group:jira:OPS",) and acls["WEB-1"] == ("public",)
+    assert members == {"jira:OPS": {"ann@acme.example.com", "bob@acme.example.com"}}
+    assert problems == ["1 Jira account(s) show no e-mail address and were given no access: cy"]
+    asked = [(c.path, c.params) for c in state.calls]
+    assert ("/rest/api/2/user", {"username": "ann"}) in asked
+    groups = [params for path, params in asked if path == "/rest/api/2/group/member"]
+    assert [params["groupname"] for params in groups] == ["ops-team"]

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 import pytest
 
 from knowledge_api.cli import main
+from knowledge_api.connectors import registry
 from knowledge_api.connectors import slack as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
 from tests.cli_env import cli_environment, source_documents, sync_source
-from tests.slack_server import TEAM_URL, TOKEN, USERS, Slack, slack
+from tests.delegated import readable
+from tests.slack_server import TEAM_URL, TOKEN, USERS, Slack, email, slack
 
 ADD = ["sources", "add", "chat", "--kind", "slack", "--collection", "team"]
 
@@ -205,3 +207,128 @@ def test_an_unreachable_slack_stops_the_run_after_the_retries(
     capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1 and f"{url} is unreachable" in line and len(waits) == 5
+
+
+def test_private_channels_are_read_by_their_members_alone(
+    environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A public channel's threads are public; a private channel's are read by its
+    members (known by their e-mail addresses), and a change of members is followed by
+    the next run, without writing a thread again."""
+    alice, bob, carol = (email(user) for user in USERS)
+    fake.channels["C02INCIDENT"].members = ["U01ALICE", "U03CAROL", "U09BOT"]
+    assert add(fake) == 0
+    assert sync(capsys)[0] == 0
+    docs = stored(environment)
+    general = {s for s, d in docs.items() if d.metadata["channel_id"] == "C01GENERAL"}
+    incidents = set(docs) - general
+    assert len(general) == 2 and len(incidents) == 2
+    assert {docs[s].acl for s in incidents} == {("group:slack:C02INCIDENT",)}
+    assert {docs[s].acl for s in general} == {("public",)}
+    users = (alice, bob, carol, "mallory@acme.example.com")
+    seen = readable(environment, "team", "chat", users)
+    assert seen == {alice: set(docs), bob: general, carol: set(docs), users[3]: general}
+
+    fake.channels["C02INCIDENT"].members = ["U02BOB", "U03CAROL", "U09BOT"]
+    assert sync(capsys) == (0, "team/chat: 0 added, 0 updated, 0 unchanged, 0 deleted")
+    seen = readable(environment, "team", "chat", (alice, bob))
+    assert seen == {alice: general, bob: set(docs)}
+
+    # a public channel converted to private closes its threads, none of them changed
+    fake.channels["C01GENERAL"].private = True
+    fake.channels["C01GENERAL"].members = ["U01ALICE"]
+    assert sync(capsys) == (0, "team/chat: 0 added, 0 updated, 0 unchanged, 0 deleted")
+    seen = readable(environment, "team", "chat", (alice, bob))
+    assert seen == {alice: general, bob: incidents}
+    fake.channels["C01GENERAL"].private = False
+    assert sync(capsys)[0] == 0
+
+    # the bot removed from the channel: nobody is its member any more; the mapping
+    # turned off: the source's own access list (closed) applies again
+    assert main(["groups", "set", bob, "oncall"]) == 0  # set by hand: kept
+    fake.channels["C02INCIDENT"].member = False
+    assert sync(capsys)[0] == 0
+    assert readable(environment, "team", "chat", (bob,)) == {bob: general}
+    fake.channels["C02INCIDENT"].member = True
+    assert sync(capsys)[0] == 0
+    assert readable(environment, "team", "chat", (bob,)) == {bob: set(docs)}
+    assert main(["sources", "remove", "chat", "--collection", "team"]) == 0
+    assert add(fake, "--set", "permissions=off") == 0
+    capsys.readouterr()
+    assert sync(capsys)[0] == 0
+    assert readable(environment, "team", "chat", (bob,)) == {bob: set()}
+    assert main(["groups", "get", bob]) == 0
+    assert "oncall" in capsys.readouterr().out
+
+
+def test_groups_are_given_once_every_batch_is_stored_and_move_with_the_cursor(
+    environment: Settings,
+    fake: Slack,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A window written one document a batch still fills every group its documents
+    name; a run stopped while asking who is in them (after its batches were stored)
+    gives and takes back nothing and keeps its cursor, and the next run follows."""
+    monkeypatch.setattr(registry, "READ_BATCH", 1)
+    alice, bob = email("U01ALICE"), email("U02BOB")
+    fake.channels["C02INCIDENT"].members = ["U01ALICE", "U09BOT"]
+    assert add(fake) == 0
+    assert sync(capsys)[0] == 0
+    docs = set(stored(environment))
+    incidents = {s for s in docs if s.startswith("C02INCIDENT/")}
+    assert len(incidents) == 2
+    seen = readable(environment, "team", "chat", (alice, bob))
+    assert seen == {alice: docs, bob: docs - incidents}
+    before = source_list(capsys)["cursor"]
+
+    fake.channels["C02INCIDENT"].members = ["U02BOB", "U09BOT"]
+    fake.post("C01GENERAL", "Who owns the status page?")
+    fake.fail("conversations.members", 410)
+    code, line = sync(capsys)
+    assert code == 1 and "conversations.members" in line
+    written = set(stored(environment))
+    assert len(written) == 5  # the batches were stored before the run stopped
+    seen = readable(environment, "team", "chat", (alice, bob))
+    assert seen == {alice: written, bob: written - incidents}
+    assert source_list(capsys)["cursor"] == before
+
+    # the window read again: the thread the stopped run wrote is unchanged
+    assert sync(capsys) == (0, "team/chat: 0 added, 0 updated, 1 unchanged, 0 deleted")
+    seen = readable(environment, "team", "chat", (alice, bob))
+    assert seen == {alice: written - incidents, bob: written}
+    assert source_list(capsys)["cursor"] != before
+
+
+def source_list(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    capsys.readouterr()
+    assert main(["sources", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["sources"]
+    return dict(listed)
+
+
+def test_an_explicit_access_list_wins_over_slack_permissions(
+    environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert add(fake, "--acl", "group:support") == 0
+    assert sync(capsys)[0] == 0
+    assert {d.acl for d in stored(environment).values()} == {("group:support",)}
+
+
+def test_a_group_two_sources_give_stays_while_one_still_gives_it(
+    environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bob = email("U02BOB")
+    assert add(fake) == 0
+    assert main([*ADD[:2], "chat2", *ADD[3:-1], "team2", "--url", fake.url,
+                 "--secret", "token=SLACK_TOKEN_FOR_TESTS"]) == 0  # fmt: skip
+    assert sync(capsys)[0] == 0 and sync_source(capsys, "chat2")[0] == 0
+    assert main(["sources", "remove", "chat", "--collection", "team"]) == 0
+    capsys.readouterr()
+    assert main(["groups", "get", bob]) == 0
+    assert "slack:C02INCIDENT" in capsys.readouterr().out
+    assert len(readable(environment, "team2", "chat2", (bob,))[bob]) == 4
+    assert main(["sources", "remove", "chat2", "--collection", "team2"]) == 0
+    capsys.readouterr()
+    assert main(["groups", "get", bob]) == 0
+    assert "slack:C02INCIDENT" not in capsys.readouterr().out

@@ -34,6 +34,10 @@ The contract every kind keeps (usecases/connectors.py runs it):
   and is pruned at every run. A stored document whose source id is seen, or is
   `ID/NAME` of an id seen (an attachment), stays; the others go, under the mass-delete
   guard (KNOWLEDGE_PRUNE_MAX_FRACTION).
+- Permissions (connectors/access.py): a kind that maps its service's permissions gives
+  each document its access list and has `members(groups)`, the user ids of each of its
+  groups now (and the problems met, for `Window.problems`); the run gives users those
+  groups and takes back those that lapsed.
 - Failures: raise `errors.ConnectorFailed` with a message naming no secret; the run
   stops, deletes nothing, keeps its cursor and shows the message as the source's
   `last_error`. An item that cannot be read goes to `Window.problems` instead.
@@ -72,6 +76,13 @@ class Window:
     seen: set[str] | None = None
     """The source id of every item the service has, when the read learned them anyway:
     the run prunes with them, without asking `visible`."""
+    members: dict[str, set[str]] | None = None
+    """The groups the service's permissions make (connectors/access.py) and the user ids
+    in each; None for a kind that does not map them."""
+    scopes: dict[str, tuple[str, ...]] | None = None
+    """Source-id prefix -> the access list of every item under it now (a repository's
+    `OWNER/NAME#`, a channel's `ID/`), so that a change of it (a repository made
+    private) reaches the items the run did not read."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
-from knowledge_api.connectors import atlassian
+from knowledge_api.connectors import access, atlassian, confluence_access
 from knowledge_api.connectors.base import Kind, Window, check_settings, split
 from knowledge_api.connectors.http import SourceHTTP, shrinking
 from knowledge_api.connectors.markup import storage_text
@@ -34,11 +34,11 @@ from knowledge_api.models import ConnectorSource, Document
 
 log = logging.getLogger("knowledge_api.connectors")
 SOURCE_TYPE = "wiki"
-SETTINGS = (*atlassian.SETTINGS, "spaces", "cql", "time_zone")
+SETTINGS = (*atlassian.SETTINGS, "spaces", "cql", "time_zone", access.SETTING)
 PAGE = 50
 """Pages a search asks for with their bodies (Cloud's most with `body.storage`)."""
 IDS_PAGE = 200
-EXPAND = "body.storage,version,space,ancestors,metadata.labels,history"
+EXPAND = "body.storage,version,space,ancestors,metadata.labels,history," + confluence_access.EXPAND
 ATTACHED = (*PDF, *DOCX, *PPTX, *HTML)
 EARLIEST_CLOCK = "Etc/GMT+12"
 """UTC-12: a time written so is read as no later than meant in any time zone."""
@@ -57,6 +57,7 @@ class ConfluenceConnector(Kind):
         self.cql = source.settings.get("cql", "").strip()
         self.zone = source.settings.get("time_zone", "") or EARLIEST_CLOCK
         self.problems: list[str] = []
+        self.access = confluence_access.SpaceAccess(self)
 
     # -- the connector --------------------------------------------------------------
 
@@ -103,6 +104,9 @@ class ConfluenceConnector(Kind):
                 seen.add(f"{page_id}/attachments/{item.get('title')}")
         return seen
 
+    def members(self, groups: set[str]) -> tuple[dict[str, set[str]], list[str]]:
+        return self.access.members(groups)
+
     # -- reading ----------------------------------------------------------------------
 
     def connect(self) -> SourceHTTP:
@@ -133,15 +137,17 @@ class ConfluenceConnector(Kind):
             params["expand"] = expand
         yield from self.listing("/rest/api/content/search", params)
 
-    def listing(self, path: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """The results of a listing of the REST API, page after page, following the
-        `next` link each page gives. A page that keeps failing with 5xx is asked again
-        with half as many results, down to 10."""
+    def listing(
+        self, path: str, params: dict[str, Any], key: str = "id"
+    ) -> Iterator[dict[str, Any]]:
+        """The results (those with a `key`) of a listing of the REST API, page after
+        page, following the `next` link each page gives. A page that keeps failing with
+        5xx is asked again with half as many results, down to 10."""
         while True:
             limit = int(params.get("limit") or PAGE)
             body, limit = shrinking(self.get, path, params, "limit", limit)
             params = {**params, "limit": limit}
-            yield from (r for r in body.get("results") or [] if isinstance(r, dict) and r.get("id"))
+            yield from (r for r in body.get("results") or [] if isinstance(r, dict) and r.get(key))
             links = body.get("_links") or {}
             following = str(links.get("next") or "")
             if not following or not body.get("results"):
@@ -207,8 +213,13 @@ class ConfluenceConnector(Kind):
     # -- one page ---------------------------------------------------------------------
 
     def documents(self, page: dict[str, Any]) -> list[Document]:
-        """The page's document, then its attachments'."""
-        return [self.document(page), *self.attachments(page)]
+        """The page's document, then its attachments', each read by those who may read
+        the page."""
+        acl = self.access.acl(page)
+        found = [self.document(page), *self.attachments(page)]
+        for doc in found:
+            doc.acl = acl
+        return found
 
     def document(self, page: dict[str, Any]) -> Document:
         page_id = str(page["id"])
@@ -268,6 +279,7 @@ def attached(item: dict[str, Any]) -> bool:
 def check(source: ConnectorSource) -> None:
     check_settings(source, SETTINGS, atlassian.SECRETS)
     atlassian.check(source, "Confluence")
+    access.check(source)
     zone = source.settings.get("time_zone")
     if zone:
         try:

@@ -20,13 +20,14 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
+from knowledge_api.connectors import github_access
 from knowledge_api.connectors.base import Kind, Window, check_settings, json_cursor, secret, split
 from knowledge_api.connectors.http import SourceHTTP
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.models import ConnectorSource, Document
 
 SOURCE_TYPE = "git"
-SETTINGS = ("repos", "timeout")
+SETTINGS = ("repos", "timeout", *github_access.SETTINGS)
 SECRETS = ("token",)
 PER_PAGE = 100
 API_VERSION = "2022-11-28"
@@ -53,21 +54,29 @@ class GitHubConnector(Kind):
         come; the window's cursor once all are read."""
         state: dict[str, str] = {}
         listed: set[str] = set()
+        scopes: dict[str, tuple[str, ...]] = {}
         for repo in self.repos:
             newest = since.get(repo, "")
+            acl: tuple[str, ...] = ()
             for issue in self.issues(repo, earlier(newest, self.runtime.overlap)):
+                acl = acl or github_access.acl(self, repo)  # the listing first names a 404
                 listed.add(item_id(repo, issue))
-                yield self.document(repo, issue)
+                yield self.document(repo, issue, acl)
                 newest = max(newest, str(issue.get("updated_at") or ""))
+            scopes[f"{repo}#"] = acl or github_access.acl(self, repo)
             state[repo] = newest
         if not any(since.get(repo) for repo in self.repos):
             self.listed = listed
         window.cursor = json.dumps(state, sort_keys=True)
+        window.scopes = scopes
 
     def visible(self) -> set[str]:
         if self.listed is not None:
             return self.listed
         return {item_id(repo, issue) for repo in self.repos for issue in self.issues(repo, "")}
+
+    def members(self, groups: set[str]) -> tuple[dict[str, set[str]], list[str]]:
+        return github_access.members(self, groups)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -99,7 +108,7 @@ class GitHubConnector(Kind):
             if isinstance(issue.get("number"), int):
                 yield issue
 
-    def document(self, repo: str, issue: dict[str, Any]) -> Document:
+    def document(self, repo: str, issue: dict[str, Any], acl: tuple[str, ...]) -> Document:
         number = issue["number"]
         pull = isinstance(issue.get("pull_request"), dict)
         comments = []
@@ -140,6 +149,7 @@ class GitHubConnector(Kind):
             collection=self.collection,
             created_at=str(issue.get("created_at") or ""),
             updated_at=str(issue.get("updated_at") or ""),
+            acl=acl,
         )
 
 
@@ -222,6 +232,7 @@ def check(source: ConnectorSource) -> None:
             "url", "must be the API root: https://api.github.com or https://HOST/api/v3"
         )
     check_settings(source, SETTINGS, SECRETS)
+    github_access.check(source)
     repos = split(source.settings.get("repos", ""))
     if not repos:
         raise InvalidRequest("settings.repos", "a GitHub source needs --set repos=OWNER/NAME,...")

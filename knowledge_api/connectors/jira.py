@@ -20,16 +20,17 @@ import re
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from knowledge_api.connectors import atlassian
+from knowledge_api.connectors import access, atlassian
 from knowledge_api.connectors.base import Kind, Window, check_settings
 from knowledge_api.connectors.http import SourceHTTP, shrinking
+from knowledge_api.connectors.jira_access import ProjectAccess
 from knowledge_api.connectors.markup import adf_text, wiki_text
 from knowledge_api.errors import ConnectorFailed
 from knowledge_api.models import ConnectorSource, Document
 
 log = logging.getLogger("knowledge_api.connectors")
 SOURCE_TYPE = "jira"
-SETTINGS = (*atlassian.SETTINGS, "jql")
+SETTINGS = (*atlassian.SETTINGS, "jql", access.SETTING)
 PAGE = 100
 """Issues a search page asks for (Cloud's most with fields)."""
 IDS_PAGE = 1000
@@ -49,6 +50,7 @@ FIELDS = (
     "reporter",
     "resolution",
     "parent",
+    "security",
     "created",
     "updated",
 )
@@ -66,6 +68,7 @@ class JiraConnector(Kind):
         self.cloud = atlassian.is_cloud(source)
         self.api = "/rest/api/3" if self.cloud else "/rest/api/2"
         self.jql = _ORDER.sub("", source.settings.get("jql", "")).strip()
+        self.access = ProjectAccess(self)
 
     # -- the connector --------------------------------------------------------------
 
@@ -80,6 +83,9 @@ class JiraConnector(Kind):
 
     def visible(self) -> set[str]:
         return {str(issue["key"]) for issue in self.search(None, ("updated",), IDS_PAGE)}
+
+    def members(self, groups: set[str]) -> tuple[dict[str, set[str]], list[str]]:
+        return self.access.members(groups)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -168,9 +174,10 @@ class JiraConnector(Kind):
             when = atlassian.iso(comment.get("created"))
             heading = f"## Comment by {author}" + (f", {when}" if when else "")
             parts.append(f"{heading}\n\n{text(comment.get('body'))}".rstrip())
+        project = str((fields.get("project") or {}).get("key") or key.rpartition("-")[0])
         metadata: dict[str, Any] = {
             "key": key,
-            "project": (fields.get("project") or {}).get("key", key.rpartition("-")[0]),
+            "project": project,
             "issuetype": name(fields.get("issuetype")),
             "status": name(fields.get("status")),
             "priority": name(fields.get("priority")),
@@ -192,6 +199,7 @@ class JiraConnector(Kind):
             collection=self.collection,
             created_at=atlassian.iso(fields.get("created")),
             updated_at=atlassian.iso(fields.get("updated")),
+            acl=self.access.acl(project, fields),
         )
 
 
@@ -208,3 +216,4 @@ def name(value: Any) -> str:
 def check(source: ConnectorSource) -> None:
     check_settings(source, SETTINGS, atlassian.SECRETS)
     atlassian.check(source, "Jira")
+    access.check(source)

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 from itertools import islice
 from types import TracebackType
 
+from knowledge_api.connectors import access
 from knowledge_api.connectors.base import Connector, Runtime, Window
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import ConnectorSource, Document
@@ -48,7 +49,12 @@ class Reading:
         self, source: ConnectorSource, collection: str, since: str, runtime: Runtime
     ) -> None:
         self.connector = connector_for(source, collection, runtime)
+        self.source = source
         self.since = since
+        self.permissions = access.maps(self.connector, source)
+        """The documents carry their service's permissions as their access lists."""
+        self.named: set[str] = set()
+        """The groups the access lists of the documents read so far name."""
         self.window: Window | None = None
         self.documents: Iterator[Document] = iter(())
         self.ahead: asyncio.Future[list[Document]] | None = None
@@ -80,7 +86,9 @@ class Reading:
         if self.window is None:
             self.window = self.connector.changed(self.since)
             self.documents = iter(self.window.documents)
-        return list(islice(self.documents, READ_BATCH))
+        batch = list(islice(self.documents, READ_BATCH))
+        self.named |= access.groups_named((doc.acl for doc in batch), "")
+        return batch
 
     @property
     def read(self) -> Window:
@@ -95,3 +103,11 @@ class Reading:
         if self.read.seen is not None:
             return self.read.seen
         return await asyncio.to_thread(self.connector.visible) if prune else None
+
+    async def members(self) -> None:
+        """Once the documents are read, for a kind that maps its service's permissions:
+        who is in each group the window's documents and scopes name or the source
+        granted before (`Window.members`), the problems met with the window's."""
+        await asyncio.to_thread(
+            access.read_members, self.connector, self.source, self.read, self.named
+        )

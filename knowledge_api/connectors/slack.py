@@ -21,23 +21,27 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from knowledge_api.connectors import http
+from knowledge_api.connectors import access, http, slack_access
 from knowledge_api.connectors.base import Kind, Window, check_settings, json_cursor, secret, split
 from knowledge_api.errors import ConnectorFailed, InvalidRequest
 from knowledge_api.ingest.extract import literal
 from knowledge_api.models import ConnectorSource, Document
+from knowledge_api.principals import PUBLIC_ACL
 from knowledge_api.registry import import_extra
 
 if TYPE_CHECKING:
     from slack_sdk import WebClient
 
 SOURCE_TYPE = "chat"
-SETTINGS = ("channels", "timeout")
+SETTINGS = ("channels", "timeout", access.SETTING)
 SECRETS = ("token",)
 PAGE = 200
 EXTRA = "connectors"
 REFUSED = {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
-SCOPES = "channels:read, groups:read, channels:history, groups:history, users:read"
+SCOPES = (
+    "channels:read, groups:read, channels:history, groups:history, users:read "
+    f"and, to follow private channels' members, {slack_access.SCOPES}"
+)
 NOTICES = {
     "channel_join", "channel_leave", "channel_topic", "channel_purpose", "channel_name",
     "channel_archive", "channel_unarchive", "bot_add", "bot_remove", "pinned_item",
@@ -56,8 +60,8 @@ class SlackConnector(Kind):
         self.timeout = int(float(source.settings.get("timeout", "30")))
         self.sdk: WebClient | None = None
         self.team_url = ""
-        self.names: dict[str, str] = {}
-        """User id -> the name messages show."""
+        self.people: dict[str, dict[str, Any]] = {}
+        """User id -> the account `users.info` answered."""
         self.threads: dict[str, set[str]] | None = None
         """Channel id -> the root ts of every thread its history holds (this run's)."""
 
@@ -72,8 +76,10 @@ class SlackConnector(Kind):
         """The threads with activity since each channel's cursor, as the histories'
         pages come; the window's cursor and every thread seen once all are read."""
         state: dict[str, dict[str, str]] = {}
+        scopes: dict[str, tuple[str, ...]] = {}
         self.threads = {}
         for channel in self.channels():
+            scopes[thread_id(channel["id"], "")] = slack_access.acl(channel)
             seen = known.get(channel["id"], {})
             name = str(channel.get("name") or "")
             # a renamed channel's threads are all written again: their titles name it
@@ -90,6 +96,7 @@ class SlackConnector(Kind):
         # every run reads every channel's history (to find the threads with new
         # replies), so it knows every thread: what is gone is pruned at every run
         window.cursor, window.seen = json.dumps(state, sort_keys=True), self.visible()
+        window.scopes = scopes
 
     def visible(self) -> set[str]:
         if self.threads is None:
@@ -203,6 +210,7 @@ class SlackConnector(Kind):
             collection=self.collection,
             created_at=iso(root["ts"]),
             updated_at=iso(latest),
+            acl=slack_access.acl(channel) if access.follows(self.source) else PUBLIC_ACL,
         )
 
     def section(self, channel: str, root: str, message: dict[str, Any]) -> str:
@@ -223,13 +231,20 @@ class SlackConnector(Kind):
         return str(message.get("username") or profile.get("name") or "unknown")
 
     def user(self, user_id: str) -> str:
-        if user_id not in self.names:
-            user = self.call("users_info", user=user_id).get("user") or {}
-            profile = user.get("profile") or {}
-            self.names[user_id] = str(
-                profile.get("display_name") or user.get("real_name") or user.get("name") or user_id
-            )
-        return self.names[user_id]
+        user = self.person(user_id)
+        profile = user.get("profile") or {}
+        return str(
+            profile.get("display_name") or user.get("real_name") or user.get("name") or user_id
+        )
+
+    def person(self, user_id: str) -> dict[str, Any]:
+        """The account `users.info` answers, asked once a run."""
+        if user_id not in self.people:
+            self.people[user_id] = self.call("users_info", user=user_id).get("user") or {}
+        return self.people[user_id]
+
+    def members(self, groups: set[str]) -> tuple[dict[str, set[str]], list[str]]:
+        return slack_access.members(self, groups)
 
     def permalink(self, channel: str, root: str, ts: str) -> str:
         """The message's link as Slack's `chat.getPermalink` makes it (without a call
@@ -245,7 +260,9 @@ def answers(client: WebClient, method: str, where: str, **params: Any) -> Iterat
     try:
         yield from getattr(client, method)(**params)
     except errors.SlackApiError as e:
-        raise ConnectorFailed(refusal(method, e.response)) from e
+        data = getattr(e.response, "data", None)
+        error = data.get("error") if isinstance(data, dict) else None
+        raise ConnectorFailed(refusal(method, e.response), error=error) from e
     except (urllib.error.URLError, OSError, errors.SlackRequestError) as e:
         reason = getattr(e, "reason", e)
         raise ConnectorFailed(f"{where} is unreachable: {reason}") from e
@@ -335,6 +352,7 @@ def check(source: ConnectorSource) -> None:
     if url.scheme not in ("http", "https") or not url.hostname:
         raise InvalidRequest("url", "must be the Web API root: https://slack.com/api")
     check_settings(source, SETTINGS, SECRETS)
+    access.check(source)
     if "token" not in source.secrets:
         raise InvalidRequest("secrets.token", "a Slack source needs --secret token=ENV_VAR")
     try:

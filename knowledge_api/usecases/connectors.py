@@ -28,6 +28,7 @@ from knowledge_api.errors import InvalidRequest, KnowledgeAPIError, NotFound
 from knowledge_api.ledger import DONE, FAILED, MAX_AUDITED_IDS, RUNNING, Actor, Job, changes
 from knowledge_api.models import ConnectorSource, SourceInfo
 from knowledge_api.service import KnowledgeService
+from knowledge_api.usecases import memberships
 from knowledge_api.usecases.sources import MirrorReport
 from knowledge_api.usecases.sync_window import SyncPlan, write_window
 
@@ -205,7 +206,8 @@ async def run_source(
     """Read the window since the cursor (moved back by KNOWLEDGE_SYNC_OVERLAP; all with
     `full`), writing its documents in batches as they come (usecases/sync_window.py);
     then list every id when the run prunes, delete what is gone under the mass-delete
-    guard, and move the cursor, in that order."""
+    guard, give users the groups the service's permissions make (usecases/memberships.py)
+    and move the cursor, in that order."""
     result = SyncResult(info.collection, info.name)
     settings = service.settings
     started = datetime.now(UTC)
@@ -216,9 +218,11 @@ async def run_source(
         result.plan = plan = SyncPlan(info.collection, info.name, stored=len(owned))
         given = await service.sources.acl_of(info.collection, info.name)
         async with service.catalog.read_connector(source, info.collection, since) as reading:
+            plan.own_acl = reading.permissions
             indexed = await write_window(service, reading, plan, given, dry_run)
             # with nothing stored there is nothing to prune: no need to list every id
             seen = await reading.seen(prune and bool(owned))
+            await reading.members()  # given and taken back once the run has stored all
             window = reading.read
         if seen is not None:
             plan.deleted = {i: sid for i, sid in owned.items() if not seen_in(sid, seen)}
@@ -238,7 +242,10 @@ async def run_source(
     result.report = MirrorReport(indexed + emptied, plan.unchanged, deleted)
     finished = datetime.now(UTC).isoformat(timespec="seconds")
     cursor = window.cursor or validation.utc_text(started)
-    moved = source.moved(cursor, finished, prune or seen is not None, result.warning)
+    granted = await memberships.follow(service, info, source, window.members, actor)
+    scopes = await memberships.rescope(service, info, source, window.scopes, owned, given)
+    pruned = prune or seen is not None
+    moved = source.moved(cursor, finished, pruned, result.warning, granted, scopes)
     await service.sources.note_connector(info.collection, info.name, moved.to_json())
     if plan.changed or deleted:
         await service.audit(

@@ -30,6 +30,7 @@ from knowledge_api.models import (
 )
 from knowledge_api.principals import PUBLIC_ACL
 from knowledge_api.service import KnowledgeService
+from knowledge_api.usecases import memberships
 
 MAX_PAGE = 500
 
@@ -178,12 +179,21 @@ async def plan_mirror(
     return plan
 
 
-def owned_by(documents: Iterable[Document], source: str, given: tuple[str, ...] | None) -> None:
+def owned_by(
+    documents: Iterable[Document],
+    source: str,
+    given: tuple[str, ...] | None,
+    own_acl: bool = False,
+) -> None:
     """Name `source` as the documents' own, and give them the access list `given` (the
-    run's, or the source's own; None: none) unless their connector gave them one."""
+    run's, or the source's own; None: none) unless their connector gave them one: the
+    one place that decides a document's access list. With `own_acl` (a connector
+    following its service's permissions) each keeps its own unless the source has a
+    list that is not empty (`memberships.service_lists`)."""
+    keep = own_acl and memberships.service_lists(given)
     for doc in documents:
         doc.source = source
-        if given is not None and doc.acl == PUBLIC_ACL:
+        if given is not None and not keep and (own_acl or doc.acl == PUBLIC_ACL):
             doc.acl = given
 
 
@@ -340,7 +350,9 @@ async def delete_source(
 ) -> list[str] | None:
     """The ids of the source's documents, deleted with it; None when the collection
     has no such source (404 `collection_not_found`, listing those the caller may read,
-    when the collection itself holds nothing)."""
+    when the collection itself holds nothing). The groups a connector source granted
+    from its service's permissions are taken back."""
+    await memberships.released(service, collection, name)
     had, owned = await service.sources.delete(collection, name)
     if not had:
         await require_collection(service, collection, visible)

@@ -37,6 +37,9 @@ class SyncPlan:
     source: str
     stored: int = 0
     """Documents the source held before the run."""
+    own_acl: bool = False
+    """The documents carry their service's permissions as their access lists
+    (`sources.owned_by`)."""
     added: dict[str, str] = field(default_factory=dict)
     """Document id -> source id of the documents written new."""
     updated: dict[str, str] = field(default_factory=dict)
@@ -125,7 +128,7 @@ async def planned(
 ) -> AsyncIterator[list[Document]]:
     """The documents of each batch to write: new or changed, chunked, compared."""
     async for batch in reading.batches():
-        owned_by(batch, plan.source, given)
+        owned_by(batch, plan.source, given, plan.own_acl)
         fresh = plan.fresh(batch)
         changed, stored = await service.sources.compared(fresh)
         plan.count(fresh, changed, stored)
