@@ -241,7 +241,7 @@ async def test_the_next_set_is_read_while_the_database_moves_this_one(
 
     async def source() -> AsyncIterator[Sequence[Document]]:
         yield documents(6)[:3]
-        for _ in range(100):  # the move was sent; the server may not be at the lock yet
+        for _ in range(600):  # the move was sent; the server may not be at the lock yet
             seen[:] = await db.fetch(
                 """SELECT wait_event_type FROM pg_stat_activity
                    WHERE query LIKE '%knowledge_index_staged()%' AND state = 'active'
@@ -258,7 +258,7 @@ async def test_the_next_set_is_read_while_the_database_moves_this_one(
     await lock.start()
     try:
         await db.execute("SELECT 1 FROM knowledge_store_state FOR UPDATE")
-        await asyncio.wait_for(store.index_batches(source(), expected=6), timeout=20)
+        await asyncio.wait_for(store.index_batches(source(), expected=6), timeout=60)
     finally:
         if db.is_in_transaction():  # the source was never asked for the next set
             await db.execute("ROLLBACK")
