@@ -297,10 +297,17 @@ class SiamStore(SiamSearch):
     async def get_by_id(self, doc_id: str) -> Document | None:
         if not is_uuid(doc_id):
             return None
-        rows = await self.select(
-            "knowledge_documents", DOCUMENT_COLUMNS, ("id", "eq", doc_id), on=EVERY_COLLECTION
-        )
-        return await self._with_chunks(rows[0], EVERY_COLLECTION) if rows else None
+        for on in self.reads_of_a_document():
+            by_id = ("id", "eq", doc_id)
+            rows = await self.select("knowledge_documents", DOCUMENT_COLUMNS, by_id, on=on)
+            if rows:
+                return await self._with_chunks(rows[0], on)
+        return None
+
+    def reads_of_a_document(self) -> tuple[Reading | None, ...]:
+        """Where a document is looked for by its id, in turn until it is found (None:
+        the primary)."""
+        return (EVERY_COLLECTION,)
 
     async def find_documents(self, source_type: str, key: str, collection: str) -> list[Document]:
         rows = await self.call(
@@ -311,7 +318,7 @@ class SiamStore(SiamSearch):
         )
         return [await self._with_chunks(row, Reading(collection)) for row in named(rows, key)]
 
-    async def _with_chunks(self, row: Row, on: Reading) -> Document:
+    async def _with_chunks(self, row: Row, on: Reading | None) -> Document:
         by_document = ("document_id", "eq", str(row["id"]))
         chunks = await self.select(
             "siam_vectors", CHUNK_COLUMNS, by_document, order="chunk_index", on=on

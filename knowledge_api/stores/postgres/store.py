@@ -26,6 +26,7 @@ from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.load import DEFAULT_BUILD, IndexBuild, load
 from knowledge_api.stores.postgres.replicas import (
+    EVERY_COLLECTION,
     PRIMARY_POSITION,
     Reading,
     Replicas,
@@ -339,6 +340,11 @@ class PostgresStore(SiamStore):
         if on is not None:
             self.replicas.reads[""] += 1
         return [dict(row) for row in rows]
+
+    def reads_of_a_document(self) -> tuple[Reading | None, ...]:
+        """A replica, then the primary: a replica may not have replayed yet the write
+        of another process that this one already showed (a miss is the primary's word)."""
+        return (EVERY_COLLECTION, None) if self.replicas else (EVERY_COLLECTION,)
 
     # -- the primitives SiamStore builds on ---------------------------------------------
 
