@@ -30,6 +30,7 @@ from knowledge_api.stores.postgres.replicas import (
     Replicas,
     read_urls,
 )
+from knowledge_api.stores.postgres.store import PostgresStore
 from tests.conftest import corpus, make_settings
 from tests.pg import run_sync
 from tests.pg_replication import Replicated
@@ -377,6 +378,56 @@ def test_a_replica_whose_replay_is_paused_is_bypassed_and_comes_back(
         wait_for(lambda: found(client, "gamma", "nothing-here") is False and (
             reads(client).get("replica", 0) > before.get("replica", 0)), 5)  # fmt: skip
         assert found(client, "default", token)
+
+
+BY_ID = {"GET": None, "PATCH": {"acl": ["group:ops"]}, "DELETE": None}
+"""The requests that look a document up by its id: its detail, a new access list, its
+deletion (each with its body)."""
+
+
+def test_a_document_the_replica_lacks_is_found_by_id_on_the_primary(
+    cluster: Replicated, tmp_path: Path
+) -> None:
+    """Another process's document that the replica has not replayed, looked up by id
+    while the replica has replayed every write this process knows of: the replica is
+    asked, misses, and the primary answers. The standby's replay is paused right after
+    this process's own write reached it, and this process's generation poll is held
+    still (the half second before it notices the other's write, made to last), so the
+    replica takes the lookup every time. (Its miss taken for the answer, a DELETE right
+    after a detail answered 404.)"""
+    settings = replicated_settings(cluster, tmp_path, replica_max_lag_ms=600_000)
+    with TestClient(create_app(settings)) as one, TestClient(create_app(settings)) as two:
+        store_of(one).generation_poll_seconds = 3600.0  # two's writes go unnoticed
+        answered: dict[str, int] = {}
+        for method, body in BY_ID.items():
+            doc_id = unreplayed(cluster, one, two, f"unreplayed{method.lower()}")
+            asked = reads(one).get("replica", 0)
+            response = one.request(method, f"{DOCUMENTS}/{doc_id}", json=body)
+            answered[method] = response.status_code
+            assert reads(one).get("replica", 0) > asked, method  # the replica was asked first
+            cluster.psql(cluster.standby_port, "SELECT pg_wal_replay_resume()")
+        assert answered == dict.fromkeys(BY_ID, 200)
+        assert one.get(f"{DOCUMENTS}/{doc_id}").status_code == 404  # deleted on the primary
+
+
+def unreplayed(cluster: Replicated, one: TestClient, two: TestClient, token: str) -> str:
+    """The id of a document `two` wrote that the standby has not replayed, while
+    `one`'s replica has replayed every write `one` knows of: `one` writes and reads its
+    own document (the read polls its generations), the replica replays it, the standby's
+    replay is paused, and only then `two` writes."""
+    own = write(one, "default", f"{token}own")
+    assert one.get(f"{DOCUMENTS}/{own}").status_code == 200
+    replicas = store_of(one).replicas
+    wait_for(lambda: one.portal.call(replicas.route, EVERY_COLLECTION) is not None)
+    cluster.psql(cluster.standby_port, "SELECT pg_wal_replay_pause()")
+    doc_id = write(two, "default", token)
+    assert not standby_has(cluster, token)
+    return doc_id
+
+
+def store_of(client: TestClient) -> PostgresStore:
+    store: PostgresStore = client.app.state.service.store  # type: ignore[attr-defined]
+    return store
 
 
 @pytest.mark.usefixtures("gemini")
