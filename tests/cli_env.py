@@ -1,21 +1,27 @@
 """The environment the CLI's source tests run in, and what they read back: settings
 from the environment (the fake embedder, no seed, a SQLite file in the test's folder, or
 a fresh Postgres database when the fixture's param says "postgres"), the documents a
-source owns, and the last line a sync prints."""
+source owns, the last line a sync prints, the sources as listed (by the CLI, or over
+HTTP after a sync asked there)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
 from tests.conftest import make_store
 from tests.pg import fresh_database
+from tests.test_uploads import wait_for
+
+SOURCES = "/v1/knowledge/sources"
 
 
 def use_postgres(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,3 +91,39 @@ def sync_source(capsys: pytest.CaptureFixture[str], name: str, *more: str) -> tu
     """`sources sync NAME` with `more` options: its status and the last line it printed."""
     status = main(["sources", "sync", name, *more])
     return status, capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def listed_sources(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    """The sources as `sources --json` lists them (what was printed before is dropped)."""
+    capsys.readouterr()
+    assert main(["sources", "--json"]) == 0
+    listed: list[dict[str, Any]] = json.loads(capsys.readouterr().out)["sources"]
+    return listed
+
+
+def refused_secret(
+    capsys: pytest.CaptureFixture[str], name: str, variable: str, wrong: str
+) -> tuple[str, dict[str, Any]]:
+    """A sync of source `name`, then a full one with its secret `variable` set to `wrong`,
+    which stops with status 1: the line it printed, and the source as listed then."""
+    assert sync_source(capsys, name)[0] == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(variable, wrong)
+        status, line = sync_source(capsys, name, "--full")
+    assert status == 1, line
+    (listed,) = listed_sources(capsys)
+    return line, listed
+
+
+def synced_over_http(
+    client: TestClient, name: str, collection: str, headers: dict[str, str]
+) -> dict[str, Any]:
+    """A sync of source `name` asked over HTTP with `headers`, waited for until it is done:
+    the source as the listing of `collection` shows it then."""
+    accepted = client.post(f"{SOURCES}/{name}/sync", headers=headers)
+    assert accepted.status_code == 202, accepted.text
+    done = wait_for(client, accepted.json()["job_id"], headers=headers)
+    assert done["status"] == "done", done
+    found = client.get(SOURCES, params={"collection": collection}, headers=headers)
+    (listed,) = found.json()["sources"]
+    return dict(listed)

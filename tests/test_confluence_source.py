@@ -6,7 +6,6 @@ attachments come and go; Cloud and Server; the failures a run rides out or stops
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -31,7 +30,7 @@ from tests.atlassian_server import (
     serving,
     source_args,
 )
-from tests.cli_env import cli_environment, source_documents, sync_source
+from tests.cli_env import cli_environment, listed_sources, source_documents, sync_source
 from tests.delegated import readable
 from tests.documents import pdf_bytes, write_docx, write_pptx
 
@@ -205,7 +204,7 @@ def test_a_confluence_site_is_kept_in_step_sync_after_sync(
         assert "Search ships in March." in docs["101/attachments/deck.pptx"].content
         assert "refreshed each minute" in docs["101/attachments/status.html"].content
         assert "Holidays" not in {doc.title for doc in docs.values()}
-        (listed,) = source_list(capsys)
+        (listed,) = listed_sources(capsys)
         started = datetime.fromisoformat(str(listed["cursor"]))
 
         # a page added, one edited at the window's edge (before the previous run's start,
@@ -246,12 +245,6 @@ def test_a_confluence_site_is_kept_in_step_sync_after_sync(
 
         assert sync(capsys) == (0, "ops/wiki: 0 added, 0 updated, 9 unchanged, 0 deleted")
         holds_what_confluence_holds(environment, site)
-
-
-def source_list(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
-    assert main(["sources", "--json"]) == 0
-    listed: list[dict[str, object]] = json.loads(capsys.readouterr().out)["sources"]
-    return listed
 
 
 def test_confluence_server_without_a_time_zone_and_the_failures_of_a_run(
@@ -296,7 +289,7 @@ def test_confluence_server_without_a_time_zone_and_the_failures_of_a_run(
             503,
             200,
         ]
-        (listed,) = source_list(capsys)
+        (listed,) = listed_sources(capsys)
         started = datetime.fromisoformat(str(listed["cursor"]))
 
         site.pages["101"].body = "<p>Every runbook of the platform, reviewed.</p>"

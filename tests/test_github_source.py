@@ -19,12 +19,17 @@ from knowledge_api.cli import main
 from knowledge_api.connectors import github as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.cli_env import cli_environment, source_documents, sync_source
+from tests.cli_env import (
+    cli_environment,
+    refused_secret,
+    source_documents,
+    sync_source,
+    synced_over_http,
+)
 from tests.conftest import make_settings
 from tests.delegated import readable
 from tests.github_server import TOKEN, GitHub, github, stamp
 from tests.test_access import bearer, error_of, make_key
-from tests.test_uploads import wait_for
 
 SOURCES = "/v1/knowledge/sources"
 ADD = ["sources", "add", "tracker", "--kind", "github", "--collection", "eng"]
@@ -159,21 +164,13 @@ def test_an_item_github_listed_late_is_read_by_the_next_run(
 
 
 def test_a_wrong_token_stops_the_run_and_deletes_nothing(
-    environment: Settings,
-    fake: GitHub,
-    waits: list[float],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    environment: Settings, fake: GitHub, waits: list[float], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert add(fake) == 0
-    assert sync(capsys)[0] == 0
-    monkeypatch.setenv("GITHUB_TOKEN_FOR_TESTS", "ghp_wrong")
-    status, line = sync(capsys, "--full")
-    assert status == 1 and "credentials were refused (401)" in line and "ghp_" not in line
+    line, listed = refused_secret(capsys, "tracker", "GITHUB_TOKEN_FOR_TESTS", "ghp_wrong")
+    assert "credentials were refused (401)" in line and "ghp_" not in line
     assert waits == []
     assert len(stored(environment)) == 4
-    assert main(["sources", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)["sources"]
     assert "401" in listed["last_error"] and TOKEN not in json.dumps(listed)
 
 
@@ -241,13 +238,7 @@ def test_a_github_source_is_added_and_synced_over_http(
         assert error_of(refused, 400)["details"]["field"] == "settings.repos"
         body["settings"] = {"repos": "acme/api,acme/web"}
         assert client.post(SOURCES, json=body, headers=admin).status_code == 201
-        accepted = client.post(f"{SOURCES}/tracker/sync", headers=admin)
-        assert accepted.status_code == 202, accepted.text
-        done = wait_for(client, accepted.json()["job_id"], headers=admin)
-        assert done["status"] == "done", done
-        (listed,) = client.get(SOURCES, params={"collection": "eng"}, headers=admin).json()[
-            "sources"
-        ]
+        listed = synced_over_http(client, "tracker", "eng", admin)
         assert listed["kind"] == "github" and listed["documents"] == 4
         assert TOKEN not in json.dumps(listed) and listed["last_error"] is None
         found = client.post(

@@ -16,7 +16,7 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
-from tests.cli_env import cli_home, source_documents, sync_source
+from tests.cli_env import cli_home, listed_sources, source_documents, sync_source
 from tests.conftest import make_settings
 from tests.imap_server import (
     PASSWORD,
@@ -62,9 +62,7 @@ def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
 
 
 def listing(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    assert main(["sources", "--json"]) == 0
-    found = json.loads(capsys.readouterr().out)["sources"]
-    return next(s for s in found if s["name"] == "mail")
+    return next(s for s in listed_sources(capsys) if s["name"] == "mail")
 
 
 def test_a_mailbox_becomes_threads_that_follow_its_changes(

@@ -35,11 +35,16 @@ from tests.atlassian_server import (
     serving,
     source_args,
 )
-from tests.cli_env import cli_environment, source_documents, sync_source
+from tests.cli_env import (
+    cli_environment,
+    listed_sources,
+    source_documents,
+    sync_source,
+    synced_over_http,
+)
 from tests.conftest import make_settings
 from tests.delegated import readable
 from tests.test_access import bearer, make_key
-from tests.test_uploads import wait_for
 
 SOURCES = "/v1/knowledge/sources"
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -172,7 +177,7 @@ def test_a_jira_project_is_kept_in_step_sync_after_sync(
     documents = [c for c in searches if "summary" in c.params["fields"]]
     assert documents[0].params["jql"] == "(project in (OPS, WEB)) ORDER BY key ASC"
     assert len(documents) == 3 and "nextPageToken" in documents[1].params
-    (listed,) = [s for s in source_list(capsys) if s["name"] == "jira"]
+    (listed,) = [s for s in listed_sources(capsys) if s["name"] == "jira"]
     started = datetime.fromisoformat(listed["cursor"])
     assert listed["last_error"] is None and abs(started - datetime.now(UTC)) < timedelta(minutes=1)
 
@@ -218,12 +223,6 @@ def test_a_jira_project_is_kept_in_step_sync_after_sync(
     holds_what_jira_holds(environment, cloud)
 
 
-def source_list(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
-    assert main(["sources", "--json"]) == 0
-    listed: list[dict[str, object]] = json.loads(capsys.readouterr().out)["sources"]
-    return listed
-
-
 def test_rate_limits_and_an_unavailable_server_are_waited_out(
     sqlite_only: Settings, cloud: Atlassian, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -261,7 +260,7 @@ def test_a_wrong_token_stops_the_run_and_deletes_nothing(
     assert "sync stopped" in line and "credentials were refused (401)" in line
     assert "revoked-token-value" not in line
     assert len(stored(sqlite_only)) == 5
-    (listed,) = source_list(capsys)
+    (listed,) = listed_sources(capsys)
     assert "(401)" in str(listed["last_error"])
     assert "revoked-token-value" not in json.dumps(listed)
 
@@ -360,7 +359,7 @@ def test_settings_and_secrets_a_jira_source_refuses(
     assert "settings.deployment: must be cloud or server" in capsys.readouterr().err
     assert main([*base, "--secret", "token=T", "--set", "user=a@b.c"]) == 0
     capsys.readouterr()
-    (listed,) = source_list(capsys)
+    (listed,) = listed_sources(capsys)
     assert listed["kind"] == "jira" and listed["secrets"] == {"token": "T"}
 
 
@@ -386,13 +385,7 @@ def test_a_jira_source_is_added_and_synced_over_http(
         created = client.post(SOURCES, json=body, headers=admin)
         assert created.status_code == 201, created.text
         assert created.json()["kind"] == "jira" and TOKEN not in created.text
-        accepted = client.post(f"{SOURCES}/jira/sync", headers=writer)
-        assert accepted.status_code == 202, accepted.text
-        done = wait_for(client, accepted.json()["job_id"], headers=writer)
-        assert done["status"] == "done", done
-        (listed,) = client.get(SOURCES, params={"collection": "ops"}, headers=writer).json()[
-            "sources"
-        ]
+        listed = synced_over_http(client, "jira", "ops", writer)
         assert listed["documents"] == 5 and listed["last_error"] is None
         assert TOKEN not in json.dumps(listed) and TOKEN not in client.get("/health").text
         # a ticket's key finds it by keyword
@@ -425,7 +418,7 @@ def test_a_project_that_does_not_exist_stops_the_run_with_jiras_reason(
     status, line = sync(capsys)
     assert status == 1
     assert "answered 400" in line and "The value 'OSP' does not exist" in line
-    (listed,) = source_list(capsys)
+    (listed,) = listed_sources(capsys)
     assert "OSP" in str(listed["last_error"]) and listed["cursor"] == ""
 
 

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.usecases import connectors
-from tests.cli_env import cli_home
+from tests.cli_env import cli_home, listed_sources
 from tests.conftest import make_settings
 from tests.kb_host import Host, article, serve
 
@@ -51,10 +51,8 @@ def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
 
 
 def listing(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    capsys.readouterr()
-    assert main(["sources", "--json"]) == 0
-    (found,) = json.loads(capsys.readouterr().out)["sources"]
-    return dict(found)
+    (found,) = listed_sources(capsys)
+    return found
 
 
 def add(host: Host) -> list[str]:

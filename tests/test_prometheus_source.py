@@ -5,7 +5,6 @@ changed, added and removed between syncs."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -17,7 +16,7 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.usecases import connectors
-from tests.cli_env import cli_home, source_documents, sync_source
+from tests.cli_env import cli_home, listed_sources, source_documents, sync_source
 from tests.conftest import make_settings, make_store
 from tests.prometheus_server import Server, prometheus
 from tests.test_access import bearer, error_of, make_key
@@ -128,8 +127,7 @@ def test_an_unreachable_server_stops_the_run_and_deletes_nothing(
     stop = "ops/gone: sync stopped: GET http://127.0.0.1:9/api/v1/rules: unreachable"
     assert f"{stop} (ConnectError), 2 tries" in out
     assert len(stored(tmp_path)) == 3
-    assert main(["sources", "--json"]) == 0
-    listed = {s["name"]: s for s in json.loads(capsys.readouterr().out)["sources"]}
+    listed = {s["name"]: s for s in listed_sources(capsys)}
     assert "unreachable" in listed["gone"]["last_error"]
     assert listed["alerts"]["last_error"] is None and listed["alerts"]["cursor"]
 

@@ -16,7 +16,13 @@ from knowledge_api.connectors import registry
 from knowledge_api.connectors import slack as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.cli_env import cli_environment, source_documents, sync_source
+from tests.cli_env import (
+    cli_environment,
+    listed_sources,
+    refused_secret,
+    source_documents,
+    sync_source,
+)
 from tests.delegated import readable
 from tests.slack_server import TEAM_URL, TOKEN, USERS, Slack, email, slack
 
@@ -142,21 +148,13 @@ def test_only_the_channels_named_are_read_and_the_bot_must_be_in_them(
 
 
 def test_a_wrong_token_stops_the_run_and_deletes_nothing(
-    environment: Settings,
-    fake: Slack,
-    waits: list[float],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    environment: Settings, fake: Slack, waits: list[float], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert add(fake) == 0
-    assert sync(capsys)[0] == 0
-    monkeypatch.setenv("SLACK_TOKEN_FOR_TESTS", "xoxb-wrong")
-    status, line = sync(capsys, "--full")
-    assert status == 1 and "credentials were refused" in line and "invalid_auth" in line
+    line, listed = refused_secret(capsys, "chat", "SLACK_TOKEN_FOR_TESTS", "xoxb-wrong")
+    assert "credentials were refused" in line and "invalid_auth" in line
     assert "xoxb" not in line and waits == []
     assert len(stored(environment)) == 4
-    assert main(["sources", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)["sources"]
     assert "invalid_auth" in listed["last_error"] and TOKEN not in json.dumps(listed)
 
 
@@ -301,10 +299,8 @@ def test_groups_are_given_once_every_batch_is_stored_and_move_with_the_cursor(
 
 
 def source_list(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    capsys.readouterr()
-    assert main(["sources", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)["sources"]
-    return dict(listed)
+    (listed,) = listed_sources(capsys)
+    return listed
 
 
 def test_an_explicit_access_list_wins_over_slack_permissions(

@@ -22,11 +22,17 @@ from knowledge_api.connectors.web import Known, read_cursor, write_cursor
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.cli_env import cli_settings, source_documents, sync_source, use_postgres
+from tests.cli_env import (
+    cli_settings,
+    listed_sources,
+    source_documents,
+    sync_source,
+    synced_over_http,
+    use_postgres,
+)
 from tests.conftest import make_settings
 from tests.documents import pdf_bytes
 from tests.test_access import bearer, error_of, make_key
-from tests.test_uploads import wait_for
 from tests.web_site import Site, serving
 
 SOURCES = "/v1/knowledge/sources"
@@ -195,8 +201,7 @@ def test_a_site_is_crawled_and_kept_in_step_between_runs(
     assert docs[f"{site.url}/guide"].updated_at.startswith("2026-02-03T00:00:00")
     assert "Sundays" in docs[f"{site.url}/news"].content
 
-    assert main(["sources", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)["sources"]
+    (listed,) = listed_sources(capsys)
     assert listed["kind"] == "web" and listed["last_error"] is None and listed["documents"] == 4
 
 
@@ -363,13 +368,7 @@ def test_a_site_is_added_and_synced_over_http(
         assert details["rule"] == "must be a whole number from 0 to 20"
         created = client.post(SOURCES, json=body, headers=admin)
         assert created.status_code == 201 and created.json()["kind"] == "web", created.text
-        accepted = client.post(f"{SOURCES}/site/sync", headers=admin)
-        assert accepted.status_code == 202, accepted.text
-        done = wait_for(client, accepted.json()["job_id"], headers=admin)
-        assert done["status"] == "done", done
-        (listed,) = client.get(SOURCES, params={"collection": "web"}, headers=admin).json()[
-            "sources"
-        ]
+        listed = synced_over_http(client, "site", "web", admin)
         assert listed["documents"] == 2 and listed["last_error"] is None
 
 
