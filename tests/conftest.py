@@ -167,12 +167,18 @@ async def loaded(service: KnowledgeService) -> KnowledgeService:
     return service
 
 
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
+def ingested_client(settings: Settings, documents: list[Document]) -> Iterator[TestClient]:
+    """A client of the app on `settings` whose store holds `documents`, for a fixture to
+    yield from."""
     app = create_app(settings)
     with TestClient(app) as test_client:
-        test_client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
+        test_client.portal.call(app.state.service.ingest, documents)  # type: ignore[union-attr]
         yield test_client
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    yield from ingested_client(settings, corpus())
 
 
 def fake_embedder(service: KnowledgeService) -> FakeEmbedder:

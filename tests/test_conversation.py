@@ -19,7 +19,7 @@ from knowledge_api.app import create_app
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import chunked
 from knowledge_api.usecases.conversation import Rewrite, Turn, offline
-from tests.conftest import corpus, make_settings
+from tests.conftest import corpus, ingested_client, make_settings
 from tests.providers import (
     GEMINI_GENERATE,
     Stream,
@@ -197,10 +197,7 @@ def ui_metadata(client: TestClient, messages: list[dict[str, Any]]) -> dict[str,
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(make_settings(tmp_path, answer_threshold="0.3"))
-    with TestClient(app) as test_client:
-        test_client.portal.call(app.state.service.ingest, corpus())
-        yield test_client
+    yield from ingested_client(make_settings(tmp_path, answer_threshold="0.3"), corpus())
 
 
 CONVERSATION = [
