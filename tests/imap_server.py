@@ -24,6 +24,7 @@ from typing import ClassVar
 import pytest
 
 from tests import loopback
+from tests.documents import email_message
 
 DOVECOT = shutil.which("dovecot") or (
     "/usr/sbin/dovecot" if Path("/usr/sbin/dovecot").exists() else None
@@ -114,17 +115,7 @@ def message(
     reply_to: str = "",
     date: str = "Mon, 02 Mar 2026 10:00:00 +0000",
 ) -> EmailMessage:
-    found = EmailMessage()
-    found["From"] = sender
-    found["To"] = to
-    found["Subject"] = subject
-    found["Date"] = date
-    found["Message-ID"] = f"<{message_id}>"
-    if reply_to:
-        found["In-Reply-To"] = f"<{reply_to}>"
-        found["References"] = f"<{reply_to}>"
-    found.set_content(body)
-    return found
+    return email_message(subject, body, sender, to, message_id, reply_to, date)
 
 
 def free_port() -> int:
