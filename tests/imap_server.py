@@ -106,16 +106,14 @@ class Mailbox:
             return int(client.response("UIDVALIDITY")[1][0])
 
 
-def message(
-    message_id: str,
-    subject: str,
-    body: str,
-    sender: str = "vendor@example.com",
-    to: str = "support@example.com",
-    reply_to: str = "",
-    date: str = "Mon, 02 Mar 2026 10:00:00 +0000",
-) -> EmailMessage:
-    return email_message(subject, body, sender, to, message_id, reply_to, date)
+VENDOR = "vendor@example.com"
+SUPPORT = "support@example.com"
+
+
+def message(message_id: str, subject: str, body: str) -> EmailMessage:
+    """A vendor's message to support, on 2 March 2026 at 10:00."""
+    date = "Mon, 02 Mar 2026 10:00:00 +0000"
+    return email_message(subject, body, VENDOR, SUPPORT, message_id, date=date)
 
 
 def free_port() -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,12 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
-from tests.cli_env import cli_home, listed_sources, source_documents, sync_source
+from tests.cli_env import cli_home, listed_sources, refused_secret, source_documents, sync_source
 from tests.conftest import make_settings
+from tests.documents import email_message
 from tests.imap_server import (
     PASSWORD,
+    SUPPORT,
     TOKEN,
     Introspection,
     Mailbox,
@@ -65,6 +68,12 @@ def listing(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
     return next(s for s in listed_sources(capsys) if s["name"] == "mail")
 
 
+def answer(message_id: str, replied: str, subject: str, body: str, time: str) -> EmailMessage:
+    """Support's reply to the vendor's message `replied` of `subject`, at `time` on 2 March."""
+    date = f"Mon, 02 Mar 2026 {time}:00 +0000"
+    return email_message(f"Re: {subject}", body, SUPPORT, SUPPORT, message_id, replied, date)
+
+
 def test_a_mailbox_becomes_threads_that_follow_its_changes(
     mailbox: Mailbox,
     tmp_path: Path,
@@ -73,10 +82,9 @@ def test_a_mailbox_becomes_threads_that_follow_its_changes(
 ) -> None:
     mailbox.deliver(message("renewal@vendor", "Contract renewal", "The renewal is due in May."))
     mailbox.deliver(
-        message(
-            "renewal-2@us", "Re: Contract renewal", "We accept the 5% increase.\n\n> old",
-            sender="support@example.com", reply_to="renewal@vendor",
-            date="Mon, 02 Mar 2026 11:00:00 +0000",
+        answer(
+            "renewal-2@us", "renewal@vendor", "Contract renewal",
+            "We accept the 5% increase.\n\n> old", "11:00",
         )
     )  # fmt: skip
     mailbox.deliver(message("outage@vendor", "Outage notice", "The EU region is down."))
@@ -101,13 +109,8 @@ def test_a_mailbox_becomes_threads_that_follow_its_changes(
         assert sync(capsys) == (0, "support/mail: 0 added, 0 updated, 0 unchanged, 0 deleted")
 
     # a reply to the second thread, and a flag on the first: one thread rewritten
-    mailbox.append(
-        message(
-            "outage-2@us", "Re: Outage notice", "Failover to the US region worked.",
-            sender="support@example.com", reply_to="outage@vendor",
-            date="Mon, 02 Mar 2026 12:00:00 +0000",
-        )
-    )  # fmt: skip
+    worked = "Failover to the US region worked."
+    mailbox.append(answer("outage-2@us", "outage@vendor", "Outage notice", worked, "12:00"))
     mailbox.flag("<renewal@vendor>")
     assert sync(capsys) == (0, "support/mail: 0 added, 1 updated, 0 unchanged, 0 deleted")
     docs = stored(tmp_path)
@@ -160,23 +163,19 @@ def test_a_changed_uidvalidity_reads_the_folder_again_without_duplicates(
 
 
 def test_a_refused_login_stops_the_run_and_deletes_nothing(
-    mailbox: Mailbox,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    mailbox: Mailbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     mailbox.deliver(message("a@vendor", "Invoice", "Invoice 17 is paid."))
     assert add(mailbox) == 0
-    assert sync(capsys)[0] == 0
-    monkeypatch.setenv("MAIL_PASSWORD", "not-the-password")
-    status, line = sync(capsys, "--full")
-    assert status == 1 and "refused the login of 'alice'" in line
+    line, _ = refused_secret(capsys, "mail", "MAIL_PASSWORD", "not-the-password")
+    assert "refused the login of 'alice'" in line
     assert "not-the-password" not in line
     assert sorted(stored(tmp_path)) == ["a@vendor"]
-    monkeypatch.delenv("MAIL_PASSWORD")
-    status, line = sync(capsys)
-    assert status == 1 and "$MAIL_PASSWORD, which is not set" in line
-    assert main(["sources", "sync", "--all"]) == 1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("MAIL_PASSWORD")
+        status, line = sync(capsys)
+        assert status == 1 and "$MAIL_PASSWORD, which is not set" in line
+        assert main(["sources", "sync", "--all"]) == 1
 
 
 def test_an_access_token_logs_in_by_xoauth2(
