@@ -30,7 +30,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import connectors as use
 from tests import loopback
-from tests.conftest import make_settings
+from tests.conftest import make_settings, running
 from tests.pg import postgres_settings
 
 LONG_AGO = "2020-01-01T00:00:00+00:00"
@@ -389,9 +389,7 @@ async def test_a_prune_runs_when_the_last_one_is_older_than_prune_every(
 
 
 async def test_prune_every_0_leaves_pruning_to_full(settings: Settings) -> None:
-    service = build_service(settings.replace(prune_every=0.0))
-    await service.start()
-    try:
+    async with running(settings.replace(prune_every=0.0)) as service:
         vendor = await synced(service)
         assert (await record(service, "jira")).last_prune == ""
         del vendor.items["OPS-4"]
@@ -399,8 +397,6 @@ async def test_prune_every_0_leaves_pruning_to_full(settings: Settings) -> None:
         assert vendor.listed == 0 and len(await stored(service, "jira")) == 4
         await run(service, "jira", full=True)
         assert vendor.listed == 1 and len(await stored(service, "jira")) == 3
-    finally:
-        await service.stop()
 
 
 async def test_a_prune_of_most_of_a_source_needs_allow_mass_delete(
