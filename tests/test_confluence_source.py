@@ -184,7 +184,6 @@ def test_a_confluence_site_is_kept_in_step_sync_after_sync(
     with serving(state):
         site.url = state.url
         assert add_source(f"{state.url}/wiki", "--set", f"time_zone={SITE_ZONE}") == 0
-        capsys.readouterr()
         assert sync(capsys) == (0, "ops/wiki: 9 added, 0 updated, 0 unchanged, 0 deleted")
         docs = holds_what_confluence_holds(environment, site)
         failover = docs["102"]
@@ -272,7 +271,6 @@ def test_confluence_server_without_a_time_zone_and_the_failures_of_a_run(
         )
         state.fail("/rest/api/content/search", 429, headers={"Retry-After": "1"})
         state.fail("/rest/api/content/101/child/comment", 503)
-        capsys.readouterr()
         assert sync(capsys) == (0, "ops/wiki: 5 added, 0 updated, 0 unchanged, 0 deleted")
         docs = stored(sqlite_only)
         assert sorted(docs) == [
@@ -391,7 +389,6 @@ def test_pages_are_read_by_those_their_space_and_restrictions_let_view(
     with serving(jira) as server:
         state.url = server.url
         assert add_source(server.url + "/wiki") == 0
-        capsys.readouterr()
         assert sync(capsys)[0] == 0
         docs = stored(environment)
         runbooks = {s for s in docs if s == "101" or s.startswith("101/")}
