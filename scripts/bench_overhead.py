@@ -8,12 +8,12 @@ out. wrk sends the same cached query to each, alternating, and the report gives
 requests/s and the ratio full/plain (the budget: full >= 0.9 of plain), best against
 best and round by round (the median), beside a bare Starlette app returning the same
 bytes, then each server's CPU microseconds a request (process CPU seconds / requests,
-which a loaded host disturbs less). `--baseline CHECKOUT` also serves the full app from another checkout of the
-package (the code before a change, say), alternated with this one in the same run, so
-both hit/bare ratios come from the same minutes of the same host. With --traced another
-server, `traced`, is `full` exporting a span per request to an OTLP/HTTP sink this
-script runs (OTEL_EXPORTER_OTLP_ENDPOINT set): what tracing costs a hit, beside what it
-costs when off (`full`, no endpoint).
+which a loaded host disturbs less). `--baseline CHECKOUT` also serves the full app from
+another checkout of the package (the code before a change, say), alternated with this
+one in the same run, so both hit/bare ratios come from the same minutes of the same
+host. With --traced another server, `traced`, is `full` exporting a span per request
+to an OTLP/HTTP sink this script runs (OTEL_EXPORTER_OTLP_ENDPOINT set): what tracing
+costs a hit, beside what it costs when off (`full`, no endpoint).
 
     .venv/bin/python scripts/bench_overhead.py [--duration 8] [--rounds 2]
         [--baseline DIR] [--traced]
