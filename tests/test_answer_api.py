@@ -19,7 +19,7 @@ from knowledge_api.errors import BackendConnectionError
 from knowledge_api.settings import Settings
 from knowledge_api.synthesis.extractive import NO_RESULTS
 from knowledge_api.usecases import answers
-from tests.conftest import corpus, make_settings
+from tests.conftest import corpus, ingested_client, make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
 
 ANSWER = "/v1/knowledge/answer"
@@ -27,10 +27,7 @@ QUESTION = "Which audio formats does asset ingestion accept?"
 
 
 def serve(settings: Settings) -> Iterator[TestClient]:
-    app = create_app(settings)
-    with TestClient(app) as client:
-        client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
-        yield client
+    yield from ingested_client(settings, corpus())
 
 
 @pytest.fixture
