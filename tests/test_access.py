@@ -6,7 +6,8 @@ import json
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from starlette.testclient import TestClient
@@ -156,6 +157,35 @@ def test_a_keys_access_is_made_once_and_follows_the_key() -> None:
     changed = ApiKey("reader", "a" * 64, ("read", "write"), ("docs",))  # the same hash
     assert access_of(changed).scopes == {"read", "write"}
     assert access_of(changed).collections == {"docs"}
+
+
+class KnownGroups:
+    """The key store's remembered groups, as `reading` asks them: the same tuple while
+    remembered, a new one once read again."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[str, ...]] = {"ann": ("ops",)}
+
+    async def groups(self, user: str) -> tuple[str, ...]:
+        return self.known.get(user, ())
+
+
+async def test_a_readers_principals_are_made_once_and_follow_its_groups() -> None:
+    keys = KnownGroups()
+    gate = cast(Any, SimpleNamespace(service=SimpleNamespace(keys=keys)))
+    caller = access_of(ApiKey("ann-key", "c" * 64, ("read",), None, user="ann", groups=("dev",)))
+    first = await access_module.reading(gate, caller, {})
+    assert first.principals == {"public", "user:ann", "group:dev", "group:ops"}
+    assert await access_module.reading(gate, caller, {}) is first
+    keys.known["ann"] = ("sales",)  # the groups changed, read again from the store
+    changed = await access_module.reading(gate, caller, {})
+    assert changed.principals == {"public", "user:ann", "group:dev", "group:sales"}
+    other = access_of(ApiKey("ann-key", "c" * 64, ("read",), None, user="ann"))  # key changed
+    assert (await access_module.reading(gate, other, {})).principals == {
+        "public",
+        "user:ann",
+        "group:sales",
+    }
 
 
 def test_a_revoked_key_stops_working(secured: tuple[Settings, dict[str, str]]) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 
 from knowledge_api.cache.base import Tier
+from knowledge_api.models import CacheKey
 from tests.conftest import Computation
 
 
@@ -92,3 +93,10 @@ async def test_identical_misses_in_different_scopes_are_computed_apart() -> None
         tier.get_or_compute("q", lambda: compute("new"), ("a", 2)),
     )
     assert (before, after) == (("old", True), ("new", True))
+
+
+def test_a_cache_key_is_the_tuple_of_its_values() -> None:
+    values = ("QueryParams", "how are queries answered", 0.2, None, ("git",), frozenset({"a"}))
+    key = CacheKey(values)
+    assert key == values and hash(key) == hash(values) and repr(key) == repr(values)
+    assert {values: 1}[key] == 1 and {key: 1}[values] == 1
