@@ -10,10 +10,11 @@ from starlette.testclient import TestClient
 
 import knowledge_api
 from knowledge_api.app import create_app
-from knowledge_api.embeddings.local import LocalEmbedder
-from knowledge_api.embeddings.runtimes import cpu_bf16_units
+from knowledge_api.embeddings.local import LocalEmbedder, padded
+from knowledge_api.embeddings.runtimes import OpenVinoEncoder, cpu_bf16_units
 from knowledge_api.errors import EmbeddingError
 from tests.conftest import corpus, make_settings, seeded
+from tests.test_heap import resident_kb
 from tests.torch_reference import TorchEmbedder
 
 pytestmark = pytest.mark.model
@@ -229,3 +230,18 @@ def test_default_threshold_answers_the_bundled_docs_and_refuses_strangers(
             assert status(question) == "success", question
         for question in ("how do I bake sourdough bread", "who won the 2018 world cup"):
             assert status(question) == "insufficient_context", question
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc (Linux)")
+def test_the_weights_file_is_not_kept_resident_once_a_shape_is_prepared(
+    model: LocalEmbedder,
+) -> None:
+    """OpenVINO reads the mapped weights to prepare each new input shape; the pages read
+    are handed back (heap.release_mapped_file), and a shape met before reads none."""
+    assert model.model_file is not None
+    encoder = OpenVinoEncoder(model.model_file, "fp32", 1)
+    weights = model.model_file.with_suffix(".bin")
+    encoder.run(padded([[101, 7592, 102]], encoder.pad_to))
+    assert encoder.shapes == {(1, 16)} and resident_kb(weights) < 1024
+    encoder.run(padded([[101, *range(2000, 2030), 102]], encoder.pad_to))
+    assert encoder.shapes == {(1, 16), (1, 32)} and resident_kb(weights) < 1024

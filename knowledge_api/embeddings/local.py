@@ -44,7 +44,6 @@ from knowledge_api.embeddings.runtimes import (
     cpu_units,
 )
 from knowledge_api.errors import EmbeddingError
-from knowledge_api.heap import release_freed_memory
 from knowledge_api.models import Progress
 
 MODEL = "all-MiniLM-L6-v2"
@@ -145,7 +144,7 @@ class LocalEmbedder(BatchEmbedder):
                     progress(len(batches[index]))
 
         encoder.run_all(self._feeds(texts, batches, encoder.pad_to), done)
-        release_freed_memory()
+        encoder.release()
         if not batches:
             return np.empty((0, self.dimension), dtype=np.float32)
         out = np.empty((len(texts), results[0].shape[1]), dtype=np.float32)
