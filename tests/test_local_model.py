@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +11,8 @@ from starlette.testclient import TestClient
 
 import knowledge_api
 from knowledge_api.app import create_app
-from knowledge_api.embeddings.local import LocalEmbedder, padded
-from knowledge_api.embeddings.runtimes import OpenVinoEncoder, cpu_bf16_units
+from knowledge_api.embeddings.local import SENTENCE_TOKENS, LocalEmbedder, padded
+from knowledge_api.embeddings.runtimes import Feed, OpenVinoEncoder, cpu_bf16_units
 from knowledge_api.errors import EmbeddingError
 from tests.conftest import corpus, make_settings, seeded
 from tests.test_heap import resident_kb
@@ -159,6 +160,35 @@ def test_a_store_written_by_one_precision_is_read_by_the_other(
     read = ask(reader, ingest=False)
     assert read["source_id"] == written["source_id"] == "SIAM-101"
     assert abs(float(read["similarity"]) - float(written["similarity"])) <= 0.002  # type: ignore[arg-type]
+
+
+def test_an_answers_sentences_run_in_small_batches(
+    model: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenVINO keeps what it prepared for each batch shape, sized to the largest: an
+    answer's sentences run SENTENCE_TOKENS at a time, documents BATCH_TOKENS, with the
+    same vectors."""
+    encoder = model._encoder
+    assert encoder is not None
+    run_all = encoder.run_all
+    sizes: list[int] = []
+
+    def recorded(feeds: Iterable[Feed], done: Callable[[int, np.ndarray], None]) -> None:
+        def seen() -> Iterator[Feed]:
+            for feed in feeds:
+                sizes.append(feed["input_ids"].size)
+                yield feed
+
+        run_all(seen(), done)
+
+    monkeypatch.setattr(encoder, "run_all", recorded)
+    sentences = [p.split(". ")[0][:320] for p in bundled_passages()[:14]]
+    vectors = model.embed_sentences(sentences)
+    assert len(sizes) > 1 and max(sizes) <= SENTENCE_TOKENS
+    sizes.clear()
+    documents = model.embed_documents(sentences)
+    assert max(sizes) > SENTENCE_TOKENS
+    assert np.sum(vectors * documents, axis=1).min() >= 0.999
 
 
 def test_meaning_beats_wording(model: LocalEmbedder) -> None:
