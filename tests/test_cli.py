@@ -208,3 +208,18 @@ def test_the_ready_line_names_the_key_header_when_keys_are_required() -> None:
     message = ready_message(settings)
     assert "is ready at http://127.0.0.1:3006" in message
     assert "-H 'Authorization: Bearer <API key>'" in message
+
+
+def test_the_scripts_module_imports_none_of_the_commands() -> None:
+    """A child the service spawns to build the model imports the `knowledge-api`
+    script's module: the server, the stores and the connectors stay out of it."""
+    code = "import sys, knowledge_api.cli; print(sorted(m for m in sys.modules if m in WATCHED))"
+    watched = ("uvicorn", "knowledge_api.stores", "knowledge_api.connectors", "knowledge_api.app")
+    done = subprocess.run(
+        [sys.executable, "-c", f"WATCHED = {watched!r}; {code}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(knowledge_api.__file__).parents[1])},
+    )
+    assert done.stdout.strip() == "[]"
