@@ -11,7 +11,8 @@ CREATE OR REPLACE FUNCTION match_siam_vectors_gemini(
     ef_search integer DEFAULT 100,
     filter_where jsonb DEFAULT NULL,
     filter_collections text[] DEFAULT NULL,
-    filter_acl text[] DEFAULT NULL
+    filter_acl text[] DEFAULT NULL,
+    filter_acl_rows double precision DEFAULT NULL
 ) RETURNS TABLE (
     id uuid,
     document_id uuid,
@@ -46,11 +47,14 @@ DECLARE
 BEGIN
     PERFORM set_config('hnsw.ef_search', ef_search::text, true);
     -- Few passages let through are measured exactly (knowledge_exact_rows; OFFSET 0
-    -- keeps the HNSW index out of it).
+    -- keeps the HNSW index out of it). How many the readers' principals alone allow
+    -- is the caller's estimate (filter_acl_rows, from the statistics) when it gives one.
     IF filtered OR filter_acl IS NOT NULL THEN
-        few := knowledge_planned_rows(filter_source_types, filter_organization,
-                   filter_division, filter_app_under_test, filter_metadata, filter_collection,
-                   knowledge_with_acl(filter_where, filter_acl), filter_collections)
+        few := coalesce(CASE WHEN NOT filtered THEN filter_acl_rows END,
+                   knowledge_planned_rows(filter_source_types, filter_organization,
+                       filter_division, filter_app_under_test, filter_metadata,
+                       filter_collection, knowledge_with_acl(filter_where, filter_acl),
+                       filter_collections))
                <= knowledge_exact_rows(match_count);
     END IF;
     -- No filter but the readers' principals, letting many through: the graph's own
