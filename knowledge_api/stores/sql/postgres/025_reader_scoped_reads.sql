@@ -326,6 +326,16 @@ CREATE INDEX IF NOT EXISTS knowledge_documents_acl ON knowledge_documents USING 
 DROP FUNCTION IF EXISTS knowledge_list_documents(text, uuid, text, text, integer);
 \ir functions/knowledge_list_documents.sql
 -- By collection and source, the documents some principals may read and their passages.
-\ir functions/knowledge_readable_counts.sql
+-- Replaced in 026_readers_estimated: the current text is functions/knowledge_readable_counts.sql.
+CREATE OR REPLACE FUNCTION knowledge_readable_counts(readers text[])
+RETURNS TABLE (collection text, source text, documents bigint, chunks bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT d.collection, d.source, count(*),
+           coalesce(sum((SELECT count(*) FROM siam_vectors v WHERE v.document_id = d.id)), 0)
+    FROM knowledge_documents d
+    WHERE d.acl && readers
+    GROUP BY d.collection, d.source
+    ORDER BY d.collection, d.source
+$$;
 
 NOTIFY pgrst, 'reload schema';
