@@ -114,3 +114,44 @@ async def test_a_narrow_set_estimated_from_the_statistics_fills_the_limit(
         wide = scoped(SearchFilters(), frozenset({"group:half"}))
         hits = await store.search(query, vector(query), 10, wide, 0.0, mode)
         assert len(hits) == 10 and all(int(h.source_id[2:]) % 2 for h in hits), mode
+
+
+async def test_the_wide_readers_test_is_the_overlap_of_the_lists(db: asyncpg.Connection) -> None:
+    """knowledge_acl_allows, the test a wide reader's search makes on each row, passes
+    exactly the rows whose list shares a principal with the reader's (empty lists,
+    the principal first, later or absent)."""
+    differing = await db.fetchval(
+        """WITH lists AS (
+               SELECT array(SELECT 'p' || (random() * 8)::int
+                            FROM generate_series(1, (random() * 3)::int)) AS acl,
+                      array(SELECT 'p' || (random() * 8)::int
+                            FROM generate_series(1, (random() * 12)::int)) AS readers
+               FROM generate_series(1, 5000))
+           SELECT count(*) FROM lists
+           WHERE (knowledge_acl_allows(acl, readers) IS TRUE) <> (acl && readers)"""
+    )
+    assert differing == 0
+
+
+async def test_a_wide_set_finds_only_and_enough_of_its_passages(
+    store: PostgresStore, db: asyncpg.Connection
+) -> None:
+    """Two thirds of a thousand passages readable (more than sqrt(6 k N) = 548 for a
+    search's 50 candidates: the graph walked, each row met tested), half of them
+    through their list's second principal, a third through none: every mode fills
+    the limit with readable passages, some of them readable through the second."""
+    docs = documents(1000)
+    for i, doc in enumerate(docs):
+        doc.acl = (("user:x", "group:many"), ("group:many",), ())[i % 3]
+        doc.collection = "default"
+    await index(store, docs)
+    await db.execute("ANALYZE siam_vectors")
+    wide = scoped(SearchFilters(), frozenset({"group:many"}))
+    assert (await store.search_arguments(wide))["filter_acl_rows"] > 600
+    query = "Upload queue release note"
+    found: set[int] = set()
+    for mode in SEARCH_MODES:
+        hits = await store.search(query, vector(query), 10, wide, 0.0, mode)
+        found |= {int(h.source_id[2:]) for h in hits}
+        assert len(hits) == 10 and all(int(h.source_id[2:]) % 3 != 2 for h in hits), mode
+    assert any(i % 3 == 0 for i in found)  # readable through its list's second principal

@@ -15,6 +15,7 @@ DROP FUNCTION IF EXISTS match_siam_vectors_gemini(vector, double precision, inte
 DROP FUNCTION IF EXISTS search_siam_vectors_text(text, integer, text[], text, text, text,
     jsonb, text, jsonb, text[], text[]);
 \ir functions/knowledge_acl_statistics.sql
+\ir functions/knowledge_acl_allows.sql
 \ir functions/match_siam_vectors_gemini.sql
 \ir functions/search_siam_vectors_text.sql
 

@@ -21,7 +21,8 @@ LANGUAGE sql STABLE AS $$
            coalesce(a.most_common_elem_freqs[cardinality(a.most_common_elems) + 1], 0.005),
            coalesce(k.most_common_vals::text::text[], '{}'),
            coalesce(k.most_common_freqs, '{}'),
-           greatest(1 - k.null_frac - coalesce((SELECT sum(f) FROM unnest(k.most_common_freqs) f), 0), 0)
+           greatest(1 - k.null_frac
+                    - coalesce((SELECT sum(f) FROM unnest(k.most_common_freqs) f), 0), 0)
                / greatest(CASE WHEN k.n_distinct < 0 THEN -k.n_distinct * c.reltuples
                                ELSE k.n_distinct END
                           - coalesce(cardinality(k.most_common_vals), 0), 1)

@@ -94,7 +94,7 @@ BEGIN
               AND (filter_division IS NULL OR v.division = filter_division)
               AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
               AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
-              AND (filter_acl IS NULL OR (v.acl && filter_acl) IS TRUE)
+              AND (filter_acl IS NULL OR knowledge_acl_allows(v.acl, filter_acl) IS TRUE)
             ORDER BY v.embedding <=> query_embedding
             LIMIT match_count
         ) nearest

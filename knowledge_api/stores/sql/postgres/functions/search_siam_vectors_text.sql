@@ -90,8 +90,9 @@ BEGIN
                    AND (filter_division IS NULL OR v.division = filter_division)
                    AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
                    AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
-                   AND (filter_acl IS NULL OR CASE WHEN wide THEN (v.acl && filter_acl) IS TRUE
-                                             ELSE v.acl && filter_acl END)
+                   AND (filter_acl IS NULL OR CASE
+                        WHEN wide THEN knowledge_acl_allows(v.acl, filter_acl) IS TRUE
+                        ELSE v.acl && filter_acl END)
                  LIMIT bound)
                 UNION ALL
                 (
@@ -107,8 +108,9 @@ BEGIN
                    AND (filter_division IS NULL OR v.division = filter_division)
                    AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
                    AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
-                   AND (filter_acl IS NULL OR CASE WHEN wide THEN (v.acl && filter_acl) IS TRUE
-                                             ELSE v.acl && filter_acl END)
+                   AND (filter_acl IS NULL OR CASE
+                        WHEN wide THEN knowledge_acl_allows(v.acl, filter_acl) IS TRUE
+                        ELSE v.acl && filter_acl END)
                  LIMIT bound)
             ) m
             ORDER BY 7 DESC, 1
@@ -133,8 +135,9 @@ BEGIN
           AND (filter_division IS NULL OR v.division = filter_division)
           AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
           AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
-          AND (filter_acl IS NULL OR CASE WHEN wide THEN (v.acl && filter_acl) IS TRUE
-                                     ELSE v.acl && filter_acl END)
+          AND (filter_acl IS NULL OR CASE
+                WHEN wide THEN knowledge_acl_allows(v.acl, filter_acl) IS TRUE
+                ELSE v.acl && filter_acl END)
         ORDER BY 7 DESC, v.id
         LIMIT match_count;
         RETURN;
