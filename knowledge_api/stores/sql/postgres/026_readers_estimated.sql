@@ -9,7 +9,8 @@
 -- passages, each common collection's) and passes the search functions its estimate
 -- (`filter_acl_rows`); without one they ask the planner, as before. A wide set's
 -- graph scan keeps a quarter more candidates than its share needs, so that nearly
--- every query ends with its first round.
+-- every query ends with its first round, and tests each row it meets through a hash
+-- of the reader's principals (knowledge_acl_allows).
 DROP FUNCTION IF EXISTS match_siam_vectors_gemini(vector, double precision, integer, text[],
     text, text, text, jsonb, text, integer, jsonb, text[], text[]);
 DROP FUNCTION IF EXISTS search_siam_vectors_text(text, integer, text[], text, text, text,
