@@ -231,12 +231,16 @@ async def fill(store: Any, corpus: Corpus) -> float:
     return (corpus.size - done) / (time.perf_counter() - start)
 
 
+Timed = tuple[float, float, int]
+"""p50 and p95 ms, and the fewest results a query returned."""
+
+
 async def time_filtered(
     store: Any,
     queries: list[tuple[str, np.ndarray]],
     filters: Callable[[int], SearchFilters],
     facets: tuple[str, ...] = (),
-) -> tuple[float, float, int]:
+) -> Timed:
     """Hybrid searches of 10 results, query i filtered by `filters(i)`, with `facets`
     counted beside each as the service counts them: p50 and p95 ms, and the fewest
     results a query returned."""
@@ -282,6 +286,14 @@ Rows = Callable[[str, Corpus, int, Path], Awaitable[list[str]]]
 """A bench of one store and size: the lines it prints."""
 
 
+def timed_row(name: str, corpus: Corpus, label: str, times: Timed, compared: str) -> str:
+    """A printed row: the store, its chunks, what was timed, p50 / p95 ms, how that
+    compares (`compared`) and the fewest results a query returned."""
+    p50, p95, fewest = times
+    timed = f"{p50:7.2f} / {p95:7.2f}"
+    return f"{name:8} | {corpus.size:>7} | {label} | {timed} | {compared} | {fewest:>2}"
+
+
 def row_args(description: str, stores: str) -> argparse.Namespace:
     """The arguments of a bench that prints rows per store and size (`print_rows`)."""
     parser = argparse.ArgumentParser(description=description)
@@ -297,8 +309,13 @@ def row_args(description: str, stores: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
-async def print_rows(args: argparse.Namespace, corpus: Callable[[int], Corpus], rows: Rows) -> None:
-    """`rows` of each store and size `args` name, printed as they come."""
+async def print_rows(
+    args: argparse.Namespace, header: str, corpus: Callable[[int], Corpus], rows: Rows
+) -> None:
+    """`header`, then the `rows` of each store and size `args` name, printed as they
+    come; BLAS single-threaded, as the service runs it."""
+    single_threaded_blas()
+    print(header)
     for size in (int(s) for s in args.sizes.split(",")):
         of_size = corpus(size)
         for name in args.stores.split(","):
