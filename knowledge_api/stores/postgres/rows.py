@@ -228,19 +228,7 @@ def source_from_row(r: Mapping[str, Any]) -> SourceInfo:
 
 
 def summary_from_row(r: Mapping[str, Any]) -> DocumentSummary:
-    return DocumentSummary(
-        str(r["id"]),
-        r["collection"],
-        r["source_type"],
-        r["source_id"],
-        r["source"],
-        r["title"],
-        records.decoded(r["metadata"]),
-        int(r["chunks"]),
-        records.as_timestamp(r["updated_at"]),
-        records.as_timestamp(r["created_at"]),
-        records.acl_of(r),
-    )
+    return records.summary_of(r, str(r["id"]), int(r["chunks"]))
 
 
 def collection_from_row(r: Mapping[str, Any]) -> CollectionInfo:
