@@ -18,12 +18,9 @@ multiple of the unfiltered one, and the fewest results a query returned (10 when
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-from bench_stores import Corpus, filled_store, print_rows, row_args, time_filtered, timed_row
+from bench_stores import Corpus, Filters, print_rows, row_args, timed_filters, timed_row
 
 from knowledge_api.filters import parse
 from knowledge_api.models import Document, SearchFilters
@@ -32,7 +29,7 @@ from knowledge_api.principals import scoped
 GROUPS = 100
 HALF = frozenset(f"group:g{g}" for g in range(GROUPS // 2))
 
-ROWS: dict[str, Callable[[int], SearchFilters]] = {
+ROWS: dict[str, Filters] = {
     "unfiltered": lambda b: SearchFilters(),
     "principals 50 %": lambda b: scoped(SearchFilters(), HALF),
     "principals 50 %, each query its own set": lambda b: scoped(
@@ -51,26 +48,19 @@ class AclCorpus(Corpus):
         return doc
 
 
-def time_rows(
-    store: Any, queries: list[tuple[str, np.ndarray]], filters: Callable[[int], SearchFilters]
-) -> Awaitable[tuple[float, float, int]]:
-    """Query i asks as the readers of group i mod 100."""
-    return time_filtered(store, queries, lambda i: filters(i % GROUPS))
-
-
 async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list[str]:
-    queries = corpus.queries(n_queries)
-    lines = []
-    async with filled_store(name, corpus, folder) as store:
-        for filters in ROWS.values():  # a first pass warms every plan and page
-            await time_rows(store, queries[:20], filters)
-        unfiltered = 0.0
-        for label, filters in ROWS.items():
-            times = await time_rows(store, queries, filters)
-            unfiltered = unfiltered or times[0]
-            compared = f"{times[0] / unfiltered:5.2f}x"
-            lines.append(timed_row(name, corpus, f"{label:39}", times, compared))
-    return lines
+    """Query i asks as the readers of group i mod 100."""
+    rows = {label: (of_group(filters), ()) for label, filters in ROWS.items()}
+    times = await timed_filters(name, corpus, n_queries, folder, rows)
+    unfiltered = next(iter(times.values()))[0]
+    return [
+        timed_row(name, corpus, f"{label:39}", timed, f"{timed[0] / unfiltered:5.2f}x")
+        for label, timed in times.items()
+    ]
+
+
+def of_group(filters: Filters) -> Filters:
+    return lambda i: filters(i % GROUPS)
 
 
 async def main() -> None:

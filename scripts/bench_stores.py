@@ -238,7 +238,7 @@ Timed = tuple[float, float, int]
 async def time_filtered(
     store: Any,
     queries: list[tuple[str, np.ndarray]],
-    filters: Callable[[int], SearchFilters],
+    filters: Filters,
     facets: tuple[str, ...] = (),
 ) -> Timed:
     """Hybrid searches of 10 results, query i filtered by `filters(i)`, with `facets`
@@ -257,6 +257,30 @@ async def time_filtered(
         fewest = min(fewest, len(hits))
     p50, p95 = percentiles(latencies)
     return p50, p95, fewest
+
+
+Filters = Callable[[int], SearchFilters]
+"""The filters query i asks with."""
+
+
+async def timed_filters(
+    name: str,
+    corpus: Corpus,
+    n_queries: int,
+    folder: Path,
+    rows: dict[str, tuple[Filters, tuple[str, ...]]],
+) -> dict[str, Timed]:
+    """Each row's searches (`time_filtered`: its filters, with its facets counted beside)
+    timed in store `name` holding the corpus, after a first pass of 20 queries with each
+    of the rows' filters has warmed every plan and page."""
+    queries = corpus.queries(n_queries)
+    async with filled_store(name, corpus, folder) as store:
+        for filters in dict.fromkeys(filters for filters, _ in rows.values()):
+            await time_filtered(store, queries[:20], filters)
+        return {
+            label: await time_filtered(store, queries, filters, facets)
+            for label, (filters, facets) in rows.items()
+        }
 
 
 def store_settings(name: str, changes: dict[str, Any]) -> Settings:
