@@ -36,7 +36,8 @@ SEARCHED: ContextVar[Reading | None] = ContextVar("searched", default=None)
 
 
 class SiamSearch(HybridSearch):
-    """The primitives `call`, `select` and `delete_rows`, and the search built on them."""
+    """The primitives `call`, `select` and `delete_rows`, and the search built on them;
+    a backend runs the first two as `run_function` and `read_rows`."""
 
     concurrent_candidates = True  # two pooled connections (or HTTP requests) at once
     ef_search: int
