@@ -83,6 +83,8 @@ def create_app(
 
     # With tracing on, each request's span encloses everything else (the hit path too).
     traced = [Middleware(TraceRequests)] if tracing.active() else []
+    # Without secrets configured there is nothing to mask: no layer for every request.
+    masked = [Middleware(RedactSecrets, redactor=redactor)] if redactor else []
     # The request observer ids and logs every request, refused ones too. Only the hit
     # path goes ahead of it, doing its part for a hit itself (routes/hot.py); secrets are
     # masked in whatever either of them sends. Streams are capped beneath the observer,
@@ -93,7 +95,7 @@ def create_app(
         lifespan=lifespan,
         middleware=[
             *traced,
-            Middleware(RedactSecrets, redactor=redactor),
+            *masked,
             Middleware(QueryHits, gate=gate),
             Middleware(RequestObserver, metrics=metrics, settings=settings),
             Middleware(StreamLimits, settings=settings),

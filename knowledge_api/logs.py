@@ -25,6 +25,7 @@ import orjson
 
 from knowledge_api.redaction import RedactingFilter, Redactor
 from knowledge_api.settings import Settings
+from knowledge_api.timing import Spelled
 
 NO_VALUE = "-"
 access_log = logging.getLogger("knowledge_api.access")
@@ -63,7 +64,7 @@ def request_fields(line: Waiting) -> dict[str, Any]:
         "method": method,
         "route": route,
         "status": status,
-        "ms": round(ms, 1),
+        "ms": TENTHS.rounded(ms),
         "cache_hit": NO_VALUE if cache_hit is None else cache_hit,
         "key": key,
     }
@@ -154,7 +155,7 @@ class JSONFormatter(logging.Formatter):
         """`line` of each request waiting, from a template when no text in it needs
         escaping (request ids, route templates, methods and key names never do)."""
         lines = []
-        known, numbers = KNOWN_PARTS, KNOWN_NUMBERS
+        known = KNOWN_PARTS
         for line in waiting:
             created, request_id, method, route, status, exact_ms, cache_hit, key, left = line
             parts = known.get((method, route, status, cache_hit, key)) or Parts.of(
@@ -167,8 +168,7 @@ class JSONFormatter(logging.Formatter):
                     message = redactor.text(message)
                 lines.append(self.line(created, "INFO", ACCESS, request_id, message, fields))
                 continue
-            ms = round(exact_ms, 1)
-            ms_text = numbers.get(ms) or number(ms)
+            ms_text = TENTHS(exact_ms)
             stamp = f"{UTC_SECONDS.of(created)}.{MILLIS[int(created * 1000) % 1000]}"
             if not masks:  # the message's text around `ms` is the line's too, made once
                 lines.append(
@@ -238,18 +238,8 @@ class Parts:
 
 
 KNOWN_PARTS: dict[tuple[str, str, int, bool | None, str], Parts] = {}
-KNOWN_NUMBERS: dict[float, str] = {}
-
-
-def number(ms: float) -> str:
-    """`ms` as text (as JSON writes it too), remembered: a float's repr is slow to make,
-    and durations repeat."""
-    text = KNOWN_NUMBERS.get(ms)
-    if text is None:
-        if len(KNOWN_NUMBERS) >= 4096:
-            KNOWN_NUMBERS.clear()
-        text = KNOWN_NUMBERS[ms] = repr(ms)
-    return text
+TENTHS = Spelled(1, repr)
+"""A line's `ms` as text (as JSON writes it too)."""
 
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
@@ -263,7 +253,7 @@ class TextFormatter(logging.Formatter):
         lines = []
         for created, request_id, method, route, status, exact_ms, cache_hit, key, left in waiting:
             parts = Parts.of(method, route, status, cache_hit, key)
-            message = f"{parts.head}{number(round(exact_ms, 1))}{parts.tail}"
+            message = f"{parts.head}{TENTHS(exact_ms)}{parts.tail}"
             if left:
                 message += DISCONNECTED
             for redactor in masks:

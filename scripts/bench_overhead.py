@@ -7,12 +7,13 @@ metrics; `plain` with keys off and the request observer (ids, logs, metrics) tak
 out. wrk sends the same cached query to each, alternating, and the report gives
 requests/s and the ratio full/plain (the budget: full >= 0.9 of plain), best against
 best and round by round (the median), beside a bare Starlette app returning the same
-bytes. `--baseline CHECKOUT` also serves the full app from another checkout of the
-package (the code before a change, say), alternated with this one in the same run, so
-both hit/bare ratios come from the same minutes of the same host. With --traced another
-server, `traced`, is `full` exporting a span per request to an OTLP/HTTP sink this
-script runs (OTEL_EXPORTER_OTLP_ENDPOINT set): what tracing costs a hit, beside what it
-costs when off (`full`, no endpoint).
+bytes, then each server's CPU microseconds a request (process CPU seconds / requests,
+which a loaded host disturbs less). `--baseline CHECKOUT` also serves the full app from
+another checkout of the package (the code before a change, say), alternated with this
+one in the same run, so both hit/bare ratios come from the same minutes of the same
+host. With --traced another server, `traced`, is `full` exporting a span per request
+to an OTLP/HTTP sink this script runs (OTEL_EXPORTER_OTLP_ENDPOINT set): what tracing
+costs a hit, beside what it costs when off (`full`, no endpoint).
 
     .venv/bin/python scripts/bench_overhead.py [--duration 8] [--rounds 2]
         [--baseline DIR] [--traced]
@@ -35,6 +36,7 @@ from pathlib import Path
 import httpx
 from bench_http import (
     HOST,
+    cpu_seconds,
     free_port,
     serve_command,
     service_env,
@@ -76,12 +78,17 @@ def sink(stack: ExitStack) -> str:
     return f"http://{HOST}:{server.server_address[1]}"
 
 
-def wrk(url: str, token: str, cwd: Path, duration: int) -> float:
-    """Requests/s of the cached query posted to `url`: every answer must be a 2xx."""
+def wrk(url: str, token: str, cwd: Path, duration: int, pid: int) -> tuple[float, float | None]:
+    """Requests/s of the cached query posted to `url` (every answer must be a 2xx), and
+    the server's CPU microseconds a request (None where they cannot be read)."""
+    before = cpu_seconds(pid)
     run = wrk_run(url + QUERY, BODY, cwd, duration, token=token)
+    after = cpu_seconds(pid)
     if run["non_2xx"] or run["requests_per_s"] is None:
         raise SystemExit(f"{url} under load: {run}")
-    return float(run["requests_per_s"])
+    if before is None or after is None or not run["requests"]:
+        return float(run["requests_per_s"]), None
+    return float(run["requests_per_s"]), (after - before) / run["requests"] * 1e6
 
 
 def main() -> None:
@@ -106,7 +113,8 @@ def main() -> None:
         ports = {name: free_port() for name in names}
         urls = {name: f"http://{HOST}:{port}" for name, port in ports.items()}
         full_env = {**base, "KNOWLEDGE_AUTH": "keys", "KNOWLEDGE_LOG_FORMAT": "json"}
-        tokens = {"full": serve_full(stack, full_env, cwd, ports["full"])}
+        tokens, pids = {}, {}
+        tokens["full"], pids["full"] = serve_full(stack, full_env, cwd, ports["full"])
         if args.baseline:
             (cwd / "baseline").mkdir()
             baseline_env = {
@@ -114,7 +122,7 @@ def main() -> None:
                 "PYTHONPATH": str(args.baseline.resolve()),
                 "KNOWLEDGE_DB_PATH": str(cwd / "baseline" / "k.db"),
             }
-            tokens["baseline"] = serve_full(
+            tokens["baseline"], pids["baseline"] = serve_full(
                 stack, baseline_env, cwd / "baseline", ports["baseline"]
             )
             auth = {"Authorization": f"Bearer {tokens['baseline']}"}
@@ -122,36 +130,45 @@ def main() -> None:
         token = tokens["full"]
         if args.traced:
             traced_env = {**full_env, "OTEL_EXPORTER_OTLP_ENDPOINT": sink(stack)}
-            start_server(stack, serve_command(ports["traced"]), traced_env, cwd, urls["traced"])
+            traced = serve_command(ports["traced"])
+            pids["traced"] = start_server(stack, traced, traced_env, cwd, urls["traced"]).pid
             tokens["traced"] = token
         (cwd / "plain_app.py").write_text(PLAIN_APP, encoding="utf-8")
         plain_env = {**base, "KNOWLEDGE_AUTH": "off", "KNOWLEDGE_SEED_ON_EMPTY": "false"}
-        start_server(stack, uvicorn("plain_app:app", ports["plain"]), plain_env, cwd, urls["plain"])
+        plain = uvicorn("plain_app:app", ports["plain"])
+        pids["plain"] = start_server(stack, plain, plain_env, cwd, urls["plain"]).pid
         headers = {"Authorization": f"Bearer {token}"}
         cached = httpx.post(urls["full"] + QUERY, json=BODY, headers=headers).content
         if args.traced:
             httpx.post(urls["traced"] + QUERY, json=BODY, headers=headers)
         httpx.post(urls["plain"] + QUERY, json=BODY)
         bare = uvicorn(write_bare_app(cwd, cached), ports["bare"])
-        start_server(stack, bare, base, cwd, urls["bare"])
+        pids["bare"] = start_server(stack, bare, base, cwd, urls["bare"]).pid
         rates: dict[str, list[float]] = {name: [] for name in names}
+        cpu: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(args.rounds):
             for name in rates:
-                rates[name].append(wrk(urls[name], tokens.get(name, ""), cwd, args.duration))
+                rate, micros = wrk(urls[name], tokens.get(name, ""), cwd, args.duration, pids[name])
+                rates[name].append(rate)
+                if micros is not None:
+                    cpu[name].append(micros)
         report(rates, len(cached))
+        if all(len(values) == args.rounds for values in cpu.values()):
+            report_cpu(cpu)
 
 
-def serve_full(stack: ExitStack, env: dict[str, str], cwd: Path, port: int) -> str:
-    """Start the full server (keys required) of the package on env's path; a read key."""
+def serve_full(stack: ExitStack, env: dict[str, str], cwd: Path, port: int) -> tuple[str, int]:
+    """Start the full server (keys required) of the package on env's path; a read key
+    and the server's process id."""
     created = subprocess.run(
         [sys.executable, "-m", "knowledge_api", "keys", "create", "--name", "bench",
          "--scopes", "read"],
         env=env, cwd=cwd, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    start_server(stack, serve_command(port), env, cwd, f"http://{HOST}:{port}")
+    process = start_server(stack, serve_command(port), env, cwd, f"http://{HOST}:{port}")
     token = created.stdout.splitlines()[-1]
     seeded(f"http://{HOST}:{port}", token)
-    return token
+    return token, process.pid
 
 
 def seeded(url: str, token: str) -> None:
@@ -195,6 +212,20 @@ def report(rates: dict[str, list[float]], size: int) -> None:
             f"  tracing on / off (traced / full): {best['traced'] / best['full']:.3f} best, "
             f"{statistics.median(paired):.3f} median of the rounds"
         )
+
+
+def report_cpu(cpu: dict[str, list[float]]) -> None:
+    """The servers' CPU a request, which other processes on the host disturb less than
+    requests/s: the median of each, and of the rounds' ratios."""
+    print("server CPU a request (user + system, process CPU seconds / requests):")
+    for name, values in cpu.items():
+        runs = ", ".join(f"{v:.1f}" for v in values)
+        print(f"  {name:<8} {statistics.median(values):6.1f} us   (runs: {runs})")
+    pairs = [("full", "bare"), ("full", "plain"), ("baseline", "bare"), ("full", "baseline")]
+    for own, peer in pairs:
+        if own in cpu and peer in cpu:
+            paired = [a / b for a, b in zip(cpu[own], cpu[peer], strict=True)]
+            print(f"  median of the rounds' {own} / {peer} CPU: {statistics.median(paired):.3f}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_embedder, build_service, build_store, embedder_identity
+from knowledge_api.config.fields import Secret
 from knowledge_api.connectors.base import Runtime
 from knowledge_api.connectors.http import Retries
 from knowledge_api.embeddings.fake import FakeEmbedder
@@ -26,12 +30,13 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.service.catalog import Catalog
 from knowledge_api.settings import Settings
 from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.sqlite.store import SQLiteStore
 from knowledge_api.usecases import query as query_use
 from knowledge_api.usecases.query import QueryParams
 from knowledge_api.views import query as query_contract
 from tests.pg import postgres_server, postgrest  # noqa: F401 (fixtures)
 from tests.pg_replication import replicated  # noqa: F401 (fixture)
-from tests.redis_server import redis_server  # noqa: F401 (fixture)
+from tests.redis_server import RedisServer, redis_server  # noqa: F401 (fixture)
 
 CORPUS = [
     Document(
@@ -96,6 +101,22 @@ def logging_as_pytest_left_it() -> Iterator[None]:
     logging.getLogger().setLevel(level)
 
 
+@dataclass
+class Computation:
+    """A cache's computation of `value` that takes `seconds`, counting its calls: what
+    it gives may be kept unless it is not `cacheable` (a degraded answer)."""
+
+    value: str
+    seconds: float
+    cacheable: bool = True
+    calls: int = 0
+
+    async def __call__(self) -> tuple[str, bool]:
+        self.calls += 1
+        await asyncio.sleep(self.seconds)
+        return self.value, self.cacheable
+
+
 def corpus() -> list[Document]:
     """Fresh copies: ingestion fills in chunks, so tests must not share instances."""
     return [
@@ -140,6 +161,18 @@ def seeded_at(url: str, key: str = "", timeout_s: float = 300) -> None:
         time.sleep(0.1)
 
 
+def connectors_reported(
+    client: TestClient, ready: Callable[[dict[str, Any]], object], timeout_s: float = 30
+) -> dict[str, Any]:
+    """The connectors part of /health once `ready` holds of it: the runner in the
+    background reports after the app has started."""
+    deadline = time.monotonic() + timeout_s
+    while not ready(report := client.get("/health").json()["connectors"]):
+        assert time.monotonic() < deadline, report
+        time.sleep(0.05)
+    return report
+
+
 @pytest.fixture
 def mock() -> Iterator[respx.MockRouter]:
     """Every HTTP request must match a route of the test's; none reaches the network."""
@@ -148,17 +181,45 @@ def mock() -> Iterator[respx.MockRouter]:
     yield from providers.mocked()
 
 
+@asynccontextmanager
+async def replicas_sharing(
+    tmp_path: Path, server: RedisServer, prefix: str
+) -> AsyncIterator[tuple[KnowledgeService, KnowledgeService]]:
+    """Two services on one SQLite file in `tmp_path` that share the cache on `server`
+    under `prefix`, started, as two processes of one deployment run."""
+    settings = make_settings(
+        tmp_path, cache="redis", redis_url=Secret(server.url), redis_prefix=prefix
+    )
+    first, second = build_service(settings), build_service(settings)
+    for service in (first, second):
+        await service.start()
+    try:
+        yield first, second
+    finally:
+        for service in (first, second):
+            await service.stop()
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return make_settings(tmp_path)
 
 
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[KnowledgeService]:
+    """The service on `settings`, started until the block ends."""
+    service = build_service(settings)
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
 @pytest.fixture
 async def service(settings: Settings) -> AsyncIterator[KnowledgeService]:
-    svc = build_service(settings)
-    await svc.start()
-    yield svc
-    await svc.stop()
+    async with running(settings) as svc:
+        yield svc
 
 
 @pytest.fixture
@@ -167,12 +228,18 @@ async def loaded(service: KnowledgeService) -> KnowledgeService:
     return service
 
 
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
+def ingested_client(settings: Settings, documents: list[Document]) -> Iterator[TestClient]:
+    """A client of the app on `settings` whose store holds `documents`, for a fixture to
+    yield from."""
     app = create_app(settings)
     with TestClient(app) as test_client:
-        test_client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
+        test_client.portal.call(app.state.service.ingest, documents)  # type: ignore[union-attr]
         yield test_client
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    yield from ingested_client(settings, corpus())
 
 
 def fake_embedder(service: KnowledgeService) -> FakeEmbedder:
@@ -196,6 +263,15 @@ async def query_events(
     """A streamed query's events, as POST /v1/knowledge/query sends them."""
     async for name, data in query_use.events(service, params):
         yield query_route.sse_event(name, data)
+
+
+async def opened_sqlite(path: Path, embedder: str, dimension: int, **options: Any) -> SQLiteStore:
+    """A SQLite store in the file `path` (with `options`), open, that holds vectors of
+    `embedder`."""
+    store = SQLiteStore(path, **options)
+    await store.open()
+    await store.check_embedder(embedder, dimension)
+    return store
 
 
 def make_store(backend: str, settings: Settings) -> KnowledgeStore:

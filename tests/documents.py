@@ -1,12 +1,13 @@
 """Small real documents made in tests: a PDF written byte by byte, DOCX and PPTX files
 written with python-docx and python-pptx, hostile Office files written part by part,
-and a git repository with commits."""
+a git repository with commits, and e-mail messages."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import zipfile
+from email.message import EmailMessage
 from pathlib import Path
 
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489")
@@ -199,3 +200,34 @@ def repeated_slide_pptx(path: Path, times: int) -> Path:
         archive.writestr("ppt/_rels/presentation.xml.rels", rels)
         archive.writestr("ppt/slides/slide1.xml", slide)
     return path
+
+
+def email_message(
+    subject: str,
+    body: str,
+    sender: str = "Alice Vendor <alice@vendor.example>",
+    to: str = "Bob Buyer <bob@shop.example>",
+    msg_id: str = "",
+    reply_to: str = "",
+    date: str = "Tue, 06 Oct 2026 09:30:00 +0200",
+    html: str = "",
+    cc: str = "",
+) -> EmailMessage:
+    """A message as a mail client writes it: the headers given, a plain text body, and an
+    HTML alternative when `html` is given."""
+    msg = EmailMessage()
+    msg["From"] = sender
+    msg["To"] = to
+    if cc:
+        msg["Cc"] = cc
+    msg["Subject"] = subject
+    msg["Date"] = date
+    if msg_id:
+        msg["Message-ID"] = f"<{msg_id}>"
+    if reply_to:
+        msg["In-Reply-To"] = f"<{reply_to}>"
+        msg["References"] = f"<{reply_to}>"
+    msg.set_content(body)
+    if html:
+        msg.add_alternative(html, subtype="html")
+    return msg

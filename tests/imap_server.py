@@ -24,6 +24,7 @@ from typing import ClassVar
 import pytest
 
 from tests import loopback
+from tests.documents import email_message
 
 DOVECOT = shutil.which("dovecot") or (
     "/usr/sbin/dovecot" if Path("/usr/sbin/dovecot").exists() else None
@@ -105,26 +106,14 @@ class Mailbox:
             return int(client.response("UIDVALIDITY")[1][0])
 
 
-def message(
-    message_id: str,
-    subject: str,
-    body: str,
-    sender: str = "vendor@example.com",
-    to: str = "support@example.com",
-    reply_to: str = "",
-    date: str = "Mon, 02 Mar 2026 10:00:00 +0000",
-) -> EmailMessage:
-    found = EmailMessage()
-    found["From"] = sender
-    found["To"] = to
-    found["Subject"] = subject
-    found["Date"] = date
-    found["Message-ID"] = f"<{message_id}>"
-    if reply_to:
-        found["In-Reply-To"] = f"<{reply_to}>"
-        found["References"] = f"<{reply_to}>"
-    found.set_content(body)
-    return found
+VENDOR = "vendor@example.com"
+SUPPORT = "support@example.com"
+
+
+def message(message_id: str, subject: str, body: str) -> EmailMessage:
+    """A vendor's message to support, on 2 March 2026 at 10:00."""
+    date = "Mon, 02 Mar 2026 10:00:00 +0000"
+    return email_message(subject, body, VENDOR, SUPPORT, message_id, date=date)
 
 
 def free_port() -> int:

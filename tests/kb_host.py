@@ -4,18 +4,17 @@ GET /api/kb/articles on a loopback port, with `updated_since`, pagination and fa
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
+
+from tests.loopback import serving_app
 
 
 def article(
@@ -88,23 +87,10 @@ def matches(item: dict[str, Any], params: dict[str, str]) -> bool:
 
 @contextmanager
 def serve(host: Host) -> Iterator[Host]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
     app = Starlette(routes=[Route("/api/kb/articles", host.list_articles)])
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    for _ in range(500):
-        if server.started:
-            break
-        time.sleep(0.01)
-    host.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    try:
+    with serving_app(app, start_seconds=10, lifespan="off") as url:
+        host.url = url
         yield host
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def closed_port_url() -> str:

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.loopback import serving_app
 
 MODEL = "llama3.2:3b"
 
@@ -113,21 +111,7 @@ def whole(reply: Reply, model: str) -> dict[str, Any]:
 def serve(server: Server | None = None) -> Iterator[Server]:
     """The server on a free loopback port; its `url` ends with /v1, as a base URL does."""
     server = server or Server()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
     app = Starlette(routes=[Route("/v1/chat/completions", server.completions, methods=["POST"])])
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
-    running = uvicorn.Server(config)
-    thread = threading.Thread(target=running.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not running.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    server.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    try:
+    with serving_app(app, start_seconds=10, lifespan="off", timeout_graceful_shutdown=1) as url:
+        server.url = f"{url}/v1"
         yield server
-    finally:
-        running.should_exit = True
-        thread.join(timeout=10)
-        sock.close()

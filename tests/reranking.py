@@ -1,9 +1,14 @@
-"""What the provider reranker tests share: a started service over the test corpus and
-the hits of one question before and after reranking."""
+"""What the provider reranker tests share: a started service over the test corpus (and
+a fixture of one) and the hits of one question before and after reranking."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
+
+import pytest
+import respx
 
 from knowledge_api.compose import build_service
 from knowledge_api.models import SearchFilters, SearchHit
@@ -19,6 +24,19 @@ async def started(settings: Settings) -> KnowledgeService:
     service = build_service(settings)
     await service.start()
     await service.ingest(corpus())
+    return service
+
+
+def service_on(settings_of: Callable[[Path], Settings]) -> Any:
+    """A fixture of the service `started` on what `settings_of` gives for the test's
+    folder, every HTTP request mocked: assigned in a module, its name is the fixture's."""
+
+    @pytest.fixture
+    async def service(tmp_path: Path, mock: respx.MockRouter) -> AsyncIterator[KnowledgeService]:
+        started_service = await started(settings_of(tmp_path))
+        yield started_service
+        await started_service.stop()
+
     return service
 
 

@@ -6,7 +6,8 @@ import json
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from starlette.testclient import TestClient
@@ -19,6 +20,7 @@ from knowledge_api.config.fields import Secret
 from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.models import ApiKey
 from knowledge_api.routes import ROUTES
+from knowledge_api.routes.health import COUNTS_LEFT_OUT
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
 from knowledge_api.web import access as access_module
@@ -156,6 +158,35 @@ def test_a_keys_access_is_made_once_and_follows_the_key() -> None:
     changed = ApiKey("reader", "a" * 64, ("read", "write"), ("docs",))  # the same hash
     assert access_of(changed).scopes == {"read", "write"}
     assert access_of(changed).collections == {"docs"}
+
+
+class KnownGroups:
+    """The key store's remembered groups, as `reading` asks them: the same tuple while
+    remembered, a new one once read again."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[str, ...]] = {"ann": ("ops",)}
+
+    async def groups(self, user: str) -> tuple[str, ...]:
+        return self.known.get(user, ())
+
+
+async def test_a_readers_principals_are_made_once_and_follow_its_groups() -> None:
+    keys = KnownGroups()
+    gate = cast(Any, SimpleNamespace(service=SimpleNamespace(keys=keys)))
+    caller = access_of(ApiKey("ann-key", "c" * 64, ("read",), None, user="ann", groups=("dev",)))
+    first = await access_module.reading(gate, caller, {})
+    assert first.principals == {"public", "user:ann", "group:dev", "group:ops"}
+    assert await access_module.reading(gate, caller, {}) is first
+    keys.known["ann"] = ("sales",)  # the groups changed, read again from the store
+    changed = await access_module.reading(gate, caller, {})
+    assert changed.principals == {"public", "user:ann", "group:dev", "group:sales"}
+    other = access_of(ApiKey("ann-key", "c" * 64, ("read",), None, user="ann"))  # key changed
+    assert (await access_module.reading(gate, other, {})).principals == {
+        "public",
+        "user:ann",
+        "group:sales",
+    }
 
 
 def test_a_revoked_key_stops_working(secured: tuple[Settings, dict[str, str]]) -> None:
@@ -386,19 +417,25 @@ def test_a_refusal_on_the_hit_path_is_counted_once(
     assert guesses == [401] * 4 + [429]
 
 
-async def test_health_shows_a_key_limited_to_collections_nothing_of_the_whole_store(
-    tmp_path: Path,
-) -> None:
+async def test_health_shows_the_whole_store_only_to_an_admin_key(tmp_path: Path) -> None:
+    """A key limited to some collections, and a read key whose principals may see only
+    part of the store, see no store-wide count (and why), path or error."""
     settings = make_settings(tmp_path, auth="keys")
-    everything = await make_key(settings, "reader", ["read"])
+    admin = await make_key(settings, "root", ["admin"])
+    reader = await make_key(settings, "reader", ["read"])
     ops_only = await make_key(settings, "ops-reader", ["read"], ("ops",))
     with TestClient(create_app(settings)) as client:
-        full = client.get("/health", headers=bearer(everything)).json()
-        limited = client.get("/health", headers=bearer(ops_only)).json()
+        full = client.get("/health", headers=bearer(admin)).json()
+        seen = [client.get("/health", headers=bearer(key)).json() for key in (reader, ops_only)]
     assert {"path", "documents", "chunks"} <= set(full["store"])
-    assert limited["store"] == {"backend": "sqlite", "status": full["store"]["status"]}
-    assert str(settings.db_path) not in json.dumps(limited)
-    assert {"embedder", "synthesizer", "cache"} <= set(limited)
+    for limited in seen:
+        assert limited["store"] == {
+            "backend": "sqlite",
+            "status": full["store"]["status"],
+            "counts": COUNTS_LEFT_OUT,
+        }
+        assert str(settings.db_path) not in json.dumps(limited)
+        assert {"embedder", "synthesizer", "cache"} <= set(limited)
 
 
 def scope_table() -> dict[str, set[str]]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import respx
 from starlette.testclient import TestClient
@@ -19,7 +20,7 @@ from knowledge_api.errors import BackendConnectionError
 from knowledge_api.settings import Settings
 from knowledge_api.synthesis.extractive import NO_RESULTS
 from knowledge_api.usecases import answers
-from tests.conftest import corpus, make_settings
+from tests.conftest import corpus, ingested_client, make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
 
 ANSWER = "/v1/knowledge/answer"
@@ -27,10 +28,7 @@ QUESTION = "Which audio formats does asset ingestion accept?"
 
 
 def serve(settings: Settings) -> Iterator[TestClient]:
-    app = create_app(settings)
-    with TestClient(app) as client:
-        client.portal.call(app.state.service.ingest, corpus())  # type: ignore[union-attr]
-        yield client
+    yield from ingested_client(settings, corpus())
 
 
 @pytest.fixture
@@ -305,3 +303,20 @@ def test_passages_that_do_not_answer_are_insufficient_context_not_a_weak_quote(
     assert reply["results"], "passages were found: the bar, not the threshold, refused them"
     assert reply["synthesis"] == NO_RESULTS
     assert reply["synthesizer"]["citations"] == []
+
+
+def test_an_offline_answer_embeds_its_sentences_as_sentences(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not as documents: the local model runs an answer's few short texts in batches of
+    their own size (LocalEmbedder.embed_sentences)."""
+    embedder = client.app.state.service.embedder  # type: ignore[attr-defined]
+    asked: list[list[str]] = []
+
+    def embed_sentences(texts: Sequence[str]) -> np.ndarray:
+        asked.append(list(texts))
+        return embedder.embed_documents(texts)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(embedder, "embed_sentences", embed_sentences)
+    body = answer(client, threshold=0.3)
+    assert body["sources"] and asked and asked[0][0] == QUESTION

@@ -13,7 +13,8 @@ from starlette.testclient import TestClient
 from knowledge_api import grounding
 from knowledge_api.app import create_app
 from knowledge_api.embeddings.local import LocalEmbedder
-from knowledge_api.ingest.loaders import LoadOptions, load_paths
+from knowledge_api.ingest.chunker import chunk_document
+from knowledge_api.models import Document
 from tests.conftest import corpus, make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
 from tests.test_extractive import hit
@@ -78,21 +79,37 @@ def test_an_llm_answer_graded_with_the_real_model(
     assert other["confidence"]["overall"] < grounded["confidence"]["overall"]
 
 
+FIELDS = """- `source_type` (required): one of the six source types.
+- `source_id` (required): at most 500 characters. Trimmed.
+- `content` (required): not blank. At most 60000 characters.
+- `title` (optional): at most 500 characters.
+- `metadata` (optional): string, number or boolean values (HTTP headers are not read)."""
+WRITES = Document(
+    "wiki",
+    "writes.md",
+    "# Writes\n\nTo index one document, send it as the body. Each document has these "
+    f"fields:\n\n{FIELDS}",
+    "Reference",
+)
+
+
 def test_a_passage_whose_sentence_answers_grounds_an_answer_below_its_own_similarity(
     model: LocalEmbedder, tmp_path: Path
 ) -> None:
-    """The bundled docs' passage on POST /v1/knowledge/documents is 0.39 from "How do I
-    add documents over HTTP?" (its bullets dilute it) and its first sentence 0.45: the
-    answer is written from it at the default 0.4, not refused."""
+    """A passage of a sentence and the bullets it introduces is 0.37 from "How do I add
+    documents over HTTP?" (its bullets dilute it) and its first sentence 0.45: the
+    answer is written from it at the default 0.4, not refused. (One bullet names HTTP:
+    a passage that does not name what the question names gives no answer.)"""
+    question = "How do I add documents over HTTP?"
+    (passage,) = chunk_document(WRITES)
+    assert (
+        float(model.embed_documents([passage.embedded_text])[0] @ model.embed_query(question)) < 0.4
+    )
     app = create_app(make_settings(tmp_path, embedder="local", synthesizer="extractive"))
     app.state.service.embedder = model
     with TestClient(app) as client:
-        service = app.state.service
-        docs = load_paths([service.seed_path()], LoadOptions()).documents
-        client.portal.call(service.ingest, docs)
-        asked = client.post(
-            "/v1/knowledge/answer", json={"query": "How do I add documents over HTTP?"}
-        )
+        client.portal.call(app.state.service.ingest, [WRITES])
+        asked = client.post("/v1/knowledge/answer", json={"query": question})
         unrelated = client.post(
             "/v1/knowledge/answer", json={"query": "Who won the football world cup in 1998?"}
         )

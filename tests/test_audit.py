@@ -332,14 +332,20 @@ def test_a_store_migration_is_recorded_in_the_targets_trail(
     assert lines[0]["key"] == USER and lines[0]["changes"]["indexed"] == 1
 
 
-def test_a_mirror_an_import_and_a_source_delete_are_recorded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def runbooks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Commands run from `tmp_path`, where a folder holds the runbooks a, b and c: the folder."""
     cli_home(tmp_path, monkeypatch)
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in ("a", "b", "c"):
         (docs / f"{name}.md").write_text(f"# {name}\n\nThe {name} runbook restarts the gateway.")
+    return docs
+
+
+def test_a_mirror_an_import_and_a_source_delete_are_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = runbooks(tmp_path, monkeypatch)
     assert main(["ingest", "docs", "--name", "runbooks"]) == 0
     (docs / "c.md").unlink()
     assert main(["ingest", "docs", "--name", "runbooks", "--prune"]) == 0
@@ -422,11 +428,7 @@ def test_an_upload_and_its_job_are_recorded(tmp_path: Path) -> None:
 def test_an_import_lists_every_document_of_the_file_it_stored_after_a_killed_run_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cli_home(tmp_path, monkeypatch)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for name in ("a", "b", "c"):
-        (docs / f"{name}.md").write_text(f"# {name}\n\nThe {name} runbook restarts the gateway.")
+    runbooks(tmp_path, monkeypatch)
     assert main(["ingest", "docs"]) == 0
     assert main(["export", "--collection", "default", "--output", "backup.jsonl"]) == 0
     header, first, *_ = Path("backup.jsonl").read_text().splitlines()

@@ -3,6 +3,8 @@ from __future__ import annotations
 import asyncio
 
 from knowledge_api.cache.base import Tier
+from knowledge_api.models import CacheKey
+from tests.conftest import Computation
 
 
 class Clock:
@@ -35,16 +37,9 @@ def test_size_is_bounded_least_recently_used_first() -> None:
 
 async def test_identical_concurrent_misses_compute_once() -> None:
     cache: Tier[str] = Tier(10, ttl=60)
-    calls = 0
-
-    async def compute() -> tuple[str, bool]:
-        nonlocal calls
-        calls += 1
-        await asyncio.sleep(0.01)
-        return "value", True
-
+    compute = Computation("value", 0.01)
     results = await asyncio.gather(*(cache.get_or_compute("k", compute) for _ in range(20)))
-    assert calls == 1
+    assert compute.calls == 1
     assert [value for value, _ in results] == ["value"] * 20
     assert sum(computed for _, computed in results) == 1
     assert (cache.hits, cache.misses) == (19, 1)
@@ -98,3 +93,10 @@ async def test_identical_misses_in_different_scopes_are_computed_apart() -> None
         tier.get_or_compute("q", lambda: compute("new"), ("a", 2)),
     )
     assert (before, after) == (("old", True), ("new", True))
+
+
+def test_a_cache_key_is_the_tuple_of_its_values() -> None:
+    values = ("QueryParams", "how are queries answered", 0.2, None, ("git",), frozenset({"a"}))
+    key = CacheKey(values)
+    assert key == values and hash(key) == hash(values) and repr(key) == repr(values)
+    assert {values: 1}[key] == 1 and {key: 1}[values] == 1

@@ -5,7 +5,6 @@ required: each key sees the collections it may read."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +13,6 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-import uvicorn
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
@@ -22,6 +20,7 @@ from knowledge_api.compose import build_service
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
 from tests.conftest import make_settings
+from tests.loopback import serving_app
 from tests.test_access import bearer, make_key
 
 
@@ -60,18 +59,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     admin = asyncio.run(make_key(settings, "admin", ["admin"]))
     osprey = asyncio.run(make_key(settings, "osprey", ["read"], ("osprey",)))
     writer = asyncio.run(make_key(settings, "writer", ["write"]))
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield Served(f"http://127.0.0.1:{port}/v1", admin, osprey, writer)
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving_app(create_app(settings)) as url:
+        yield Served(f"{url}/v1", admin, osprey, writer)
 
 
 def sdk(served: Served, key: str) -> openai.OpenAI:

@@ -62,26 +62,34 @@ async def local(tmp_path: Path) -> AsyncIterator[ChromaStore]:
     await store.close()
 
 
-async def test_replicas_on_one_server_see_each_others_writes(server: int) -> None:
+@pytest.fixture
+async def replicas(server: int) -> AsyncIterator[tuple[ChromaStore, ChromaStore]]:
+    """Two stores on the server, as two processes of the service open theirs: one to
+    write, one to read."""
     token = Secret("chroma-token-123")
     writer = ChromaStore(host="127.0.0.1", port=server, token=token, poll_seconds=0)
     reader = ChromaStore(host="127.0.0.1", port=server, token=token, poll_seconds=0)
     await writer.open()
     await reader.open()
-    try:
-        seen = await reader.generation()
-        await index(writer, corpus())
-        assert await reader.generation() != seen
-        await assert_known_answers(reader)  # its keyword index was rebuilt from the server
-        hits = await reader.search("FLAC", None, 5, SearchFilters())
-        assert [h.source_id for h in hits] == ["kb-7"]
-        health = await reader.health_check()
-        assert health["status"] == "ok" and health["mode"] == "http"
-        assert health["documents"] == 6 and health["keyword_index_chunks"] == 7
-        assert "chroma-token-123" not in f"{health} {reader!r}"
-    finally:
-        await writer.close()
-        await reader.close()
+    yield writer, reader
+    await writer.close()
+    await reader.close()
+
+
+async def test_replicas_on_one_server_see_each_others_writes(
+    replicas: tuple[ChromaStore, ChromaStore],
+) -> None:
+    writer, reader = replicas
+    seen = await reader.generation()
+    await index(writer, corpus())
+    assert await reader.generation() != seen
+    await assert_known_answers(reader)  # its keyword index was rebuilt from the server
+    hits = await reader.search("FLAC", None, 5, SearchFilters())
+    assert [h.source_id for h in hits] == ["kb-7"]
+    health = await reader.health_check()
+    assert health["status"] == "ok" and health["mode"] == "http"
+    assert health["documents"] == 6 and health["keyword_index_chunks"] == 7
+    assert "chroma-token-123" not in f"{health} {reader!r}"
 
 
 async def test_a_lost_server_is_a_visible_store_error(
@@ -154,23 +162,17 @@ async def test_metadata_filters_keep_their_types(local: ChromaStore) -> None:
         assert sorted(h.source_id for h in hits) == ["p0", "p2"], mode
 
 
-async def test_a_replica_sees_which_collection_another_wrote(server: int) -> None:
-    token = Secret("chroma-token-123")
-    writer = ChromaStore(host="127.0.0.1", port=server, token=token, poll_seconds=0)
-    reader = ChromaStore(host="127.0.0.1", port=server, token=token, poll_seconds=0)
-    await writer.open()
-    await reader.open()
-    try:
-        first, second, other = corpus()[:3]
-        await index(writer, [replace(first, collection="a"), replace(other, collection="b")])
-        a, b = await reader.collection_generation("a"), await reader.collection_generation("b")
-        await index(writer, [replace(second, collection="a")])
-        assert await reader.collection_generation("a") != a
-        assert await reader.collection_generation("b") == b
-        assert await reader.collection_generation("a") == await writer.collection_generation("a")
-    finally:
-        await writer.close()
-        await reader.close()
+async def test_a_replica_sees_which_collection_another_wrote(
+    replicas: tuple[ChromaStore, ChromaStore],
+) -> None:
+    writer, reader = replicas
+    first, second, other = corpus()[:3]
+    await index(writer, [replace(first, collection="a"), replace(other, collection="b")])
+    a, b = await reader.collection_generation("a"), await reader.collection_generation("b")
+    await index(writer, [replace(second, collection="a")])
+    assert await reader.collection_generation("a") != a
+    assert await reader.collection_generation("b") == b
+    assert await reader.collection_generation("a") == await writer.collection_generation("a")
 
 
 async def test_an_older_record_stored_over_a_write_leaves_no_collection_stale(

@@ -1,4 +1,4 @@
-from knowledge_api.ingest.chunker import chunk_document, sections
+from knowledge_api.ingest.chunker import LIST_CHARS, MAX_CHARS, chunk_document, sections
 from knowledge_api.models import Document
 
 GUIDE = """# Guide
@@ -93,3 +93,32 @@ def test_a_list_item_longer_than_the_limit_splits_at_sentences() -> None:
     chunks = chunk_document(Document("wiki", "i.md", f"{item}\n- short", "I"), max_chars=120)
     assert all(len(c.content) <= 120 for c in chunks)
     assert " ".join(c.content for c in chunks).split() == f"{item}\n- short".split()
+
+
+SETTINGS = [f"- `SETTING_{i}` (default `{i}`): what setting number {i} does." for i in range(24)]
+PROSE = [f"Paragraph {i} says one thing about the topic, at some length." for i in range(24)]
+
+
+def test_a_list_packs_to_fewer_characters_than_prose() -> None:
+    listed = chunk_document(Document("wiki", "l.md", "\n".join(SETTINGS), "L"))
+    assert all(len(c.content) <= LIST_CHARS for c in listed)
+    assert "\n".join(c.content for c in listed) == "\n".join(SETTINGS)
+    prose = chunk_document(Document("wiki", "p.md", "\n\n".join(PROSE), "P"))
+    assert max(len(c.content) for c in prose) > LIST_CHARS
+    assert all(len(c.content) <= MAX_CHARS for c in prose)
+
+
+def test_a_paragraph_joined_to_a_list_keeps_to_the_list_budget() -> None:
+    content = PROSE[0] + "\n\n" + "\n".join(SETTINGS[:10]) + "\n\n" + PROSE[1]
+    chunks = chunk_document(Document("wiki", "m.md", content, "M"))
+    assert chunks[0].content.startswith(PROSE[0] + "\n\n- `SETTING_0`")
+    assert all(len(c.content) <= LIST_CHARS for c in chunks)
+    assert " ".join(c.content for c in chunks).split() == content.split()
+
+
+def test_a_table_and_code_keep_the_whole_budget() -> None:
+    rows = "| name | value |\n|---|---|\n" + "\n".join(f"| row {i} | {i * 7} |" for i in range(40))
+    code = "```text\n" + "\n".join(f"- line {i} of the listing" for i in range(30)) + "\n```"
+    for content in (rows, code):
+        chunks = chunk_document(Document("wiki", "t.md", content, "T"))
+        assert max(len(c.content) for c in chunks) > LIST_CHARS

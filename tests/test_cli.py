@@ -3,11 +3,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -15,17 +13,14 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.cli.parser import parser
 from knowledge_api.cli.serve import ready_message
-from tests.cli_env import cli_home
+from tests.cli_env import SERVE, cli_home, serve_env, serve_process
 from tests.conftest import make_settings, make_store
 from tests.conftest import seeded as wait_for_seed
 from tests.test_faults import free_port
-
-PACKAGE_ROOT = Path(knowledge_api.__file__).parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -140,23 +135,13 @@ def test_first_start_seeds_the_bundled_docs_once(tmp_path: Path) -> None:
 def test_serve_says_where_it_listens_and_its_example_request_answers(tmp_path: Path) -> None:
     """The ready line comes once the server answers, and the curl it shows works."""
     port = free_port()
-    env = {
-        **os.environ,
-        "KNOWLEDGE_EMBEDDER": "fake",
-        "KNOWLEDGE_DB_PATH": str(tmp_path / "served.db"),
-        "KNOWLEDGE_API_PORT": str(port),
-        "KNOWLEDGE_SYNTHESIZER": "extractive",
-        "KNOWLEDGE_LOG_LEVEL": "warning",
-        # this checkout's package, whatever the working directory
-        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "knowledge_api", "serve"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+    server = serve_process(
+        tmp_path,
+        port,
+        subprocess.PIPE,
+        KNOWLEDGE_DB_PATH=str(tmp_path / "served.db"),
+        KNOWLEDGE_SYNTHESIZER="extractive",
+        KNOWLEDGE_LOG_LEVEL="warning",
     )
     url = f"http://127.0.0.1:{port}"
     watchdog = threading.Timer(60, server.kill)  # no ready line must not hang the suite
@@ -190,22 +175,14 @@ async def written_by_another_embedder(db: Path) -> None:
 @pytest.mark.parametrize("refusal", ["keys required, none exists", "another embedder's store"])
 def test_a_refused_start_says_why_in_one_line_and_exits_2(tmp_path: Path, refusal: str) -> None:
     """It printed uvicorn's traceback and exited 3; the docs say 2."""
-    env = {
-        **os.environ,
-        "KNOWLEDGE_EMBEDDER": "fake",
-        "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
-        "KNOWLEDGE_API_PORT": str(free_port()),
-        "KNOWLEDGE_SEED_ON_EMPTY": "false",
-        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = serve_env(tmp_path, free_port(), KNOWLEDGE_SEED_ON_EMPTY="false")
     if refusal == "keys required, none exists":
         env["KNOWLEDGE_API_HOST"] = "0.0.0.0"
         said = "error: API keys are required (KNOWLEDGE_AUTH=auto"
     else:
         asyncio.run(written_by_another_embedder(tmp_path / "k.db"))
         said = f"error: {tmp_path / 'k.db'} holds vectors of embedder 'another:model'"
-    command = [sys.executable, "-m", "knowledge_api", "serve"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(SERVE, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert done.stderr.splitlines()[-1].startswith(said), done.stderr
@@ -217,16 +194,8 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_and_exits_2(tmp_path: Path) 
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        env = {
-            **os.environ,
-            "KNOWLEDGE_EMBEDDER": "fake",
-            "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
-            "KNOWLEDGE_API_PORT": str(port),
-            "KNOWLEDGE_SEED_ON_EMPTY": "false",
-            "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
-        command = [sys.executable, "-m", "knowledge_api", "serve"]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        env = serve_env(tmp_path, port, KNOWLEDGE_SEED_ON_EMPTY="false")
+        done = subprocess.run(SERVE, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     (said,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
@@ -239,3 +208,18 @@ def test_the_ready_line_names_the_key_header_when_keys_are_required() -> None:
     message = ready_message(settings)
     assert "is ready at http://127.0.0.1:3006" in message
     assert "-H 'Authorization: Bearer <API key>'" in message
+
+
+def test_the_scripts_module_imports_none_of_the_commands() -> None:
+    """A child the service spawns to build the model imports the `knowledge-api`
+    script's module: the server, the stores and the connectors stay out of it."""
+    code = "import sys, knowledge_api.cli; print(sorted(m for m in sys.modules if m in WATCHED))"
+    watched = ("uvicorn", "knowledge_api.stores", "knowledge_api.connectors", "knowledge_api.app")
+    done = subprocess.run(
+        [sys.executable, "-c", f"WATCHED = {watched!r}; {code}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(knowledge_api.__file__).parents[1])},
+    )
+    assert done.stdout.strip() == "[]"

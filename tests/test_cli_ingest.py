@@ -56,12 +56,16 @@ def test_meta_is_held_to_the_rules_of_metadata(
     assert "--meta: keys must be" in capsys.readouterr().err
 
 
-def test_skipped_files_are_named_and_exit_1(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.md").write_text("# Alpha\n\nAlpha rotates the keys every month.")
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    """A folder `docs` whose a.md says Alpha rotates the keys every month."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Alpha\n\nAlpha rotates the keys every month.")
+    return folder
+
+
+def test_skipped_files_are_named_and_exit_1(docs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (docs / "b.pdf").write_bytes(pdf_bytes([["Beta handles invoices."]]))
     (docs / "broken.pdf").write_bytes(b"%PDF-1.4 truncated")
     (docs / "logo.ico").write_bytes(PNG)
@@ -75,11 +79,8 @@ def test_skipped_files_are_named_and_exit_1(
 
 
 def test_a_folder_of_markdown_html_pdf_and_word_is_read_whole(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    docs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.md").write_text("# Alpha\n\nAlpha rotates the keys every month.")
     (docs / "b.html").write_text(
         "<html><body><nav>Home | Next</nav><main><h1>Beta</h1>"
         "<p>Set BETA_MAX_MB before the upload.</p></main></body></html>"

@@ -11,18 +11,16 @@ import io
 import json
 import re
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 import knowledge_api
 from knowledge_api.app import create_app
 from tests.conftest import make_settings, seeded_at
+from tests.loopback import serving_app
 from tests.test_access import make_key
 
 DOCS = Path(knowledge_api.__file__).parent / "docs"
@@ -43,19 +41,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     folder = tmp_path_factory.mktemp("client-docs")
     settings = make_settings(folder, seed_on_empty=True, auth="keys", answer_threshold="0.0")
     token = asyncio.run(make_key(settings, "docs", ["admin"]))
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-    running = uvicorn.Server(config)
-    thread = threading.Thread(target=running.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not running.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
-        time.sleep(0.05)
-    port = running.servers[0].sockets[0].getsockname()[1]
-    seeded_at(f"http://127.0.0.1:{port}", token)
-    yield f"http://127.0.0.1:{port}", token
-    running.should_exit = True
-    thread.join(timeout=10)
+    with serving_app(create_app(settings)) as url:
+        seeded_at(url, token)
+        yield url, token
 
 
 def pointed(code: str, server: tuple[str, str]) -> str:

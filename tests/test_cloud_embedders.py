@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from knowledge_api.embeddings.cloud import CloudEmbedder
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import EmbedderMismatchError, EmbeddingError
 from knowledge_api.models import Document
+from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from tests.conftest import ask, corpus, make_settings, query_params
 from tests.providers import COHERE_KEY, COHERE_URL, GEMINI_KEY, GEMINI_URL
@@ -186,62 +188,61 @@ def test_a_missing_key_is_reported_not_raised_at_start(provider: str, tmp_path: 
     assert embedder.health()["status"] == "missing_key"
 
 
-async def test_the_service_ingests_searches_and_caches_with_a_cloud_embedder(
+@pytest.fixture
+async def served(
     provider: str, tmp_path: Path, mock: respx.MockRouter
-) -> None:
+) -> AsyncIterator[tuple[KnowledgeService, respx.Route]]:
+    """The service on the provider's embedder, started, and the route its calls take."""
     spec = PROVIDERS[provider]
     route = mock.post(spec["url"]).mock(side_effect=spec["answer"])
     service = build_service(settings_for(provider, tmp_path))
     await service.start()
-    try:
-        summary = await service.ingest(corpus())
-        assert summary.embedded == summary.chunks == 7
-        ingest_calls = route.call_count
-        body = await ask(
-            service,
-            query_params(
-                {"query": "Which audio formats does ingestion accept?", "synthesize": False}
-            ),
-        )
-        assert body["results"][0]["source_id"] == "kb-7" and "warnings" not in body
-        assert route.call_count == ingest_calls + 1
-        again = await ask(
-            service,
-            query_params(
-                {
-                    "query": "which AUDIO formats does ingestion accept?",
-                    "limit": 3,
-                    "synthesize": False,
-                }
-            ),
-        )
-        assert again["metrics"]["cache_hit"] is False  # another limit: tier 1 misses ...
-        assert route.call_count == ingest_calls + 1  # ... tier 2 has the query's vector
-        health = await service.health()
-        assert health["embedder"]["status"] == "ok" and health["status"] == "healthy"
-    finally:
-        await service.stop()
+    yield service, route
+    await service.stop()
+
+
+async def test_the_service_ingests_searches_and_caches_with_a_cloud_embedder(
+    served: tuple[KnowledgeService, respx.Route],
+) -> None:
+    service, route = served
+    summary = await service.ingest(corpus())
+    assert summary.embedded == summary.chunks == 7
+    ingest_calls = route.call_count
+    body = await ask(
+        service,
+        query_params({"query": "Which audio formats does ingestion accept?", "synthesize": False}),
+    )
+    assert body["results"][0]["source_id"] == "kb-7" and "warnings" not in body
+    assert route.call_count == ingest_calls + 1
+    again = await ask(
+        service,
+        query_params(
+            {
+                "query": "which AUDIO formats does ingestion accept?",
+                "limit": 3,
+                "synthesize": False,
+            }
+        ),
+    )
+    assert again["metrics"]["cache_hit"] is False  # another limit: tier 1 misses ...
+    assert route.call_count == ingest_calls + 1  # ... tier 2 has the query's vector
+    health = await service.health()
+    assert health["embedder"]["status"] == "ok" and health["status"] == "healthy"
 
 
 async def test_a_failing_embedder_degrades_queries_to_keywords(
-    provider: str, tmp_path: Path, mock: respx.MockRouter
+    served: tuple[KnowledgeService, respx.Route],
 ) -> None:
-    spec = PROVIDERS[provider]
-    route = mock.post(spec["url"]).mock(side_effect=spec["answer"])
-    service = build_service(settings_for(provider, tmp_path))
-    await service.start()
-    try:
-        await service.ingest(corpus())
-        route.mock(return_value=httpx.Response(503, json={"message": "unavailable"}))
-        request = {"query": "audio formats ingestion", "synthesize": False}
-        body = await ask(service, query_params(request))
-        assert body["results"][0]["source_id"] == "kb-7"
-        [warning] = body["warnings"]
-        assert "embedding failed" in warning and "keyword relevance only" in warning
-        health = await service.health()
-        assert health["status"] == "degraded" and health["embedder"]["status"] == "failing"
-    finally:
-        await service.stop()
+    service, route = served
+    await service.ingest(corpus())
+    route.mock(return_value=httpx.Response(503, json={"message": "unavailable"}))
+    request = {"query": "audio formats ingestion", "synthesize": False}
+    body = await ask(service, query_params(request))
+    assert body["results"][0]["source_id"] == "kb-7"
+    [warning] = body["warnings"]
+    assert "embedding failed" in warning and "keyword relevance only" in warning
+    health = await service.health()
+    assert health["status"] == "degraded" and health["embedder"]["status"] == "failing"
 
 
 async def test_switching_embedder_on_a_built_store_is_refused(

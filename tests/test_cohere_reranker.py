@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from tests.conftest import ask, make_settings, query_params
 from tests.providers import COHERE_KEY, COHERE_RERANK, COHERE_URL, cohere_error, cohere_ranking
-from tests.reranking import QUESTION, TOP, fused, ids, ranked_once, reranked, started
+from tests.reranking import QUESTION, TOP, fused, ids, ranked_once, reranked, service_on, started
 
 pytest.importorskip("cohere")
 
@@ -33,11 +32,7 @@ def cohere_settings(tmp_path: Path, **changes: Any) -> Settings:
     return make_settings(tmp_path, **{**values, **changes})
 
 
-@pytest.fixture
-async def service(tmp_path: Path, mock: respx.MockRouter) -> AsyncIterator[KnowledgeService]:
-    svc = await started(cohere_settings(tmp_path))
-    yield svc
-    await svc.stop()
+service = service_on(cohere_settings)
 
 
 async def test_cohere_orders_the_best_hits(

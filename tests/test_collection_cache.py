@@ -17,10 +17,9 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cache.redis import SharedTier
 from knowledge_api.compose import build_service
-from knowledge_api.config.fields import Secret
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
-from tests.conftest import ask, make_settings, query_params
+from tests.conftest import ask, make_settings, query_params, replicas_sharing
 from tests.redis_server import RedisServer
 
 QUERY = "/v1/knowledge/query"
@@ -92,13 +91,7 @@ async def hit(service: KnowledgeService, collection: str) -> bool:
 async def test_replicas_sharing_redis_keep_the_collections_a_write_left_alone(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
-    settings = make_settings(
-        tmp_path, cache="redis", redis_url=Secret(redis_server.url), redis_prefix="collections:"
-    )
-    first, second = build_service(settings), build_service(settings)
-    for service in (first, second):
-        await service.start()
-    try:
+    async with replicas_sharing(tmp_path, redis_server, "collections:") as (first, second):
         await first.ingest(documents("a") + documents("b"))
         assert not await hit(first, "a") and not await hit(first, "b")
         await second.ingest([Document("wiki", "zebra-1", ZEBRA, collection="a")])
@@ -110,9 +103,6 @@ async def test_replicas_sharing_redis_keep_the_collections_a_write_left_alone(
         assert fresh["metrics"]["cache_hit"] is False and sources(fresh)[0] == "zebra-1"
         shared = await ask(first, query_params(payload("a")))  # what second just kept
         assert shared["metrics"]["cache_hit"] is True and sources(shared)[0] == "zebra-1"
-    finally:
-        for service in (first, second):
-            await service.stop()
 
 
 async def test_a_cli_ingest_beside_the_service_empties_only_its_collection(

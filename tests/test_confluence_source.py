@@ -6,7 +6,6 @@ attachments come and go; Cloud and Server; the failures a run rides out or stops
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -31,7 +30,7 @@ from tests.atlassian_server import (
     serving,
     source_args,
 )
-from tests.cli_env import cli_environment, source_documents, sync_source
+from tests.cli_env import cli_environment, listed_sources, source_documents, sync_source
 from tests.delegated import readable
 from tests.documents import pdf_bytes, write_docx, write_pptx
 
@@ -185,7 +184,6 @@ def test_a_confluence_site_is_kept_in_step_sync_after_sync(
     with serving(state):
         site.url = state.url
         assert add_source(f"{state.url}/wiki", "--set", f"time_zone={SITE_ZONE}") == 0
-        capsys.readouterr()
         assert sync(capsys) == (0, "ops/wiki: 9 added, 0 updated, 0 unchanged, 0 deleted")
         docs = holds_what_confluence_holds(environment, site)
         failover = docs["102"]
@@ -205,7 +203,7 @@ def test_a_confluence_site_is_kept_in_step_sync_after_sync(
         assert "Search ships in March." in docs["101/attachments/deck.pptx"].content
         assert "refreshed each minute" in docs["101/attachments/status.html"].content
         assert "Holidays" not in {doc.title for doc in docs.values()}
-        (listed,) = source_list(capsys)
+        (listed,) = listed_sources(capsys)
         started = datetime.fromisoformat(str(listed["cursor"]))
 
         # a page added, one edited at the window's edge (before the previous run's start,
@@ -248,12 +246,6 @@ def test_a_confluence_site_is_kept_in_step_sync_after_sync(
         holds_what_confluence_holds(environment, site)
 
 
-def source_list(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
-    assert main(["sources", "--json"]) == 0
-    listed: list[dict[str, object]] = json.loads(capsys.readouterr().out)["sources"]
-    return listed
-
-
 def test_confluence_server_without_a_time_zone_and_the_failures_of_a_run(
     sqlite_only: Settings,
     tmp_path: Path,
@@ -279,7 +271,6 @@ def test_confluence_server_without_a_time_zone_and_the_failures_of_a_run(
         )
         state.fail("/rest/api/content/search", 429, headers={"Retry-After": "1"})
         state.fail("/rest/api/content/101/child/comment", 503)
-        capsys.readouterr()
         assert sync(capsys) == (0, "ops/wiki: 5 added, 0 updated, 0 unchanged, 0 deleted")
         docs = stored(sqlite_only)
         assert sorted(docs) == [
@@ -296,7 +287,7 @@ def test_confluence_server_without_a_time_zone_and_the_failures_of_a_run(
             503,
             200,
         ]
-        (listed,) = source_list(capsys)
+        (listed,) = listed_sources(capsys)
         started = datetime.fromisoformat(str(listed["cursor"]))
 
         site.pages["101"].body = "<p>Every runbook of the platform, reviewed.</p>"
@@ -398,7 +389,6 @@ def test_pages_are_read_by_those_their_space_and_restrictions_let_view(
     with serving(jira) as server:
         state.url = server.url
         assert add_source(server.url + "/wiki") == 0
-        capsys.readouterr()
         assert sync(capsys)[0] == 0
         docs = stored(environment)
         runbooks = {s for s in docs if s == "101" or s.startswith("101/")}

@@ -30,7 +30,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import connectors as use
 from tests import loopback
-from tests.conftest import make_settings
+from tests.conftest import make_settings, running
 from tests.pg import postgres_settings
 
 LONG_AGO = "2020-01-01T00:00:00+00:00"
@@ -164,6 +164,14 @@ async def add(service: KnowledgeService, name: str, vendor: Vendor, **settings: 
 async def run(service: KnowledgeService, name: str, **options: bool) -> use.SyncResult:
     info, source = await use.find_source(service, name, "ops")
     return await use.sync_source(service, info, source, ACTOR, **options)
+
+
+async def synced(service: KnowledgeService, count: int = 4) -> Vendor:
+    """Source `jira` of a vendor with the issues OPS-1 to OPS-`count`, synced once."""
+    vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}") for n in range(1, count + 1)})
+    await add(service, "jira", vendor)
+    await run(service, "jira")
+    return vendor
 
 
 async def record(service: KnowledgeService, name: str) -> ConnectorSource:
@@ -349,9 +357,7 @@ async def test_a_run_stopped_midway_keeps_its_cursor_and_skips_nothing_next_time
 
 
 async def test_an_incremental_run_lists_no_ids_and_full_prunes(service: KnowledgeService) -> None:
-    vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}") for n in range(1, 5)})
-    await add(service, "jira", vendor)
-    await run(service, "jira")
+    vendor = await synced(service)
     assert vendor.listed == 0  # nothing was stored: nothing to prune
     assert (await record(service, "jira")).last_prune  # and the prune is not due
     del vendor.items["OPS-4"]
@@ -370,9 +376,7 @@ async def test_an_incremental_run_lists_no_ids_and_full_prunes(service: Knowledg
 async def test_a_prune_runs_when_the_last_one_is_older_than_prune_every(
     service: KnowledgeService,
 ) -> None:
-    vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}") for n in range(1, 5)})
-    await add(service, "jira", vendor)
-    await run(service, "jira")
+    vendor = await synced(service)
     del vendor.items["OPS-4"]
     source = await record(service, "jira")
     old = replace(source, last_prune=ago(days=2))
@@ -385,28 +389,20 @@ async def test_a_prune_runs_when_the_last_one_is_older_than_prune_every(
 
 
 async def test_prune_every_0_leaves_pruning_to_full(settings: Settings) -> None:
-    service = build_service(settings.replace(prune_every=0.0))
-    await service.start()
-    try:
-        vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}") for n in range(1, 5)})
-        await add(service, "jira", vendor)
-        await run(service, "jira")
+    async with running(settings.replace(prune_every=0.0)) as service:
+        vendor = await synced(service)
         assert (await record(service, "jira")).last_prune == ""
         del vendor.items["OPS-4"]
         await run(service, "jira")
         assert vendor.listed == 0 and len(await stored(service, "jira")) == 4
         await run(service, "jira", full=True)
         assert vendor.listed == 1 and len(await stored(service, "jira")) == 3
-    finally:
-        await service.stop()
 
 
 async def test_a_prune_of_most_of_a_source_needs_allow_mass_delete(
     service: KnowledgeService,
 ) -> None:
-    vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}") for n in range(1, 5)})
-    await add(service, "jira", vendor)
-    await run(service, "jira")
+    vendor = await synced(service)
     vendor.items = {"OPS-1": vendor.items["OPS-1"]}
     refused = await run(service, "jira", full=True)
     assert refused.error is not None and "--allow-mass-delete" in refused.error
@@ -422,9 +418,7 @@ async def test_a_run_that_would_empty_most_of_a_source_empties_nothing(
     """Every item lost its text (a changed API, a field renamed): the documents that
     would be emptied are held back while the window streams by, and the guard refuses
     them; the stored text stays until the run is allowed."""
-    vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}") for n in range(1, 5)})
-    await add(service, "jira", vendor)
-    await run(service, "jira")
+    vendor = await synced(service)
     vendor.items = {key: Item(" ", updated=ago(seconds=1)) for key in vendor.items}
     refused = await run(service, "jira", full=True)
     assert refused.error is not None and "(4 of them emptied)" in refused.error
@@ -442,9 +436,7 @@ async def test_a_run_that_would_empty_most_of_a_source_empties_nothing(
 async def test_a_failing_run_deletes_nothing_and_keeps_its_cursor(
     service: KnowledgeService,
 ) -> None:
-    vendor = Vendor({f"OPS-{n}": Item(f"Issue {n}") for n in range(1, 3)})
-    await add(service, "jira", vendor)
-    await run(service, "jira")
+    vendor = await synced(service, 2)
     cursor = (await record(service, "jira")).cursor
     vendor.items.clear()
     vendor.fail = "GET /rest/api/2/search: the endpoint is gone (410)"

@@ -19,7 +19,7 @@ from knowledge_api.app import create_app
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import chunked
 from knowledge_api.usecases.conversation import Rewrite, Turn, offline
-from tests.conftest import corpus, make_settings
+from tests.conftest import corpus, ingested_client, make_settings
 from tests.providers import (
     GEMINI_GENERATE,
     Stream,
@@ -39,6 +39,15 @@ CONVERSATIONS = Path(__file__).parent / "conversations.json"
 def said(*turns: str | tuple[str, tuple[str, ...]]) -> list[Turn]:
     """User turns as strings; assistant turns as (text, cited titles)."""
     return [Turn("user", t) if isinstance(t, str) else Turn("assistant", t[0], t[1]) for t in turns]
+
+
+def rewritten(*questions: str) -> Rewrite:
+    """The offline rewrite of the last of `questions`, each earlier one answered with
+    nothing cited."""
+    turns: list[str | tuple[str, tuple[str, ...]]] = []
+    for question in questions[:-1]:
+        turns += [question, ("..", ())]
+    return offline(said(*turns, questions[-1]))
 
 
 # -- offline ---------------------------------------------------------------------------
@@ -63,36 +72,20 @@ def test_the_first_one_is_the_subject_two_turns_back() -> None:
         )
     )
     assert "Gemini" in rewrite.question and "Groq" not in rewrite.question
-    latter = offline(
-        said(
-            "Tell me about Gemini",
-            ("..", ()),
-            "And Groq?",
-            ("..", ()),
-            "What model does the latter use?",
-        )
-    )
+    latter = rewritten("Tell me about Gemini", "And Groq?", "What model does the latter use?")
     assert "Groq" in latter.question and "Gemini" not in latter.question
 
 
 def test_a_pronoun_follows_the_subject_through_two_turns() -> None:
-    rewrite = offline(
-        said("What is Falcon?", ("..", ()), "How is it set up?", ("..", ()), "Does it stream?")
-    )
+    rewrite = rewritten("What is Falcon?", "How is it set up?", "Does it stream?")
     assert rewrite.question == "Does Falcon stream?"
 
 
 def test_and_x_asks_the_previous_question_about_x() -> None:
-    rewrite = offline(said("How do I configure the Chroma store?", ("..", ()), "And Qdrant?"))
+    rewrite = rewritten("How do I configure the Chroma store?", "And Qdrant?")
     assert rewrite.question == "How do I configure the Qdrant store?"
-    kept = offline(
-        said(
-            "What is the Postgres store?",
-            ("..", ()),
-            "What tables does it use?",
-            ("..", ()),
-            "And which SQL functions?",
-        )
+    kept = rewritten(
+        "What is the Postgres store?", "What tables does it use?", "And which SQL functions?"
     )
     assert kept.question == "What SQL functions does Postgres use?"
 
@@ -100,7 +93,7 @@ def test_and_x_asks_the_previous_question_about_x() -> None:
 def test_and_a_name_replaces_the_entity_asked_about_not_the_focus() -> None:
     """ "and Kestrel?" asks the previous question of Kestrel: the name takes the
     subject's place (with its article), never the place of what was asked of it."""
-    rolled = offline(said("How do I roll back an Osprey wave?", ("..", ()), "and Kestrel?"))
+    rolled = rewritten("How do I roll back an Osprey wave?", "and Kestrel?")
     assert rolled.question == "How do I roll back a Kestrel wave?"
     after_a_bare_question = offline(
         said(
@@ -114,14 +107,10 @@ def test_and_a_name_replaces_the_entity_asked_about_not_the_focus() -> None:
     assert "Kestrel" in after_a_bare_question.question
     assert "cache of your last answer" in after_a_bare_question.question
     assert after_a_bare_question.cited == ()  # Osprey's documents are not Kestrel's
-    moved = offline(
-        said(
-            "How do I configure the Chroma store?",
-            ("..", ()),
-            "How are its collections laid out?",
-            ("..", ()),
-            "what about Qdrant?",
-        )
+    moved = rewritten(
+        "How do I configure the Chroma store?",
+        "How are its collections laid out?",
+        "what about Qdrant?",
     )
     assert moved.question == "How are Qdrant collections laid out?"
 
@@ -134,17 +123,13 @@ def test_and_a_thing_of_the_same_entity_keeps_the_entity() -> None:
     errors = offline(said("Where does PM2 write the warnings?", ("..", cited), "and the errors?"))
     assert errors.question == "Where does PM2 write the errors?"
     assert errors.cited == ("Operations guide",)
-    used = offline(
-        said("What does useChat send in the request?", ("..", ()), "What about the errors?")
-    )
+    used = rewritten("What does useChat send in the request?", "What about the errors?")
     assert used.question == "What does useChat send in the errors?"
-    route = offline(said("How does the Python client stream?", ("..", ()), "And the answer route?"))
+    route = rewritten("How does the Python client stream?", "And the answer route?")
     assert "answer route" in route.question and "Python" not in route.question  # another entity
-    store = offline(
-        said("How do I configure the Chroma store?", ("..", ()), "and the Qdrant store?")
-    )
+    store = rewritten("How do I configure the Chroma store?", "and the Qdrant store?")
     assert store.question == "How do I configure the Qdrant store?"
-    port = offline(said("Which port does Falcon listen on?", ("..", ()), "And what about Osprey?"))
+    port = rewritten("Which port does Falcon listen on?", "And what about Osprey?")
     assert port.question == "Which port does Osprey listen on?"
 
 
@@ -197,10 +182,7 @@ def ui_metadata(client: TestClient, messages: list[dict[str, Any]]) -> dict[str,
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(make_settings(tmp_path, answer_threshold="0.3"))
-    with TestClient(app) as test_client:
-        test_client.portal.call(app.state.service.ingest, corpus())
-        yield test_client
+    yield from ingested_client(make_settings(tmp_path, answer_threshold="0.3"), corpus())
 
 
 CONVERSATION = [

@@ -15,7 +15,7 @@ from knowledge_api.app import create_app
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import Document, document_id
 from knowledge_api.service import KnowledgeService
-from tests.conftest import make_settings, query_events, query_params
+from tests.conftest import ingested_client, make_settings, query_events, query_params
 
 TEAMS = ("qa", "dev", "ops")
 
@@ -35,10 +35,7 @@ def notes(count: int) -> list[Document]:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(make_settings(tmp_path))
-    with TestClient(app) as test_client:
-        test_client.portal.call(app.state.service.ingest, notes(30))  # type: ignore[union-attr]
-        yield test_client
+    yield from ingested_client(make_settings(tmp_path), notes(30))
 
 
 def reference(

@@ -20,6 +20,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
+from tests.cli_env import serve_process
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.fault
@@ -117,23 +118,9 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def serve(tmp_path: Path, port: int, **settings: str) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "KNOWLEDGE_EMBEDDER": "fake",
-        "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
-        "KNOWLEDGE_SEED_ON_EMPTY": "false",
-        "KNOWLEDGE_API_PORT": str(port),
-        "KNOWLEDGE_SYNTHESIZER": "extractive",
-        **settings,
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "knowledge_api", "serve"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def serve(tmp_path: Path, port: int, **settings: str) -> subprocess.Popen[str]:
+    more = {"KNOWLEDGE_SEED_ON_EMPTY": "false", "KNOWLEDGE_SYNTHESIZER": "extractive"}
+    server = serve_process(tmp_path, port, **{**more, **settings})
     for _ in range(300):
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:

@@ -16,7 +16,7 @@ from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.settings import Settings
 from knowledge_api.stores.fusion import DEFAULT_TUNING, Candidate, SearchTuning, feedback_vector
 from knowledge_api.stores.sqlite.store import SQLiteStore
-from tests.conftest import make_store
+from tests.conftest import make_store, opened_sqlite
 
 
 def test_feedback_vector_is_rocchio_at_unit_length() -> None:
@@ -39,9 +39,7 @@ def document(name: str, text: str, vector: np.ndarray) -> Document:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    sqlite = SQLiteStore(tmp_path / "k.db")
-    await sqlite.open()
-    await sqlite.check_embedder("hand-made", 2)
+    sqlite = await opened_sqlite(tmp_path / "k.db", "hand-made", 2)
     await sqlite.index_documents(
         [
             document("a", "alpha", unit(0.9, 0.436)),  # cosine 0.9 with the query
@@ -71,9 +69,7 @@ async def test_the_best_hit_pulls_its_neighbours_up(store: SQLiteStore) -> None:
 async def test_a_keyword_list_far_from_the_query_neither_leads_nor_seeds(
     tmp_path: Path,
 ) -> None:
-    sqlite = SQLiteStore(tmp_path / "far.db")
-    await sqlite.open()
-    await sqlite.check_embedder("hand-made", 2)
+    sqlite = await opened_sqlite(tmp_path / "far.db", "hand-made", 2)
     await sqlite.index_documents(
         [
             document("a", "apple", unit(0.9, 0.436)),

@@ -17,7 +17,7 @@ from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import Combined, Condition, Instant, Negated
 from knowledge_api.models import SearchFilters
 from knowledge_api.stores.keyword import filter_sql
-from tests.conftest import make_settings
+from tests.conftest import make_settings, opened_sqlite
 from tests.test_mcp import connected, load, serving, text_of
 
 MANY_KEYS = {f"k{i}": "v" for i in range(999)}
@@ -270,9 +270,7 @@ async def test_a_file_written_before_the_value_index_is_filtered_after_its_migra
     from knowledge_api.stores.sqlite.store import SQLiteStore
 
     path = tmp_path / "old.db"
-    store = SQLiteStore(path)
-    await store.open()
-    await store.check_embedder("unit-4", 4)
+    store = await opened_sqlite(path, "unit-4", 4)
     docs = []
     for i, meta in enumerate(({"n": 1, "due": "2026-01-05"}, {"n": 5, "ok": True}, {})):
         doc = Document("jira", f"O-{i}", f"old note {i}", f"O-{i}", meta)

@@ -15,6 +15,7 @@ from knowledge_api.models import DEFAULT_COLLECTION, Chunk, Document, SearchFilt
 from knowledge_api.stores.sqlite import search
 from knowledge_api.stores.sqlite.fts_terms import Bounded, TermFrequencies
 from knowledge_api.stores.sqlite.store import SQLiteStore
+from tests.conftest import opened_sqlite
 
 
 def document(name: str, text: str) -> Document:
@@ -26,9 +27,7 @@ def document(name: str, text: str) -> Document:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> SQLiteStore:
-    sqlite = SQLiteStore(tmp_path / "k.db", keyword_matched_chunks=3)
-    await sqlite.open()
-    await sqlite.check_embedder("test", 4)
+    sqlite = await opened_sqlite(tmp_path / "k.db", "test", 4, keyword_matched_chunks=3)
     docs = [document(f"d{i}", "deployments indexing " * (i + 1)) for i in range(6)]
     await sqlite.index_documents([*docs, document("rare", "a rollback of deployments")])
     return sqlite
@@ -76,9 +75,7 @@ async def test_the_chunk_counts_of_the_terms_kept_add_up_to_the_bound(
     """Each term alone is under the bound; together they are not, so the commonest
     go (ties by their place in the query), and in a store no larger than the bound
     nothing does."""
-    sqlite = SQLiteStore(tmp_path / "k.db", keyword_matched_chunks=3)
-    await sqlite.open()
-    await sqlite.check_embedder("test", 4)
+    sqlite = await opened_sqlite(tmp_path / "k.db", "test", 4, keyword_matched_chunks=3)
     texts = {"a": "rollback plan", "b": "plan review", "c": "review notes"}
     await sqlite.index_documents([document(name, text) for name, text in texts.items()])
     assert sorted(await keyword(sqlite, "rollback plan review")) == ["a", "b", "c"]  # 3 chunks
@@ -123,9 +120,7 @@ def scoped(name: str, text: str, collection: str) -> Document:
 async def test_when_every_chunk_passes_the_filters_only_the_best_rows_are_checked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sqlite = SQLiteStore(tmp_path / "k.db")
-    await sqlite.open()
-    await sqlite.check_embedder("test", 4)
+    sqlite = await opened_sqlite(tmp_path / "k.db", "test", 4)
     await sqlite.index_documents([document(f"d{i}", f"rollback plan {i}") for i in range(4)])
     checked: list[int] = []
     best_then_checked = search.best_then_checked
@@ -199,9 +194,7 @@ async def keyword_query_beside_vector_search(
 ) -> tuple[str, bool]:
     """The thread a hybrid search ran its keyword query on, and whether its vector
     search had run by the time the keyword query started (waiting up to 5 s for it)."""
-    sqlite = SQLiteStore(path)
-    await sqlite.open()
-    await sqlite.check_embedder("test", 4)
+    sqlite = await opened_sqlite(path, "test", 4)
     await sqlite.index_documents([document(f"d{i}", f"rollback plan {i}") for i in range(3)])
     searched = threading.Event()
     ran: list[tuple[str, bool]] = []

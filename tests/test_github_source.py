@@ -19,12 +19,18 @@ from knowledge_api.cli import main
 from knowledge_api.connectors import github as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.cli_env import cli_environment, source_documents, sync_source
+from tests.cli_env import (
+    cli_environment,
+    refused_secret,
+    refused_usage,
+    source_documents,
+    sync_source,
+    synced_over_http,
+)
 from tests.conftest import make_settings
 from tests.delegated import readable
 from tests.github_server import TOKEN, GitHub, github, stamp
 from tests.test_access import bearer, error_of, make_key
-from tests.test_uploads import wait_for
 
 SOURCES = "/v1/knowledge/sources"
 ADD = ["sources", "add", "tracker", "--kind", "github", "--collection", "eng"]
@@ -93,7 +99,6 @@ def test_issues_and_pull_requests_follow_github_between_syncs(
 ) -> None:
     monkeypatch.setattr(connector, "PER_PAGE", 2)  # the Link header pages the listings
     assert add(fake) == 0
-    capsys.readouterr()
     assert sync(capsys) == (0, "eng/tracker: 4 added, 0 updated, 0 unchanged, 0 deleted")
     docs = assert_mirrors(environment, fake)
     login = docs["acme/api#1"]
@@ -159,21 +164,13 @@ def test_an_item_github_listed_late_is_read_by_the_next_run(
 
 
 def test_a_wrong_token_stops_the_run_and_deletes_nothing(
-    environment: Settings,
-    fake: GitHub,
-    waits: list[float],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    environment: Settings, fake: GitHub, waits: list[float], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert add(fake) == 0
-    assert sync(capsys)[0] == 0
-    monkeypatch.setenv("GITHUB_TOKEN_FOR_TESTS", "ghp_wrong")
-    status, line = sync(capsys, "--full")
-    assert status == 1 and "credentials were refused (401)" in line and "ghp_" not in line
+    line, listed = refused_secret(capsys, "tracker", "GITHUB_TOKEN_FOR_TESTS", "ghp_wrong")
+    assert "credentials were refused (401)" in line and "ghp_" not in line
     assert waits == []
     assert len(stored(environment)) == 4
-    assert main(["sources", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)["sources"]
     assert "401" in listed["last_error"] and TOKEN not in json.dumps(listed)
 
 
@@ -190,7 +187,6 @@ def test_a_repository_gone_or_without_issues_stops_the_run(
 ) -> None:
     fake.disabled.add("acme/quiet")
     assert add(fake, f"acme/api,{repo}") == 0
-    capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1 and reason in line and f"/repos/{repo}/issues" in line
     assert stored(environment) == {}
@@ -215,12 +211,13 @@ def test_a_listing_that_keeps_failing_is_read_in_smaller_pages_then_stops(
 def test_a_source_is_refused_without_repositories_or_with_a_wrong_one(
     environment: Settings, fake: GitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main([*ADD, "--url", fake.url]) == 2
-    assert "settings.repos" in capsys.readouterr().err
-    assert main([*ADD, "--url", fake.url, "--set", "repos=acme"]) == 2
-    assert "'acme' is not OWNER/NAME" in capsys.readouterr().err
-    assert main([*ADD, "--url", "ftp://github.example.com", "--set", "repos=a/b"]) == 2
-    assert "https://api.github.com" in capsys.readouterr().err
+    assert "settings.repos" in refused_usage(capsys, *ADD, "--url", fake.url)
+    assert "'acme' is not OWNER/NAME" in refused_usage(
+        capsys, *ADD, "--url", fake.url, "--set", "repos=acme"
+    )
+    assert "https://api.github.com" in refused_usage(
+        capsys, *ADD, "--url", "ftp://github.example.com", "--set", "repos=a/b"
+    )
 
 
 def test_a_github_source_is_added_and_synced_over_http(
@@ -241,13 +238,7 @@ def test_a_github_source_is_added_and_synced_over_http(
         assert error_of(refused, 400)["details"]["field"] == "settings.repos"
         body["settings"] = {"repos": "acme/api,acme/web"}
         assert client.post(SOURCES, json=body, headers=admin).status_code == 201
-        accepted = client.post(f"{SOURCES}/tracker/sync", headers=admin)
-        assert accepted.status_code == 202, accepted.text
-        done = wait_for(client, accepted.json()["job_id"], headers=admin)
-        assert done["status"] == "done", done
-        (listed,) = client.get(SOURCES, params={"collection": "eng"}, headers=admin).json()[
-            "sources"
-        ]
+        listed = synced_over_http(client, "tracker", "eng", admin)
         assert listed["kind"] == "github" and listed["documents"] == 4
         assert TOKEN not in json.dumps(listed) and listed["last_error"] is None
         found = client.post(
@@ -275,7 +266,6 @@ def test_a_private_repository_is_read_by_its_collaborators_alone(
     fake.emails.update(alice="alice@acme.example.com", bob="Bob@Acme.example.com", carol=None)
     alice, bob, mallory = "alice@acme.example.com", "bob@acme.example.com", "mallory@example.com"
     assert add(fake) == 0
-    capsys.readouterr()
     status, line = sync(capsys)
     assert status == 0 and "1 GitHub account(s) show no e-mail address" in line and "carol" in line
     docs = stored(environment)

@@ -23,7 +23,7 @@ from knowledge_api.routes.hot import QueryHits
 from knowledge_api.service import Served
 from knowledge_api.settings import Settings
 from knowledge_api.web.observe import RequestObserver
-from tests.conftest import corpus, make_settings
+from tests.conftest import corpus, ingested_client, make_settings
 from tests.test_access import bearer, error_of, make_key
 from tests.test_observe import app_logging
 
@@ -47,10 +47,7 @@ def post(client: TestClient, body: bytes = RAW, **headers: str) -> Any:
 
 @pytest.fixture
 def loaded_client(settings: Settings) -> Iterator[TestClient]:
-    app = create_app(settings)
-    with TestClient(app) as client:
-        client.portal.call(app.state.service.ingest, corpus())
-        yield client
+    yield from ingested_client(settings, corpus())
 
 
 def test_a_repeated_body_is_answered_by_the_hit_path_as_the_route_renders_a_hit(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,19 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
-from tests.cli_env import cli_home, source_documents, sync_source
+from tests.cli_env import (
+    cli_home,
+    listed_sources,
+    refused_secret,
+    refused_usage,
+    source_documents,
+    sync_source,
+)
 from tests.conftest import make_settings
+from tests.documents import email_message
 from tests.imap_server import (
     PASSWORD,
+    SUPPORT,
     TOKEN,
     Introspection,
     Mailbox,
@@ -62,9 +72,13 @@ def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
 
 
 def listing(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    assert main(["sources", "--json"]) == 0
-    found = json.loads(capsys.readouterr().out)["sources"]
-    return next(s for s in found if s["name"] == "mail")
+    return next(s for s in listed_sources(capsys) if s["name"] == "mail")
+
+
+def answer(message_id: str, replied: str, subject: str, body: str, time: str) -> EmailMessage:
+    """Support's reply to the vendor's message `replied` of `subject`, at `time` on 2 March."""
+    date = f"Mon, 02 Mar 2026 {time}:00 +0000"
+    return email_message(f"Re: {subject}", body, SUPPORT, SUPPORT, message_id, replied, date)
 
 
 def test_a_mailbox_becomes_threads_that_follow_its_changes(
@@ -75,15 +89,13 @@ def test_a_mailbox_becomes_threads_that_follow_its_changes(
 ) -> None:
     mailbox.deliver(message("renewal@vendor", "Contract renewal", "The renewal is due in May."))
     mailbox.deliver(
-        message(
-            "renewal-2@us", "Re: Contract renewal", "We accept the 5% increase.\n\n> old",
-            sender="support@example.com", reply_to="renewal@vendor",
-            date="Mon, 02 Mar 2026 11:00:00 +0000",
+        answer(
+            "renewal-2@us", "renewal@vendor", "Contract renewal",
+            "We accept the 5% increase.\n\n> old", "11:00",
         )
     )  # fmt: skip
     mailbox.deliver(message("outage@vendor", "Outage notice", "The EU region is down."))
     assert add(mailbox) == 0
-    capsys.readouterr()
     assert sync(capsys) == (0, "support/mail: 2 added, 0 updated, 0 unchanged, 0 deleted")
     docs = stored(tmp_path)
     assert sorted(docs) == ["outage@vendor", "renewal@vendor"]
@@ -103,13 +115,8 @@ def test_a_mailbox_becomes_threads_that_follow_its_changes(
         assert sync(capsys) == (0, "support/mail: 0 added, 0 updated, 0 unchanged, 0 deleted")
 
     # a reply to the second thread, and a flag on the first: one thread rewritten
-    mailbox.append(
-        message(
-            "outage-2@us", "Re: Outage notice", "Failover to the US region worked.",
-            sender="support@example.com", reply_to="outage@vendor",
-            date="Mon, 02 Mar 2026 12:00:00 +0000",
-        )
-    )  # fmt: skip
+    worked = "Failover to the US region worked."
+    mailbox.append(answer("outage-2@us", "outage@vendor", "Outage notice", worked, "12:00"))
     mailbox.flag("<renewal@vendor>")
     assert sync(capsys) == (0, "support/mail: 0 added, 1 updated, 0 unchanged, 0 deleted")
     docs = stored(tmp_path)
@@ -151,7 +158,6 @@ def test_a_changed_uidvalidity_reads_the_folder_again_without_duplicates(
     for found in kept:
         mailbox.append(found, "Support")
     assert add(mailbox, "--set", "folders=INBOX,Support") == 0
-    capsys.readouterr()
     assert sync(capsys)[1] == "support/mail: 2 added, 0 updated, 0 unchanged, 0 deleted"
     before = mailbox.validity("Support")
     mailbox.recreate("Support", kept)
@@ -162,23 +168,19 @@ def test_a_changed_uidvalidity_reads_the_folder_again_without_duplicates(
 
 
 def test_a_refused_login_stops_the_run_and_deletes_nothing(
-    mailbox: Mailbox,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    mailbox: Mailbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     mailbox.deliver(message("a@vendor", "Invoice", "Invoice 17 is paid."))
     assert add(mailbox) == 0
-    assert sync(capsys)[0] == 0
-    monkeypatch.setenv("MAIL_PASSWORD", "not-the-password")
-    status, line = sync(capsys, "--full")
-    assert status == 1 and "refused the login of 'alice'" in line
+    line, _ = refused_secret(capsys, "mail", "MAIL_PASSWORD", "not-the-password")
+    assert "refused the login of 'alice'" in line
     assert "not-the-password" not in line
     assert sorted(stored(tmp_path)) == ["a@vendor"]
-    monkeypatch.delenv("MAIL_PASSWORD")
-    status, line = sync(capsys)
-    assert status == 1 and "$MAIL_PASSWORD, which is not set" in line
-    assert main(["sources", "sync", "--all"]) == 1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("MAIL_PASSWORD")
+        status, line = sync(capsys)
+        assert status == 1 and "$MAIL_PASSWORD, which is not set" in line
+        assert main(["sources", "sync", "--all"]) == 1
 
 
 def test_an_access_token_logs_in_by_xoauth2(
@@ -209,10 +211,12 @@ def test_an_access_token_logs_in_by_xoauth2(
 
 def test_a_source_is_checked_when_added(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["sources", "add", "mail", "--kind", "imap", "--collection", "support"]
-    assert main([*base, "--url", "http://mail.example.com"]) == 2
-    assert "url: must be imap://HOST[:PORT]" in capsys.readouterr().err
-    assert main([*base, "--url", "imap://mail.example.com", "--set", "usr=a"]) == 2
-    assert "settings.usr: is not a setting of imap" in capsys.readouterr().err
+    assert "url: must be imap://HOST[:PORT]" in refused_usage(
+        capsys, *base, "--url", "http://mail.example.com"
+    )
+    assert "settings.usr: is not a setting of imap" in refused_usage(
+        capsys, *base, "--url", "imap://mail.example.com", "--set", "usr=a"
+    )
     assert main([*base, "--url", "imap://h", "--set", "user=a", "--secret", "password=x y"]) == 2
     assert "secrets.password: takes the NAME of an environment variable" in (
         capsys.readouterr().err
@@ -222,10 +226,12 @@ def test_a_source_is_checked_when_added(capsys: pytest.CaptureFixture[str]) -> N
         capsys.readouterr().err
     )
     both = ["--secret", "password=MAIL_PASSWORD", "--secret", "token=MAIL_TOKEN"]
-    assert main([*base, "--url", "imap://h", "--set", "user=a", *both]) == 2
-    assert "secrets.token: an IMAP source takes exactly one of" in capsys.readouterr().err
-    assert main([*base, "--url", "imap://h", "--secret", "token=MAIL_TOKEN"]) == 2
-    assert "settings.user: an IMAP source needs --set user=NAME" in capsys.readouterr().err
+    assert "secrets.token: an IMAP source takes exactly one of" in refused_usage(
+        capsys, *base, "--url", "imap://h", "--set", "user=a", *both
+    )
+    assert "settings.user: an IMAP source needs --set user=NAME" in refused_usage(
+        capsys, *base, "--url", "imap://h", "--secret", "token=MAIL_TOKEN"
+    )
     ok = [*base, "--url", "imap://h", "--set", "user=a", "--secret", "password=MAIL_PASSWORD"]
     assert main(ok) == 0
     assert main(ok) == 1
@@ -275,11 +281,9 @@ def test_starttls_upgrades_before_the_login(
         # upgraded, the server's certificate is checked: the system's authorities
         # do not know the test's own
         assert add(mailbox, "--set", "tls=starttls") == 0
-        capsys.readouterr()
         status, line = sync(capsys)
         assert status == 1 and "CERTIFICATE_VERIFY_FAILED" in line
         assert main(["sources", "remove", "mail"]) == 0
         assert add(mailbox, "--set", "tls=starttls", "--set", f"cafile={mailbox.cafile}") == 0
-        capsys.readouterr()
         assert sync(capsys) == (0, "support/mail: 1 added, 0 updated, 0 unchanged, 0 deleted")
         assert sorted(stored(tmp_path)) == ["tls@vendor"]

@@ -35,11 +35,17 @@ from tests.atlassian_server import (
     serving,
     source_args,
 )
-from tests.cli_env import cli_environment, source_documents, sync_source
+from tests.cli_env import (
+    cli_environment,
+    listed_sources,
+    refused_usage,
+    source_documents,
+    sync_source,
+    synced_over_http,
+)
 from tests.conftest import make_settings
 from tests.delegated import readable
 from tests.test_access import bearer, make_key
-from tests.test_uploads import wait_for
 
 SOURCES = "/v1/knowledge/sources"
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -150,7 +156,6 @@ def test_a_jira_project_is_kept_in_step_sync_after_sync(
     environment: Settings, cloud: Atlassian, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert add_source(cloud.url, "--set", f"jql={JQL}") == 0
-    capsys.readouterr()
     assert sync(capsys) == (0, "ops/jira: 5 added, 0 updated, 0 unchanged, 0 deleted")
     docs = holds_what_jira_holds(environment, cloud)
     first = docs["OPS-1"]
@@ -172,7 +177,7 @@ def test_a_jira_project_is_kept_in_step_sync_after_sync(
     documents = [c for c in searches if "summary" in c.params["fields"]]
     assert documents[0].params["jql"] == "(project in (OPS, WEB)) ORDER BY key ASC"
     assert len(documents) == 3 and "nextPageToken" in documents[1].params
-    (listed,) = [s for s in source_list(capsys) if s["name"] == "jira"]
+    (listed,) = [s for s in listed_sources(capsys) if s["name"] == "jira"]
     started = datetime.fromisoformat(listed["cursor"])
     assert listed["last_error"] is None and abs(started - datetime.now(UTC)) < timedelta(minutes=1)
 
@@ -218,12 +223,6 @@ def test_a_jira_project_is_kept_in_step_sync_after_sync(
     holds_what_jira_holds(environment, cloud)
 
 
-def source_list(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
-    assert main(["sources", "--json"]) == 0
-    listed: list[dict[str, object]] = json.loads(capsys.readouterr().out)["sources"]
-    return listed
-
-
 def test_rate_limits_and_an_unavailable_server_are_waited_out(
     sqlite_only: Settings, cloud: Atlassian, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -235,7 +234,6 @@ def test_rate_limits_and_an_unavailable_server_are_waited_out(
         when=lambda params: "nextPageToken" in params,
     )
     cloud.fail("/rest/api/3/issue/OPS-1/comment", 503)
-    capsys.readouterr()
     assert sync(capsys) == (0, "ops/jira: 5 added, 0 updated, 0 unchanged, 0 deleted")
     holds_what_jira_holds(sqlite_only, cloud)
     limited = next(i for i, c in enumerate(cloud.calls) if c.status == 429)
@@ -253,7 +251,6 @@ def test_a_wrong_token_stops_the_run_and_deletes_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert add_source(cloud.url, "--set", f"jql={JQL}") == 0
-    capsys.readouterr()
     assert sync(capsys)[0] == 0
     monkeypatch.setenv("JIRA_TOKEN", "revoked-token-value")
     status, line = sync(capsys)
@@ -261,7 +258,7 @@ def test_a_wrong_token_stops_the_run_and_deletes_nothing(
     assert "sync stopped" in line and "credentials were refused (401)" in line
     assert "revoked-token-value" not in line
     assert len(stored(sqlite_only)) == 5
-    (listed,) = source_list(capsys)
+    (listed,) = listed_sources(capsys)
     assert "(401)" in str(listed["last_error"])
     assert "revoked-token-value" not in json.dumps(listed)
 
@@ -272,7 +269,6 @@ def test_the_retired_search_stops_the_run_saying_what_to_set(
     """Jira Cloud answers 410 where Server searches: a run that must not look like an
     empty project."""
     assert main(source_args("jira", "jira", cloud.url, "JIRA_TOKEN", server=True)) == 0
-    capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1
     assert "/rest/api/2/search: the endpoint is gone (410)" in line
@@ -299,7 +295,6 @@ def test_jira_server_pages_by_start_and_reads_wiki_markup(
     )
     with serving(state) as server:
         assert main(source_args("jira", "jira", server.url, "JIRA_PAT", server=True, user="")) == 0
-        capsys.readouterr()
         assert sync(capsys) == (0, "ops/jira: 5 added, 0 updated, 0 unchanged, 0 deleted")
         searches = [c for c in server.searches() if "summary" in c.params["fields"]]
         assert [c.params["startAt"] for c in searches] == ["0", "2", "4"]
@@ -352,15 +347,17 @@ def test_settings_and_secrets_a_jira_source_refuses(
     sqlite_only: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ["sources", "add", "jira", "--kind", "jira", "--url", "https://acme.atlassian.net"]
-    assert main([*base, "--set", "project=OPS", "--secret", "token=T"]) == 2
-    assert "settings.project" in capsys.readouterr().err
+    assert "settings.project" in refused_usage(
+        capsys, *base, "--set", "project=OPS", "--secret", "token=T"
+    )
     assert main(base) == 2
     assert "secrets.token" in capsys.readouterr().err
-    assert main([*base, "--secret", "token=T", "--set", "deployment=onprem"]) == 2
-    assert "settings.deployment: must be cloud or server" in capsys.readouterr().err
+    assert "settings.deployment: must be cloud or server" in refused_usage(
+        capsys, *base, "--secret", "token=T", "--set", "deployment=onprem"
+    )
     assert main([*base, "--secret", "token=T", "--set", "user=a@b.c"]) == 0
     capsys.readouterr()
-    (listed,) = source_list(capsys)
+    (listed,) = listed_sources(capsys)
     assert listed["kind"] == "jira" and listed["secrets"] == {"token": "T"}
 
 
@@ -386,13 +383,7 @@ def test_a_jira_source_is_added_and_synced_over_http(
         created = client.post(SOURCES, json=body, headers=admin)
         assert created.status_code == 201, created.text
         assert created.json()["kind"] == "jira" and TOKEN not in created.text
-        accepted = client.post(f"{SOURCES}/jira/sync", headers=writer)
-        assert accepted.status_code == 202, accepted.text
-        done = wait_for(client, accepted.json()["job_id"], headers=writer)
-        assert done["status"] == "done", done
-        (listed,) = client.get(SOURCES, params={"collection": "ops"}, headers=writer).json()[
-            "sources"
-        ]
+        listed = synced_over_http(client, "jira", "ops", writer)
         assert listed["documents"] == 5 and listed["last_error"] is None
         assert TOKEN not in json.dumps(listed) and TOKEN not in client.get("/health").text
         # a ticket's key finds it by keyword
@@ -421,11 +412,10 @@ def test_a_project_that_does_not_exist_stops_the_run_with_jiras_reason(
 ) -> None:
     """A wrong project key must not look like an empty project: Jira refuses the JQL."""
     assert add_source(cloud.url, "--set", "jql=project = OSP") == 0
-    capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1
     assert "answered 400" in line and "The value 'OSP' does not exist" in line
-    (listed,) = source_list(capsys)
+    (listed,) = listed_sources(capsys)
     assert "OSP" in str(listed["last_error"]) and listed["cursor"] == ""
 
 
@@ -451,7 +441,6 @@ def test_issues_are_read_by_those_their_project_lets_browse(
     ann, bob, cy, dee = (f"{name}@acme.example.com" for name in ("ann", "bob", "cy", "dee"))
     with serving(state) as server:
         assert add_source(server.url, "--set", f"jql={JQL}") == 0
-        capsys.readouterr()
         status, line = sync(capsys)
         assert status == 0 and "1 Jira account(s) show no e-mail address" in line
         docs = stored(environment)
@@ -476,7 +465,6 @@ def test_reading_a_permission_scheme_the_account_may_not_stops_the_run(
     with serving(project()) as server:
         server.fail("/rest/api/3/project/OPS/permissionscheme", 403)
         assert add_source(server.url, "--set", f"jql={JQL}") == 0
-        capsys.readouterr()
         status, line = sync(capsys)
         assert status == 1 and "Administer Jira" in line and "permissions=off" in line
         assert stored(environment) == {}

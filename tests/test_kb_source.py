@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,8 +18,8 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.usecases import connectors
-from tests.cli_env import cli_home
-from tests.conftest import make_settings
+from tests.cli_env import cli_home, listed_sources, sync_source
+from tests.conftest import connectors_reported, make_settings
 from tests.kb_host import Host, article, serve
 
 TOKEN = "kb-token-5e1d7c"
@@ -45,16 +44,12 @@ def host() -> Iterator[Host]:
 
 
 def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
-    capsys.readouterr()
-    status = main(["sources", "sync", "help", *more])
-    return status, capsys.readouterr().out.strip().splitlines()[-1]
+    return sync_source(capsys, "help", *more)
 
 
 def listing(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    capsys.readouterr()
-    assert main(["sources", "--json"]) == 0
-    (found,) = json.loads(capsys.readouterr().out)["sources"]
-    return dict(found)
+    (found,) = listed_sources(capsys)
+    return found
 
 
 def add(host: Host) -> list[str]:
@@ -141,10 +136,7 @@ def test_no_secret_leaves_the_process(
     shown.append(capsys.readouterr().out)
     settings = make_settings(tmp_path, db_path=tmp_path / "k.db", sync_interval=0.2)
     with TestClient(create_app(settings)) as client:
-        deadline = time.monotonic() + 30
-        while not client.get("/health").json()["connectors"]["runs"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        connectors_reported(client, lambda report: report["runs"])
         shown += [client.get("/health").text, client.get("/metrics").text]
         shown.append(client.get("/v1/knowledge/sources").text)
     assert f"Bearer {TOKEN}" in host.authorization  # it was sent, and echoed back

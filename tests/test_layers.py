@@ -190,23 +190,31 @@ def test_no_import_cycle() -> None:
     assert cycles(import_graph()) == []
 
 
+def found_in_module(
+    source: str, finding: Callable[[Path, set[str]], set[str]], folder: Path
+) -> set[str]:
+    """What `finding` finds in a module of `source`, written in `folder`: how a test shows
+    that a rule bites."""
+    module = folder / "module.py"
+    module.write_text(source)
+    return finding(module, set(import_graph()))
+
+
 def test_the_cycle_check_sees_a_cycle_and_the_hidden_arrows(tmp_path: Path) -> None:
     """The rule bites: modules importing each other in a ring are a cycle, and a
     registry's target, an import inside a function or under TYPE_CHECKING, and a
     submodule imported from its package each count as an arrow."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    module = tmp_path / "module.py"
-    module.write_text(
-        "from typing import TYPE_CHECKING\n"
-        "from knowledge_api.stores import records\n"
-        "if TYPE_CHECKING:\n"
-        "    from knowledge_api.service import KnowledgeService\n"
-        "def late():\n"
-        "    from knowledge_api.compose import build_service\n"
-        "REGISTERED = 'knowledge_api.cache.redis:RedisCaches'\n"
-    )
-    known = set(import_graph())
-    assert arrows(module, known) == {
+    source = """
+from typing import TYPE_CHECKING
+from knowledge_api.stores import records
+if TYPE_CHECKING:
+    from knowledge_api.service import KnowledgeService
+def late():
+    from knowledge_api.compose import build_service
+REGISTERED = 'knowledge_api.cache.redis:RedisCaches'
+"""
+    assert found_in_module(source, arrows, tmp_path) == {
         "knowledge_api.stores.records",
         "knowledge_api.service",
         "knowledge_api.compose",
@@ -240,14 +248,13 @@ def test_the_command_line_borrows_nothing_from_the_routes() -> None:
 def test_the_route_check_sees_a_command_borrow_from_a_route(tmp_path: Path) -> None:
     """The rule bites: a route module imported inside a function, the routes package
     and a route imported by name from it are each reported; views are not."""
-    module = tmp_path / "command.py"
-    module.write_text(
-        "from knowledge_api.routes import ROUTES\n"
-        "from knowledge_api.views.query import parse\n"
-        "def run():\n"
-        "    from knowledge_api.routes import query\n"
-    )
-    assert borrowed_from_routes(module, set(import_graph())) == {
+    source = """
+from knowledge_api.routes import ROUTES
+from knowledge_api.views.query import parse
+def run():
+    from knowledge_api.routes import query
+"""
+    assert found_in_module(source, borrowed_from_routes, tmp_path) == {
         "knowledge_api.routes",
         "knowledge_api.routes.query",
     }
@@ -270,18 +277,16 @@ def test_use_cases_talk_to_the_service_not_to_the_seams() -> None:
 def test_the_seam_check_sees_a_use_case_reach_a_seam(tmp_path: Path) -> None:
     """The rule bites: a store, a loader (even under TYPE_CHECKING) and a registry's
     target are seams; the service and the core are not."""
-    module = tmp_path / "usecase.py"
-    module.write_text(
-        "from typing import TYPE_CHECKING\n"
-        "from knowledge_api.service import KnowledgeService\n"
-        "from knowledge_api.models import Document\n"
-        "from knowledge_api.stores.tables.audit import SQLiteAudit\n"
-        "if TYPE_CHECKING:\n"
-        "    from knowledge_api.ingest.loaders import LoadOptions\n"
-        "REGISTERED = 'knowledge_api.cache.redis:RedisCaches'\n"
-    )
-    known = set(import_graph())
-    assert seams_reached(module, known) == {
+    source = """
+from typing import TYPE_CHECKING
+from knowledge_api.service import KnowledgeService
+from knowledge_api.models import Document
+from knowledge_api.stores.tables.audit import SQLiteAudit
+if TYPE_CHECKING:
+    from knowledge_api.ingest.loaders import LoadOptions
+REGISTERED = 'knowledge_api.cache.redis:RedisCaches'
+"""
+    assert found_in_module(source, seams_reached, tmp_path) == {
         "knowledge_api.stores.tables.audit",
         "knowledge_api.ingest.loaders",
         "knowledge_api.cache.redis",

@@ -4,7 +4,6 @@ the real google-genai and groq SDKs answered by respx."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from tests.providers import (
     llm_settings,
     streamed,
 )
-from tests.reranking import QUESTION, TOP, fused, ids, ranked_once, reranked, started
+from tests.reranking import QUESTION, TOP, fused, ids, ranked_once, reranked, service_on, started
 
 pytest.importorskip("google.genai")
 pytest.importorskip("groq")
@@ -46,11 +45,7 @@ def settings_of(tmp_path: Path, **changes: Any) -> Settings:
     return llm_settings(tmp_path, **{**values, **changes})
 
 
-@pytest.fixture
-async def service(tmp_path: Path, mock: respx.MockRouter) -> AsyncIterator[KnowledgeService]:
-    svc = await started(settings_of(tmp_path))
-    yield svc
-    await svc.stop()
+service = service_on(settings_of)
 
 
 def prompt_of(route: respx.Route) -> str:

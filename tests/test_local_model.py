@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +11,11 @@ from starlette.testclient import TestClient
 
 import knowledge_api
 from knowledge_api.app import create_app
-from knowledge_api.embeddings.local import LocalEmbedder
-from knowledge_api.embeddings.runtimes import cpu_bf16_units
+from knowledge_api.embeddings.local import SENTENCE_TOKENS, LocalEmbedder, padded
+from knowledge_api.embeddings.runtimes import Feed, OpenVinoEncoder, cpu_bf16_units
 from knowledge_api.errors import EmbeddingError
 from tests.conftest import corpus, make_settings, seeded
+from tests.test_heap import resident_kb
 from tests.torch_reference import TorchEmbedder
 
 pytestmark = pytest.mark.model
@@ -160,6 +162,35 @@ def test_a_store_written_by_one_precision_is_read_by_the_other(
     assert abs(float(read["similarity"]) - float(written["similarity"])) <= 0.002  # type: ignore[arg-type]
 
 
+def test_an_answers_sentences_run_in_small_batches(
+    model: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenVINO keeps what it prepared for each batch shape, sized to the largest: an
+    answer's sentences run SENTENCE_TOKENS at a time, documents BATCH_TOKENS, with the
+    same vectors."""
+    encoder = model._encoder
+    assert encoder is not None
+    run_all = encoder.run_all
+    sizes: list[int] = []
+
+    def recorded(feeds: Iterable[Feed], done: Callable[[int, np.ndarray], None]) -> None:
+        def seen() -> Iterator[Feed]:
+            for feed in feeds:
+                sizes.append(feed["input_ids"].size)
+                yield feed
+
+        run_all(seen(), done)
+
+    monkeypatch.setattr(encoder, "run_all", recorded)
+    sentences = [p.split(". ")[0][:320] for p in bundled_passages()[:14]]
+    vectors = model.embed_sentences(sentences)
+    assert len(sizes) > 1 and max(sizes) <= SENTENCE_TOKENS
+    sizes.clear()
+    documents = model.embed_documents(sentences)
+    assert max(sizes) > SENTENCE_TOKENS
+    assert np.sum(vectors * documents, axis=1).min() >= 0.999
+
+
 def test_meaning_beats_wording(model: LocalEmbedder) -> None:
     passages = [
         "The cat sat on the mat.",
@@ -229,3 +260,18 @@ def test_default_threshold_answers_the_bundled_docs_and_refuses_strangers(
             assert status(question) == "success", question
         for question in ("how do I bake sourdough bread", "who won the 2018 world cup"):
             assert status(question) == "insufficient_context", question
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc (Linux)")
+def test_the_weights_file_is_not_kept_resident_once_a_shape_is_prepared(
+    model: LocalEmbedder,
+) -> None:
+    """OpenVINO reads the mapped weights to prepare each new input shape; the pages read
+    are handed back (heap.release_mapped_file), and a shape met before reads none."""
+    assert model.model_file is not None
+    encoder = OpenVinoEncoder(model.model_file, "fp32", 1)
+    weights = model.model_file.with_suffix(".bin")
+    encoder.run(padded([[101, 7592, 102]], encoder.pad_to))
+    assert encoder.shapes == {(1, 16)} and resident_kb(weights) < 1024
+    encoder.run(padded([[101, *range(2000, 2030), 102]], encoder.pad_to))
+    assert encoder.shapes == {(1, 16), (1, 32)} and resident_kb(weights) < 1024

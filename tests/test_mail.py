@@ -9,37 +9,8 @@ import pytest
 
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.mail import own_text
+from tests.documents import email_message as message
 from tests.documents import pdf_bytes, write_docx
-
-
-def message(
-    subject: str,
-    body: str,
-    sender: str = "Alice Vendor <alice@vendor.example>",
-    to: str = "Bob Buyer <bob@shop.example>",
-    msg_id: str = "",
-    reply_to: str = "",
-    date: str = "Tue, 06 Oct 2026 09:30:00 +0200",
-    html: str = "",
-    cc: str = "",
-) -> EmailMessage:
-    msg = EmailMessage()
-    msg["From"] = sender
-    msg["To"] = to
-    if cc:
-        msg["Cc"] = cc
-    msg["Subject"] = subject
-    msg["Date"] = date
-    if msg_id:
-        msg["Message-ID"] = f"<{msg_id}>"
-    if reply_to:
-        msg["In-Reply-To"] = f"<{reply_to}>"
-        msg["References"] = f"<{reply_to}>"
-    msg.set_content(body)
-    if html:
-        msg.add_alternative(html, subtype="html")
-    return msg
-
 
 RENEWAL = message(
     "Contract renewal",

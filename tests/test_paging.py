@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from tests.conftest import ask, make_settings, query_events, query_params
+from tests.conftest import ask, ingested_client, make_settings, query_events, query_params
 
 CANDIDATES = 8
 """Small, so that pages reach past the first candidates with a small corpus."""
@@ -105,10 +104,7 @@ async def test_pages_are_cached_apart(notes_service: KnowledgeService) -> None:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(paged_settings(tmp_path))
-    with TestClient(app) as test_client:
-        test_client.portal.call(app.state.service.ingest, notes())  # type: ignore[union-attr]
-        yield test_client
+    yield from ingested_client(paged_settings(tmp_path), notes())
 
 
 def retrieve(client: TestClient, **body: Any) -> dict[str, Any]:

@@ -13,8 +13,6 @@ import asyncio
 import json
 import re
 import shutil
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,13 +20,13 @@ from typing import Any
 import httpx
 import pytest
 import respx
-import uvicorn
 
 import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.models import SOURCE_TYPES
 from tests import providers
 from tests.conftest import seeded_at
+from tests.loopback import serving_app
 from tests.providers import (
     GEMINI_GENERATE,
     GROQ_CHAT,
@@ -116,19 +114,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, gemini: respx.MockRouter) -
     )
     token = asyncio.run(make_key(settings, "playground", ["read"]))
     writer = asyncio.run(make_key(settings, "writer", ["write"]))
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-    uvicorn_server = uvicorn.Server(config)
-    thread = threading.Thread(target=uvicorn_server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 180  # the model loads and the docs are embedded first
-    while not uvicorn_server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
-        time.sleep(0.05)
-    port = uvicorn_server.servers[0].sockets[0].getsockname()[1]
-    seeded_at(f"http://127.0.0.1:{port}", token)
-    yield f"http://127.0.0.1:{port}", token, writer
-    uvicorn_server.should_exit = True
-    thread.join(timeout=10)
+    # the model loads and the docs are embedded before the startup ends
+    with serving_app(create_app(settings), start_seconds=180) as url:
+        seeded_at(url, token)
+        yield url, token, writer
 
 
 @pytest.fixture(scope="module")

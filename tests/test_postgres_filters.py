@@ -137,16 +137,8 @@ async def test_typed_values_hold_numbers_and_dates_only(
 async def test_a_filtered_vector_search_finds_the_nearest_passages_it_lets_through(
     store: PostgresStore, db: asyncpg.Connection
 ) -> None:
-    docs = [
-        Document(
-            "jira",
-            f"V-{i}",
-            " ".join(f"w{i * j % 11}" for j in range(1, 2 + i % 4)),
-            f"V {i}",
-            {"n": i % 5},
-        )
-        for i in range(40)
-    ]
+    texts = [" ".join(f"w{i * j % 11}" for j in range(1, 2 + i % 4)) for i in range(40)]
+    docs = [Document("jira", f"V-{i}", t, f"V {i}", {"n": i % 5}) for i, t in enumerate(texts)]
     await index(store, docs)
     await db.execute("ANALYZE siam_vectors")  # as autovacuum does: the planner knows the rows
     rows = await db.fetch("SELECT source_id, metadata, embedding FROM siam_vectors")

@@ -13,7 +13,7 @@ import asyncpg
 import numpy as np
 import pytest
 
-from knowledge_api.errors import ConfigurationError, IndexingError
+from knowledge_api.errors import IndexingError
 from knowledge_api.ingest.migrate import migrate
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, chunk_id
 from knowledge_api.settings import Settings
@@ -276,29 +276,6 @@ async def test_ef_search_is_the_callers_and_ends_with_the_call(db: asyncpg.Conne
             np.ones(EMBEDDER.dimension, dtype=np.float32),
         )
         assert await db.fetchval("SELECT current_setting('hnsw.ef_search')") == "7"
-
-
-@pytest.mark.parametrize(
-    ("environ", "message"),
-    [
-        ({"KNOWLEDGE_POSTGRES_EF_SEARCH": "0"}, "KNOWLEDGE_POSTGRES_EF_SEARCH must be between"),
-        ({"KNOWLEDGE_POSTGRES_EF_SEARCH": "1001"}, "KNOWLEDGE_POSTGRES_EF_SEARCH must be between"),
-        ({"KNOWLEDGE_POSTGRES_EF_SEARCH": "many"}, "KNOWLEDGE_POSTGRES_EF_SEARCH must be int"),
-        ({"KNOWLEDGE_POSTGRES_HNSW_M": "1"}, "KNOWLEDGE_POSTGRES_HNSW_M must be between 2 and"),
-        (
-            {"KNOWLEDGE_POSTGRES_HNSW_M": "40"},  # ef_construction 64 < 2 x 40
-            "KNOWLEDGE_POSTGRES_HNSW_EF_CONSTRUCTION must be between twice",
-        ),
-        ({"KNOWLEDGE_POSTGRES_REBUILD_ROWS": "-1"}, "KNOWLEDGE_POSTGRES_REBUILD_ROWS must not"),
-        ({"KNOWLEDGE_POSTGRES_BUILD_MEMORY": "lots"}, "KNOWLEDGE_POSTGRES_BUILD_MEMORY must be"),
-        ({"KNOWLEDGE_POSTGRES_BUILD_MEMORY": "1GB'; DROP"}, "KNOWLEDGE_POSTGRES_BUILD_MEMORY"),
-        ({"KNOWLEDGE_POSTGRES_SHARED_BUFFERS": "half"}, "KNOWLEDGE_POSTGRES_SHARED_BUFFERS must"),
-        ({"KNOWLEDGE_POSTGRES_SHARED_BUFFERS": "1GB'\nfsync = 'off"}, "SHARED_BUFFERS must be"),
-    ],
-)
-def test_index_settings_are_checked_at_startup(environ: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
-        Settings.from_env(environ=environ, env_file=None)
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,6 @@ changed, added and removed between syncs."""
 from __future__ import annotations
 
 import asyncio
-import json
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -17,8 +15,8 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.models import Document
 from knowledge_api.usecases import connectors
-from tests.cli_env import cli_home, source_documents, sync_source
-from tests.conftest import make_settings, make_store
+from tests.cli_env import cli_home, listed_sources, source_documents, sync_source
+from tests.conftest import connectors_reported, make_settings, make_store
 from tests.prometheus_server import Server, prometheus
 from tests.test_access import bearer, error_of, make_key
 from tests.test_uploads import wait_for
@@ -70,7 +68,6 @@ def test_the_rules_of_a_running_prometheus_become_documents(
 ) -> None:
     add = ["sources", "add", "alerts", "--kind", "prometheus", "--url", server.url]
     assert main([*add, "--collection", "ops"]) == 0
-    capsys.readouterr()
     assert sync(capsys) == (0, "ops/alerts: 3 added, 0 updated, 0 unchanged, 0 deleted")
     docs = stored(tmp_path)
     assert sorted(docs) == [
@@ -128,8 +125,7 @@ def test_an_unreachable_server_stops_the_run_and_deletes_nothing(
     stop = "ops/gone: sync stopped: GET http://127.0.0.1:9/api/v1/rules: unreachable"
     assert f"{stop} (ConnectError), 2 tries" in out
     assert len(stored(tmp_path)) == 3
-    assert main(["sources", "--json"]) == 0
-    listed = {s["name"]: s for s in json.loads(capsys.readouterr().out)["sources"]}
+    listed = {s["name"]: s for s in listed_sources(capsys)}
     assert "unreachable" in listed["gone"]["last_error"]
     assert listed["alerts"]["last_error"] is None and listed["alerts"]["cursor"]
 
@@ -179,11 +175,7 @@ def test_the_service_syncs_each_source_on_its_schedule(
     assert main([add[0], add[1], "bad", *add[2:], "--set", "every=soon"]) == 2
     settings = make_settings(tmp_path, db_path=tmp_path / "k.db", sync_interval=900.0)
     with TestClient(create_app(settings)) as client:
-        deadline = time.monotonic() + 30
-        while len(client.get("/health").json()["connectors"]["runs"]) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        report = client.get("/health").json()["connectors"]
+        report = connectors_reported(client, lambda report: len(report["runs"]) >= 2)
         assert report["status"] == "ok" and report["failing"] == []
         assert sorted(report["runs"]) == ["ops/alerts", "ops/later"]
         listed = client.get(SOURCES, params={"collection": "ops"}).json()["sources"]
@@ -207,10 +199,7 @@ def test_no_schedule_syncs_nothing(
     assert main(add) == 0
     settings = make_settings(tmp_path, db_path=tmp_path / "k.db", sync_interval=0.0)
     with TestClient(create_app(settings)) as client:
-        deadline = time.monotonic() + 30
-        while not client.get("/health").json()["connectors"]["checked_at"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        connectors_reported(client, lambda report: report["checked_at"])
         assert client.get("/health").json()["connectors"]["runs"] == {}
         (alerts,) = client.get(SOURCES).json()["sources"]
     assert alerts["documents"] == 0 and alerts["next_run"] is None
@@ -231,7 +220,6 @@ def test_a_source_another_process_syncs_is_left_to_it(
             await store.close()
 
     assert asyncio.run(lease("replica-2", 300))
-    capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1 and "another process is syncing this source now" in line
     assert stored(tmp_path) == {}

@@ -243,6 +243,18 @@ async def test_server_mode_through_the_client(version: str, fusion: str) -> None
         assert [q.get("using") for q in queries] == ["dense", "keywords"]
 
 
+async def written_and_read(store: QdrantStore, server: FakeQdrant) -> None:
+    """The store opened on the fake server, one document written, searched for and the
+    store's health asked, then closed: what a client sends in each of these."""
+    with respx.mock(assert_all_called=False) as mock:
+        mock.route(host="qdrant.test").mock(side_effect=server)
+        await store.open()
+        await index(store, corpus()[:1])
+        await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
+        await store.health_check()
+        await store.close()
+
+
 async def test_cluster_settings_reach_the_server_in_each_request() -> None:
     """No Qdrant cluster runs here: the settings are checked in what the client sends.
     Each collection is created with them, every read (query, scroll, retrieve) asks
@@ -257,13 +269,7 @@ async def test_cluster_settings_reach_the_server_in_each_request() -> None:
         read_consistency="majority",
         tuning=RRF,
     )
-    with respx.mock(assert_all_called=False) as mock:
-        mock.route(host="qdrant.test").mock(side_effect=server)
-        await store.open()
-        await index(store, corpus()[:1])
-        await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
-        await store.health_check()
-        await store.close()
+    await written_and_read(store, server)
     created = {
         r.url.path: json.loads(r.content)
         for r in server.requests
@@ -288,12 +294,7 @@ async def test_cluster_settings_reach_the_server_in_each_request() -> None:
 async def test_without_cluster_settings_the_server_chooses() -> None:
     server = FakeQdrant("1.16.2")
     store = QdrantStore(url=URL, api_key=Secret(API_KEY))
-    with respx.mock(assert_all_called=False) as mock:
-        mock.route(host="qdrant.test").mock(side_effect=server)
-        await store.open()
-        await index(store, corpus()[:1])
-        await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
-        await store.close()
+    await written_and_read(store, server)
     created = [json.loads(r.content) for r in server.requests if r.method == "PUT"]
     assert not any("shard_number" in body or "replication_factor" in body for body in created)
     assert all("consistency" not in r.url.params for r in server.requests)

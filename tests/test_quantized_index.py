@@ -14,6 +14,7 @@ from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.stores.sqlite import vectors as sqlite_vectors
 from knowledge_api.stores.sqlite.quantized_index import QuantizedIndex
 from knowledge_api.stores.sqlite.store import SQLiteStore
+from tests.conftest import opened_sqlite
 
 DIMENSION = 64
 
@@ -101,9 +102,7 @@ def documents(vectors: np.ndarray, start: int = 0, collection: str = "default") 
 
 
 async def filled(path: Path, vectors: np.ndarray) -> SQLiteStore:
-    store = SQLiteStore(path, ann_min_chunks=1)
-    await store.open()
-    await store.check_embedder("test", DIMENSION)
+    store = await opened_sqlite(path, "test", DIMENSION, ann_min_chunks=1)
     await store.index_documents(documents(vectors))
     await store.close()
     return store

@@ -15,11 +15,10 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.cache.redis import RETRY_SECONDS
-from knowledge_api.compose import build_service
 from knowledge_api.config.fields import Secret
 from knowledge_api.models import Document
 from tests.conftest import ask as ask_service
-from tests.conftest import corpus, make_settings, query_params
+from tests.conftest import corpus, make_settings, query_params, replicas_sharing
 from tests.pg import postgres_settings, run_sync
 from tests.redis_server import RedisServer, free_port
 
@@ -184,13 +183,7 @@ async def test_sqlite_replicas_share_the_cache_by_the_generation_in_the_file(
 ) -> None:
     """Two processes on one SQLite file read the same generation (store_state), so an
     answer one of them kept is the other's hit, and none outlives a write."""
-    settings = make_settings(
-        tmp_path, cache="redis", redis_url=Secret(redis_server.url), redis_prefix="sqlite:"
-    )
-    first, second = build_service(settings), build_service(settings)
-    for service in (first, second):
-        await service.start()
-    try:
+    async with replicas_sharing(tmp_path, redis_server, "sqlite:") as (first, second):
         await first.ingest(corpus())
         assert await first.store.generation() == await second.store.generation()
         request = query_params({"query": "quarterly roadmap", "synthesize": False})
@@ -201,9 +194,6 @@ async def test_sqlite_replicas_share_the_cache_by_the_generation_in_the_file(
         fresh = await ask_service(first, request)
         assert fresh["metrics"]["cache_hit"] is False
         assert [r["source_id"] for r in fresh["results"]][:1] == ["roadmap"]
-    finally:
-        for service in (first, second):
-            await service.stop()
 
 
 def test_a_replica_starts_and_answers_when_redis_was_never_there(tmp_path: Path) -> None:

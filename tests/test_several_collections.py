@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from knowledge_api.app import create_app
 from knowledge_api.models import Document
-from tests.conftest import make_settings
+from tests.conftest import ingested_client, make_settings
 from tests.test_access import bearer, error_of, make_key
 from tests.test_mcp import connected, load, serving, text_of
 
@@ -51,10 +51,7 @@ def ranking(results: list[dict[str, Any]]) -> list[tuple[str, float]]:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(make_settings(tmp_path, answer_threshold="0.3"))
-    with TestClient(app) as client:
-        client.portal.call(app.state.service.ingest, documents())
-        yield client
+    yield from ingested_client(make_settings(tmp_path, answer_threshold="0.3"), documents())
 
 
 def posted(client: TestClient, path: str, body: dict[str, Any], status: int = 200) -> Any:

@@ -24,7 +24,7 @@ from knowledge_api.cache.redis import HEALTH_SECONDS, RETRY_SECONDS, RedisLink, 
 from knowledge_api.config.fields import Secret
 from knowledge_api.settings import Settings
 from knowledge_api.stores.records import Generation
-from tests.conftest import make_settings
+from tests.conftest import Computation, make_settings
 from tests.redis_server import RedisServer, free_port
 
 
@@ -105,18 +105,11 @@ async def test_redis_keeps_at_most_the_tier_size_least_recently_used_first(
 
 
 async def test_a_miss_is_computed_once_across_replicas(replicas: list[Caches]) -> None:
-    calls = 0
-
-    async def compute() -> tuple[str, bool]:
-        nonlocal calls
-        calls += 1
-        await asyncio.sleep(0.2)
-        return "answer", True
-
+    compute = Computation("answer", 0.2)
     results = await asyncio.gather(
         *(caches.responses.get_or_compute("q", compute) for caches in replicas)
     )
-    assert calls == 1
+    assert compute.calls == 1
     assert sorted(computed for _, computed in results) == [False, True]
     assert [value for value, _ in results] == ["answer", "answer"]
 
@@ -139,18 +132,11 @@ async def test_a_waiter_computes_itself_when_the_lock_holder_dies(
 
 
 async def test_an_uncacheable_answer_releases_the_waiters(replicas: list[Caches]) -> None:
-    calls = 0
-
-    async def degraded() -> tuple[str, bool]:
-        nonlocal calls
-        calls += 1
-        await asyncio.sleep(0.1)
-        return f"degraded {calls}", False
-
+    degraded = Computation("degraded", 0.1, cacheable=False)
     results = await asyncio.gather(
         *(caches.responses.get_or_compute("q", degraded) for caches in replicas)
     )
-    assert calls == 2 and all(computed for _, computed in results)
+    assert degraded.calls == 2 and all(computed for _, computed in results)
     assert await replicas[0].responses.fetch("q") is None
 
 

@@ -16,7 +16,14 @@ from knowledge_api.connectors import registry
 from knowledge_api.connectors import slack as connector
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.cli_env import cli_environment, source_documents, sync_source
+from tests.cli_env import (
+    cli_environment,
+    listed_sources,
+    refused_secret,
+    refused_usage,
+    source_documents,
+    sync_source,
+)
 from tests.delegated import readable
 from tests.slack_server import TEAM_URL, TOKEN, USERS, Slack, email, slack
 
@@ -86,7 +93,6 @@ def test_threads_follow_slack_between_syncs(
 ) -> None:
     monkeypatch.setattr(connector, "PAGE", 1)  # the cursor pages every listing
     assert add(fake) == 0
-    capsys.readouterr()
     assert sync(capsys) == (0, "team/chat: 4 added, 0 updated, 0 unchanged, 0 deleted")
     docs = assert_mirrors(environment, fake)
     keys = next(d for d in docs.values() if "signing keys" in d.title)
@@ -130,33 +136,23 @@ def test_only_the_channels_named_are_read_and_the_bot_must_be_in_them(
     environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert add(fake, "--set", "channels=#incidents") == 0
-    capsys.readouterr()
     assert sync(capsys)[0] == 0
     assert {d.metadata["channel"] for d in stored(environment).values()} == {"incidents"}
     assert main(["sources", "remove", "chat", "--collection", "team"]) == 0
     assert add(fake, "--set", "channels=general,random") == 0
-    capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1 and "the bot is not a member of #random" in line
     assert stored(environment) == {}
 
 
 def test_a_wrong_token_stops_the_run_and_deletes_nothing(
-    environment: Settings,
-    fake: Slack,
-    waits: list[float],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    environment: Settings, fake: Slack, waits: list[float], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert add(fake) == 0
-    assert sync(capsys)[0] == 0
-    monkeypatch.setenv("SLACK_TOKEN_FOR_TESTS", "xoxb-wrong")
-    status, line = sync(capsys, "--full")
-    assert status == 1 and "credentials were refused" in line and "invalid_auth" in line
+    line, listed = refused_secret(capsys, "chat", "SLACK_TOKEN_FOR_TESTS", "xoxb-wrong")
+    assert "credentials were refused" in line and "invalid_auth" in line
     assert "xoxb" not in line and waits == []
     assert len(stored(environment)) == 4
-    assert main(["sources", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)["sources"]
     assert "invalid_auth" in listed["last_error"] and TOKEN not in json.dumps(listed)
 
 
@@ -193,10 +189,10 @@ def test_server_errors_that_go_on_stop_the_run_after_the_retries(
 def test_a_source_needs_a_token_and_an_api_url(
     environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main([*ADD, "--url", fake.url]) == 2
-    assert "secrets.token" in capsys.readouterr().err
-    assert main([*ADD, "--url", "slack.com", "--secret", "token=X"]) == 2
-    assert "https://slack.com/api" in capsys.readouterr().err
+    assert "secrets.token" in refused_usage(capsys, *ADD, "--url", fake.url)
+    assert "https://slack.com/api" in refused_usage(
+        capsys, *ADD, "--url", "slack.com", "--secret", "token=X"
+    )
 
 
 def test_an_unreachable_slack_stops_the_run_after_the_retries(
@@ -204,7 +200,6 @@ def test_an_unreachable_slack_stops_the_run_after_the_retries(
 ) -> None:
     url = "http://127.0.0.1:9/api"
     assert main([*ADD, "--url", url, "--secret", "token=SLACK_TOKEN_FOR_TESTS"]) == 0
-    capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1 and f"{url} is unreachable" in line and len(waits) == 5
 
@@ -254,7 +249,6 @@ def test_private_channels_are_read_by_their_members_alone(
     assert readable(environment, "team", "chat", (bob,)) == {bob: set(docs)}
     assert main(["sources", "remove", "chat", "--collection", "team"]) == 0
     assert add(fake, "--set", "permissions=off") == 0
-    capsys.readouterr()
     assert sync(capsys)[0] == 0
     assert readable(environment, "team", "chat", (bob,)) == {bob: set()}
     assert main(["groups", "get", bob]) == 0
@@ -301,10 +295,8 @@ def test_groups_are_given_once_every_batch_is_stored_and_move_with_the_cursor(
 
 
 def source_list(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    capsys.readouterr()
-    assert main(["sources", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)["sources"]
-    return dict(listed)
+    (listed,) = listed_sources(capsys)
+    return listed
 
 
 def test_an_explicit_access_list_wins_over_slack_permissions(

@@ -77,13 +77,19 @@ def test_prune_mirrors_the_folder(
     assert "4 documents" in run(capsys, "sources")[1]
 
 
-def test_a_mass_delete_stops_unless_allowed(
-    environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def most_gone(capsys: pytest.CaptureFixture[str], docs: Path, *more: str) -> tuple[int, str]:
+    """The folder ingested as source handbook, then three of its four files deleted and
+    the folder ingested again with `more` options: that run's status and output."""
     assert run(capsys, "ingest", "docs", "--name", "handbook")[0] == 0
     for name in ("alpha.md", "beta.md", "gamma.md"):
         (docs / name).unlink()
-    status, out = run(capsys, "ingest", "docs", "--name", "handbook", "--prune")
+    return run(capsys, "ingest", "docs", "--name", "handbook", *more)
+
+
+def test_a_mass_delete_stops_unless_allowed(
+    environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out = most_gone(capsys, docs, "--prune")
     assert status == 1
     assert "would lose 3 of its 4 documents" in out and "--allow-mass-delete" in out
     assert "handbook\t4 documents" in run(capsys, "sources")[1]
@@ -97,10 +103,7 @@ def test_a_mass_delete_stops_unless_allowed(
 def test_a_dry_run_of_a_prune_the_guard_refuses_says_so_and_exits_1(
     environment: Settings, docs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "ingest", "docs", "--name", "handbook")[0] == 0
-    for name in ("alpha.md", "beta.md", "gamma.md"):
-        (docs / name).unlink()
-    status, out = run(capsys, "ingest", "docs", "--name", "handbook", "--prune", "--dry-run")
+    status, out = most_gone(capsys, docs, "--prune", "--dry-run")
     assert status == 1
     assert "delete alpha.md" in out and "the real run would be refused" in out
     assert "would lose 3 of its 4 documents" in out and "--allow-mass-delete" in out

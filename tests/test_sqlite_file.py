@@ -15,6 +15,7 @@ import numpy as np
 from knowledge_api.models import Chunk, Document
 from knowledge_api.stores.sqlite.file import CommitWatch
 from knowledge_api.stores.sqlite.store import SQLiteStore
+from tests.conftest import opened_sqlite
 
 
 def document(source_id: str, collection: str) -> Document:
@@ -61,9 +62,7 @@ def test_a_database_in_memory_is_always_asked(tmp_path: Path) -> None:
 async def test_generations_cost_no_pragma_until_another_connection_commits(
     tmp_path: Path,
 ) -> None:
-    store = SQLiteStore(tmp_path / "k.db")
-    await store.open()
-    await store.check_embedder("test", 4)
+    store = await opened_sqlite(tmp_path / "k.db", "test", 4)
     await store.index_documents([document("a", "docs")])
     other = SQLiteStore(tmp_path / "k.db")  # its own connections, as another process's
     await other.open()
@@ -102,9 +101,7 @@ def would_be_first_opener(path: Path) -> bool:
 
 
 async def test_watching_keeps_the_locks_sqlite_holds_on_the_wal_index(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "k.db")
-    await store.open()
-    await store.check_embedder("test", 4)
+    store = await opened_sqlite(tmp_path / "k.db", "test", 4)
     await store.index_documents([document("a", "docs")])
     assert store.file.commit_watch.mapped is not None  # watching
     await store.generation()

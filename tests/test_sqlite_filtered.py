@@ -18,6 +18,7 @@ from knowledge_api.stores.keyword import filter_documents, filter_sql
 from knowledge_api.stores.sqlite import filtered
 from knowledge_api.stores.sqlite.filtered import allowed_rows, allowed_sql
 from knowledge_api.stores.sqlite.store import SQLiteStore
+from tests.conftest import opened_sqlite
 
 DIMENSION = 8
 WORDS = ("queue", "upload", "retry", "token", "cache", "shard")
@@ -58,9 +59,7 @@ def document(i: int) -> Document:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> Any:
-    opened = SQLiteStore(tmp_path / "f.db")
-    await opened.open()
-    await opened.check_embedder("unit", DIMENSION)
+    opened = await opened_sqlite(tmp_path / "f.db", "unit", DIMENSION)
     await opened.index_documents([document(i) for i in range(200)])
     yield opened
     await opened.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -14,11 +13,11 @@ from typing import Any
 import httpx
 import pytest
 import respx
-import uvicorn
 
 from knowledge_api.app import create_app
 from knowledge_api.models import SOURCE_TYPES
 from tests import providers
+from tests.loopback import serving_app
 from tests.providers import GEMINI_GENERATE, GROQ_CHAT, Stream, gemini_chunk, llm_settings, streamed
 
 QUESTION = "Which audio formats does asset ingestion accept?"
@@ -50,28 +49,10 @@ def mock() -> Iterator[respx.MockRouter]:
 def server(tmp_path: Path, mock: respx.MockRouter) -> Iterator[str]:
     """The app on a free loopback port, as `knowledge-api serve` runs it."""
     settings = llm_settings(tmp_path, gemini_timeout=5.0)
-    config = uvicorn.Config(
-        create_app(settings),
-        host="127.0.0.1",
-        port=0,
-        log_level="warning",
-        loop="uvloop",
-        http="httptools",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(500):
-        if server.started:
-            break
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    created = httpx.post(f"{url}/v1/knowledge/documents", json={"documents": DOCUMENTS})
-    assert created.status_code == 201
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving_app(create_app(settings), loop="uvloop", http="httptools") as url:
+        created = httpx.post(f"{url}/v1/knowledge/documents", json={"documents": DOCUMENTS})
+        assert created.status_code == 201
+        yield url
 
 
 def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, Any]]:

@@ -91,22 +91,28 @@ async def test_the_service_role_key_is_sent_and_never_shown(
     assert SUPABASE_URL in shown and SERVICE_ROLE_KEY not in shown
 
 
-async def test_a_refused_key_is_a_clear_error_without_the_key(
-    request: pytest.FixtureRequest, tmp_path: Path, postgrest: PostgREST
-) -> None:
-    wrong = supabase_settings(
-        request, tmp_path, supabase_service_role_key=Secret("wrong-key-abcdef")
-    )
-    store = make_store("supabase", wrong)
+async def embedder_check_refused(settings: Settings) -> BackendConnectionError:
+    """The error the store on `settings` raises where it checks its embedder at open."""
+    store = make_store("supabase", settings)
     await store.open()
     try:
         with pytest.raises(BackendConnectionError) as refused:
             await store.check_embedder(EMBEDDER.name, EMBEDDER.dimension)
     finally:
         await store.close()
-    assert "refused the service role key (HTTP 401" in refused.value.message
-    assert "SUPABASE_SERVICE_ROLE_KEY" in refused.value.message
-    assert "wrong-key-abcdef" not in refused.value.message
+    return refused.value
+
+
+async def test_a_refused_key_is_a_clear_error_without_the_key(
+    request: pytest.FixtureRequest, tmp_path: Path, postgrest: PostgREST
+) -> None:
+    wrong = supabase_settings(
+        request, tmp_path, supabase_service_role_key=Secret("wrong-key-abcdef")
+    )
+    refused = await embedder_check_refused(wrong)
+    assert "refused the service role key (HTTP 401" in refused.message
+    assert "SUPABASE_SERVICE_ROLE_KEY" in refused.message
+    assert "wrong-key-abcdef" not in refused.message
     assert len(postgrest.requests) == 1  # a refused key is not retried
 
 
@@ -116,17 +122,11 @@ async def test_a_missing_function_asks_for_the_migration(
     bare = PostgREST(fresh_database(postgres_server, "knowledge_bare"), SERVICE_ROLE_KEY)
     with respx.mock(base_url=f"{SUPABASE_URL}/rest/v1") as router:
         router.route().mock(side_effect=bare)
-        store = make_store("supabase", project_settings(tmp_path))
-        await store.open()
-        try:
-            with pytest.raises(BackendConnectionError) as missing:
-                await store.check_embedder(EMBEDDER.name, EMBEDDER.dimension)
-        finally:
-            await store.close()
+        missing = await embedder_check_refused(project_settings(tmp_path))
     assert "HTTP 404: Could not find the function public.knowledge_check_embedder" in (
-        missing.value.message
+        missing.message
     )
-    assert "knowledge-api migrate" in missing.value.message
+    assert "knowledge-api migrate" in missing.message
 
 
 async def test_transient_failures_are_retried_with_backoff(

@@ -25,7 +25,7 @@ from knowledge_api.settings import Settings
 from knowledge_api.usecases import support
 from knowledge_api.usecases.support import Scored, SupportRequest
 from tests.cli_env import cli_home
-from tests.conftest import make_settings
+from tests.conftest import ingested_client, make_settings
 from tests.kb_host import article
 
 SUPPORT = "/v1/knowledge/support"
@@ -208,10 +208,7 @@ async def test_no_model_means_the_fallback(settings: Settings) -> None:
 
 @pytest.fixture
 def support_client(settings: Settings) -> Iterator[TestClient]:
-    app = create_app(settings)
-    with TestClient(app) as client:
-        client.portal.call(app.state.service.ingest, documents())  # type: ignore[union-attr]
-        yield client
+    yield from ingested_client(settings, documents())
 
 
 def test_the_route_answers_the_contract(support_client: TestClient) -> None:

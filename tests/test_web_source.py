@@ -22,11 +22,17 @@ from knowledge_api.connectors.web import Known, read_cursor, write_cursor
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.models import Document
 from knowledge_api.settings import Settings
-from tests.cli_env import cli_settings, source_documents, sync_source, use_postgres
+from tests.cli_env import (
+    cli_settings,
+    listed_sources,
+    source_documents,
+    sync_source,
+    synced_over_http,
+    use_postgres,
+)
 from tests.conftest import make_settings
 from tests.documents import pdf_bytes
 from tests.test_access import bearer, error_of, make_key
-from tests.test_uploads import wait_for
 from tests.web_site import Site, serving
 
 SOURCES = "/v1/knowledge/sources"
@@ -195,8 +201,7 @@ def test_a_site_is_crawled_and_kept_in_step_between_runs(
     assert docs[f"{site.url}/guide"].updated_at.startswith("2026-02-03T00:00:00")
     assert "Sundays" in docs[f"{site.url}/news"].content
 
-    assert main(["sources", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)["sources"]
+    (listed,) = listed_sources(capsys)
     assert listed["kind"] == "web" and listed["last_error"] is None and listed["documents"] == 4
 
 
@@ -206,7 +211,6 @@ def test_the_start_page_gone_stops_the_run_and_deletes_nothing(
     site.page("/", "Welcome", "The home of the handbook.", links=("/guide",))
     site.page("/guide", "Guide", "How the hangar is booked.")
     add(site)
-    capsys.readouterr()
     assert sync(capsys)[0] == 0
     del site.resources["/"]
     status, line = sync(capsys)
@@ -220,7 +224,6 @@ def test_robots_txt_disallowing_the_start_page_stops_the_run(
 ) -> None:
     site.page("/private/", "Plans", "Kept out by robots.txt.")
     add(site, url="/private/")
-    capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1 and f"robots.txt disallows {site.url}/private/ to knowledge-api" in line
     assert site.requested("/private/") == []
@@ -233,7 +236,6 @@ def test_a_page_that_keeps_failing_is_kept_and_named_while_the_run_goes_on(
     site.page("/guide", "Guide", "How the hangar is booked.", links=("/guide/install",))
     site.page("/guide/install", "Install", "Install the client.", etag='"i"')
     add(site)
-    capsys.readouterr()
     assert sync(capsys)[0] == 0
     for _ in range(6):  # every try of the next run
         site.answer_first("/guide", 503)
@@ -257,7 +259,6 @@ def test_max_pages_caps_a_run_and_says_so(
     for path in ("/a", "/b", "/c"):
         site.page(path, f"Page {path[1:]}", f"The page {path[1:]} of the handbook.")
     add(site, "max_pages=2")
-    capsys.readouterr()
     status, line = sync(capsys)
     assert status == 0
     assert (
@@ -275,7 +276,6 @@ def test_a_sitemap_as_the_url_is_the_list_of_pages(
     site.page("/three", "Three", "Linked from the second page.")
     site.sitemap("/sitemap.xml", [f"{site.url}/one", f"{site.url}/two#top"])
     add(site, "depth=0", url="/sitemap.xml")
-    capsys.readouterr()
     assert sync(capsys) == (0, "web/site: 2 added, 0 updated, 0 unchanged, 0 deleted")
     assert sorted(titles(stored(environment), site)) == ["/one", "/two"]
     assert site.requested("/three") == []
@@ -363,13 +363,7 @@ def test_a_site_is_added_and_synced_over_http(
         assert details["rule"] == "must be a whole number from 0 to 20"
         created = client.post(SOURCES, json=body, headers=admin)
         assert created.status_code == 201 and created.json()["kind"] == "web", created.text
-        accepted = client.post(f"{SOURCES}/site/sync", headers=admin)
-        assert accepted.status_code == 202, accepted.text
-        done = wait_for(client, accepted.json()["job_id"], headers=admin)
-        assert done["status"] == "done", done
-        (listed,) = client.get(SOURCES, params={"collection": "web"}, headers=admin).json()[
-            "sources"
-        ]
+        listed = synced_over_http(client, "site", "web", admin)
         assert listed["documents"] == 2 and listed["last_error"] is None
 
 
@@ -381,7 +375,6 @@ def test_linked_pdfs_are_read_as_pdf_files_are_when_pdf_is_on(
     site.add("/manual.pdf", manual, "application/pdf", etag='"m-1"')
     add(site, name="plain")
     add(site, "pdf=on")
-    capsys.readouterr()
     assert sync(capsys, "plain") == (0, "web/plain: 1 added, 0 updated, 0 unchanged, 0 deleted")
     assert site.requested("/manual.pdf") == []
     assert sync(capsys) == (0, "web/site: 2 added, 0 updated, 0 unchanged, 0 deleted")
@@ -415,7 +408,6 @@ def test_a_start_page_leading_nowhere_readable_stops_the_first_run(
         reason = reason.replace("ELSEWHERE", elsewhere.url)
     site.add("/start", b"{}", str(answer.pop("content_type", "text/plain")), **answer)
     add(site, url="/start")
-    capsys.readouterr()
     status, line = sync(capsys)
     assert status == 1 and line.startswith(
         f"web/site: sync stopped: the start page {site.url}/start "
@@ -431,7 +423,6 @@ def test_a_start_page_redirecting_within_the_site_is_followed(
     site.page("/docs/", "Docs", "The documentation of the hangar.", links=("/docs/booking",))
     site.page("/docs/booking", "Booking", "How the hangar is booked.")
     add(site, "depth=1")
-    capsys.readouterr()
     assert sync(capsys) == (0, "web/site: 2 added, 0 updated, 0 unchanged, 0 deleted")
     assert sorted(titles(stored(environment), site)) == ["/docs/", "/docs/booking"]
 
@@ -443,7 +434,6 @@ def test_robots_txt_crawl_delay_spaces_the_requests(
     site.page("/", "Welcome", "The home of the handbook.", links=("/guide",))
     site.page("/guide", "Guide", "How the hangar is booked.")
     add(site)
-    capsys.readouterr()
     assert sync(capsys)[0] == 0
     assert [path for path, _ in site.log] == ["/robots.txt", "/", "/guide"]
     assert site.times[2] - site.times[1] >= 0.9
@@ -455,7 +445,6 @@ def test_a_full_run_reads_every_page_whole(
     site.page("/", "Welcome", "The home of the handbook.", links=("/guide",), etag='"h"')
     site.page("/guide", "Guide", "How the hangar is booked.", etag='"g"')
     add(site)
-    capsys.readouterr()
     assert sync(capsys)[0] == 0
     site.log.clear()
     assert main(["sources", "sync", "site", "--full"]) == 0

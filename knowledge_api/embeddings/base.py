@@ -25,6 +25,11 @@ class Embedder(Protocol):
         self, texts: Sequence[str], progress: Progress | None = None
     ) -> np.ndarray: ...
 
+    def embed_sentences(self, texts: Sequence[str]) -> np.ndarray:
+        """A few short texts compared with a query (an offline answer's sentences):
+        rows equal embed_documents's."""
+        ...
+
     def embed_query(self, text: str) -> np.ndarray: ...
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
@@ -59,6 +64,9 @@ class BatchEmbedder(FromSettings):
             if progress is not None:
                 progress(len(rows))
         return out
+
+    def embed_sentences(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
         vector: np.ndarray = self.embed_batch([text])[0]

@@ -44,7 +44,6 @@ from knowledge_api.embeddings.runtimes import (
     cpu_units,
 )
 from knowledge_api.errors import EmbeddingError
-from knowledge_api.heap import release_freed_memory
 from knowledge_api.models import Progress
 
 MODEL = "all-MiniLM-L6-v2"
@@ -56,6 +55,12 @@ BATCH_TOKENS = 1024
 stream, buffers the size of the largest batch it ran. 16 rows of 256 tokens took a
 bf16 model from 161 to 468 MB resident; at 1,024 tokens (4 such rows, 16 of 64) 340,
 at the same speed."""
+SENTENCE_TOKENS = 128
+"""At most this many tokens in a batch of an offline answer's sentences (a dozen, of up
+to 320 characters, with the query and section headings): every new batch shape and
+every larger batch grew what OpenVINO keeps, 200 answers on msmarco taking a served
+bf16 model from 213 to 247 MB at BATCH_TOKENS, to 216 at 128 tokens, in the same CPU
+time. Documents keep BATCH_TOKENS: their CPU time grew 7% at 256 tokens, 20% at 128."""
 BF16_FLOOR = 0.999
 """bf16 is served only while every sampled paragraph stays this close to fp32."""
 PARITY_FILE = "bf16.json"
@@ -133,6 +138,15 @@ class LocalEmbedder(BatchEmbedder):
 
     def embed_documents(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
         """Batches of like token counts, on every stream at once; rows in `texts` order."""
+        return self._embed(texts, BATCH_TOKENS, progress)
+
+    def embed_sentences(self, texts: Sequence[str]) -> np.ndarray:
+        """As documents, in batches of at most SENTENCE_TOKENS tokens."""
+        return self._embed(texts, SENTENCE_TOKENS)
+
+    def _embed(
+        self, texts: Sequence[str], most_tokens: int, progress: Progress | None = None
+    ) -> np.ndarray:
         encoder = self._require_loaded()
         batches: list[list[int]] = []
         results: dict[int, np.ndarray] = {}
@@ -144,8 +158,8 @@ class LocalEmbedder(BatchEmbedder):
                 with reporting:
                     progress(len(batches[index]))
 
-        encoder.run_all(self._feeds(texts, batches, encoder.pad_to), done)
-        release_freed_memory()
+        encoder.run_all(self._feeds(texts, batches, encoder.pad_to, most_tokens), done)
+        encoder.release()
         if not batches:
             return np.empty((0, self.dimension), dtype=np.float32)
         out = np.empty((len(texts), results[0].shape[1]), dtype=np.float32)
@@ -153,9 +167,12 @@ class LocalEmbedder(BatchEmbedder):
             out[rows] = results[index]
         return out
 
-    def _feeds(self, texts: Sequence[str], batches: list[list[int]], pad_to: int) -> Iterator[Feed]:
-        """The feeds of `texts`, a window at a time, each batch's rows appended to
-        `batches` as it is made (tokenizing lazily: while earlier batches run)."""
+    def _feeds(
+        self, texts: Sequence[str], batches: list[list[int]], pad_to: int, most_tokens: int
+    ) -> Iterator[Feed]:
+        """The feeds of `texts`, a window at a time, batches of at most `most_tokens`
+        tokens (or one row), each batch's rows appended to `batches` as it is made
+        (tokenizing lazily: while earlier batches run)."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         window = self.batch_size * WINDOW_BATCHES
         for start in range(0, len(order), window):
@@ -166,7 +183,7 @@ class LocalEmbedder(BatchEmbedder):
             for k in ranked:  # by token count: the row added is the longest
                 full = len(chosen) == self.batch_size
                 tokens = (len(chosen) + 1) * padded_width(len(encodings[k].ids), pad_to)
-                if chosen and (full or tokens > BATCH_TOKENS):
+                if chosen and (full or tokens > most_tokens):
                     batches.append([rows[j] for j in chosen])
                     yield padded([encodings[j].ids for j in chosen], pad_to)
                     chosen = []

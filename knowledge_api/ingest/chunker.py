@@ -3,7 +3,10 @@
 Blocks (paragraphs, lists, fenced code) are packed into chunks of at most
 `max_chars` characters without crossing a heading, so every chunk belongs to
 exactly one section path ("Install > Linux"). About 900 characters stays within
-the 256 word pieces the local model reads, heading path included.
+the 256 word pieces the local model reads, heading path included. A list packs to
+half that (`LIST_CHARS`): each of its items is a fact of its own (a setting, a field,
+an error), and the vector of a passage of many items is the mean of unrelated facts,
+far from a question about any one of them, while a paragraph is about one thing.
 
 Every chunk records where it sits in the document's text (`start`, `end`, code points):
 the text there reads as the chunk's content with runs of whitespace as one space (a
@@ -23,10 +26,13 @@ from knowledge_api.models import Chunk, Document, chunk_id
 from knowledge_api.spans import Squeezed, squeezed
 
 MAX_CHARS = 900
+LIST_CHARS = 450
+"""The most characters of a passage that holds a list (module docstring)."""
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _LINE_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+|^\s*\|")
 """A list item or a table row: a line that starts a unit of a line-structured block."""
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _PAGE = re.compile(r"^## Page (\d+)[ \t\r]*$", re.MULTILINE)
 PAGED = ("pages", "ocr_pages")
 """Metadata keys of a document extracted page by page (a PDF, a multi-page scan)."""
@@ -130,9 +136,44 @@ def sections(content: str, title: str, markdown: bool = True) -> Iterator[Sectio
 
 
 def pack(blocks: tuple[str, ...], max_chars: int) -> Iterator[str]:
-    """Consecutive blocks joined up to max_chars; a longer block is split first."""
-    pieces = (piece for block in blocks for piece in split_long(block, max_chars))
-    return join_greedy(pieces, max_chars, "\n\n")
+    """Consecutive blocks joined up to max_chars, a passage that holds a list up to
+    LIST_CHARS; a longer block is split first, a list between its items, which join
+    the passage before them one by one: the sentence that introduces a list stays
+    with its first items."""
+    current, budget = "", max_chars
+    for block in blocks:
+        limit = budget_of(block, max_chars)
+        for piece, separator in pieces(block, limit):
+            budget = min(budget, limit)
+            if current and len(current) + len(separator) + len(piece) > budget:
+                yield current
+                current, budget = "", limit
+            current = f"{current}{separator}{piece}" if current else piece
+    if current:
+        yield current
+
+
+def budget_of(block: str, max_chars: int) -> int:
+    """The most characters of a passage holding `block`: fewer for a list (not a table,
+    whose rows a header makes one unit, nor code)."""
+    return min(max_chars, LIST_CHARS) if listed(block) else max_chars
+
+
+def listed(block: str) -> bool:
+    lines = block.split("\n")
+    return not _FENCE.match(lines[0]) and any(_LIST_ITEM.match(line) for line in lines)
+
+
+def pieces(block: str, limit: int) -> Iterator[tuple[str, str]]:
+    """The pieces of a block, each with what joins it to the text before it."""
+    if not listed(block) or len(block) <= limit:
+        for piece in split_long(block, limit):
+            yield piece, "\n\n"
+        return
+    for n, unit in enumerate(line_units(block.split("\n"), code=False)):
+        parts = (unit,) if len(unit) <= limit else split_prose(unit, limit)
+        for k, part in enumerate(parts):
+            yield part, "\n\n" if n == k == 0 else "\n" if k == 0 else " "
 
 
 def split_long(block: str, max_chars: int) -> Iterator[str]:

@@ -27,6 +27,7 @@ from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes import ROUTES, query
 from knowledge_api.service import Served
 from knowledge_api.spans import Unit
+from knowledge_api.timing import Spelled
 from knowledge_api.views.query import parse, render
 from knowledge_api.web.access import READ, Gate, admit
 from knowledge_api.web.observe import Exchange, RequestObserver
@@ -39,6 +40,8 @@ MAX_BODIES = 10_000
 MAX_BODY_BYTES = 4096
 """Longer bodies are never remembered: a query is at most 1,000 characters."""
 JSON = b"application/json"
+TOTAL_MS = Spelled(3, lambda ms: repr(ms).encode())
+"""`total_ms` as the route's rendering writes it (to a thousandth)."""
 PICKED = frozenset(
     (b"authorization", b"x-api-key", b"content-type", b"host", b"origin", b"x-request-id")
 )
@@ -59,8 +62,7 @@ class Rendered:
     """What the value was read with (knowledge_api.principals)."""
 
     def body(self, started: float) -> bytes:
-        total_ms = round((time.perf_counter() - started) * 1000, 3)
-        return b"%b%r%b" % (self.head, total_ms, self.tail)
+        return b"".join((self.head, TOTAL_MS((time.perf_counter() - started) * 1000), self.tail))
 
 
 class QueryHits:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -180,9 +180,13 @@ class Catalog:
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """The texts' vectors, EMBED_SLICE texts a call of the model thread: the queries
         that come while a large file is embedded take their turn between two slices."""
+        return await self._embed(self.engine.embedder.embed_documents, texts)
+
+    async def _embed(
+        self, embed: Callable[[Sequence[str]], np.ndarray], texts: Sequence[str]
+    ) -> np.ndarray:
         start = time.perf_counter()
         with tracing.span("knowledge.embed", self.engine.embed_attributes("documents", len(texts))):
-            embed = self.engine.embedder.embed_documents
             vectors: np.ndarray = await self.engine.in_model_thread(embed, texts[:EMBED_SLICE])
             if len(texts) > EMBED_SLICE:
                 rest = [
@@ -198,7 +202,7 @@ class Catalog:
         when the model is not loaded, so the answer falls back to words."""
         if not self.engine.embedder_ready:
             raise EmbeddingError("the embedder is not loaded")
-        return await self.embed_documents(texts)
+        return await self._embed(self.engine.embedder.embed_sentences, texts)
 
     async def document(
         self, doc_id: str, principals: frozenset[str] | None = None

@@ -15,14 +15,15 @@ LOGGERS = ("", "uvicorn", "uvicorn.error", "uvicorn.access")
 
 
 class RedactSecrets:
-    """ASGI middleware: secrets masked in every body sent, streamed ones included."""
+    """ASGI middleware: secrets masked in every body sent, streamed ones included (the
+    app adds it only when secrets are configured)."""
 
     def __init__(self, app: ASGIApp, redactor: Redactor) -> None:
         self.app = app
         self.redactor = redactor
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.redactor:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
 

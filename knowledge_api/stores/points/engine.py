@@ -8,6 +8,7 @@ import json
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -115,6 +116,14 @@ class PointEngine(HybridSearch, BesideTheFile):
     def location(self) -> str:
         """Where the points live, for errors and /health (never a secret)."""
         raise NotImplementedError
+
+    @property
+    def record_lock(self) -> Path | None:
+        """The file whose lock guards the store record's read and write across the
+        processes of this machine (record_lock.py): None where the engine lets one
+        process open the store (a local Qdrant folder) or the store is a server's, which
+        offers none."""
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location!r})"

@@ -36,6 +36,7 @@ from knowledge_api.models import (
 )
 from knowledge_api.stores.base import embedder_mismatch
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.postgres.acl_estimate import AclEstimate
 from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION, Reading
 from knowledge_api.stores.postgres.rows import (
     CHUNK_COLUMNS,
@@ -71,6 +72,7 @@ class SiamStore(SiamSearch):
     def __init__(self, tuning: SearchTuning = DEFAULT_TUNING, ef_search: int = 100) -> None:
         self.tuning = tuning
         self.ef_search = ef_search
+        self.acl_estimate = AclEstimate()
         self._generation: tuple[int, dict[str, int]] = (-1, {})
         self._generation_expires = 0.0
 

@@ -16,6 +16,7 @@ from knowledge_api.facets import Facets
 from knowledge_api.models import SearchFilters, SearchHit
 from knowledge_api.stores.fusion import Candidate, cosine_to_similarity
 from knowledge_api.stores.hybrid import HybridSearch
+from knowledge_api.stores.postgres.acl_estimate import AclEstimate
 from knowledge_api.stores.postgres.facets import facet_arguments, facets_of
 from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION, Reading
 from knowledge_api.stores.postgres.rows import (
@@ -41,6 +42,7 @@ class SiamSearch(HybridSearch):
 
     concurrent_candidates = True  # two pooled connections (or HTTP requests) at once
     ef_search: int
+    acl_estimate: AclEstimate
 
     # -- transport, provided by the backends ---------------------------------------
 
@@ -101,7 +103,7 @@ class SiamSearch(HybridSearch):
         }
         rows = await self.call(
             "match_siam_vectors_gemini",
-            {**params, **search_params(filters)},
+            {**params, **await self.search_arguments(filters)},
             SearchError,
             on=reading(filters),
         )
@@ -121,9 +123,21 @@ class SiamSearch(HybridSearch):
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        params = {"query_text": query, "match_count": n, **search_params(filters)}
+        params = {"query_text": query, "match_count": n, **await self.search_arguments(filters)}
         rows = await self.call("search_siam_vectors_text", params, SearchError, on=reading(filters))
         return [Candidate(Passage(str(r["id"]), r), float(r["rank"])) for r in rows]
+
+    async def search_arguments(self, filters: SearchFilters) -> dict[str, Any]:
+        """The search functions' filter arguments (`search_params`), with how many
+        passages the reader's principals allow as the statistics have it."""
+        params = search_params(filters)
+        if params["filter_acl"] is not None:
+            params["filter_acl_rows"] = await self.acl_estimate.allowed(
+                lambda: self.call("knowledge_acl_statistics", {}, SearchError, on=reading(filters)),
+                params["filter_acl"],
+                params["filter_collections"],
+            )
+        return params
 
     async def similarities(
         self, keys: Sequence[Hashable], vector: np.ndarray
