@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_stores import Corpus, filled_store, percentiles, print_rows, row_args
+from bench_stores import Corpus, Timed, filled_store, percentiles, print_rows, row_args, timed_row
 
 from knowledge_api.filters import parse
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.principals import scoped
-from knowledge_api.service.startup import single_threaded_blas
 
 GROUPS = 100
 HALF = frozenset(f"group:g{g}" for g in range(GROUPS // 2))
@@ -57,7 +56,7 @@ class AclCorpus(Corpus):
 
 async def time_rows(
     store: Any, queries: list[tuple[str, np.ndarray]]
-) -> dict[str, tuple[float, float, int]]:
+) -> dict[str, Timed]:
     """Each row's p50 and p95 ms and fewest results, query i asked by every row in turn
     as the readers of group i mod 100."""
     latencies: dict[str, list[float]] = {label: [] for label in ROWS}
@@ -79,17 +78,15 @@ async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list
         rows = await time_rows(store, queries)
     unfiltered = rows["unfiltered"][0]
     return [
-        f"{name:8} | {corpus.size:>7} | {label:39} | {p50:7.2f} / {p95:7.2f} | "
-        f"{p50 / unfiltered:5.2f}x | {fewest:>2}"
-        for label, (p50, p95, fewest) in rows.items()
+        timed_row(name, corpus, f"{label:39}", timed, f"{timed[0] / unfiltered:5.2f}x")
+        for label, timed in rows.items()
     ]
 
 
 async def main() -> None:
     args = row_args(__doc__.split("\n")[0], "sqlite")
-    single_threaded_blas()  # as the service runs
-    print(f"store    |  chunks | {'readers':39} | hybrid p50/p95 ms | p50 / unfiltered | fewest")
-    await print_rows(args, lambda size: AclCorpus(size, "topics"), bench)
+    header = f"store    |  chunks | {'readers':39} | hybrid p50/p95 ms | p50 / unfiltered | fewest"
+    await print_rows(args, header, lambda size: AclCorpus(size, "topics"), bench)
 
 
 if __name__ == "__main__":

@@ -55,20 +55,7 @@ class CatalogEntry:
     content: str
 
     def summary(self) -> DocumentSummary:
-        record = self.record
-        return DocumentSummary(
-            self.id,
-            record["collection"],
-            record["source_type"],
-            record["source_id"],
-            records.source_of(record),
-            record["title"],
-            records.decoded(record["metadata"]),
-            int(record["chunk_count"]),
-            records.as_timestamp(record["updated_at"]),
-            records.as_timestamp(record["created_at"]),
-            records.acl_of(record),
-        )
+        return records.summary_of(self.record, self.id, int(self.record["chunk_count"]))
 
 
 SOURCES = "sources"

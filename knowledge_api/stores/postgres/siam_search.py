@@ -21,8 +21,10 @@ from knowledge_api.stores.postgres.facets import facet_arguments, facets_of
 from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION, Reading
 from knowledge_api.stores.postgres.rows import (
     Condition,
+    FunctionCall,
     Passage,
     Row,
+    Selection,
     as_vector,
     hit_from_row,
     lookup_parts,
@@ -35,7 +37,8 @@ SEARCHED: ContextVar[Reading | None] = ContextVar("searched", default=None)
 
 
 class SiamSearch(HybridSearch):
-    """The primitives `call`, `select` and `delete_rows`, and the search built on them."""
+    """The primitives `call`, `select` and `delete_rows`, and the search built on them;
+    a backend runs the first two as `run_function` and `read_rows`."""
 
     concurrent_candidates = True  # two pooled connections (or HTTP requests) at once
     ef_search: int
@@ -52,6 +55,10 @@ class SiamSearch(HybridSearch):
     ) -> list[Row]:
         """Rows of a set-returning SQL function called with named parameters; `on`: a
         read a read replica may serve (None: the primary answers)."""
+        return await self.run_function(FunctionCall(function, params, error), on)
+
+    async def run_function(self, call: FunctionCall, on: Reading | None) -> list[Row]:
+        """The rows `call` returns, as the backend runs it."""
         raise NotImplementedError
 
     async def select(
@@ -64,7 +71,11 @@ class SiamSearch(HybridSearch):
         on: Reading | None = None,
     ) -> list[Row]:
         """Rows of `table` that meet every condition, ordered by `order` (a column; empty:
-        in any order), at most `limit` of them (0: all)."""
+        in any order), at most `limit` of them (0: all); `on` as for `call`."""
+        return await self.read_rows(Selection(table, columns, conditions, order, limit), on)
+
+    async def read_rows(self, selection: Selection, on: Reading | None) -> list[Row]:
+        """The rows `selection` names, as the backend reads them."""
         raise NotImplementedError
 
     async def delete_rows(self, table: str, *conditions: Condition) -> int:
