@@ -164,6 +164,8 @@ class JobFile:
     """pending, done or failed."""
     reason: str = ""
     chunks: int = 0
+    source_type: str = ""
+    """Its own source type, when the upload gave each file one; "": the job's."""
 
 
 @dataclass(slots=True)

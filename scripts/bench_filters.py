@@ -18,17 +18,15 @@ without facets. It asserts nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from bench_stores import Corpus, filled_store, print_rows, row_args, time_filtered
+from bench_stores import Corpus, Filters, print_rows, row_args, timed_filters, timed_row
 
 from knowledge_api.filters import parse
 from knowledge_api.models import Document, SearchFilters
-from knowledge_api.service.startup import single_threaded_blas
 
 BUCKETS = 100
 FIRST_DAY = date(2026, 1, 1)
@@ -64,44 +62,33 @@ class FilteredCorpus(Corpus):
         return doc
 
 
-def time_where(
-    store: Any,
-    queries: list[tuple[str, np.ndarray]],
-    where: Callable[[int], dict[str, Any] | None],
-    facets: tuple[str, ...] = (),
-) -> Awaitable[tuple[float, float, int]]:
-    """Query i filtered to bucket i mod 100."""
-
-    def filters(i: int) -> SearchFilters:
-        return SearchFilters(where=parse(where(i % BUCKETS)))
-
-    return time_filtered(store, queries, filters, facets)
-
-
 async def bench(name: str, corpus: Corpus, n_queries: int, folder: Path) -> list[str]:
-    queries = corpus.queries(n_queries)
-    lines = []
-    async with filled_store(name, corpus, folder) as store:
-        for where in FILTERS.values():  # a first pass warms every plan and page
-            await time_where(store, queries[:20], where)
-        measured: dict[str, float] = {}
-        rows = [(label, where, (), "none") for label, where in FILTERS.items()]
-        rows += [(label, FILTERS[of], FACETS, of) for label, of in FACETED.items()]
-        for label, where, facets, of in rows:
-            p50, p95, fewest = await time_where(store, queries, where, facets)
-            measured[label] = p50
-            lines.append(
-                f"{name:8} | {corpus.size:>7} | {label:16} | {p50:7.2f} / {p95:7.2f} | "
-                f"{p50 - measured[of]:+7.2f} | {fewest:>2}"
-            )
-    return lines
+    """Query i filtered to bucket i mod 100; a faceted row's p50 added is to the row it
+    adds to, the others' to the unfiltered query's."""
+    bucketed = {label: of_bucket(where) for label, where in FILTERS.items()}
+    rows = {label: (filters, ()) for label, filters in bucketed.items()}
+    rows |= {label: (bucketed[of], FACETS) for label, of in FACETED.items()}
+    times = await timed_filters(name, corpus, n_queries, folder, rows)
+    added = {label: timed[0] - times[added_to(label)][0] for label, timed in times.items()}
+    return [
+        timed_row(name, corpus, f"{label:16}", timed, f"{added[label]:+7.2f}")
+        for label, timed in times.items()
+    ]
+
+
+def of_bucket(where: Callable[[int], dict[str, Any] | None]) -> Filters:
+    return lambda i: SearchFilters(where=parse(where(i % BUCKETS)))
+
+
+def added_to(label: str) -> str:
+    """The row whose p50 the row `label` adds to."""
+    return FACETED.get(label, "none")
 
 
 async def main() -> None:
     args = row_args(__doc__.split("\n")[0], "sqlite,postgres")
-    single_threaded_blas()  # as the service runs
-    print("store    |  chunks | filter           | hybrid p50/p95 ms | +p50 ms | fewest")
-    await print_rows(args, lambda size: FilteredCorpus(size, "topics"), bench)
+    header = "store    |  chunks | filter           | hybrid p50/p95 ms | +p50 ms | fewest"
+    await print_rows(args, header, lambda size: FilteredCorpus(size, "topics"), bench)
 
 
 if __name__ == "__main__":

@@ -231,12 +231,16 @@ async def fill(store: Any, corpus: Corpus) -> float:
     return (corpus.size - done) / (time.perf_counter() - start)
 
 
+Timed = tuple[float, float, int]
+"""p50 and p95 ms, and the fewest results a query returned."""
+
+
 async def time_filtered(
     store: Any,
     queries: list[tuple[str, np.ndarray]],
-    filters: Callable[[int], SearchFilters],
+    filters: Filters,
     facets: tuple[str, ...] = (),
-) -> tuple[float, float, int]:
+) -> Timed:
     """Hybrid searches of 10 results, query i filtered by `filters(i)`, with `facets`
     counted beside each as the service counts them: p50 and p95 ms, and the fewest
     results a query returned."""
@@ -253,6 +257,30 @@ async def time_filtered(
         fewest = min(fewest, len(hits))
     p50, p95 = percentiles(latencies)
     return p50, p95, fewest
+
+
+Filters = Callable[[int], SearchFilters]
+"""The filters query i asks with."""
+
+
+async def timed_filters(
+    name: str,
+    corpus: Corpus,
+    n_queries: int,
+    folder: Path,
+    rows: dict[str, tuple[Filters, tuple[str, ...]]],
+) -> dict[str, Timed]:
+    """Each row's searches (`time_filtered`: its filters, with its facets counted beside)
+    timed in store `name` holding the corpus, after a first pass of 20 queries with each
+    of the rows' filters has warmed every plan and page."""
+    queries = corpus.queries(n_queries)
+    async with filled_store(name, corpus, folder) as store:
+        for filters in dict.fromkeys(filters for filters, _ in rows.values()):
+            await time_filtered(store, queries[:20], filters)
+        return {
+            label: await time_filtered(store, queries, filters, facets)
+            for label, (filters, facets) in rows.items()
+        }
 
 
 def store_settings(name: str, changes: dict[str, Any]) -> Settings:
@@ -282,6 +310,14 @@ Rows = Callable[[str, Corpus, int, Path], Awaitable[list[str]]]
 """A bench of one store and size: the lines it prints."""
 
 
+def timed_row(name: str, corpus: Corpus, label: str, times: Timed, compared: str) -> str:
+    """A printed row: the store, its chunks, what was timed, p50 / p95 ms, how that
+    compares (`compared`) and the fewest results a query returned."""
+    p50, p95, fewest = times
+    timed = f"{p50:7.2f} / {p95:7.2f}"
+    return f"{name:8} | {corpus.size:>7} | {label} | {timed} | {compared} | {fewest:>2}"
+
+
 def row_args(description: str, stores: str) -> argparse.Namespace:
     """The arguments of a bench that prints rows per store and size (`print_rows`)."""
     parser = argparse.ArgumentParser(description=description)
@@ -297,8 +333,13 @@ def row_args(description: str, stores: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
-async def print_rows(args: argparse.Namespace, corpus: Callable[[int], Corpus], rows: Rows) -> None:
-    """`rows` of each store and size `args` name, printed as they come."""
+async def print_rows(
+    args: argparse.Namespace, header: str, corpus: Callable[[int], Corpus], rows: Rows
+) -> None:
+    """`header`, then the `rows` of each store and size `args` name, printed as they
+    come; BLAS single-threaded, as the service runs it."""
+    single_threaded_blas()
+    print(header)
     for size in (int(s) for s in args.sizes.split(",")):
         of_size = corpus(size)
         for name in args.stores.split(","):

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -333,17 +334,9 @@ def fresh_clone_seconds(workdir: Path, port: int, deadline_s: float = 600.0) -> 
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_")}
     env |= {"KNOWLEDGE_API_PORT": str(port), "KNOWLEDGE_DB_PATH": str(workdir / "clone.db")}
-    log = (workdir / "clone-run.log").open("wb")
+    log_path = workdir / "clone-run.log"
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        ["make", "run"],
-        cwd=clone,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
+    with running(["make", "run"], env, clone, log_path) as proc:
         while time.perf_counter() - started < deadline_s and proc.poll() is None:
             try:
                 response = httpx.post(
@@ -356,11 +349,24 @@ def fresh_clone_seconds(workdir: Path, port: int, deadline_s: float = 600.0) -> 
             except httpx.TransportError:
                 pass
             time.sleep(0.25)
-        raise RuntimeError(f"fresh clone: no answer (see {workdir / 'clone-run.log'})")
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(30)
-        log.close()
+        raise RuntimeError(f"fresh clone: no answer (see {log_path})")
+
+
+@contextmanager
+def running(
+    args: list[str], env: dict[str, str], cwd: Path, log_path: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`args` run in a session of its own, its output in `log_path`; ended with every
+    process it started when the block ends."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            args, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            yield proc
+        finally:
+            os.killpg(proc.pid, 15)
+            proc.wait(30)
 
 
 def first_start(
@@ -383,38 +389,27 @@ def first_start(
     log_path = place / "serve.log"
     peak_tree = peak_child = service_hwm = 0
     ready_s = None
-    with log_path.open("wb") as log:
-        started = time.perf_counter()
-        proc = subprocess.Popen(
-            [*command, "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=first,
-            cwd=place,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            checked = 0.0
-            while time.perf_counter() - started < deadline_s and proc.poll() is None:
-                tree = {p: memory_kb(p) for p in process_tree(proc.pid)}
-                peak_tree = max(peak_tree, sum(m.get("VmRSS", 0) for m in tree.values()))
-                service_hwm = max(service_hwm, tree.get(proc.pid, {}).get("VmHWM", 0))
-                children = [m.get("VmHWM", 0) for p, m in tree.items() if p != proc.pid]
-                peak_child = max([peak_child, *children])
-                if time.perf_counter() - checked >= 0.5:
-                    checked = time.perf_counter()
-                    if ready_s is None and answers(url + "/readyz"):
-                        ready_s = round(checked - started, 1)
-                    if ready_s is not None and seeding_over(log_path):
-                        break
-                time.sleep(0.1)
-            else:
-                raise RuntimeError(f"first start: not seeded (see {log_path})")
-            seeded_s = round(time.perf_counter() - started, 1)
-            health = httpx.get(url + "/health", timeout=10.0).json()
-        finally:
-            os.killpg(proc.pid, 15)
-            proc.wait(30)
+    serve = [*command, "serve", "--host", "127.0.0.1", "--port", str(port)]
+    started = time.perf_counter()
+    with running(serve, first, place, log_path) as proc:
+        checked = 0.0
+        while time.perf_counter() - started < deadline_s and proc.poll() is None:
+            tree = {p: memory_kb(p) for p in process_tree(proc.pid)}
+            peak_tree = max(peak_tree, sum(m.get("VmRSS", 0) for m in tree.values()))
+            service_hwm = max(service_hwm, tree.get(proc.pid, {}).get("VmHWM", 0))
+            children = [m.get("VmHWM", 0) for p, m in tree.items() if p != proc.pid]
+            peak_child = max([peak_child, *children])
+            if time.perf_counter() - checked >= 0.5:
+                checked = time.perf_counter()
+                if ready_s is None and answers(url + "/readyz"):
+                    ready_s = round(checked - started, 1)
+                if ready_s is not None and seeding_over(log_path):
+                    break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"first start: not seeded (see {log_path})")
+        seeded_s = round(time.perf_counter() - started, 1)
+        health = httpx.get(url + "/health", timeout=10.0).json()
     return {
         "peak_mb": round(max(peak_tree, service_hwm, peak_child) / 1024, 1),
         "tree_sampled_mb": round(peak_tree / 1024, 1),

@@ -20,6 +20,7 @@ from knowledge_api.config.fields import Secret
 from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.models import ApiKey
 from knowledge_api.routes import ROUTES
+from knowledge_api.routes.health import COUNTS_LEFT_OUT
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
 from knowledge_api.web import access as access_module
@@ -416,19 +417,25 @@ def test_a_refusal_on_the_hit_path_is_counted_once(
     assert guesses == [401] * 4 + [429]
 
 
-async def test_health_shows_a_key_limited_to_collections_nothing_of_the_whole_store(
-    tmp_path: Path,
-) -> None:
+async def test_health_shows_the_whole_store_only_to_an_admin_key(tmp_path: Path) -> None:
+    """A key limited to some collections, and a read key whose principals may see only
+    part of the store, see no store-wide count (and why), path or error."""
     settings = make_settings(tmp_path, auth="keys")
-    everything = await make_key(settings, "reader", ["read"])
+    admin = await make_key(settings, "root", ["admin"])
+    reader = await make_key(settings, "reader", ["read"])
     ops_only = await make_key(settings, "ops-reader", ["read"], ("ops",))
     with TestClient(create_app(settings)) as client:
-        full = client.get("/health", headers=bearer(everything)).json()
-        limited = client.get("/health", headers=bearer(ops_only)).json()
+        full = client.get("/health", headers=bearer(admin)).json()
+        seen = [client.get("/health", headers=bearer(key)).json() for key in (reader, ops_only)]
     assert {"path", "documents", "chunks"} <= set(full["store"])
-    assert limited["store"] == {"backend": "sqlite", "status": full["store"]["status"]}
-    assert str(settings.db_path) not in json.dumps(limited)
-    assert {"embedder", "synthesizer", "cache"} <= set(limited)
+    for limited in seen:
+        assert limited["store"] == {
+            "backend": "sqlite",
+            "status": full["store"]["status"],
+            "counts": COUNTS_LEFT_OUT,
+        }
+        assert str(settings.db_path) not in json.dumps(limited)
+        assert {"embedder", "synthesizer", "cache"} <= set(limited)
 
 
 def scope_table() -> dict[str, set[str]]:

@@ -3,9 +3,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.cli.parser import parser

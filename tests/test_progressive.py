@@ -10,12 +10,9 @@ from typing import Any
 import numpy as np
 
 from knowledge_api.models import (
-    SETTINGS_RANKING,
     SOURCE_TYPES,
-    Ranking,
     SearchFilters,
     SearchHit,
-    SearchMode,
 )
 from knowledge_api.service import KnowledgeService
 from knowledge_api.stores.base import KnowledgeStore
@@ -40,16 +37,9 @@ class SlowSource:
         return getattr(self.store, name)
 
     async def search(
-        self,
-        query: str,
-        vector: np.ndarray | None,
-        top_k: int,
-        filters: SearchFilters,
-        threshold: float = 0.0,
-        mode: SearchMode = "hybrid",
-        ranking: Ranking = SETTINGS_RANKING,
+        self, query: str, vector: np.ndarray | None, top_k: int, filters: SearchFilters, *rest: Any
     ) -> list[SearchHit]:
-        hits = await self.store.search(query, vector, top_k, filters, threshold, mode, ranking)
+        hits = await self.store.search(query, vector, top_k, filters, *rest)
         if filters.source_types is None or self.source in filters.source_types:
             await self.release.wait()
             self.slow_answered.set()

@@ -1,11 +1,13 @@
 """Two replicas of one deployment (two apps over the same embedded Postgres and the
-same real Redis, KNOWLEDGE_CACHE=redis): they share their cache, see each other's
-writes and any other process's within a second, and keep answering without Redis."""
+same real Redis, KNOWLEDGE_CACHE=redis): they share their cache, answer from a write
+made by the other or by any other process once their poll of the store's generations
+has noticed it (and never from before it after that), and keep answering without
+Redis."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +18,21 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cache.redis import RETRY_SECONDS
 from knowledge_api.config.fields import Secret
-from knowledge_api.models import Document
+from knowledge_api.models import DEFAULT_COLLECTION, Document
+from knowledge_api.stores.postgres.store import PostgresStore
 from tests.conftest import ask as ask_service
 from tests.conftest import corpus, make_settings, query_params, replicas_sharing
 from tests.pg import postgres_settings, run_sync
 from tests.redis_server import RedisServer, free_port
 
 QUERY = "/v1/knowledge/query"
-FRESH_WITHIN = 1.0
-"""Seconds after a write by which every replica answers from the new content."""
+DOCUMENTED_WITHIN = 1.0
+"""operations.md: a write by any process reaches every replica's response cache within
+a second (the generations are polled every half second). Not asserted: a loaded
+machine stretches every request."""
+GUARD = 60 * DOCUMENTED_WITHIN
+"""How long a replica may take to notice a write before the test gives up: a guard
+against hanging, far above the documented bound."""
 
 
 @pytest.fixture
@@ -92,21 +100,40 @@ def test_a_grounded_answer_made_on_one_replica_is_a_hit_on_the_other(
     assert served["answer"] == made["answer"] and served["sources"] == made["sources"]
 
 
-def fresh_within(client: TestClient, query: str, wanted: Any) -> float:
-    """Seconds until `client` answers `query` with results `wanted(sources)` accepts:
-    until the first such request was sent (how long the query itself then took is not
-    how stale the replica was)."""
-    started = time.monotonic()
-    while time.monotonic() - started < 5:
-        asked = time.monotonic()
-        if wanted(sources(ask(client, query))):
-            return asked - started
-        time.sleep(0.02)
-    raise AssertionError(f"{query!r} was still answered from before the write after 5 s")
+def fresh_once_noticed(
+    client: TestClient, url: str, query: str, wanted: Callable[[list[str]], bool]
+) -> None:
+    """Ask `client` `query` until its store has noticed the last write (its generation
+    of the collection at least the database's now) and then some more: the answers
+    before the notice may be from before the write, every one after it must be one
+    `wanted(sources)` accepts (a stale answer served from any cache tier after the
+    notice fails the test)."""
+    written = run_sync(collection_generation(url, DEFAULT_COLLECTION))
+    store: PostgresStore = client.app.state.service.store  # type: ignore[attr-defined]
+    deadline = time.monotonic() + GUARD
+    after_notice = 0
+    while after_notice < 3:
+        noticed = client.portal.call(store.collection_generation, DEFAULT_COLLECTION) >= written
+        answer = sources(ask(client, query))
+        assert wanted(answer) or not noticed, f"{query!r} answered from before the write: {answer}"
+        after_notice += noticed
+        assert time.monotonic() < deadline, f"the write was not noticed within {GUARD} s"
+        if not noticed:
+            time.sleep(0.02)
 
 
-def test_a_write_on_one_replica_is_served_by_the_other_within_a_second(
-    replicas: tuple[TestClient, TestClient],
+async def collection_generation(url: str, collection: str) -> int:
+    """The collection's generation in the database: every write to it moves it up."""
+    conn = await asyncpg.connect(url)
+    try:
+        sql = "SELECT generation FROM knowledge_collection_state WHERE collection = $1"
+        return int(await conn.fetchval(sql, collection))
+    finally:
+        await conn.close()
+
+
+def test_a_write_on_one_replica_is_served_by_the_other_once_it_noticed_it(
+    replicas: tuple[TestClient, TestClient], database: Any
 ) -> None:
     first, second = replicas
     before = ask(second, "zebra crossing sensor")
@@ -118,21 +145,22 @@ def test_a_write_on_one_replica_is_served_by_the_other_within_a_second(
         "content": "The zebra crossing sensor reports pedestrians to the traffic lights.",
     }
     assert first.post("/v1/knowledge/documents", json=document).status_code == 201
-    assert fresh_within(second, "zebra crossing sensor", lambda s: "zebra-1" in s) < FRESH_WITHIN
+    url = database.database_url.get()
+    fresh_once_noticed(second, url, "zebra crossing sensor", lambda s: "zebra-1" in s)
 
 
-def test_a_write_by_another_process_reaches_both_replicas_within_a_second(
+def test_a_write_by_another_process_reaches_both_replicas_once_they_noticed_it(
     replicas: tuple[TestClient, TestClient], database: Any
 ) -> None:
     """What `knowledge-api ingest`, a sync or plain SQL writes moves the generation in
-    the database: no replica keeps answering from before it."""
+    the database: no replica answers from before it once its poll has seen it."""
     for replica in replicas:
         assert "SIAM-101" in sources(ask(replica, "login timeout"))
-    run_sync(delete_by_sql(database.database_url.get(), "SIAM-101"))
+        assert ask(replica, "login timeout")["metrics"]["cache_hit"] is True
+    url = database.database_url.get()
+    run_sync(delete_by_sql(url, "SIAM-101"))
     for replica in replicas:
-        assert fresh_within(replica, "login timeout", lambda s: "SIAM-101" not in s) < (
-            FRESH_WITHIN
-        )
+        fresh_once_noticed(replica, url, "login timeout", lambda s: "SIAM-101" not in s)
 
 
 async def delete_by_sql(url: str, source_id: str) -> None:

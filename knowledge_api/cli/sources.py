@@ -13,8 +13,8 @@ from knowledge_api.models import ConnectorSource
 from knowledge_api.principals import acl_text
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.usecases import catalog as use
 from knowledge_api.usecases import connectors
-from knowledge_api.usecases import sources as use
 
 
 def run_sources(settings: Settings, args: argparse.Namespace) -> int:

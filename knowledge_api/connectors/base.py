@@ -6,7 +6,7 @@ A connector source is kept with the store's sources (`SourceInfo.connector`) as 
 JSON of `models.ConnectorSource`: its kind, URL, settings, the names of the environment
 variables holding its secrets (never their values), its cursor and its last error.
 
-The contract every kind keeps (usecases/connectors.py runs it):
+The contract every kind keeps (usecases/connector_run.py runs it):
 
 - Built as `Kind.from_settings(source, collection, runtime)`: `runtime` (a `Runtime`)
   holds what the service gives every connector, such as the retry policy of its HTTP

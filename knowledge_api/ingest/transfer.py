@@ -21,7 +21,7 @@ import io
 import os
 import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,7 +93,7 @@ def opened(path: Path, mode: str, name: str = "") -> Iterator[IO[bytes]]:
     a truncated or damaged file is an InvalidRequest naming it, not a traceback."""
     name = (name or path.name).lower()
     if "w" in mode:
-        with writing(path, name) as out:
+        with coded(path, name, mode) as out:
             yield out
         return
     zstd = import_extra("zstandard", "zstd") if name.endswith(".zst") else None
@@ -101,7 +101,7 @@ def opened(path: Path, mode: str, name: str = "") -> Iterator[IO[bytes]]:
     if zstd is not None:
         damaged += (zstd.ZstdError,)
     try:
-        with reading(path, name) as lines:
+        with coded(path, name, mode) as lines:
             yield lines
     except EOFError as e:
         raise InvalidRequest(str(path), f"is truncated: {e}") from e
@@ -110,30 +110,26 @@ def opened(path: Path, mode: str, name: str = "") -> Iterator[IO[bytes]]:
 
 
 @contextmanager
-def writing(path: Path, name: str) -> Iterator[IO[bytes]]:
+def coded(path: Path, name: str, mode: str) -> Iterator[IO[bytes]]:
+    """The file opened in `mode` (rb or wb) through the compression `name` says."""
     if name.endswith(".zst"):
-        zstd = import_extra("zstandard", "zstd")
-        with path.open("wb") as raw, zstd.ZstdCompressor().stream_writer(raw, closefd=False) as out:
-            yield out
+        zstd_stream = zstd_streams(mode)  # a missing extra says so before a file is made
+        with path.open(mode) as raw, zstd_stream(raw) as stream:
+            yield stream
     elif name.endswith(".gz"):
-        with gzip.open(path, "wb") as compressed:
+        with gzip.open(path, mode) as compressed:
             yield compressed  # type: ignore[misc]
     else:
-        with path.open("wb") as plain:
+        with path.open(mode) as plain:
             yield plain
 
 
-@contextmanager
-def reading(path: Path, name: str) -> Iterator[IO[bytes]]:
-    if name.endswith(".zst"):
-        with path.open("rb") as raw:
-            yield io.BufferedReader(Unzstd(raw))
-    elif name.endswith(".gz"):
-        with gzip.open(path, "rb") as compressed:
-            yield compressed  # type: ignore[misc]
-    else:
-        with path.open("rb") as plain:
-            yield plain
+def zstd_streams(mode: str) -> Callable[[IO[bytes]], AbstractContextManager[IO[bytes]]]:
+    """How a zstd file opened raw is read (frame by frame, see Unzstd) or written."""
+    if "w" not in mode:
+        return lambda raw: nullcontext(io.BufferedReader(Unzstd(raw)))
+    zstd = import_extra("zstandard", "zstd")
+    return lambda raw: zstd.ZstdCompressor().stream_writer(raw, closefd=False)
 
 
 class Unzstd(io.RawIOBase):

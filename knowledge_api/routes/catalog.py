@@ -14,8 +14,8 @@ from knowledge_api.errors import InvalidRequest, NotFound
 from knowledge_api.ledger import changes
 from knowledge_api.models import DEFAULT_COLLECTION, SOURCE_TYPES, DocumentPage
 from knowledge_api.routes.audit import actor
+from knowledge_api.usecases import catalog as use
 from knowledge_api.usecases import connectors
-from knowledge_api.usecases import sources as use
 from knowledge_api.views import ACL
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (

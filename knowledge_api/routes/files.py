@@ -33,8 +33,31 @@ from knowledge_api.web.http import JSONResponse, service
 from knowledge_api.web.multipart import MAX_FIELD_BYTES, Pace, Receiving, receive
 
 FILE = "file"
+TYPE = "source_type"
 BINARY = {"type": "string", "format": "binary"}
 MAX_SOURCE = 500
+
+
+def file_types(values: dict[str, list[str]], files: int) -> tuple[str, ...]:
+    """Each file's own source type when `source_type` was sent once per file (in the
+    files' order); () when once or not at all: it applies to every file. Any other
+    field sent more than once is refused, not taken at one of its values."""
+    for name, sent in values.items():
+        if len(sent) > 1 and name != TYPE:
+            raise InvalidRequest(name, f"sent {len(sent)} times: send it once")
+    types = values.get(TYPE, [])
+    if len(types) < 2:
+        return ()
+    if len(types) != files:
+        raise InvalidRequest(
+            TYPE,
+            f"sent {len(types)} times for {files} files: send it once (for every file) "
+            "or once per file, in the files' order",
+        )
+    for index, kind in enumerate(types):
+        if kind not in SOURCE_TYPES:
+            raise InvalidRequest(f"{TYPE}[{index}]", f"must be one of {', '.join(SOURCE_TYPES)}")
+    return tuple(types)
 
 
 def source(value: Any) -> str:
@@ -50,7 +73,13 @@ def source(value: Any) -> str:
 
 FIELDS = (
     CollectionName("collection", "The collection to index into.", DEFAULT_COLLECTION),
-    OneOf("source_type", "Where the documents come from.", "wiki", allowed=SOURCE_TYPES),
+    OneOf(
+        "source_type",
+        "Where the documents come from: sent once, for every file, or once per file, "
+        "in the files' order, each file's own.",
+        "wiki",
+        allowed=SOURCE_TYPES,
+    ),
     Custom(
         "source",
         "The source the documents belong to (not blank).",
@@ -121,7 +150,7 @@ JOB = obj(
         "created_at": STRING,
         "updated_at": STRING,
     },
-    {"reason": STRING},
+    {"reason": STRING, "source_types": array(STRING)},
 )
 """The body of `job`."""
 
@@ -148,12 +177,13 @@ async def upload(request: Request) -> Response:
     try:
         with receiving(request).slot(budget_of(access(request), client)):
             received = await receive(request, folder, settings.max_file_mb * 2**20, MAX_FILES, pace)
+        types = file_types(received.values, len(received.files))
         values = validation.in_order(FORM.parse(received.fields, "form"))
         access(request).collection(values["collection"])
         if not received.files:
             raise InvalidRequest(FILE, "send at least one file, as a part named 'file'")
         sent = [Sent(f.name, f.path, f.size, f.too_large) for f in received.files]
-        job = await jobs.submit(job_id, Upload(**values), sent)
+        job = await jobs.submit(job_id, Upload(**values, source_types=types), sent)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -195,4 +225,6 @@ def job_view(job: Job) -> dict[str, Any]:
     }
     if job.reason:
         body["reason"] = job.reason
+    if any(file.source_type for file in job.files):
+        body["source_types"] = [file.source_type or job.source_type for file in job.files]
     return body

@@ -1,6 +1,7 @@
 """GET /health: open to anyone; its details (store, embedder, providers, cache) only to
 callers who may read when keys are required, and what the store holds (its counts, its
-place) only to keys that may read every collection."""
+place) only to callers that read all of it: an admin key that does not delegate (and
+every caller with KNOWLEDGE_AUTH off)."""
 
 from typing import Any
 
@@ -8,7 +9,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from knowledge_api.errors import KnowledgeAPIError
-from knowledge_api.principals import DELEGATED_HEADER
 from knowledge_api.web.access import READ, access
 from knowledge_api.web.fields import NUMBER, STRING, enum, obj
 from knowledge_api.web.http import JSONResponse, service
@@ -51,17 +51,26 @@ async def health(request: Request) -> Response:
     caller = access(request)
     if not caller.allows(READ):
         body = {key: body[key] for key in MINIMAL}
-    elif caller.collections is not None or DELEGATED_HEADER in request.headers:
+    elif caller.collections is not None or caller.principals is not None:
         body = limited(body)  # the store's counts would say hidden documents exist
     return JSONResponse(body, status_code=503 if body["status"] == "unhealthy" else 200)
 
 
+COUNTS_LEFT_OUT = (
+    "left out: they would count documents this key may not read; "
+    "GET /v1/knowledge/collections counts those it may"
+)
+"""Why a caller reading part of the store sees no counts. Its own would cost a count of
+the store by its principals on every poll (a scan of every document on Chroma and
+Qdrant), and the collections route already answers it."""
+
+
 def limited(body: dict[str, Any]) -> dict[str, Any]:
-    """/health as a key limited to some collections (or asking for a user it delegates
-    for) sees it: the store's backend and
-    status without its store-wide counts, its place (a path, a URL) or its error (which
-    may name them), and the status
-    of each part beyond the store's and the providers'."""
+    """/health as a caller reading part of the store sees it (a key limited to some
+    collections, a key that is not admin, a key asking for a user it delegates for):
+    the store's backend and status without its store-wide counts (and why), its place
+    (a path, a URL) or its error (which may name them), and the status of each part
+    beyond the store's and the providers'."""
     store = body["store"]
     seen = {
         name: value if name in DETAILED_PARTS else {"status": value.get("status")}
@@ -69,6 +78,7 @@ def limited(body: dict[str, Any]) -> dict[str, Any]:
         if name not in MINIMAL
     }
     seen["store"] = {key: store[key] for key in ("backend", "status") if key in store}
+    seen["store"]["counts"] = COUNTS_LEFT_OUT
     return {**{key: body[key] for key in MINIMAL}, **seen}
 
 

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from knowledge_api import validation
 from knowledge_api.errors import NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, CollectionInfo
-from knowledge_api.usecases import sources as use
+from knowledge_api.usecases import catalog as use
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import INTEGER, STRING, Custom, array, obj
 from knowledge_api.web.http import JSONResponse, service

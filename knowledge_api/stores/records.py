@@ -25,7 +25,14 @@ import numpy as np
 from knowledge_api import validation
 from knowledge_api.errors import ConfigurationError, IndexingError
 from knowledge_api.filters import millis_of, words
-from knowledge_api.models import Chunk, Document, EmbedderIdentity, Metadata, SearchHit
+from knowledge_api.models import (
+    Chunk,
+    Document,
+    DocumentSummary,
+    EmbedderIdentity,
+    Metadata,
+    SearchHit,
+)
 
 Record = dict[str, Any]
 Row = Mapping[str, Any] | sqlite3.Row
@@ -140,6 +147,24 @@ alone) from a chunk written before access lists were kept (no list at all)."""
 def stored_acl(acl: Sequence[str]) -> list[str]:
     """The access list as Chroma and Qdrant keep it on each chunk."""
     return [STORED_ACL, *acl]
+
+
+def summary_of(record: Row, doc_id: str, chunks: int) -> DocumentSummary:
+    """A document as a listing shows it, from its catalog record (the columns every
+    catalog names alike); `chunks`: how many passages it has."""
+    return DocumentSummary(
+        doc_id,
+        record["collection"],
+        record["source_type"],
+        record["source_id"],
+        source_of(record),
+        record["title"],
+        decoded(record["metadata"]),
+        chunks,
+        as_timestamp(record["updated_at"]),
+        as_timestamp(record["created_at"]),
+        acl_of(record),
+    )
 
 
 def source_of(record: Row) -> str:

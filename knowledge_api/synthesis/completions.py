@@ -7,7 +7,32 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
-from knowledge_api.synthesis.base import CUT_SHORT, ProviderError, Usage
+from knowledge_api.registry import import_extra
+from knowledge_api.synthesis.base import CUT_SHORT, Prompt, ProviderError, RemoteLink, Usage
+
+
+def chat_stream(
+    link: RemoteLink,
+    sdk: str,
+    prompt: Prompt,
+    usage: Usage,
+    tokens: Callable[[Any], int | None],
+    **options: Any,
+) -> AsyncGenerator[str, None]:
+    """The reply of `link`'s model to `prompt`, streamed through its client of the SDK
+    `sdk` (openai, groq); `options`: what the provider's request takes besides."""
+    return completion_text(
+        import_extra(sdk, link.extra),
+        lambda: link.client.chat.completions.create(
+            model=link.model,
+            messages=[{"role": "user", "content": prompt.text}],
+            temperature=link.temperature,
+            stream=True,
+            **options,
+        ),
+        usage,
+        tokens,
+    )
 
 
 async def completion_text(

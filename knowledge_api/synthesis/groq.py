@@ -12,7 +12,7 @@ from typing import Any
 from knowledge_api.registry import import_extra
 from knowledge_api.sdk import sdk_client
 from knowledge_api.synthesis.base import Prompt, RemoteLink, Usage
-from knowledge_api.synthesis.completions import completion_text
+from knowledge_api.synthesis.completions import chat_stream
 
 
 class GroqSynthesizer(RemoteLink):
@@ -29,17 +29,8 @@ class GroqSynthesizer(RemoteLink):
         return sdk_client(groq.AsyncGroq, self, http_client=self.http)
 
     def generate(self, prompt: Prompt, usage: Usage) -> AsyncGenerator[str, None]:
-        return completion_text(
-            import_extra("groq", self.extra),
-            lambda: self.client.chat.completions.create(
-                model=self.model,
-                messages=[{"role": "user", "content": prompt.text}],
-                temperature=self.temperature,
-                max_completion_tokens=self.max_tokens,
-                stream=True,
-            ),
-            usage,
-            chunk_tokens,
+        return chat_stream(
+            self, "groq", prompt, usage, chunk_tokens, max_completion_tokens=self.max_tokens
         )
 
 

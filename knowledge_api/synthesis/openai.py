@@ -21,7 +21,7 @@ from knowledge_api.errors import ConfigurationError
 from knowledge_api.registry import import_extra
 from knowledge_api.sdk import sdk_client
 from knowledge_api.synthesis.base import Prompt, RemoteLink, Usage
-from knowledge_api.synthesis.completions import completion_text
+from knowledge_api.synthesis.completions import chat_stream
 
 OPENAI_HOST = "api.openai.com"
 PLACEHOLDER_KEY = "no-key"
@@ -82,18 +82,14 @@ class OpenAISynthesizer(RemoteLink):
         # OpenAI and Azure take max_completion_tokens (reasoning models refuse
         # max_tokens); the servers of one's own read max_tokens
         limit = "max_completion_tokens" if self.official else "max_tokens"
-        return completion_text(
-            import_extra("openai", self.extra),
-            lambda: self.client.chat.completions.create(
-                model=self.model,
-                messages=[{"role": "user", "content": prompt.text}],
-                temperature=self.temperature,
-                stream=True,
-                stream_options={"include_usage": True},
-                **{limit: self.max_tokens},
-            ),
+        return chat_stream(
+            self,
+            "openai",
+            prompt,
             usage,
             chunk_tokens,
+            stream_options={"include_usage": True},
+            **{limit: self.max_tokens},
         )
 
     def health(self) -> dict[str, Any]:

@@ -58,6 +58,9 @@ class Upload:
     """The documents' dates (a JSON-lines record's own win); "": the file's."""
     acl: tuple[str, ...] | None = None
     """Who may read them (None: the source's own list, else public)."""
+    source_types: tuple[str, ...] = ()
+    """Each file's own source type, in the order the files were sent (empty:
+    `source_type` for every file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +100,10 @@ class UploadJobs:
             upload.source_type,
             upload.source,
             self.owner,
-            [job_file(sent, self.max_file_mb) for sent in files],
+            [
+                job_file(sent, self.max_file_mb, own)
+                for sent, own in zip(files, upload.source_types or ("",) * len(files), strict=True)
+            ],
             dates={
                 name: date
                 for name, date in (
@@ -206,10 +212,12 @@ def abandoned(job: Job) -> bool:
     return datetime.now(UTC) - updated > ABANDONED_AFTER
 
 
-def job_file(sent: Sent, max_file_mb: int) -> JobFile:
-    """The file's entry in its job: failed at once when it cannot be read at all. A NUL
-    in the name it was sent with is written `\\x00` (no store keeps a NUL in a text)."""
-    entry = JobFile(sent.name.replace(NUL, "\\x00"), sent.path.name, sent.size)
+def job_file(sent: Sent, max_file_mb: int, source_type: str = "") -> JobFile:
+    """The file's entry in its job (with its own source type, if given): failed at once
+    when it cannot be read at all. A NUL in the name it was sent with is written `\\x00`
+    (no store keeps a NUL in a text)."""
+    name = sent.name.replace(NUL, "\\x00")
+    entry = JobFile(name, sent.path.name, sent.size, source_type=source_type)
     reason = refusal(sent, max_file_mb)
     if reason:
         entry.state, entry.reason = "failed", reason
@@ -248,7 +256,11 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
     for file in pending:
         try:
             documents, left_out = await service.catalog.read_upload(
-                folder / file.stored, file.name, job.source_type, job.collection, job.dates
+                folder / file.stored,
+                file.name,
+                file.source_type or job.source_type,
+                job.collection,
+                job.dates,
             )
         except ExtractionError as e:
             file.state, file.reason = "failed", f"{e.reason}: {e.detail}" if e.detail else e.reason

@@ -44,8 +44,14 @@ class ReceivedFile:
 
 @dataclass(slots=True)
 class Received:
-    fields: dict[str, str] = field(default_factory=dict)
+    values: dict[str, list[str]] = field(default_factory=dict)
+    """Each form field's values, in the order sent (one, unless it was repeated)."""
     files: list[ReceivedFile] = field(default_factory=list)
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """Each form field's first value."""
+        return {name: sent[0] for name, sent in self.values.items()}
 
 
 class _Parts:
@@ -117,7 +123,8 @@ class _Parts:
         if self.out is not None:
             self.ops.append(("close", self.out, b""))
         else:
-            self.received.fields[self.name] = self.data.decode("utf-8", "replace")
+            value = self.data.decode("utf-8", "replace")
+            self.received.values.setdefault(self.name, []).append(value)
 
     def flush(self) -> None:
         """The queued file operations, in order (on a worker thread)."""

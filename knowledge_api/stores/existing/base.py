@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Hashable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,10 @@ from knowledge_api.facets import Facets
 from knowledge_api.filters import require_equalities
 from knowledge_api.models import (
     DEFAULT_COLLECTION,
-    SETTINGS_RANKING,
     CollectionInfo,
     Document,
-    Ranking,
     SearchFilters,
     SearchHit,
-    SearchMode,
     SourceInfo,
 )
 from knowledge_api.principals import acl_split, read_as_public
@@ -145,29 +143,17 @@ class ExistingTables(ExistingReads, HybridSearch, BesideTheFile):
     async def delete_documents(self, doc_ids: Sequence[str]) -> int:
         raise self.refused()
 
-    async def search(
-        self,
-        query: str,
-        vector: np.ndarray | None,
-        top_k: int,
-        filters: SearchFilters,
-        threshold: float = 0.0,
-        mode: SearchMode = "hybrid",
-        ranking: Ranking = SETTINGS_RANKING,
-    ) -> list[SearchHit]:
+    def searching(self, filters: SearchFilters) -> AbstractContextManager[SearchFilters | None]:
         """Rows that keep access lists are searched within the reader's principals
         (`access`); rows that keep none are all public: a reader's principals pass all
         of them or none."""
-        readable = filters if self.acl_kept else read_as_public(filters)
-        if readable is None:
-            return []
-        return await super().search(query, vector, top_k, readable, threshold, mode, ranking)
+        return nullcontext(filters if self.acl_kept else read_as_public(filters))
 
     def access(self, filters: SearchFilters) -> tuple[SearchFilters, dict[str, Any]]:
         """`filters` without their tests of `acl`, and those tests as the search
         functions' arguments: `filter_acl` the first (the reader's principals, under the
         index), `filter_acl_also` the others (a filter's own); none for rows that keep
-        no access lists (`search` decided them)."""
+        no access lists (`searching` decided them)."""
         tests, rest = acl_split(filters.where)
         plain = replace(filters, where=rest)
         if not self.acl_kept:

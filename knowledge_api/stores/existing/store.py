@@ -181,24 +181,16 @@ class AdoptedTables(ExistingTables):
         function) within `filters`, as candidates scored by `score`."""
         found: list[Candidate] = []
         filters, access = self.access(filters)
-        siam = siam_filter(filters, self.filter_backend)
-        if siam is not None:
-            rows = await self.tables.call(
-                siam_function,
-                {**params, **siam, **access},
-                SearchError,
-                on=EVERY_COLLECTION,
-            )
-            found += [Candidate(found_row(SIAM, r), score(r)) for r in rows]
-        wiki = self.wiki_filter(filters)
-        if wiki is not None and wiki_function is not None:
-            rows = await self.tables.call(
-                wiki_function,
-                {**params, **wiki, **access},
-                SearchError,
-                on=EVERY_COLLECTION,
-            )
-            found += [Candidate(found_row(WIKI, r), score(r)) for r in rows]
+        searches = (
+            (SIAM, siam_function, siam_filter(filters, self.filter_backend)),
+            (WIKI, wiki_function, self.wiki_filter(filters)),
+        )
+        for table, function, table_filter in searches:
+            if table_filter is None or function is None:
+                continue
+            arguments = {**params, **table_filter, **access}
+            rows = await self.tables.call(function, arguments, SearchError, on=EVERY_COLLECTION)
+            found += [Candidate(found_row(table, r), score(r)) for r in rows]
         return found
 
 

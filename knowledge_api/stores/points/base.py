@@ -34,6 +34,7 @@ from knowledge_api.stores.points.engine import (
     sources_of,
 )
 from knowledge_api.stores.points.reads import DOCUMENT_PAGE, PointReads
+from knowledge_api.stores.points.record_lock import held
 from knowledge_api.stores.reconnect import Reconnect
 from knowledge_api.stores.records import is_uuid
 
@@ -133,9 +134,31 @@ class PointStore(PointReads):
         the `touched` collections too (the sources' runs, roots and connectors kept as
         they are unless given); then check that no other writer stored an older record
         over it."""
-        assert self._embedder is not None
         touched = set(touched)
-        current = await self._read_record()
+        async with held(self.record_lock):
+            current = await self._read_record()
+            prior = collection_tokens(current)
+            await self._store_record(current, touched, sources, roots, connectors, leases)
+        if touched and retry:
+            # Another writer that read the record before this write and stored it after
+            # put back the old tokens of what we touched: those collections take a new one.
+            now = collection_tokens(await self._read_record())
+            lost = {name for name in touched if name in prior and now.get(name) == prior[name]}
+            if lost:
+                await self._wrote(touched=lost, retry=False)
+
+    async def _store_record(
+        self,
+        current: Record,
+        touched: set[str],
+        sources: Record | None = None,
+        roots: Record | None = None,
+        connectors: Record | None = None,
+        leases: Record | None = None,
+    ) -> None:
+        """Write the record read as `current` with a new generation token, what is
+        given in place of what it held."""
+        assert self._embedder is not None
         if sources is None:
             sources = sources_of(current)
         if roots is None:
@@ -161,13 +184,6 @@ class PointStore(PointReads):
                 IDENTITY: SOURCED,
             }
         )
-        if touched and retry:
-            # Another writer that read the record before this write and stored it after
-            # put back the old tokens of what we touched: those collections take a new one.
-            now = collection_tokens(await self._read_record())
-            lost = {name for name in touched if name in prior and now.get(name) == prior[name]}
-            if lost:
-                await self._wrote(touched=lost, retry=False)
 
     async def _rekeyed(self, record: Record) -> None:
         """A store written before a document's id named its source: the documents of a
@@ -314,11 +330,11 @@ class PointStore(PointReads):
             await self._wrote(runs, roots, connectors=connectors)
 
     async def lease_source(self, collection: str, source: str, holder: str, seconds: float) -> bool:
-        """Under the store's write lock: one process at a time here; another process
-        writing the record between its read and its write may take it too (Chroma's
-        local files serve one process; a Qdrant server shared by replicas is the case
-        this does not close)."""
-        async with self._write_lock:
+        """Under the store's write lock (one task at a time here) and the record's lock
+        (`record_lock`: one process at a time on this machine), from the read of the
+        record to its write. A server shared by replicas offers no such lock: there two
+        replicas reading the record at once may both take it (chroma-and-qdrant.md)."""
+        async with self._write_lock, held(self.record_lock):
             await self._ready()
             record = await self._read_record()
             if source not in sources_of(record).get(collection, {}):
@@ -332,7 +348,7 @@ class PointStore(PointReads):
                 f"{holder if seconds > 0 else ''}|{(now + timedelta(seconds=seconds)).isoformat()}"
             )
             leases.setdefault(collection, {})[source] = lease
-            await self._wrote(leases=leases)
+            await self._store_record(record, set(), leases=leases)
             return True
 
     async def delete_source(self, collection: str, source: str) -> int:

@@ -81,6 +81,11 @@ class ChromaStore(ChromaSearch):
             return f"{'https' if self.ssl else 'http'}://{self.host}:{self.port}"
         return str(self.path)
 
+    @property
+    def record_lock(self) -> Path | None:
+        """Beside a local folder, which several processes may open at once."""
+        return None if self.host else self.path / "knowledge-record.lock"
+
     # -- the primitives PointStore builds on -----------------------------------------------
 
     def connected(self) -> bool:

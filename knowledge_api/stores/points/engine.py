@@ -8,6 +8,7 @@ import json
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -54,20 +55,7 @@ class CatalogEntry:
     content: str
 
     def summary(self) -> DocumentSummary:
-        record = self.record
-        return DocumentSummary(
-            self.id,
-            record["collection"],
-            record["source_type"],
-            record["source_id"],
-            records.source_of(record),
-            record["title"],
-            records.decoded(record["metadata"]),
-            int(record["chunk_count"]),
-            records.as_timestamp(record["updated_at"]),
-            records.as_timestamp(record["created_at"]),
-            records.acl_of(record),
-        )
+        return records.summary_of(self.record, self.id, int(self.record["chunk_count"]))
 
 
 SOURCES = "sources"
@@ -128,6 +116,14 @@ class PointEngine(HybridSearch, BesideTheFile):
     def location(self) -> str:
         """Where the points live, for errors and /health (never a secret)."""
         raise NotImplementedError
+
+    @property
+    def record_lock(self) -> Path | None:
+        """The file whose lock guards the store record's read and write across the
+        processes of this machine (record_lock.py): None where the engine lets one
+        process open the store (a local Qdrant folder) or the store is a server's, which
+        offers none."""
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location!r})"

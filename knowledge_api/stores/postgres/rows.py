@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 
-from knowledge_api.errors import IndexingError
+from knowledge_api.errors import IndexingError, KnowledgeStoreError
 from knowledge_api.filters import equalities
 from knowledge_api.models import (
     Chunk,
@@ -43,6 +43,27 @@ LOOKUP_BATCH = 100
 """Keys per `in` filter: keeps a PostgREST URL well under common limits."""
 WRITE_BATCH_CHUNKS = 200
 """Passages per write call: bounds a request body (about 1 MB of 768-d vectors)."""
+
+
+class FunctionCall(NamedTuple):
+    """A set-returning SQL function called with named parameters; `error`: what its
+    failure raises."""
+
+    function: str
+    params: Mapping[str, Any]
+    error: type[KnowledgeStoreError]
+
+
+class Selection(NamedTuple):
+    """What a `select` reads: `columns` of the rows of `table` that meet every
+    condition, ordered by `order` (a column; empty: in any order), at most `limit` of
+    them (0: all)."""
+
+    table: str
+    columns: str
+    conditions: tuple[Condition, ...]
+    order: str
+    limit: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,19 +228,7 @@ def source_from_row(r: Mapping[str, Any]) -> SourceInfo:
 
 
 def summary_from_row(r: Mapping[str, Any]) -> DocumentSummary:
-    return DocumentSummary(
-        str(r["id"]),
-        r["collection"],
-        r["source_type"],
-        r["source_id"],
-        r["source"],
-        r["title"],
-        records.decoded(r["metadata"]),
-        int(r["chunks"]),
-        records.as_timestamp(r["updated_at"]),
-        records.as_timestamp(r["created_at"]),
-        records.acl_of(r),
-    )
+    return records.summary_of(r, str(r["id"]), int(r["chunks"]))
 
 
 def collection_from_row(r: Mapping[str, Any]) -> CollectionInfo:

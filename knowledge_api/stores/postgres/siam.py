@@ -2,9 +2,10 @@
 
 The `postgres` and `supabase` backends hold the same tables and call the same SQL
 functions (stores/sql/postgres/); they differ only in how a function is called and a
-table is read. `SiamStore` implements every operation once on three primitives the
-backends provide: `call` (a set-returning SQL function), `select` and `delete_rows`
-(declared with the search built on them in `siam_search.py`).
+table is read. `SiamStore` implements every operation once on three primitives:
+`call` (a set-returning SQL function), `select` and `delete_rows`, declared with the
+search built on them in `siam_search.py`; the backends provide `run_function`,
+`read_rows` and `delete_rows`.
 Documents are written by one SQL function, in one transaction per call, so a document
 and its passages change together whichever way the function is reached; the postgres
 store fills that function's staging tables by COPY instead (postgres/load.py).
@@ -35,6 +36,7 @@ from knowledge_api.models import (
 )
 from knowledge_api.stores.base import embedder_mismatch
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
+from knowledge_api.stores.postgres.acl_estimate import AclEstimate
 from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION, Reading
 from knowledge_api.stores.postgres.rows import (
     CHUNK_COLUMNS,
@@ -70,6 +72,7 @@ class SiamStore(SiamSearch):
     def __init__(self, tuning: SearchTuning = DEFAULT_TUNING, ef_search: int = 100) -> None:
         self.tuning = tuning
         self.ef_search = ef_search
+        self.acl_estimate = AclEstimate()
         self._generation: tuple[int, dict[str, int]] = (-1, {})
         self._generation_expires = 0.0
 

@@ -16,12 +16,15 @@ from knowledge_api.facets import Facets
 from knowledge_api.models import SearchFilters, SearchHit
 from knowledge_api.stores.fusion import Candidate, cosine_to_similarity
 from knowledge_api.stores.hybrid import HybridSearch
+from knowledge_api.stores.postgres.acl_estimate import AclEstimate
 from knowledge_api.stores.postgres.facets import facet_arguments, facets_of
 from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION, Reading
 from knowledge_api.stores.postgres.rows import (
     Condition,
+    FunctionCall,
     Passage,
     Row,
+    Selection,
     as_vector,
     hit_from_row,
     lookup_parts,
@@ -34,10 +37,12 @@ SEARCHED: ContextVar[Reading | None] = ContextVar("searched", default=None)
 
 
 class SiamSearch(HybridSearch):
-    """The primitives `call`, `select` and `delete_rows`, and the search built on them."""
+    """The primitives `call`, `select` and `delete_rows`, and the search built on them;
+    a backend runs the first two as `run_function` and `read_rows`."""
 
     concurrent_candidates = True  # two pooled connections (or HTTP requests) at once
     ef_search: int
+    acl_estimate: AclEstimate
 
     # -- transport, provided by the backends ---------------------------------------
 
@@ -50,6 +55,10 @@ class SiamSearch(HybridSearch):
     ) -> list[Row]:
         """Rows of a set-returning SQL function called with named parameters; `on`: a
         read a read replica may serve (None: the primary answers)."""
+        return await self.run_function(FunctionCall(function, params, error), on)
+
+    async def run_function(self, call: FunctionCall, on: Reading | None) -> list[Row]:
+        """The rows `call` returns, as the backend runs it."""
         raise NotImplementedError
 
     async def select(
@@ -62,7 +71,11 @@ class SiamSearch(HybridSearch):
         on: Reading | None = None,
     ) -> list[Row]:
         """Rows of `table` that meet every condition, ordered by `order` (a column; empty:
-        in any order), at most `limit` of them (0: all)."""
+        in any order), at most `limit` of them (0: all); `on` as for `call`."""
+        return await self.read_rows(Selection(table, columns, conditions, order, limit), on)
+
+    async def read_rows(self, selection: Selection, on: Reading | None) -> list[Row]:
+        """The rows `selection` names, as the backend reads them."""
         raise NotImplementedError
 
     async def delete_rows(self, table: str, *conditions: Condition) -> int:
@@ -90,7 +103,7 @@ class SiamSearch(HybridSearch):
         }
         rows = await self.call(
             "match_siam_vectors_gemini",
-            {**params, **search_params(filters)},
+            {**params, **await self.search_arguments(filters)},
             SearchError,
             on=reading(filters),
         )
@@ -110,9 +123,21 @@ class SiamSearch(HybridSearch):
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        params = {"query_text": query, "match_count": n, **search_params(filters)}
+        params = {"query_text": query, "match_count": n, **await self.search_arguments(filters)}
         rows = await self.call("search_siam_vectors_text", params, SearchError, on=reading(filters))
         return [Candidate(Passage(str(r["id"]), r), float(r["rank"])) for r in rows]
+
+    async def search_arguments(self, filters: SearchFilters) -> dict[str, Any]:
+        """The search functions' filter arguments (`search_params`), with how many
+        passages the reader's principals allow as the statistics have it."""
+        params = search_params(filters)
+        if params["filter_acl"] is not None:
+            params["filter_acl_rows"] = await self.acl_estimate.allowed(
+                lambda: self.call("knowledge_acl_statistics", {}, SearchError, on=reading(filters)),
+                params["filter_acl"],
+                params["filter_collections"],
+            )
+        return params
 
     async def similarities(
         self, keys: Sequence[Hashable], vector: np.ndarray

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,13 @@ from knowledge_api.stores.postgres.replicas import (
     redact,
     require_asyncpg,
 )
-from knowledge_api.stores.postgres.rows import Condition, Row, where_sql
+from knowledge_api.stores.postgres.rows import (
+    Condition,
+    FunctionCall,
+    Row,
+    Selection,
+    where_sql,
+)
 from knowledge_api.stores.postgres.schema import migrate
 from knowledge_api.stores.postgres.server import embedded_server_url, release_embedded_server
 from knowledge_api.stores.postgres.siam import SiamStore
@@ -348,33 +354,19 @@ class PostgresStore(SiamStore):
 
     # -- the primitives SiamStore builds on ---------------------------------------------
 
-    async def call(
-        self,
-        function: str,
-        params: Mapping[str, Any],
-        error: type[KnowledgeStoreError],
-        on: Reading | None = None,
-    ) -> list[Row]:
-        names = ", ".join(f"{name} => ${i}" for i, name in enumerate(params, start=1))
+    async def run_function(self, call: FunctionCall, on: Reading | None) -> list[Row]:
+        names = ", ".join(f"{name} => ${i}" for i, name in enumerate(call.params, start=1))
         return await self._fetch(
-            f"SELECT * FROM {function}({names})", list(params.values()), error, on
+            f"SELECT * FROM {call.function}({names})", list(call.params.values()), call.error, on
         )
 
-    async def select(
-        self,
-        table: str,
-        columns: str,
-        *conditions: Condition,
-        order: str = "",
-        limit: int = 0,
-        on: Reading | None = None,
-    ) -> list[Row]:
-        where, args = where_sql(conditions)
-        sql = f"SELECT {columns} FROM {table}{where}"
-        if order:
-            sql += f" ORDER BY {order}"
-        if limit:
-            sql += f" LIMIT {int(limit)}"
+    async def read_rows(self, selection: Selection, on: Reading | None) -> list[Row]:
+        where, args = where_sql(selection.conditions)
+        sql = f"SELECT {selection.columns} FROM {selection.table}{where}"
+        if selection.order:
+            sql += f" ORDER BY {selection.order}"
+        if selection.limit:
+            sql += f" LIMIT {int(selection.limit)}"
         return await self._fetch(sql, args, KnowledgeStoreError, on)
 
     async def delete_rows(self, table: str, *conditions: Condition) -> int:

@@ -11,7 +11,7 @@ not in reprs, logs, /health or error messages.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,13 @@ from knowledge_api.errors import BackendConnectionError, ConfigurationError, Kno
 from knowledge_api.registry import import_extra
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.replicas import Reading
-from knowledge_api.stores.postgres.rows import Condition, Row, vector_literal
+from knowledge_api.stores.postgres.rows import (
+    Condition,
+    FunctionCall,
+    Row,
+    Selection,
+    vector_literal,
+)
 from knowledge_api.stores.postgres.siam import SiamStore
 
 try:
@@ -152,35 +158,23 @@ class SupabaseStore(SiamStore):
 
     # -- the primitives SiamStore builds on ---------------------------------------------
 
-    async def call(
-        self,
-        function: str,
-        params: Mapping[str, Any],
-        error: type[KnowledgeStoreError],
-        on: Reading | None = None,
-    ) -> list[Row]:
+    async def run_function(self, call: FunctionCall, on: Reading | None) -> list[Row]:
         body = {
             name: vector_literal(value) if isinstance(value, np.ndarray) else value
-            for name, value in params.items()
+            for name, value in call.params.items()
         }
-        rows: list[Row] = await self._send(lambda client: client.rpc(function, body), error)
+        rpc = call.function
+        rows: list[Row] = await self._send(lambda client: client.rpc(rpc, body), call.error)
         return rows
 
-    async def select(
-        self,
-        table: str,
-        columns: str,
-        *conditions: Condition,
-        order: str = "",
-        limit: int = 0,
-        on: Reading | None = None,
-    ) -> list[Row]:
+    async def read_rows(self, selection: Selection, on: Reading | None) -> list[Row]:
         def build(client: Any) -> Any:
-            query = filtered(client.table(table).select(columns), conditions)
-            if order:
-                query = query.order(order)
-            if limit:
-                query = query.limit(limit)
+            query = client.table(selection.table).select(selection.columns)
+            query = filtered(query, selection.conditions)
+            if selection.order:
+                query = query.order(selection.order)
+            if selection.limit:
+                query = query.limit(selection.limit)
             return query
 
         rows: list[Row] = await self._send(build, KnowledgeStoreError)

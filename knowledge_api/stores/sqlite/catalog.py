@@ -4,7 +4,6 @@ page at a time, a document read back whole, and columns of rows looked up by key
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -90,22 +89,7 @@ def list_documents(conn: sqlite3.Connection, page: DocumentPage) -> list[Documen
            FROM documents d WHERE {" AND ".join(conditions)} ORDER BY id LIMIT ?""",
         (*params, page.limit),
     )
-    return [
-        DocumentSummary(
-            r["id"],
-            r["collection"],
-            r["source_type"],
-            r["source_id"],
-            r["source"],
-            r["title"],
-            json.loads(r["metadata"]),
-            r[8],
-            records.as_timestamp(r["updated_at"]),
-            records.as_timestamp(r["created_at"]),
-            records.acl_of(r),
-        )
-        for r in rows
-    ]
+    return [records.summary_of(r, r["id"], r[8]) for r in rows]
 
 
 def readable(principals: frozenset[str]) -> str:

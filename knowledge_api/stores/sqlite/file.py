@@ -133,10 +133,15 @@ class SQLiteFile:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction on the writer thread's connection."""
+        """A write transaction on the writer thread's connection. It reads the schema
+        first: another connection may have changed it since this one last did (the side
+        tables beside the store are created on first use), and SQLite fails to re-read
+        it inside a savepoint, or under a delete that cascades through a foreign key
+        ("no such table: documents", SQLITE_SCHEMA)."""
         conn = self._writer_db()
         conn.execute("BEGIN IMMEDIATE")
         try:
+            conn.execute("SELECT 1 FROM sqlite_schema LIMIT 0").fetchall()
             yield conn
         except BaseException:
             conn.execute("ROLLBACK")

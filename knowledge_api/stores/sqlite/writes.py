@@ -25,9 +25,6 @@ def write_documents(file: SQLiteFile, docs: Sequence[Document]) -> None:
     price of one commit."""
     failure: BaseException | None = None
     with file.transaction() as conn:
-        # Read a schema another connection changed (api_keys is created on first use)
-        # before the first savepoint: SQLite fails to re-read it inside one.
-        conn.execute("SELECT 1 FROM chunks LIMIT 0").fetchall()
         for doc in docs:
             conn.execute("SAVEPOINT document")
             try:

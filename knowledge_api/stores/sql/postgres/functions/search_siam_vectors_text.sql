@@ -9,7 +9,8 @@ CREATE OR REPLACE FUNCTION search_siam_vectors_text(
     filter_collection text DEFAULT 'default',
     filter_where jsonb DEFAULT NULL,
     filter_collections text[] DEFAULT NULL,
-    filter_acl text[] DEFAULT NULL
+    filter_acl text[] DEFAULT NULL,
+    filter_acl_rows double precision DEFAULT NULL
 ) RETURNS TABLE (
     id uuid,
     document_id uuid,
@@ -54,9 +55,11 @@ BEGIN
         -- 2,000 times the share they may read, so it reads about as many rows whatever
         -- the share (and finds them however they lie); never fewer than ten times the
         -- results asked. Few are found through the index, and 2,000 of them ranked.
-        allowed := knowledge_planned_rows(filter_collection => filter_collection,
+        -- How many they allow: the caller's estimate (filter_acl_rows) when it gives one.
+        allowed := coalesce(filter_acl_rows, knowledge_planned_rows(
+            filter_collection => filter_collection,
             filter_where => knowledge_with_acl(NULL, filter_acl),
-            filter_collections => filter_collections);
+            filter_collections => filter_collections));
         wide := allowed > knowledge_exact_rows(match_count);
         IF wide THEN
             bound := least(2000, greatest(10 * match_count, ceil(2000 * allowed
@@ -87,8 +90,9 @@ BEGIN
                    AND (filter_division IS NULL OR v.division = filter_division)
                    AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
                    AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
-                   AND (filter_acl IS NULL OR CASE WHEN wide THEN (v.acl && filter_acl) IS TRUE
-                                             ELSE v.acl && filter_acl END)
+                   AND (filter_acl IS NULL OR CASE
+                        WHEN wide THEN knowledge_acl_allows(v.acl, filter_acl) IS TRUE
+                        ELSE v.acl && filter_acl END)
                  LIMIT bound)
                 UNION ALL
                 (
@@ -104,8 +108,9 @@ BEGIN
                    AND (filter_division IS NULL OR v.division = filter_division)
                    AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
                    AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
-                   AND (filter_acl IS NULL OR CASE WHEN wide THEN (v.acl && filter_acl) IS TRUE
-                                             ELSE v.acl && filter_acl END)
+                   AND (filter_acl IS NULL OR CASE
+                        WHEN wide THEN knowledge_acl_allows(v.acl, filter_acl) IS TRUE
+                        ELSE v.acl && filter_acl END)
                  LIMIT bound)
             ) m
             ORDER BY 7 DESC, 1
@@ -130,8 +135,9 @@ BEGIN
           AND (filter_division IS NULL OR v.division = filter_division)
           AND (filter_app_under_test IS NULL OR v.app_under_test = filter_app_under_test)
           AND (filter_metadata = '{}' OR v.metadata @> filter_metadata)
-          AND (filter_acl IS NULL OR CASE WHEN wide THEN (v.acl && filter_acl) IS TRUE
-                                     ELSE v.acl && filter_acl END)
+          AND (filter_acl IS NULL OR CASE
+                WHEN wide THEN knowledge_acl_allows(v.acl, filter_acl) IS TRUE
+                ELSE v.acl && filter_acl END)
         ORDER BY 7 DESC, v.id
         LIMIT match_count;
         RETURN;
