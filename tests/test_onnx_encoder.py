@@ -3,6 +3,7 @@ enough to compare with transformers' BertModel of the same weights."""
 
 from __future__ import annotations
 
+import platform
 import shutil
 import subprocess
 import sys
@@ -13,8 +14,8 @@ import numpy as np
 import pytest
 
 from knowledge_api.embeddings import local, onnx_model
-from knowledge_api.embeddings.local import LocalEmbedder, load_tokenizer
-from knowledge_api.embeddings.runtimes import ENCODERS
+from knowledge_api.embeddings.local import LocalEmbedder, load_tokenizer, padded
+from knowledge_api.embeddings.runtimes import ENCODERS, OpenVinoEncoder
 from knowledge_api.errors import EmbeddingError
 from tests.torch_reference import mean_pooled
 
@@ -258,6 +259,55 @@ def test_fp32_and_bf16_run_one_ir_whose_weights_take_half_the_bytes(
     assert weights < 0.55 * (tiny_model_dir / "model.safetensors").stat().st_size
     cosines = np.sum(fp32.embed_batch(TEXTS) * bf16.embed_batch(TEXTS), axis=1)
     assert cosines.min() > 0.99
+
+
+@pytest.mark.usefixtures("bundled_tiny_model")
+def test_the_ir_stores_its_products_weights_fp32_out_by_in_and_the_rest_fp16(
+    tmp_path: Path,
+) -> None:
+    """fp32 weights stored [out, in] are packed once for every input shape; fp16 ones
+    OpenVINO converted and packed anew for each kind of shape (openvino_ir.py)."""
+    import openvino
+
+    embedder = LocalEmbedder("fp32", cache_dir=tmp_path)
+    embedder.load()
+    assert embedder.model_file is not None
+    ir = openvino.Core().read_model(str(embedder.model_file))
+    products = [
+        node
+        for node in ir.get_ordered_ops()
+        if node.get_type_name() == "MatMul"
+        and node.input_value(1).get_node().get_type_name() == "Constant"
+    ]
+    assert len(products) == 2 * 4  # 2 layers: query-key-value, output, feed-forward x 2
+    for product in products:
+        assert product.get_attributes()["transpose_b"]
+        assert product.input_value(1).get_element_type() == openvino.Type.f32
+    table = next(n for n in ir.get_ordered_ops() if n.get_type_name() == "Gather")
+    assert table.input_value(0).get_node().input_value(0).get_element_type() == openvino.Type.f16
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="MLAS: x86-64")
+@pytest.mark.usefixtures("bundled_tiny_model")
+def test_every_fp32_product_runs_on_the_kernel_that_packs_its_weights_once(
+    tmp_path: Path,
+) -> None:
+    """No product has an activation fused into it (MLAS takes none): the feed-forward's
+    GELU is written so that OpenVINO does not recognise it."""
+    import openvino
+
+    embedder = LocalEmbedder("fp32", cache_dir=tmp_path)
+    embedder.load()
+    compiled = openvino.Core().compile_model(
+        str(embedder.model_file), "CPU", {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": 1}
+    )
+    compiled.create_infer_request().infer(padded([[101, 7592, 102]], OpenVinoEncoder.pad_to))
+    kernels = [
+        node.get_rt_info()["primitiveType"].astype(str)
+        for node in compiled.get_runtime_model().get_ordered_ops()
+        if node.get_rt_info()["layerType"].astype(str) == "FullyConnected"
+    ]
+    assert len(kernels) == 2 * 4 and all("mlas" in kernel for kernel in kernels), kernels
 
 
 @pytest.mark.usefixtures("bundled_tiny_model")

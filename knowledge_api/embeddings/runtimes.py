@@ -146,6 +146,7 @@ class OpenVinoEncoder:
         """What the compiled model computes in, whatever was asked."""
         self._request = self.model.create_infer_request()
         self._queue: Any = None
+        self.release()  # compiling read the weights fp32's kernels pack (openvino_ir.py)
 
     def run(self, feed: Feed) -> np.ndarray:
         outputs = self._request.infer(feed, share_inputs=False)
