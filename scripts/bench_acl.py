@@ -54,9 +54,7 @@ class AclCorpus(Corpus):
         return doc
 
 
-async def time_rows(
-    store: Any, queries: list[tuple[str, np.ndarray]]
-) -> dict[str, Timed]:
+async def time_rows(store: Any, queries: list[tuple[str, np.ndarray]]) -> dict[str, Timed]:
     """Each row's p50 and p95 ms and fewest results, query i asked by every row in turn
     as the readers of group i mod 100."""
     latencies: dict[str, list[float]] = {label: [] for label in ROWS}
