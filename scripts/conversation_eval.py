@@ -49,10 +49,10 @@ from knowledge_api.config.fields import Secret
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
-from knowledge_api.usecases import conversation
+from knowledge_api.usecases import conversation, references
 from knowledge_api.usecases import query as query_use
-from knowledge_api.usecases.conversation import Turn
 from knowledge_api.usecases.query import QueryParams
+from knowledge_api.usecases.references import Turn
 
 HERE = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = HERE / "tests" / "conversations.json"
@@ -101,7 +101,7 @@ def follow_ups(path: Path, titles: dict[str, str]) -> list[FollowUp]:
 
 def elliptic(f: FollowUp) -> bool:
     """A follow-up of the form "and X?" / "what about X?"."""
-    return bool(conversation.ELLIPSIS.match(f.turns[-1].text))
+    return bool(references.ELLIPSIS.match(f.turns[-1].text))
 
 
 def joined(turns: Sequence[Turn]) -> str:

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.routes import chat
-from knowledge_api.usecases.conversation import MAX_TURNS
+from knowledge_api.usecases.references import MAX_TURNS
 from tests.conftest import corpus, make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
 

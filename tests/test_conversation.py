@@ -18,7 +18,8 @@ import knowledge_api
 from knowledge_api.app import create_app
 from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import chunked
-from knowledge_api.usecases.conversation import Rewrite, Turn, offline
+from knowledge_api.usecases.conversation import Rewrite, offline
+from knowledge_api.usecases.references import Turn
 from tests.conftest import corpus, ingested_client, make_settings
 from tests.providers import (
     GEMINI_GENERATE,

@@ -116,7 +116,7 @@ def test_unavailable_store_is_503_and_unhealthy(broken_store_settings: Settings)
 
 
 class ExplodingService(KnowledgeService):
-    async def retrieve(self, *args: Any, **kwargs: Any) -> Any:
+    async def retrieve_asked(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("internal detail 1234")
 
 

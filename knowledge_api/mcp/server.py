@@ -35,7 +35,7 @@ from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import answers, conversation
 from knowledge_api.usecases import query as query_use
-from knowledge_api.usecases.conversation import Turn
+from knowledge_api.usecases.references import Turn
 from knowledge_api.views import document_view
 from knowledge_api.views import query as query_contract
 from knowledge_api.web.access import EVERYONE, WRITE, Access, access

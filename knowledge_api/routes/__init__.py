@@ -1,17 +1,10 @@
 """The route table: thin handlers, one module per resource.
 
-Each route carries its contract beside its handler: the scope a caller needs, the
-declared request body, parameters and response, the errors it answers with and whether
-it answers as Server-Sent Events. Access control and the OpenAPI document
-(`routes/openapi.py`) both read it from here.
+Each route carries its contract beside its handler (`routes/route.py`); access control
+and the OpenAPI document (`routes/openapi.py`) both read it from here.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
-
-from starlette.routing import Route
 
 from knowledge_api.routes import (
     answer,
@@ -33,118 +26,22 @@ from knowledge_api.routes import (
     sources,
     support,
 )
-from knowledge_api.routes.openapi import Contract
+from knowledge_api.routes.route import (
+    COLLECTION_ERRORS,
+    ApiRoute,
+    admin_page,
+    asset_route,
+    chat_route,
+    page_route,
+    posted,
+    search_route,
+)
 from knowledge_api.web import metrics
-from knowledge_api.web.access import ADMIN, PUBLIC, READ, WRITE, guarded
-from knowledge_api.web.fields import Body, Field, Schema
+from knowledge_api.web.access import ADMIN, PUBLIC, READ, WRITE
+
+__all__ = ["ADMIN", "PUBLIC", "ROUTES", "ApiRoute"]
 
 
-class ApiRoute(Route):
-    def __init__(
-        self,
-        path: str,
-        endpoint: Callable[..., Any],
-        method: str,
-        scope: str,
-        summary: str,
-        body: Body | None = None,
-        streams: bool = False,
-        *,
-        response: Schema | None = None,
-        statuses: tuple[int, ...] = (200,),
-        parameters: tuple[Field, ...] = (),
-        errors: tuple[int, ...] | None = None,
-        media_type: str = "application/json",
-        events: Schema | None = None,
-    ) -> None:
-        super().__init__(path, guarded(endpoint, scope), methods=[method])
-        errors = self.own_errors(body) if errors is None else errors
-        self.contract = Contract(
-            method,
-            scope,
-            summary,
-            body,
-            streams,
-            response,
-            statuses,
-            parameters,
-            errors,
-            media_type,
-            events,
-        )
-
-    def own_errors(self, body: Body | None) -> tuple[int, ...]:
-        """A body can be malformed, too large or of another type; a path parameter can
-        name nothing; anything that reaches the store can find it unavailable."""
-        found = [400, 413, 415] if body else []
-        if self.param_convertors:
-            found.append(404)
-        return (*found, 503)
-
-
-COLLECTION_ERRORS = (400, 404, 413, 415, 503)
-"""A body's errors, and 404 for a collection that does not exist."""
-
-
-def search_route(
-    path: str, endpoint: Callable[..., Any], summary: str, body: Body, **contract: Any
-) -> ApiRoute:
-    """A search that answers as JSON, or as Server-Sent Events with `stream: true`; its
-    resource module declares the rest (`ROUTE`)."""
-    contract.setdefault("errors", COLLECTION_ERRORS)
-    return ApiRoute(path, endpoint, "POST", READ, summary, body, streams=True, **contract)
-
-
-def chat_route(
-    path: str, endpoint: Callable[..., Any], summary: str, body: Body, **contract: Any
-) -> ApiRoute:
-    """A chat client's route: read scope, a conversation in, a stream or a completion out."""
-    contract.setdefault("errors", CHAT_ERRORS)
-    return ApiRoute(path, endpoint, "POST", READ, summary, body, streams=True, **contract)
-
-
-def page_route(path: str, endpoint: Callable[..., Any], summary: str) -> ApiRoute:
-    """A public HTML page."""
-    return ApiRoute(path, endpoint, "GET", PUBLIC, summary, media_type="text/html", errors=())
-
-
-def asset_route(path: str, endpoint: Callable[..., Any], page: str, asset: Field) -> ApiRoute:
-    """A script, style sheet or icon of a public page, named by `asset`."""
-    return ApiRoute(
-        path,
-        endpoint,
-        "GET",
-        PUBLIC,
-        f"A script, style sheet or icon of {page}.",
-        media_type="*/*",
-        parameters=(asset,),
-        errors=(404,),
-    )
-
-
-def admin_page(
-    path: str,
-    endpoint: Callable[..., Any],
-    summary: str,
-    response: Schema,
-    parameters: tuple[Field, ...],
-) -> ApiRoute:
-    """A page of records kept for the admins (ratings, the audit trail), newest first,
-    chosen by its query parameters: a 400 names one that breaks its rule."""
-    return ApiRoute(
-        path,
-        endpoint,
-        "GET",
-        ADMIN,
-        summary,
-        response=response,
-        parameters=parameters,
-        errors=(400, 503),
-    )
-
-
-CHAT_ERRORS = (400, 403, 404, 413, 415, 503)
-"""404: a collection (or a model naming one) that does not exist."""
 ROUTES = [
     page_route(
         "/",
@@ -286,15 +183,13 @@ ROUTES = [
         parameters=detail.PARAMETERS,
         errors=(400, 404, 409, 503),
     ),
-    ApiRoute(
+    posted(
         "/v1/knowledge/documents",
         documents.create,
-        "POST",
         WRITE,
         "Index one document, or up to 100.",
         documents.DOCUMENTS,
         response=documents.CREATED,
-        statuses=(201,),
     ),
     ApiRoute(
         "/v1/knowledge/documents",
@@ -326,27 +221,24 @@ ROUTES = [
         parameters=(catalog.SOURCE_COLLECTION,),
         errors=(400, 404, 503),
     ),
-    ApiRoute(
+    posted(
         "/v1/knowledge/sources",
         sources.add,
-        "POST",
         ADMIN,
         "Register a connector source (a mailbox, a Prometheus server); no sync yet.",
         sources.ADD,
         response=catalog.SOURCE_VIEW,
-        statuses=(201,),
         errors=(400, 403, 409, 413, 415, 503),
     ),
-    ApiRoute(
+    posted(
         "/v1/knowledge/sources/{name:path}/sync",
         sources.sync,
-        "POST",
         WRITE,
         "Sync a connector source as a job: 202 with its id (GET /v1/knowledge/jobs/{id}).",
         sources.SYNC,
         response=sources.ACCEPTED,
+        status=202,
         parameters=(catalog.NAME,),
-        statuses=(202,),
         errors=(400, 403, 404, 413, 415, 503),
     ),
     ApiRoute(
@@ -420,15 +312,13 @@ ROUTES = [
         response=permissions.PRINCIPAL,
         errors=(400, 413, 415, 503),
     ),
-    ApiRoute(
+    posted(
         "/v1/knowledge/keys",
         keys.create,
-        "POST",
         ADMIN,
         "Create an API key: its token is in this answer, and never again.",
         keys.CREATE,
         response=keys.CREATED,
-        statuses=(201,),
         errors=(400, 403, 409, 413, 415, 503),
     ),
     ApiRoute(
@@ -460,15 +350,13 @@ ROUTES = [
         parameters=(keys.NAME,),
         errors=(400, 404, 503),
     ),
-    ApiRoute(
+    posted(
         "/v1/knowledge/feedback",
         feedback.rate,
-        "POST",
         READ,
         "Rate an answer or query this service returned, by its query_id.",
         feedback.FEEDBACK,
         response=feedback.CREATED,
-        statuses=(201,),
         errors=(400, 403, 404, 413, 415, 503),
     ),
     admin_page(
@@ -485,15 +373,14 @@ ROUTES = [
         audit.RESPONSE,
         audit.PARAMETERS,
     ),
-    ApiRoute(
+    posted(
         "/v1/knowledge/files",
         files.upload,
-        "POST",
         WRITE,
         "Upload files (multipart/form-data) to be indexed by a job; 202 with its id.",
         files.FILES,
         response=files.ACCEPTED,
-        statuses=(202,),
+        status=202,
         errors=(400, 403, 408, 409, 413, 415, 503),
     ),
     ApiRoute(

@@ -25,9 +25,10 @@ from knowledge_api.models import DEFAULT_COLLECTION, SETTINGS_RANKING, Ranking, 
 from knowledge_api.routes import models
 from knowledge_api.service import KnowledgeService, Served
 from knowledge_api.spans import Unit
-from knowledge_api.usecases import answers, conversation
+from knowledge_api.usecases import answers, conversation, references
 from knowledge_api.usecases.answers import AnswerParams, GroundedAnswer
-from knowledge_api.usecases.conversation import Rewrite, Turn
+from knowledge_api.usecases.conversation import Rewrite
+from knowledge_api.usecases.references import Turn
 from knowledge_api.views import CHAT_OFFSETS, COLLECTIONS, FILTERS, RANKING
 from knowledge_api.web.access import access
 from knowledge_api.web.fields import (
@@ -154,7 +155,7 @@ def cited_of(message: Any, text: str) -> tuple[str, ...]:
 
 def turns(messages: Any, where: str = "messages") -> list[Turn]:
     """The latest turns of the conversation as the client sends it back, those a
-    question is made from (`conversation.MAX_TURNS` user turns before the latest, and
+    question is made from (`references.MAX_TURNS` user turns before the latest, and
     what follows them); every message is checked (400 naming one that is malformed),
     only those turns are read."""
     if not isinstance(messages, list) or not messages:
@@ -168,7 +169,7 @@ def turns(messages: Any, where: str = "messages") -> list[Turn]:
         if role == "user":
             texts[i] = text_of(content)
             questions += bool(texts[i].strip())
-            if questions > conversation.MAX_TURNS:
+            if questions > references.MAX_TURNS:
                 start = i
                 break
     read = []

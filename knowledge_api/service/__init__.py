@@ -3,6 +3,7 @@ holds (engine.py) and its parts (trail.py, catalog.py, startup.py, health.py).""
 
 from knowledge_api.service.knowledge import (
     COMPUTED,
+    Asked,
     Event,
     KnowledgeService,
     Plan,
@@ -10,4 +11,4 @@ from knowledge_api.service.knowledge import (
     Served,
 )
 
-__all__ = ["COMPUTED", "Event", "KnowledgeService", "Plan", "Retrieval", "Served"]
+__all__ = ["COMPUTED", "Asked", "Event", "KnowledgeService", "Plan", "Retrieval", "Served"]

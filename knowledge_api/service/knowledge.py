@@ -29,7 +29,7 @@ from knowledge_api.service.engine import Engine
 from knowledge_api.service.health import Health
 from knowledge_api.service.maintenance import Maintenance
 from knowledge_api.service.records import Records
-from knowledge_api.service.retrieval import Plan, Retrieval, Retriever
+from knowledge_api.service.retrieval import Asked, Plan, Retrieval, Retriever
 from knowledge_api.service.sources import Sources
 from knowledge_api.service.startup import Startup
 from knowledge_api.service.step import Step
@@ -39,6 +39,7 @@ from knowledge_api.synthesis.extractive import ExtractiveSynthesizer
 
 __all__ = [
     "COMPUTED",
+    "Asked",
     "Event",
     "KnowledgeService",
     "Plan",
@@ -66,6 +67,7 @@ class KnowledgeService(Engine):
         self.maintenance = Maintenance(self, self.catalog, self.trail)
 
     retrieve = Step("retriever", Retriever.retrieve)
+    retrieve_asked = Step("retriever", Retriever.retrieve_asked)
     plan = Step("retriever", Retriever.plan)
     search = Step("retriever", Retriever.search)
     facets = Step("retriever", Retriever.facets)

@@ -48,6 +48,20 @@ class Plan:
 
 
 @dataclass(frozen=True, slots=True)
+class Asked:
+    """What a search asks besides where to look: the query, the page of `limit` results
+    from `offset`, and how they are ranked (see `Retriever.search`)."""
+
+    query: str
+    limit: int
+    threshold: float = 0.0
+    mode: SearchMode = "hybrid"
+    rerank: bool = True
+    ranking: Ranking = SETTINGS_RANKING
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Retrieval:
     hits: list[SearchHit]
     vector: np.ndarray | None
@@ -93,9 +107,16 @@ class Retriever:
         """Embed (through tier 2), search, rerank: the step every use case shares.
         `route=True` lets semantic routing (KNOWLEDGE_ROUTING) skip sources the query
         does not need, when the request names none."""
-        with self._keywords_ahead(query, limit, filters, mode, rerank, route, ranking, offset):
-            plan = await self.plan(query, filters, route)
-            return await self.search(plan, query, limit, threshold, mode, rerank, ranking, offset)
+        asked = Asked(query, limit, threshold, mode, rerank, ranking, offset)
+        return await self.retrieve_asked(asked, filters, route)
+
+    async def retrieve_asked(
+        self, asked: Asked, filters: SearchFilters, route: bool = False
+    ) -> Retrieval:
+        """`retrieve`, for a caller that holds what it asks as one value."""
+        with self._keywords_ahead(asked, filters, route):
+            plan = await self.plan(asked.query, filters, route)
+            return await self.search(plan, asked)
 
     async def plan(self, query: str, filters: SearchFilters, route: bool = False) -> Plan:
         """The query's vector (through tier 2) and the sources to search."""
@@ -113,17 +134,7 @@ class Retriever:
         routed = replace(filters, source_types=decided.sources)
         return Plan(vector, routed, embedding_ms, warnings, decided.searched)
 
-    async def search(
-        self,
-        plan: Plan,
-        query: str,
-        limit: int,
-        threshold: float = 0.0,
-        mode: SearchMode = "hybrid",
-        rerank: bool = True,
-        ranking: Ranking = SETTINGS_RANKING,
-        offset: int = 0,
-    ) -> Retrieval:
+    async def search(self, plan: Plan, asked: Asked) -> Retrieval:
         """Search as planned, rerank, order by recency when asked, and cut the page of
         `limit` results from `offset`.
 
@@ -139,7 +150,9 @@ class Retriever:
         after them a search with DEEPEST candidates, without the passages placed before.
         A page that ends in the first places costs one search; a deeper one two. Recency
         orders each part within itself."""
-        reranking = self._reranking(ranking, rerank, mode)
+        query, limit, threshold, mode = asked.query, asked.limit, asked.threshold, asked.mode
+        ranking, offset = asked.ranking, asked.offset
+        reranking = self._reranking(ranking, asked.rerank, mode)
         first, wanted = self._depth(limit, offset, ranking, reranking)
         end = offset + limit
         started = time.perf_counter()
@@ -182,26 +195,19 @@ class Retriever:
         return replace(found, hits=ordered[offset:end], more=len(ordered) > end)
 
     def _keywords_ahead(
-        self,
-        query: str,
-        limit: int,
-        filters: SearchFilters,
-        mode: SearchMode,
-        rerank: bool,
-        route: bool,
-        ranking: Ranking,
-        offset: int,
+        self, asked: Asked, filters: SearchFilters, route: bool
     ) -> AbstractContextManager[None]:
         """The keyword list of the search `retrieve` is about to ask, sent off while the
         query is embedded, where the store runs it aside (HybridSearch.keywords_ahead)
         and the vector cannot change where the search looks (routing)."""
         store = self.engine.store
-        if mode != "hybrid" or self._may_route(filters, route):
+        if asked.mode != "hybrid" or self._may_route(filters, route):
             return nullcontext()
         if not isinstance(store, HybridSearch):
             return nullcontext()
-        _, wanted = self._depth(limit, offset, ranking, self._reranking(ranking, rerank, mode))
-        return store.keywords_ahead(query, wanted, filters, ranking)
+        reranking = self._reranking(asked.ranking, asked.rerank, asked.mode)
+        _, wanted = self._depth(asked.limit, asked.offset, asked.ranking, reranking)
+        return store.keywords_ahead(asked.query, wanted, filters, asked.ranking)
 
     def _depth(self, limit: int, offset: int, ranking: Ranking, reranking: bool) -> tuple[int, int]:
         """The first places a search ranks in one order, and the hits the page asks

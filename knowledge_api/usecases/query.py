@@ -16,7 +16,7 @@ from knowledge_api.facets import Facets
 from knowledge_api.models import SOURCE_TYPES as SOURCES
 from knowledge_api.models import Outcome, SearchHit, SearchParams
 from knowledge_api.ranking import next_offset
-from knowledge_api.service import COMPUTED, Event, KnowledgeService, Plan, Retrieval, Served
+from knowledge_api.service import COMPUTED, Asked, Event, KnowledgeService, Plan, Retrieval, Served
 from knowledge_api.timing import elapsed_ms
 
 Filters = tuple[tuple[str, Any], ...]
@@ -198,15 +198,7 @@ async def progressive(
 
 
 async def search(service: KnowledgeService, params: QueryParams) -> Retrieval:
-    return await service.retrieve(
-        params.query,
-        params.limit,
-        params.search_filters(),
-        params.threshold,
-        route=True,
-        ranking=params.ranking,
-        offset=params.offset,
-    )
+    return await service.retrieve_asked(asked(params), params.search_filters(), route=True)
 
 
 async def search_alone(
@@ -219,8 +211,12 @@ async def search_alone(
 async def search_planned(
     service: KnowledgeService, params: QueryParams, plan: Plan, rerank: bool = True
 ) -> Retrieval:
-    return await service.search(
-        plan,
+    return await service.search(plan, asked(params, rerank))
+
+
+def asked(params: QueryParams, rerank: bool = True) -> Asked:
+    """What the query's search asks, fused or of one source (`rerank=False`)."""
+    return Asked(
         params.query,
         params.limit,
         params.threshold,
