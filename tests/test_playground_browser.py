@@ -279,7 +279,7 @@ def test_a_citation_marks_its_quote_and_the_document_marks_every_cited_span(
     citation no passage text supports says so."""
     tab.enter_key(server[1])
     with tab.page.expect_response(re.compile(r"/v1/knowledge/query$")) as sent:
-        tab.ask(f"What is the cache key of a query? ({QUOTES})")
+        tab.ask(f"How is a query normalised, and what is the cache key? ({QUOTES})")
     tab.answered()
     assert json.loads(sent.value.request.post_data)["offsets"] == "utf16"
     links = tab.page.locator("#answer a.cite")
