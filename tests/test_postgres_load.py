@@ -242,6 +242,8 @@ async def test_the_next_set_is_read_while_the_database_moves_this_one(
     async def source() -> AsyncIterator[Sequence[Document]]:
         yield documents(6)[:3]
         for _ in range(600):  # the move was sent; the server may not be at the lock yet
+            # inside a transaction pg_stat_activity is read once and then kept: drop it
+            await db.execute("SELECT pg_stat_clear_snapshot()")
             seen[:] = await db.fetch(
                 """SELECT wait_event_type FROM pg_stat_activity
                    WHERE query LIKE '%knowledge_index_staged()%' AND state = 'active'
