@@ -417,14 +417,12 @@ def test_a_missing_extra_names_the_install_command(
         pass
 
 
+POSTED = ("source_type", "source_id", "content", "title", "metadata")
+"""What the corpus's documents say in POST /v1/knowledge/documents."""
+
+
 def as_json(doc: Document) -> dict[str, Any]:
-    return {
-        "source_type": doc.source_type,
-        "source_id": doc.source_id,
-        "content": doc.content,
-        "title": doc.title,
-        "metadata": doc.metadata,
-    }
+    return {name: getattr(doc, name) for name in POSTED}
 
 
 @pytest.mark.parametrize("name", list(BACKENDS))
