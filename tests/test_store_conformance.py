@@ -417,14 +417,12 @@ def test_a_missing_extra_names_the_install_command(
         pass
 
 
+POSTED = ("source_type", "source_id", "content", "title", "metadata")
+"""What the corpus's documents say in POST /v1/knowledge/documents."""
+
+
 def as_json(doc: Document) -> dict[str, Any]:
-    return {
-        "source_type": doc.source_type,
-        "source_id": doc.source_id,
-        "content": doc.content,
-        "title": doc.title,
-        "metadata": doc.metadata,
-    }
+    return {name: getattr(doc, name) for name in POSTED}
 
 
 @pytest.mark.parametrize("name", list(BACKENDS))
@@ -1093,7 +1091,7 @@ async def test_the_first_mirror_of_a_path_adopts_its_documents_of_no_source(
 
 async def test_upload_jobs_are_kept_in_the_store(store: KnowledgeStore, tmp_path: Path) -> None:
     """Every replica answers for a job, and a restarted service finds the ones it left."""
-    jobs = store.job_store(tmp_path / "jobs.db")
+    jobs = store.side_tables(tmp_path / "jobs.db").jobs
     await jobs.open()
     job = Job("j1", "manuals", "wiki", "upload", "host-a:/up", [JobFile("a.pdf", "00000", 9)])
     await jobs.save(job)
@@ -1103,7 +1101,7 @@ async def test_upload_jobs_are_kept_in_the_store(store: KnowledgeStore, tmp_path
     await jobs.save(job)
     await jobs.close()
 
-    reopened = store.job_store(tmp_path / "jobs.db")  # as a restarted service opens it
+    reopened = store.side_tables(tmp_path / "jobs.db").jobs  # as a restarted service opens it
     await reopened.open()
     try:
         stored = await reopened.get("j1")

@@ -8,83 +8,73 @@ import argparse
 import sys
 
 from knowledge_api import validation
-from knowledge_api.cli.running import split, with_storage
+from knowledge_api.cli.running import on_storage, split, with_storage
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 
 
-def run_keys_create(settings: Settings, args: argparse.Namespace) -> int:
+@on_storage
+async def run_keys_create(service: KnowledgeService, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import keys
 
-    async def create(service: KnowledgeService) -> int:
-        key, token = await keys.create(
-            service,
-            args.name,
-            split(args.scopes),
-            split(args.collections),
-            user=args.user,
-            groups=split(args.groups),
+    key, token = await keys.create(
+        service,
+        args.name,
+        split(args.scopes),
+        split(args.collections),
+        user=args.user,
+        groups=split(args.groups),
+    )
+    reach = ", ".join(key.collections) if key.collections else "every collection"
+    reader = f"; reads as user {key.user!r}" if key.user else ""
+    held = f"; groups {', '.join(key.groups)}" if key.groups else ""
+    print(f"created key {key.name!r}: scopes {', '.join(key.scopes)}; {reach}{reader}{held}")
+    print("the token below is shown once; only its hash is kept:")
+    print(token)
+    return 0
+
+
+@on_storage
+async def run_keys_list(service: KnowledgeService, args: argparse.Namespace) -> int:
+    from knowledge_api.usecases import keys
+
+    for key in await keys.listed(service):
+        reach = ",".join(key.collections) if key.collections else "*"
+        reader = f"\tuser={key.user}" if key.user else ""
+        held = f"\tgroups={','.join(key.groups)}" if key.groups else ""
+        print(
+            f"{key.name}\tscopes={','.join(key.scopes)}\tcollections={reach}\t"
+            f"{key.created_at}{reader}{held}"
         )
-        reach = ", ".join(key.collections) if key.collections else "every collection"
-        reader = f"; reads as user {key.user!r}" if key.user else ""
-        held = f"; groups {', '.join(key.groups)}" if key.groups else ""
-        print(f"created key {key.name!r}: scopes {', '.join(key.scopes)}; {reach}{reader}{held}")
-        print("the token below is shown once; only its hash is kept:")
-        print(token)
-        return 0
-
-    return with_storage(settings, create)
+    return 0
 
 
-def run_keys_list(settings: Settings, args: argparse.Namespace) -> int:
+@on_storage
+async def run_keys_revoke(service: KnowledgeService, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import keys
 
-    async def show(service: KnowledgeService) -> int:
-        for key in await keys.listed(service):
-            reach = ",".join(key.collections) if key.collections else "*"
-            reader = f"\tuser={key.user}" if key.user else ""
-            held = f"\tgroups={','.join(key.groups)}" if key.groups else ""
-            print(
-                f"{key.name}\tscopes={','.join(key.scopes)}\tcollections={reach}\t"
-                f"{key.created_at}{reader}{held}"
-            )
-        return 0
-
-    return with_storage(settings, show)
+    if not await keys.revoke(service, args.name):
+        print(f"error: no key named {args.name!r}", file=sys.stderr)
+        return 1
+    print(f"revoked key {args.name!r}")
+    return 0
 
 
-def run_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
-    from knowledge_api.usecases import keys
-
-    async def revoke(service: KnowledgeService) -> int:
-        if not await keys.revoke(service, args.name):
-            print(f"error: no key named {args.name!r}", file=sys.stderr)
-            return 1
-        print(f"revoked key {args.name!r}")
-        return 0
-
-    return with_storage(settings, revoke)
-
-
-def run_groups_set(settings: Settings, args: argparse.Namespace) -> int:
+@on_storage
+async def run_groups_set(service: KnowledgeService, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import permissions
 
-    async def change(service: KnowledgeService) -> int:
-        found = await permissions.set_groups(service, args.id, split(args.groups))
-        print(f"user {args.id!r}: groups {', '.join(found) or 'none'}")
-        return 0
-
-    return with_storage(settings, change)
+    found = await permissions.set_groups(service, args.id, split(args.groups))
+    print(f"user {args.id!r}: groups {', '.join(found) or 'none'}")
+    return 0
 
 
-def run_groups_get(settings: Settings, args: argparse.Namespace) -> int:
+@on_storage
+async def run_groups_get(service: KnowledgeService, args: argparse.Namespace) -> int:
     from knowledge_api.usecases import permissions
 
-    async def show(service: KnowledgeService) -> int:
-        print(",".join(await permissions.groups(service, args.id)))
-        return 0
-
-    return with_storage(settings, show)
+    print(",".join(await permissions.groups(service, args.id)))
+    return 0
 
 
 def run_acl_set(settings: Settings, args: argparse.Namespace) -> int:

@@ -285,9 +285,15 @@ def migrate_store_command(commands: Commands) -> None:
     command.set_defaults(run=stores.run_migrate_store)
 
 
+def actions_of(commands: Commands, name: str, help: str) -> Commands:
+    """A command that is only the actions below it (`keys create`, `acl set`): one of
+    them must be named."""
+    command = commands.add_parser(name, help=help)
+    return command.add_subparsers(required=True, metavar="ACTION")
+
+
 def keys_command(commands: Commands) -> None:
-    command = commands.add_parser("keys", help="create, list and revoke API keys")
-    actions = command.add_subparsers(required=True, metavar="ACTION")
+    actions = actions_of(commands, "keys", "create, list and revoke API keys")
     create = actions.add_parser("create", help="a new key; its token is printed once, last")
     create.add_argument("--name", required=True)
     create.add_argument(
@@ -309,8 +315,7 @@ def keys_command(commands: Commands) -> None:
 
 
 def groups_command(commands: Commands) -> None:
-    command = commands.add_parser("groups", help="the groups the service knows for a user id")
-    actions = command.add_subparsers(required=True, metavar="ACTION")
+    actions = actions_of(commands, "groups", "the groups the service knows for a user id")
     setting = actions.add_parser("set", help="replace a user's groups ('' forgets them)")
     setting.add_argument("id", metavar="ID", help="the user id (an e-mail address, any id)")
     setting.add_argument("groups", metavar="GROUP,GROUP", help="comma-separated group names")
@@ -321,8 +326,7 @@ def groups_command(commands: Commands) -> None:
 
 
 def acl_command(commands: Commands) -> None:
-    command = commands.add_parser("acl", help="who may read a document or a source's documents")
-    actions = command.add_subparsers(required=True, metavar="ACTION")
+    actions = actions_of(commands, "acl", "who may read a document or a source's documents")
     setting = actions.add_parser("set", help="set an access list; nothing is embedded again")
     setting.add_argument("--collection", default=DEFAULT_COLLECTION)
     which = setting.add_mutually_exclusive_group(required=True)

@@ -3,7 +3,9 @@ the store), and its output on stdout."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import functools
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,6 +40,22 @@ def with_service(
 def with_storage(settings: Settings, work: Callable[[KnowledgeService], Awaitable[int]]) -> int:
     """Run `work` with the store and keys open and the model not loaded."""
     return with_service(settings, work, model=False)
+
+
+Work = Callable[[KnowledgeService, argparse.Namespace], Awaitable[int]]
+"""A command's work on the open service, with its arguments; its exit status."""
+
+
+def on_storage(work: Work) -> Callable[[Settings, argparse.Namespace], int]:
+    """A command that is only its work on the store and keys (no model): the command
+    for `args.run`. A command that checks its arguments before anything opens keeps
+    its own `run_*` around `with_storage`."""
+
+    @functools.wraps(work)
+    def run(settings: Settings, args: argparse.Namespace) -> int:
+        return with_storage(settings, lambda service: work(service, args))
+
+    return run
 
 
 def print_json(value: Any) -> None:

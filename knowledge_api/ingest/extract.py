@@ -148,6 +148,19 @@ def html_file(path: Path, max_chars: int | None = None) -> Extracted:
     return html_to_markdown(read_bytes(path))
 
 
+_KEPT = {
+    "include_comments": False,
+    "include_tables": True,
+    "include_images": False,
+    "include_links": False,
+    "include_formatting": True,
+    "favor_recall": True,
+    "deduplicate": False,
+}
+"""What trafilatura keeps of a page: tables and formatting (headings as `#` lines), not
+comments, images or links; recall before precision, and no passage dropped as a repeat."""
+
+
 def html_to_markdown(html: str | bytes) -> Extracted:
     """The main content of a page as Markdown: navigation, header, footer, scripts and
     comments are left out, headings become `#` lines so chunks keep their section.
@@ -159,17 +172,7 @@ def html_to_markdown(html: str | bytes) -> Extracted:
     if redirect is not None:
         raise ExtractionError("redirect page", f"to {redirect}")
     try:
-        found = trafilatura.bare_extraction(
-            html,
-            include_comments=False,
-            include_tables=True,
-            include_images=False,
-            include_links=False,
-            include_formatting=True,
-            favor_recall=True,
-            deduplicate=False,
-            config=_trafilatura_config(),
-        )
+        found = trafilatura.bare_extraction(html, **_KEPT, config=_trafilatura_config())
     except Exception as e:  # lxml and trafilatura raise many kinds on odd markup
         raise ExtractionError("unreadable HTML", f"{type(e).__name__}: {e}") from e
     body = getattr(found, "body", None)

@@ -81,10 +81,11 @@ class Engine:
         """Traced: the size of the batch each query was embedded in, till its span reads it."""
         self.health_reports: dict[str, Callable[[], Body]] = {}
         """More /health lines (e.g. the KB sync): any status but ok or pending degrades."""
-        self.keys = RememberedKeys(store.key_store(settings.db_path))
-        self.audit_log = store.audit_log(settings.db_path)
-        self.feedback_log = store.feedback_log(settings.db_path)
-        self.jobs = store.job_store(settings.db_path)
+        tables = store.side_tables(settings.db_path)
+        self.keys = RememberedKeys(tables.keys)
+        self.audit_log = tables.audit
+        self.feedback_log = tables.feedback
+        self.jobs = tables.jobs
         self.observer: Observer = UNOBSERVED
         self.centroids: dict[str, Centroids] = {}
         """Each collection's source centroids (routing), at the generation they were learned."""

@@ -105,7 +105,7 @@ async def migrate_store(
     `action`, in the target's trail: the target is the store that was written, and no
     service is running over it."""
     copied = await migrate(source, target, identity, collections, progress)
-    trail = target.audit_log(settings.db_path)
+    trail = target.side_tables(settings.db_path).audit
     await trail.open()
     try:
         for name, summary in copied.items():

@@ -29,10 +29,7 @@ from knowledge_api.models import (
     SearchMode,
     SourceInfo,
 )
-from knowledge_api.stores.tables.audit import AuditLog
-from knowledge_api.stores.tables.feedback import FeedbackLog
-from knowledge_api.stores.tables.jobs import JobStore
-from knowledge_api.stores.tables.keys import KeyStore
+from knowledge_api.stores.tables import SideTables
 
 
 class KnowledgeStore(Protocol):
@@ -114,20 +111,10 @@ class KnowledgeStore(Protocol):
         """Every document of a collection with its chunks and their embeddings."""
         ...
 
-    def key_store(self, sqlite_path: Path) -> KeyStore:
-        """Where the deployment keeps its API keys (see stores/tables/keys.py)."""
-        ...
-
-    def audit_log(self, sqlite_path: Path) -> AuditLog:
-        """Where the deployment keeps its audit trail (see stores/tables/audit.py)."""
-        ...
-
-    def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
-        """Where the deployment keeps answered queries and their ratings (tables/feedback.py)."""
-        ...
-
-    def job_store(self, sqlite_path: Path) -> JobStore:
-        """Where the deployment keeps its upload jobs (see stores/tables/jobs.py)."""
+    def side_tables(self, sqlite_path: Path) -> SideTables:
+        """Where the deployment keeps its API keys, audit trail, answered queries and
+        upload jobs (see stores/tables/): `sqlite_path` for a store without a database
+        of its own."""
         ...
 
     # -- sources and listings ------------------------------------------------------

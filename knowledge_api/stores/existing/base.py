@@ -38,8 +38,9 @@ from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.postgres.replicas import EVERY_COLLECTION
 from knowledge_api.stores.postgres.rows import as_vector
 from knowledge_api.stores.postgres.siam import SiamStore
+from knowledge_api.stores.tables import SideTables
 from knowledge_api.stores.tables.beside import BesideTheFile
-from knowledge_api.stores.tables.jobs import JobStore, RefusedJobs
+from knowledge_api.stores.tables.jobs import RefusedJobs
 
 GENERATION_POLL_SECONDS = 1.0
 """How long a read generation is trusted: other pipelines' writes show within this
@@ -124,8 +125,10 @@ class ExistingTables(ExistingReads, HybridSearch, BesideTheFile):
     def refused(self) -> StoreReadOnly:
         return StoreReadOnly(WRITES_REFUSED.format(mode=self.mode), schema_mode=self.mode)
 
-    def job_store(self, sqlite_path: Path) -> JobStore:
-        return RefusedJobs(self.refused)
+    def side_tables(self, sqlite_path: Path) -> SideTables:
+        """Beside the file, as for any store without tables of its own; an upload job
+        is refused with the other writes."""
+        return replace(super().side_tables(sqlite_path), jobs=RefusedJobs(self.refused))
 
     async def index_document(self, document: Document) -> None:
         raise self.refused()

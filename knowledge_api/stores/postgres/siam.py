@@ -54,10 +54,11 @@ from knowledge_api.stores.postgres.rows import (
 )
 from knowledge_api.stores.postgres.siam_search import SiamSearch
 from knowledge_api.stores.records import is_uuid, named
-from knowledge_api.stores.tables.audit import AuditLog, SiamAudit
-from knowledge_api.stores.tables.feedback import FeedbackLog, SiamFeedback
-from knowledge_api.stores.tables.jobs import JobStore, SiamJobs
-from knowledge_api.stores.tables.keys import KeyStore, SiamKeys
+from knowledge_api.stores.tables import SideTables
+from knowledge_api.stores.tables.audit import SiamAudit
+from knowledge_api.stores.tables.feedback import SiamFeedback
+from knowledge_api.stores.tables.jobs import SiamJobs
+from knowledge_api.stores.tables.keys import SiamKeys
 
 
 class SiamStore(SiamSearch):
@@ -92,21 +93,9 @@ class SiamStore(SiamSearch):
         """A write to `collections` (None: to any) was acknowledged: reads of them must
         see it from now on (a store with read replicas keeps them from stale ones)."""
 
-    def key_store(self, sqlite_path: Path) -> KeyStore:
-        """API keys live in the schema's own table, seen by every replica."""
-        return SiamKeys(self)
-
-    def audit_log(self, sqlite_path: Path) -> AuditLog:
-        """The audit trail too: one for every replica."""
-        return SiamAudit(self)
-
-    def feedback_log(self, sqlite_path: Path) -> FeedbackLog:
-        """And the answered queries with their ratings."""
-        return SiamFeedback(self)
-
-    def job_store(self, sqlite_path: Path) -> JobStore:
-        """Upload jobs too."""
-        return SiamJobs(self)
+    def side_tables(self, sqlite_path: Path) -> SideTables:
+        """In the schema's own tables, one for every replica."""
+        return SideTables(SiamKeys(self), SiamAudit(self), SiamFeedback(self), SiamJobs(self))
 
     # -- embedder and generation -----------------------------------------------------
 
