@@ -107,6 +107,20 @@ def test_the_top_ranked_passage_wins_a_near_tie() -> None:
     assert synthesis.text == f"{same} [1]" and synthesis.citations == [1]
 
 
+def test_a_sentence_is_read_under_its_section_or_its_documents_title() -> None:
+    """Asked about a query's limit, the limit of the section about queries is the
+    answer, not the same words under another heading; a passage before any section is
+    read under its document's title."""
+    answer = Chunk("a", "d", 0, "The limit defaults to 3 passages per answer.", section="Answers")
+    query = "The limit defaults to 5 results per page."
+    for under in (
+        Chunk("q", "d", 0, query, section="Query request"),
+        Chunk("q", "d", 0, query, title="Query request"),
+    ):
+        hits = [SearchHit(c, "d", "wiki", "s", {}, 0.1, 0.5) for c in (answer, under)]
+        assert extract("What is the default limit of a query?", hits).text == f"{query} [2]"
+
+
 def test_long_sentences_are_shortened_at_a_word() -> None:
     long = "Create the report " + "from every table in the warehouse " * 20 + "at the end."
     text = extract("create report", [hit(long)]).text

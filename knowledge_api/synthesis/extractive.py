@@ -3,7 +3,8 @@ cited as [n]. It only quotes; it never writes a claim of its own.
 
 Each sentence of the results is scored against the query: by meaning (the cosine of
 its embedding with the query's, read in its section, when the service hands over its
-embedder) and by words (the share of the query's stemmed content words it contains).
+embedder) and by words (the share of the query's stemmed content words it contains,
+those only its section's heading says counting half).
 Boilerplate (navigation, copyright lines, code, headings alone, fragments) is never a
 candidate, and a sentence that only repeats the question's words answers nothing; one
 that completes them (with a command, a setting, a number) does. A question that names
@@ -58,6 +59,9 @@ reference (a list of settings, errors, fields) that line is the answer, while th
 around it only mentions the name."""
 MAX_SUBJECT_CHARS = 60
 """Longest text before a colon that is a definition's subject, not a clause."""
+HEADING_WORDS = 0.5
+"""What a question's word counts when the sentence's title or section says it, not the
+sentence: read in its section, a sentence answers in the section's terms."""
 MAX_EMBEDDED = 12
 """Sentences embedded per answer at most; the model's cost grows with each."""
 CACHED_SENTENCES = 20_000
@@ -134,7 +138,7 @@ class ExtractiveSynthesizer:
         passage that answers often is embedded once."""
         if self.embed is None or not any(sentences):
             return None
-        headings = [hit.chunk.section for hit in hits]
+        headings = [heading(hit) for hit in hits]
         chosen = worth_embedding(query, headings, sentences)
         texts = {place: embedded(sentences[place[0]][place[1]]) for place in chosen}
         wanted = [*texts.values(), *(h for h in headings if h)]
@@ -189,6 +193,12 @@ def worth_embedding(
             (position != best, shared[position], n, position) for position in range(len(passage))
         ]
     return {(n, position) for *_, n, position in sorted(ranked)[:MAX_EMBEDDED]}
+
+
+def heading(hit: SearchHit) -> str:
+    """The heading a passage's sentences are read under: its section, or, before the
+    document's first section, its title ("The Python client: knowledge_api.client")."""
+    return hit.chunk.section or hit.chunk.title
 
 
 def embedded(sentence: str) -> str:
@@ -267,9 +277,11 @@ def score(
     names = named(query)
     scored = []
     for n, passage in enumerate(sentences, start=1):
+        context = stems(heading(hits[n - 1]))
         for position, sentence in enumerate(passage):
             words = stems(sentence)
-            coverage = len(wanted & words) / len(wanted) if wanted else 0.0
+            found = len(wanted & words) + HEADING_WORDS * len(wanted & context - words)
+            coverage = found / len(wanted) if wanted else 0.0
             value = coverage
             if meaning is not None:
                 cosine = max(0.0, float(meaning[n - 1][position]))
