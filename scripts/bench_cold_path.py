@@ -23,17 +23,23 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
-from bench_http import HOST, free_port, serve_command, start_process, wait_ready
+from bench_http import (
+    HOST,
+    QUERY_PATH,
+    distinct_cold_queries,
+    free_port,
+    serve_command,
+    start_process,
+    wait_ready,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-QUERY = "/v1/knowledge/query"
 QUERIES = ROOT.parent / "shared" / "datasets" / "msmarco-dev" / "queries.jsonl"
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -75,7 +81,7 @@ def sequential(servers: list[Any], queries: list[str], tag: str) -> dict[str, di
         for name, client, pid in servers if i % 2 == 0 else servers[::-1]:
             started = cpu_s(pid)
             body = {"query": f"{query} {tag}{i}", "synthesize": False}
-            metrics = client.post(QUERY, json=body).json()["metrics"]
+            metrics = client.post(QUERY_PATH, json=body).json()["metrics"]
             assert not metrics["cache_hit"], body
             cpu[name] += cpu_s(pid) - started
             rows[name].append((metrics["total_ms"], metrics["embedding_ms"], metrics["search_ms"]))
@@ -90,32 +96,17 @@ def sequential(servers: list[Any], queries: list[str], tag: str) -> dict[str, di
     }
 
 
-async def clients(url: str, queries: list[str], count: int, per: int, tag: str) -> list[float]:
-    latencies: list[float] = []
-
-    async def one(number: int) -> None:
-        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-            for i in range(per):
-                text = f"{queries[(number * per + i) % len(queries)]} {tag} {number}-{i}"
-                started = time.perf_counter()
-                answer = await http.post(QUERY, json={"query": text, "synthesize": False})
-                if answer.status_code == 200:
-                    latencies.append((time.perf_counter() - started) * 1000)
-
-    await asyncio.gather(*(one(n) for n in range(count)))
-    return latencies
-
-
 def concurrent(server: Any, queries: list[str], args: argparse.Namespace, tag: str) -> Any:
     _, client, pid = server
     before = client.get("/health").json()["embedder"]["query_batches"]
-    cpu, started = cpu_s(pid), time.perf_counter()
-    found = asyncio.run(clients(str(client.base_url), queries, args.clients, args.per_client, tag))
-    wall, cpu = time.perf_counter() - started, cpu_s(pid) - cpu
+    cpu = cpu_s(pid)
+    url = str(client.base_url)
+    done = asyncio.run(distinct_cold_queries(url, queries, args.clients, args.per_client, tag))
+    found, cpu = done.latencies_ms, cpu_s(pid) - cpu
     after = client.get("/health").json()["embedder"]["query_batches"]
     batches = after["batches"] - before["batches"]
     return {
-        "requests_per_s": len(found) / wall,
+        "requests_per_s": len(found) / done.wall_s,
         "p50_ms": float(np.percentile(found, 50)),
         "p99_ms": float(np.percentile(found, 99)),
         "cpu_ms_per_request": cpu * 1000 / len(found),

@@ -24,9 +24,9 @@ from typing import Any
 
 import httpx
 import numpy as np
+from bench_http import QUERY_PATH, distinct_cold_queries
 
 ROOT = Path(__file__).resolve().parent.parent
-QUERY_PATH = "/v1/knowledge/query"
 Row = tuple[str, str, Any, float | None, float | None, bool | None]
 """(figure, target, measured, peer, ratio, met): the peer's figure from the same run and
 measured / peer where there is one; met is None when the figure was not measured."""
@@ -135,43 +135,21 @@ def query_embedding_ms(queries: list[str], cache_dir: str | None) -> dict[str, f
     return figures
 
 
-async def distinct_cold_queries(
+async def cold_round(
     base_url: str, queries: list[str], clients: int, per_client: int, tag: str
 ) -> dict[str, Any]:
-    """`clients` connections, each sending `per_client` queries no one asked before
-    (so each one is embedded): requests/s over the whole run, latency p50/p99, and
-    the answers that were not 200 by status (503 overloaded is the graceful one)."""
-    latencies: list[float] = []
-    failures: dict[str, int] = {}
-
-    async def client(number: int) -> None:
-        async with httpx.AsyncClient(base_url=base_url, timeout=60.0) as http:
-            for i in range(per_client):
-                text = f"{queries[(number * per_client + i) % len(queries)]} {tag} {number}-{i}"
-                started = time.perf_counter()
-                try:
-                    response = await http.post(
-                        QUERY_PATH, json={"query": text, "synthesize": False}
-                    )
-                    status = str(response.status_code)
-                except httpx.HTTPError as e:
-                    status = type(e).__name__
-                if status == "200":
-                    latencies.append((time.perf_counter() - started) * 1000)
-                else:
-                    failures[status] = failures.get(status, 0) + 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(client(n) for n in range(clients)))
-    wall = time.perf_counter() - started
-    ok = np.asarray(latencies or [float("nan")])
+    """A round of distinct cold queries (bench_http.distinct_cold_queries): requests/s
+    over the round, latency p50/p99, and the answers that were not 200 by status (503
+    overloaded is the graceful one)."""
+    found = await distinct_cold_queries(base_url, queries, clients, per_client, tag)
+    ok = np.asarray(found.latencies_ms or [float("nan")])
     return {
         "clients": clients,
         "requests": clients * per_client,
-        "ok_per_s": round(len(latencies) / wall, 1),
+        "ok_per_s": round(len(found.latencies_ms) / found.wall_s, 1),
         "p50_ms": round(float(np.percentile(ok, 50)), 1),
         "p99_ms": round(float(np.percentile(ok, 99)), 1),
-        "failures": failures,
+        "failures": found.failures,
     }
 
 
@@ -465,7 +443,7 @@ def measure(
     for clients, per_client in ((64, 16), (500, 2)):
         print(f"{clients} clients of distinct cold queries ...", flush=True)
         figures[f"cold_{clients}"] = asyncio.run(
-            distinct_cold_queries(base_url, queries, clients, per_client, f"c{clients}")
+            cold_round(base_url, queries, clients, per_client, f"c{clients}")
         )
     figures["cli_s"] = cli_seconds(command, env, workdir)
     if options.get("venv"):

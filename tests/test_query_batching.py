@@ -136,6 +136,34 @@ async def test_past_the_queue_bound_a_query_is_refused_at_once() -> None:
     assert batcher.stats()["refused"] == 1
 
 
+async def test_queries_that_wait_go_in_the_order_they_came_oldest_first() -> None:
+    """While the model is busy, queries queue; each batch takes the oldest of them, so
+    none waits behind one that came later (the tail under load is the wait of the
+    unluckiest query), and one whose caller left takes no place in a batch."""
+    batches: list[list[str]] = []
+    gate = asyncio.Event()
+
+    async def run(texts: Sequence[str]) -> np.ndarray:
+        batches.append(list(texts))
+        await gate.wait()  # the model is busy till the queue has formed
+        return FakeEmbedder().embed_queries(texts)
+
+    batcher = QueryBatcher(run, 0.0, 2, 64)
+    try:
+        first = asyncio.ensure_future(batcher.embed(QUERIES[0]))
+        while not batches:
+            await asyncio.sleep(0)
+        queued = [asyncio.ensure_future(batcher.embed(q)) for q in QUERIES[1:]]
+        await asyncio.sleep(0)
+        queued[1].cancel()  # its caller left while it waited
+        gate.set()
+        await asyncio.gather(first, *queued[:1], *queued[2:])
+    finally:
+        await batcher.close()
+    q = QUERIES
+    assert batches == [[q[0]], [q[1], q[3]], [q[4], q[5]], [q[6], q[7]]]
+
+
 class GatedEmbedder(FakeEmbedder):
     """Holds the model thread until the test opens the gate."""
 
