@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from knowledge_api.models import Chunk, Document, SearchFilters
+from knowledge_api.models import DEFAULT_COLLECTION, Chunk, Document, SearchFilters
+from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
 from knowledge_api.stores.sqlite.store import SQLiteStore
 from tests.conftest import opened_sqlite
 
@@ -60,3 +61,15 @@ async def test_an_index_written_before_is_merged_once_and_ranks_alike(tmp_path: 
     after = await keyword(path, "deployment w1 w3")  # opened: migrated
     assert segments(path) == 1
     assert after == before and len(after) == 10
+
+
+def test_the_in_memory_keyword_index_merges_alike() -> None:
+    """The index Chroma's store keeps beside its collections is built from the same
+    text, and written one document at a time too."""
+    index = KeywordIndex()
+    for i in range(40):
+        entry = KeywordEntry(f"c{i}", f"d{i}", DEFAULT_COLLECTION, "wiki", {}, "", "", "deploy")
+        index.replace([f"d{i}"], [entry])
+    segments = index._db.execute("SELECT count(DISTINCT segid) FROM chunks_fts_idx")
+    assert segments.fetchone()[0] <= 3
+    assert len(index.search("deploy", 50, SearchFilters())) == 40
