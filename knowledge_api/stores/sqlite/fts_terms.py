@@ -22,7 +22,9 @@ MATCHED_CHUNKS = 5000
 CACHED_TERMS = 100_000
 
 _SCRATCH = """
-CREATE VIRTUAL TABLE scratch USING fts5 (text, tokenize = 'porter unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE scratch USING fts5 (
+    text, content = '', tokenize = 'porter unicode61 remove_diacritics 2'
+);
 CREATE VIRTUAL TABLE scratch_terms USING fts5vocab (scratch, 'instance');
 """
 _NO_STEM = ""
@@ -113,7 +115,8 @@ class TermFrequencies:
         """The stem of each of `terms`, each indexed as its own row of the scratch
         index; `_NO_STEM` for one that makes no token or several."""
         with self._scratch:
-            self._scratch.execute("DELETE FROM scratch")
+            # contentless: emptied without reading back what it holds
+            self._scratch.execute("INSERT INTO scratch (scratch) VALUES ('delete-all')")
             self._scratch.executemany(
                 "INSERT INTO scratch (rowid, text) VALUES (?, ?)", enumerate(terms)
             )
