@@ -106,6 +106,8 @@ def test_terms_are_stemmed_as_the_index_stems_them(tmp_path: Path) -> None:
     assert terms._stems(["indexing", "deployments", "running"]) == ["index", "deploy", "run"]
     assert terms._stems(["deployed"]) == ["deploi"]  # Porter, not our own light stemmer
     assert terms._stems(["e-mail"]) is None  # two tokens: no count is trusted
+    assert terms._stems(["running", "e-mail"]) is None  # remembered as such
+    assert terms._stems(["ran", "running", "élan", "ran"]) == ["ran", "run", "elan", "ran"]
 
 
 def scoped(name: str, text: str, collection: str) -> Document:

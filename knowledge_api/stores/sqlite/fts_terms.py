@@ -22,9 +22,13 @@ MATCHED_CHUNKS = 5000
 CACHED_TERMS = 100_000
 
 _SCRATCH = """
-CREATE VIRTUAL TABLE scratch USING fts5 (text, tokenize = 'porter unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE scratch USING fts5 (
+    text, content = '', tokenize = 'porter unicode61 remove_diacritics 2'
+);
 CREATE VIRTUAL TABLE scratch_terms USING fts5vocab (scratch, 'instance');
 """
+_NO_STEM = ""
+"""The stem remembered for a term that does not make exactly one token."""
 _VOCABULARY = """CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_terms
     USING fts5vocab (main, chunks_fts, 'row')"""
 
@@ -63,6 +67,9 @@ class TermFrequencies:
         self._scratch = sqlite3.connect(":memory:", check_same_thread=False)
         self._scratch.executescript(_SCRATCH)
         self._chunks: dict[str, int] = {}
+        self._stemmed: dict[str, str] = {}
+        """Each term's stem, once stemmed: the stemmer's answer never changes, and
+        stemming one (a write to the scratch index) cost a query more than a lookup."""
         self._counted_at = 0
         """The store's chunks when the counts remembered were taken."""
 
@@ -96,13 +103,29 @@ class TermFrequencies:
     def _stems(self, terms: Sequence[str]) -> list[str] | None:
         """Each term as the index holds it (SQLite's own Porter stemmer), in order; None
         if a term does not make exactly one token."""
+        missing = [t for t in dict.fromkeys(terms) if t not in self._stemmed]
+        if missing:
+            if len(self._stemmed) > CACHED_TERMS:
+                self._stemmed.clear()
+            self._stemmed.update(self._stem(missing))
+        stems = [self._stemmed[t] for t in terms]
+        return None if _NO_STEM in stems else stems
+
+    def _stem(self, terms: list[str]) -> dict[str, str]:
+        """The stem of each of `terms`, each indexed as its own row of the scratch
+        index; `_NO_STEM` for one that makes no token or several."""
         with self._scratch:
-            self._scratch.execute("DELETE FROM scratch")
-            self._scratch.execute("INSERT INTO scratch (text) VALUES (?)", (" ".join(terms),))
-            rows = self._scratch.execute(
-                "SELECT term FROM scratch_terms ORDER BY offset"
-            ).fetchall()
-        return [r[0] for r in rows] if len(rows) == len(terms) else None
+            # contentless: emptied without reading back what it holds
+            self._scratch.execute("INSERT INTO scratch (scratch) VALUES ('delete-all')")
+            self._scratch.executemany(
+                "INSERT INTO scratch (rowid, text) VALUES (?, ?)", enumerate(terms)
+            )
+            rows = self._scratch.execute("SELECT doc, term FROM scratch_terms").fetchall()
+        tokens: dict[int, list[str]] = {}
+        for row, stem in rows:
+            tokens.setdefault(row, []).append(stem)
+        found = {i: found[0] for i, found in tokens.items() if len(found) == 1}
+        return {term: found.get(i, _NO_STEM) for i, term in enumerate(terms)}
 
     def _counts(self, conn: sqlite3.Connection, stems: Sequence[str]) -> dict[str, int]:
         missing = [s for s in dict.fromkeys(stems) if s not in self._chunks]
