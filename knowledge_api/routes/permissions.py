@@ -18,8 +18,9 @@ from knowledge_api.routes.documents import ACL_CHANGE
 from knowledge_api.usecases import permissions
 from knowledge_api.validation import REQUIRED
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import STRING, Body, CollectionName, Custom, array, obj
+from knowledge_api.web.fields import Body, CollectionName, Custom
 from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.schema import STRING, array, obj
 
 GROUPS = Body(
     "Groups",
