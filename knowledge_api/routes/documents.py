@@ -172,7 +172,7 @@ async def change_acl(request: Request) -> Response:
     values = ACL_CHANGE.parse(await read_json(request))
     knowledge = service(request)
     action = "PATCH /v1/knowledge/documents/{id}"
-    said = await permissions.set_document_acl(knowledge, doc, values["acl"], action, actor(request))
+    said = await permissions.set_acl(knowledge, doc, values["acl"], action, actor(request))
     return JSONResponse({"success": True, **{k: said[k] for k in ("acl", "documents", "embedded")}})
 
 
