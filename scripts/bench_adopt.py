@@ -33,6 +33,7 @@ from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.models import SearchFilters
 from knowledge_api.stores.existing import adopt, wiki_vectors
 from knowledge_api.stores.existing.store import AdoptedTables, ExistingTables, ReadOnlyTables
+from knowledge_api.stores.postgres.options import PostgresOptions
 from knowledge_api.stores.postgres.store import PostgresStore
 
 DIMENSION = 768
@@ -183,7 +184,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         rng = random.Random(11)
         queries = [" ".join(rng.sample(WORDS, 3)) for _ in range(20)]
-        tables = PostgresStore(Secret(url), home, DIMENSION, manage_schema=False)
+        tables = PostgresStore(Secret(url), home, DIMENSION, PostgresOptions(manage_schema=False))
 
         read_only = ReadOnlyTables(tables)
         await read_only.open()

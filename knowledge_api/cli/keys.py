@@ -9,6 +9,7 @@ import sys
 
 from knowledge_api import validation
 from knowledge_api.cli.running import on_storage, split, with_storage
+from knowledge_api.models import Document
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
 
@@ -85,16 +86,16 @@ def run_acl_set(settings: Settings, args: argparse.Namespace) -> int:
     collection = validation.collection_name(args.collection, "--collection")
 
     async def change(service: KnowledgeService) -> int:
+        target: Document | permissions.Source
         if args.source is not None:
-            said = await permissions.set_source_acl(
-                service, collection, args.source, acl, "acl set"
-            )
+            target = permissions.Source(collection, args.source)
         else:
             doc = await service.document(args.document)
             if doc is None or doc.collection != collection:
                 print(f"error: no document {args.document!r} in {collection!r}", file=sys.stderr)
                 return 1
-            said = await permissions.set_document_acl(service, doc, acl, "acl set")
+            target = doc
+        said = await permissions.set_acl(service, target, acl, "acl set")
         shown = ", ".join(acl) or "closed (admin keys only)"
         print(f"acl of {said['documents']} documents: {shown}; embedded 0")
         return 0

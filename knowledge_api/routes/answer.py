@@ -19,22 +19,21 @@ from knowledge_api.spans import Unit
 from knowledge_api.timing import utc_now
 from knowledge_api.usecases import answers as use
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import (
+from knowledge_api.web.fields import Number, Text
+from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.observe import note_cache_hit
+from knowledge_api.web.schema import (
     BOOLEAN,
     INTEGER,
     NUMBER,
     SCALAR,
     STRING,
-    Number,
-    Text,
     array,
     enum,
     nullable,
     obj,
     unit,
 )
-from knowledge_api.web.http import JSONResponse, read_json, service
-from knowledge_api.web.observe import note_cache_hit
 from knowledge_api.web.sse import (
     UNEXPECTED,
     Event,

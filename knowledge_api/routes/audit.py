@@ -21,8 +21,9 @@ from knowledge_api.ledger import (
     position,
 )
 from knowledge_api.validation import COLLECTION_PATTERN
-from knowledge_api.web.fields import STRING, Custom, array, nullable, obj
+from knowledge_api.web.fields import Custom
 from knowledge_api.web.http import JSONResponse, service
+from knowledge_api.web.schema import STRING, array, nullable, obj
 
 
 def actor(request: Request) -> Actor:

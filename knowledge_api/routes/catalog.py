@@ -18,20 +18,9 @@ from knowledge_api.usecases import catalog as use
 from knowledge_api.usecases import connectors
 from knowledge_api.views import ACL
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import (
-    INTEGER,
-    SCALAR,
-    STRING,
-    Body,
-    CollectionName,
-    Custom,
-    Integer,
-    Text,
-    array,
-    nullable,
-    obj,
-)
+from knowledge_api.web.fields import Body, CollectionName, Custom, Integer, Text
 from knowledge_api.web.http import JSONResponse, service
+from knowledge_api.web.schema import INTEGER, SCALAR, STRING, array, nullable, obj
 
 COUNT = nullable({**INTEGER, "minimum": 0})
 COLLECTIONS = obj(

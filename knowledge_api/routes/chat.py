@@ -31,24 +31,19 @@ from knowledge_api.usecases.conversation import Rewrite
 from knowledge_api.usecases.references import Turn
 from knowledge_api.views import CHAT_OFFSETS, COLLECTIONS, FILTERS, RANKING
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import (
+from knowledge_api.web.fields import Body, Boolean, CollectionName, CollectionNames, Custom, Number
+from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.schema import (
     ANY,
     BOOLEAN,
     INTEGER,
     NUMBER,
     STRING,
-    Body,
-    Boolean,
-    CollectionName,
-    CollectionNames,
-    Custom,
-    Number,
     Schema,
     array,
     nullable,
     obj,
 )
-from knowledge_api.web.http import JSONResponse, read_json, service
 from knowledge_api.web.sse import UNEXPECTED, log
 
 UI_STREAM_HEADERS = {

@@ -18,20 +18,9 @@ from knowledge_api.validation import REQUIRED
 from knowledge_api.views import ACL, OFFSETS, acl_field, document_view
 from knowledge_api.views import DOCUMENT as DOCUMENT_VIEW
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import (
-    INTEGER,
-    STRING,
-    Body,
-    CollectionName,
-    Custom,
-    Date,
-    OneOf,
-    Scalars,
-    Text,
-    array,
-    obj,
-)
+from knowledge_api.web.fields import Body, CollectionName, Custom, Date, OneOf, Scalars, Text
 from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.schema import INTEGER, STRING, array, obj
 
 MAX_BATCH = 100
 MAX_CONTENT = validation.CONTENT_MAX_LENGTH
@@ -183,7 +172,7 @@ async def change_acl(request: Request) -> Response:
     values = ACL_CHANGE.parse(await read_json(request))
     knowledge = service(request)
     action = "PATCH /v1/knowledge/documents/{id}"
-    said = await permissions.set_document_acl(knowledge, doc, values["acl"], action, actor(request))
+    said = await permissions.set_acl(knowledge, doc, values["acl"], action, actor(request))
     return JSONResponse({"success": True, **{k: said[k] for k in ("acl", "documents", "embedded")}})
 
 

@@ -16,18 +16,9 @@ from knowledge_api.ledger import Rating, cursor_of
 from knowledge_api.routes.audit import CURSOR, LIMIT, SINCE, actor
 from knowledge_api.usecases import feedback as use
 from knowledge_api.web.access import Gate, access, caller_name
-from knowledge_api.web.fields import (
-    INTEGER,
-    STRING,
-    Body,
-    Custom,
-    OneOf,
-    Text,
-    array,
-    nullable,
-    obj,
-)
+from knowledge_api.web.fields import Body, Custom, OneOf, Text
 from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.schema import INTEGER, STRING, array, nullable, obj
 
 MAX_CITED = 100
 HEX = "[0-9a-fA-F]"

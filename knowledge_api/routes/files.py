@@ -17,20 +17,10 @@ from knowledge_api.principals import ACL_TEXT_PATTERN, acl_text
 from knowledge_api.routes.audit import actor
 from knowledge_api.usecases.uploads import MAX_FILES, Sent, Upload, UploadJobs
 from knowledge_api.web.access import access, budget_of
-from knowledge_api.web.fields import (
-    INTEGER,
-    STRING,
-    Body,
-    CollectionName,
-    Custom,
-    Date,
-    OneOf,
-    array,
-    enum,
-    obj,
-)
+from knowledge_api.web.fields import Body, CollectionName, Custom, Date, OneOf
 from knowledge_api.web.http import JSONResponse, service
 from knowledge_api.web.multipart import MAX_FIELD_BYTES, Pace, Receiving, receive
+from knowledge_api.web.schema import INTEGER, STRING, array, enum, obj
 
 FILE = "file"
 TYPE = "source_type"

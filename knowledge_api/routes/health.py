@@ -10,8 +10,8 @@ from starlette.responses import Response
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.web.access import READ, access
-from knowledge_api.web.fields import NUMBER, STRING, enum, obj
 from knowledge_api.web.http import JSONResponse, service
+from knowledge_api.web.schema import NUMBER, STRING, enum, obj
 
 MINIMAL = ("status", "service", "version", "timestamp")
 DETAILED_PARTS = ("store", "embedder", "synthesizer", "reranker", "cache", "uptime_s")

@@ -21,16 +21,9 @@ from knowledge_api.routes.audit import actor
 from knowledge_api.usecases import keys
 from knowledge_api.validation import COLLECTION_PATTERN, REQUIRED
 from knowledge_api.web.access import Access, access
-from knowledge_api.web.fields import (
-    STRING,
-    Body,
-    Custom,
-    array,
-    enum,
-    nullable,
-    obj,
-)
+from knowledge_api.web.fields import Body, Custom
 from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.schema import STRING, array, enum, nullable, obj
 
 NAME = Custom(
     "name",

@@ -16,8 +16,9 @@ from knowledge_api.errors import NotFound
 from knowledge_api.models import DEFAULT_COLLECTION, CollectionInfo
 from knowledge_api.usecases import catalog as use
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import INTEGER, STRING, Custom, array, obj
+from knowledge_api.web.fields import Custom
 from knowledge_api.web.http import JSONResponse, service
+from knowledge_api.web.schema import INTEGER, STRING, array, obj
 
 DEFAULT_MODEL = "knowledge"
 """The model that names the default collection."""

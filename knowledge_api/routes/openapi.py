@@ -22,8 +22,9 @@ from swagger_ui_bundle import swagger_ui_path
 
 from knowledge_api import __version__
 from knowledge_api.errors import NotFound
-from knowledge_api.web.fields import STRING, Body, Field, OneOf, Schema, filter_schema, obj
+from knowledge_api.web.fields import Body, Field, OneOf, filter_schema
 from knowledge_api.web.http import JSONResponse
+from knowledge_api.web.schema import STRING, Schema, obj
 
 ERROR = "#/components/schemas/Error"
 ERROR_SCHEMA = obj(

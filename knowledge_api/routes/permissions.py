@@ -18,8 +18,9 @@ from knowledge_api.routes.documents import ACL_CHANGE
 from knowledge_api.usecases import permissions
 from knowledge_api.validation import REQUIRED
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import STRING, Body, CollectionName, Custom, array, obj
+from knowledge_api.web.fields import Body, CollectionName, Custom
 from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.schema import STRING, array, obj
 
 GROUPS = Body(
     "Groups",
@@ -68,8 +69,8 @@ async def source_acl(request: Request) -> Response:
     await permissions.source_documents(service(request), collection, name)
     values = ACL_CHANGE.parse(await read_json(request))
     action = "PATCH /v1/knowledge/sources/{name}"
-    said = await permissions.set_source_acl(
-        service(request), collection, name, values["acl"], action, actor(request)
-    )
+    source = permissions.Source(collection, name)
+    acl = values["acl"]
+    said = await permissions.set_acl(service(request), source, acl, action, actor(request))
     shown = {key: said[key] for key in ("acl", "documents", "embedded")}
     return JSONResponse({"success": True, **shown})

@@ -33,21 +33,9 @@ from knowledge_api.views import (
     placed,
 )
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import (
-    BOOLEAN,
-    INTEGER,
-    NUMBER,
-    STRING,
-    Body,
-    CollectionName,
-    Custom,
-    Integer,
-    Text,
-    array,
-    nullable,
-    obj,
-)
+from knowledge_api.web.fields import Body, CollectionName, Custom, Integer, Text
 from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.schema import BOOLEAN, INTEGER, NUMBER, STRING, array, nullable, obj
 
 QUERY_MAX_LENGTH = 999  # "less than 1000 characters"
 MAX_TEST_QUERIES = 50

@@ -13,7 +13,8 @@ from starlette.routing import Route
 
 from knowledge_api.routes.openapi import Contract
 from knowledge_api.web.access import ADMIN, PUBLIC, READ, guarded
-from knowledge_api.web.fields import Body, Field, Schema
+from knowledge_api.web.fields import Body, Field
+from knowledge_api.web.schema import Schema
 
 
 class ApiRoute(Route):

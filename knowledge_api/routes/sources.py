@@ -18,17 +18,9 @@ from knowledge_api.usecases import connectors as use
 from knowledge_api.usecases.connectors import SyncJobs
 from knowledge_api.views import acl_field
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import (
-    STRING,
-    Body,
-    Boolean,
-    CollectionName,
-    Custom,
-    Text,
-    enum,
-    obj,
-)
+from knowledge_api.web.fields import Body, Boolean, CollectionName, Custom, Text
 from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.schema import STRING, enum, obj
 
 KINDS = tuple(connectors.names())
 STRINGS = {"type": "object", "additionalProperties": {"type": "string", "maxLength": 1000}}

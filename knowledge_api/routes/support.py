@@ -13,18 +13,9 @@ from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.usecases import support as use
 from knowledge_api.views import FILTERS
 from knowledge_api.web.access import access
-from knowledge_api.web.fields import (
-    INTEGER,
-    NUMBER,
-    STRING,
-    Body,
-    Custom,
-    Text,
-    array,
-    enum,
-    obj,
-)
+from knowledge_api.web.fields import Body, Custom, Text
 from knowledge_api.web.http import JSONResponse, read_json, service
+from knowledge_api.web.schema import INTEGER, NUMBER, STRING, array, enum, obj
 
 SUPPORT = Body(
     "SupportRequest",

@@ -4,6 +4,7 @@ a document or of every document of a source, changed without embedding anything 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from knowledge_api.errors import NotFound
 from knowledge_api.ledger import Actor, local_user
@@ -30,22 +31,6 @@ async def set_groups(
     return checked
 
 
-async def set_document_acl(
-    service: KnowledgeService,
-    doc: Document,
-    acl: tuple[str, ...],
-    action: str,
-    actor: Actor | None = None,
-) -> dict[str, object]:
-    """Give one document the access list `acl`; what changed, as its audit record says."""
-    changed = await service.sources.set_document_acls([doc.id], acl)
-    if not changed:
-        raise NotFound(f"no document with id {doc.id!r}", id=doc.id)
-    said: dict[str, object] = {"ids": [doc.id], "acl": list(acl), "documents": 1, "embedded": 0}
-    await service.audit(actor or local_user(), action, doc.collection, said)
-    return said
-
-
 async def source_documents(service: KnowledgeService, collection: str, source: str) -> list[str]:
     """The ids of the documents of a source; 404 for a source the collection lacks."""
     known = {info.name for info in await service.sources.listed(collection)}
@@ -59,24 +44,34 @@ async def source_documents(service: KnowledgeService, collection: str, source: s
     return sorted(owned)
 
 
-async def set_source_acl(
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A source of a collection, named: every document it produced, and its next runs'."""
+
+    collection: str
+    name: str
+
+
+async def set_acl(
     service: KnowledgeService,
-    collection: str,
-    source: str,
+    target: Document | Source,
     acl: tuple[str, ...],
     action: str,
     actor: Actor | None = None,
 ) -> dict[str, object]:
-    """Give every document of a source the access list `acl`, and remember it as the
-    source's default for the documents its next runs write; 404 for an unknown source."""
-    owned = await source_documents(service, collection, source)
-    changed = await service.sources.set_document_acls(owned, acl)
-    await service.sources.set_acl(collection, source, acl)
-    said: dict[str, object] = {
-        "source": source,
-        "acl": list(acl),
-        "documents": changed,
-        "embedded": 0,
-    }
-    await service.audit(actor or local_user(), action, collection, said)
+    """Give one document, or every document of a source (and the documents its next
+    runs write), the access list `acl`, embedding nothing again; what changed, as its
+    audit record says. 404 for a document or a source that is gone."""
+    if isinstance(target, Document):
+        said: dict[str, object] = {"ids": [target.id]}
+        if not await service.sources.set_document_acls([target.id], acl):
+            raise NotFound(f"no document with id {target.id!r}", id=target.id)
+        changed = 1
+    else:
+        said = {"source": target.name}
+        owned = await source_documents(service, target.collection, target.name)
+        changed = await service.sources.set_document_acls(owned, acl)
+        await service.sources.set_acl(target.collection, target.name, acl)
+    said.update({"acl": list(acl), "documents": changed, "embedded": 0})
+    await service.audit(actor or local_user(), action, target.collection, said)
     return said

@@ -22,12 +22,7 @@ from knowledge_api.principals import acl_of
 from knowledge_api.ranking import MAX_OFFSET
 from knowledge_api.validation import KEY_MAX_LENGTH, KEY_PATTERN, PRINCIPAL_PATTERN, REQUIRED
 from knowledge_api.web.fields import (
-    BOOLEAN,
-    INTEGER,
     MAX_COLLECTIONS,
-    NUMBER,
-    SCALAR,
-    STRING,
     Boolean,
     Choices,
     CollectionName,
@@ -37,14 +32,19 @@ from knowledge_api.web.fields import (
     Filters,
     Integer,
     OneOf,
+)
+from knowledge_api.web.fields import Body as Request
+from knowledge_api.web.schema import (
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    SCALAR,
+    STRING,
     Schema,
     array,
     enum,
     nullable,
     obj,
-)
-from knowledge_api.web.fields import (
-    Body as Request,
 )
 from knowledge_api.web.sse import Event, Translate
 

@@ -27,16 +27,8 @@ from knowledge_api.views import (
     search_body,
     zeroed_on_hit,
 )
-from knowledge_api.web.fields import (
-    BOOLEAN,
-    NUMBER,
-    STRING,
-    Boolean,
-    Number,
-    Text,
-    array,
-    obj,
-)
+from knowledge_api.web.fields import Boolean, Number, Text
+from knowledge_api.web.schema import BOOLEAN, NUMBER, STRING, array, obj
 
 QUERY = search_body(
     "QueryRequest",

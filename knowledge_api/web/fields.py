@@ -1,6 +1,6 @@
 """Request bodies declared once: each field parses its value (a failure names the field
-and the rule, through `validation`) and describes itself as JSON Schema, so the same
-declaration validates a request and documents it."""
+and the rule, through `validation`) and describes itself as JSON Schema (`web.schema`),
+so the same declaration validates a request and documents it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from knowledge_api import filters, validation
 from knowledge_api.errors import InvalidRequest
+from knowledge_api.web.schema import BOOLEAN, Schema, obj
 
-Schema = dict[str, Any]
 REQUIRED: Any = validation.REQUIRED
 
 
@@ -342,48 +342,3 @@ class Body:
         if apart:  # fields that may not be sent together
             found["not"] = {"anyOf": [{"required": pair} for pair in apart]}
         return found
-
-
-# -- response declarations: small builders of the JSON Schema of a rendered body ---------
-
-STRING: Schema = {"type": "string"}
-INTEGER: Schema = {"type": "integer"}
-NUMBER: Schema = {"type": "number"}
-BOOLEAN: Schema = {"type": "boolean"}
-SCALAR: Schema = {"type": ["string", "number", "boolean"]}
-ANY: Schema = {}
-"""Any JSON value: a part whose shape belongs to a backend (a store's health report)."""
-
-
-def obj(
-    required: Mapping[str, Schema],
-    optional: Mapping[str, Schema] | None = None,
-    *,
-    extra: bool | Schema = False,
-) -> Schema:
-    """An object with `required` and `optional` properties; others only when `extra`
-    allows them (True, or the schema of their values)."""
-    return {
-        "type": "object",
-        "properties": {**required, **(optional or {})},
-        "required": list(required),
-        "additionalProperties": extra,
-    }
-
-
-def array(items: Schema, **limits: int) -> Schema:
-    """A list of `items`; `limits` such as minItems=1, maxItems=100."""
-    return {"type": "array", "items": items, **limits}
-
-
-def nullable(schema: Schema) -> Schema:
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-def enum(*values: str) -> Schema:
-    return {"type": "string", "enum": list(values)}
-
-
-def unit(schema: Schema = NUMBER) -> Schema:
-    """A score from 0 to 1."""
-    return {**schema, "minimum": 0, "maximum": 1}

@@ -24,7 +24,8 @@ from knowledge_api.errors import BackendConnectionError, IndexingError, Knowledg
 from knowledge_api.models import Document, EmbedderIdentity
 from knowledge_api.stores.fusion import DEFAULT_TUNING, SearchTuning
 from knowledge_api.stores.postgres.codecs import register_codecs
-from knowledge_api.stores.postgres.load import DEFAULT_BUILD, IndexBuild, load
+from knowledge_api.stores.postgres.load import load
+from knowledge_api.stores.postgres.options import DEFAULT_OPTIONS, PostgresOptions
 from knowledge_api.stores.postgres.replicas import (
     EVERY_COLLECTION,
     PRIMARY_POSITION,
@@ -65,25 +66,16 @@ class PostgresStore(SiamStore):
         url: Secret,
         data_dir: Path,
         dimension: int = 384,
-        pool_size: int = 10,
+        options: PostgresOptions = DEFAULT_OPTIONS,
+        replicas: Replicas | None = None,
         tuning: SearchTuning = DEFAULT_TUNING,
         ef_search: int = 100,
-        index_build: IndexBuild = DEFAULT_BUILD,
-        manage_schema: bool = True,
-        shared_buffers: str = "auto",
-        replicas: Replicas | None = None,
     ) -> None:
         super().__init__(tuning, ef_search)
         self.url = url
         self.data_dir = data_dir
         self.dimension = dimension
-        self.pool_size = pool_size
-        self.index_build = index_build
-        self.manage_schema = manage_schema
-        """Apply the service's own migrations on open; off for a database whose tables
-        other pipelines own (KNOWLEDGE_SCHEMA_MODE adopted or read_only)."""
-        self.shared_buffers = shared_buffers
-        """The embedded server's page cache (KNOWLEDGE_POSTGRES_SHARED_BUFFERS)."""
+        self.options = options
         self.replicas = replicas or Replicas(())
         """The read replicas (KNOWLEDGE_DATABASE_READ_URLS), watched while the store is open."""
         self._pool: Any = None
@@ -102,15 +94,7 @@ class PostgresStore(SiamStore):
         return {
             **super().configured(settings),
             "dimension": embedder.dimension,
-            "pool_size": settings.postgres_pool_size,
-            "index_build": IndexBuild(
-                m=settings.postgres_hnsw_m,
-                ef_construction=settings.postgres_hnsw_ef_construction,
-                memory=settings.postgres_build_memory,
-                rebuild_rows=settings.postgres_rebuild_rows,
-            ),
-            "manage_schema": settings.schema_mode == "own",
-            "shared_buffers": settings.postgres_shared_buffers,
+            "options": PostgresOptions.of(settings),
             "replicas": Replicas(
                 read_urls(settings.database_read_urls.get()),
                 check_ms=settings.replica_check_ms,
@@ -161,11 +145,11 @@ class PostgresStore(SiamStore):
         asyncpg = require_asyncpg()
         self.connection.attempting()
         try:
-            url = (await self._migrate())[0] if self.manage_schema else await self._url()
+            url = (await self._migrate())[0] if self.options.manage_schema else await self._url()
             self._pool = await asyncpg.create_pool(
                 url,
                 min_size=1,
-                max_size=self.pool_size,
+                max_size=self.options.pool_size,
                 command_timeout=COMMAND_TIMEOUT,
                 init=register_codecs,
                 timeout=CONNECT_TIMEOUT,
@@ -235,7 +219,9 @@ class PostgresStore(SiamStore):
         collections: set[str] = set()
         try:
             async with self._connection(IndexingError) as conn, conn.transaction():
-                written = await load(conn, noted(batches, collections), expected, self.index_build)
+                written = await load(
+                    conn, noted(batches, collections), expected, self.options.index_build
+                )
         finally:
             self._wrote()
         await self._acknowledged(collections)
@@ -282,7 +268,9 @@ class PostgresStore(SiamStore):
         """The database's URL, the embedded server started if need be."""
         if self.url.get():
             return self.url.get()
-        url = await asyncio.to_thread(embedded_server_url, self.data_dir, self.shared_buffers)
+        url = await asyncio.to_thread(
+            embedded_server_url, self.data_dir, self.options.shared_buffers
+        )
         self._embedded = True
         return url
 
@@ -334,7 +322,7 @@ class PostgresStore(SiamStore):
         replayed, within KNOWLEDGE_REPLICA_MAX_LAG_MS.)"""
         replica = None
         if on is not None and self.replicas:
-            if self.manage_schema:
+            if self.options.manage_schema:
                 await self._generations()
             replica = self.replicas.route(on)
         if replica is not None:
