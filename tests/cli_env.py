@@ -11,8 +11,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from starlette.testclient import TestClient
@@ -28,6 +29,7 @@ from tests.test_uploads import wait_for
 SOURCES = "/v1/knowledge/sources"
 SERVE = [sys.executable, "-m", "knowledge_api", "serve"]
 PACKAGE_ROOT = Path(knowledge_api.__file__).parent.parent
+Item = TypeVar("Item")
 
 
 def use_postgres(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,6 +118,17 @@ def source_documents(settings: Settings, collection: str, source: str) -> dict[s
             await store.close()
 
     return asyncio.run(read())
+
+
+def mirrored(
+    docs: dict[str, Document], items: Mapping[str, Item], source_type: str
+) -> list[tuple[str, Item, Document]]:
+    """Each of a vendor's `items` by its id, beside the stored document that stands for it:
+    `docs` holds those ids and no other, each a document of `source_type`."""
+    assert sorted(docs) == sorted(items)
+    for key in items:
+        assert docs[key].source_type == source_type
+    return [(key, item, docs[key]) for key, item in items.items()]
 
 
 def sync_source(capsys: pytest.CaptureFixture[str], name: str, *more: str) -> tuple[int, str]:

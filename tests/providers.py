@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import respx
 
 from knowledge_api.config.fields import Secret
@@ -34,6 +35,14 @@ OPENAI_CHAT = "https://api.openai.com/v1/chat/completions"
 AZURE_URL = "https://answers.openai.azure.com"
 AZURE_DEPLOYMENT = "answers-4o"
 AZURE_CHAT = f"{AZURE_URL}/openai/deployments/{AZURE_DEPLOYMENT}/chat/completions"
+
+
+def each_failure(failures: Mapping[str, tuple[Any, str]]) -> pytest.MarkDecorator:
+    """A test run once for each of `failures`, named by its key: what the provider answers
+    (or raises) as `response`, and what the fallback's reason must say as `reason`."""
+    return pytest.mark.parametrize(
+        ("response", "reason"), list(failures.values()), ids=list(failures)
+    )
 
 
 def llm_settings(tmp_path: Path, **changes: Any) -> Settings:

@@ -24,6 +24,7 @@ from knowledge_api.models import SearchFilters, SearchHit
 from knowledge_api.rerankers.cross_encoder import CrossEncoderReranker
 from knowledge_api.service import KnowledgeService
 from tests.conftest import CORPUS, ask, corpus, make_settings, query_params
+from tests.torch_reference import tiny_bert_config
 
 pytest.importorskip("sentence_transformers")
 
@@ -34,8 +35,7 @@ TOP = 5
 
 def tiny_cross_encoder(folder: Path, seed: int = 0) -> Path:
     """A 1-layer BERT sequence classifier (one label) and its WordPiece vocabulary."""
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    from transformers import BertForSequenceClassification, BertTokenizerFast
 
     words = {w for d in CORPUS for w in re.findall(r"\w+", f"{d.title} {d.content}".lower())}
     words |= set(re.findall(r"\w+", QUESTION))
@@ -43,16 +43,8 @@ def tiny_cross_encoder(folder: Path, seed: int = 0) -> Path:
     vocab = folder / "vocab.txt"
     folder.mkdir(parents=True, exist_ok=True)
     vocab.write_text("\n".join(special + sorted(words) + list(">.,:#")) + "\n")
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(vocab.read_text().split()),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        num_labels=1,
-    )
+    size = len(vocab.read_text().split())
+    config = tiny_bert_config(seed, size, layers=1, hidden=32, heads=2, positions=256, num_labels=1)
     BertForSequenceClassification(config).save_pretrained(folder)
     BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(folder)
     return folder

@@ -1,5 +1,7 @@
 import re
 
+import pytest
+
 from knowledge_api.models import Chunk, SearchHit
 from knowledge_api.synthesis.extractive import NO_RESULTS, Candidate, compose, extract
 from knowledge_api.synthesis.sentences import candidate_sentences
@@ -8,6 +10,12 @@ from knowledge_api.synthesis.sentences import candidate_sentences
 def hit(content: str, similarity: float = 0.5, chunk_id: str = "c") -> SearchHit:
     chunk = Chunk(id=chunk_id, document_id="d", chunk_index=0, content=content)
     return SearchHit(chunk, "d", "wiki", "s", {}, 0.1, similarity)
+
+
+def answer(question: str, hits: list[SearchHit]) -> tuple[str, list[int]]:
+    """What the extractive answer to `question` from `hits` says, and what it cites."""
+    synthesis = extract(question, hits)
+    return synthesis.text, synthesis.citations
 
 
 HITS = [
@@ -29,8 +37,7 @@ def test_every_sentence_is_quoted_from_the_result_it_cites() -> None:
 
 def test_no_results_and_no_answering_sentence_say_so_and_cite_nothing() -> None:
     assert extract("anything", []).text == NO_RESULTS
-    nothing = extract("zebra migration season", HITS)
-    assert nothing.text == NO_RESULTS and nothing.citations == []
+    assert answer("zebra migration season", HITS) == (NO_RESULTS, [])
 
 
 def test_a_sentence_mentioning_one_word_of_the_question_is_not_an_answer() -> None:
@@ -59,10 +66,97 @@ def test_boilerplate_is_never_quoted() -> None:
     assert synthesis.text == "Install the package with pip from the index. [1]"
 
 
-def test_fragments_and_headings_alone_are_skipped() -> None:
-    assert candidate_sentences("Getting Started Guide\n\nSee also.\n\nRun it once a day.") == [
-        "Run it once a day."
-    ]
+OFFERING_MORE = "For more control over retries, pass a RetryOptions object to the client."
+
+# A page, and what of it may be quoted: its sentences in reading order.
+PAGES = [
+    pytest.param(
+        "Getting Started Guide\n\nSee also.\n\nRun it once a day.",
+        ["Run it once a day."],
+        id="fragments_and_headings_alone_are_skipped",
+    ),
+    # a `~~~` underline is a heading's, not a code fence swallowing the section
+    pytest.param(
+        "Work Factor\n~~~~~~~~~~~\n"
+        "One of the features is an adjustable logarithmic work factor.\n\n"
+        "Maximum Length\n~~~~~~~~~~~~~~\n"
+        "Passwords are cut at 72 characters before hashing.\n",
+        [
+            "One of the features is an adjustable logarithmic work factor.",
+            "Passwords are cut at 72 characters before hashing.",
+        ],
+        id="a_restructuredtext_section_is_read_under_its_title",
+    ),
+    pytest.param(
+        "The tool was compared by [Bevendorff et al. 2023](https://example.org/paper.pdf) "
+        "and came first.\n\n"
+        "- Barbaresi, A. [Trafilatura: A Web Scraping Library and Command-Line Tool for Text "
+        "Discovery and Extraction](https://example.org/acl), Proceedings of ACL 2021, p. 122-131.",
+        ["The tool was compared by Bevendorff et al. 2023 and came first."],
+        id="links_read_as_their_text_and_references_are_not_sentences",
+    ),
+    pytest.param(
+        "The following textbooks and tutorials are great resources for learning hashing.\n\n"
+        "For more information, see the hashing guide.\n\n"
+        "Please refer to the documentation for the full list of hash functions.\n\n"
+        "The module implements MurmurHash3, a family of fast non-cryptographic hashes.",
+        ["The module implements MurmurHash3, a family of fast non-cryptographic hashes."],
+        id="a_sentence_sending_the_reader_elsewhere_is_not_an_answer",
+    ),
+    pytest.param(
+        OFFERING_MORE,
+        [OFFERING_MORE],
+        id="a_sentence_offering_more_of_something_can_still_answer",
+    ),
+    # 'from the ...', 'For example, ...:' and 'If you ..., use:' are prose; the statements
+    # they look like are dropped
+    pytest.param(
+        "The module offers hasher objects with interfaces like those in hashlib\n"
+        "from the standard library, although they are still experimental.\n\n"
+        "For example, to hash a file in chunks, use the update method:\n\n"
+        "from mmh3 import mmh3_32\n"
+        "for chunk in chunks:\n"
+        "if total == 0:\n"
+        "with open(path, 'rb') as f:\n",
+        [
+            "The module offers hasher objects with interfaces like those in hashlib\n"
+            "from the standard library, although they are still experimental.",
+            "For example, to hash a file in chunks, use the update method:",
+        ],
+        id="prose_lines_starting_like_python_are_kept",
+    ),
+    pytest.param(
+        "For the zone name alone, use `get_localzone_name()`:\n\n    >>> get_localzone_name()\n",
+        ["For the zone name alone, use `get_localzone_name()`:"],
+        id="code_the_sentence_already_names_is_not_repeated",
+    ),
+    pytest.param(
+        "`KNOWLEDGE_FUSION=rrf` fuses by reciprocal rank instead of by score.\n\n"
+        "Restart Falcon with `systemctl restart falcon`.\n\n"
+        "`x = load(path)`",
+        [
+            "`KNOWLEDGE_FUSION=rrf` fuses by reciprocal rank instead of by score.",
+            "Restart Falcon with `systemctl restart falcon`.",
+        ],
+        id="prose_holding_inline_code_is_an_answer_not_code",
+    ),
+    pytest.param(
+        "- `threshold` (number, default 0.2): from 0 to 1. The lowest similarity a result "
+        "may have.\n"
+        "- **stdio**: one client on stdin. Use an `https://` URL with a key.\n",
+        [
+            "`threshold` (number, default 0.2): from 0 to 1. The lowest similarity a result "
+            "may have.",
+            "stdio: one client on stdin. Use an `https://` URL with a key.",
+        ],
+        id="a_short_list_item_is_one_sentence_without_its_marker",
+    ),
+]
+
+
+@pytest.mark.parametrize(("page", "sentences"), PAGES)
+def test_what_of_a_page_may_be_quoted(page: str, sentences: list[str]) -> None:
+    assert candidate_sentences(page) == sentences
 
 
 def test_a_sentence_repeating_the_question_loses_to_one_that_answers_it() -> None:
@@ -127,20 +221,6 @@ def test_long_sentences_are_shortened_at_a_word() -> None:
     assert text.endswith("… [1]") and len(text) < 340
 
 
-def test_a_restructuredtext_section_is_read_under_its_title() -> None:
-    """A `~~~` underline is a heading's, not a code fence swallowing the section."""
-    page = (
-        "Work Factor\n~~~~~~~~~~~\n"
-        "One of the features is an adjustable logarithmic work factor.\n\n"
-        "Maximum Length\n~~~~~~~~~~~~~~\n"
-        "Passwords are cut at 72 characters before hashing.\n"
-    )
-    assert candidate_sentences(page) == [
-        "One of the features is an adjustable logarithmic work factor.",
-        "Passwords are cut at 72 characters before hashing.",
-    ]
-
-
 def test_a_sentence_introducing_code_is_quoted_with_its_first_call() -> None:
     page = (
         "Limit the threads of the BLAS libraries in one block of your program:\n\n"
@@ -156,54 +236,6 @@ def test_a_sentence_introducing_code_is_quoted_with_its_first_call() -> None:
         "Limit the threads of the BLAS libraries in one block of your program: "
         "`with threadpool_limits(limits=1, user_api='blas'):` [1]"
     )
-
-
-def test_links_read_as_their_text_and_references_are_not_sentences() -> None:
-    page = (
-        "The tool was compared by [Bevendorff et al. 2023](https://example.org/paper.pdf) "
-        "and came first.\n\n"
-        "- Barbaresi, A. [Trafilatura: A Web Scraping Library and Command-Line Tool for Text "
-        "Discovery and Extraction](https://example.org/acl), Proceedings of ACL 2021, p. 122-131."
-    )
-    assert candidate_sentences(page) == [
-        "The tool was compared by Bevendorff et al. 2023 and came first."
-    ]
-
-
-def test_a_sentence_sending_the_reader_elsewhere_is_not_an_answer() -> None:
-    page = (
-        "The following textbooks and tutorials are great resources for learning hashing.\n\n"
-        "For more information, see the hashing guide.\n\n"
-        "Please refer to the documentation for the full list of hash functions.\n\n"
-        "The module implements MurmurHash3, a family of fast non-cryptographic hashes."
-    )
-    assert candidate_sentences(page) == [
-        "The module implements MurmurHash3, a family of fast non-cryptographic hashes."
-    ]
-
-
-def test_a_sentence_offering_more_of_something_can_still_answer() -> None:
-    page = "For more control over retries, pass a RetryOptions object to the client."
-    assert candidate_sentences(page) == [page]
-
-
-def test_prose_lines_starting_like_python_are_kept() -> None:
-    """'from the ...', 'For example, ...:' and 'If you ..., use:' are prose; the
-    statements they look like are dropped."""
-    page = (
-        "The module offers hasher objects with interfaces like those in hashlib\n"
-        "from the standard library, although they are still experimental.\n\n"
-        "For example, to hash a file in chunks, use the update method:\n\n"
-        "from mmh3 import mmh3_32\n"
-        "for chunk in chunks:\n"
-        "if total == 0:\n"
-        "with open(path, 'rb') as f:\n"
-    )
-    assert candidate_sentences(page) == [
-        "The module offers hasher objects with interfaces like those in hashlib\n"
-        "from the standard library, although they are still experimental.",
-        "For example, to hash a file in chunks, use the update method:",
-    ]
 
 
 def test_a_clearly_better_sentence_further_down_is_not_outranked_by_position() -> None:
@@ -222,35 +254,6 @@ def test_a_clearly_better_sentence_further_down_is_not_outranked_by_position() -
     )
     synthesis = extract(query, [first, *filler, fifth])
     assert 5 in synthesis.citations
-
-
-def test_code_the_sentence_already_names_is_not_repeated() -> None:
-    page = "For the zone name alone, use `get_localzone_name()`:\n\n    >>> get_localzone_name()\n"
-    assert candidate_sentences(page) == ["For the zone name alone, use `get_localzone_name()`:"]
-
-
-def test_prose_holding_inline_code_is_an_answer_not_code() -> None:
-    page = (
-        "`KNOWLEDGE_FUSION=rrf` fuses by reciprocal rank instead of by score.\n\n"
-        "Restart Falcon with `systemctl restart falcon`.\n\n"
-        "`x = load(path)`"
-    )
-    assert candidate_sentences(page) == [
-        "`KNOWLEDGE_FUSION=rrf` fuses by reciprocal rank instead of by score.",
-        "Restart Falcon with `systemctl restart falcon`.",
-    ]
-
-
-def test_a_short_list_item_is_one_sentence_without_its_marker() -> None:
-    page = (
-        "- `threshold` (number, default 0.2): from 0 to 1. The lowest similarity a result "
-        "may have.\n"
-        "- **stdio**: one client on stdin. Use an `https://` URL with a key.\n"
-    )
-    assert candidate_sentences(page) == [
-        "`threshold` (number, default 0.2): from 0 to 1. The lowest similarity a result may have.",
-        "stdio: one client on stdin. Use an `https://` URL with a key.",
-    ]
 
 
 def test_the_sentence_completing_the_question_is_not_dropped_for_repeating_it() -> None:
@@ -273,8 +276,7 @@ def test_a_passage_about_another_entity_is_not_quoted_as_the_asked_ones() -> Non
         "Roll back an Osprey wave with `osprey rollback --wave N`, which reinstalls the "
         "previous release on every server of the wave."
     )
-    asked = extract("How do I roll back Kestrel?", [osprey])
-    assert asked.text == NO_RESULTS and asked.citations == []
+    assert answer("How do I roll back Kestrel?", [osprey]) == (NO_RESULTS, [])
     assert extract("How do I roll back an Osprey wave?", [osprey]).citations == [1]
 
 
@@ -284,10 +286,9 @@ def test_a_sentence_that_only_denies_what_is_asked_does_not_answer_it() -> None:
         "Jobs are declared in `kestrel.yaml`, one entry per job with its cron expression. "
         "Run `kestrel apply` to load a changed file without a restart."
     )
-    restart = extract("How do I restart Kestrel?", [kestrel])
-    assert restart.text == NO_RESULTS and restart.citations == []
     load = extract("How do I load a changed Kestrel file?", [kestrel])
     assert load.text == "Run `kestrel apply` to load a changed file without a restart. [1]"
+    assert answer("How do I restart Kestrel?", [kestrel]) == (NO_RESULTS, [])
 
 
 def test_the_line_that_defines_the_named_setting_is_quoted() -> None:

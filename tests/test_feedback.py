@@ -96,6 +96,12 @@ async def test_a_keyword_list_far_from_the_query_neither_leads_nor_seeds(
 
 def test_ranking_settings_reach_every_backend(tmp_path: Path) -> None:
     env = {
+        "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
+        "KNOWLEDGE_CHROMA_PATH": str(tmp_path / "chroma"),
+        "KNOWLEDGE_QDRANT_PATH": str(tmp_path / "qdrant"),
+        "SUPABASE_URL": "https://project.supabase.test",
+        "SUPABASE_SERVICE_ROLE_KEY": "key",
+        # the ranking settings, in the order of SearchTuning's fields
         "KNOWLEDGE_FUSION_K": "20",
         "KNOWLEDGE_CANDIDATES": "80",
         "KNOWLEDGE_FEEDBACK_DOCS": "0",
@@ -103,11 +109,6 @@ def test_ranking_settings_reach_every_backend(tmp_path: Path) -> None:
         "KNOWLEDGE_FEEDBACK_RANK_WEIGHT": "2",
         "KNOWLEDGE_FUSION": "rrf",
         "KNOWLEDGE_VECTOR_WEIGHT": "0.6",
-        "KNOWLEDGE_DB_PATH": str(tmp_path / "k.db"),
-        "KNOWLEDGE_CHROMA_PATH": str(tmp_path / "chroma"),
-        "KNOWLEDGE_QDRANT_PATH": str(tmp_path / "qdrant"),
-        "SUPABASE_URL": "https://project.supabase.test",
-        "SUPABASE_SERVICE_ROLE_KEY": "key",
     }
     settings = Settings.from_env(environ=env, env_file=None)
     expected = SearchTuning(20, 80, 0, 1.5, 2.0, "rrf", 0.6)

@@ -21,6 +21,7 @@ from knowledge_api.models import Document
 from knowledge_api.settings import Settings
 from tests.cli_env import (
     cli_environment,
+    mirrored,
     refused_secret,
     refused_usage,
     source_documents,
@@ -64,10 +65,7 @@ def stored(settings: Settings) -> dict[str, Document]:
 def assert_mirrors(settings: Settings, fake: GitHub) -> dict[str, Document]:
     """The store holds each item GitHub has, no other, with its title, body, comments."""
     docs = stored(settings)
-    assert sorted(docs) == sorted(fake.items)
-    for source_id, item in fake.items.items():
-        doc = docs[source_id]
-        assert doc.source_type == "git"
+    for _, item, doc in mirrored(docs, fake.items, "git"):
         assert doc.title == f"#{item.number} {item.title}"
         assert item.body in doc.content
         said = [c for c in item.comments + item.verdicts + item.reviews if c["body"]]

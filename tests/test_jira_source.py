@@ -38,6 +38,7 @@ from tests.atlassian_server import (
 from tests.cli_env import (
     cli_environment,
     listed_sources,
+    mirrored,
     refused_usage,
     source_documents,
     sync_source,
@@ -111,6 +112,10 @@ def project(cloud: bool = True) -> Atlassian:
     return jira
 
 
+def stored(settings: Settings) -> dict[str, Document]:
+    return source_documents(settings, "ops", "jira")
+
+
 def add_source(url: str, *more: str) -> int:
     return main([*source_args("jira", "jira", url, "JIRA_TOKEN"), *more])
 
@@ -119,17 +124,10 @@ def sync(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
     return sync_source(capsys, "jira", *more)
 
 
-def stored(settings: Settings) -> dict[str, Document]:
-    return source_documents(settings, "ops", "jira")
-
-
 def holds_what_jira_holds(settings: Settings, jira: Atlassian) -> dict[str, Document]:
     """The store's documents are the fake's issues: keys, titles, text, comments."""
     docs = stored(settings)
-    assert sorted(docs) == sorted(jira.issues)
-    for key, issue in jira.issues.items():
-        doc = docs[key]
-        assert doc.source_type == "jira"
+    for key, issue, doc in mirrored(docs, jira.issues, "jira"):
         assert doc.title == f"{key} {issue.summary}"
         assert doc.metadata["comments"] == len(issue.comments)
         assert doc.content.count("## Comment by ") == len(issue.comments)

@@ -10,15 +10,8 @@ from knowledge_api.ingest.chunker import chunk_document
 from knowledge_api.ingest.extract import literal
 from knowledge_api.ingest.loaders import LoadOptions, html_to_markdown, load_paths
 from tests import hostile_records
-from tests.documents import (
-    PNG,
-    bare_docx,
-    pdf_bytes,
-    repeated_slide_pptx,
-    spanning_docx,
-    write_docx,
-    write_pptx,
-)
+from tests.documents import PNG, pdf_bytes, write_docx, write_pptx
+from tests.hostile_office import bare_docx, repeated_slide_pptx, spanning_docx
 
 DOC_PAGE = """<!DOCTYPE html>
 <html><head><title>Rotating keys - Handbook</title><script>var tracking = 1;</script></head>
@@ -54,13 +47,9 @@ def test_folder_of_markdown_text_and_html(tmp_path: Path) -> None:
     assert sorted(docs) == ["guide.md", "page.html", "sub/notes.txt"]
     guide = docs["guide.md"]
     assert guide.title == "The Guide" and guide.source_type == "wiki"
-    assert guide.source_id == "https://docs.example.com/guide.md"
-    assert guide.metadata == {
-        "path": "guide.md",
-        "format": "md",
-        "team": "qa",
-        "url": "https://docs.example.com/guide.md",
-    }
+    url = "https://docs.example.com/guide.md"
+    assert guide.source_id == url
+    assert guide.metadata == {"path": "guide.md", "format": "md", "team": "qa", "url": url}
     assert docs["sub/notes.txt"].title == "notes"
     assert docs["page.html"].title == "Page"
     assert docs["page.html"].content == "Hi there, reader."

@@ -17,7 +17,7 @@ from knowledge_api.embeddings import local, onnx_model
 from knowledge_api.embeddings.local import LocalEmbedder, load_tokenizer, padded
 from knowledge_api.embeddings.runtimes import ENCODERS, OpenVinoEncoder
 from knowledge_api.errors import EmbeddingError
-from tests.torch_reference import mean_pooled
+from tests.torch_reference import mean_pooled, tiny_bert_config
 
 TEXTS = [
     "Reset your password from the account settings page.",
@@ -31,17 +31,9 @@ TEXTS = [
 def tiny_bert(prefix: str = "") -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
     """A 2-layer BertModel (hidden 16, 4 heads) with every weight random, biases included."""
     import torch
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
-    torch.manual_seed(7)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=32,
-        max_position_embeddings=512,
-    )
+    config = tiny_bert_config(7, 30522, layers=2, hidden=16, heads=4, positions=512)
     model = BertModel(config, add_pooling_layer=False).eval()
     with torch.no_grad():
         for parameter in model.parameters():

@@ -30,6 +30,7 @@ from tests.providers import (
     OPENAI_CHAT,
     OPENAI_KEY,
     Stream,
+    each_failure,
     openai_answer,
     openai_chunk,
     openai_error,
@@ -195,11 +196,10 @@ FAILURES = {
 }
 
 
-@pytest.mark.parametrize("failure", list(FAILURES))
+@each_failure(FAILURES)
 async def test_every_openai_failure_falls_back_to_the_offline_answer_and_says_why(
-    tmp_path: Path, mock: respx.MockRouter, failure: str
+    tmp_path: Path, mock: respx.MockRouter, response: httpx.Response, reason: str
 ) -> None:
-    response, reason = FAILURES[failure]
     mock.post(OPENAI_CHAT).mock(return_value=response)
     body, health = await asked(openai_settings(tmp_path), threshold=0.0)
     assert body["synthesizer"]["provider"] == "extractive"

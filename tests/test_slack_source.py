@@ -19,6 +19,7 @@ from knowledge_api.settings import Settings
 from tests.cli_env import (
     cli_environment,
     listed_sources,
+    mirrored,
     refused_secret,
     refused_usage,
     source_documents,
@@ -59,12 +60,9 @@ def assert_mirrors(settings: Settings, fake: Slack) -> dict[str, Document]:
     """The store holds each thread of the channels the bot is in, no other, with each
     message's author, text and permalink."""
     docs = stored(settings)
-    threads = fake.threads()
-    assert sorted(docs) == sorted(threads)
-    for thread_id, messages in threads.items():
-        doc, (channel_id, _) = docs[thread_id], thread_id.split("/")
+    for thread_id, messages, doc in mirrored(docs, fake.threads(), "chat"):
+        channel_id, _ = thread_id.split("/")
         channel = fake.channels[channel_id]
-        assert doc.source_type == "chat"
         assert doc.title.startswith(f"#{channel.name}: {messages[0]['text'][:20]}")
         assert doc.metadata["replies"] == len(messages) - 1
         assert doc.metadata["channel"] == channel.name
@@ -186,15 +184,6 @@ def test_server_errors_that_go_on_stop_the_run_after_the_retries(
     assert len(stored(environment)) == 4
 
 
-def test_a_source_needs_a_token_and_an_api_url(
-    environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert "secrets.token" in refused_usage(capsys, *ADD, "--url", fake.url)
-    assert "https://slack.com/api" in refused_usage(
-        capsys, *ADD, "--url", "slack.com", "--secret", "token=X"
-    )
-
-
 def test_an_unreachable_slack_stops_the_run_after_the_retries(
     environment: Settings, waits: list[float], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -202,6 +191,15 @@ def test_an_unreachable_slack_stops_the_run_after_the_retries(
     assert main([*ADD, "--url", url, "--secret", "token=SLACK_TOKEN_FOR_TESTS"]) == 0
     status, line = sync(capsys)
     assert status == 1 and f"{url} is unreachable" in line and len(waits) == 5
+
+
+def test_a_source_needs_a_token_and_an_api_url(
+    environment: Settings, fake: Slack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "secrets.token" in refused_usage(capsys, *ADD, "--url", fake.url)
+    assert "https://slack.com/api" in refused_usage(
+        capsys, *ADD, "--url", "slack.com", "--secret", "token=X"
+    )
 
 
 def test_private_channels_are_read_by_their_members_alone(

@@ -34,6 +34,7 @@ from tests.providers import (
     GROQ_CHAT,
     GROQ_KEY,
     Stream,
+    each_failure,
     gemini_answer,
     gemini_chunk,
     gemini_error,
@@ -158,11 +159,10 @@ GROQ_FAILURES: dict[str, tuple[Any, str]] = {
 }
 
 
-@pytest.mark.parametrize("gemini_failure", list(GEMINI_FAILURES))
+@each_failure(GEMINI_FAILURES)
 async def test_any_gemini_failure_falls_back_to_groq(
-    service: KnowledgeService, mock: respx.MockRouter, gemini_failure: str
+    service: KnowledgeService, mock: respx.MockRouter, response: Any, reason: str
 ) -> None:
-    response, reason = GEMINI_FAILURES[gemini_failure]
     mock.post(url__regex=GEMINI_GENERATE).mock(side_effect=[response])
     mock.post(GROQ_CHAT).mock(return_value=groq_answer(["Groq: WAV [1]."]))
     body = await ask(service, query_params({"query": QUESTION}))
@@ -178,11 +178,10 @@ async def test_any_gemini_failure_falls_back_to_groq(
     assert health["providers"]["groq"]["status"] == "configured"
 
 
-@pytest.mark.parametrize("groq_failure", list(GROQ_FAILURES))
+@each_failure(GROQ_FAILURES)
 async def test_both_failing_falls_back_to_the_extractive_answer(
-    service: KnowledgeService, mock: respx.MockRouter, groq_failure: str
+    service: KnowledgeService, mock: respx.MockRouter, response: Any, reason: str
 ) -> None:
-    response, reason = GROQ_FAILURES[groq_failure]
     mock.post(url__regex=GEMINI_GENERATE).mock(return_value=gemini_error(500))
     mock.post(GROQ_CHAT).mock(side_effect=[response])
     body = await ask(service, query_params({"query": QUESTION}))

@@ -33,14 +33,8 @@ from knowledge_api.settings import Settings
 from knowledge_api.usecases import uploads
 from tests import hostile_records
 from tests.conftest import corpus, make_settings
-from tests.documents import (
-    bare_docx,
-    pdf_bytes,
-    repeated_slide_pptx,
-    spanning_docx,
-    write_docx,
-    write_pptx,
-)
+from tests.documents import pdf_bytes, write_docx, write_pptx
+from tests.hostile_office import bare_docx, repeated_slide_pptx, spanning_docx
 
 FILES = "/v1/knowledge/files"
 QUERY = "/v1/knowledge/query"

@@ -1,6 +1,7 @@
 """The PyTorch path the local embedder replaced, kept (dev extra only) as the reference
 its ONNX vectors are checked against: transformers' BertModel in fp32, mean pooling
-over the attention mask, unit length; one thread for a query, all cores for batches."""
+over the attention mask, unit length; one thread for a query, all cores for batches.
+Also the config of a tiny BERT, for the tests that build one with random weights."""
 
 from __future__ import annotations
 
@@ -76,3 +77,24 @@ def set_threads(count: int) -> None:
 
     if torch.get_num_threads() != count:
         torch.set_num_threads(count)
+
+
+def tiny_bert_config(
+    seed: int, vocab_size: int, layers: int, hidden: int, heads: int, positions: int, **more: Any
+) -> Any:
+    """A BERT config small enough to build and run in a test, its feed-forward layer twice
+    as wide as `hidden`; torch's generator is seeded with `seed` first, so that the random
+    weights of the model built from it next are the same on every run."""
+    import torch
+    from transformers import BertConfig
+
+    torch.manual_seed(seed)
+    return BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=positions,
+        **more,
+    )
