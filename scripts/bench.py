@@ -38,6 +38,9 @@ import httpx
 import numpy as np
 from bench_http import (
     HOST,
+    MSMARCO_DEV,
+    QUERY_PATH,
+    ROOT,
     free_port,
     start_process,
     uvicorn,
@@ -46,10 +49,8 @@ from bench_http import (
     wrk_run,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "msmarco-dev" / "corpus.jsonl"
+DEFAULT_CORPUS = MSMARCO_DEV / "corpus.jsonl"
 BUNDLED_DOCS = ROOT / "knowledge_api" / "docs"
-QUERY_PATH = "/v1/knowledge/query"
 SUMMARY = re.compile(
     r"(?P<documents>\d+) documents indexed \((?P<chunks>\d+) chunks, (?P<embedded>\d+) embedded\)"
     r", (?P<skipped>\d+) unchanged skipped, in (?P<seconds>[\d.]+)s"

@@ -31,7 +31,9 @@ import httpx
 import numpy as np
 from bench_http import (
     HOST,
+    MSMARCO_DEV,
     QUERY_PATH,
+    ROOT,
     distinct_cold_queries,
     free_port,
     serve_command,
@@ -39,8 +41,7 @@ from bench_http import (
     wait_ready,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-QUERIES = ROOT.parent / "shared" / "datasets" / "msmarco-dev" / "queries.jsonl"
+QUERIES = MSMARCO_DEV / "queries.jsonl"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 

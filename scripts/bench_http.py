@@ -20,6 +20,9 @@ from typing import Any
 
 import httpx
 
+ROOT = Path(__file__).resolve().parent.parent
+MSMARCO_DEV = ROOT.parent / "shared" / "datasets" / "msmarco-dev"
+"""The public dev set beside the checkout (benchmarks only; the product never reads it)."""
 HOST = "127.0.0.1"
 QUERY_PATH = "/v1/knowledge/query"
 BARE_APP = """\
