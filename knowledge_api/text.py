@@ -143,6 +143,32 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.casefold())
 
 
+_IDENTIFIER = re.compile(r"[\w$/.-]*\w")
+_CODE_SHAPED = re.compile(
+    r"""\w[\w$]*[_$][\w$]*   # store_read_only, KNOWLEDGE_API_HOST, $HOME
+    |\$\w+
+    |/[A-Za-z][\w./-]*       # a path from the root: /readyz, /v1/knowledge/query
+    |\w[\w-]*(?:/[\w.-]+){2,} # a path of three parts or more: knowledge_api/docs/x
+    |\w[\w-]*(?:/[\w.-]+)+\.\w+  # a path to a file: docs/api.md
+    |\w{2,}(?:\.\w{2,})+      # dotted: knowledge_api.client, settings.py (not e.g., U.S.)
+    """,
+    re.VERBOSE,
+)
+
+
+def identifiers(text: str) -> list[str]:
+    """Words shaped like code, as they stand: a name with an underscore or a dollar sign
+    (store_read_only, KNOWLEDGE_API_HOST), a path (/readyz, docs/api.md) or a dotted
+    name (knowledge_api.client, settings.py). Words of prose joined by a slash
+    (and/or, up/down) or by dots between single letters (e.g., U.S.) are none, and so
+    is a word without a letter (1.5, 10/12/2024)."""
+    return [
+        word
+        for word in _IDENTIFIER.findall(text)
+        if _CODE_SHAPED.fullmatch(word) and any(c.isalpha() for c in word)
+    ]
+
+
 def content_terms(text: str) -> list[str]:
     """Distinct non-stopword words, in order of first appearance."""
     seen: dict[str, None] = {}

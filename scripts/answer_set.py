@@ -20,9 +20,12 @@ extractive synthesizer, the default answer threshold, 5 passages) and reports:
   words were found in the passage it cites (a quote, not `unsupported`).
 
 The set is split as tests/answers.json says: every third question and those marked
-`added_after_tuning` were kept out of every tuning decision. Both are reported.
+`added_after_tuning` were kept out of every tuning decision. Both are reported, unless
+`--tuned-only` is given: then the held-out questions are not scored at all and nothing of
+them is printed (no row, no count, no miss), so a tuning run cannot see them.
 
     .venv/bin/python scripts/answer_set.py [--file tests/answers.json] [--work DIR] [--misses]
+        [--tuned-only]
 
 `--work DIR` keeps the store in DIR, so a second run does not ingest again.
 """
@@ -162,14 +165,18 @@ def share(scored: list[Scored], test: Callable[[Scored], bool]) -> str:
     return f"{100 * sum(map(test, scored)) / len(scored):.1f}%"
 
 
-def report(scored: list[Scored], misses: bool) -> None:
+def report(scored: list[Scored], misses: bool, tuned_only: bool = False) -> None:
+    """The summary rows, then the misses; with `tuned_only` only the tuned questions'."""
     print(
         f"{'':<10}{'n':>5}{'contains':>10}{'retrieved':>11}{'refused':>12}{'no ans.':>8}"
         f"{'refused':>10}"
     )
+    if tuned_only:
+        scored = [s for s in scored if s.question.tuned]
     print(row("tuned", [s for s in scored if s.question.tuned]))
-    print(row("held out", [s for s in scored if not s.question.tuned]))
-    print(row("all", scored))
+    if not tuned_only:
+        print(row("held out", [s for s in scored if not s.question.tuned]))
+        print(row("all", scored))
     too_long = [
         s
         for s in scored
@@ -193,7 +200,7 @@ def report(scored: list[Scored], misses: bool) -> None:
                 print(f"  answered: {s.answer}")
 
 
-async def run(path: Path, work: Path, misses: bool) -> None:
+async def run(path: Path, work: Path, misses: bool, tuned_only: bool = False) -> None:
     settings = Settings.from_env(environ={}, env_file=None).replace(
         db_path=work / "answers.db", seed_on_empty=False, synthesizer="extractive"
     )
@@ -201,10 +208,11 @@ async def run(path: Path, work: Path, misses: bool) -> None:
     await service.start()
     try:
         await filled(service)
-        scored = [await score(service, q) for q in questions(path)]
+        asked = [q for q in questions(path) if q.tuned or not tuned_only]
+        scored = [await score(service, q) for q in asked]
     finally:
         await service.stop()
-    report(scored, misses)
+    report(scored, misses, tuned_only)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -212,13 +220,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--file", type=Path, default=DEFAULT_FILE)
     parser.add_argument("--work", type=Path, help="keep the store here (default: a temporary one)")
     parser.add_argument("--misses", action="store_true", help="list the questions answered wrong")
+    parser.add_argument(
+        "--tuned-only",
+        action="store_true",
+        help="score and print only the tuned questions (nothing about the held-out ones)",
+    )
     args: Any = parser.parse_args(argv)
     if args.work:
         args.work.mkdir(parents=True, exist_ok=True)
-        asyncio.run(run(args.file, args.work, args.misses))
+        asyncio.run(run(args.file, args.work, args.misses, args.tuned_only))
         return
     with tempfile.TemporaryDirectory() as folder:
-        asyncio.run(run(args.file, Path(folder), args.misses))
+        asyncio.run(run(args.file, Path(folder), args.misses, args.tuned_only))
 
 
 if __name__ == "__main__":

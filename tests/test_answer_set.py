@@ -38,3 +38,21 @@ def test_every_answering_sentence_stands_in_the_documents(question):
     assert _said(question.sentence, answer_set.normalised((folder / question.doc).read_text()))
     corpus = " ".join(answer_set.normalised(p.read_text()) for p in sorted(folder.glob("*.md")))
     assert [s for s in question.also if not _said(s, corpus)] == []
+
+
+def test_tuned_only_prints_nothing_of_the_held_out_questions(capsys):
+    """A tuning run sees the tuned row and misses alone: no held-out row, count or miss."""
+
+    def scored(ask: str, tuned: bool) -> object:
+        question = answer_set.Question(ask, "docs", "api.md", "The answer.", tuned)
+        return answer_set.Scored(question, "success", "Something else.", False)
+
+    both = [scored("tuned question?", True), scored("kept out question?", False)]
+    answer_set.report(both, misses=True, tuned_only=True)
+    shown = capsys.readouterr().out
+    assert "tuned question?" in shown
+    assert "kept out" not in shown
+    assert "held out" not in shown
+    assert "\nall " not in shown
+    answer_set.report(both, misses=True)
+    assert "kept out question?" in capsys.readouterr().out

@@ -3,8 +3,11 @@ from collections.abc import Hashable
 
 from pytest import approx
 
+from knowledge_api import text
+from knowledge_api.models import SETTINGS_RANKING, Ranking
 from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
+    IDENTIFIER_VECTOR_WEIGHT,
     Candidate,
     convex_fusion,
     reciprocal_rank_fusion,
@@ -88,3 +91,45 @@ def test_relative_scores_are_zero_to_one() -> None:
     scores = relative_scores([Candidate("a", 8.0), Candidate("b", 2.0), Candidate("c", -1.0)])
     assert scores == {"a": 1.0, "b": 0.25, "c": 0.0}
     assert relative_scores([Candidate("a", 0.0)]) == {"a": 0.0}
+
+
+# -- a query naming something by a code-shaped word --------------------------------
+
+
+def test_identifiers_are_words_shaped_like_code_and_prose_holds_none() -> None:
+    asked = "Does POST /v1/knowledge/documents with source_type, KNOWLEDGE_API_HOST or $HOME"
+    assert text.identifiers(asked) == [
+        "/v1/knowledge/documents",
+        "source_type",
+        "KNOWLEDGE_API_HOST",
+        "$HOME",
+    ]
+    assert text.identifiers("see docs/api.md, knowledge_api.client or settings.py") == [
+        "docs/api.md",
+        "knowledge_api.client",
+        "settings.py",
+    ]
+    prose = "What is 3.14, e.g. in the U.S., up/down and/or 24/7 on 10/12/2024 at 5 p.m.?"
+    assert text.identifiers(prose) == []
+    assert text.identifiers("how many people live in paris") == []
+
+
+def test_an_identifier_in_the_query_evens_the_shares_unless_the_request_chose() -> None:
+    """The passage holding the name, best by keywords but of middling cosine, ranks
+    first for the query that names it; a prose query keeps the setting's share."""
+    named, near = "names it", "near in meaning"
+    by_vector = [Candidate(near, 0.56), Candidate(named, 0.30)]
+    by_keyword = [Candidate(named, 9.0), Candidate(near, 5.0)]
+    cosines = {near: 0.56, named: 0.30}
+
+    def first(query: str, ranking: Ranking = SETTINGS_RANKING) -> Hashable:
+        weight = DEFAULT_TUNING.adjusted(ranking, query).vector_weight
+        return convex_fusion(by_vector, by_keyword, cosines, weight)[0][0]
+
+    assert DEFAULT_TUNING.vector_weight > IDENTIFIER_VECTOR_WEIGHT
+    assert first("What happens when I post the same source_type again?") == named
+    assert first("What happens when I post the same source type again?") == near
+    assert DEFAULT_TUNING.adjusted(SETTINGS_RANKING, "a /readyz").vector_weight == approx(0.5)
+    chosen = Ranking(vector_weight=0.9)
+    assert DEFAULT_TUNING.adjusted(chosen, "source_type").vector_weight == approx(0.9)
+    assert first("the source_type", chosen) == near

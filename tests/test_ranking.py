@@ -302,3 +302,18 @@ def test_retrieve_and_answer_say_what_ranked(client: TestClient) -> None:
         "/v1/knowledge/answer", json={"query": QUESTION, "ranking": {"fusion": "rrf"}}
     ).json()
     assert answered["metadata"]["ranking"]["fusion"] == "rrf"
+
+
+def test_a_query_naming_a_code_shaped_word_reports_the_even_shares_it_ran(
+    client: TestClient,
+) -> None:
+    """The vector weight reported is the one its fusion used: 0.5 for a query holding
+    `source_type`, the setting's for prose."""
+
+    def weight(query: str) -> float:
+        body = {"query": query, "collection": "default"}
+        found = client.post("/v1/knowledge/retrieve", json=body).json()
+        return float(found["metrics"]["ranking"]["vector_weight"])
+
+    assert weight("What does source_type hold?") == 0.5
+    assert weight("What does the source type hold?") == 0.8

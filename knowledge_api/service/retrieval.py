@@ -182,7 +182,7 @@ class Retriever:
             list(plan.warnings),
             None,
             plan.routed,
-            ranking=self.trail.ranking_ran(ranking, reranking),
+            ranking=self.trail.ranking_ran(ranking, reranking, query),
         )
         if reranking:
             found = await self._reranked(query, found)

@@ -93,7 +93,7 @@ class Trail:
         """What ranked a query: the request's own choices and the settings that order
         results, so a rating says which ranking it judged."""
         reranking = self.engine.reranker.name != "none" and params.ranking.rerank is not False
-        ran = self.ranking_ran(params.ranking, reranking)
+        ran = self.ranking_ran(params.ranking, reranking, params.query)
         return {
             "embedder": self.engine.embedder.name,
             **ran,
@@ -106,11 +106,11 @@ class Trail:
             "principals": fingerprint(params.principals),
         }
 
-    def ranking_ran(self, ranking: Ranking, reranking: bool) -> dict[str, Any]:
+    def ranking_ran(self, ranking: Ranking, reranking: bool, query: str = "") -> dict[str, Any]:
         """The ranking a request's choices and the settings make, as responses report
         it: fusion, vector_weight, prf (whether the feedback round runs), recency (or
         None) and the reranker that ran ("none": no reranking)."""
-        tuning = self.engine.tuning.adjusted(ranking)
+        tuning = self.engine.tuning.adjusted(ranking, query)
         return {
             "fusion": tuning.fusion,
             "vector_weight": tuning.vector_weight,

@@ -14,6 +14,7 @@ from typing import ClassVar, TypeVar
 
 import numpy as np
 
+from knowledge_api import text
 from knowledge_api.models import Ranking
 from knowledge_api.registry import FromSettings
 from knowledge_api.settings import Settings
@@ -71,25 +72,37 @@ class SearchTuning(FromSettings):
         "fusion vector_weight"
     )
 
-    def adjusted(self, ranking: Ranking) -> SearchTuning:
-        """This tuning with a request's own choices: its fusion, vector weight and
-        whether the feedback round runs (with KNOWLEDGE_FEEDBACK_DOCS hits, or
-        FEEDBACK_DOCS when the setting turned it off)."""
+    def adjusted(self, ranking: Ranking, query: str = "") -> SearchTuning:
+        """This tuning with a request's own choices: its fusion, vector weight (else the
+        setting's, at most IDENTIFIER_VECTOR_WEIGHT when `query` holds a word shaped
+        like code) and whether the feedback round runs (with KNOWLEDGE_FEEDBACK_DOCS
+        hits, or FEEDBACK_DOCS when the setting turned it off)."""
         feedback = self.feedback_docs
         if ranking.prf is not None:
             feedback = (self.feedback_docs or FEEDBACK_DOCS) if ranking.prf else 0
+        vector_weight = ranking.vector_weight
+        if vector_weight is None:
+            vector_weight = self.vector_weight
+            if text.identifiers(query):
+                vector_weight = min(vector_weight, IDENTIFIER_VECTOR_WEIGHT)
         return replace(
             self,
             fusion=ranking.fusion or self.fusion,
-            vector_weight=(
-                self.vector_weight if ranking.vector_weight is None else ranking.vector_weight
-            ),
+            vector_weight=vector_weight,
             feedback_docs=feedback,
         )
 
 
 FEEDBACK_DOCS = 3
 """Hits of a feedback round a request asks for when KNOWLEDGE_FEEDBACK_DOCS is 0."""
+IDENTIFIER_VECTOR_WEIGHT = 0.5
+"""The cosine's share in convex fusion, at most, for a query holding a word shaped like
+code (text.identifiers: source_type, KNOWLEDGE_API_HOST, /readyz, settings.py). Such a
+word names one thing exactly, and the keyword list matches it as written, where an
+embedding model reads it as a few subword pieces of common words: a passage that holds
+the name is found first by keywords and kept down by a middling cosine (a long passage
+that mentions the name once among other things). Even shares let that exact match
+count; queries of prose, which hold no such word, keep the setting's share."""
 
 
 DEFAULT_TUNING = SearchTuning.from_settings(Settings())

@@ -121,7 +121,7 @@ class HybridSearch(FromSettings):
         with self.searching(filters) as readable:
             if readable is None:
                 return []
-            tuning = self.tuning.adjusted(ranking)
+            tuning = self.tuning.adjusted(ranking, query)
             asked = Asked(query, vector, self.depth(top_k, ranking), readable, mode, tuning)
             fused, similarity = await self.fused_candidates(asked)
             if mode == "hybrid" and vector is not None and tuning.feedback_docs > 0:
