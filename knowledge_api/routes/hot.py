@@ -2,7 +2,8 @@
 without routing, parsing or rendering it again.
 
 A query body that was answered once is remembered, byte for byte, with the tier-1 key
-it parsed to, the tier-1 value it was answered with and that value rendered as a hit.
+the route parsed it to and the tier-1 value it was answered with; that value is
+rendered as a hit when the body first comes again.
 When the same bytes come again and tier 1 still holds that very value (same store
 generation, entry alive), the rendered bytes are sent with this request's `total_ms`,
 once the caller is admitted by the same decision the routes use (web/access.py).
@@ -17,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -25,10 +26,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes import ROUTES, query
+from knowledge_api.routes.query import ASKED
 from knowledge_api.service import Served
 from knowledge_api.spans import Unit
 from knowledge_api.timing import Spelled
-from knowledge_api.views.query import parse, render
+from knowledge_api.views.query import render
 from knowledge_api.web.access import READ, Gate, admit
 from knowledge_api.web.observe import Exchange, RequestObserver
 
@@ -47,22 +49,27 @@ PICKED = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Rendered:
-    """A tier-1 value as a hit renders it, around the one number that changes."""
+    """A tier-1 value as a hit renders it, around the one number that changes: rendered
+    at its first hit, not when remembered (most bodies a server answers never come
+    again, and rendering is a good part of a miss's own work)."""
 
     key: Hashable
     value: Any
     collection: str | tuple[str, ...]
     """Every collection the query searched: the caller must reach each."""
-    head: bytes
-    """The body up to `total_ms`'s value."""
-    tail: bytes
+    unit: Unit = "codepoints"
     principals: frozenset[str] | None = None
     """What the value was read with (knowledge_api.principals)."""
+    cut: tuple[bytes, bytes] | None = None
+    """The body up to `total_ms`'s value, and the rest (once rendered)."""
 
     def body(self, started: float) -> bytes:
-        return b"".join((self.head, TOTAL_MS((time.perf_counter() - started) * 1000), self.tail))
+        if self.cut is None:
+            self.cut = rendered_cut(self.value, self.unit)
+        head, tail = self.cut
+        return b"".join((head, TOTAL_MS((time.perf_counter() - started) * 1000), tail))
 
 
 class QueryHits:
@@ -199,21 +206,16 @@ class QueryHits:
         principals it was read with: a hit is served to a caller reading with the same)."""
         if len(body) > MAX_BODY_BYTES or body in self.rendered:
             return
-        try:
-            params, stream, unit = parse(orjson.loads(body))
-        except (ValueError, KnowledgeAPIError):
+        state = scope.get("state", {})
+        asked = state.get(ASKED)
+        if asked is None or state.get("access") is None:
             return
-        caller = scope.get("state", {}).get("access")
-        if caller is None:
-            return
-        params = replace(params, principals=caller.principals)
+        params, stream, unit = asked
         key = params.cache_key()
         value = self.service.tier1.peek(key)
         if stream or value is None:
             return  # a streamed answer, or one tier 1 did not keep (warnings)
-        self.rendered[body] = replace(
-            rendered(key, value, params.scope, unit), principals=params.principals
-        )
+        self.rendered[body] = Rendered(key, value, params.scope, unit, params.principals)
         if len(self.rendered) > MAX_BODIES:
             self.rendered.popitem(last=False)
 
@@ -236,7 +238,7 @@ def servable(headers: dict[str, str]) -> bool:
     return media_type == "application/json" and "origin" not in headers
 
 
-def rendered(key: Hashable, value: Any, collection: str | tuple[str, ...], unit: Unit) -> Rendered:
+def rendered_cut(value: Any, unit: Unit) -> tuple[bytes, bytes]:
     """The route's own rendering of a hit, cut where `total_ms` goes (the last field
     of `metrics`' first one, which `render` always writes first)."""
     body = render(Served(value, True, time.perf_counter()), unit)
@@ -245,4 +247,4 @@ def rendered(key: Hashable, value: Any, collection: str | tuple[str, ...], unit:
     head = orjson.dumps(body)[:-1] + b',"metrics":{"total_ms":'
     rest = orjson.dumps(metrics)
     tail = (b"," + rest[1:] if len(rest) > 2 else b"}") + b"}"
-    return Rendered(key, value, collection, head, tail)
+    return head, tail
