@@ -30,6 +30,10 @@ class Trail:
         self.engine = engine
         self._recording: dict[str, asyncio.Task[None]] = {}
         """Answers whose record is being written, by query_id."""
+        self._pending: list[Answered] = []
+        """Answers computed since the last batch of records was sent off."""
+        self._batch: asyncio.Task[None] | None = None
+        """The task that will write the pending answers (not begun yet)."""
         self._next_prune = 0.0
 
     async def audit(
@@ -83,10 +87,12 @@ class Trail:
             ],
             list(cited),
         )
-        # written beside the answer, not before it: a miss does not wait for the write
-        recording = asyncio.create_task(self._record(answered))
-        self._recording[query_id] = recording
-        recording.add_done_callback(lambda _: self._recording.pop(query_id, None))
+        # written beside the answer, not before it: a miss does not wait for the write;
+        # the answers computed in one turn of the event loop are written together
+        if self._batch is None or self._batch.done():  # done: cancelled before it began
+            self._batch = asyncio.create_task(self._record())
+        self._pending.append(answered)
+        self._recording[query_id] = self._batch
         return query_id
 
     def ranking(self, params: SearchParams) -> dict[str, Any]:
@@ -119,15 +125,22 @@ class Trail:
             "reranker": self.engine.reranker.name if reranking else "none",
         }
 
-    async def _record(self, answered: Answered) -> None:
+    async def _record(self) -> None:
+        """Write the answers pending as this task begins (those computed in the turn
+        of the event loop that started it), in one statement where the log can."""
+        batch, self._pending, self._batch = self._pending, [], None
         try:
-            await self.engine.feedback_log.answered(answered)
+            await self.engine.feedback_log.answered_many(batch)
         except KnowledgeAPIError as e:
-            log.error(
-                "answer %s not recorded, its ratings will not resolve: %s",
-                answered.query_id,
-                e.message,
-            )
+            for answered in batch:
+                log.error(
+                    "answer %s not recorded, its ratings will not resolve: %s",
+                    answered.query_id,
+                    e.message,
+                )
+        finally:
+            for answered in batch:
+                self._recording.pop(answered.query_id, None)
 
     async def find_answered(self, query_id: str) -> Answered | None:
         """A computed query or answer by its query_id (once its record is written)."""
