@@ -32,7 +32,7 @@ from knowledge_api.spans import Unit
 from knowledge_api.timing import Spelled
 from knowledge_api.views.query import render
 from knowledge_api.web.access import READ, Gate, admit
-from knowledge_api.web.observe import Exchange, RequestObserver
+from knowledge_api.web.observe import Exchange, RequestObserver, offered_id
 
 PATH = "/v1/knowledge/query"
 ROUTE = next(route for route in ROUTES if route.path == PATH)
@@ -109,7 +109,7 @@ class QueryHits:
                 exchange = observer.begin(scope, offered_id, started)
             if await self.answered(scope, body, rendered, headers, started, send, exchange):
                 return
-        status = await self.forward(scope, first, receive, send, exchange)
+        status = await self.forward(scope, first, receive, send, exchange, started)
         if whole and status == 200:
             self.remember(body, scope)
 
@@ -176,9 +176,11 @@ class QueryHits:
         receive: Receive,
         send: Send,
         exchange: Exchange | None,
+        started: float,
     ) -> int:
-        """The request the usual way, its first message given back; its status. Its
-        exchange, when the hit path began one, goes on to the observer."""
+        """The request the usual way, its first message given back; its status. With
+        an observer beneath, its exchange (the hit path's, or one begun here) goes on to
+        it and says the status: no stand-in for the server's send of our own."""
         replayed = False
         status = 0
 
@@ -189,16 +191,20 @@ class QueryHits:
                 return first
             return await receive()
 
+        observer = self.observer
+        if observer is not None:
+            if exchange is None:
+                exchange = observer.begin(scope, offered_id(scope), started)
+            await observer.observed(scope, exchange, receiving, send)
+            return exchange.status
+
         async def sending(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
             await send(message)
 
-        if exchange is not None and self.observer is not None:
-            await self.observer.observed(scope, exchange, receiving, sending)
-        else:
-            await self.app(scope, receiving, sending)
+        await self.app(scope, receiving, sending)
         return status
 
     def remember(self, body: bytes, scope: Scope) -> None:

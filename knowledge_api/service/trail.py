@@ -22,6 +22,11 @@ from knowledge_api.service.engine import Engine
 
 log = logging.getLogger("knowledge_api")
 
+LINGER_S = 0.05
+"""How long the answers computed after the first one of a batch join it before it is
+written: one write for the ones of a twentieth of a second, rather than one a request
+(a rating of one waits for it; so does shutdown)."""
+
 
 class Trail:
     """The audit trail and the record of answers, over the engine's logs."""
@@ -88,8 +93,10 @@ class Trail:
             list(cited),
         )
         # written beside the answer, not before it: a miss does not wait for the write;
-        # the answers computed in one turn of the event loop are written together
-        if self._batch is None or self._batch.done():  # done: cancelled before it began
+        # the answers computed within LINGER_S of each other are written together
+        batch = self._batch
+        if batch is None or batch.done() or batch.get_loop() is not asyncio.get_running_loop():
+            # (done: cancelled before it began; another loop's: that loop was closed)
             self._batch = asyncio.create_task(self._record())
         self._pending.append(answered)
         self._recording[query_id] = self._batch
@@ -126,8 +133,9 @@ class Trail:
         }
 
     async def _record(self) -> None:
-        """Write the answers pending as this task begins (those computed in the turn
-        of the event loop that started it), in one statement where the log can."""
+        """Write the answers pending LINGER_S after the first, in one statement where
+        the log can."""
+        await asyncio.sleep(LINGER_S)
         batch, self._pending, self._batch = self._pending, [], None
         try:
             await self.engine.feedback_log.answered_many(batch)
