@@ -97,9 +97,9 @@ class Trail:
         batch = self._batch
         if batch is None or batch.done() or batch.get_loop() is not asyncio.get_running_loop():
             # (done: cancelled before it began; another loop's: that loop was closed)
-            self._batch = asyncio.create_task(self._record())
+            self._batch = batch = asyncio.create_task(self._record())
         self._pending.append(answered)
-        self._recording[query_id] = self._batch
+        self._recording[query_id] = batch
         return query_id
 
     def ranking(self, params: SearchParams) -> dict[str, Any]:
