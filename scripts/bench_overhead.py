@@ -173,10 +173,14 @@ def serve_full(stack: ExitStack, env: dict[str, str], cwd: Path, port: int) -> t
 
 def seeded(url: str, token: str) -> None:
     """Once the server has indexed the bundled docs (it seeds an empty store in the
-    background): the cached answer, and so the bare app's bytes, is the seeded store's."""
+    background): the cached answer, and so the bare app's bytes, is the seeded store's.
+    (A read key's /health holds no counts: the collections route counts for it.)"""
+    auth = {"Authorization": f"Bearer {token}"}
     for _ in range(1200):
-        health = httpx.get(url + "/health", headers={"Authorization": f"Bearer {token}"}).json()
-        if health["store"].get("documents") and "seeding" not in health:
+        health = httpx.get(url + "/health", headers=auth).json()
+        listed = httpx.get(url + "/v1/knowledge/collections", headers=auth).json()
+        documents = sum(c["documents"] for c in listed["collections"])
+        if documents and "seeding" not in health:
             return
         time.sleep(0.05)
     raise SystemExit(f"{url} was still seeding after a minute")

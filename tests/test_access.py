@@ -301,6 +301,9 @@ def test_a_page_of_another_site_cannot_write(tmp_path: Path, headers: dict[str, 
         listed = client.get("/v1/knowledge/jobs/x", headers=headers)
     for response in (upload, created, deleted):
         error = error_of(response, 403)
+        assert error["message"].startswith(
+            f"{response.request.method} {response.request.url.path} "
+        )
         if "Origin" in headers:
             assert "KNOWLEDGE_CORS_ORIGINS" in error["message"]
             assert error["details"]["origin"] == headers["Origin"]

@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
+from knowledge_api.errors import BackendConnectionError
 from knowledge_api.ledger import Rating
 from knowledge_api.models import SearchHit
 from knowledge_api.routes import audit
@@ -352,6 +353,48 @@ async def test_eval_feedback_reads_one_rating_per_key_and_every_keys_sources(
     await service.feedback_log.rate(Rating(query_id, "up", "reader", cited=[1]))
     [judgement] = await feedback.judged_set(service)
     assert judgement.relevant == {"a1b2c3d": 1, hits[0].source_id: 1}
+
+
+async def test_answers_computed_together_are_recorded_together_and_each_resolves(
+    service: KnowledgeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await service.ingest(corpus())
+    hits = (await service.retrieve("login timeout", 3, QueryParams("x").search_filters())).hits
+    batches: list[int] = []
+    write = service.feedback_log.answered_many
+
+    async def counted(batch: Any) -> None:
+        batches.append(len(batch))
+        await write(batch)
+
+    monkeypatch.setattr(service.feedback_log, "answered_many", counted)
+    ids = [
+        await service.answered("query", QueryParams(f"login timeout {n}"), hits) for n in range(5)
+    ]
+    found = await service.find_answered(ids[-1])  # before its batch is written: waits for it
+    assert found is not None and found.query == "login timeout 4"
+    assert batches == [5]
+    for n, query_id in enumerate(ids):
+        answered = await service.feedback_log.find(query_id)
+        assert answered is not None and answered.query == f"login timeout {n}"
+
+
+async def test_a_batch_of_answers_that_cannot_be_written_names_each_answer_lost(
+    service: KnowledgeService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def failing(batch: Any) -> None:
+        raise BackendConnectionError("ratings unavailable: disk I/O error")
+
+    monkeypatch.setattr(service.feedback_log, "answered_many", failing)
+    ids = [await service.answered("query", QueryParams(f"q {n}"), []) for n in range(2)]
+    await service.recorded()
+    lost = [r.getMessage() for r in caplog.records if "not recorded" in r.getMessage()]
+    assert lost == [
+        f"answer {query_id} not recorded, its ratings will not resolve: "
+        "ratings unavailable: disk I/O error"
+        for query_id in ids
+    ]
+    assert await service.find_answered(ids[0]) is None
 
 
 async def test_a_file_rated_before_keeps_each_keys_newest_rating(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 without routing, parsing or rendering it again.
 
 A query body that was answered once is remembered, byte for byte, with the tier-1 key
-it parsed to, the tier-1 value it was answered with and that value rendered as a hit.
+the route parsed it to and the tier-1 value it was answered with; that value is
+rendered as a hit when the body first comes again.
 When the same bytes come again and tier 1 still holds that very value (same store
 generation, entry alive), the rendered bytes are sent with this request's `total_ms`,
 once the caller is admitted by the same decision the routes use (web/access.py).
@@ -17,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -25,12 +26,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
 from knowledge_api.routes import ROUTES, query
+from knowledge_api.routes.query import ASKED
 from knowledge_api.service import Served
 from knowledge_api.spans import Unit
 from knowledge_api.timing import Spelled
-from knowledge_api.views.query import parse, render
+from knowledge_api.views.query import render
 from knowledge_api.web.access import READ, Gate, admit
-from knowledge_api.web.observe import Exchange, RequestObserver
+from knowledge_api.web.observe import Exchange, RequestObserver, offered_id
 
 PATH = "/v1/knowledge/query"
 ROUTE = next(route for route in ROUTES if route.path == PATH)
@@ -47,22 +49,27 @@ PICKED = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Rendered:
-    """A tier-1 value as a hit renders it, around the one number that changes."""
+    """A tier-1 value as a hit renders it, around the one number that changes: rendered
+    at its first hit, not when remembered (most bodies a server answers never come
+    again, and rendering is a good part of a miss's own work)."""
 
     key: Hashable
     value: Any
     collection: str | tuple[str, ...]
     """Every collection the query searched: the caller must reach each."""
-    head: bytes
-    """The body up to `total_ms`'s value."""
-    tail: bytes
+    unit: Unit = "codepoints"
     principals: frozenset[str] | None = None
     """What the value was read with (knowledge_api.principals)."""
+    cut: tuple[bytes, bytes] | None = None
+    """The body up to `total_ms`'s value, and the rest (once rendered)."""
 
     def body(self, started: float) -> bytes:
-        return b"".join((self.head, TOTAL_MS((time.perf_counter() - started) * 1000), self.tail))
+        if self.cut is None:
+            self.cut = rendered_cut(self.value, self.unit)
+        head, tail = self.cut
+        return b"".join((head, TOTAL_MS((time.perf_counter() - started) * 1000), tail))
 
 
 class QueryHits:
@@ -102,7 +109,7 @@ class QueryHits:
                 exchange = observer.begin(scope, offered_id, started)
             if await self.answered(scope, body, rendered, headers, started, send, exchange):
                 return
-        status = await self.forward(scope, first, receive, send, exchange)
+        status = await self.forward(scope, first, receive, send, exchange, started)
         if whole and status == 200:
             self.remember(body, scope)
 
@@ -169,9 +176,11 @@ class QueryHits:
         receive: Receive,
         send: Send,
         exchange: Exchange | None,
+        started: float,
     ) -> int:
-        """The request the usual way, its first message given back; its status. Its
-        exchange, when the hit path began one, goes on to the observer."""
+        """The request the usual way, its first message given back; its status. With
+        an observer beneath, its exchange (the hit path's, or one begun here) goes on to
+        it and says the status: no stand-in for the server's send of our own."""
         replayed = False
         status = 0
 
@@ -182,16 +191,20 @@ class QueryHits:
                 return first
             return await receive()
 
+        observer = self.observer
+        if observer is not None:
+            if exchange is None:
+                exchange = observer.begin(scope, offered_id(scope), started)
+            await observer.observed(scope, exchange, receiving, send)
+            return exchange.status
+
         async def sending(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
             await send(message)
 
-        if exchange is not None and self.observer is not None:
-            await self.observer.observed(scope, exchange, receiving, sending)
-        else:
-            await self.app(scope, receiving, sending)
+        await self.app(scope, receiving, sending)
         return status
 
     def remember(self, body: bytes, scope: Scope) -> None:
@@ -199,21 +212,16 @@ class QueryHits:
         principals it was read with: a hit is served to a caller reading with the same)."""
         if len(body) > MAX_BODY_BYTES or body in self.rendered:
             return
-        try:
-            params, stream, unit = parse(orjson.loads(body))
-        except (ValueError, KnowledgeAPIError):
+        state = scope.get("state", {})
+        asked = state.get(ASKED)
+        if asked is None or state.get("access") is None:
             return
-        caller = scope.get("state", {}).get("access")
-        if caller is None:
-            return
-        params = replace(params, principals=caller.principals)
+        params, stream, unit = asked
         key = params.cache_key()
         value = self.service.tier1.peek(key)
         if stream or value is None:
             return  # a streamed answer, or one tier 1 did not keep (warnings)
-        self.rendered[body] = replace(
-            rendered(key, value, params.scope, unit), principals=params.principals
-        )
+        self.rendered[body] = Rendered(key, value, params.scope, unit, params.principals)
         if len(self.rendered) > MAX_BODIES:
             self.rendered.popitem(last=False)
 
@@ -236,7 +244,7 @@ def servable(headers: dict[str, str]) -> bool:
     return media_type == "application/json" and "origin" not in headers
 
 
-def rendered(key: Hashable, value: Any, collection: str | tuple[str, ...], unit: Unit) -> Rendered:
+def rendered_cut(value: Any, unit: Unit) -> tuple[bytes, bytes]:
     """The route's own rendering of a hit, cut where `total_ms` goes (the last field
     of `metrics`' first one, which `render` always writes first)."""
     body = render(Served(value, True, time.perf_counter()), unit)
@@ -245,4 +253,4 @@ def rendered(key: Hashable, value: Any, collection: str | tuple[str, ...], unit:
     head = orjson.dumps(body)[:-1] + b',"metrics":{"total_ms":'
     rest = orjson.dumps(metrics)
     tail = (b"," + rest[1:] if len(rest) > 2 else b"}") + b"}"
-    return Rendered(key, value, collection, head, tail)
+    return head, tail

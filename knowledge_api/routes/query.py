@@ -22,12 +22,18 @@ from knowledge_api.web.http import JSONResponse, read_json, service
 from knowledge_api.web.observe import note_cache_hit
 from knowledge_api.web.sse import event_stream, events_schema
 
+ASKED = "query_asked"
+"""Where the route leaves the request's parameters as read (with the caller's
+principals), its streaming and unit, for the hit path to remember without parsing the
+body again (routes/hot.py)."""
+
 
 async def query(request: Request) -> Response:
     params, stream, unit = parse(await read_json(request))
     caller = access(request)
     caller.searches(params.searched)
     params = caller.asking(params)
+    setattr(request.state, ASKED, (params, stream, unit))
     client = client_id(caller, request.client.host if request.client else "")
     if stream:
         events = use.events(service(request), params, client)

@@ -22,6 +22,11 @@ from knowledge_api.service.engine import Engine
 
 log = logging.getLogger("knowledge_api")
 
+LINGER_S = 0.05
+"""How long the answers computed after the first one of a batch join it before it is
+written: one write for the ones of a twentieth of a second, rather than one a request
+(a rating of one waits for it; so does shutdown)."""
+
 
 class Trail:
     """The audit trail and the record of answers, over the engine's logs."""
@@ -30,6 +35,10 @@ class Trail:
         self.engine = engine
         self._recording: dict[str, asyncio.Task[None]] = {}
         """Answers whose record is being written, by query_id."""
+        self._pending: list[Answered] = []
+        """Answers computed since the last batch of records was sent off."""
+        self._batch: asyncio.Task[None] | None = None
+        """The task that will write the pending answers (not begun yet)."""
         self._next_prune = 0.0
 
     async def audit(
@@ -83,10 +92,14 @@ class Trail:
             ],
             list(cited),
         )
-        # written beside the answer, not before it: a miss does not wait for the write
-        recording = asyncio.create_task(self._record(answered))
-        self._recording[query_id] = recording
-        recording.add_done_callback(lambda _: self._recording.pop(query_id, None))
+        # written beside the answer, not before it: a miss does not wait for the write;
+        # the answers computed within LINGER_S of each other are written together
+        batch = self._batch
+        if batch is None or batch.done() or batch.get_loop() is not asyncio.get_running_loop():
+            # (done: cancelled before it began; another loop's: that loop was closed)
+            self._batch = batch = asyncio.create_task(self._record())
+        self._pending.append(answered)
+        self._recording[query_id] = batch
         return query_id
 
     def ranking(self, params: SearchParams) -> dict[str, Any]:
@@ -119,15 +132,23 @@ class Trail:
             "reranker": self.engine.reranker.name if reranking else "none",
         }
 
-    async def _record(self, answered: Answered) -> None:
+    async def _record(self) -> None:
+        """Write the answers pending LINGER_S after the first, in one statement where
+        the log can."""
+        await asyncio.sleep(LINGER_S)
+        batch, self._pending, self._batch = self._pending, [], None
         try:
-            await self.engine.feedback_log.answered(answered)
+            await self.engine.feedback_log.answered_many(batch)
         except KnowledgeAPIError as e:
-            log.error(
-                "answer %s not recorded, its ratings will not resolve: %s",
-                answered.query_id,
-                e.message,
-            )
+            for answered in batch:
+                log.error(
+                    "answer %s not recorded, its ratings will not resolve: %s",
+                    answered.query_id,
+                    e.message,
+                )
+        finally:
+            for answered in batch:
+                self._recording.pop(answered.query_id, None)
 
     async def find_answered(self, query_id: str) -> Answered | None:
         """A computed query or answer by its query_id (once its record is written)."""

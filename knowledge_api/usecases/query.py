@@ -80,7 +80,10 @@ def prefetch(
 
 
 async def compute(service: KnowledgeService, params: QueryParams) -> tuple[QueryResult, bool]:
-    found, counted = await asyncio.gather(search(service, params), count(service, params))
+    if params.facets:
+        found, counted = await asyncio.gather(search(service, params), count(service, params))
+    else:  # no tasks of their own for a search alone
+        found, counted = await search(service, params), NOT_COUNTED
     if not found.hits:
         await service.require_collections(params.searched, params.principals)
     outcome, synthesis_ms = None, 0.0
@@ -91,10 +94,16 @@ async def compute(service: KnowledgeService, params: QueryParams) -> tuple[Query
     return await finished(service, params, found, outcome, synthesis_ms, counted)
 
 
+NOT_COUNTED: tuple[Facets | None, float] = (None, 0.0)
+"""The facets of a request that asks for none."""
+
+
 async def count(service: KnowledgeService, params: QueryParams) -> tuple[Facets | None, float]:
     """The request's facets, over the match set its filters define (not the routed
     sources: routing picks where to look for the best hits, not what matches), and the
     time they took."""
+    if not params.facets:
+        return NOT_COUNTED
     started = time.perf_counter()
     counted = await service.facets(params.search_filters(), params.facets)
     return counted, elapsed_ms(started)
@@ -232,7 +241,7 @@ async def finished(
     found: Retrieval,
     outcome: Outcome | None,
     synthesis_ms: float,
-    counted: tuple[Facets | None, float] = (None, 0.0),
+    counted: tuple[Facets | None, float] = NOT_COUNTED,
 ) -> tuple[QueryResult, bool]:
     """The result, recorded under a new query_id, and whether it may be cached: not
     when something degraded it (tier 1 keeps it under the generation its collection had

@@ -123,7 +123,9 @@ def guarded(handler: Handler, scope: str) -> Handler:
         await authorize(request, scope)
         if request.method in WRITES:
             gate: Gate = request.app.state.gate
-            gate.origins.check(request.headers, f"{request.method} {request.url.path[:100]}")
+            gate.origins.check(
+                request.headers, lambda: f"{request.method} {request.url.path[:100]}"
+            )
         try:
             return await handler(request)
         except CollectionNotFound as e:  # lists only the collections the caller may reach
@@ -408,14 +410,16 @@ class Origins:
         self.any = "*" in given
         self.setting = setting
 
-    def check(self, headers: Mapping[str, str], door: str) -> None:
+    def check(self, headers: Mapping[str, str], door: str | Callable[[], str]) -> None:
         """Nothing when `door` (`/mcp`, `POST /v1/knowledge/files`) accepts a request
-        with these headers; 403 naming the origin and the setting otherwise."""
+        with these headers; 403 naming the origin and the setting otherwise. (`door` may
+        be given as a function, called only to name a refusal: a request's URL costs
+        more to make than the rest of the check.)"""
         origin = headers.get("origin")
         if not origin:
             if headers.get("sec-fetch-site", "").lower() == "cross-site":
                 raise Forbidden(
-                    f"{door} accepts no request from a page of another site "
+                    f"{named(door)} accepts no request from a page of another site "
                     "(Sec-Fetch-Site: cross-site) that does not say its origin",
                     origin=None,
                 )
@@ -423,7 +427,7 @@ class Origins:
         if self.accepts(origin, headers.get("host", "")):
             return
         raise Forbidden(
-            f"{door} accepts no request from pages of {origin[:100]!r}: add the origin "
+            f"{named(door)} accepts no request from pages of {origin[:100]!r}: add the origin "
             f"to {self.setting}",
             origin=origin[:100],
             setting=self.setting,
@@ -488,3 +492,7 @@ def cors(settings: Settings) -> list[Middleware]:
             max_age=600,
         )
     ]
+
+
+def named(door: str | Callable[[], str]) -> str:
+    return door if isinstance(door, str) else door()

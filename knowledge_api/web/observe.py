@@ -130,12 +130,7 @@ class RequestObserver:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        offered = None
-        for name, value in scope["headers"]:
-            if name == ID_HEADER:
-                offered = value
-                break
-        await self.observed(scope, self.begin(scope, offered), receive, send)
+        await self.observed(scope, self.begin(scope, offered_id(scope)), receive, send)
 
     def begin(self, scope: Scope, offered: bytes | None, started: float | None = None) -> Exchange:
         """The request's exchange: its id, set where error bodies and log lines find it.
@@ -191,6 +186,14 @@ class RequestObserver:
                 key,
                 exchange.disconnected,
             )
+
+
+def offered_id(scope: Scope) -> bytes | None:
+    """The caller's X-Request-ID, as sent (the first of repeated ones)."""
+    for name, value in scope["headers"]:
+        if name == ID_HEADER:
+            return cast(bytes, value)
+    return None
 
 
 def header(scope: Scope, name: bytes) -> str | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,26 @@ class SQLiteTables:
 
         try:
             return await asyncio.to_thread(run)
+        except sqlite3.Error as e:
+            raise self._failed(e) from e
+
+    async def _run_many(self, sql: str, rows: Callable[[], Iterable[Sequence[Any]]]) -> None:
+        """`sql` once per row, in one transaction on one thread, where `rows` are made
+        too (their encoding is work the event loop need not do)."""
+
+        def run() -> None:
+            with self._using:
+                conn = self._connect()
+                conn.execute("BEGIN")
+                try:
+                    conn.executemany(sql, rows())
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+
+        try:
+            await asyncio.to_thread(run)
         except sqlite3.Error as e:
             raise self._failed(e) from e
 

@@ -13,6 +13,7 @@ stores (any replica resolves an id) and in the SQLite file otherwise.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, Protocol
 
@@ -29,6 +30,9 @@ class FeedbackLog(Protocol):
     async def close(self) -> None: ...
 
     async def answered(self, answered: Answered) -> None: ...
+
+    async def answered_many(self, batch: Sequence[Answered]) -> None:
+        """Record several answers at once (those computed in one turn of the loop)."""
 
     async def find(self, query_id: str) -> Answered | None: ...
 
@@ -74,19 +78,12 @@ class SQLiteFeedback(SQLiteTables):
     WHAT = "ratings"
 
     async def answered(self, answered: Answered) -> None:
-        a = answered
-        await self._run(
+        await self.answered_many((answered,))
+
+    async def answered_many(self, batch: Sequence[Answered]) -> None:
+        await self._run_many(
             "INSERT OR IGNORE INTO answered_queries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                a.query_id,
-                a.at or stamp(),
-                a.kind,
-                a.collection,
-                a.query,
-                json.dumps(a.ranking),
-                json.dumps(a.results),
-                json.dumps(a.cited),
-            ),
+            lambda: [answered_row(a) for a in batch],
         )
 
     async def find(self, query_id: str) -> Answered | None:
@@ -167,6 +164,10 @@ class SQLiteFeedback(SQLiteTables):
 class SiamFeedback(SchemaTables):
     """Answers and ratings in the Postgres schema (postgres and supabase stores)."""
 
+    async def answered_many(self, batch: Sequence[Answered]) -> None:
+        for answered in batch:
+            await self.answered(answered)
+
     async def answered(self, answered: Answered) -> None:
         values = asdict(answered)
         values.pop("at")
@@ -233,6 +234,20 @@ class SiamFeedback(SchemaTables):
             )
             for row in rows
         ]
+
+
+def answered_row(a: Answered) -> tuple[str, ...]:
+    """An answer as a row of `answered_queries`."""
+    return (
+        a.query_id,
+        a.at or stamp(),
+        a.kind,
+        a.collection,
+        a.query,
+        json.dumps(a.ranking),
+        json.dumps(a.results),
+        json.dumps(a.cited),
+    )
 
 
 def loaded(value: Any) -> Any:
