@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar, TypeVar
+from typing import ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -24,9 +24,9 @@ K = TypeVar("K", bound=Hashable)
 """How hybrid search merges its two lists (KNOWLEDGE_FUSION)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One hit of one retriever: its key and its score, higher is better."""
+class Candidate(NamedTuple):
+    """One hit of one retriever: its key and its score, higher is better (a tuple: a
+    search builds a hundred of them, and a frozen dataclass costs twice the time)."""
 
     key: Hashable
     score: float
@@ -77,6 +77,9 @@ class SearchTuning(FromSettings):
         setting's, at most IDENTIFIER_VECTOR_WEIGHT when `query` holds a word shaped
         like code) and whether the feedback round runs (with KNOWLEDGE_FEEDBACK_DOCS
         hits, or FEEDBACK_DOCS when the setting turned it off)."""
+        choices = (ranking.fusion, ranking.vector_weight, ranking.prf)
+        if choices == (None, None, None) and not text.identifiers(query):
+            return self  # nothing of its own: asked three times a search
         feedback = self.feedback_docs
         if ranking.prf is not None:
             feedback = (self.feedback_docs or FEEDBACK_DOCS) if ranking.prf else 0

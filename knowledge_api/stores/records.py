@@ -10,6 +10,7 @@ text and the fields that filters and hits need.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -238,9 +239,13 @@ def offsets_of(record: Row) -> dict[str, int | None]:
     found: dict[str, int | None] = {}
     for name, column in zip(OFFSETS, ("start_offset", "end_offset", "page"), strict=True):
         key = name if name in keys else column
-        value = record[key] if key in keys else None
-        found[name] = None if value is None else int(value)
+        found[name] = offset(record[key] if key in keys else None)
     return found
+
+
+def offset(value: Any) -> int | None:
+    """One offset as a stored row holds it (None: not recorded)."""
+    return None if value is None else int(value)
 
 
 def filter_record(doc: Document) -> Record:
@@ -305,9 +310,24 @@ def stored_date(record: Row, name: str) -> str:
     """A date of the document the row carries (ISO 8601 to the second, as documents
     read back: a Postgres row holds a datetime), empty when it carries none."""
     # keys(): `in` looks among a sqlite3.Row's values
-    value = record[name] if name in record.keys() else None  # noqa: SIM118
+    return date_text(record[name] if name in record.keys() else None)  # noqa: SIM118
+
+
+def date_text(value: Any) -> str:
+    """A stored date as `stored_date` gives it, from the value alone."""
     if value is None or value == "":
         return ""
+    return _date_text(value) if isinstance(value, str) else _as_stored(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _date_text(value: str) -> str:
+    """Text dates parsed once: a store's documents share few write times, and every hit
+    of a search carries two."""
+    return _as_stored(value)
+
+
+def _as_stored(value: Any) -> str:
     try:
         return as_timestamp(value)
     except ValueError:  # text that is no ISO 8601 date (an imported file's): as stored

@@ -126,17 +126,18 @@ class VectorIndex(LabelledIndex):
 
     def search(self, query: np.ndarray, n: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
         """(key, cosine) of the n best rows allowed by `mask`, best first."""
-        rows = np.arange(self._size) if mask is None else np.flatnonzero(mask)
-        if rows.size == 0:
-            return []
-        if rows.size == self._size:
+        rows = None if mask is None else np.flatnonzero(mask)
+        if rows is None or rows.size == self._size:
+            rows = None  # every row: the product over the block itself, not a copy of it
             scores = self._vectors[: self._size] @ query
         else:
             scores = self._vectors[rows] @ query
+        if scores.size == 0:
+            return []
         n = min(n, scores.size)
         top = np.argpartition(-scores, n - 1)[:n]
         top = top[np.argsort(-scores[top], kind="stable")]
-        chosen = top if rows.size == self._size else rows[top]
+        chosen = top if rows is None else rows[top]
         return list(zip(self._keys[chosen].tolist(), scores[top].tolist(), strict=True))
 
     def memory_bytes(self) -> int:
