@@ -20,7 +20,7 @@ from knowledge_api.app import create_app
 from knowledge_api.cli import main
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError
-from knowledge_api.ledger import Rating
+from knowledge_api.ledger import Rating, stamp
 from knowledge_api.models import SearchHit
 from knowledge_api.routes import audit
 from knowledge_api.service import KnowledgeService
@@ -377,6 +377,16 @@ async def test_answers_computed_together_are_recorded_together_and_each_resolves
     for n, query_id in enumerate(ids):
         answered = await service.feedback_log.find(query_id)
         assert answered is not None and answered.query == f"login timeout {n}"
+
+
+async def test_an_answers_record_carries_the_moment_it_was_answered_not_its_write(
+    service: KnowledgeService,
+) -> None:
+    query_id = await service.answered("query", QueryParams("login timeout"), [])
+    answered_by = stamp()  # its batch is written LINGER_S later, after this
+    await service.recorded()
+    found = await service.feedback_log.find(query_id)
+    assert found is not None and found.at <= answered_by
 
 
 async def test_a_batch_of_answers_that_cannot_be_written_names_each_answer_lost(

@@ -91,6 +91,7 @@ class Trail:
                 for hit in hits
             ],
             list(cited),
+            stamp(),  # the answer's moment, not its batch's write, up to LINGER_S later
         )
         # written beside the answer, not before it: a miss does not wait for the write;
         # the answers computed within LINGER_S of each other are written together
