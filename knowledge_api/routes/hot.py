@@ -104,9 +104,9 @@ class QueryHits:
         if rendered is not None and servable(headers):
             observer = self.observer
             if observer is not None:
-                offered = headers.get("x-request-id")
-                offered_id = None if offered is None else offered.encode("latin-1")
-                exchange = observer.begin(scope, offered_id, started)
+                offered = headers.get("x-request-id")  # as picked: no second scan
+                offered_bytes = None if offered is None else offered.encode("latin-1")
+                exchange = observer.begin(scope, offered_bytes, started)
             if await self.answered(scope, body, rendered, headers, started, send, exchange):
                 return
         status = await self.forward(scope, first, receive, send, exchange, started)

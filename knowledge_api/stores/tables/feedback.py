@@ -29,10 +29,9 @@ class FeedbackLog(Protocol):
 
     async def close(self) -> None: ...
 
-    async def answered(self, answered: Answered) -> None: ...
-
     async def answered_many(self, batch: Sequence[Answered]) -> None:
-        """Record several answers at once (those computed in one turn of the loop)."""
+        """Record the answers of a batch (those computed within the trail's LINGER_S),
+        in one write where the log can."""
 
     async def find(self, query_id: str) -> Answered | None: ...
 
@@ -76,9 +75,6 @@ class SQLiteFeedback(SQLiteTables):
     )
 
     WHAT = "ratings"
-
-    async def answered(self, answered: Answered) -> None:
-        await self.answered_many((answered,))
 
     async def answered_many(self, batch: Sequence[Answered]) -> None:
         await self._run_many(
@@ -165,17 +161,14 @@ class SiamFeedback(SchemaTables):
     """Answers and ratings in the Postgres schema (postgres and supabase stores)."""
 
     async def answered_many(self, batch: Sequence[Answered]) -> None:
-        for answered in batch:
-            await self.answered(answered)
-
-    async def answered(self, answered: Answered) -> None:
-        values = asdict(answered)
-        values.pop("at")
-        await self.store.call(
-            "knowledge_answered_record",
-            {f"answer_{name}": value for name, value in values.items()},
-            BackendConnectionError,
-        )
+        for answered in batch:  # one call each: the schema records one answer a call
+            values = asdict(answered)
+            values.pop("at")
+            await self.store.call(
+                "knowledge_answered_record",
+                {f"answer_{name}": value for name, value in values.items()},
+                BackendConnectionError,
+            )
 
     async def find(self, query_id: str) -> Answered | None:
         rows = await self.store.call(
