@@ -19,8 +19,7 @@ from knowledge_api.compose import build_service
 from knowledge_api.config.fields import Secret
 from knowledge_api.errors import ConfigurationError, RateLimited
 from knowledge_api.models import ApiKey
-from knowledge_api.routes import ROUTES
-from knowledge_api.routes.health import COUNTS_LEFT_OUT
+from knowledge_api.routes import ROUTES, health
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import keys
 from knowledge_api.web import access as access_module
@@ -435,10 +434,28 @@ async def test_health_shows_the_whole_store_only_to_an_admin_key(tmp_path: Path)
         assert limited["store"] == {
             "backend": "sqlite",
             "status": full["store"]["status"],
-            "counts": COUNTS_LEFT_OUT,
+            "counts": health.COUNTS_LEFT_OUT,
         }
         assert str(settings.db_path) not in json.dumps(limited)
         assert {"embedder", "synthesizer", "cache"} <= set(limited)
+
+
+def test_a_limited_caller_sees_how_far_seeding_is_but_not_its_error() -> None:
+    """The seed's progress says nothing of the store's documents; its error, an
+    exception's text, may name a path."""
+    body = {
+        "status": "healthy",
+        "service": "knowledge-api",
+        "version": "1",
+        "timestamp": "now",
+        "store": {"backend": "sqlite", "status": "healthy", "path": "/srv/kb.db"},
+        "seeding": {"done": 2, "total": 3, "error": "OSError: /srv/seed/a.md"},
+        "sync": {"status": "ok", "source": "/srv/repo"},
+    }
+    seen = health.limited(body)
+    assert seen["seeding"] == {"done": 2, "total": 3}
+    assert seen["sync"] == {"status": "ok"}
+    assert "/srv" not in json.dumps(seen)
 
 
 def scope_table() -> dict[str, set[str]]:

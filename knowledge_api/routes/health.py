@@ -72,14 +72,21 @@ def limited(body: dict[str, Any]) -> dict[str, Any]:
     (a path, a URL) or its error (which may name them), and the status of each part
     beyond the store's and the providers'."""
     store = body["store"]
-    seen = {
-        name: value if name in DETAILED_PARTS else {"status": value.get("status")}
-        for name, value in body.items()
-        if name not in MINIMAL
-    }
+    seen = {name: part_seen(name, value) for name, value in body.items() if name not in MINIMAL}
     seen["store"] = {key: store[key] for key in ("backend", "status") if key in store}
     seen["store"]["counts"] = COUNTS_LEFT_OUT
     return {**{key: body[key] for key in MINIMAL}, **seen}
+
+
+def part_seen(name: str, value: dict[str, Any]) -> dict[str, Any]:
+    """A part of /health as a caller reading part of the store sees it: a detailed part
+    whole, the seed's progress without its error (an exception's text may name a path),
+    any other part's status alone."""
+    if name in DETAILED_PARTS:
+        return value
+    if name == "seeding":
+        return {key: value[key] for key in ("done", "total")}
+    return {"status": value.get("status")}
 
 
 ALIVE = obj({"status": enum("alive")})
