@@ -163,6 +163,18 @@ class SearchHit:
 
 
 @dataclass(frozen=True, slots=True)
+class SentenceSupport:
+    """How well a passage's sentences answer a question, as the offline synthesizer
+    reads them."""
+
+    meaning: float
+    """The cosine of its sentence closest to the question."""
+    answers: float
+    """The score of its best sentence, by meaning and words as the answer is chosen (its
+    place among the results aside)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Recency:
     """Newer passages first: a hit's score is halved for every `half_life_days` of age of
     its date `field` (created_at, updated_at or a metadata key holding a date)."""

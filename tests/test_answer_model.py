@@ -117,3 +117,54 @@ def test_a_passage_whose_sentence_answers_grounds_an_answer_below_its_own_simila
     assert answer["status"] == "success", answer
     assert "To index one document, send it as the body." in answer["answer"]
     assert unrelated.json()["status"] == "insufficient_context"
+
+
+UNDO = Document(
+    "wiki",
+    "existing-database.md",
+    "## Undo: migrate --undo\n\n```bash\nknowledge-api migrate --undo\n```\n\n"
+    "Undo runs the recorded SQL of every step, newest first (indexes dropped "
+    "`CONCURRENTLY`, functions dropped, the access list columns and the wiki vector "
+    "column dropped), then drops `knowledge_adoption`. The database is back to its "
+    "original shape; the rows were never touched.",
+    "Point it at your existing data",
+)
+CHANGELOG = Document(
+    "wiki",
+    "dateparser.txt",
+    "Improvements:\n\n"
+    '- Indonesian: add old-style month abbreviations, such as "Djan" or "Peb"\n  (#1501)\n'
+    "- Korean: parse absolute dates written with 년, 월, 일, 시 and 분 (#1434)\n"
+    '- Slovak: parse "pozajtra" (#1430)\n'
+    '- Swedish: parse ordinal day suffixes like "24:e" and "1:a" (#1484)\n'
+    "- Thai: parse relative dates with spaced ago/in words (#1411)\n"
+    "- Vietnamese: parse dates with zero-padded months (#1338, #1563)\n"
+    "- Add type hints (#1457)\n",
+    "dateparser",
+)
+
+
+def test_a_passage_far_below_grounds_an_answer_only_by_a_sentence_holding_the_words(
+    model: LocalEmbedder, tmp_path: Path
+) -> None:
+    """Asked in a product's own terms, "How do I undo an adoption?" is under 0.3 from
+    the passage that answers it, and its closest sentence under 0.4: no passage
+    reaches what grounds an answer by meaning alone, and the question was refused
+    although the search found its passage first. Its sentence holds the question's
+    words: scored by meaning and words, as the answer is chosen, it reaches the
+    threshold and grounds the answer. A changelog line on Thai dates is as far from
+    "What is the daily life of thai people?" (0.27) and about as close in meaning
+    (0.40), but holds one word of the question's four: still refused."""
+    undo, thai = "How do I undo an adoption?", "What is the daily life of thai people?"
+    (passage,) = chunk_document(UNDO)
+    similarity = model.embed_documents([passage.embedded_text])[0] @ model.embed_query(undo)
+    assert 0.2 <= float(similarity) < 0.3
+    app = create_app(make_settings(tmp_path, embedder="local", synthesizer="extractive"))
+    app.state.service.embedder = model
+    with TestClient(app) as client:
+        client.portal.call(app.state.service.ingest, [UNDO, CHANGELOG])
+        asked = client.post("/v1/knowledge/answer", json={"query": undo}).json()
+        unrelated = client.post("/v1/knowledge/answer", json={"query": thai}).json()
+    assert unrelated["status"] == "insufficient_context", unrelated
+    assert asked["status"] == "success", asked
+    assert "Undo runs the recorded SQL of every step" in asked["answer"]

@@ -65,3 +65,27 @@ async def test_a_failing_embedder_falls_back_to_words() -> None:
         "which audio files are accepted", [hit("Asset ingestion accepts WAV and FLAC audio files.")]
     )
     assert synthesis.text == "Asset ingestion accepts WAV and FLAC audio files. [1]"
+
+
+async def test_support_reads_only_the_passages_holding_the_share_of_words_asked() -> None:
+    """A passage holding less than the share of the question's words asked for is not
+    embedded and supports nothing; one holding it is read by meaning and words, the
+    words of a snake-case name counted by its parts."""
+    embedded: list[str] = []
+
+    async def embed(texts: Sequence[str]) -> np.ndarray:
+        embedded.extend(texts[1:])
+        return np.ones((len(texts), 4)) / 2
+
+    link = ExtractiveSynthesizer()
+    link.use_embedder(embed)
+    question = "What lock timeout does each adoption step use?"
+    held = hit("Each adoption step runs with `lock_timeout = 5s` and fails instead of waiting.")
+    other = hit("A sentence about adoption that says nothing more of the steps in it.")
+    support = await link.support(question, [held, other], words=0.5)
+    assert support is not None
+    assert support[0].meaning == pytest.approx(1.0) and support[0].answers > 0.4
+    assert support[1].meaning == support[1].answers == 0.0
+    assert embedded and all("lock_timeout" in text for text in embedded)
+    everything = await link.support(question, [held, other])
+    assert everything is not None and everything[1].meaning == pytest.approx(1.0)

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from knowledge_api import evidence, tracing
 from knowledge_api.cache.base import COMPUTED, Event, Served
-from knowledge_api.models import Evidence, Outcome, SearchHit
+from knowledge_api.models import Evidence, Outcome, SearchHit, SentenceSupport
 from knowledge_api.prefetch import Warm
 from knowledge_api.service.catalog import Catalog
 from knowledge_api.service.engine import Engine
@@ -148,14 +148,16 @@ class KnowledgeService(Engine):
             return ()
         return evidence.cite(outcome.text, passages, await self.store.document_texts(cited))
 
-    async def sentence_support(self, query: str, hits: Sequence[SearchHit]) -> list[float] | None:
-        """Per passage, the cosine with the question of its sentence closest to it, as
-        the offline link reads sentences (its vectors kept for the answer); None
-        without the model."""
+    async def sentence_support(
+        self, query: str, hits: Sequence[SearchHit], words: float = 0.0
+    ) -> list[SentenceSupport] | None:
+        """Per passage, how well its sentences answer the question, as the offline link
+        reads and scores them (its vectors kept for the answer; none for a passage
+        holding less than `words` of the question's words); None without the model."""
         offline = self.synthesizer.links[-1]
         if not isinstance(offline, ExtractiveSynthesizer):
             return None
-        return await offline.support(query, hits)
+        return await offline.support(query, hits, words)
 
     def ready_llm(self) -> Synthesizer | None:
         """The first LLM link that may be called now, for work outside an answer."""

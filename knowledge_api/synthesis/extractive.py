@@ -26,7 +26,7 @@ import numpy as np
 
 from knowledge_api import text
 from knowledge_api.errors import EmbeddingError
-from knowledge_api.models import SearchHit
+from knowledge_api.models import SearchHit, SentenceSupport
 from knowledge_api.synthesis.base import Prompt, Synthesis, Usage
 from knowledge_api.synthesis.sentences import candidate_sentences
 
@@ -121,13 +121,28 @@ class ExtractiveSynthesizer:
         meaning = await self.cosines(query, hits, sentences)
         return compose(score(query, hits, sentences, meaning), meaning is not None)
 
-    async def support(self, query: str, hits: Sequence[SearchHit]) -> list[float] | None:
-        """Per result, the cosine of its sentence closest to the query (0 for a passage
-        without candidates); None without an embedder, or when it fails."""
-        meaning = await self.cosines(query, hits, candidates(query, hits))
+    async def support(
+        self, query: str, hits: Sequence[SearchHit], words: float = 0.0
+    ) -> list[SentenceSupport] | None:
+        """Per result, how well its sentences answer the query (0 for a passage without
+        candidates, and, unread, for one holding less than `words` of the query's
+        content words, its title and section included); None without an embedder, or
+        when it fails."""
+        wanted = stems(query)
+        sentences = [
+            passage if not words or held(wanted, hit) >= words else []
+            for hit, passage in zip(hits, candidates(query, hits), strict=True)
+        ]
+        meaning = await self.cosines(query, hits, sentences)
         if meaning is None:
             return None
-        return [max(0.0, float(cosines.max())) if cosines.size else 0.0 for cosines in meaning]
+        best = [0.0] * len(hits)
+        for c in score(query, hits, sentences, meaning):
+            best[c.n - 1] = max(best[c.n - 1], c.score + RANK_PENALTY * (c.n - 1))
+        return [
+            SentenceSupport(max(0.0, float(cosines.max())) if cosines.size else 0.0, answers)
+            for cosines, answers in zip(meaning, best, strict=True)
+        ]
 
     async def cosines(
         self, query: str, hits: Sequence[SearchHit], sentences: list[list[str]]
@@ -193,6 +208,14 @@ def worth_embedding(
             (position != best, shared[position], n, position) for position in range(len(passage))
         ]
     return {(n, position) for *_, n, position in sorted(ranked)[:MAX_EMBEDDED]}
+
+
+def held(wanted: set[str], hit: SearchHit) -> float:
+    """The share of `wanted` (stemmed words) a passage holds, its title and section
+    included."""
+    chunk = hit.chunk
+    found = stems(" ".join((chunk.title, chunk.section, chunk.content)))
+    return len(wanted & found) / len(wanted) if wanted else 0.0
 
 
 def heading(hit: SearchHit) -> str:

@@ -6,13 +6,14 @@ reaches the threshold for, is `insufficient_context`."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 from knowledge_api import grounding
 from knowledge_api.errors import EmbeddingError
-from knowledge_api.models import Outcome, SearchHit, SearchParams
+from knowledge_api.models import Outcome, SearchHit, SearchParams, SentenceSupport
 from knowledge_api.service import COMPUTED, Event, KnowledgeService, Retrieval, Served
 from knowledge_api.timing import elapsed_ms
 
@@ -35,6 +36,36 @@ SENTENCE_MARGIN = 0.1
 sentence closest to the question: a long passage is diluted, not unrelated (a
 changelog line on Thai dates, 0.45 from "what is the daily life of thai people" in
 a passage 0.20 from it, is not an answer)."""
+WORDS_MARGIN = 0.2
+"""How far below the threshold a passage may be and still ground an answer that would
+otherwise be refused, by its best sentence scored by meaning and words: the embedder
+reads a question in a product's own terms ("How do I undo an adoption?") far from
+the passage that answers it (0.29), whose sentence holds the words the question asks
+with. A sentence merely close in meaning to a question far from its passage is on its
+topic, not its answer: the words must back it."""
+WORDS_NEEDED = 0.5
+"""Share of the question's content words a passage (its title and section included)
+holds to be read at WORDS_MARGIN at all: one holding fewer cannot be backed by them,
+and its sentences are not embedded."""
+
+
+class Tier(NamedTuple):
+    """One way passages below the threshold ground an answer."""
+
+    margin: float
+    """How far below the threshold."""
+    measure: Callable[[SentenceSupport], float]
+    """What of its sentences must reach the threshold."""
+    words: float
+    """Share of the question's content words the passage must hold."""
+
+
+GROUNDING = (
+    Tier(SENTENCE_MARGIN, attrgetter("meaning"), 0.0),
+    Tier(WORDS_MARGIN, attrgetter("answers"), WORDS_NEEDED),
+)
+"""How passages below the threshold ground an answer, tried in turn until one does:
+the farther below, the more of the question they must hold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,16 +163,36 @@ async def passages(service: KnowledgeService, params: AnswerParams) -> Retrieval
     found at SENTENCE_MARGIN below it whose sentence closest to the question reaches
     it. A passage of many bullets is far from a question in meaning that one of its
     sentences answers ("How do I add documents over HTTP?": the passage 0.39, "To index
-    one document, send it as the body." 0.45). They keep the order they were found in."""
+    one document, send it as the body." 0.45). When that leaves none, rather than
+    refuse: those of the first `limit` found at WORDS_MARGIN below it whose best
+    sentence, scored by meaning and words as the answer is chosen, reaches it. They
+    keep the order they were found in."""
     found = await search(service, params, params.threshold)
     if len(found.hits) >= params.limit or params.threshold <= 0:
         return found
-    floor = params.threshold - SENTENCE_MARGIN
-    nearest = await search(service, params, max(floor, 0.0))
+    for tier in GROUNDING:
+        grounded = await grounded_below(service, params, found, tier)
+        if grounded.hits:
+            return grounded
+    return found
+
+
+async def grounded_below(
+    service: KnowledgeService,
+    params: AnswerParams,
+    found: Retrieval,
+    tier: Tier,
+) -> Retrieval:
+    """`found` with the passages of the first `limit` found at the tier's margin below
+    the threshold, holding its share of the question's words, whose sentences' measure
+    reaches the threshold; in the order they were found."""
+    nearest = await search(service, params, max(params.threshold - tier.margin, 0.0))
     below = [hit for hit in nearest.hits if hit.similarity < params.threshold]
-    support = await service.sentence_support(params.query, below) if below else None
+    support = await service.sentence_support(params.query, below, tier.words) if below else None
     admitted = {
-        hit.chunk.id for hit, s in zip(below, support or (), strict=False) if s >= params.threshold
+        hit.chunk.id
+        for hit, s in zip(below, support or (), strict=False)
+        if tier.measure(s) >= params.threshold
     }
     if not admitted:
         return found
