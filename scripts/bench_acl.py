@@ -31,6 +31,7 @@ from bench_stores import Corpus, Timed, filled_store, percentiles, print_rows, r
 from knowledge_api.filters import parse
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.principals import scoped
+from knowledge_api.stores.base import SearchRequest
 
 GROUPS = 100
 HALF = frozenset(f"group:g{g}" for g in range(GROUPS // 2))
@@ -63,7 +64,9 @@ async def time_rows(store: Any, queries: list[tuple[str, np.ndarray]]) -> dict[s
     for i, (text, vector) in enumerate(queries):
         for label in labels[i % len(labels) :] + labels[: i % len(labels)]:
             start = time.perf_counter()
-            hits = await store.search(text, vector, 10, ROWS[label](i % GROUPS), 0.0, "hybrid")
+            hits = await store.search(
+                SearchRequest(text, vector, 10, ROWS[label](i % GROUPS), 0.0, "hybrid")
+            )
             latencies[label].append((time.perf_counter() - start) * 1000)
             fewest[label] = min(fewest[label], len(hits))
     return {label: (*percentiles(latencies[label]), fewest[label]) for label in ROWS}

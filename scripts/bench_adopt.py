@@ -31,6 +31,7 @@ import numpy as np
 from knowledge_api.config.fields import Secret
 from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.models import SearchFilters
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.existing import adopt, wiki_vectors
 from knowledge_api.stores.existing.store import AdoptedTables, ExistingTables, ReadOnlyTables
 from knowledge_api.stores.postgres.options import PostgresOptions
@@ -161,7 +162,7 @@ async def search_latency(
     for _ in range(rounds):
         for text, vector in zip(queries, vectors, strict=True):
             start = time.perf_counter()
-            await store.search(text, vector, 5, SearchFilters(), 0.2)
+            await store.search(SearchRequest(text, vector, 5, SearchFilters(), 0.2))
             timings.append(time.perf_counter() - start)
     return percentiles(timings)
 

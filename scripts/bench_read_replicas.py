@@ -46,6 +46,7 @@ from knowledge_api.config.fields import Secret  # noqa: E402
 from knowledge_api.ingest.pipeline import Ingestor  # noqa: E402
 from knowledge_api.models import Document, SearchFilters  # noqa: E402
 from knowledge_api.settings import Settings  # noqa: E402
+from knowledge_api.stores.base import SearchRequest  # noqa: E402
 from knowledge_api.stores.postgres.replicas import Reading, Replicas  # noqa: E402
 from scripts.bench_http import serve_alone, service_env  # noqa: E402
 from tests.pg_replication import Replicated  # noqa: E402
@@ -120,7 +121,7 @@ async def search_p50(config: Settings, queries: list[str], held: bool = False) -
         for n, query in enumerate(queries):
             vector = embedder.embed_query(query)
             started = time.perf_counter()
-            await store.search(query, vector, 10, SearchFilters())
+            await store.search(SearchRequest(query, vector, 10, SearchFilters()))
             if n >= WARM_UP:
                 times.append((time.perf_counter() - started) * 1000)
         return statistics.median(times)

@@ -45,6 +45,7 @@ from knowledge_api.compose import build_embedder, build_store, embedder_identity
 from knowledge_api.models import Chunk, Document, SearchFilters, chunk_id
 from knowledge_api.service.startup import single_threaded_blas
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import SearchRequest
 
 DIMENSION = 384
 VOCABULARY = [f"w{i}" for i in range(20000)]
@@ -189,7 +190,7 @@ async def time_queries(
     latencies = []
     for text, vector in queries:
         start = time.perf_counter()
-        await store.search(text, vector, 10, SearchFilters(), 0.0, mode)
+        await store.search(SearchRequest(text, vector, 10, SearchFilters(), 0.0, mode))
         latencies.append((time.perf_counter() - start) * 1000)
     return percentiles(latencies)
 
@@ -197,7 +198,7 @@ async def time_queries(
 async def recall(store: Any, corpus: Corpus, queries: list[tuple[str, np.ndarray]]) -> float:
     found = []
     for text, vector in queries:
-        hits = await store.search(text, vector, 10, SearchFilters(), 0.0, "vector")
+        hits = await store.search(SearchRequest(text, vector, 10, SearchFilters(), 0.0, "vector"))
         exact = corpus.exact_top(vector, 10)
         found.append(len({hit.chunk.id for hit in hits} & exact) / 10)
     return float(np.mean(found))
@@ -248,7 +249,7 @@ async def time_filtered(
     for i, (text, vector) in enumerate(queries):
         asked = filters(i)
         start = time.perf_counter()
-        search = store.search(text, vector, 10, asked, 0.0, "hybrid")
+        search = store.search(SearchRequest(text, vector, 10, asked, 0.0, "hybrid"))
         if facets:
             hits, _ = await asyncio.gather(search, store.facet_counts(asked, facets))
         else:

@@ -27,6 +27,7 @@ from knowledge_api.config.fields import Secret
 from knowledge_api.ingest import transfer
 from knowledge_api.models import SEARCH_MODES, SearchFilters
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import SearchRequest
 
 QUESTIONS = [
     "how do I add documents",
@@ -69,7 +70,9 @@ async def orders(
         for mode in SEARCH_MODES:
             for question, vector in asked.items():
                 hits = await store.search(
-                    question, vector, 10, SearchFilters(collection=collection), 0.0, mode
+                    SearchRequest(
+                        question, vector, 10, SearchFilters(collection=collection), 0.0, mode
+                    )
                 )
                 found[mode, question] = [(hit.source_id, hit.chunk.chunk_index) for hit in hits]
         return found

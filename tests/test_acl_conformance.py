@@ -15,7 +15,7 @@ from knowledge_api import facets
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import SEARCH_MODES, Document, DocumentPage, ReadableCount, SearchFilters
 from knowledge_api.principals import scoped, visible
-from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.base import KnowledgeStore, SearchRequest
 from knowledge_api.stores.hybrid import HybridSearch
 from tests import test_permissions as routes
 from tests.test_store_conformance import BACKENDS, index, index_source, opened, vector
@@ -54,7 +54,9 @@ async def test_a_document_keeps_its_access_list(store: KnowledgeStore) -> None:
     changed = await store.get_by_id(docs[1].id)
     assert changed is not None and changed.acl == ("group:eng",)
     hits = await store.search(
-        QUERY, vector(QUERY), 10, scoped(SearchFilters(), frozenset({"group:eng"})), 0.0
+        SearchRequest(
+            QUERY, vector(QUERY), 10, scoped(SearchFilters(), frozenset({"group:eng"})), 0.0
+        )
     )
     assert {h.source_id for h in hits} == {"D-1"}
 
@@ -89,7 +91,7 @@ async def test_nothing_outside_the_principals_is_found(
     where = parse_filter({"acl": narrowing}) if narrowing else None
     filters = scoped(SearchFilters(where=where), held)
     mode = random.Random(seed).choice(SEARCH_MODES)
-    hits = await store.search(QUERY, vector(QUERY), 20, filters, 0.0, mode)
+    hits = await store.search(SearchRequest(QUERY, vector(QUERY), 20, filters, 0.0, mode))
     assert {h.source_id for h in hits} == allowed, (mode, held, narrowing)
     passages = [{"team": d.metadata["team"]} for d in docs if d.source_id in allowed]
     assert await store.facet_counts(filters, ("team",)) == facets.count(("team",), passages)
@@ -102,7 +104,7 @@ async def test_a_narrow_access_list_still_fills_the_limit(store: KnowledgeStore)
     await index(store, documents(acls))
     filters = scoped(SearchFilters(), frozenset({"group:few"}))
     for mode in SEARCH_MODES:
-        hits = await store.search(QUERY, vector(QUERY), 5, filters, 0.0, mode)
+        hits = await store.search(SearchRequest(QUERY, vector(QUERY), 5, filters, 0.0, mode))
         assert sorted(h.source_id for h in hits) == [f"D-{i}" for i in (107, 207, 307, 407, 7)]
 
 

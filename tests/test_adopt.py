@@ -26,6 +26,7 @@ from knowledge_api.embeddings.fake import FakeEmbedder
 from knowledge_api.errors import ConfigurationError, EmbedderMismatchError
 from knowledge_api.models import EmbedderIdentity, SearchFilters
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.existing import adopt
 from knowledge_api.stores.existing import wiki_vectors as conversion
 from knowledge_api.stores.existing.store import ExistingTables
@@ -827,9 +828,8 @@ def test_wiki_pages_are_searched_by_meaning_after_the_migration(
         assert store["capabilities"]["wiki_search"] == "meaning and keyword"
         service = client.app.state.service  # type: ignore[attr-defined]
         vector = embed(["blue green pipeline release"])[0]
-        hits = client.portal.call(
-            service.store.search, "", vector, 5, SearchFilters(), 0.0, "vector"
-        )
+        asked = SearchRequest("", vector, 5, SearchFilters(), 0.0, "vector")
+        hits = client.portal.call(service.store.search, asked)
         assert ("wiki", "https://wiki.example.com/aoma/deploy") in [
             (h.source_type, h.source_id) for h in hits
         ]

@@ -20,6 +20,7 @@ from knowledge_api.app import create_app
 from knowledge_api.models import SearchFilters
 from knowledge_api.principals import held, scoped
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.existing import adopt
 from tests.pg import run_sync
 from tests.test_access import bearer, error_of, make_key
@@ -192,12 +193,11 @@ def test_each_search_leg_returns_every_allowed_row_and_no_other(
             principals = held(user, groups)
             for text, vector in queries:
                 for mode in ("vector", "keyword", "hybrid"):
-                    everything = client.portal.call(
-                        store.search, text, vector, 50, SearchFilters(), 0.0, mode
-                    )
+                    asked = SearchRequest(text, vector, 50, SearchFilters(), 0.0, mode)
+                    everything = client.portal.call(store.search, asked)
                     allowed = [h.chunk.id for h in everything if principals & set(acls[h.chunk.id])]
                     filters = scoped(SearchFilters(), principals)
-                    hits = client.portal.call(store.search, text, vector, 50, filters, 0.0, mode)
+                    hits = client.portal.call(store.search, asked._replace(filters=filters))
                     assert sorted(h.chunk.id for h in hits) == sorted(allowed), (mode, principals)
                     cases += 1
     assert cases == 144

@@ -16,6 +16,7 @@ import pytest
 from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError
 from knowledge_api.models import Document, SearchFilters
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.points.chroma import ChromaStore
 from knowledge_api.stores.points.engine import Record
 from tests.conftest import corpus, pairs
@@ -84,7 +85,7 @@ async def test_replicas_on_one_server_see_each_others_writes(
     await index(writer, corpus())
     assert await reader.generation() != seen
     await assert_known_answers(reader)  # its keyword index was rebuilt from the server
-    hits = await reader.search("FLAC", None, 5, SearchFilters())
+    hits = await reader.search(SearchRequest("FLAC", None, 5, SearchFilters()))
     assert [h.source_id for h in hits] == ["kb-7"]
     health = await reader.health_check()
     assert health["status"] == "ok" and health["mode"] == "http"
@@ -107,7 +108,9 @@ async def test_a_lost_server_is_a_visible_store_error(
         await index(store, corpus())
         stop(process)
         with pytest.raises(BackendConnectionError, match="Chroma"):
-            await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
+            await store.search(
+                SearchRequest("login timeout", vector("login timeout"), 5, SearchFilters())
+            )
         # the lost client is closed, not left with its pooled sockets open
         assert len(closed) == 1 and not store.connected()
         health = await store.health_check()
@@ -126,7 +129,7 @@ async def test_the_keyword_index_is_rebuilt_when_the_store_opens(tmp_path: Path)
     await again.open()
     try:
         assert len(again.keywords) == 7
-        hits = await again.search("FLAC", None, 5, SearchFilters())
+        hits = await again.search(SearchRequest("FLAC", None, 5, SearchFilters()))
         assert [h.source_id for h in hits] == ["kb-7"]
         await assert_known_answers(again)
     finally:
@@ -138,7 +141,9 @@ async def test_any_collection_name_gets_a_chroma_collection(local: ChromaStore) 
     for name in names:
         await index(local, [Document("wiki", "p", f"Page of {name}.", "P", collection=name)])
     assert await local.collections() == dict.fromkeys(sorted(names), 1)
-    hits = await local.search("page", vector("page"), 5, SearchFilters(collection="docs.v2"))
+    hits = await local.search(
+        SearchRequest("page", vector("page"), 5, SearchFilters(collection="docs.v2"))
+    )
     assert [h.chunk.content for h in hits] == ["Page of docs.v2."]
 
 
@@ -150,15 +155,19 @@ async def test_metadata_filters_keep_their_types(local: ChromaStore) -> None:
     await index(local, docs)
     for mode in ("vector", "keyword"):
         hits = await local.search(
-            "release note",
-            vector("release note"),
-            10,
-            SearchFilters(where=pairs((("n", 2),))),
-            mode=mode,
+            SearchRequest(
+                "release note",
+                vector("release note"),
+                10,
+                SearchFilters(where=pairs((("n", 2),))),
+                mode=mode,
+            ),
         )
         assert [h.source_id for h in hits] == ["p2"], mode
         even = SearchFilters(where=pairs((("ok", True),)))
-        hits = await local.search("release note", vector("release note"), 10, even, mode=mode)
+        hits = await local.search(
+            SearchRequest("release note", vector("release note"), 10, even, mode=mode)
+        )
         assert sorted(h.source_id for h in hits) == ["p0", "p2"], mode
 
 

@@ -14,6 +14,7 @@ from pytest import approx
 from knowledge_api.errors import ConfigurationError
 from knowledge_api.models import Chunk, Document, SearchFilters
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.fusion import DEFAULT_TUNING, Candidate, SearchTuning, feedback_vector
 from knowledge_api.stores.sqlite.store import SQLiteStore
 from tests.conftest import make_store, opened_sqlite
@@ -54,15 +55,17 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 async def test_the_best_hit_pulls_its_neighbours_up(store: SQLiteStore) -> None:
     query = np.array([1.0, 0.0], dtype=np.float32)
     store.tuning = replace(DEFAULT_TUNING, feedback_docs=0)
-    plain = await store.search("alpha", query, 3, SearchFilters())
+    plain = await store.search(SearchRequest("alpha", query, 3, SearchFilters()))
     assert [h.source_id for h in plain] == ["a", "c", "b"]
     store.tuning = replace(DEFAULT_TUNING, feedback_docs=1)
-    refined = await store.search("alpha", query, 3, SearchFilters())
+    refined = await store.search(SearchRequest("alpha", query, 3, SearchFilters()))
     # a moves the query toward b: b ranks 2nd by feedback, c 2nd by the first fusion,
     # and 3 / (60 + 2) + 1 / (60 + 3) > 3 / (60 + 3) + 1 / (60 + 2)
     assert [h.source_id for h in refined] == ["a", "b", "c"]
     assert {h.source_id: round(h.similarity, 2) for h in refined} == {"a": 0.9, "b": 0.6, "c": 0.7}
-    vector_only = await store.search("alpha", query, 3, SearchFilters(), mode="vector")
+    vector_only = await store.search(
+        SearchRequest("alpha", query, 3, SearchFilters(), mode="vector")
+    )
     assert [h.source_id for h in vector_only] == ["a", "c", "b"]  # feedback is hybrid only
 
 
@@ -82,13 +85,13 @@ async def test_a_keyword_list_far_from_the_query_neither_leads_nor_seeds(
     )
     query = np.array([1.0, 0.0], dtype=np.float32)
     try:
-        hybrid = await sqlite.search("alpha", query, 5, SearchFilters())
+        hybrid = await sqlite.search(SearchRequest("alpha", query, 5, SearchFilters()))
         assert {h.source_id for h in hybrid[:3]} == {"a", "b", "c"}
         sqlite.tuning = replace(DEFAULT_TUNING, feedback_docs=0)
-        fused = await sqlite.search("alpha", query, 5, SearchFilters())
+        fused = await sqlite.search(SearchRequest("alpha", query, 5, SearchFilters()))
         assert [h.source_id for h in fused][:3] == ["a", "c", "b"]  # the vector order
         sqlite.tuning = replace(DEFAULT_TUNING, fusion="rrf", feedback_docs=0)
-        by_rank = await sqlite.search("alpha", query, 5, SearchFilters())
+        by_rank = await sqlite.search(SearchRequest("alpha", query, 5, SearchFilters()))
         assert by_rank[0].source_id == "x"  # reciprocal ranks put the keyword's best first
     finally:
         await sqlite.close()
@@ -146,5 +149,7 @@ async def test_a_feedback_hit_deleted_before_its_similarity_is_read_is_left_out(
 
     store.feedback_candidates = with_a_deleted_row  # type: ignore[method-assign]
     store.tuning = replace(DEFAULT_TUNING, feedback_docs=1)
-    hits = await store.search("alpha", np.array([1.0, 0.0], dtype=np.float32), 5, SearchFilters())
+    hits = await store.search(
+        SearchRequest("alpha", np.array([1.0, 0.0], dtype=np.float32), 5, SearchFilters())
+    )
     assert sorted(h.source_id for h in hits) == ["a", "b", "c"]

@@ -16,6 +16,7 @@ from knowledge_api.app import create_app
 from knowledge_api.errors import InvalidRequest
 from knowledge_api.filters import Combined, Condition, Instant, Negated
 from knowledge_api.models import SearchFilters
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.keyword import filter_sql
 from tests.conftest import make_settings, opened_sqlite
 from tests.test_mcp import connected, load, serving, text_of
@@ -302,7 +303,7 @@ async def test_a_file_written_before_the_value_index_is_filtered_after_its_migra
             ({"ok": {"$exists": False}}, ["O-0", "O-2"]),
         ):
             where = SearchFilters(where=filters.parse(case))
-            hits = await again.search("old note", _unit(0), 5, where, 0.0, "vector")
+            hits = await again.search(SearchRequest("old note", _unit(0), 5, where, 0.0, "vector"))
             assert sorted(h.source_id for h in hits) == wanted, case
     finally:
         await again.close()

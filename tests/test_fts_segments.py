@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from knowledge_api.models import DEFAULT_COLLECTION, Chunk, Document, SearchFilters
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.keyword import KeywordEntry, KeywordIndex
 from knowledge_api.stores.sqlite.store import SQLiteStore
 from tests.conftest import opened_sqlite
@@ -38,7 +39,7 @@ async def write_one_by_one(path: Path, count: int) -> None:
 async def keyword(path: Path, query: str) -> list[tuple[str, float]]:
     store = SQLiteStore(path)
     await store.open()
-    hits = await store.search(query, None, 10, SearchFilters(), mode="keyword")
+    hits = await store.search(SearchRequest(query, None, 10, SearchFilters(), mode="keyword"))
     await store.close()
     return [(hit.source_id, hit.score) for hit in hits]
 

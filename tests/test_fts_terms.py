@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from knowledge_api.models import DEFAULT_COLLECTION, Chunk, Document, SearchFilters
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.sqlite import search
 from knowledge_api.stores.sqlite.fts_terms import Bounded, TermFrequencies
 from knowledge_api.stores.sqlite.store import SQLiteStore
@@ -34,7 +35,7 @@ async def store(tmp_path: Path) -> SQLiteStore:
 
 
 async def keyword(store: SQLiteStore, query: str) -> list[str]:
-    hits = await store.search(query, None, 10, SearchFilters(), mode="keyword")
+    hits = await store.search(SearchRequest(query, None, 10, SearchFilters(), mode="keyword"))
     return [hit.source_id for hit in hits]
 
 
@@ -56,7 +57,7 @@ async def test_a_filtered_search_ranks_the_newest_matches_of_the_whole_store(
     ticket.chunks = [Chunk("ticket-0", ticket.id, 0, "deployments", embedding=np.ones(4) / 2)]
     await store.index_documents([ticket])
     wiki = SearchFilters(source_types=("wiki",))
-    hits = await store.search("deployment", None, 10, wiki, mode="keyword")
+    hits = await store.search(SearchRequest("deployment", None, 10, wiki, mode="keyword"))
     assert sorted(hit.source_id for hit in hits) == ["d5", "rare"]  # ticket took the third
     await store.close()
 
@@ -136,7 +137,7 @@ async def test_when_every_chunk_passes_the_filters_only_the_best_rows_are_checke
     assert sorted(await keyword(sqlite, "rollback")) == ["d0", "d1", "d2", "d3"]
     assert checked == [4]
     filtered = await sqlite.search(
-        "rollback", None, 10, SearchFilters(source_types=("jira",)), mode="keyword"
+        SearchRequest("rollback", None, 10, SearchFilters(source_types=("jira",)), mode="keyword")
     )
     assert filtered == [] and checked == [4]  # a filter some chunk fails: filtered first
     await sqlite.close()
@@ -164,7 +165,8 @@ async def test_a_chunk_of_another_collection_never_passes_for_one_of_this(
     assert await keyword(mine, "rollback") == ["ours"]
     other = SearchFilters(collection="tenant-b")
     assert [
-        h.source_id for h in await mine.search("rollback", None, 10, other, mode="keyword")
+        h.source_id
+        for h in await mine.search(SearchRequest("rollback", None, 10, other, mode="keyword"))
     ] == ["secret"]
     for store in (mine, theirs):
         await store.close()
@@ -212,7 +214,9 @@ async def keyword_query_beside_vector_search(
 
     monkeypatch.setattr(search, "keyword_candidates", held)
     sqlite.vector_candidates = vector  # type: ignore[method-assign]
-    hits = await sqlite.search("rollback", np.ones(4, dtype=np.float32) / 2, 3, SearchFilters())
+    hits = await sqlite.search(
+        SearchRequest("rollback", np.ones(4, dtype=np.float32) / 2, 3, SearchFilters())
+    )
     assert len(hits) == 3
     await sqlite.close()
     return ran[0]

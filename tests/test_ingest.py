@@ -22,6 +22,7 @@ from knowledge_api.ingest.loaders import LoadOptions, load_paths
 from knowledge_api.ingest.pipeline import BATCH_DOCUMENTS, Ingestor
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.service import KnowledgeService
+from knowledge_api.stores.base import SearchRequest
 from tests.conftest import ask, fake_embedder, query_params
 
 
@@ -54,7 +55,7 @@ async def test_a_changed_file_replaces_its_chunks_and_reuses_unchanged_vectors(
     assert (summary.documents, summary.chunks, summary.embedded) == (1, 2, 1)
     doc = await service.find_document("wiki", "a.md", "default")
     assert doc is not None and [c.section for c in doc.chunks] == ["", "New"]
-    hits = await service.store.search("obsolete", None, 5, SearchFilters())
+    hits = await service.store.search(SearchRequest("obsolete", None, 5, SearchFilters()))
     assert hits == []
 
 
@@ -73,7 +74,7 @@ async def test_a_failed_write_leaves_the_previous_version_whole(
     stored = await service.find_document("wiki", "page", "default")
     assert stored is not None and stored.content == original.content
     assert [c.content for c in stored.chunks] == ["First.", "Second."]
-    hits = await service.store.search("first second", None, 5, SearchFilters())
+    hits = await service.store.search(SearchRequest("first second", None, 5, SearchFilters()))
     assert {h.chunk.content for h in hits} == {"First.", "Second."}
 
 

@@ -18,6 +18,7 @@ from knowledge_api.connectors.kb import Article, HostUnavailable
 from knowledge_api.models import Document, KBHost, SearchFilters
 from knowledge_api.service import KnowledgeService
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.usecases.kb_sync import KBSync
 from knowledge_api.usecases.sources import MassDeleteRefused
 from tests.cli_env import cli_home
@@ -105,10 +106,12 @@ async def test_full_sync_follows_pages_and_keeps_the_metadata(
         "kb_host": host.url,
     }
     hits = await service.store.search(
-        "firmware image", None, 3, SearchFilters(collection="support")
+        SearchRequest("firmware image", None, 3, SearchFilters(collection="support"))
     )
     assert hits[0].source_id == "kb-003"
-    assert await service.store.search("firmware image", None, 3, SearchFilters()) == []
+    assert (
+        await service.store.search(SearchRequest("firmware image", None, 3, SearchFilters())) == []
+    )
 
 
 async def test_incremental_sync_asks_since_the_newest_and_embeds_only_changes(
@@ -143,7 +146,9 @@ async def test_incremental_sync_asks_since_the_newest_and_embeds_only_changes(
     changed = await sync.run()
     assert (changed.fetched, changed.indexed, changed.unchanged) == (2, 2, 0)
     assert fake_embedder(service).texts_embedded - before == 2  # one passage each
-    hits = await service.store.search("overnight", None, 3, SearchFilters(collection="support"))
+    hits = await service.store.search(
+        SearchRequest("overnight", None, 3, SearchFilters(collection="support"))
+    )
     assert [h.source_id for h in hits] == ["kb-003"]
     assert host.requests[-1]["updated_since"] == "2024-12-15T10:00:00Z"
 

@@ -19,6 +19,7 @@ from knowledge_api.errors import EmbeddingError
 from knowledge_api.models import SETTINGS_RANKING, SearchFilters
 from knowledge_api.ranking import DEEPEST
 from knowledge_api.service import KnowledgeService
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.hybrid import AHEAD
 from knowledge_api.stores.sqlite.store import SQLiteStore
 from tests.conftest import corpus, fake_embedder, make_settings
@@ -59,7 +60,7 @@ async def test_the_keyword_query_is_sent_before_the_embedding_and_asked_once(
     # the same ranking as the search asked with the vector in hand
     vector = found.vector
     assert vector is not None and found.hits
-    again = await loaded.store.search(QUERY, vector, 6, SearchFilters())
+    again = await loaded.store.search(SearchRequest(QUERY, vector, 6, SearchFilters()))
     assert ids(found.hits) == ids(again[:5])
     assert AHEAD.get() is None
 

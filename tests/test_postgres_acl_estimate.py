@@ -9,6 +9,7 @@ import pytest
 
 from knowledge_api.models import SEARCH_MODES, Document, SearchFilters
 from knowledge_api.principals import scoped
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.postgres.acl_estimate import AclEstimate, AclStatistics
 from knowledge_api.stores.postgres.store import PostgresStore
 from tests.pg_store import store_fixtures
@@ -109,10 +110,10 @@ async def test_a_narrow_set_estimated_from_the_statistics_fills_the_limit(
     assert (await store.search_arguments(few))["filter_acl_rows"] is not None
     query = "upload queue release note"
     for mode in SEARCH_MODES:
-        hits = await store.search(query, vector(query), 10, few, 0.0, mode)
+        hits = await store.search(SearchRequest(query, vector(query), 10, few, 0.0, mode))
         assert sorted(h.source_id for h in hits) == sorted(f"D-{i}" for i in range(7, 1000, 100))
         wide = scoped(SearchFilters(), frozenset({"group:half"}))
-        hits = await store.search(query, vector(query), 10, wide, 0.0, mode)
+        hits = await store.search(SearchRequest(query, vector(query), 10, wide, 0.0, mode))
         assert len(hits) == 10 and all(int(h.source_id[2:]) % 2 for h in hits), mode
 
 
@@ -151,7 +152,7 @@ async def test_a_wide_set_finds_only_and_enough_of_its_passages(
     query = "Upload queue release note"
     found: set[int] = set()
     for mode in SEARCH_MODES:
-        hits = await store.search(query, vector(query), 10, wide, 0.0, mode)
+        hits = await store.search(SearchRequest(query, vector(query), 10, wide, 0.0, mode))
         found |= {int(h.source_id[2:]) for h in hits}
         assert len(hits) == 10 and all(int(h.source_id[2:]) % 3 != 2 for h in hits), mode
     assert any(i % 3 == 0 for i in found)  # readable through its list's second principal

@@ -13,6 +13,7 @@ import pytest
 from knowledge_api import facets
 from knowledge_api.filters import matches, parse
 from knowledge_api.models import Document, SearchFilters, document_id
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.postgres.store import PostgresStore
 from tests.pg_store import store_fixtures
 from tests.test_store_conformance import index, vector
@@ -75,7 +76,9 @@ async def assert_kept_in_step(store: PostgresStore, db: asyncpg.Connection) -> N
         ),
     ]:
         hits = await store.search(
-            "note", vector("note"), 50, SearchFilters(where=parse(where)), 0.0, "vector"
+            SearchRequest(
+                "note", vector("note"), 50, SearchFilters(where=parse(where)), 0.0, "vector"
+            )
         )
         expected = sorted(p["source_id"] for p in passages if keep(p))
         assert sorted(hit.source_id for hit in hits) == expected, where

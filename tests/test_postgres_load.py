@@ -17,6 +17,7 @@ from knowledge_api.errors import IndexingError
 from knowledge_api.ingest.migrate import migrate
 from knowledge_api.models import Chunk, Document, EmbedderIdentity, SearchFilters, chunk_id
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.postgres.codecs import register_codecs
 from knowledge_api.stores.postgres.load import IndexBuild, drop_search_indexes
 from knowledge_api.stores.postgres.server import buffers_size
@@ -135,7 +136,7 @@ async def test_the_index_is_rebuilt_with_the_configured_parameters(
     try:
         await store.index_documents(documents())
         hits = await store.search(
-            "tickets builds", documents()[3].chunks[0].embedding, 3, SearchFilters()
+            SearchRequest("tickets builds", documents()[3].chunks[0].embedding, 3, SearchFilters())
         )
     finally:
         await store.close()
@@ -217,7 +218,7 @@ async def test_a_migration_loads_in_bulk_and_running_it_again_skips_everything(
         generation = await db.fetchval("SELECT generation FROM knowledge_store_state")
         again = await migrate(source, target, IDENTITY)
         hit = await target.search(
-            "tickets", documents(600)[77].chunks[1].embedding, 1, SearchFilters()
+            SearchRequest("tickets", documents(600)[77].chunks[1].embedding, 1, SearchFilters())
         )
     finally:
         await target.close()

@@ -35,6 +35,7 @@ from knowledge_api.errors import BackendConnectionError, EmbedderMismatchError, 
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.postgres.filter_json import filter_tree
 from knowledge_api.stores.postgres.schema import migrations
 from knowledge_api.stores.postgres.store import PostgresStore
@@ -157,21 +158,25 @@ async def test_tenancy_and_source_filters_run_in_sql(
         ("T-2", "other-label", "digital-operations"),
     }
     sony = await store.search(
-        "upload fails",
-        vector("upload fails"),
-        10,
-        SearchFilters(where=pairs((("organization", "sony-music"),))),
+        SearchRequest(
+            "upload fails",
+            vector("upload fails"),
+            10,
+            SearchFilters(where=pairs((("organization", "sony-music"),))),
+        ),
     )
     assert {h.source_id for h in sony} == {"T-0", "T-1"}
     both = SearchFilters(
         source_types=("jira",),
         where=pairs((("organization", "sony-music"), ("division", "digital-operations"))),
     )
-    assert [h.source_id for h in await store.search("upload", vector("upload"), 10, both)] == [
-        "T-0"
-    ]
+    assert [
+        h.source_id for h in await store.search(SearchRequest("upload", vector("upload"), 10, both))
+    ] == ["T-0"]
     assert (
-        await store.search("upload", vector("upload"), 10, SearchFilters(source_types=("git",)))
+        await store.search(
+            SearchRequest("upload", vector("upload"), 10, SearchFilters(source_types=("git",)))
+        )
         == []
     )
 
@@ -685,7 +690,9 @@ async def test_a_read_only_database_serves_reads_and_refuses_writes_with_503(
     reader = make_store("postgres", settings)
     try:
         await reader.open()
-        hits = await reader.search("login timeout", vector("login timeout"), 3, SearchFilters())
+        hits = await reader.search(
+            SearchRequest("login timeout", vector("login timeout"), 3, SearchFilters())
+        )
         assert hits and hits[0].source_id == "SIAM-101"
         assert (await reader.health_check())["status"] == "ok"
         with pytest.raises(IndexingError, match="read-only transaction") as refused:

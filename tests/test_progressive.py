@@ -7,15 +7,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import numpy as np
-
 from knowledge_api.models import (
     SOURCE_TYPES,
-    SearchFilters,
     SearchHit,
 )
 from knowledge_api.service import KnowledgeService
-from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.base import KnowledgeStore, SearchRequest
 from tests.conftest import query_events, query_params
 
 SLOW = "wiki"
@@ -36,11 +33,10 @@ class SlowSource:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    async def search(
-        self, query: str, vector: np.ndarray | None, top_k: int, filters: SearchFilters, *rest: Any
-    ) -> list[SearchHit]:
-        hits = await self.store.search(query, vector, top_k, filters, *rest)
-        if filters.source_types is None or self.source in filters.source_types:
+    async def search(self, request: SearchRequest) -> list[SearchHit]:
+        hits = await self.store.search(request)
+        sources = request.filters.source_types
+        if sources is None or self.source in sources:
             await self.release.wait()
             self.slow_answered.set()
         return hits

@@ -18,6 +18,7 @@ import respx
 from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, ConfigurationError
 from knowledge_api.models import Document, SearchFilters
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.fusion import DEFAULT_TUNING
 from knowledge_api.stores.points.qdrant import QdrantStore
 from knowledge_api.stores.points.qdrant_search import document_frequency, idf
@@ -53,7 +54,8 @@ async def test_qdrant_fusion_ranks_like_the_shared_fusion() -> None:
     try:
         for query in queries:
             qdrant, shared = [
-                await s.search(query, vector(query), 10, SearchFilters()) for s in stores
+                await s.search(SearchRequest(query, vector(query), 10, SearchFilters()))
+                for s in stores
             ]
             assert ranked(qdrant) == ranked(shared), query
             assert [h.similarity for h in qdrant] == pytest.approx([h.similarity for h in shared])
@@ -82,7 +84,7 @@ async def test_documents_and_the_embedder_outlive_the_process(tmp_path: Path) ->
     await again.open()
     try:
         assert await again.count() == 6
-        hits = await again.search("FLAC", None, 5, SearchFilters())
+        hits = await again.search(SearchRequest("FLAC", None, 5, SearchFilters()))
         assert [h.source_id for h in hits] == ["kb-7"]
         with pytest.raises(ConfigurationError, match="Mixing vector spaces"):
             await again.check_embedder("local:all-MiniLM-L6-v2", 384)
@@ -124,11 +126,13 @@ async def test_payload_filters_match_every_scalar_type(local: QdrantStore) -> No
     for mode in ("vector", "keyword", "hybrid"):
         for metadata, expected in cases:
             hits = await local.search(
-                "release note",
-                vector("release note"),
-                10,
-                SearchFilters(where=pairs(metadata)),
-                mode=mode,  # type: ignore[arg-type]
+                SearchRequest(
+                    "release note",
+                    vector("release note"),
+                    10,
+                    SearchFilters(where=pairs(metadata)),
+                    mode=mode,
+                ),  # type: ignore[arg-type]
             )
             assert sorted(h.source_id for h in hits) == expected, (mode, metadata)
 
@@ -200,7 +204,9 @@ async def test_server_mode_through_the_client(version: str, fusion: str) -> None
         mock.route(host="qdrant.test").mock(side_effect=server)
         await store.open()
         await index(store, corpus()[:1])
-        hits = await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
+        hits = await store.search(
+            SearchRequest("login timeout", vector("login timeout"), 5, SearchFilters())
+        )
         health = await store.health_check()
         await store.close()
     assert [(h.source_id, h.similarity) for h in hits] == [("SIAM-101", 0.5)]
@@ -250,7 +256,9 @@ async def written_and_read(store: QdrantStore, server: FakeQdrant) -> None:
         mock.route(host="qdrant.test").mock(side_effect=server)
         await store.open()
         await index(store, corpus()[:1])
-        await store.search("login timeout", vector("login timeout"), 5, SearchFilters())
+        await store.search(
+            SearchRequest("login timeout", vector("login timeout"), 5, SearchFilters())
+        )
         await store.health_check()
         await store.close()
 
@@ -306,7 +314,7 @@ async def test_local_mode_takes_the_cluster_settings_and_answers_alike() -> None
     await store.open()
     await index(store, corpus())
     for query, source_id in KNOWN_ANSWERS.items():
-        hits = await store.search(query, vector(query), 5, SearchFilters())
+        hits = await store.search(SearchRequest(query, vector(query), 5, SearchFilters()))
         assert hits[0].source_id == source_id, query
     await store.close()
 

@@ -11,6 +11,7 @@ import pytest
 
 from knowledge_api.filters import parse as parse_filter
 from knowledge_api.models import Chunk, Document, SearchFilters
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.sqlite import vectors as sqlite_vectors
 from knowledge_api.stores.sqlite.quantized_index import QuantizedIndex
 from knowledge_api.stores.sqlite.store import SQLiteStore
@@ -115,7 +116,7 @@ async def opened(path: Path) -> SQLiteStore:
 
 
 async def vector_ids(store: SQLiteStore, query: np.ndarray, **filters: object) -> list[str]:
-    hits = await store.search("", query, 10, SearchFilters(**filters), mode="vector")  # type: ignore[arg-type]
+    hits = await store.search(SearchRequest("", query, 10, SearchFilters(**filters), mode="vector"))  # type: ignore[arg-type]
     return [hit.source_id for hit in hits]
 
 
@@ -148,7 +149,7 @@ async def test_a_large_store_builds_saves_and_reloads_its_index(
     assert (await again.health_check())["vector_index_note"] == "quantised index loaded from disk"
     assert await vector_ids(again, query) == first
     assert first == exact_ids(vectors, query, np.ones(len(vectors), dtype=bool))
-    hits = await again.search("", query, 3, SearchFilters(), mode="vector")
+    hits = await again.search(SearchRequest("", query, 3, SearchFilters(), mode="vector"))
     assert hits[0].similarity == pytest.approx(float(vectors[int(hits[0].source_id[4:])] @ query))
     await again.close()
 
@@ -181,7 +182,9 @@ async def test_a_narrow_filter_gives_the_limit_whenever_as_many_match(
         ids = [f"doc-{7 + 100 * k}" for k in range(count)]  # of the 30 rows of bucket 7
         where = parse_filter({"bucket": 7, "source_id": {"$in": ids}})
         for mode in ("vector", "hybrid", "keyword"):
-            hits = await store.search("text", query, 10, SearchFilters(where=where), 0.0, mode)  # type: ignore[arg-type]
+            hits = await store.search(
+                SearchRequest("text", query, 10, SearchFilters(where=where), 0.0, mode)
+            )  # type: ignore[arg-type]
             assert len(hits) == min(10, count), (count, mode)
             assert {hit.source_id for hit in hits} <= set(ids)
     await store.close()
@@ -257,7 +260,7 @@ async def test_the_feedback_search_ranks_by_the_index_own_scores(
         reads.clear()
         assert len({c.key for c in by_index} & {c.key for c in rescored}) >= 9
     query = near(vectors, 1)[0]
-    hits = await store.search("text", query, 3, SearchFilters())
+    hits = await store.search(SearchRequest("text", query, 3, SearchFilters()))
     for hit in hits:
         exact = float(vectors[int(hit.source_id[4:])] @ query)
         assert hit.similarity == pytest.approx(max(exact, 0.0), abs=1e-6)

@@ -55,7 +55,7 @@ from knowledge_api.models import (
 )
 from knowledge_api.ranking import by_recency
 from knowledge_api.settings import Settings
-from knowledge_api.stores.base import KnowledgeStore
+from knowledge_api.stores.base import KnowledgeStore, SearchRequest
 from knowledge_api.stores.fusion import reciprocal_rank_fusion
 from tests import pg
 from tests.conftest import corpus, make_settings, make_store, pairs
@@ -138,7 +138,8 @@ async def search(
 ):  # type: ignore[no-untyped-def]
     if "metadata" in filters:
         filters["where"] = pairs(filters.pop("metadata"))
-    return await store.search(query, vector(query), k, SearchFilters(**filters), threshold)  # type: ignore[arg-type]
+    where = SearchFilters(**filters)  # type: ignore[arg-type]
+    return await store.search(SearchRequest(query, vector(query), k, where, threshold))
 
 
 async def test_known_answers_rank_first(store: KnowledgeStore) -> None:
@@ -156,7 +157,7 @@ async def assert_known_answers(store: KnowledgeStore) -> None:
 
 async def test_keyword_only_search_when_there_is_no_vector(store: KnowledgeStore) -> None:
     await index(store, corpus())
-    hits = await store.search("FLAC", None, 5, SearchFilters())
+    hits = await store.search(SearchRequest("FLAC", None, 5, SearchFilters()))
     assert [h.source_id for h in hits] == ["kb-7"] and hits[0].similarity == 1.0
 
 
@@ -183,9 +184,13 @@ async def test_filters_by_source_type_metadata_and_collection(store: KnowledgeSt
 
 async def test_threshold_and_top_k(store: KnowledgeStore) -> None:
     await index(store, corpus())
-    hits = await store.search("release", vector("release"), 2, SearchFilters(), threshold=0.0)
+    hits = await store.search(
+        SearchRequest("release", vector("release"), 2, SearchFilters(), threshold=0.0)
+    )
     assert len(hits) == 2
-    strict = await store.search("release", vector("release"), 5, SearchFilters(), threshold=0.9)
+    strict = await store.search(
+        SearchRequest("release", vector("release"), 5, SearchFilters(), threshold=0.9)
+    )
     assert all(h.similarity >= 0.9 for h in strict)
 
 
@@ -194,7 +199,9 @@ async def test_reindexing_replaces_instead_of_duplicating(store: KnowledgeStore)
     changed = Document("jira", "SIAM-101", "Completely new ticket text about exports.", "New")
     summary = await index(store, [changed])
     assert summary.documents == 1
-    hits = await store.search("exports", vector("exports"), 10, SearchFilters(), threshold=0.0)
+    hits = await store.search(
+        SearchRequest("exports", vector("exports"), 10, SearchFilters(), threshold=0.0)
+    )
     assert [h.source_id for h in hits].count("SIAM-101") == 1
     assert await store.count() == 6
 
@@ -288,12 +295,16 @@ async def test_concurrent_writers_lose_nothing(store: KnowledgeStore) -> None:
 async def test_search_modes_use_one_ranking_each(store: KnowledgeStore) -> None:
     await index(store, corpus())
     query = "FLAC"
-    by_keyword = await store.search(query, vector(query), 5, SearchFilters(), mode="keyword")
+    by_keyword = await store.search(
+        SearchRequest(query, vector(query), 5, SearchFilters(), mode="keyword")
+    )
     assert [h.source_id for h in by_keyword] == ["kb-7"]
     assert 0.0 <= by_keyword[0].similarity <= 1.0
-    by_vector = await store.search(query, vector(query), 20, SearchFilters(), mode="vector")
+    by_vector = await store.search(
+        SearchRequest(query, vector(query), 20, SearchFilters(), mode="vector")
+    )
     assert {h.source_id for h in by_vector} <= {d.source_id for d in corpus()}
-    hybrid = await store.search(query, vector(query), 20, SearchFilters())
+    hybrid = await store.search(SearchRequest(query, vector(query), 20, SearchFilters()))
     assert {h.chunk.id for h in hybrid} == {h.chunk.id for h in by_vector} | {
         h.chunk.id for h in by_keyword
     }
@@ -379,7 +390,9 @@ async def test_an_unreachable_engine_fails_visibly(name: str, tmp_path: Path) ->
     assert health["status"] == "unavailable" and health["error"]
     for mode in SEARCH_MODES:
         with pytest.raises(BackendConnectionError):
-            await backend.search("login", vector("login"), 5, SearchFilters(), mode=mode)
+            await backend.search(
+                SearchRequest("login", vector("login"), 5, SearchFilters(), mode=mode)
+            )
     await backend.close()
 
 
@@ -1016,8 +1029,10 @@ async def test_a_document_keeps_the_dates_it_was_given(store: KnowledgeStore) ->
     assert stored is not None
     assert (stored.created_at, stored.updated_at) == (docs[0].created_at, docs[0].updated_at)
     old = parse_filter({"created_at": {"$lt": "2020-01-01"}})
-    hits = await store.search("", None, 20, SearchFilters(where=old))
-    hits += await store.search(docs[0].title, vector(docs[0].title), 20, SearchFilters(where=old))
+    hits = await store.search(SearchRequest("", None, 20, SearchFilters(where=old)))
+    hits += await store.search(
+        SearchRequest(docs[0].title, vector(docs[0].title), 20, SearchFilters(where=old))
+    )
     assert {hit.source_id for hit in hits} == {docs[0].source_id}
     edited = Document(
         docs[0].source_type,
@@ -1270,7 +1285,7 @@ async def test_every_filter_case_matches_the_reference(
         where = SearchFilters(where=parse_filter(case))
         query = "release note upload queue"
         try:
-            hits = await store.search(query, vector(query), 20, where, 0.0, mode)
+            hits = await store.search(SearchRequest(query, vector(query), 20, where, 0.0, mode))
         except InvalidRequest as e:
             assert e.details["backend"] == store.name and e.details["operator"] in refused, case
             continue
@@ -1358,7 +1373,7 @@ async def test_random_filter_trees_match_the_reference(store: KnowledgeStore) ->
             if key in passed
         ]
         try:
-            hits = await store.search(query, vector(query), 20, where, 0.0, mode)
+            hits = await store.search(SearchRequest(query, vector(query), 20, where, 0.0, mode))
             assert {h.source_id for h in hits} == passed, (case, mode)
             assert await store.facet_counts(where, fields) == facets.count(fields, passages), case
         except InvalidRequest as e:
@@ -1392,7 +1407,7 @@ async def test_keys_beyond_ascii_filter_in_every_mode(store: KnowledgeStore) -> 
         for mode in SEARCH_MODES:
             query = "note of the queue"
             hits = await store.search(
-                query, vector(query), 10, SearchFilters(where=tree), 0.0, mode
+                SearchRequest(query, vector(query), 10, SearchFilters(where=tree), 0.0, mode)
             )
             assert {h.source_id for h in hits} == passed, (case, mode)
 
@@ -1413,10 +1428,12 @@ async def test_fractions_compare_with_integers_exactly(store: KnowledgeStore) ->
         case = {"score": {op: bound}}
         tree = parse_filter(case)
         passed = {f"S-{i}" for i, n in enumerate(scores) if matches(tree, {"score": n})}
-        hits = await store.search(query, vector(query), 20, SearchFilters(where=tree))
+        hits = await store.search(
+            SearchRequest(query, vector(query), 20, SearchFilters(where=tree))
+        )
         assert {h.source_id for h in hits} == passed, case
         negated = SearchFilters(where=parse_filter({"$not": case}))
-        hits = await store.search(query, vector(query), 20, negated)
+        hits = await store.search(SearchRequest(query, vector(query), 20, negated))
         assert {h.source_id for h in hits} == {f"S-{i}" for i in range(len(scores))} - passed
 
 
@@ -1434,16 +1451,18 @@ async def test_integers_beyond_doubles_compare_exactly(store: KnowledgeStore) ->
     query = "ticket of the queue"
     for i, n in enumerate(ids):
         where = SearchFilters(where=parse_filter({"tid": n}))
-        hits = await store.search(query, vector(query), 10, where)
+        hits = await store.search(SearchRequest(query, vector(query), 10, where))
         assert [h.source_id for h in hits] == [f"I-{i}"], n
     both = SearchFilters(where=parse_filter({"tid": {"$in": ids[:2]}}))
-    assert {h.source_id for h in await store.search(query, vector(query), 10, both)} == {
+    assert {
+        h.source_id for h in await store.search(SearchRequest(query, vector(query), 10, both))
+    } == {
         "I-0",
         "I-1",
     }
     above = SearchFilters(where=parse_filter({"tid": {"$gt": ids[0]}}))
     try:  # a range on them: exact, or refused where the store compares doubles
-        hits = await store.search(query, vector(query), 10, above)
+        hits = await store.search(SearchRequest(query, vector(query), 10, above))
     except InvalidRequest as e:
         assert (store.name, e.details["operator"]) == ("qdrant", "$gt")
         return
@@ -1462,7 +1481,7 @@ async def test_a_filter_applies_before_the_limit(store: KnowledgeStore) -> None:
             where = SearchFilters(where=parse_filter(case))
             try:
                 hits = await store.search(
-                    "upload queue note", vector("upload"), 5, where, 0.0, mode
+                    SearchRequest("upload queue note", vector("upload"), 5, where, 0.0, mode)
                 )
             except InvalidRequest as e:
                 assert e.details["operator"] in UNSUPPORTED.get(store.name, set())
@@ -1476,7 +1495,9 @@ async def test_a_requests_own_ranking_reaches_the_search(store: KnowledgeStore) 
     found = vector(query)
 
     async def ranked(mode: SearchMode, ranking: Ranking = SETTINGS_RANKING) -> list[SearchHit]:
-        return await store.search(query, found, 20, SearchFilters(), 0.0, mode, ranking)
+        return await store.search(
+            SearchRequest(query, found, 20, SearchFilters(), 0.0, mode, ranking)
+        )
 
     def ids(hits: list[SearchHit]) -> list[str]:
         return [hit.chunk.id for hit in hits]
@@ -1514,7 +1535,9 @@ async def test_recency_ranks_by_the_documents_own_dates(store: KnowledgeStore, f
     assert [d.source_id for d in reference] == ["R-new", "R-old"]
     query = "upload queue credentials"
     for mode in SEARCH_MODES:
-        hits = await store.search(query, vector(query), 5, SearchFilters(), 0.0, mode)
+        hits = await store.search(
+            SearchRequest(query, vector(query), 5, SearchFilters(), 0.0, mode)
+        )
         assert sorted(h.source_id for h in hits) == ["R-new", "R-old"], mode
         for hit in hits:
             own = stored[hit.document_id]
@@ -1547,7 +1570,7 @@ async def test_facets_refuse_what_the_search_refuses(store: KnowledgeStore) -> N
     where = SearchFilters(where=parse_filter({"source_id": {"$gte": "2026-01-01"}}))
     query = "release note upload queue"
     try:
-        hits = await store.search(query, vector(query), 20, where)
+        hits = await store.search(SearchRequest(query, vector(query), 20, where))
     except InvalidRequest as e:
         assert e.details["operator"] in UNSUPPORTED[store.name]
         with pytest.raises(InvalidRequest) as counting:
@@ -1650,9 +1673,9 @@ async def test_several_collections_rank_as_one_collection_holding_them_all(
     queries = [*KNOWN_ANSWERS, "release note upload queue", "login latency"]
     for query, mode, k in itertools.product(queries, SEARCH_MODES, (3, 8)):
         query_vector = None if mode == "keyword" else vector(query)
-        union = await store.search(query, query_vector, k, both, 0.01, mode)
+        union = await store.search(SearchRequest(query, query_vector, k, both, 0.01, mode))
         one = await store.search(
-            query, query_vector, k, SearchFilters(collection="whole"), 0.01, mode
+            SearchRequest(query, query_vector, k, SearchFilters(collection="whole"), 0.01, mode)
         )
         assert union and ranked(union) == ranked(one), (query, mode, k)
         placed = {(d.source_type, d.source_id): d.collection for d in split}
@@ -1660,9 +1683,9 @@ async def test_several_collections_rank_as_one_collection_holding_them_all(
     where = pairs({"team": "qa"})
     query, sources = "upload queue latency", ("wiki", "git")
     filtered = replace(both, where=where, source_types=sources)
-    union = await store.search(query, vector(query), 5, filtered, 0.01)
+    union = await store.search(SearchRequest(query, vector(query), 5, filtered, 0.01))
     whole_filtered = SearchFilters(sources, where, collection="whole")
-    one = await store.search(query, vector(query), 5, whole_filtered, 0.01)
+    one = await store.search(SearchRequest(query, vector(query), 5, whole_filtered, 0.01))
     assert union and ranked(union) == ranked(one)
     counted = await store.facet_counts(both, ("team", "source_type"))
     assert counted == await store.facet_counts(

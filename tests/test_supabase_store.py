@@ -16,6 +16,7 @@ from knowledge_api.config.fields import Secret
 from knowledge_api.errors import BackendConnectionError, IndexingError
 from knowledge_api.models import Document, SearchFilters
 from knowledge_api.settings import Settings
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.postgres.supabase import SupabaseStore
 from tests.conftest import corpus, make_store
 from tests.pg import (
@@ -42,7 +43,9 @@ async def test_search_is_two_rpcs_and_matches_the_postgres_store(
     await index(store, corpus())
     postgrest.requests.clear()
     query = "login page timeout with SSO"
-    hits = await store.search(query, vector(query), 5, SearchFilters(), threshold=0.0)
+    hits = await store.search(
+        SearchRequest(query, vector(query), 5, SearchFilters(), threshold=0.0)
+    )
     assert sorted(calls(postgrest)[:2]) == [  # sent at once
         "POST rpc/match_siam_vectors_gemini",
         "POST rpc/search_siam_vectors_text",
@@ -50,7 +53,9 @@ async def test_search_is_two_rpcs_and_matches_the_postgres_store(
     direct = make_store("postgres", settings_for(postgrest, tmp_path))
     await direct.open()
     try:
-        same = await direct.search(query, vector(query), 5, SearchFilters(), threshold=0.0)
+        same = await direct.search(
+            SearchRequest(query, vector(query), 5, SearchFilters(), threshold=0.0)
+        )
     finally:
         await direct.close()
     assert [(h.chunk.id, round(h.score, 9), round(h.similarity, 5)) for h in hits] == [
@@ -149,7 +154,7 @@ async def test_transient_failures_are_retried_with_backoff(
         ]
     )
     postgrest.requests.clear()
-    hits = await store.search("FLAC", vector("FLAC"), 3, SearchFilters())
+    hits = await store.search(SearchRequest("FLAC", vector("FLAC"), 3, SearchFilters()))
     assert hits[0].source_id == "kb-7"
     retried = calls(postgrest)[0]  # the first of the two RPCs sent, three times again
     assert retried in ("POST rpc/match_siam_vectors_gemini", "POST rpc/search_siam_vectors_text")
@@ -242,7 +247,7 @@ async def test_the_hnsw_candidates_setting_reaches_the_search_function(
     try:
         await index(store, corpus())
         query = "login page timeout with SSO"
-        hits = await store.search(query, vector(query), 3, SearchFilters())
+        hits = await store.search(SearchRequest(query, vector(query), 3, SearchFilters()))
     finally:
         await store.close()
     searches = [r for r in postgrest.requests if r.url.path.endswith("match_siam_vectors_gemini")]

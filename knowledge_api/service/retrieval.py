@@ -26,6 +26,7 @@ from knowledge_api.ranking import DEEPEST, by_recency
 from knowledge_api.routing import Centroids, Route, learn_centroids, route
 from knowledge_api.service.engine import Engine
 from knowledge_api.service.trail import Trail
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.timing import elapsed_ms, ms
 
@@ -157,15 +158,14 @@ class Retriever:
         end = offset + limit
         started = time.perf_counter()
         with tracing.span("knowledge.search", self._search_attributes(plan, query, mode)) as span:
-            hits = await self.engine.store.search(
+            request = SearchRequest(
                 query, plan.vector, wanted, plan.filters, threshold, mode, ranking
             )
+            hits = await self.engine.store.search(request)
             deeper: list[SearchHit] = []
             # fewer than asked: every passage that passes is placed, none lies deeper
             if end + 1 > first and len(hits) == wanted:
-                deep = await self.engine.store.search(
-                    query, plan.vector, DEEPEST, plan.filters, threshold, mode, ranking
-                )
+                deep = await self.engine.store.search(request._replace(top_k=DEEPEST))
                 placed = {hit.chunk.id for hit in hits}
                 deeper = [hit for hit in deep if hit.chunk.id not in placed]
             span.set_attribute("knowledge.search.hits", len(hits) + len(deeper))

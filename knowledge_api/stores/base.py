@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Hashable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -32,6 +32,22 @@ from knowledge_api.models import (
 from knowledge_api.stores.tables import SideTables
 
 
+class SearchRequest(NamedTuple):
+    """One search asked of a store, built once by its caller and passed through whole
+    (a tuple: as cheap to build as the arguments it holds)."""
+
+    query: str
+    vector: np.ndarray | None
+    """The query's vector; None searches by keyword alone."""
+    top_k: int
+    """Hits returned at the most."""
+    filters: SearchFilters
+    threshold: float = 0.0
+    """The least similarity a hit keeps."""
+    mode: SearchMode = "hybrid"
+    ranking: Ranking = SETTINGS_RANKING
+
+
 class KnowledgeStore(Protocol):
     name: str
 
@@ -51,16 +67,7 @@ class KnowledgeStore(Protocol):
         """Index a stream of document sets (a migration); `expected`: the passages at
         least coming, for a backend that loads differently in bulk."""
 
-    async def search(
-        self,
-        query: str,
-        vector: np.ndarray | None,
-        top_k: int,
-        filters: SearchFilters,
-        threshold: float = 0.0,
-        mode: SearchMode = "hybrid",
-        ranking: Ranking = SETTINGS_RANKING,
-    ) -> list[SearchHit]:
+    async def search(self, request: SearchRequest) -> list[SearchHit]:
         """Hits fused from vector and keyword rankings (or one of them, by `mode`), as
         the request's `ranking` (fusion, vector weight, feedback round) asks."""
 

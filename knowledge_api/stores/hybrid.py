@@ -20,7 +20,6 @@ import numpy as np
 from knowledge_api import facets, tracing
 from knowledge_api.facets import Facets
 from knowledge_api.models import (
-    SETTINGS_RANKING,
     Document,
     DocumentPage,
     DocumentSummary,
@@ -32,6 +31,7 @@ from knowledge_api.models import (
 )
 from knowledge_api.principals import visible
 from knowledge_api.registry import FromSettings
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
     Candidate,
@@ -108,16 +108,8 @@ class HybridSearch(FromSettings):
         for the primary; empty for a store without read replicas."""
         return {}
 
-    async def search(
-        self,
-        query: str,
-        vector: np.ndarray | None,
-        top_k: int,
-        filters: SearchFilters,
-        threshold: float = 0.0,
-        mode: SearchMode = "hybrid",
-        ranking: Ranking = SETTINGS_RANKING,
-    ) -> list[SearchHit]:
+    async def search(self, request: SearchRequest) -> list[SearchHit]:
+        query, vector, top_k, filters, threshold, mode, ranking = request
         with self.searching(filters) as readable:
             if readable is None:
                 return []
