@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -189,6 +191,29 @@ def test_an_answers_sentences_run_in_small_batches(
     documents = model.embed_documents(sentences)
     assert max(sizes) > SENTENCE_TOKENS
     assert np.sum(vectors * documents, axis=1).min() >= 0.999
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: one model runs both")
+def test_a_query_runs_in_the_calling_thread_and_batches_on_every_stream(
+    model: LocalEmbedder,
+) -> None:
+    """Queries run on a model of one stream, which OpenVINO runs in the thread that
+    calls it, unpinned (no stream's thread to wake, no core it must wait for); batches
+    on the model with a stream per core. A query on a stream of the batch model left
+    the calling thread a tenth of the process's CPU."""
+    encoder = model._encoder
+    assert isinstance(encoder, OpenVinoEncoder)
+    assert encoder.model.get_property("NUM_STREAMS") == encoder.streams > 1
+    assert encoder.query_model.get_property("NUM_STREAMS") == 1
+    assert encoder.query_model.get_property("INFERENCE_NUM_THREADS") == 1
+    assert encoder.query_model.get_property("ENABLE_CPU_PINNING") is False
+    feed = padded([[101, 7592, 2088, 102]], encoder.pad_to)
+    encoder.run(feed)
+    thread, process = time.thread_time(), time.process_time()
+    for _ in range(20):
+        encoder.run(feed)
+    share = (time.thread_time() - thread) / (time.process_time() - process)
+    assert share >= 0.6, share
 
 
 def test_meaning_beats_wording(model: LocalEmbedder) -> None:

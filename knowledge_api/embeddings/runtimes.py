@@ -1,15 +1,16 @@
 """The runtimes that run the local encoder's ONNX graph, and the choice between them.
 
-OpenVINO runs fp32 everywhere and bf16 where the CPU computes bf16 in its matrix
-units (AMX `amx_bf16`, or the `avx512_bf16` dot products): there a forward pass costs
-about half of fp32's CPU time (avx512_bf16 on a Zen 4; a third with AMX), within
-0.99997 cosine of it. The compiled model has as many
-inference streams as the embedder may use cores, one thread each: a query runs on one
-stream, an ingestion batch on each. ONNX Runtime runs only the dynamic int8 model
+OpenVINO runs fp32 everywhere and bf16 where the CPU computes bf16 in its matrix units
+(AMX `amx_bf16`, or the `avx512_bf16` dot products): there a forward pass costs about
+half of fp32's CPU time (avx512_bf16 on a Zen 4; a third with AMX), within 0.99997
+cosine of it. Batches (ingestion, an answer's sentences) run on a model compiled with
+as many inference streams as the embedder may use cores, one thread each, a batch on
+each stream; queries on a second compilation, of one stream of one thread, run in the
+calling thread (`compile_for_queries`). ONNX Runtime runs only the dynamic int8 model
 (its quantised attention operator is its own), from the `int8` extra. Where the CPU
-has no VNNI unit (`avx512_vnni`, `avx_vnni`: an AVX2-only CPU), ONNX Runtime multiplies
-u8 by s8 with instructions whose 16-bit sums saturate, which full 8-bit weights
-overflow: there the int8 model is built with 7-bit weights (`int8-7bit`, ONNX
+has no VNNI unit (`avx512_vnni`, `avx_vnni`: an AVX2-only CPU), ONNX Runtime
+multiplies u8 by s8 with instructions whose 16-bit sums saturate, which full 8-bit
+weights overflow: there the int8 model is built with 7-bit weights (`int8-7bit`, ONNX
 Runtime's `reduce_range`), which cannot (the 872 bundled paragraphs: lowest cosine to
 fp32 0.99376 with 8-bit weights on an AVX2 EPYC, 0.99650 with 7-bit ones).
 
@@ -99,7 +100,7 @@ class Encoder(Protocol):
     """Rows of a batch are padded to a multiple of this many tokens."""
 
     def run(self, feed: Feed) -> np.ndarray:
-        """The embeddings of one batch, now, on one stream."""
+        """The embeddings of one batch, now, on one thread."""
         ...
 
     def run_all(self, feeds: Iterable[Feed], done: Callable[[int, np.ndarray], None]) -> None:
@@ -138,13 +139,16 @@ class OpenVinoEncoder:
             "INFERENCE_NUM_THREADS": self.streams,
         }
         self.model = core.compile_model(str(path), "CPU", config)
+        self.query_model = (
+            self.model if self.streams == 1 else compile_for_queries(core, path, config)
+        )
         self.weights = path.with_suffix(".bin")
         self.shapes: set[tuple[int, ...]] = set()
-        """The input shapes run on the query stream so far."""
+        """The input shapes run on the query model so far."""
         hint = self.model.get_property("INFERENCE_PRECISION_HINT")
         self.precision = "bf16" if hint.get_type_name() == "bf16" else "fp32"
         """What the compiled model computes in, whatever was asked."""
-        self._request = self.model.create_infer_request()
+        self._request = self.query_model.create_infer_request()
         self._queue: Any = None
         self.release()  # compiling read the weights fp32's kernels pack (openvino_ir.py)
 
@@ -185,6 +189,19 @@ class OpenVinoEncoder:
             queue.wait_all()
         if failures:
             raise failures[0]
+
+
+def compile_for_queries(core: Any, path: Path, config: dict[str, Any]) -> Any:
+    """The model queries run on: one stream of one thread, which OpenVINO runs in the
+    thread that calls it, where a stream of the batch model runs on a thread of its
+    own, woken for each query and waited for. Side by side with queries on a stream of
+    the batch model, a server's sequential cold queries: embedding 0.87-0.91x, CPU per
+    request 0.96-0.98x (load average 4-5); about 11 MB more resident (bf16 repacks the
+    weights for each compilation). Not pinned: OpenVINO would pin the calling thread
+    to one core for the run, and wait for that core while another process holds it
+    (in process, 4.9 ms for 2.7 ms of CPU a query, against 2.6 ms unpinned)."""
+    one = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 1}
+    return core.compile_model(str(path), "CPU", {**config, **one, "ENABLE_CPU_PINNING": False})
 
 
 class OnnxRuntimeEncoder:
