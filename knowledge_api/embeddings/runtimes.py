@@ -202,13 +202,14 @@ class OpenVinoEncoder:
 
 def compile_for_queries(core: Any, path: Path, config: dict[str, Any]) -> Any:
     """The model queries run on: one stream of one thread, which OpenVINO runs in the
-    thread that calls it, where a stream of the batch model runs on a thread of its
-    own, woken for each query and waited for. Side by side with queries on a stream of
-    the batch model, a server's sequential cold queries: embedding 0.87-0.91x, CPU per
-    request 0.96-0.98x (load average 4-5); about 11 MB more resident (bf16 repacks the
-    weights for each compilation). Not pinned: OpenVINO would pin the calling thread
-    to one core for the run, and wait for that core while another process holds it
-    (in process, 4.9 ms for 2.7 ms of CPU a query, against 2.6 ms unpinned)."""
+    thread that calls it, where a stream of the batch model runs on a thread of its own,
+    woken for each query and waited for. Side by side with queries on a stream of the
+    batch model, a server's sequential cold queries: embedding 0.72-0.91x, CPU per
+    request 0.96-0.98x (load average 4-7). A process that also runs batches holds both
+    compilations, about 12 MB more at bf16 (each repacks the weights). Not pinned:
+    OpenVINO would pin the calling thread to one core for the run, and wait for that
+    core while another process holds it (in process, 4.9 ms for 2.7 ms of CPU a query,
+    against 2.6 ms unpinned)."""
     one = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 1}
     return core.compile_model(str(path), "CPU", {**config, **one, "ENABLE_CPU_PINNING": False})
 
