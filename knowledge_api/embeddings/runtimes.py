@@ -124,9 +124,13 @@ class OpenVinoEncoder:
     window is a multiple."""
 
     def __init__(self, path: Path, precision: str, streams: int) -> None:
-        """Compiled at each start (a fifth of a second of CPU a compilation here): the
-        query model now, the batch model at the first batch (`run_all`), so that a
-        start is ready after one, and a process that only answers queries holds one.
+        """Compiled at each start (a fifth of a second of CPU a compilation here). At
+        bf16 with several streams, queries have a compilation of their own
+        (`compile_for_queries`), compiled now, and batches theirs, compiled at the first
+        batch (`run_all`): a start is ready after one compilation, and a process that
+        only answers queries holds one. fp32 keeps one compilation for both, a query on
+        one of its streams: each compilation packs the weights, 56 MB more at fp32 (the
+        ingest command peaked at 364 MB against 308), 12 at bf16 (304 against 292).
         OpenVINO's cache of compiled models is left off: processes starting together
         (replicas, a PM2 reload) would read and write the same blobs, which it does not
         guard."""
@@ -142,12 +146,13 @@ class OpenVinoEncoder:
             "NUM_STREAMS": self.streams,
             "INFERENCE_NUM_THREADS": self.streams,
         }
+        own = self.streams > 1 and precision == "bf16"
         self.query_model = (
             compile_for_queries(self._core, path, self.config)
-            if self.streams > 1
+            if own
             else self._core.compile_model(str(path), "CPU", self.config)
         )
-        self.batch_model: Any = None if self.streams > 1 else self.query_model
+        self.batch_model: Any = None if own else self.query_model
         self.weights = path.with_suffix(".bin")
         self.shapes: set[tuple[int, ...]] = set()
         """The input shapes run on the query model so far."""
@@ -201,15 +206,14 @@ class OpenVinoEncoder:
 
 
 def compile_for_queries(core: Any, path: Path, config: dict[str, Any]) -> Any:
-    """The model queries run on: one stream of one thread, which OpenVINO runs in the
-    thread that calls it, where a stream of the batch model runs on a thread of its own,
-    woken for each query and waited for. Side by side with queries on a stream of the
-    batch model, a server's sequential cold queries: embedding 0.72-0.91x, CPU per
-    request 0.96-0.98x (load average 4-7). A process that also runs batches holds both
-    compilations, about 12 MB more at bf16 (each repacks the weights). Not pinned:
-    OpenVINO would pin the calling thread to one core for the run, and wait for that
-    core while another process holds it (in process, 4.9 ms for 2.7 ms of CPU a query,
-    against 2.6 ms unpinned)."""
+    """The model queries run on at bf16: one stream of one thread, which OpenVINO runs
+    in the thread that calls it, where a stream of the batch model runs on a thread of
+    its own, woken for each query and waited for. Side by side with queries on a stream
+    of the batch model, a server's sequential cold queries took a median 0.90x the
+    embedding time over 17 alternated runs (0.72-1.29x, load average 4-7), about 0.97x
+    the CPU per request. Not pinned: OpenVINO would pin the calling thread to one core
+    for the run, and wait for that core while another process holds it (in process, 4.9
+    ms for 2.7 ms of CPU a query, against 2.6 ms unpinned)."""
     one = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 1}
     return core.compile_model(str(path), "CPU", {**config, **one, "ENABLE_CPU_PINNING": False})
 
