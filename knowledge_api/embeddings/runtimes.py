@@ -210,7 +210,7 @@ def compile_for_queries(core: Any, path: Path, config: dict[str, Any]) -> Any:
     in the thread that calls it, where a stream of the batch model runs on a thread of
     its own, woken for each query and waited for. Side by side with queries on a stream
     of the batch model, a server's sequential cold queries took a median 0.90x the
-    embedding time over 17 alternated runs (0.72-1.29x, load average 4-7), about 0.97x
+    embedding time over 21 alternated runs (0.72-1.29x, load average 4-7), about 0.97x
     the CPU per request. Not pinned: OpenVINO would pin the calling thread to one core
     for the run, and wait for that core while another process holds it (in process, 4.9
     ms for 2.7 ms of CPU a query, against 2.6 ms unpinned)."""
