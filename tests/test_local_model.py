@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -189,6 +190,41 @@ def test_an_answers_sentences_run_in_small_batches(
     documents = model.embed_documents(sentences)
     assert max(sizes) > SENTENCE_TOKENS
     assert np.sum(vectors * documents, axis=1).min() >= 0.999
+
+
+@pytest.mark.skipif(not cpu_bf16_units(), reason=NO_BF16)
+def test_a_bf16_query_runs_in_the_calling_thread_and_batches_on_every_stream(
+    model: LocalEmbedder,
+) -> None:
+    """At bf16, queries run on a model of one stream, which OpenVINO runs in the thread
+    that calls it, unpinned (no stream's thread to wake, no core it must wait for);
+    batches on a model with a stream per core, compiled at the first batch. A query on
+    a stream of the batch model left the calling thread a tenth of the process's CPU."""
+    assert model.model_file is not None
+    encoder = OpenVinoEncoder(model.model_file, "bf16", 2)
+    assert encoder.query_model.get_property("NUM_STREAMS") == 1
+    assert encoder.query_model.get_property("INFERENCE_NUM_THREADS") == 1
+    assert encoder.query_model.get_property("ENABLE_CPU_PINNING") is False
+    feed = padded([[101, 7592, 2088, 102]], encoder.pad_to)
+    alone = encoder.run(feed)
+    thread, process = time.thread_time(), time.process_time()
+    for _ in range(20):
+        encoder.run(feed)
+    share = (time.thread_time() - thread) / (time.process_time() - process)
+    assert share >= 0.6, share
+    assert encoder.batch_model is None
+    batched: dict[int, np.ndarray] = {}
+    encoder.run_all([feed, feed], batched.__setitem__)
+    assert encoder.batch_model.get_property("NUM_STREAMS") == 2
+    assert np.allclose(batched[0], alone, atol=1e-5) and np.allclose(batched[1], alone, atol=1e-5)
+
+
+def test_fp32_keeps_one_compilation_for_queries_and_batches(model: LocalEmbedder) -> None:
+    """fp32 packs the weights for each compilation (56 MB): one serves both."""
+    assert model.model_file is not None
+    encoder = OpenVinoEncoder(model.model_file, "fp32", 2)
+    assert encoder.batch_model is encoder.query_model
+    assert encoder.query_model.get_property("NUM_STREAMS") == 2
 
 
 def test_meaning_beats_wording(model: LocalEmbedder) -> None:

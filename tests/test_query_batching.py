@@ -207,7 +207,8 @@ def test_a_full_queue_is_503_with_retry_after_through_the_app(tmp_path: Path) ->
 
 @pytest.mark.model
 def test_a_query_micro_batch_and_an_ingestion_batch_agree() -> None:
-    """Queries run on one stream, ingestion batches on every stream of one compiled model."""
+    """Queries run on a model of one stream, ingestion batches on every stream of
+    another compilation of the same weights: the same vectors."""
     embedder = LocalEmbedder(precision="auto")
     embedder.load()
     query = embedder.embed_queries(["reset a password", "rotate the signing keys"])

@@ -196,13 +196,13 @@ class LocalEmbedder(BatchEmbedder):
         return self.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """On one stream (one thread): one short text gains little from more, and more
+        """On one thread (the query model's): one short text gains little from more, and more
         would contend with the event loop serving other requests on the same cores."""
         vector: np.ndarray = self._run_queries([text])[0]
         return vector
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """A micro-batch of concurrent queries, in one pass on one stream: the batch
+        """A micro-batch of concurrent queries, in one pass on one thread: the batch
         shares one read of the weights, and the other cores stay free for the requests
         that keep arriving meanwhile."""
         return self._run_queries(texts)

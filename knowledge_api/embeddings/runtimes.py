@@ -1,15 +1,16 @@
 """The runtimes that run the local encoder's ONNX graph, and the choice between them.
 
-OpenVINO runs fp32 everywhere and bf16 where the CPU computes bf16 in its matrix
-units (AMX `amx_bf16`, or the `avx512_bf16` dot products): there a forward pass costs
-about half of fp32's CPU time (avx512_bf16 on a Zen 4; a third with AMX), within
-0.99997 cosine of it. The compiled model has as many
-inference streams as the embedder may use cores, one thread each: a query runs on one
-stream, an ingestion batch on each. ONNX Runtime runs only the dynamic int8 model
+OpenVINO runs fp32 everywhere and bf16 where the CPU computes bf16 in its matrix units
+(AMX `amx_bf16`, or the `avx512_bf16` dot products): there a forward pass costs about
+half of fp32's CPU time (avx512_bf16 on a Zen 4; a third with AMX), within 0.99997
+cosine of it. Batches (ingestion, an answer's sentences) run on a model compiled with
+as many inference streams as the embedder may use cores, one thread each, a batch on
+each stream; queries on a second compilation, of one stream of one thread, run in the
+calling thread (`compile_for_queries`). ONNX Runtime runs only the dynamic int8 model
 (its quantised attention operator is its own), from the `int8` extra. Where the CPU
-has no VNNI unit (`avx512_vnni`, `avx_vnni`: an AVX2-only CPU), ONNX Runtime multiplies
-u8 by s8 with instructions whose 16-bit sums saturate, which full 8-bit weights
-overflow: there the int8 model is built with 7-bit weights (`int8-7bit`, ONNX
+has no VNNI unit (`avx512_vnni`, `avx_vnni`: an AVX2-only CPU), ONNX Runtime
+multiplies u8 by s8 with instructions whose 16-bit sums saturate, which full 8-bit
+weights overflow: there the int8 model is built with 7-bit weights (`int8-7bit`, ONNX
 Runtime's `reduce_range`), which cannot (the 872 bundled paragraphs: lowest cosine to
 fp32 0.99376 with 8-bit weights on an AVX2 EPYC, 0.99650 with 7-bit ones).
 
@@ -99,7 +100,7 @@ class Encoder(Protocol):
     """Rows of a batch are padded to a multiple of this many tokens."""
 
     def run(self, feed: Feed) -> np.ndarray:
-        """The embeddings of one batch, now, on one stream."""
+        """The embeddings of one batch, now, on one thread."""
         ...
 
     def run_all(self, feeds: Iterable[Feed], done: Callable[[int, np.ndarray], None]) -> None:
@@ -123,28 +124,42 @@ class OpenVinoEncoder:
     window is a multiple."""
 
     def __init__(self, path: Path, precision: str, streams: int) -> None:
-        """Compiled at each start (a quarter of a second of CPU here). OpenVINO's cache
-        of compiled models is left off: processes starting together (replicas, a PM2
-        reload) would read and write the same blobs, which it does not guard."""
+        """Compiled at each start (a fifth of a second of CPU a compilation here). At
+        bf16 with several streams, queries have a compilation of their own
+        (`compile_for_queries`), compiled now, and batches theirs, compiled at the first
+        batch (`run_all`): a start is ready after one compilation, and a process that
+        only answers queries holds one. fp32 keeps one compilation for both, a query on
+        one of its streams: each compilation packs the weights, 56 MB more at fp32 (the
+        ingest command peaked at 364 MB against 308), 12 at bf16 (304 against 292).
+        OpenVINO's cache of compiled models is left off: processes starting together
+        (replicas, a PM2 reload) would read and write the same blobs, which it does not
+        guard."""
         import openvino
 
         self._ov = openvino
-        core = openvino.Core()
+        self._core = openvino.Core()
+        self.path = path
         self.streams = max(1, streams)
-        config: dict[str, Any] = {
+        self.config: dict[str, Any] = {
             "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
             "PERFORMANCE_HINT": "THROUGHPUT",
             "NUM_STREAMS": self.streams,
             "INFERENCE_NUM_THREADS": self.streams,
         }
-        self.model = core.compile_model(str(path), "CPU", config)
+        own = self.streams > 1 and precision == "bf16"
+        self.query_model = (
+            compile_for_queries(self._core, path, self.config)
+            if own
+            else self._core.compile_model(str(path), "CPU", self.config)
+        )
+        self.batch_model: Any = None if own else self.query_model
         self.weights = path.with_suffix(".bin")
         self.shapes: set[tuple[int, ...]] = set()
-        """The input shapes run on the query stream so far."""
-        hint = self.model.get_property("INFERENCE_PRECISION_HINT")
+        """The input shapes run on the query model so far."""
+        hint = self.query_model.get_property("INFERENCE_PRECISION_HINT")
         self.precision = "bf16" if hint.get_type_name() == "bf16" else "fp32"
         """What the compiled model computes in, whatever was asked."""
-        self._request = self.model.create_infer_request()
+        self._request = self.query_model.create_infer_request()
         self._queue: Any = None
         self.release()  # compiling read the weights fp32's kernels pack (openvino_ir.py)
 
@@ -166,8 +181,11 @@ class OpenVinoEncoder:
         release_mapped_file(self.weights)
 
     def run_all(self, feeds: Iterable[Feed], done: Callable[[int, np.ndarray], None]) -> None:
+        if self.batch_model is None:
+            self.batch_model = self._core.compile_model(str(self.path), "CPU", self.config)
+            self.release()
         if self._queue is None:
-            self._queue = self._ov.AsyncInferQueue(self.model, self.streams)
+            self._queue = self._ov.AsyncInferQueue(self.batch_model, self.streams)
         queue = self._queue
         failures: list[BaseException] = []
 
@@ -185,6 +203,19 @@ class OpenVinoEncoder:
             queue.wait_all()
         if failures:
             raise failures[0]
+
+
+def compile_for_queries(core: Any, path: Path, config: dict[str, Any]) -> Any:
+    """The model queries run on at bf16: one stream of one thread, which OpenVINO runs
+    in the thread that calls it, where a stream of the batch model runs on a thread of
+    its own, woken for each query and waited for. Side by side with queries on a stream
+    of the batch model, a server's sequential cold queries took a median 0.90x the
+    embedding time over 21 alternated runs (0.72-1.29x, load average 4-7), about 0.97x
+    the CPU per request. Not pinned: OpenVINO would pin the calling thread to one core
+    for the run, and wait for that core while another process holds it (in process, 4.9
+    ms for 2.7 ms of CPU a query, against 2.6 ms unpinned)."""
+    one = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 1}
+    return core.compile_model(str(path), "CPU", {**config, **one, "ENABLE_CPU_PINNING": False})
 
 
 class OnnxRuntimeEncoder:
