@@ -195,6 +195,39 @@ def test_chosen_sentences_are_quoted_in_reading_order_not_score_order() -> None:
     )
 
 
+def test_a_sentence_that_refers_back_is_quoted_only_after_the_one_it_leans_on() -> None:
+    scored = [
+        Candidate(0.90, 1, 2, "`WORKERS` (default 2): how many processes run."),
+        Candidate(0.88, 2, 0, "It starts the app under PM2 on a free port."),
+        Candidate(0.87, 3, 5, "Then it reports the refused connections."),
+        Candidate(0.86, 3, 4, "The check runs `pm2 reload` in a loop."),
+        Candidate(0.85, 1, 3, "So two processes answer at once."),
+    ]
+    opens_its_passage = [scored[0], scored[1], scored[4]]
+    assert compose(opens_its_passage, by_meaning=True).text == (
+        "`WORKERS` (default 2): how many processes run. [1] So two processes answer at once. [1]"
+    )
+    assert compose(scored, by_meaning=True).text == (
+        "`WORKERS` (default 2): how many processes run. [1] "
+        "The check runs `pm2 reload` in a loop. [3] "
+        "Then it reports the refused connections. [3]"
+    )
+
+
+def test_the_best_sentence_is_quoted_whatever_it_opens_with() -> None:
+    scored = [
+        Candidate(0.90, 1, 1, "It answers 503 when the store is unavailable."),
+        Candidate(0.85, 1, 0, "`/health` answers 200 while the store works."),
+    ]
+    assert compose(scored[:1], by_meaning=True).text == (
+        "It answers 503 when the store is unavailable. [1]"
+    )
+    assert compose(scored, by_meaning=True).text == (
+        "`/health` answers 200 while the store works. [1] "
+        "It answers 503 when the store is unavailable. [1]"
+    )
+
+
 def test_the_top_ranked_passage_wins_a_near_tie() -> None:
     same = "Backups run every night at two and are kept for thirty days."
     synthesis = extract("How long are backups kept?", [hit(same), hit(same + " ")])

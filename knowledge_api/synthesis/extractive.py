@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,9 +27,9 @@ from knowledge_api import text
 from knowledge_api.errors import EmbeddingError
 from knowledge_api.models import SearchHit, SentenceSupport
 from knowledge_api.synthesis.base import Prompt, Synthesis, Usage
+from knowledge_api.synthesis.quotes import Candidate, picked
 from knowledge_api.synthesis.sentences import candidate_sentences
 
-MAX_SENTENCES = 3
 MAX_SENTENCE_CHARS = 320
 NO_RESULTS = "The knowledge base has no passage relevant to this question."
 
@@ -67,16 +66,6 @@ MAX_EMBEDDED = 12
 CACHED_SENTENCES = 20_000
 
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    score: float
-    n: int
-    """1-based position of its result."""
-    position: int
-    """Its place among the result's sentences: reading order."""
-    sentence: str
 
 
 class ExtractiveSynthesizer:
@@ -363,20 +352,10 @@ def compose(scored: list[Candidate], by_meaning: bool) -> Synthesis:
     if not scored or scored[0].score < bar(by_meaning):
         return Synthesis(NO_RESULTS, ExtractiveSynthesizer.name)
     floor = max(bar(by_meaning), scored[0].score - KEEP_WITHIN)
-    chosen: list[Candidate] = []
-    for candidate in scored:
-        if len(chosen) == MAX_SENTENCES or candidate.score < floor:
-            break
-        if not any(same_sentence(candidate.sentence, c.sentence) for c in chosen):
-            chosen.append(candidate)
+    chosen = picked([c for c in scored if c.score >= floor])
     chosen.sort(key=lambda c: (c.n, c.position))
     parts = [f"{shorten(c.sentence)} [{c.n}]" for c in chosen]
     return Synthesis(" ".join(parts), ExtractiveSynthesizer.name, sorted({c.n for c in chosen}))
-
-
-def same_sentence(a: str, b: str) -> bool:
-    """The same text found in two passages (a page ingested twice, say)."""
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
 
 
 def shorten(sentence: str) -> str:
