@@ -32,7 +32,8 @@ from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
     Candidate,
     SearchTuning,
-    cosine_to_similarity,
+    similar_candidates,
+    similarities_of,
 )
 from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.keyword import query_terms
@@ -268,7 +269,7 @@ class SQLiteStore(SQLiteCatalog, HybridSearch, BesideTheFile):
             self._metadata_keys(filters),
             rescored,
         )
-        return [Candidate(key, cosine_to_similarity(score)) for key, score in found]
+        return similar_candidates(found)
 
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
@@ -294,7 +295,7 @@ class SQLiteStore(SQLiteCatalog, HybridSearch, BesideTheFile):
         if not keys:
             return {}
         found = self.vectors.similarities(self.file.db(), [int(k) for k in keys], vector)  # type: ignore[call-overload]
-        return {key: cosine_to_similarity(cosine) for key, cosine in found.items()}
+        return similarities_of(found.items())
 
     async def hydrate(
         self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
