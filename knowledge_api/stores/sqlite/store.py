@@ -92,6 +92,7 @@ class SQLiteStore(SQLiteCatalog, HybridSearch, BesideTheFile):
             except (OSError, RuntimeError, sqlite3.Error) as e:
                 # nothing is lost: the next start catches up from the change log, or rebuilds
                 log.warning("could not save the vector index beside %s: %s", self.path, e)
+        self.vectors.close()
         await self.file.close()
 
     def _load_index(self) -> None:
@@ -248,28 +249,23 @@ class SQLiteStore(SQLiteCatalog, HybridSearch, BesideTheFile):
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        return self._vector_candidates(vector, n, filters, rescored=True)
+        return await self._vector_candidates(vector, n, filters, rescored=True)
 
     async def feedback_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         # by the quantised index's own scores: its shortlist is not read back to rescore
-        return self._vector_candidates(vector, n, filters, rescored=False)
+        return await self._vector_candidates(vector, n, filters, rescored=False)
 
-    def _vector_candidates(
+    async def _vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters, rescored: bool
     ) -> list[Candidate]:
         self._sync()
-        found = self.vectors.candidates(
-            self.file.db(),
-            vector,
-            n,
-            filters.searched,
-            filters.source_types,
-            self._metadata_keys(filters),
-            rescored,
-        )
-        return similar_candidates(found)
+        asked = (vector, n, filters.searched, filters.source_types, self._metadata_keys(filters))
+        index = self.vectors.index
+        if index is not None and (index.exact or not rescored):  # no read of the file
+            return similar_candidates(await self.vectors.candidates_aside(*asked))
+        return similar_candidates(self.vectors.candidates(self.file.db(), *asked, rescored))
 
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
