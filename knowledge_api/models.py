@@ -429,11 +429,16 @@ class CacheKey(tuple[Any, ...]):
         return self.hash
 
 
-@functools.cache
+KEYED_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def keyed_fields(params: type) -> tuple[str, ...]:
     """The fields of a kind of search parameters that its tier-1 key holds after the
     query (all of them), named once per kind: `fields` builds them anew at every call."""
-    return tuple(each.name for each in fields(params)[1:])
+    names = KEYED_FIELDS.get(params)
+    if names is None:
+        names = KEYED_FIELDS[params] = tuple(each.name for each in fields(params)[1:])
+    return names
 
 
 def normalize_query(text: str) -> str:

@@ -222,27 +222,17 @@ class SQLiteVectors:
         quantised index's own cosines), found on a thread of their own: the product over
         every vector is C that lets go of the GIL, and on the event loop it held every
         other request for as long as it ran, twice a query."""
+
+        def search() -> list[tuple[int, float]]:
+            with self.lock:
+                index = self.index
+                if index is None:
+                    return []
+                return index.candidates(query, n, collection, source_types, allowed)
+
         if self._searcher is None:
             self._searcher = ThreadPoolExecutor(1, thread_name_prefix="vector-search")
-        return await asyncio.get_running_loop().run_in_executor(
-            self._searcher, self._locked_candidates, query, n, collection, source_types, allowed
-        )
-
-    def _locked_candidates(
-        self,
-        query: np.ndarray,
-        n: int,
-        collection: Collections,
-        source_types: Sequence[str] | None,
-        allowed: np.ndarray | None,
-    ) -> list[tuple[int, float]]:
-        with self.lock:
-            index = self.index
-            return (
-                []
-                if index is None
-                else index.candidates(query, n, collection, source_types, allowed)
-            )
+        return await asyncio.get_running_loop().run_in_executor(self._searcher, search)
 
     def close(self) -> None:
         if self._searcher is not None:

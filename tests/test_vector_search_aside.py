@@ -1,0 +1,52 @@
+"""The SQLite store's vector searches run on a thread of their own: the product over
+every vector lets go of the GIL, and on the event loop it held every other request for
+as long as it ran. A lock keeps a search from reading the index while the loop changes
+it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from knowledge_api.models import SearchFilters
+from knowledge_api.service import KnowledgeService
+from knowledge_api.stores.sqlite.store import SQLiteStore
+
+QUERY = "How do I reset my password?"
+
+
+def ids(hits: Any) -> list[tuple[str, float]]:
+    return [(hit.chunk.id, hit.score) for hit in hits]
+
+
+async def test_both_vector_searches_of_a_query_run_off_the_event_loop(
+    loaded: KnowledgeService,
+) -> None:
+    store = loaded.store
+    assert isinstance(store, SQLiteStore) and store.vectors.index is not None
+    index = store.vectors.index
+    search, threads = index.search, []
+
+    def recorded(*args: Any) -> Any:
+        threads.append(threading.current_thread())
+        return search(*args)
+
+    index.search = recorded  # type: ignore[method-assign]
+    found = await loaded.retrieve(QUERY, 5, SearchFilters())
+    assert found.hits
+    assert len(threads) == 2  # the query's, and the feedback round's
+    assert threading.current_thread() not in threads
+
+
+async def test_a_search_waits_while_the_index_changes(loaded: KnowledgeService) -> None:
+    store = loaded.store
+    assert isinstance(store, SQLiteStore)
+    vector = (await loaded.retrieve(QUERY, 5, SearchFilters())).vector
+    assert vector is not None
+    alone = await store.search(QUERY, vector, 5, SearchFilters())
+    with store.vectors.lock:  # as `follow` holds it while it moves rows
+        searching = asyncio.ensure_future(store.search(QUERY, vector, 5, SearchFilters()))
+        await asyncio.sleep(0.2)
+        assert not searching.done()
+    assert ids(await searching) == ids(alone)
