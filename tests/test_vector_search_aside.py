@@ -1,13 +1,15 @@
 """The SQLite store's vector searches run on a thread of their own: the product over
 every vector lets go of the GIL, and on the event loop it held every other request for
-as long as it ran. A lock keeps a search from reading the index while the loop changes
-it."""
+as long as it ran. The searches asked in one step of the loop go there as one job; a
+lock keeps them from reading the index while the loop changes it."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from typing import Any
+
+import numpy as np
 
 from knowledge_api.models import SearchFilters
 from knowledge_api.service import KnowledgeService
@@ -50,3 +52,40 @@ async def test_a_search_waits_while_the_index_changes(loaded: KnowledgeService) 
         await asyncio.sleep(0.2)
         assert not searching.done()
     assert ids(await searching) == ids(alone)
+
+
+async def test_searches_asked_together_go_to_the_thread_as_one_job(
+    loaded: KnowledgeService,
+) -> None:
+    store = loaded.store
+    assert isinstance(store, SQLiteStore)
+    vector = (await loaded.retrieve(QUERY, 5, SearchFilters())).vector
+    assert vector is not None
+    alone = [await store.vector_candidates(vector * w, 5, SearchFilters()) for w in (1, -1)]
+    run, jobs = store.vectors._run, []
+
+    def counted(searches: Any) -> Any:
+        jobs.append(len(searches))
+        return run(searches)
+
+    store.vectors._run = counted  # type: ignore[method-assign]
+    together = await asyncio.gather(
+        *(store.vector_candidates(vector * w, 5, SearchFilters()) for w in (1, -1))
+    )
+    assert jobs == [2]
+    assert together == alone  # each caller its own list
+
+
+async def test_a_failing_search_fails_its_caller_alone(loaded: KnowledgeService) -> None:
+    store = loaded.store
+    assert isinstance(store, SQLiteStore)
+    vector = (await loaded.retrieve(QUERY, 5, SearchFilters())).vector
+    assert vector is not None
+    wrong = np.ones(3, dtype=np.float32)  # not the index's dimension: the product fails
+    found, failed = await asyncio.gather(
+        store.vector_candidates(vector, 5, SearchFilters()),
+        store.vector_candidates(wrong, 5, SearchFilters()),
+        return_exceptions=True,
+    )
+    assert isinstance(found, list) and found
+    assert isinstance(failed, ValueError)
