@@ -1,7 +1,8 @@
 """The SQLite store's vector searches run on a thread of their own: the product over
 every vector lets go of the GIL, and on the event loop it held every other request for
-as long as it ran. The searches asked in one step of the loop go there as one job; a
-lock keeps them from reading the index while the loop changes it."""
+as long as it ran. The searches asked in one step of the loop go there as one job (a
+search asked alone runs at once on the loop); a lock keeps them from reading the index
+while the loop changes it."""
 
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ def ids(hits: Any) -> list[tuple[str, float]]:
     return [(hit.chunk.id, hit.score) for hit in hits]
 
 
-async def test_both_vector_searches_of_a_query_run_off_the_event_loop(
+async def test_searches_asked_together_run_off_the_event_loop_and_one_alone_on_it(
     loaded: KnowledgeService,
 ) -> None:
     store = loaded.store
     assert isinstance(store, SQLiteStore) and store.vectors.index is not None
+    vector = (await loaded.retrieve(QUERY, 5, SearchFilters())).vector
+    assert vector is not None
     index = store.vectors.index
     search, threads = index.search, []
 
@@ -35,10 +38,14 @@ async def test_both_vector_searches_of_a_query_run_off_the_event_loop(
         return search(*args)
 
     index.search = recorded  # type: ignore[method-assign]
-    found = await loaded.retrieve(QUERY, 5, SearchFilters())
-    assert found.hits
-    assert len(threads) == 2  # the query's, and the feedback round's
-    assert threading.current_thread() not in threads
+    alone = await store.search(QUERY, vector, 5, SearchFilters())
+    assert threads == [threading.current_thread()] * 2  # the query's, the feedback round's
+    threads.clear()
+    together = await asyncio.gather(
+        *(store.search(QUERY, vector, 5, SearchFilters()) for _ in range(3))
+    )
+    assert len(threads) == 6 and threading.current_thread() not in threads
+    assert all(ids(hits) == ids(alone) for hits in together)
 
 
 async def test_a_search_waits_while_the_index_changes(loaded: KnowledgeService) -> None:
@@ -62,13 +69,13 @@ async def test_searches_asked_together_go_to_the_thread_as_one_job(
     vector = (await loaded.retrieve(QUERY, 5, SearchFilters())).vector
     assert vector is not None
     alone = [await store.vector_candidates(vector * w, 5, SearchFilters()) for w in (1, -1)]
-    run, jobs = store.vectors._run, []
+    run, jobs = store.vectors.aside._run, []
 
     def counted(searches: Any) -> Any:
         jobs.append(len(searches))
         return run(searches)
 
-    store.vectors._run = counted  # type: ignore[method-assign]
+    store.vectors.aside._run = counted  # type: ignore[method-assign]
     together = await asyncio.gather(
         *(store.vector_candidates(vector * w, 5, SearchFilters()) for w in (1, -1))
     )

@@ -17,17 +17,16 @@ from) follows the same way.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from knowledge_api.errors import ConfigurationError
+from knowledge_api.stores.sqlite.aside import SearchAside
 from knowledge_api.stores.sqlite.filtered import ChunkDocuments, hashed
 from knowledge_api.stores.sqlite.quantized_index import (
     TRAINING_ROWS_PER_LIST,
@@ -42,8 +41,6 @@ COLUMNS = "rowid, collection, source_type, embedding, document_id"
 """A chunk's columns the index and `documents` hold."""
 RESCORED_PER_HIT = 2
 """Shortlist of the quantised index per candidate asked for, rescored exactly."""
-Search = Callable[[], list[tuple[int, float]]]
-"""One search of the index, to run on the searcher's thread."""
 
 
 class SQLiteVectors:
@@ -61,10 +58,7 @@ class SQLiteVectors:
         self.lock = threading.Lock()
         """Held by a search on the searcher's thread and by every change to the index
         (made on the event loop), so that a search never reads rows half moved."""
-        self._searcher: ThreadPoolExecutor | None = None
-        self._asked: list[tuple[Search, asyncio.Future[list[tuple[int, float]]]]] = []
-        """Searches asked in this step of the loop, sent off to the thread at its end."""
-        self._asked_in: asyncio.AbstractEventLoop | None = None
+        self.aside = SearchAside(self.lock)
 
     @property
     def files(self) -> Path:
@@ -241,37 +235,10 @@ class SQLiteVectors:
                 else index.candidates(query, n, collection, source_types, allowed)
             )
 
-        loop = asyncio.get_running_loop()
-        found: asyncio.Future[list[tuple[int, float]]] = loop.create_future()
-        if self._asked_in is not loop:  # first, or a loop since closed: its asks are gone
-            self._asked, self._asked_in = [], loop
-        if not self._asked:
-            loop.call_soon(self._send_off, loop)
-        self._asked.append((search, found))
-        return await found
-
-    def _send_off(self, loop: asyncio.AbstractEventLoop) -> None:
-        asked, self._asked = self._asked, []
-        if self._searcher is None:
-            self._searcher = ThreadPoolExecutor(1, thread_name_prefix="vector-search")
-        job = loop.run_in_executor(self._searcher, self._run, [search for search, _ in asked])
-        job.add_done_callback(lambda done: _settle([found for _, found in asked], done))
-
-    def _run(self, searches: list[Search]) -> list[tuple[bool, Any]]:
-        """Each search's result, or its error, under the lock (so, between changes)."""
-        results: list[tuple[bool, Any]] = []
-        with self.lock:
-            for search in searches:
-                try:
-                    results.append((True, search()))
-                except Exception as e:  # each search's own error, to its caller
-                    results.append((False, e))
-        return results
+        return await self.aside.run(search)
 
     def close(self) -> None:
-        if self._searcher is not None:
-            self._searcher.shutdown(wait=True)
-            self._searcher = None
+        self.aside.close()
 
     def __len__(self) -> int:
         """The chunks the index holds: every chunk of the store, once it follows the file."""
@@ -298,24 +265,6 @@ class SQLiteVectors:
             "vector_memory_mb": round(index.memory_bytes() / 2**20, 1) if index else 0.0,
         }
         return {**described, **({"vector_index_note": self.note} if self.note else {})}
-
-
-def _settle(
-    asked: list[asyncio.Future[list[tuple[int, float]]]],
-    job: asyncio.Future[list[tuple[bool, Any]]],
-) -> None:
-    """Each search's caller given its result or its error (a caller gone: nothing)."""
-    waiting = [found for found in asked if not found.done()]
-    if job.cancelled():
-        for found in waiting:
-            found.cancel()
-    elif (error := job.exception()) is not None:
-        for found in waiting:
-            found.set_exception(error)
-    else:
-        for found, (ok, value) in zip(asked, job.result(), strict=True):
-            if not found.done():
-                found.set_result(value) if ok else found.set_exception(value)
 
 
 def stored_cosines(
