@@ -40,12 +40,15 @@ async def test_searches_asked_together_run_off_the_event_loop_and_one_alone_on_i
     index.search = recorded  # type: ignore[method-assign]
     alone = await store.search(QUERY, vector, 5, SearchFilters())
     assert threads == [threading.current_thread()] * 2  # the query's, the feedback round's
+    assert alone
     threads.clear()
+    one = await store.vector_candidates(vector, 5, SearchFilters())
     together = await asyncio.gather(
-        *(store.search(QUERY, vector, 5, SearchFilters()) for _ in range(3))
+        *(store.vector_candidates(vector, 5, SearchFilters()) for _ in range(3))
     )
-    assert len(threads) == 6 and threading.current_thread() not in threads
-    assert all(ids(hits) == ids(alone) for hits in together)
+    assert len(threads) == 4 and threads[0] is threading.current_thread()
+    assert threading.current_thread() not in threads[1:]
+    assert together == [one] * 3
 
 
 async def test_a_search_waits_while_the_index_changes(loaded: KnowledgeService) -> None:
