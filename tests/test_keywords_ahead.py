@@ -110,7 +110,7 @@ async def test_a_list_taken_by_a_failed_vector_search_is_cancelled(
         store.keywords_ahead(QUERY, 10, SearchFilters(), SETTINGS_RANKING),
     ):
         ahead = AHEAD.get()
-        await store.search(QUERY, vector, 10, SearchFilters())
+        await store.search(SearchRequest(QUERY, vector, 10, SearchFilters()))
     assert raised.value is failing
     assert ahead is not None and AHEAD.get() is None
     await asyncio.wait([ahead.candidates], timeout=10)

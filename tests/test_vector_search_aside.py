@@ -14,6 +14,7 @@ import numpy as np
 
 from knowledge_api.models import SearchFilters
 from knowledge_api.service import KnowledgeService
+from knowledge_api.stores.base import SearchRequest
 from knowledge_api.stores.sqlite.store import SQLiteStore
 
 QUERY = "How do I reset my password?"
@@ -38,7 +39,7 @@ async def test_searches_asked_together_run_off_the_event_loop_and_one_alone_on_i
         return search(*args)
 
     index.search = recorded  # type: ignore[method-assign]
-    alone = await store.search(QUERY, vector, 5, SearchFilters())
+    alone = await store.search(SearchRequest(QUERY, vector, 5, SearchFilters()))
     assert threads == [threading.current_thread()] * 2  # the query's, the feedback round's
     assert alone
     threads.clear()
@@ -56,9 +57,10 @@ async def test_a_search_waits_while_the_index_changes(loaded: KnowledgeService) 
     assert isinstance(store, SQLiteStore)
     vector = (await loaded.retrieve(QUERY, 5, SearchFilters())).vector
     assert vector is not None
-    alone = await store.search(QUERY, vector, 5, SearchFilters())
+    request = SearchRequest(QUERY, vector, 5, SearchFilters())
+    alone = await store.search(request)
     with store.vectors.lock:  # as `follow` holds it while it moves rows
-        searching = asyncio.ensure_future(store.search(QUERY, vector, 5, SearchFilters()))
+        searching = asyncio.ensure_future(store.search(request))
         await asyncio.sleep(0.2)
         assert not searching.done()
     assert ids(await searching) == ids(alone)
