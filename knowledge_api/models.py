@@ -429,6 +429,18 @@ class CacheKey(tuple[Any, ...]):
         return self.hash
 
 
+KEYED_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def keyed_fields(params: type) -> tuple[str, ...]:
+    """The fields of a kind of search parameters that its tier-1 key holds after the
+    query (all of them), named once per kind: `fields` builds them anew at every call."""
+    names = KEYED_FIELDS.get(params)
+    if names is None:
+        names = KEYED_FIELDS[params] = tuple(each.name for each in fields(params)[1:])
+    return names
+
+
 def normalize_query(text: str) -> str:
     """Case and spacing do not change the answer (the model is uncased)."""
     return " ".join(text.casefold().split())
@@ -462,8 +474,8 @@ class SearchParams(OneOrSeveral):
         """What the answer depends on, for tier 1: the kind of request and every
         parameter, the query normalised, the principals as a hash of their sorted list."""
         values = [
-            fingerprint(self.principals) if each.name == "principals" else getattr(self, each.name)
-            for each in fields(self)[1:]
+            fingerprint(self.principals) if name == "principals" else getattr(self, name)
+            for name in keyed_fields(type(self))
         ]
         return CacheKey((type(self).__name__, normalize_query(self.query), *values))
 

@@ -6,7 +6,8 @@ queries go to each server in turn, query by query (the same text to both), so lo
 from elsewhere falls on both alike: medians of the server's total_ms, embedding_ms and
 search_ms, and the server's CPU time per request (all its threads, /proc). Then rounds
 of `--clients` connections sending distinct cold queries, the servers alternated
-round by round: requests/s, p50/p99, CPU per request, and the sizes of the batches
+round by round: requests/s, p50/p99, CPU per request (all threads, and the event
+loop's thread alone: one thread, which bounds requests/s), and the sizes of the batches
 the query batcher ran (/health). Ratios are this checkout over the baseline.
 
     .venv/bin/python scripts/bench_cold_path.py --db store.db --baseline ../main \
@@ -45,9 +46,11 @@ QUERIES = MSMARCO_DEV / "queries.jsonl"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid`, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_s(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds of process `pid`, all its threads (or its `thread`
+    alone: the main one, `pid` itself, runs the event loop)."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
@@ -100,10 +103,10 @@ def sequential(servers: list[Any], queries: list[str], tag: str) -> dict[str, di
 def concurrent(server: Any, queries: list[str], args: argparse.Namespace, tag: str) -> Any:
     _, client, pid = server
     before = client.get("/health").json()["embedder"]["query_batches"]
-    cpu = cpu_s(pid)
+    cpu, loop_cpu = cpu_s(pid), cpu_s(pid, pid)
     url = str(client.base_url)
     done = asyncio.run(distinct_cold_queries(url, queries, args.clients, args.per_client, tag))
-    found, cpu = done.latencies_ms, cpu_s(pid) - cpu
+    found, cpu, loop_cpu = done.latencies_ms, cpu_s(pid) - cpu, cpu_s(pid, pid) - loop_cpu
     after = client.get("/health").json()["embedder"]["query_batches"]
     batches = after["batches"] - before["batches"]
     return {
@@ -111,6 +114,7 @@ def concurrent(server: Any, queries: list[str], args: argparse.Namespace, tag: s
         "p50_ms": float(np.percentile(found, 50)),
         "p99_ms": float(np.percentile(found, 99)),
         "cpu_ms_per_request": cpu * 1000 / len(found),
+        "loop_cpu_ms_per_request": loop_cpu * 1000 / len(found),
         "mean_batch": (after["embedded"] - before["embedded"]) / batches if batches else 0.0,
         "not_2xx": args.clients * args.per_client - len(found),
     }, after.get("sizes")

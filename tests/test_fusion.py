@@ -10,8 +10,11 @@ from knowledge_api.stores.fusion import (
     IDENTIFIER_VECTOR_WEIGHT,
     Candidate,
     convex_fusion,
+    cosine_to_similarity,
     reciprocal_rank_fusion,
     relative_scores,
+    similar_candidates,
+    similarities_of,
 )
 
 WEIGHTS = [0.0, 0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0]
@@ -133,3 +136,15 @@ def test_an_identifier_in_the_query_evens_the_shares_unless_the_request_chose() 
     chosen = Ranking(vector_weight=0.9)
     assert DEFAULT_TUNING.adjusted(chosen, "source_type").vector_weight == approx(0.9)
     assert first("the source_type", chosen) == near
+
+
+def test_cosines_are_clipped_to_similarities_alike_one_by_one_and_in_lists() -> None:
+    cosines = [1.5, 1.0, 0.73, 0.0, -0.0, -0.2, float("nan")]
+    found = [(f"k{i}", c) for i, c in enumerate(cosines)]
+    one_by_one = [cosine_to_similarity(c) for c in cosines]
+    assert repr(one_by_one) == repr([1.0, 1.0, 0.73, 0.0, -0.0, 0.0, float("nan")])
+    listed = similar_candidates(found)
+    assert [c.key for c in listed] == [key for key, _ in found]  # order kept
+    by_key = similarities_of(found)
+    for got in ([c.score for c in listed], [by_key[key] for key, _ in found]):
+        assert repr(got) == repr(one_by_one)  # to the bit (and the sign of zero)

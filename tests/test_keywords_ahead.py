@@ -90,6 +90,33 @@ async def test_a_list_no_search_took_is_cancelled(loaded: KnowledgeService) -> N
     assert ahead.candidates.cancelled()
 
 
+async def test_a_list_taken_by_a_failed_vector_search_is_cancelled(
+    loaded: KnowledgeService,
+) -> None:
+    """The list taken by the search is awaited as it is (no task around it): when the
+    vector search fails first, the error is the search's, and the list is cancelled."""
+    store = loaded.store
+    assert isinstance(store, SQLiteStore)
+    vector = np.ones(fake_embedder(loaded).dimension, dtype=np.float32)
+    failing = RuntimeError("the vector index failed")
+
+    async def vector_candidates(*_: Any) -> Any:
+        raise failing
+
+    store.vector_candidates = vector_candidates  # type: ignore[method-assign]
+    ahead = None
+    with (
+        pytest.raises(RuntimeError) as raised,
+        store.keywords_ahead(QUERY, 10, SearchFilters(), SETTINGS_RANKING),
+    ):
+        ahead = AHEAD.get()
+        await store.search(SearchRequest(QUERY, vector, 10, SearchFilters()))
+    assert raised.value is failing
+    assert ahead is not None and AHEAD.get() is None
+    await asyncio.wait([ahead.candidates], timeout=10)
+    assert ahead.candidates.cancelled()
+
+
 async def test_with_routing_the_list_waits_for_the_vector(tmp_path: Path) -> None:
     """Routing may narrow the sources once the vector is known: the keyword list is
     asked after it, for the sources routing chose."""

@@ -8,8 +8,9 @@ the same pull as the other list's first hit whatever the evidence behind it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import ClassVar, NamedTuple, TypeVar
 
 import numpy as np
@@ -42,8 +43,8 @@ def reciprocal_rank_fusion(
     weights = weights or [1.0] * len(rankings)
     scores: dict[K, float] = {}
     for ranking, weight in zip(rankings, weights, strict=True):
-        for rank, key in enumerate(ranking, start=1):
-            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
+        for k_plus_rank, key in enumerate(ranking, start=k + 1):
+            scores[key] = scores.get(key, 0.0) + weight / k_plus_rank
     return sorted(scores.items(), key=lambda item: item[1], reverse=True)
 
 
@@ -78,7 +79,7 @@ class SearchTuning(FromSettings):
         like code) and whether the feedback round runs (with KNOWLEDGE_FEEDBACK_DOCS
         hits, or FEEDBACK_DOCS when the setting turned it off)."""
         choices = (ranking.fusion, ranking.vector_weight, ranking.prf)
-        if choices == (None, None, None) and not text.identifiers(query):
+        if choices == (None, None, None) and not code_shaped(query):
             return self  # nothing of its own: asked three times a search
         feedback = self.feedback_docs
         if ranking.prf is not None:
@@ -86,7 +87,7 @@ class SearchTuning(FromSettings):
         vector_weight = ranking.vector_weight
         if vector_weight is None:
             vector_weight = self.vector_weight
-            if text.identifiers(query):
+            if code_shaped(query):
                 vector_weight = min(vector_weight, IDENTIFIER_VECTOR_WEIGHT)
         return replace(
             self,
@@ -94,6 +95,13 @@ class SearchTuning(FromSettings):
             vector_weight=vector_weight,
             feedback_docs=feedback,
         )
+
+
+@lru_cache(maxsize=1024)
+def code_shaped(query: str) -> bool:
+    """Whether `query` holds a word shaped like code (text.identifiers), remembered for
+    the last queries: a request's search and its record each ask it of the same text."""
+    return bool(text.identifiers(query))
 
 
 FEEDBACK_DOCS = 3
@@ -113,7 +121,20 @@ DEFAULT_TUNING = SearchTuning.from_settings(Settings())
 
 def cosine_to_similarity(cosine: float) -> float:
     """Similarity 0-1: opposite and unrelated passages are both simply 0."""
-    return min(max(cosine, 0.0), 1.0)
+    return 0.0 if cosine < 0.0 else 1.0 if cosine > 1.0 else cosine
+
+
+def similar_candidates(found: Iterable[tuple[Hashable, float]]) -> list[Candidate]:
+    """(key, cosine) pairs as candidates scored by `cosine_to_similarity`, written out
+    in place: a search clips a hundred cosines or more, and a call for each cost as
+    much as the rest of building its list."""
+    return [Candidate(key, 0.0 if c < 0.0 else 1.0 if c > 1.0 else c) for key, c in found]
+
+
+def similarities_of(found: Iterable[tuple[Hashable, float]]) -> dict[Hashable, float]:
+    """(key, cosine) pairs as `cosine_to_similarity` of each by key (written out in
+    place, as in `similar_candidates`)."""
+    return {key: 0.0 if c < 0.0 else 1.0 if c > 1.0 else c for key, c in found}
 
 
 def relative_scores(candidates: Sequence[Candidate]) -> dict[Hashable, float]:

@@ -175,12 +175,17 @@ class HybridSearch(FromSettings):
         by_vector: list[Candidate] = []
         by_keyword: list[Candidate] = []
         if vector is not None and mode == "hybrid" and self.concurrent_candidates:
-            # keyword first: a store whose vector search holds the event loop (sqlite's
-            # runs in process) has sent its keyword query off to its thread by then
-            by_keyword, by_vector = await asyncio.gather(
-                self.traced("keyword", self.keyword_list(asked), asked),
-                self.traced("vector", self.vector_candidates(vector, n, filters), asked),
-            )
+            keyword = self.traced("keyword", self.keyword_list(asked), asked)
+            vectors = self.traced("vector", self.vector_candidates(vector, n, filters), asked)
+            if isinstance(keyword, asyncio.Future):
+                # sent off ahead and under way: no task around either list (if the vector
+                # search fails, `keywords_ahead` cancels the keyword one)
+                by_vector = await vectors
+                by_keyword = await keyword
+            else:
+                # keyword first: a store whose vector search holds the event loop
+                # (sqlite's runs in process) has sent its keyword query off by then
+                by_keyword, by_vector = await asyncio.gather(keyword, vectors)
         else:
             if vector is not None and mode != "keyword":
                 by_vector = await self.traced(
@@ -210,12 +215,18 @@ class HybridSearch(FromSettings):
             "knowledge.search.candidates": n,
         }
 
-    async def traced(
+    def traced(
+        self, kind: str, candidates: Awaitable[list[Candidate]], asked: Asked
+    ) -> Awaitable[list[Candidate]]:
+        """One candidate list (`kind`: vector or keyword) to await in its span; as it
+        is when no span is recorded."""
+        if not tracing.recording():
+            return candidates
+        return self._traced(kind, candidates, asked)
+
+    async def _traced(
         self, kind: str, candidates: Awaitable[list[Candidate]], asked: Asked
     ) -> list[Candidate]:
-        """One candidate list (`kind`: vector or keyword) awaited in its span."""
-        if not tracing.recording():
-            return await candidates
         attributes = self.db_attributes(f"{kind}_search", asked.filters, asked.n)
         with tracing.span(f"knowledge.search.{kind}", attributes) as searching:
             found = await candidates

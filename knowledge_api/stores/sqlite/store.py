@@ -32,7 +32,8 @@ from knowledge_api.stores.fusion import (
     DEFAULT_TUNING,
     Candidate,
     SearchTuning,
-    cosine_to_similarity,
+    similar_candidates,
+    similarities_of,
 )
 from knowledge_api.stores.hybrid import HybridSearch
 from knowledge_api.stores.keyword import query_terms
@@ -91,6 +92,7 @@ class SQLiteStore(SQLiteCatalog, HybridSearch, BesideTheFile):
             except (OSError, RuntimeError, sqlite3.Error) as e:
                 # nothing is lost: the next start catches up from the change log, or rebuilds
                 log.warning("could not save the vector index beside %s: %s", self.path, e)
+        self.vectors.close()
         await self.file.close()
 
     def _load_index(self) -> None:
@@ -247,28 +249,23 @@ class SQLiteStore(SQLiteCatalog, HybridSearch, BesideTheFile):
     async def vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
-        return self._vector_candidates(vector, n, filters, rescored=True)
+        return await self._vector_candidates(vector, n, filters, rescored=True)
 
     async def feedback_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters
     ) -> list[Candidate]:
         # by the quantised index's own scores: its shortlist is not read back to rescore
-        return self._vector_candidates(vector, n, filters, rescored=False)
+        return await self._vector_candidates(vector, n, filters, rescored=False)
 
-    def _vector_candidates(
+    async def _vector_candidates(
         self, vector: np.ndarray, n: int, filters: SearchFilters, rescored: bool
     ) -> list[Candidate]:
         self._sync()
-        found = self.vectors.candidates(
-            self.file.db(),
-            vector,
-            n,
-            filters.searched,
-            filters.source_types,
-            self._metadata_keys(filters),
-            rescored,
-        )
-        return [Candidate(key, cosine_to_similarity(score)) for key, score in found]
+        asked = (vector, n, filters.searched, filters.source_types, self._metadata_keys(filters))
+        index = self.vectors.index
+        if index is not None and (index.exact or not rescored):  # no read of the file
+            return similar_candidates(await self.vectors.candidates_aside(*asked))
+        return similar_candidates(self.vectors.candidates(self.file.db(), *asked, rescored))
 
     async def keyword_candidates(
         self, query: str, n: int, filters: SearchFilters
@@ -294,7 +291,7 @@ class SQLiteStore(SQLiteCatalog, HybridSearch, BesideTheFile):
         if not keys:
             return {}
         found = self.vectors.similarities(self.file.db(), [int(k) for k in keys], vector)  # type: ignore[call-overload]
-        return {key: cosine_to_similarity(cosine) for key, cosine in found.items()}
+        return similarities_of(found.items())
 
     async def hydrate(
         self, ranked: list[tuple[Hashable, float]], similarity: dict[Hashable, float]

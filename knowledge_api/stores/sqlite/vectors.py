@@ -18,6 +18,7 @@ from) follows the same way.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_api.errors import ConfigurationError
+from knowledge_api.stores.sqlite.aside import SearchAside
 from knowledge_api.stores.sqlite.filtered import ChunkDocuments, hashed
 from knowledge_api.stores.sqlite.quantized_index import (
     TRAINING_ROWS_PER_LIST,
@@ -53,6 +55,10 @@ class SQLiteVectors:
         self.saved_seq = -1
         self.note = ""
         """Why a large store is searched exactly, or how its index was loaded."""
+        self.lock = threading.Lock()
+        """Held by a search on the searcher's thread and by every change to the index
+        (made on the event loop), so that a search never reads rows half moved."""
+        self.aside = SearchAside(self.lock)
 
     @property
     def files(self) -> Path:
@@ -68,6 +74,10 @@ class SQLiteVectors:
     def load(self, conn: sqlite3.Connection, dimension: int) -> None:
         """The index of every stored vector: the persisted one brought up to date, a new
         quantised one for a large store, the exact one otherwise."""
+        with self.lock:
+            self._load(conn, dimension)
+
+    def _load(self, conn: sqlite3.Connection, dimension: int) -> None:
         self.seq = _last_seq(conn)
         count = int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
         self.note = ""
@@ -102,7 +112,7 @@ class SQLiteVectors:
         index.probes = self.ann_probes
         self.seq = int(meta["seq"])
         self.index = index
-        self.follow(conn)
+        self._follow(conn)
         if len(index) != count:
             return None
         self.note = "quantised index loaded from disk"
@@ -142,6 +152,10 @@ class SQLiteVectors:
     def follow(self, conn: sqlite3.Connection) -> int:
         """Apply the log entries after `seq`: rows still stored are (re)added, the others
         removed. Returns how many rows changed."""
+        with self.lock:
+            return self._follow(conn)
+
+    def _follow(self, conn: sqlite3.Connection) -> int:
         if self.index is None:
             return 0
         changed = conn.execute(
@@ -194,6 +208,37 @@ class SQLiteVectors:
         )
         exact = stored_cosines(conn, [key for key, _ in shortlist], query)
         return sorted(exact.items(), key=lambda item: -item[1])[:n]
+
+    async def candidates_aside(
+        self,
+        query: np.ndarray,
+        n: int,
+        collection: Collections,
+        source_types: Sequence[str] | None,
+        allowed: np.ndarray | None,
+    ) -> list[tuple[int, float]]:
+        """`candidates` that read nothing back from the file (the exact index's, or a
+        quantised index's own cosines), found on a thread of their own: the product over
+        every vector is C that lets go of the GIL, and on the event loop it held every
+        other request for as long as it ran, twice a query.
+
+        The searches asked within one step of the loop go to the thread together, as
+        one job: the queries of a batch the model embedded wake together and each asks
+        at once, and a hand-over of the GIL to the thread and back for each search made
+        the loop wait for the GIL as long as the searches took on the loop."""
+
+        def search() -> list[tuple[int, float]]:
+            index = self.index
+            return (
+                []
+                if index is None
+                else index.candidates(query, n, collection, source_types, allowed)
+            )
+
+        return await self.aside.run(search)
+
+    def close(self) -> None:
+        self.aside.close()
 
     def __len__(self) -> int:
         """The chunks the index holds: every chunk of the store, once it follows the file."""
