@@ -100,12 +100,12 @@ def sequential(servers: list[Any], queries: list[str], tag: str) -> dict[str, di
     }
 
 
-def concurrent(server: Any, queries: list[str], args: argparse.Namespace, tag: str) -> Any:
+def concurrent(server: Any, queries: list[str], args: argparse.Namespace) -> Any:
     _, client, pid = server
     before = client.get("/health").json()["embedder"]["query_batches"]
     cpu, loop_cpu = cpu_s(pid), cpu_s(pid, pid)
     url = str(client.base_url)
-    done = asyncio.run(distinct_cold_queries(url, queries, args.clients, args.per_client, tag))
+    done = asyncio.run(distinct_cold_queries(url, queries, args.clients, args.per_client))
     found, cpu, loop_cpu = done.latencies_ms, cpu_s(pid) - cpu, cpu_s(pid, pid) - loop_cpu
     after = client.get("/health").json()["embedder"]["query_batches"]
     batches = after["batches"] - before["batches"]
@@ -158,7 +158,7 @@ def main() -> int:
             for name, figures in sequential(servers, queries, f"s{round_}x").items():
                 seq[name].append(figures)
             for server in servers if round_ % 2 == 0 else servers[::-1]:
-                figures, sizes[server[0]] = concurrent(server, queries, args, f"r{round_}")
+                figures, sizes[server[0]] = concurrent(server, queries, args)
                 many[server[0]].append(figures)
         print(f"precision {args.precision}, {len(queries)} queries x {args.rounds} rounds")
         print_rows("sequential cold queries (medians)", {k: medians(v) for k, v in seq.items()})

@@ -136,12 +136,12 @@ def query_embedding_ms(queries: list[str], cache_dir: str | None) -> dict[str, f
 
 
 async def cold_round(
-    base_url: str, queries: list[str], clients: int, per_client: int, tag: str
+    base_url: str, queries: list[str], clients: int, per_client: int
 ) -> dict[str, Any]:
     """A round of distinct cold queries (bench_http.distinct_cold_queries): requests/s
     over the round, latency p50/p99, and the answers that were not 200 by status (503
     overloaded is the graceful one)."""
-    found = await distinct_cold_queries(base_url, queries, clients, per_client, tag)
+    found = await distinct_cold_queries(base_url, queries, clients, per_client)
     ok = np.asarray(found.latencies_ms or [float("nan")])
     return {
         "clients": clients,
@@ -442,9 +442,7 @@ def measure(
     figures["query_embedding"] = query_embedding_ms(queries, env.get("KNOWLEDGE_MODEL_CACHE_DIR"))
     for clients, per_client in ((64, 16), (500, 2)):
         print(f"{clients} clients of distinct cold queries ...", flush=True)
-        figures[f"cold_{clients}"] = asyncio.run(
-            cold_round(base_url, queries, clients, per_client, f"c{clients}")
-        )
+        figures[f"cold_{clients}"] = asyncio.run(cold_round(base_url, queries, clients, per_client))
     figures["cli_s"] = cli_seconds(command, env, workdir)
     if options.get("venv"):
         figures["env_mb"] = venv_mb(options["venv"])
