@@ -264,7 +264,7 @@ class SQLiteStore(SQLiteCatalog, HybridSearch, BesideTheFile):
         asked = (vector, n, filters.searched, filters.source_types, self._metadata_keys(filters))
         index = self.vectors.index
         if index is not None and (index.exact or not rescored):  # no read of the file
-            return similar_candidates(await self.vectors.candidates_aside(*asked))
+            return similar_candidates(await self.vectors.candidates_aside(asked))
         return similar_candidates(self.vectors.candidates(self.file.db(), *asked, rescored))
 
     async def keyword_candidates(

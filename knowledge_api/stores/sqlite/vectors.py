@@ -36,6 +36,9 @@ from knowledge_api.stores.sqlite.quantized_index import (
 from knowledge_api.stores.sqlite.vector_index import Collections, VectorIndex
 
 Index = VectorIndex | QuantizedIndex
+Asked = tuple[np.ndarray, int, Collections, Sequence[str] | None, np.ndarray | None]
+"""What a vector search asks of an index (`candidates`): the query vector, how many,
+the collections, the source types, and the mask over row ids allowed (None: all)."""
 BATCH_ROWS = 20000
 COLUMNS = "rowid, collection, source_type, embedding, document_id"
 """A chunk's columns the index and `documents` hold."""
@@ -209,18 +212,11 @@ class SQLiteVectors:
         exact = stored_cosines(conn, [key for key, _ in shortlist], query)
         return sorted(exact.items(), key=lambda item: -item[1])[:n]
 
-    async def candidates_aside(
-        self,
-        query: np.ndarray,
-        n: int,
-        collection: Collections,
-        source_types: Sequence[str] | None,
-        allowed: np.ndarray | None,
-    ) -> list[tuple[int, float]]:
-        """`candidates` that read nothing back from the file (the exact index's, or a
-        quantised index's own cosines), found on a thread of their own: the product over
-        every vector is C that lets go of the GIL, and on the event loop it held every
-        other request for as long as it ran, twice a query.
+    async def candidates_aside(self, asked: Asked) -> list[tuple[int, float]]:
+        """The index's `candidates` for `asked`, which read nothing back from the file
+        (the exact index's, or a quantised index's own cosines), found on a thread of
+        their own: the product over every vector is C that lets go of the GIL, and on the
+        event loop it held every other request for as long as it ran, twice a query.
 
         The searches asked within one step of the loop go to the thread together, as
         one job: the queries of a batch the model embedded wake together and each asks
@@ -229,11 +225,7 @@ class SQLiteVectors:
 
         def search() -> list[tuple[int, float]]:
             index = self.index
-            return (
-                []
-                if index is None
-                else index.candidates(query, n, collection, source_types, allowed)
-            )
+            return [] if index is None else index.candidates(*asked)
 
         return await self.aside.run(search)
 
