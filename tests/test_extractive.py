@@ -195,14 +195,20 @@ def test_chosen_sentences_are_quoted_in_reading_order_not_score_order() -> None:
     )
 
 
+def ranked(*sentences: tuple[int, int, str]) -> list[Candidate]:
+    """Candidates (result, place in it, text) best first, each close to the one before:
+    all within KEEP_WITHIN of the best."""
+    return [Candidate(0.9 - 0.01 * rank, *sentence) for rank, sentence in enumerate(sentences)]
+
+
 def test_a_sentence_that_refers_back_is_quoted_only_after_the_one_it_leans_on() -> None:
-    scored = [
-        Candidate(0.90, 1, 2, "`WORKERS` (default 2): how many processes run."),
-        Candidate(0.88, 2, 0, "It starts the app under PM2 on a free port."),
-        Candidate(0.87, 3, 5, "Then it reports the refused connections."),
-        Candidate(0.86, 3, 4, "The check runs `pm2 reload` in a loop."),
-        Candidate(0.85, 1, 3, "So two processes answer at once."),
-    ]
+    scored = ranked(
+        (1, 2, "`WORKERS` (default 2): how many processes run."),
+        (2, 0, "It starts the app under PM2 on a free port."),
+        (3, 5, "Then it reports the refused connections."),
+        (3, 4, "The check runs `pm2 reload` in a loop."),
+        (1, 3, "So two processes answer at once."),
+    )
     opens_its_passage = [scored[0], scored[1], scored[4]]
     assert compose(opens_its_passage, by_meaning=True).text == (
         "`WORKERS` (default 2): how many processes run. [1] So two processes answer at once. [1]"

@@ -4,13 +4,16 @@ once, at most MAX_SENTENCES, and none that leans on a sentence the answer leaves
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_SENTENCES = 3
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(NamedTuple):
+    """A sentence as an answer may quote it, one per sentence of every passage an answer
+    reads: a tuple, as the search's candidates are, built at half a frozen dataclass's
+    cost."""
+
     score: float
     n: int
     """1-based position of its result."""
