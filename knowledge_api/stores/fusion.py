@@ -132,9 +132,8 @@ def similar_candidates(found: Iterable[tuple[Hashable, float]]) -> list[Candidat
 
 
 def similarities_of(found: Iterable[tuple[Hashable, float]]) -> dict[Hashable, float]:
-    """(key, cosine) pairs as `cosine_to_similarity` of each by key (written out in
-    place, as in `similar_candidates`)."""
-    return {key: 0.0 if c < 0.0 else 1.0 if c > 1.0 else c for key, c in found}
+    """(key, cosine) pairs as `cosine_to_similarity` of each by key."""
+    return dict(similar_candidates(found))
 
 
 def relative_scores(candidates: Sequence[Candidate]) -> dict[Hashable, float]:
