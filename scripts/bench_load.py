@@ -237,6 +237,7 @@ def median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "requests": sum(r["requests"] for r in rounds),
         "failures": failures,
         "rounds_ok_per_s": [r["ok_per_s"] for r in rounds],
+        "rounds": [{key: r[key] for key in MEDIANS} for r in rounds],
     }
 
 
@@ -259,18 +260,21 @@ def side_by_side(
 
 
 def generator_lines(figures: dict[str, dict[str, Any]]) -> list[str]:
-    """The generators' medians, a line each: what the clients cost beside what the
-    server did per request (the same, whichever sends)."""
+    """The generators' medians, a line each, and their rounds below in the order run:
+    what the clients cost beside what the server did per request (the same, whichever
+    sends)."""
     lines = [
-        f"  {'generator':<9} {'req/s':>7} {'p99 ms':>7} {'client CPU ms/req':>18} "
-        f"{'server CPU ms/req':>18}  rounds' req/s"
+        f"  {'generator':<12} {'req/s':>7} {'p99 ms':>7} {'client CPU ms/req':>18} "
+        f"{'server CPU ms/req':>18}"
     ]
     for name, found in figures.items():
-        lines.append(
-            f"  {name:<9} {found['ok_per_s']:7.1f} {found['p99_ms']:7.1f} "
-            f"{shown(found['client_cpu_ms']):>18} {shown(found['server_cpu_ms']):>18}  "
-            f"{found['rounds_ok_per_s']}"
-        )
+        rows = [(f"{name} median", found)]
+        rows += [(f"  round {i}", r) for i, r in enumerate(found.get("rounds", []), 1)]
+        lines += [
+            f"  {label:<12} {r['ok_per_s']:7.1f} {r['p99_ms']:7.1f} "
+            f"{shown(r['client_cpu_ms']):>18} {shown(r['server_cpu_ms']):>18}"
+            for label, r in rows
+        ]
     return lines
 
 
