@@ -117,6 +117,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "all its connections per request: one pool of 500 is client-bound)",
     )
     p.add_argument(
+        "--cold-client",
+        choices=("both", "lean", "httpx"),
+        default="both",
+        help="the load generator of the 64- and 500-client rounds of distinct cold queries: "
+        "both (the lean one counted, httpx's rounds alternated beside it), or one alone",
+    )
+    p.add_argument(
         "--no-env-size",
         dest="env_size",
         action="store_false",
@@ -489,6 +496,8 @@ def bench(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
         "first_start": args.first_start,
         "fresh_clone": args.fresh_clone,
         "port": free_port(),
+        "server_pid": server.pid,
+        "generators": ["lean", "httpx"] if args.cold_client == "both" else [args.cold_client],
     }
     bench_targets.measure(report, base_url, queries, command, env, workdir, options)
     report["cache"] = httpx.get(base_url + "/health", timeout=10.0).json().get("cache", {})

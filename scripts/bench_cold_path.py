@@ -11,13 +11,12 @@ loop's thread alone: one thread, which bounds requests/s), and the sizes of the 
 the query batcher ran (/health). Ratios are this checkout over the baseline.
 
     .venv/bin/python scripts/bench_cold_path.py --db store.db --baseline ../main \
-        [--precision fp32] [--rounds 3] [--clients 64] [--per-client 8]
+        [--precision fp32] [--rounds 3] [--clients 64] [--per-client 8] [--generator httpx]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -35,12 +34,12 @@ from bench_http import (
     MSMARCO_DEV,
     QUERY_PATH,
     ROOT,
-    distinct_cold_queries,
     free_port,
     serve_command,
     start_process,
     wait_ready,
 )
+from bench_load import cold_queries
 
 QUERIES = MSMARCO_DEV / "queries.jsonl"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -105,7 +104,7 @@ def concurrent(server: Any, queries: list[str], args: argparse.Namespace) -> Any
     before = client.get("/health").json()["embedder"]["query_batches"]
     cpu, loop_cpu = cpu_s(pid), cpu_s(pid, pid)
     url = str(client.base_url)
-    done = asyncio.run(distinct_cold_queries(url, queries, args.clients, args.per_client))
+    done = cold_queries(args.generator, url, queries, args.clients, args.per_client)
     found, cpu, loop_cpu = done.latencies_ms, cpu_s(pid) - cpu, cpu_s(pid, pid) - loop_cpu
     after = client.get("/health").json()["embedder"]["query_batches"]
     batches = after["batches"] - before["batches"]
@@ -141,6 +140,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--per-client", type=int, default=8)
+    parser.add_argument(
+        "--generator",
+        choices=("lean", "httpx"),
+        default="lean",
+        help="the load generator of the concurrent rounds (bench_load.py)",
+    )
     args = parser.parse_args()
     lines = args.queries.read_text().splitlines()
     queries = [json.loads(line)["text"] for line in lines if line.strip()]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 MSMARCO_DEV = ROOT.parent / "shared" / "datasets" / "msmarco-dev"
@@ -218,28 +219,69 @@ def serve_alone(env: dict[str, str], folder: Path) -> tuple[subprocess.Popen[byt
 
 @dataclass
 class ColdRound:
-    """A round of closed-loop clients: the latency of each 200 answer, the other answers
-    by status (or by the transport error's name), and the round's wall time."""
+    """A round of closed-loop clients: the latency of each well-formed 200 answer, the
+    other answers by status ("malformed": a 200 whose body is not a JSON object with its
+    results; else the transport error's name), the round's wall time and the CPU seconds
+    the clients' process spent in it."""
 
     latencies_ms: list[float] = field(default_factory=list)
     failures: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    def record(self, outcome: str, started: float) -> None:
+        """One answer's outcome (`verdict`), its request sent at `started` (perf_counter)."""
+        if outcome == "200":
+            self.latencies_ms.append((time.perf_counter() - started) * 1000)
+        else:
+            self.failures[outcome] = self.failures.get(outcome, 0) + 1
+
+
+def verdict(status: int, body: bytes) -> str:
+    """An answer's outcome: its status, or "malformed" for a 200 whose body is not a
+    complete JSON object holding a list of results (a cut or garbled answer)."""
+    if status != 200:
+        return str(status)
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "malformed"
+    complete = isinstance(parsed, dict) and isinstance(parsed.get("results"), list)
+    return "200" if complete else "malformed"
 
 
 VARIANTS = itertools.count(1)
 """The numbers that make a query new, each taken once in a process."""
 
 
-async def distinct_cold_queries(
-    base_url: str, queries: list[str], clients: int, per_client: int
-) -> ColdRound:
-    """`clients` connections, each sending `per_client` queries no one asked before (so
-    each one is embedded), the next once the last is answered.
+def cold_texts(queries: list[str], clients: int, per_client: int) -> list[list[str]]:
+    """The texts each of `clients` sends, `per_client` queries no one asked before (so
+    each one is embedded).
 
     A query is made new by one number after it, one the process has not put after it
     before: one token more for the model. A tag of letters and digits (" c64 12-3") made
     the dev set's queries 56 % longer in tokens (13.9 against 8.9), and the peer's query
-    call, which the round's target is drawn from, is timed on the queries as they are.
+    call, which the round's target is drawn from, is timed on the queries as they are."""
+    numbers = [next(VARIANTS) for _ in range(-(-clients * per_client // len(queries)))]
+    return [
+        [
+            f"{queries[j % len(queries)]} {numbers[j // len(queries)]}"
+            for j in range(number * per_client, (number + 1) * per_client)
+        ]
+        for number in range(clients)
+    ]
+
+
+def cold_body(text: str) -> dict[str, Any]:
+    """The body of a cold query: retrieval alone, nothing synthesized."""
+    return {"query": text, "synthesize": False}
+
+
+async def distinct_cold_queries(
+    base_url: str, queries: list[str], clients: int, per_client: int
+) -> ColdRound:
+    """`clients` httpx connections, each sending its `cold_texts`, the next once the last
+    is answered.
 
     The clients are made before the clock starts. Making an httpx client costs ~17 ms of
     CPU (it builds an SSL context, even for http), synchronously on the event loop: made
@@ -248,30 +290,24 @@ async def distinct_cold_queries(
     latency of the first requests - the slowest 6 % of the round, so its whole p99 -
     and in the round's wall time."""
     found = ColdRound()
+    texts = cold_texts(queries, clients, per_client)
 
-    numbers = [next(VARIANTS) for _ in range(-(-clients * per_client // len(queries)))]
-
-    async def client(number: int, http: httpx.AsyncClient) -> None:
-        for i in range(per_client):
-            j = number * per_client + i
-            text = f"{queries[j % len(queries)]} {numbers[j // len(queries)]}"
+    async def client(mine: list[str], http: httpx.AsyncClient) -> None:
+        for text in mine:
             started = time.perf_counter()
             try:
-                response = await http.post(QUERY_PATH, json={"query": text, "synthesize": False})
-                status = str(response.status_code)
+                response = await http.post(QUERY_PATH, json=cold_body(text))
+                outcome = verdict(response.status_code, response.content)
             except httpx.HTTPError as e:
-                status = type(e).__name__
-            if status == "200":
-                found.latencies_ms.append((time.perf_counter() - started) * 1000)
-            else:
-                found.failures[status] = found.failures.get(status, 0) + 1
+                outcome = type(e).__name__
+            found.record(outcome, started)
 
     async with AsyncExitStack() as stack:
         pool = [
             await stack.enter_async_context(httpx.AsyncClient(base_url=base_url, timeout=60.0))
             for _ in range(clients)
         ]
-        started = time.perf_counter()
-        await asyncio.gather(*(client(n, http) for n, http in enumerate(pool)))
-        found.wall_s = time.perf_counter() - started
+        started, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(client(mine, http) for mine, http in zip(texts, pool, strict=True)))
+        found.wall_s, found.cpu_s = time.perf_counter() - started, time.process_time() - cpu
     return found

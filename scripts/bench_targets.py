@@ -10,7 +10,6 @@ the environment `make install` makes and, with --fresh-clone, a fresh clone's
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -23,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
-from bench_http import QUERY_PATH, distinct_cold_queries
+from bench_http import QUERY_PATH
+from bench_load import COLD_ROUNDS, cold_round, generator_lines, side_by_side
 
 ROOT = Path(__file__).resolve().parent.parent
 Row = tuple[str, str, Any, float | None, float | None, bool | None]
@@ -133,48 +132,6 @@ def query_embedding_ms(queries: list[str], cache_dir: str | None) -> dict[str, f
     )
     figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
-
-
-async def cold_round(
-    base_url: str, queries: list[str], clients: int, per_client: int
-) -> dict[str, Any]:
-    """A round of distinct cold queries (bench_http.distinct_cold_queries): requests/s
-    over the round, latency p50/p99, and the answers that were not 200 by status (503
-    overloaded is the graceful one)."""
-    found = await distinct_cold_queries(base_url, queries, clients, per_client)
-    ok = np.asarray(found.latencies_ms or [float("nan")])
-    return {
-        "clients": clients,
-        "requests": clients * per_client,
-        "ok_per_s": round(len(found.latencies_ms) / found.wall_s, 1),
-        "p50_ms": round(float(np.percentile(ok, 50)), 1),
-        "p99_ms": round(float(np.percentile(ok, 99)), 1),
-        "failures": found.failures,
-    }
-
-
-COLD_ROUNDS = 3
-"""Rounds of 64 clients: a round lasts about 3 s, and one round's requests/s swung by a
-fifth between runs on a shared host."""
-
-
-def median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """The rounds' median requests/s, p50 and p99 (each its own median), the answers not
-    200 of them all, and every round's requests/s."""
-    failures: dict[str, int] = {}
-    for found in rounds:
-        for status, count in found["failures"].items():
-            failures[status] = failures.get(status, 0) + count
-    return {
-        **rounds[0],
-        **{
-            key: float(np.median([r[key] for r in rounds]))
-            for key in ("ok_per_s", "p50_ms", "p99_ms")
-        },
-        "requests": sum(r["requests"] for r in rounds),
-        "failures": failures,
-        "rounds_ok_per_s": [r["ok_per_s"] for r in rounds],
-    }
 
 
 PEER_SAMPLE = 256
@@ -464,11 +421,15 @@ def measure(
     figures: dict[str, Any] = {}
     print("query embedding in-process ...", flush=True)
     figures["query_embedding"] = query_embedding_ms(queries, env.get("KNOWLEDGE_MODEL_CACHE_DIR"))
-    for clients, per_client, rounds in ((64, 16, COLD_ROUNDS), (500, 2, 1)):
-        print(f"{clients} clients of distinct cold queries ...", flush=True)
-        figures[f"cold_{clients}"] = median_round(
-            [asyncio.run(cold_round(base_url, queries, clients, per_client)) for _ in range(rounds)]
-        )
+    generators = options.get("generators", ["lean", "httpx"])
+    pid = options.get("server_pid")
+    print(f"64 clients of distinct cold queries ({' and '.join(generators)}) ...", flush=True)
+    figures["cold_64_by_generator"] = side_by_side(
+        generators, base_url, queries, 64, 16, COLD_ROUNDS, pid
+    )
+    figures["cold_64"] = figures["cold_64_by_generator"][generators[0]]
+    print("500 clients of distinct cold queries ...", flush=True)
+    figures["cold_500"] = cold_round(generators[0], base_url, queries, 500, 2, pid)
     figures["cli_s"] = cli_seconds(command, env, workdir)
     if options.get("venv"):
         figures["env_mb"] = venv_mb(options["venv"])
@@ -554,7 +515,7 @@ def rows(report: dict[str, Any]) -> list[Row]:
         ),
         row("64 clients, distinct cold p99 (ms)", "<= 500", c64.get("p99_ms"), lambda v: v <= 500),
         row(
-            "64 clients, answers not 2xx",
+            "64 clients, answers not 2xx or malformed",
             "0",
             sum(c64["failures"].values()) if c64 else None,
             lambda v: v == 0,
@@ -679,11 +640,17 @@ def print_table(report: dict[str, Any]) -> None:
     c64, c500 = (report.get("targets", {}).get(f"cold_{n}") for n in (64, 500))
     if c64:
         print(
-            f"  64 clients, requests/s of each round: {c64['rounds_ok_per_s']} (the median counted)"
+            f"  64 clients, requests/s of each round: {c64['rounds_ok_per_s']} (the median of "
+            f"the {c64['generator']} generator's counted); each generator's medians, "
+            f"{COLD_ROUNDS} rounds alternated, CPU per request of the bench's clients and of "
+            "the server:"
         )
+        for line in generator_lines(report["targets"]["cold_64_by_generator"]):
+            print(f"  {line}")
     if c500:
         print(
-            f"  500 clients: {c500['ok_per_s']} ok/s, p99 {c500['p99_ms']} ms, {c500['failures']}"
+            f"  500 clients ({c500['generator']}): {c500['ok_per_s']} ok/s, p99 "
+            f"{c500['p99_ms']} ms, {c500['failures']}"
         )
 
 
