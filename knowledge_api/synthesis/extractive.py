@@ -110,6 +110,11 @@ class ExtractiveSynthesizer:
         meaning = await self.cosines(query, hits, sentences)
         return compose(score(query, hits, sentences, meaning), meaning is not None)
 
+    def quotable(self, query: str, hits: Sequence[SearchHit]) -> bool:
+        """Whether any sentence of `hits` is a candidate answer to the query: without
+        one, the answer is refused whatever the passages' similarity."""
+        return any(candidates(query, hits))
+
     async def support(
         self, query: str, hits: Sequence[SearchHit], words: float = 0.0
     ) -> list[SentenceSupport] | None:
