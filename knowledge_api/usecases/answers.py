@@ -168,8 +168,8 @@ async def passages(service: KnowledgeService, params: AnswerParams) -> Retrieval
     sentence, scored by meaning and words as the answer is chosen, reaches it. They
     keep the order they were found in. Passages that reach the threshold but hold no
     sentence the answer may quote (asked what posting a `source_id` again does, five
-    passages that name `source_id` and say nothing of posting it) count as none: the
-    answer would be refused, and the passage below it that says so is the answer."""
+    passages that name no `source_id` or say nothing of posting) count as none: the
+    answer would be refused, and the passage below them that says so is the answer."""
     found = await search(service, params, params.threshold)
     if params.threshold <= 0:
         return found
