@@ -6,8 +6,9 @@ import json
 import re
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -17,11 +18,14 @@ from starlette.testclient import TestClient
 from knowledge_api.app import create_app
 from knowledge_api.compose import build_service
 from knowledge_api.errors import BackendConnectionError
+from knowledge_api.models import SearchHit, SentenceSupport
+from knowledge_api.service.retrieval import Retrieval
 from knowledge_api.settings import Settings
-from knowledge_api.synthesis.extractive import NO_RESULTS
+from knowledge_api.synthesis.extractive import NO_RESULTS, ExtractiveSynthesizer
 from knowledge_api.usecases import answers
 from tests.conftest import corpus, ingested_client, make_settings
 from tests.providers import GEMINI_GENERATE, gemini_answer, llm_settings
+from tests.test_extractive import hit
 
 ANSWER = "/v1/knowledge/answer"
 QUESTION = "Which audio formats does asset ingestion accept?"
@@ -320,3 +324,48 @@ def test_an_offline_answer_embeds_its_sentences_as_sentences(
     monkeypatch.setattr(embedder, "embed_sentences", embed_sentences)
     body = answer(client, threshold=0.3)
     assert body["sources"] and asked and asked[0][0] == QUESTION
+
+
+NAMING = [
+    hit(f"`source_id` number {n} is at most 500 characters, trimmed.", 0.5, f"c{n}")
+    for n in range(5)
+]
+REPLACES = hit("Posting the same `source_id` again replaces that document.", 0.3, "answers")
+
+
+class Searched:
+    """What `answers.passages` asks of the service, over fixed passages ranked with
+    REPLACES third: the search keeps the first `limit` at the threshold, the offline
+    link judges what it may quote, and only REPLACES's sentences answer."""
+
+    def __init__(self) -> None:
+        self.offline = ExtractiveSynthesizer()
+
+    async def retrieve(
+        self, query: str, limit: int, filters: Any, threshold: float, **_: Any
+    ) -> Retrieval:
+        hits = [h for h in [*NAMING[:2], REPLACES, *NAMING[2:]] if h.similarity >= threshold]
+        return Retrieval(hits[:limit], None, 0.0, 0.0, [])
+
+    def quotable(self, query: str, hits: Sequence[SearchHit]) -> bool:
+        return self.offline.quotable(query, hits)
+
+    async def sentence_support(
+        self, query: str, hits: Sequence[SearchHit], words: float = 0.0
+    ) -> list[SentenceSupport]:
+        return [SentenceSupport(0.5, 0.8 if h is REPLACES else 0.0) for h in hits]
+
+
+async def test_passages_with_nothing_to_quote_leave_room_for_the_one_below_that_answers() -> None:
+    """Five passages reach the threshold, each naming `source_id`, none saying what
+    posting it again does: the answer would be refused with them. They count as none,
+    and the passage below the threshold whose sentence answers grounds the answer."""
+    params = answers.AnswerParams(
+        query="What happens when I post the same source_id again?", threshold=0.4, limit=5
+    )
+    found = await answers.passages(cast(Any, Searched()), params)
+    assert [h.chunk.id for h in found.hits] == ["answers"]
+    asked = replace(params, query="How many characters may a source_id hold?")
+    assert [h.chunk.id for h in (await answers.passages(cast(Any, Searched()), asked)).hits] == [
+        f"c{n}" for n in range(5)
+    ]

@@ -3,7 +3,14 @@ import re
 import pytest
 
 from knowledge_api.models import Chunk, SearchHit
-from knowledge_api.synthesis.extractive import NO_RESULTS, Candidate, compose, extract
+from knowledge_api.synthesis.extractive import (
+    NO_RESULTS,
+    Candidate,
+    ExtractiveSynthesizer,
+    compose,
+    extract,
+    sentences_of,
+)
 from knowledge_api.synthesis.sentences import candidate_sentences
 
 
@@ -349,3 +356,14 @@ def test_the_line_that_defines_the_named_setting_is_quoted() -> None:
     synthesis = extract("What is the default API host?", [*mentions, defining])
     assert "`KNOWLEDGE_API_HOST` (default `127.0.0.1`): the interface" in synthesis.text
     assert 5 in synthesis.citations
+
+
+def test_a_passage_read_again_is_not_split_again() -> None:
+    """Whether an answer's passages hold a quotable sentence, then the answer: each
+    passage is cut into sentences once."""
+    sentences_of.cache_clear()
+    question = "How do I create a test case?"
+    assert ExtractiveSynthesizer().quotable(question, HITS)
+    extract(question, HITS)
+    assert sentences_of.cache_info().misses == len({h.chunk.content for h in HITS})
+    assert sentences_of(HITS[0].chunk.content) == tuple(candidate_sentences(HITS[0].chunk.content))

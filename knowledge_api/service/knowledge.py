@@ -159,6 +159,12 @@ class KnowledgeService(Engine):
             return None
         return await offline.support(query, hits, words)
 
+    def quotable(self, query: str, hits: Sequence[SearchHit]) -> bool:
+        """Whether the offline link finds a sentence of `hits` it may quote for the
+        question (True without that link)."""
+        offline = self.synthesizer.links[-1]
+        return not isinstance(offline, ExtractiveSynthesizer) or offline.quotable(query, hits)
+
     def ready_llm(self) -> Synthesizer | None:
         """The first LLM link that may be called now, for work outside an answer."""
         return self.synthesizer.ready_link()

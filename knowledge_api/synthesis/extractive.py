@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,8 @@ sentence: read in its section, a sentence answers in the section's terms."""
 MAX_EMBEDDED = 12
 """Sentences embedded per answer at most; the model's cost grows with each."""
 CACHED_SENTENCES = 20_000
+CACHED_PASSAGES = 4096
+"""Passages whose candidate sentences are kept (`sentences_of`)."""
 
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
 
@@ -109,6 +112,11 @@ class ExtractiveSynthesizer:
         sentences = candidates(query, hits)
         meaning = await self.cosines(query, hits, sentences)
         return compose(score(query, hits, sentences, meaning), meaning is not None)
+
+    def quotable(self, query: str, hits: Sequence[SearchHit]) -> bool:
+        """Whether any sentence of `hits` is a candidate answer to the query: without
+        one, the answer is refused whatever the passages' similarity."""
+        return any(candidates(query, hits))
 
     async def support(
         self, query: str, hits: Sequence[SearchHit], words: float = 0.0
@@ -243,13 +251,21 @@ def candidates(query: str, hits: Sequence[SearchHit]) -> list[list[str]]:
     return [
         [
             sentence
-            for sentence in candidate_sentences(hit.chunk.content)
+            for sentence in sentences_of(hit.chunk.content)
             if not names or not asked or asked & stems(_NEGATED.sub(" ", sentence))
         ]
         if names_any(hit, names)
         else []
         for hit in hits
     ]
+
+
+@lru_cache(maxsize=CACHED_PASSAGES)
+def sentences_of(passage: str) -> tuple[str, ...]:
+    """A passage's candidate sentences, kept: the same passages answer many questions,
+    and an answer reads its passages twice (whether any sentence may be quoted, then
+    the answer), three times when it reads below its threshold (their support)."""
+    return tuple(candidate_sentences(passage))
 
 
 _NEGATED = re.compile(r"\b(?:without|no|not|never)\s+(?:(?:a|an|the|any)\s+)?[\w-]+", re.IGNORECASE)

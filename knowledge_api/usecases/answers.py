@@ -166,12 +166,19 @@ async def passages(service: KnowledgeService, params: AnswerParams) -> Retrieval
     one document, send it as the body." 0.45). When that leaves none, rather than
     refuse: those of the first `limit` found at WORDS_MARGIN below it whose best
     sentence, scored by meaning and words as the answer is chosen, reaches it. They
-    keep the order they were found in."""
+    keep the order they were found in. Passages that reach the threshold but hold no
+    sentence the answer may quote (asked what posting a `source_id` again does, five
+    passages that name no `source_id` or say nothing of posting) count as none: the
+    answer would be refused, and the passage below them that says so is the answer."""
     found = await search(service, params, params.threshold)
-    if len(found.hits) >= params.limit or params.threshold <= 0:
+    if params.threshold <= 0:
         return found
+    quotable = service.quotable(params.query, found.hits)
+    if len(found.hits) >= params.limit and quotable:
+        return found
+    reached = found if quotable else replace(found, hits=[])
     for tier in GROUNDING:
-        grounded = await grounded_below(service, params, found, tier)
+        grounded = await grounded_below(service, params, reached, tier)
         if grounded.hits:
             return grounded
     return found
