@@ -369,3 +369,49 @@ async def test_passages_with_nothing_to_quote_leave_room_for_the_one_below_that_
     assert [h.chunk.id for h in (await answers.passages(cast(Any, Searched()), asked)).hits] == [
         f"c{n}" for n in range(5)
     ]
+
+
+ROWS = hit("`siam_vectors`: one row per passage.", 0.28, "rows")
+TABLES = hit("Indexes: HNSW on the embeddings, GIN on the `fts` columns.", 0.33, "tables")
+LISTS = hit("A file is an error when it is empty, binary or not UTF-8.", 0.25, "lists")
+
+
+class Ranked:
+    """What `answers.passages` asks of the service, over passages none of which reaches
+    0.4, ranked ROWS, TABLES, LISTS: TABLES is close to the question by a sentence's
+    meaning (it grounds at 0.1 below), ROWS and LISTS only by meaning and words (at
+    0.2 below)."""
+
+    def __init__(self) -> None:
+        self.supported: list[list[str]] = []
+
+    async def retrieve(
+        self, query: str, limit: int, filters: Any, threshold: float, **_: Any
+    ) -> Retrieval:
+        hits = [h for h in (ROWS, TABLES, LISTS) if h.similarity >= threshold]
+        return Retrieval(hits[:limit], None, 0.0, 0.0, [])
+
+    def quotable(self, query: str, hits: Sequence[SearchHit]) -> bool:
+        return bool(hits)
+
+    async def sentence_support(
+        self, query: str, hits: Sequence[SearchHit], words: float = 0.0
+    ) -> list[SentenceSupport]:
+        self.supported.append([h.chunk.id for h in hits])
+        return [
+            SentenceSupport(0.45 if h is TABLES else 0.3, 0.3 if h is TABLES else 0.6) for h in hits
+        ]
+
+
+async def test_a_far_passage_the_search_ranks_first_joins_the_nearer_ones() -> None:
+    """None reaches the threshold and TABLES grounds the answer by its sentence's
+    meaning; ROWS, farther below but ranked first by the search, whose sentence holds
+    the question's words, grounds it too. LISTS, ranked below TABLES, does not: it is
+    not even read."""
+    service = Ranked()
+    params = answers.AnswerParams(
+        query="Which table holds one row per passage?", threshold=0.4, limit=5
+    )
+    found = await answers.passages(cast(Any, service), params)
+    assert [h.chunk.id for h in found.hits] == ["rows", "tables"]
+    assert service.supported == [["tables"], ["rows"]]

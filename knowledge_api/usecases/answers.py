@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import takewhile
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -64,8 +65,8 @@ GROUNDING = (
     Tier(SENTENCE_MARGIN, attrgetter("meaning"), 0.0),
     Tier(WORDS_MARGIN, attrgetter("answers"), WORDS_NEEDED),
 )
-"""How passages below the threshold ground an answer, tried in turn until one does:
-the farther below, the more of the question they must hold."""
+"""How passages below the threshold ground an answer, tried in turn (`passages`): the
+farther below, the more of the question they must hold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,25 +164,27 @@ async def passages(service: KnowledgeService, params: AnswerParams) -> Retrieval
     found at SENTENCE_MARGIN below it whose sentence closest to the question reaches
     it. A passage of many bullets is far from a question in meaning that one of its
     sentences answers ("How do I add documents over HTTP?": the passage 0.39, "To index
-    one document, send it as the body." 0.45). When that leaves none, rather than
-    refuse: those of the first `limit` found at WORDS_MARGIN below it whose best
-    sentence, scored by meaning and words as the answer is chosen, reaches it. They
-    keep the order they were found in. Passages that reach the threshold but hold no
-    sentence the answer may quote (asked what posting a `source_id` again does, five
-    passages that name no `source_id` or say nothing of posting) count as none: the
-    answer would be refused, and the passage below them that says so is the answer."""
+    one document, send it as the body." 0.45). When none reaches the threshold: also
+    those of the first `limit` found at WORDS_MARGIN below it whose best sentence,
+    scored by meaning and words as the answer is chosen, reaches it - all of them when
+    the nearer margin grounds nothing (rather than refuse), else those the search ranks
+    above every passage it grounds (`grounded_below`, `ahead`). They keep the order
+    they were found in. Passages that reach the threshold but hold no sentence the
+    answer may quote (asked what posting a `source_id` again does, five passages that
+    name no `source_id` or say nothing of posting) count as none: the answer would be
+    refused, and the passage below them that says so is the answer."""
     found = await search(service, params, params.threshold)
     if params.threshold <= 0:
         return found
     quotable = service.quotable(params.query, found.hits)
     if len(found.hits) >= params.limit and quotable:
         return found
-    reached = found if quotable else replace(found, hits=[])
+    if quotable and found.hits:
+        return await grounded_below(service, params, found, GROUNDING[0])
+    grounded = replace(found, hits=[])
     for tier in GROUNDING:
-        grounded = await grounded_below(service, params, reached, tier)
-        if grounded.hits:
-            return grounded
-    return found
+        grounded = await grounded_below(service, params, grounded, tier, bool(grounded.hits))
+    return grounded if grounded.hits else found
 
 
 async def grounded_below(
@@ -189,12 +192,23 @@ async def grounded_below(
     params: AnswerParams,
     found: Retrieval,
     tier: Tier,
+    ahead: bool = False,
 ) -> Retrieval:
     """`found` with the passages of the first `limit` found at the tier's margin below
     the threshold, holding its share of the question's words, whose sentences' measure
-    reaches the threshold; in the order they were found."""
+    reaches the threshold; in the order they were found. With `ahead` (`found` holds
+    passages a nearer tier grounded), only those found before all of `found`: the
+    search's order weighs the question's words, which the similarity does not ("Which
+    table holds one row per passage?": the table's line found first at 0.28, above
+    four passages at 0.32-0.34 on tables in general), while a farther passage ranked
+    below them is the evidence of last resort, as when nothing nearer grounds the
+    answer (asked when a file is binary, a line of another page listing it among many
+    conditions, found second, outscored the line that says it, found third)."""
     nearest = await search(service, params, max(params.threshold - tier.margin, 0.0))
     below = [hit for hit in nearest.hits if hit.similarity < params.threshold]
+    if ahead:
+        held = {hit.chunk.id for hit in found.hits}
+        below = list(takewhile(lambda hit: hit.chunk.id not in held, below))
     support = await service.sentence_support(params.query, below, tier.words) if below else None
     admitted = {
         hit.chunk.id
