@@ -111,6 +111,20 @@ def test_terms_are_stemmed_as_the_index_stems_them(tmp_path: Path) -> None:
     assert terms._stems(["ran", "running", "élan", "ran"]) == ["ran", "run", "elan", "ran"]
 
 
+def test_a_number_is_stemmed_as_the_index_stems_it_without_writing_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    terms = TermFrequencies()
+    numbers = ["0", "7", "42", "007", "2024", "1234567890123", "9" * 80]
+    assert terms._stem(numbers) == terms._indexed_stems(numbers)
+    indexed: list[list[str]] = []
+    stem = terms._indexed_stems
+    monkeypatch.setattr(terms, "_indexed_stems", lambda found: indexed.append(found) or stem(found))
+    assert terms._stems(["2025", "deployments", "٣"]) == ["2025", "deploy", "٣"]
+    assert terms._stems(["2025", "1.5"]) is None  # two tokens
+    assert indexed == [["deployments", "٣"], ["1.5"]]  # not ASCII digits: the index says
+
+
 def scoped(name: str, text: str, collection: str) -> Document:
     doc = document(name, text)
     doc.collection = collection

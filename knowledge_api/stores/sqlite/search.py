@@ -45,31 +45,43 @@ def keyword_candidates(
     if allowed is not None:
         return best_allowed(conn, match, first, allowed, n)
     where, params = filter_sql(filters, indexed=True)
-    rows = best_then_checked(conn, match, first, where, params, n) if unfiltered else None
-    if rows is None:
-        documents = WITH_DOCUMENTS if reads_documents(filters) else ""
-        sql = f"""SELECT c.rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
-                  JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
-                  WHERE chunks_fts MATCH ? AND chunks_fts.rowid >= ? AND {where}
-                  ORDER BY rank LIMIT ?"""
-        rows = conn.execute(sql, (match, first, *params, n)).fetchall()
-    return [Candidate(r["key"], -float(r["rank"])) for r in rows]
+    found = best_then_checked(conn, match, first, where, params, n) if unfiltered else None
+    if found is not None:
+        return found
+    documents = WITH_DOCUMENTS if reads_documents(filters) else ""
+    sql = f"""SELECT c.rowid, bm25(chunks_fts) AS rank FROM chunks_fts
+              JOIN chunks c ON c.rowid = chunks_fts.rowid {documents}
+              WHERE chunks_fts MATCH ? AND chunks_fts.rowid >= ? AND {where}
+              ORDER BY rank LIMIT ?"""
+    rows = plain(conn).execute(sql, (match, first, *params, n))
+    return [Candidate(key, -rank) for key, rank in rows]
 
 
 def best_then_checked(
     conn: sqlite3.Connection, match: str, first: int, where: str, params: list[Any], n: int
-) -> list[sqlite3.Row] | None:
+) -> list[Candidate] | None:
     """The n best matches of the whole index (from rowid `first`), then the filters
     checked on those n rows only: when every chunk the store holds passes the
     filters, this skips reading each matching chunk's row to filter it. None when a
     row fails them (written since the index last followed the file): the caller
     filters first."""
-    sql = f"""SELECT f.key, f.rank, ({where}) AS allowed FROM (
+    sql = f"""SELECT f.key, f.rank, ({where}) FROM (
                   SELECT rowid AS key, bm25(chunks_fts) AS rank FROM chunks_fts
                   WHERE chunks_fts MATCH ? AND rowid >= ? ORDER BY rank LIMIT ?) f
               LEFT JOIN chunks c ON c.rowid = f.key ORDER BY f.rank"""
-    rows = conn.execute(sql, (*params, match, first, n)).fetchall()
-    return rows if all(r["allowed"] for r in rows) else None
+    rows = plain(conn).execute(sql, (*params, match, first, n)).fetchall()
+    if not all(allowed for _, _, allowed in rows):
+        return None
+    return [Candidate(key, -rank) for key, rank, _ in rows]
+
+
+def plain(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    """A cursor whose rows are plain tuples, unpacked by place: a keyword query reads
+    fifty rows, a search's hits ten, and a row read by name costs three times as much
+    (and one more object per row for the collector)."""
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    return cursor
 
 
 def hits(
@@ -82,9 +94,7 @@ def hits(
     if not ranked:
         return []
     marks = ",".join("?" * len(ranked))
-    cursor = conn.cursor()
-    cursor.row_factory = None  # plain tuples, unpacked by place in `hit_from_row`
-    cursor.execute(
+    cursor = plain(conn).execute(
         f"SELECT {HIT_COLUMNS} FROM chunks c {WITH_DOCUMENTS} WHERE c.rowid IN ({marks})",
         [key for key, _ in ranked],
     )
@@ -96,7 +106,7 @@ def hits(
 
 def hit_from_row(row: tuple[Any, ...], score: float, similarity: float) -> SearchHit:
     """A row of HIT_COLUMNS as `records.hit_from_record` maps a record, read by place:
-    a search builds ten of these, and a row read by name costs three times as much."""
+    a search builds ten of these (see `plain`)."""
     (_, chunk_id, document_id, collection, index, count, title, section, content) = row[:9]
     (start, end, page, source_type, source_id, metadata, created_at, updated_at) = row[9:]
     document_id = str(document_id)
