@@ -173,7 +173,8 @@ def feedback_vector(query: np.ndarray, seeds: Sequence[np.ndarray], weight: floa
     query means in this corpus better than the short query alone: on the MS MARCO
     development set this lifts standard nDCG@10 from 0.79 (fusion alone) to 0.82.
     """
-    moved = np.asarray(query, dtype=np.float32) + weight * np.mean(np.stack(seeds), axis=0)
+    # the mean as np.mean takes it (the sum, then over their number), without its checks
+    moved = np.asarray(query, dtype=np.float32) + weight * (np.add.reduce(seeds) / len(seeds))
     norm = float(np.linalg.norm(moved))
     result: np.ndarray = moved / norm if norm > 0 else np.asarray(query, dtype=np.float32)
     return result
