@@ -200,7 +200,7 @@ class HybridSearch(FromSettings):
             if vector is None:
                 similarity = relative_scores(by_keyword)
             else:
-                similarity = {c.key: c.score for c in by_vector}
+                similarity = dict(by_vector)  # (key, score) pairs
                 missing = [c.key for c in by_keyword if c.key not in similarity]
                 similarity.update(await self.similarities(missing, vector))
             fused = self.fuse(by_vector, by_keyword, similarity, tuning)
