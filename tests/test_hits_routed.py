@@ -16,7 +16,15 @@ from knowledge_api.app import create_app
 from knowledge_api.settings import Settings
 from knowledge_api.usecases import query as use
 from tests.test_access import bearer, error_of
-from tests.test_hits import JSON, QUERY, access_lines, json_lines, keyed, post
+from tests.test_hits import (
+    JSON,
+    QUERY,
+    a_500_with_its_id_and_line,
+    access_lines,
+    json_lines,
+    keyed,
+    post,
+)
 
 __all__ = ["json_lines", "keyed"]  # fixtures these tests use
 
@@ -111,9 +119,4 @@ def test_an_unexpected_error_on_the_routes_own_way_is_a_500_with_its_id_and_line
             QUERY, content=b'{"query": "x"}', headers={**JSON, "X-Request-ID": "t-500"}
         )
     assert routed == []
-    assert error_of(response, 500)["details"]["request_id"] == "t-500"
-    assert response.headers["x-request-id"] == "t-500"
-    lines = [line for line in json_lines() if line["request_id"] == "t-500"]
-    assert [line["logger"] for line in lines] == ["knowledge_api.access", "knowledge_api.errors"]
-    assert lines[0]["message"].startswith("POST /v1/knowledge/query 500 ")
-    assert "boom" in lines[1]["exception"]
+    a_500_with_its_id_and_line(response, "t-500", json_lines, "boom")
