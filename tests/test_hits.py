@@ -313,12 +313,19 @@ def test_an_error_on_the_hit_path_is_a_500_with_its_id_and_line(
 
         monkeypatch.setattr(app.state.service.tier1, "hit", broken)
         response = post(client, **{"X-Request-ID": "trace-500"})
-    assert error_of(response, 500)["details"]["request_id"] == "trace-500"
-    assert response.headers["x-request-id"] == "trace-500"
-    lines = [line for line in json_lines() if line["request_id"] == "trace-500"]
+    a_500_with_its_id_and_line(response, "trace-500", json_lines, "boom")
+
+
+def a_500_with_its_id_and_line(
+    response: Any, request_id: str, read: Callable[[], list[dict[str, Any]]], raised: str
+) -> None:
+    """The error shape's 500 with the request's id, its access line and the error's."""
+    assert error_of(response, 500)["details"]["request_id"] == request_id
+    assert response.headers["x-request-id"] == request_id
+    lines = [line for line in read() if line["request_id"] == request_id]
     assert [line["logger"] for line in lines] == ["knowledge_api.access", "knowledge_api.errors"]
     assert lines[0]["message"].startswith("POST /v1/knowledge/query 500 ")
-    assert "boom" in lines[1]["exception"]
+    assert raised in lines[1]["exception"]
 
 
 def test_a_browsers_hit_goes_through_the_cors_layer(

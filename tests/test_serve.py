@@ -1,12 +1,19 @@
-"""The server runtime's transport (knowledge_api/cli/serve.py): what one step of the
-event loop writes goes out in one call, in order, never later than that step."""
+"""The server runtime (knowledge_api/cli/serve.py): what one step of the event loop
+writes goes out in one call, in order, never later than that step; once it listens,
+the garbage collector leaves what it started with alone."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import socket
+from collections.abc import Iterator
 from typing import Any
 
-from knowledge_api.cli.serve import Corked
+import pytest
+import uvicorn
+
+from knowledge_api.cli.serve import GC_YOUNG, Corked, ReadyServer
 
 
 class Recorded:
@@ -77,3 +84,38 @@ async def test_a_write_held_when_the_connection_closed_is_dropped() -> None:
     await asyncio.sleep(0)
     assert transport.calls == []
     assert writes.get_extra_info("peername") == "extra peername"  # the rest is the transport's
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """The garbage collector as it was, after the test."""
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
+
+
+async def plain(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+
+
+@pytest.mark.usefixtures("collector")
+async def test_a_started_server_leaves_what_it_started_with_to_the_collector_no_more() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    server = ReadyServer(uvicorn.Config(plain, log_config=None, lifespan="on"))
+    started_with: list[int] = []  # a container: the collector tracks it
+    assert gc.get_freeze_count() == 0
+    serving = asyncio.create_task(server.serve([listener]))
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        assert gc.get_threshold()[0] == GC_YOUNG
+        assert not any(o is started_with for o in gc.get_objects())  # frozen
+    finally:
+        server.should_exit = True
+        await serving
+        listener.close()

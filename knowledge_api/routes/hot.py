@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledge_api.errors import KnowledgeAPIError
@@ -32,6 +34,7 @@ from knowledge_api.spans import Unit
 from knowledge_api.timing import Spelled
 from knowledge_api.views.query import render
 from knowledge_api.web.access import READ, Gate, admit
+from knowledge_api.web.http import EXCEPTION_HANDLERS
 from knowledge_api.web.observe import Exchange, RequestObserver, offered_id
 
 PATH = "/v1/knowledge/query"
@@ -109,7 +112,12 @@ class QueryHits:
                 exchange = observer.begin(scope, offered_bytes, started)
             if await self.answered(scope, body, rendered, headers, started, send, exchange):
                 return
-        status = await self.forward(scope, first, receive, send, exchange, started)
+        if whole and self.observer is not None and direct(body, headers or picked(scope)):
+            if exchange is None:
+                exchange = self.observer.begin(scope, offered_id(scope), started)
+            status = await self.routed(scope, first, receive, send, exchange)
+        else:
+            status = await self.forward(scope, first, receive, send, exchange, started)
         if whole and status == 200:
             self.remember(body, scope)
 
@@ -181,16 +189,8 @@ class QueryHits:
         """The request the usual way, its first message given back; its status. With
         an observer beneath, its exchange (the hit path's, or one begun here) goes on to
         it and says the status: no stand-in for the server's send of our own."""
-        replayed = False
         status = 0
-
-        async def receiving() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return first
-            return await receive()
-
+        receiving = replaying(first, receive)
         observer = self.observer
         if observer is not None:
             if exchange is None:
@@ -206,6 +206,34 @@ class QueryHits:
 
         await self.app(scope, receiving, sending)
         return status
+
+    async def routed(
+        self, scope: Scope, first: Message, receive: Receive, send: Send, exchange: Exchange
+    ) -> int:
+        """The request answered by the route itself, not by the layers between the
+        observer and it (the stream cap, routing, Starlette's handlers), which cost a
+        cold query as much as its admission, parsing and rendering together: the
+        route's errors are answered by the same handlers, an error they leave goes on
+        up as it would, and the exchange is recorded as the observer records one."""
+        assert self.observer is not None
+        scope["route"] = ROUTE
+        exchange.upstream(replaying(first, receive), send)
+        request = Request(scope, exchange.receive)
+        try:
+            try:
+                response = await ROUTE.endpoint(request)
+            except Exception as error:
+                handler = handler_of(error)
+                if handler is None:
+                    raise
+                response = await handler(request, error)
+                error.__traceback__ = None  # an instance raised again keeps no old frames
+            await response(scope, exchange.receive, exchange.send)
+        except ClientDisconnect:
+            exchange.disconnected = True
+        finally:
+            self.observer.record(scope, exchange)
+        return exchange.status
 
     def remember(self, body: bytes, scope: Scope) -> None:
         """Render, as a hit, the tier-1 value this body was just answered from (for the
@@ -235,6 +263,39 @@ def picked(scope: Scope) -> dict[str, str]:
         if name in PICKED:
             found.setdefault(name.decode("latin-1"), value.decode("latin-1"))
     return found
+
+
+def direct(body: bytes, headers: dict[str, str]) -> bool:
+    """Whether the route may answer by itself (`QueryHits.routed`): a body declared JSON
+    with no Origin (as for a hit), that cannot ask for a stream (a stream is capped by
+    the layer skipped: a key is "stream" as written or with letters escaped)."""
+    return b"stream" not in body and b"\\u" not in body and servable(headers)
+
+
+def replaying(first: Message, receive: Receive) -> Receive:
+    """The server's receive, with the message already read given back first."""
+    replayed = False
+
+    async def receiving() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return first
+        return await receive()
+
+    return receiving
+
+
+def handler_of(error: Exception) -> Callable[[Request, Exception], Awaitable[Response]] | None:
+    """The app's handler for `error` as Starlette's exception layer finds it (by its
+    class, then its bases), but the one for any Exception: that one answers a 500 at
+    the outermost layer, once the error went on up through the rest."""
+    for kind in type(error).__mro__:
+        if kind is Exception:
+            return None
+        if kind in EXCEPTION_HANDLERS:
+            return EXCEPTION_HANDLERS[kind]
+    return None
 
 
 def servable(headers: dict[str, str]) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterable, Awaitable, Hashable, Iterator, Sequen
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import replace
+from itertools import islice
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -121,8 +122,9 @@ class HybridSearch(FromSettings):
                 with tracing.span("knowledge.search.feedback", feedback) as round_:
                     fused, similarity = await self.with_feedback(vector, asked, fused, similarity)
                     round_.set_attribute("knowledge.search.hits", len(fused))
-            kept = [(key, score) for key, score in fused if similarity[key] >= threshold][:top_k]
-            return await self.hydrate(kept, similarity)
+            # the first top_k that pass, as they are (a fused ranking holds a hundred or more)
+            passing = (pair for pair in fused if similarity[pair[0]] >= threshold)
+            return await self.hydrate(list(islice(passing, top_k)), similarity)
 
     def searching(self, filters: SearchFilters) -> AbstractContextManager[SearchFilters | None]:
         """What a search runs under, held while it runs: the filters it reads by (None:
@@ -198,7 +200,7 @@ class HybridSearch(FromSettings):
             if vector is None:
                 similarity = relative_scores(by_keyword)
             else:
-                similarity = {c.key: c.score for c in by_vector}
+                similarity = dict(by_vector)  # (key, score) pairs
                 missing = [c.key for c in by_keyword if c.key not in similarity]
                 similarity.update(await self.similarities(missing, vector))
             fused = self.fuse(by_vector, by_keyword, similarity, tuning)
@@ -273,7 +275,7 @@ class HybridSearch(FromSettings):
         missing = [key for key, _ in refused if key not in similarity]
         similarity = {**similarity, **await self.similarities(missing, vector)}
         # a hit deleted since the feedback search found it has no similarity: left out
-        return [(key, score) for key, score in refused if key in similarity], similarity
+        return [pair for pair in refused if pair[0] in similarity], similarity
 
     async def seed_vectors(
         self, seeds: list[tuple[Hashable, float]], similarity: dict[Hashable, float]
