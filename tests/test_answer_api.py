@@ -353,7 +353,8 @@ class Searched:
     async def sentence_support(
         self, query: str, hits: Sequence[SearchHit], words: float = 0.0
     ) -> list[SentenceSupport]:
-        return [SentenceSupport(0.5, 0.8 if h is REPLACES else 0.0) for h in hits]
+        posting = "post" in query
+        return [SentenceSupport(0.5, 0.8 if (h is REPLACES) == posting else 0.0) for h in hits]
 
 
 async def test_passages_with_nothing_to_quote_leave_room_for_the_one_below_that_answers() -> None:
@@ -415,3 +416,50 @@ async def test_a_far_passage_the_search_ranks_first_joins_the_nearer_ones() -> N
     found = await answers.passages(cast(Any, service), params)
     assert [h.chunk.id for h in found.hits] == ["rows", "tables"]
     assert service.supported == [["tables"], ["rows"]]
+
+
+SETTINGS = [
+    hit(f"`KNOWLEDGE_ALLOWED_HOSTS` line {n}.", 0.5 - n / 100, f"near{n}") for n in range(6)
+]
+HOST = hit("`KNOWLEDGE_API_HOST` (default `127.0.0.1`): the interface it binds to.", 0.39, "host")
+WEAK = hit("Hosts are names.", 0.38, "weak")
+LATE = hit("`KNOWLEDGE_API_HOST` is read at start-up.", 0.37, "late")
+
+
+class Listed:
+    """What `answers.passages` asks of the service, over passages ranked near0 ... near4
+    (at the threshold), WEAK, near5 (at it, past the limit), HOST, LATE: HOST's line
+    answers best, near5's better than the first five's, WEAK's and LATE's not."""
+
+    def __init__(self) -> None:
+        self.supported: list[list[str]] = []
+
+    async def retrieve(
+        self, query: str, limit: int, filters: Any, threshold: float, **_: Any
+    ) -> Retrieval:
+        ranked = [*SETTINGS[:5], WEAK, SETTINGS[5], HOST, LATE]
+        hits = [h for h in ranked if h.similarity >= threshold]
+        return Retrieval(hits[:limit], None, 0.0, 0.0, [])
+
+    def quotable(self, query: str, hits: Sequence[SearchHit]) -> bool:
+        return bool(hits)
+
+    async def sentence_support(
+        self, query: str, hits: Sequence[SearchHit], words: float = 0.0
+    ) -> list[SentenceSupport]:
+        self.supported.append([h.chunk.id for h in hits])
+        best = {"host": 0.84, "late": 0.9, "near5": 0.8, "weak": 0.6}
+        return [SentenceSupport(0.5, best.get(h.chunk.id, 0.74)) for h in hits]
+
+
+async def test_a_list_line_found_just_past_the_limit_answers_in_place_of_the_last() -> None:
+    """Five passages reach the threshold, their best line 0.74; HOST, found eighth just
+    below it (a line of a long list of settings), holds a line scored 0.84: it takes
+    the fifth one's place. WEAK, below too, answers worse; near5 reaches the threshold
+    and answers better, but the limit, not the threshold, kept it out; LATE, which
+    would answer best, is found past the passages read."""
+    service = Listed()
+    params = answers.AnswerParams(query="What is the default API host?", threshold=0.4, limit=5)
+    found = await answers.passages(cast(Any, service), params)
+    assert [h.chunk.id for h in found.hits] == ["near0", "near1", "near2", "near3", "host"]
+    assert service.supported[-1] == ["weak", "host"]
