@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -353,7 +353,8 @@ class Searched:
     async def sentence_support(
         self, query: str, hits: Sequence[SearchHit], words: float = 0.0
     ) -> list[SentenceSupport]:
-        return [SentenceSupport(0.5, 0.8 if h is REPLACES else 0.0) for h in hits]
+        posting = "post" in query
+        return [SentenceSupport(0.5, 0.8 if (h is REPLACES) == posting else 0.0) for h in hits]
 
 
 async def test_passages_with_nothing_to_quote_leave_room_for_the_one_below_that_answers() -> None:
@@ -376,19 +377,21 @@ TABLES = hit("Indexes: HNSW on the embeddings, GIN on the `fts` columns.", 0.33,
 LISTS = hit("A file is an error when it is empty, binary or not UTF-8.", 0.25, "lists")
 
 
-class Ranked:
-    """What `answers.passages` asks of the service, over passages none of which reaches
-    0.4, ranked ROWS, TABLES, LISTS: TABLES is close to the question by a sentence's
-    meaning (it grounds at 0.1 below), ROWS and LISTS only by meaning and words (at
-    0.2 below)."""
+class Fixed:
+    """What `answers.passages` asks of the service, over fixed passages in the search's
+    order: the first `limit` at the threshold asked, any of them quotable, and each
+    one's support as `support` gives it (the passages read so kept in `supported`)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, ranked: Sequence[SearchHit], support: Callable[[SearchHit], SentenceSupport]
+    ) -> None:
+        self.ranked, self.support = ranked, support
         self.supported: list[list[str]] = []
 
     async def retrieve(
         self, query: str, limit: int, filters: Any, threshold: float, **_: Any
     ) -> Retrieval:
-        hits = [h for h in (ROWS, TABLES, LISTS) if h.similarity >= threshold]
+        hits = [h for h in self.ranked if h.similarity >= threshold]
         return Retrieval(hits[:limit], None, 0.0, 0.0, [])
 
     def quotable(self, query: str, hits: Sequence[SearchHit]) -> bool:
@@ -398,9 +401,17 @@ class Ranked:
         self, query: str, hits: Sequence[SearchHit], words: float = 0.0
     ) -> list[SentenceSupport]:
         self.supported.append([h.chunk.id for h in hits])
-        return [
-            SentenceSupport(0.45 if h is TABLES else 0.3, 0.3 if h is TABLES else 0.6) for h in hits
-        ]
+        return [self.support(h) for h in hits]
+
+
+def ranked() -> Fixed:
+    """None reaches 0.4, ranked ROWS, TABLES, LISTS: TABLES is close to the question by
+    a sentence's meaning (it grounds at 0.1 below), ROWS and LISTS only by meaning and
+    words (at 0.2 below)."""
+    return Fixed(
+        (ROWS, TABLES, LISTS),
+        lambda h: SentenceSupport(0.45 if h is TABLES else 0.3, 0.3 if h is TABLES else 0.6),
+    )
 
 
 async def test_a_far_passage_the_search_ranks_first_joins_the_nearer_ones() -> None:
@@ -408,10 +419,42 @@ async def test_a_far_passage_the_search_ranks_first_joins_the_nearer_ones() -> N
     meaning; ROWS, farther below but ranked first by the search, whose sentence holds
     the question's words, grounds it too. LISTS, ranked below TABLES, does not: it is
     not even read."""
-    service = Ranked()
+    service = ranked()
     params = answers.AnswerParams(
         query="Which table holds one row per passage?", threshold=0.4, limit=5
     )
     found = await answers.passages(cast(Any, service), params)
     assert [h.chunk.id for h in found.hits] == ["rows", "tables"]
     assert service.supported == [["tables"], ["rows"]]
+
+
+SETTINGS = [
+    hit(f"`KNOWLEDGE_ALLOWED_HOSTS` line {n}.", 0.5 - n / 100, f"near{n}") for n in range(6)
+]
+HOST = hit("`KNOWLEDGE_API_HOST` (default `127.0.0.1`): the interface it binds to.", 0.39, "host")
+WEAK = hit("Hosts are names.", 0.38, "weak")
+LATE = hit("`KNOWLEDGE_API_HOST` is read at start-up.", 0.37, "late")
+
+
+def listed() -> Fixed:
+    """Ranked near0 ... near4 (at the threshold), WEAK, near5 (at it, past the limit),
+    HOST, LATE: HOST's line answers best, near5's better than the first five's, WEAK's
+    and LATE's not."""
+    best = {"host": 0.84, "late": 0.9, "near5": 0.8, "weak": 0.6}
+    return Fixed(
+        [*SETTINGS[:5], WEAK, SETTINGS[5], HOST, LATE],
+        lambda h: SentenceSupport(0.5, best.get(h.chunk.id, 0.74)),
+    )
+
+
+async def test_a_list_line_found_just_past_the_limit_answers_in_place_of_the_last() -> None:
+    """Five passages reach the threshold, their best line 0.74; HOST, found eighth just
+    below it (a line of a long list of settings), holds a line scored 0.84: it takes
+    the fifth one's place. WEAK, below too, answers worse; near5 reaches the threshold
+    and answers better, but the limit, not the threshold, kept it out; LATE, which
+    would answer best, is found past the passages read."""
+    service = listed()
+    params = answers.AnswerParams(query="What is the default API host?", threshold=0.4, limit=5)
+    found = await answers.passages(cast(Any, service), params)
+    assert [h.chunk.id for h in found.hits] == ["near0", "near1", "near2", "near3", "host"]
+    assert service.supported[-1] == ["weak", "host"]

@@ -89,3 +89,22 @@ async def test_support_reads_only_the_passages_holding_the_share_of_words_asked(
     assert embedded and all("lock_timeout" in text for text in embedded)
     everything = await link.support(question, [held, other])
     assert everything is not None and everything[1].meaning == pytest.approx(1.0)
+
+
+async def test_an_answer_written_after_its_support_was_read_calls_the_model_no_more() -> None:
+    """The question's vector is kept with its sentences': the answer read after their
+    support (as /answer reads passages past the limit) embeds nothing again."""
+    calls: list[list[str]] = []
+
+    async def embed(texts: Sequence[str]) -> np.ndarray:
+        calls.append(list(texts))
+        return np.ones((len(texts), 4)) / 2
+
+    link = ExtractiveSynthesizer()
+    link.use_embedder(embed)
+    question = "What lock timeout does each adoption step use?"
+    passages = [hit("Each adoption step runs with `lock_timeout = 5s` and fails instead.")]
+    assert await link.support(question, passages) is not None
+    synthesis = await link.synthesize(question, passages)
+    assert synthesis.citations == [1]
+    assert len(calls) == 1 and calls[0][0] == question

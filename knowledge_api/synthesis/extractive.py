@@ -147,24 +147,28 @@ class ExtractiveSynthesizer:
         """Per result, the cosine of each sentence with the query (0 for sentences past
         the MAX_EMBEDDED that share most words with it); None without an embedder, or
         when it fails: the words still answer. Vectors are kept per sentence, so a
-        passage that answers often is embedded once."""
+        passage that answers often is embedded once, and so is the question's: an answer
+        reads its passages' support before it is written, and the model is not called
+        again for what the first reading embedded."""
         if self.embed is None or not any(sentences):
             return None
         headings = [heading(hit) for hit in hits]
         chosen = worth_embedding(query, headings, sentences)
         texts = {place: embedded(sentences[place[0]][place[1]]) for place in chosen}
-        wanted = [*texts.values(), *(h for h in headings if h)]
-        missing = [t for t in dict.fromkeys(wanted) if t not in self._vectors]
+        wanted = [query, *texts.values(), *(h for h in headings if h)]
+        known = {t: self._vectors[t] for t in dict.fromkeys(wanted) if t in self._vectors}
+        missing = [t for t in dict.fromkeys(wanted) if t not in known]
         try:
-            vectors = await self.embed([query, *missing])
+            vectors = await self.embed(missing) if missing else ()
         except EmbeddingError:
             return None
-        for sentence, vector in zip(missing, vectors[1:], strict=True):
+        for sentence, vector in zip(missing, vectors, strict=True):
             self._remember(sentence, vector)
-        query_vector = vectors[0]
+            known[sentence] = vector
+        query_vector = known[query]
 
         def cosine(passage: str) -> float:
-            return float(self._vectors[passage] @ query_vector) if passage else 0.0
+            return float(known[passage] @ query_vector) if passage else 0.0
 
         def in_section(sentence: float, section: float) -> float:
             return (sentence + max(sentence, section)) / 2
