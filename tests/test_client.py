@@ -29,7 +29,7 @@ def test_every_route_through_the_blocking_client(client: TestClient) -> None:
     events = [name for name, _ in knowledge.query_stream("login timeout")]
     fused = [name for name in events if name != "source_results"]  # each source's first
     assert fused[0] == "results" and fused[-1] == "done"
-    assert events.index("source_results") < events.index("results")
+    assert "source_results" not in events[events.index("results") :]  # only ahead
     answered = knowledge.answer("Which audio formats are accepted?", threshold=0.0)
     assert answered["status"] == "success"
     streamed = list(knowledge.answer_stream("Which audio formats are accepted?", threshold=0.0))
