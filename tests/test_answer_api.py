@@ -478,12 +478,14 @@ class Fed(Fixed):
         super().__init__([], lambda h: SentenceSupport(0.5, best(h)))
         self.prf = prf
         self.searches = 0
+        self.reranked: list[bool] = []
 
     async def retrieve(
         self, query: str, limit: int, filters: Any, threshold: float, **asked: Any
     ) -> Retrieval:
         self.searches += 1
         fed = self.prf and asked["ranking"].prf is not False
+        self.reranked.append(asked.get("rerank", True))
         order = [*FACETS, *ASIDE, TABLE] if fed else [*FACETS, ASIDE[0], TABLE, *ASIDE[1:]]
         hits = [h for h in order if h.similarity >= threshold]
         return Retrieval(hits[:limit], None, 0.0, 0.0, [], ranking={"prf": self.prf})
@@ -493,14 +495,16 @@ async def test_a_line_the_feedback_round_pushed_down_is_read_in_the_order_before
     """The feedback round moves the question toward the five passages that fill the
     limit, and so pushes TABLE, a line that answers better than theirs, past the
     passages read after them; in the search's order before the round it is among them:
-    it takes the fifth one's place. Where no round runs, the search's order is the one
-    before it: the window past the limit is searched once."""
+    it takes the fifth one's place. That order is not reranked (the reranked one is
+    read already). Where no round runs, the search's order is the one before it: the
+    window past the limit is searched once."""
     params = answers.AnswerParams(
         query="Which table counts the passages per facet value?", threshold=0.4, limit=5
     )
     service = Fed(prf=True)
     found = await answers.passages(cast(Any, service), params)
     assert [h.chunk.id for h in found.hits] == ["api0", "api1", "api2", "api3", "table"]
+    assert service.reranked == [True, True, False]
     without = Fed(prf=False)
     assert (await answers.passages(cast(Any, without), params)).hits == found.hits
     assert without.searches == service.searches - 1

@@ -272,13 +272,14 @@ async def past_limit(
     reading past the limit looks for (asked which table counts the passages per facet
     value, the table's line, found 7th before the round among passages on facets in
     the API, was 16th after it, under more of them). One more search (the question's
-    vector is kept, and no feedback round), and the support of the passages it adds."""
+    vector is kept; no feedback round, and no reranker: the reranked order is read
+    already), and the support of the passages it adds."""
     wider = replace(params, limit=params.limit + READ_PAST)
     floor = max(params.threshold - SENTENCE_MARGIN, 0.0)
     orders = [await search(service, wider, floor)]
     if found.ranking.get("prf"):
         own = replace(wider, ranking=replace(params.ranking, prf=False))
-        orders.append(await search(service, own, floor))
+        orders.append(await search(service, own, floor, rerank=False))
     held = {hit.chunk.id for hit in found.hits}
     past: dict[str, SearchHit] = {}
     for hit in (hit for order in orders for hit in order.hits):
