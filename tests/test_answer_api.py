@@ -458,3 +458,53 @@ async def test_a_list_line_found_just_past_the_limit_answers_in_place_of_the_las
     found = await answers.passages(cast(Any, service), params)
     assert [h.chunk.id for h in found.hits] == ["near0", "near1", "near2", "near3", "host"]
     assert service.supported[-1] == ["weak", "host"]
+
+
+FACETS = [hit(f"`facets` in the API, line {n}.", 0.5 - n / 100, f"api{n}") for n in range(5)]
+ASIDE = [hit(f"A count aside {n}.", 0.38, f"aside{n}") for n in range(3)]
+TABLE = hit("`siam_vector_facets`: how many passages hold each value.", 0.37, "table")
+
+
+def best(passage: SearchHit) -> float:
+    return 0.84 if passage is TABLE else 0.6 if passage in ASIDE else 0.74
+
+
+class Fed(Fixed):
+    """Five passages at the threshold whose best line scores 0.74, then, below it, three
+    whose best scores 0.6 and TABLE, whose line scores 0.84: after the feedback round
+    (when `prf` says it runs) TABLE is found past the three, before it between them."""
+
+    def __init__(self, prf: bool) -> None:
+        super().__init__([], lambda h: SentenceSupport(0.5, best(h)))
+        self.prf = prf
+        self.searches = 0
+        self.reranked: list[bool] = []
+
+    async def retrieve(
+        self, query: str, limit: int, filters: Any, threshold: float, **asked: Any
+    ) -> Retrieval:
+        self.searches += 1
+        fed = self.prf and asked["ranking"].prf is not False
+        self.reranked.append(asked.get("rerank", True))
+        order = [*FACETS, *ASIDE, TABLE] if fed else [*FACETS, ASIDE[0], TABLE, *ASIDE[1:]]
+        hits = [h for h in order if h.similarity >= threshold]
+        return Retrieval(hits[:limit], None, 0.0, 0.0, [], ranking={"prf": self.prf})
+
+
+async def test_a_line_the_feedback_round_pushed_down_is_read_in_the_order_before_it() -> None:
+    """The feedback round moves the question toward the five passages that fill the
+    limit, and so pushes TABLE, a line that answers better than theirs, past the
+    passages read after them; in the search's order before the round it is among them:
+    it takes the fifth one's place. That order is not reranked (the reranked one is
+    read already). Where no round runs, the search's order is the one before it: the
+    window past the limit is searched once."""
+    params = answers.AnswerParams(
+        query="Which table counts the passages per facet value?", threshold=0.4, limit=5
+    )
+    service = Fed(prf=True)
+    found = await answers.passages(cast(Any, service), params)
+    assert [h.chunk.id for h in found.hits] == ["api0", "api1", "api2", "api3", "table"]
+    assert service.reranked == [True, True, False]
+    without = Fed(prf=False)
+    assert (await answers.passages(cast(Any, without), params)).hits == found.hits
+    assert without.searches == service.searches - 1

@@ -70,7 +70,8 @@ farther below, the more of the question they must hold."""
 READ_PAST = 3
 """Passages found past the limit, at SENTENCE_MARGIN below the threshold, read for a
 sentence that answers better than every sentence of the passages that fill the limit
-(`closer_past`)."""
+(`closer_past`), in the search's order and in its order before the feedback round
+(`past_limit`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,10 +247,7 @@ async def closer_past(
     listed, found sixth at 0.45, outscored the first step that answers). The answer is
     the best sentence by the same score, among more passages; their support is read
     apart from `found`'s, whose sentences' vectors the answer then finds kept."""
-    wider = replace(params, limit=params.limit + READ_PAST)
-    nearest = await search(service, wider, max(params.threshold - SENTENCE_MARGIN, 0.0))
-    held = {hit.chunk.id for hit in found.hits}
-    past = [h for h in nearest.hits if h.chunk.id not in held and h.similarity < params.threshold]
+    past = await past_limit(service, params, found)
     above = await service.sentence_support(params.query, found.hits) if past else None
     support = await service.sentence_support(params.query, past, WORDS_NEEDED) if above else None
     if not above or not support:
@@ -260,6 +258,34 @@ async def closer_past(
         return found
     closer = closer[: params.limit]
     return replace(found, hits=[*found.hits[: params.limit - len(closer)], *closer])
+
+
+async def past_limit(
+    service: KnowledgeService, params: AnswerParams, found: Retrieval
+) -> list[SearchHit]:
+    """The passages of the first `limit + READ_PAST` found at SENTENCE_MARGIN below the
+    threshold that `found` does not hold and that do not reach it, in the search's
+    order, then those of the same window of its order before the feedback round, when
+    that round ran. The round moves the question toward the mean of its best passages,
+    which fill the limit: toward what is already read, and away from a passage whose
+    one line answers while the rest of it is about something else, which is what
+    reading past the limit looks for (asked which table counts the passages per facet
+    value, the table's line, found 7th before the round among passages on facets in
+    the API, was 16th after it, under more of them). One more search (the question's
+    vector is kept; no feedback round, and no reranker: the reranked order is read
+    already), and the support of the passages it adds."""
+    wider = replace(params, limit=params.limit + READ_PAST)
+    floor = max(params.threshold - SENTENCE_MARGIN, 0.0)
+    orders = [await search(service, wider, floor)]
+    if found.ranking.get("prf"):
+        own = replace(wider, ranking=replace(params.ranking, prf=False))
+        orders.append(await search(service, own, floor, rerank=False))
+    held = {hit.chunk.id for hit in found.hits}
+    past: dict[str, SearchHit] = {}
+    for hit in (hit for order in orders for hit in order.hits):
+        if hit.chunk.id not in held and hit.similarity < params.threshold:
+            past.setdefault(hit.chunk.id, hit)
+    return list(past.values())
 
 
 async def search(
