@@ -1,0 +1,79 @@
+"""What a question asks for beyond its words: the kind of thing that answers it; and how
+the offline answer reads it."""
+
+import pytest
+
+from knowledge_api.synthesis.asked import Kind, asked_kind, holders
+from knowledge_api.synthesis.extractive import extract
+from tests.test_extractive import hit
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("What status does a request without a key get?", Kind.STATUS),
+        ("Which error code does a revoked key get?", Kind.STATUS),
+        ("How many jobs does Kestrel run at the same time?", Kind.NUMBER),
+        ("How long do cached responses live?", Kind.NUMBER),
+        ("What is the longest content a document may have?", Kind.NUMBER),
+        ("What lock timeout does each adoption step use?", Kind.NUMBER),
+        ("Which table counts the passages per facet value?", Kind.NAME),
+        ("Which setting holds the API host?", Kind.NAME),
+        ("What is the default API host?", Kind.VALUE),
+        ("Which embedder is the default?", Kind.VALUE),
+        # no kind: what happens, what something means, how to do something
+        ("What happens to an unknown KNOWLEDGE_ variable?", None),
+        ("What does a 500 internal_error mean?", None),
+        ("How do I set a rate limit per API key?", None),
+        ("When does /readyz answer 503?", None),
+        ("Which metadata keys of a very long list get a payload index?", None),
+    ],
+)
+def test_the_wh_phrase_says_what_kind_of_thing_answers(question: str, kind: Kind | None) -> None:
+    assert asked_kind(question) is kind
+
+
+@pytest.mark.parametrize(
+    ("question", "holding", "lacking"),
+    [
+        (
+            "What status does a request without a key get?",
+            ["No key: 401 `unauthorized`.", "A key guess gets `429` once spent."],
+            ["Only `status` and `version`, 1200 ms.", "Then call `/v1/keys`."],
+        ),
+        ("What status does a 503 mean?", ["It answers 200 or 404."], ["It answers 503."]),
+        (
+            "How many processes does PM2 run by default?",
+            ["`KNOWLEDGE_API_INSTANCES` (default 2)", "At most eight run.", "Waits 5s."],
+            ["PM2 runs `start.sh` via /v1/run.", "One process at a time."],
+        ),
+        (
+            "Which table counts the passages?",
+            ["`siam_vector_facets`: counts"],
+            ["The table of counts, 12 of them."],
+        ),
+        ("What is the default host?", ["`127.0.0.1`", "Port 8000."], ["The host binds."]),
+        ("How do I add documents?", [], ["Send `POST /documents`.", "Run it."]),
+    ],
+)
+def test_a_sentence_holds_the_kind_asked_unless_the_question_gives_it(
+    question: str, holding: list[str], lacking: list[str]
+) -> None:
+    assert holders(question, [*holding, *lacking]) == set(holding)
+
+
+def test_the_line_giving_the_asked_kind_outranks_one_repeating_the_question() -> None:
+    """Asked what status a session gets, a line on a `status` field holds every word of
+    the question and no status; the line with the status holds three of its four."""
+    field = hit("An expired session gets only the `status` field of its report.")
+    status = hit("Expired sessions get 419 `session_expired`, and the client logs in again.")
+    synthesis = extract("What status does an expired session get?", [field, status])
+    assert synthesis.citations == [2]
+
+
+def test_where_no_sentence_holds_the_asked_kind_the_answer_is_unchanged() -> None:
+    """Plain prose writes its values without code or digits: no line is scaled down, and
+    the one that answers is not refused for it."""
+    prose = hit("The default mode of the exporter is strict, which stops at the first error.")
+    synthesis = extract("What is the default mode of the exporter tool?", [prose])
+    assert synthesis.citations == [1]
