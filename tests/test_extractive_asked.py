@@ -1,10 +1,10 @@
-"""What a question asks for beyond its words: the kind of thing that answers it; and how
-the offline answer reads it."""
+"""What a question asks for beyond its words: the kind of thing that answers it, and the
+words it denies; and how the offline answer reads them."""
 
 import pytest
 
-from knowledge_api.synthesis.asked import Kind, asked_kind, holders
-from knowledge_api.synthesis.extractive import extract
+from knowledge_api.synthesis.asked import Kind, absent, agreeing, asked_kind, holders
+from knowledge_api.synthesis.extractive import extract, stems
 from tests.test_extractive import hit
 
 
@@ -62,6 +62,16 @@ def test_a_sentence_holds_the_kind_asked_unless_the_question_gives_it(
     assert holders(question, [*holding, *lacking]) == set(holding)
 
 
+def test_a_thing_asked_absent_counts_only_where_it_is_denied_too() -> None:
+    assert absent("What does a request without a key get?") == {"key"}
+    assert absent("What does a request with no body get?") == {"body"}
+    assert absent("Why is my file not indexed?") == set()
+    words = stems("A request with a key gets the report.")
+    assert agreeing("A request with a key gets the report.", words, {"key"}) == words - {"key"}
+    denying = "A request with no key gets the summary."
+    assert {"key", "without"} <= agreeing(denying, stems(denying), {"key"})
+
+
 def test_the_line_giving_the_asked_kind_outranks_one_repeating_the_question() -> None:
     """Asked what status a session gets, a line on a `status` field holds every word of
     the question and no status; the line with the status holds three of its four."""
@@ -77,3 +87,12 @@ def test_where_no_sentence_holds_the_asked_kind_the_answer_is_unchanged() -> Non
     prose = hit("The default mode of the exporter is strict, which stops at the first error.")
     synthesis = extract("What is the default mode of the exporter tool?", [prose])
     assert synthesis.citations == [1]
+
+
+def test_a_question_denying_a_word_is_answered_by_the_line_that_denies_it() -> None:
+    """Asked what a request without a key gets, the line on requests with a key holds
+    as many of the question's words as the one on requests with none."""
+    with_key = hit("A request with a key gets the full report of its collection.")
+    without = hit("A request with no key gets only the public summary.")
+    synthesis = extract("What does a request without a key get?", [with_key, without])
+    assert synthesis.text == "A request with no key gets only the public summary. [2]"

@@ -1,11 +1,15 @@
 """What a question asks for beyond its words: the kind of thing that answers it (its
-expected answer type).
+expected answer type) and the things it asks about the absence of.
 
 "What status does ... get?" asks for an HTTP status, "How many ...?" or "What is the
 longest ...?" for a number, "Which table ...?" for a name written as code, "What is the
 default ...?" for a value (a number or code). A sentence that holds none repeats the
 question's words without completing them: a line on a `status` field is no answer to
-"what status", whatever words it shares with the question."""
+"what status", whatever words it shares with the question.
+
+"A request without a key" asks about the absence of a key: a sentence that denies it too
+("No key, or an unknown or revoked one: 401 ...") speaks of that case, one that names a
+key without denying it ("A key limited to some collections ...") of another."""
 
 from __future__ import annotations
 
@@ -103,6 +107,34 @@ def _kind_after(words: list[str], how: bool) -> Kind | None:
             return ASKED[word]
         read += 1
     return None
+
+
+NEGATED = re.compile(r"\b(?:without|no|not|never)\s+(?:(?:a|an|the|any)\s+)?[\w-]+", re.IGNORECASE)
+"""A word denied: what a sentence says does not happen, or is not there."""
+ABSENT = re.compile(r"\b(?:without|no)\s+(?:(?:a|an|the|any)\s+)?[\w-]+", re.IGNORECASE)
+"""A thing a question asks about the absence of ("a request without a key", "with no
+body"). Not a verb it denies: "Why is my file not indexed?" is answered as often by
+the rule for what is indexed as by a sentence that denies it."""
+
+
+def absent(question: str) -> set[str]:
+    """The stems of the things a question asks about the absence of."""
+    return _last_words(ABSENT, question)
+
+
+def _last_words(pattern: re.Pattern[str], passage: str) -> set[str]:
+    return {text.stem(match.split()[-1].casefold()) for match in pattern.findall(passage)}
+
+
+def agreeing(sentence: str, words: set[str], absences: set[str]) -> set[str]:
+    """The stemmed `words` of a sentence as they answer a question about the absence of
+    `absences`: an absent thing counts only where the sentence denies it too, and then
+    so does the question's "without". Asked what a request without a key gets,
+    "Requests with a missing key count against ..." names a key, not its absence; "No
+    key, or an unknown or revoked one: 401 ..." speaks of that case."""
+    own = _last_words(NEGATED, sentence) & absences
+    words = (words - absences) | own
+    return words | {"without"} if own else words - {"without"}
 
 
 def holders(question: str, sentences: Iterable[str]) -> set[str]:
