@@ -12,7 +12,8 @@ from tests.test_extractive import hit
     ("question", "kind"),
     [
         ("What status does a request without a key get?", Kind.STATUS),
-        ("Which error code does a revoked key get?", Kind.STATUS),
+        ("Which error code does a revoked key get?", Kind.NUMBER),
+        ("What exit code does the check return?", Kind.NUMBER),
         ("How many jobs does Kestrel run at the same time?", Kind.NUMBER),
         ("How long do cached responses live?", Kind.NUMBER),
         ("What is the longest content a document may have?", Kind.NUMBER),
@@ -26,6 +27,7 @@ from tests.test_extractive import hit
         ("What does a 500 internal_error mean?", None),
         ("How do I set a rate limit per API key?", None),
         ("When does /readyz answer 503?", None),
+        ("What is the status of a stopped job?", None),
         ("Which metadata keys of a very long list get a payload index?", None),
     ],
 )

@@ -32,12 +32,12 @@ class Kind(Enum):
 
 
 ASKED = {
-    **dict.fromkeys(("status", "code"), Kind.STATUS),
+    "status": Kind.STATUS,
     **dict.fromkeys(
         (
-            "longest", "largest", "biggest", "shortest", "smallest", "maximum", "minimum",
-            "max", "min", "limit", "size", "timeout", "port", "number", "count", "length",
-            "many", "much", "long", "large", "big", "often", "old", "far",
+            "code", "longest", "largest", "biggest", "shortest", "smallest", "maximum",
+            "minimum", "max", "min", "limit", "size", "timeout", "port", "number", "count",
+            "length", "many", "much", "long", "large", "big", "often", "old", "far",
         ),
         Kind.NUMBER,
     ),
@@ -52,9 +52,13 @@ ASKED = {
     ),
     "default": Kind.VALUE,
 }  # fmt: skip
-"""The words of a question's wh-phrase that say what it asks for, and what they ask."""
+"""The words of a question's wh-phrase that say what it asks for, and what they ask. A
+code is a number (an exit code, an HTTP status); a status is an HTTP status when it is
+what the wh-word asks for ("What status does ... get?"), not past a copula ("What is the
+status of the job?" asks for a state)."""
 WH = frozenset(("what", "which", "how"))
-SKIPPED = frozenset(("is", "are", "was", "were", "the", "a", "an"))
+COPULAS = frozenset(("is", "are", "was", "were"))
+SKIPPED = COPULAS | {"the", "a", "an"}
 """Read past between the wh-word and what it asks for ("What is the default ...")."""
 ENDS = frozenset(
     (
@@ -82,10 +86,10 @@ NUMBER_WORDS = frozenset(
 
 def asked_kind(question: str) -> Kind | None:
     """The kind of thing the question's wh-phrase asks for, or None: "how" followed by a
-    quantity word ("how many", "how long"), or "what"/"which" followed (past "is the")
-    by up to PHRASE_WORDS words that end at an auxiliary or a preposition ("What lock
-    timeout does ...", "What is the default limit of ..."); copulas and articles are read
-    past, so a complement is read too ("Which embedder is the default?"). A question that asks
+    quantity word ("how many", "how long"), or "what"/"which" followed by up to
+    PHRASE_WORDS words that end at an auxiliary or a preposition ("What lock timeout
+    does ...", "What is the default limit of ..."). Copulas and articles are read past,
+    so a complement is read too ("Which embedder is the default?"). A question asking
     what happens, what something means or how to do something asks for no kind."""
     words = text.words(question)
     for start, word in enumerate(words):
@@ -98,13 +102,16 @@ def _kind_after(words: list[str], how: bool) -> Kind | None:
     if how:
         return ASKED.get(words[0]) if words and ASKED.get(words[0]) is Kind.NUMBER else None
     read = 0
+    copula = False
     for word in words:
+        copula = copula or word in COPULAS
         if word in SKIPPED:
             continue
         if word in ENDS or read == PHRASE_WORDS:
             return None
         if word in ASKED:
-            return ASKED[word]
+            kind = ASKED[word]
+            return None if kind is Kind.STATUS and copula else kind
         read += 1
     return None
 
@@ -139,8 +146,8 @@ def agreeing(sentence: str, words: set[str], absences: set[str]) -> set[str]:
 
 def holders(question: str, sentences: Iterable[str]) -> set[str]:
     """The sentences holding a thing of the kind the question asks for, that the question
-    does not give already ("When does /readyz answer 503?" asks no status of a line
-    repeating 503); none when it asks for no kind."""
+    does not give already ("What status follows a 503?" is not answered by a line that
+    repeats 503); none when it asks for no kind."""
     kind = asked_kind(question)
     if kind is None:
         return set()
