@@ -9,8 +9,7 @@ Boilerplate (navigation, copyright lines, code, headings alone, fragments) is ne
 candidate, and a sentence that only repeats the question's words answers nothing; one
 that completes them (with a command, a setting, a number) does. A question that names
 something (Kestrel, PM2) is answered only from passages that name it, the line that
-defines the name (the name before its colon) first; one that asks for a kind of thing
-(a status, a number, a name) by the sentences that hold one (`asked`). When no sentence
+defines the name (the name before its colon) first. When no sentence
 reaches the bar, the answer says the knowledge base has no relevant passage and cites
 nothing, instead of quoting something weak.
 """
@@ -28,7 +27,6 @@ import numpy as np
 from knowledge_api import text
 from knowledge_api.errors import EmbeddingError
 from knowledge_api.models import SearchHit, SentenceSupport
-from knowledge_api.synthesis.asked import NEGATED, absent, agreeing, holders
 from knowledge_api.synthesis.base import Prompt, Synthesis, Usage
 from knowledge_api.synthesis.quotes import Candidate, picked
 from knowledge_api.synthesis.sentences import candidate_sentences
@@ -59,14 +57,6 @@ DEFINES = 0.1
 its colon ("421 `misdirected_request`: the `Host` header names a host ..."): in a
 reference (a list of settings, errors, fields) that line is the answer, while the prose
 around it only mentions the name."""
-LACKS_KIND = 0.6
-"""What a sentence scores, scaled, when the question asks for a kind of thing (a status,
-a number, a name in code, a default) that the sentence lacks while another sentence of
-the passages holds one (`asked.holders`): a line that repeats the question's words
-without it does not complete the question, in any corpus. Only relative to those that
-hold one, so a text that writes no value the asked way (no code, no digits) loses
-nothing. From 0.5 to 0.7 the tuned answers are the same; at 0.8 a line naming a `status`
-field stays above the line giving the status asked for."""
 MAX_SUBJECT_CHARS = 60
 """Longest text before a colon that is a definition's subject, not a clause."""
 HEADING_WORDS = 0.5
@@ -266,7 +256,7 @@ def candidates(query: str, hits: Sequence[SearchHit]) -> list[list[str]]:
         [
             sentence
             for sentence in sentences_of(hit.chunk.content)
-            if not names or not asked or asked & stems(NEGATED.sub(" ", sentence))
+            if not names or not asked or asked & stems(_NEGATED.sub(" ", sentence))
         ]
         if names_any(hit, names)
         else []
@@ -282,6 +272,8 @@ def sentences_of(passage: str) -> tuple[str, ...]:
     return tuple(candidate_sentences(passage))
 
 
+_NEGATED = re.compile(r"\b(?:without|no|not|never)\s+(?:(?:a|an|the|any)\s+)?[\w-]+", re.IGNORECASE)
+"""A word denied: what a sentence says does not happen."""
 _NAME = re.compile(r"[A-Za-z0-9_$/.-]*[A-Za-z0-9_$]")
 
 
@@ -315,15 +307,11 @@ def score(
     """Every candidate sentence with its score, best first."""
     wanted = stems(query)
     names = named(query)
-    absences = absent(query)
-    holding = holders(query, (sentence for passage in sentences for sentence in passage))
     scored = []
     for n, passage in enumerate(sentences, start=1):
         context = stems(heading(hits[n - 1]))
         for position, sentence in enumerate(passage):
             words = stems(sentence)
-            if absences:
-                words = agreeing(sentence, words, absences)
             found = len(wanted & words) + HEADING_WORDS * len(wanted & context - words)
             coverage = found / len(wanted) if wanted else 0.0
             value = coverage
@@ -332,8 +320,6 @@ def score(
                 value = MEANING_WEIGHT * cosine + (1 - MEANING_WEIGHT) * coverage
             if defines(sentence, names):
                 value += DEFINES
-            if holding and sentence not in holding:
-                value *= LACKS_KIND
             value *= novelty(sentence, query, wanted)
             value -= RANK_PENALTY * (n - 1)
             scored.append(Candidate(value, n, position, sentence))
