@@ -444,7 +444,9 @@ async def test_a_probe_in_flight_keeps_the_circuit_open_to_others(
         probe = chain.stream(QUESTION, hits)
         gemini.mock(return_value=httpx.Response(200, stream=Stream([], then="stall")))
         first = asyncio.create_task(anext(probe))  # the probe: waits on gemini
-        await asyncio.sleep(0.05)
+        async with asyncio.timeout(30):  # a guard against hanging only
+            while gemini.call_count < 2:  # the probe is under way: it called gemini
+                await asyncio.sleep(0.01)
         other = [event async for event in chain.stream(QUESTION, hits)]
         assert gemini.call_count == 2  # the second request did not call gemini
         outcome = other[-1][1]
