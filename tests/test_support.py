@@ -57,7 +57,8 @@ KB = [
 ]
 PATIENT_MS = 30000.0
 """The retrieval budget of the tests about what is found: the 100 ms default is met by
-a quiet machine, missed by a loaded one (whose fallback is test_a_slow_retrieval_...)."""
+a quiet machine and missed by a loaded one. The fallback past the budget is the slow
+retrieval's test, on 100 ms."""
 
 
 @pytest.fixture
