@@ -178,15 +178,22 @@ class Stream(httpx.AsyncByteStream):
     """A streamed body sent piece by piece: then it ends, stalls or breaks.
 
     It records how many pieces were sent and whether the client closed it, from
-    whichever thread the server runs on."""
+    whichever thread the server runs on. With `held`, the pieces after the first wait
+    until the test sets it: what a client sees before the rest is sent is then no race."""
 
     def __init__(
-        self, pieces: Sequence[bytes], then: str = "end", pause: float = 0.0, stall: float = 30.0
+        self,
+        pieces: Sequence[bytes],
+        then: str = "end",
+        pause: float = 0.0,
+        stall: float = 30.0,
+        held: threading.Event | None = None,
     ) -> None:
         self.pieces = list(pieces)
         self.then = then
         self.pause = pause
         self.stall = stall
+        self.held = held
         self.sent = 0
         self.closed = threading.Event()
 
@@ -196,6 +203,8 @@ class Stream(httpx.AsyncByteStream):
                 return
             yield piece
             self.sent += 1
+            if self.held is not None and self.sent == 1:
+                assert await asyncio.to_thread(self.held.wait, 30), "the test never let it on"
             await asyncio.sleep(self.pause)
         if self.then == "stall":
             await asyncio.sleep(self.stall)

@@ -411,14 +411,18 @@ def test_an_upload_and_its_job_are_recorded(tmp_path: Path) -> None:
         )
         assert accepted.status_code == 202, accepted.text
         job_id = accepted.json()["job_id"]
+        service: KnowledgeService = client.app.state.service  # type: ignore[attr-defined]
+
+        def recorded() -> list[AuditEntry]:
+            return client.portal.call(service.audit_page, AuditQuery(collection="manuals"))
+
+        # the job's record is appended once the job is saved done: wait for it too
         deadline = time.monotonic() + 30
-        while client.get(f"/v1/knowledge/jobs/{job_id}").json()["status"] not in ("done", "failed"):
+        while len(entries := recorded()) < 2:
             assert time.monotonic() < deadline, "the job did not end"
             time.sleep(0.05)
-        service: KnowledgeService = client.app.state.service  # type: ignore[attr-defined]
-        indexed, sent = client.portal.call(
-            lambda: service.audit_page(AuditQuery(collection="manuals"))
-        )[:2]
+        assert client.get(f"/v1/knowledge/jobs/{job_id}").json()["status"] == "done"
+        indexed, sent = entries[:2]
     assert (sent.actor, sent.action, sent.request_id) == ("-", "POST /v1/knowledge/files", "up-1")
     assert sent.changes == {"job_id": job_id, "files": ["kestrel.md", "heron.md"]}
     assert (indexed.actor, indexed.action) == (f"job:{job_id}", "upload job")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import orjson
@@ -116,8 +116,11 @@ def test_a_busy_connection_moves_its_header_deadline_at_every_response(tmp_path:
 
 def test_streams_past_the_cap_are_503_and_each_ends_at_its_lifetime(tmp_path: Path) -> None:
     settings = {"KNOWLEDGE_MAX_STREAMS": "3", "KNOWLEDGE_STREAM_LIFETIME": "2"}
-    with server(tmp_path, **settings) as port:
-        streams = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+    with server(tmp_path, **settings) as port, ExitStack() as opened:
+        streams = [
+            opened.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
+            for _ in range(3)
+        ]  # closed even when the test fails: a socket left to the collector fails another
         for stream in streams:
             stream.sendall(MCP_STREAM)
             assert stream.recv(4096).startswith(b"HTTP/1.1 200")  # open

@@ -295,7 +295,11 @@ def answering(rewrite: Any) -> Any:
 
 
 def llm_client(tmp_path: Path, **changes: Any) -> TestClient:
-    settings = llm_settings(tmp_path, answer_threshold="0.0", synthesizer="gemini,extractive")
+    """The rewrite may take 30 s unless `changes` say otherwise: on a loaded machine the
+    2 s default was a race for "by gemini" (the late rewrite's test sets its own)."""
+    settings = llm_settings(
+        tmp_path, answer_threshold="0.0", synthesizer="gemini,extractive", rewrite_timeout=30.0
+    )
     return TestClient(create_app(settings.replace(**changes)))
 
 

@@ -311,7 +311,7 @@ async def test_the_openai_link_ranks_for_the_llm_reranker(
     tmp_path: Path, local: openai_server.Server
 ) -> None:
     local.reply(['{"ranking": ', "[3, 1]}"])
-    settings = local_settings(tmp_path, local, reranker="llm", rerank_top=TOP, rerank_timeout=2.0)
+    settings = local_settings(tmp_path, local, reranker="llm", rerank_top=TOP, rerank_timeout=30.0)
     service = await started(settings)
     try:
         hits = await fused(service)

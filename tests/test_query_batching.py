@@ -89,8 +89,10 @@ async def test_batches_never_exceed_the_batch_size(model: CountingEmbedder) -> N
 
 
 async def test_a_window_gathers_queries_that_arrive_apart() -> None:
+    """The window is far longer than the gap between the two (whatever the machine's
+    load); the second fills the batch, which ends the wait."""
     embedder = FakeEmbedder()
-    batcher = batcher_of(embedder, window_ms=200.0)
+    batcher = batcher_of(embedder, window_ms=10_000.0, size=2)
 
     async def later(query: str) -> np.ndarray:
         await asyncio.sleep(0.02)

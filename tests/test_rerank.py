@@ -183,9 +183,14 @@ async def test_health_reports_a_working_reranker(reversing: KnowledgeService) ->
 
 
 async def test_support_retrieval_is_not_reranked(tmp_path: Path) -> None:
-    """Support ranks articles by its own score within a 100 ms budget."""
+    """Support ranks articles by its own score within a 100 ms budget (given 30 s here:
+    a loaded machine misses 100 ms, and what is tested is which order it answers in)."""
     service = await started(
-        tmp_path, reranker="reverse", rerank_top=4, support_collection="default"
+        tmp_path,
+        reranker="reverse",
+        rerank_top=4,
+        support_collection="default",
+        support_timeout_ms=30000.0,
     )
     try:
         assert len(await fused_ids(service)) > 1, "support must find passages to rerank"

@@ -20,7 +20,8 @@ async def main():
     tables = SQLiteAudit(Path(sys.argv[1]))
     await tables.open()
     running = asyncio.create_task(tables._run(COUNTING))
-    await asyncio.sleep(0.05)  # under way on its thread, as a write sent off at shutdown
+    while not tables._using.locked():  # under way on its thread, as a write sent off at
+        await asyncio.sleep(0.001)  # shutdown (a thread not started yet would run after)
     await tables.close()
     print(await running, tables._conn)
 

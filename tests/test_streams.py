@@ -44,18 +44,22 @@ async def test_one_stream_too_many_is_503_and_each_ends_at_its_lifetime(tmp_path
         middleware=[Middleware(StreamLimits, settings=settings)],
     )
     transport = httpx.ASGITransport(app=app)
+    loop = asyncio.get_running_loop()
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        began = loop.time()
         first = asyncio.create_task(client.get("/events"))
         await asyncio.sleep(0.2)
         refused, answered = await asyncio.gather(client.get("/events"), client.get("/plain"))
         ended = await asyncio.wait_for(first, 5)
+        lived = loop.time() - began
         again = asyncio.create_task(client.get("/events"))  # the slot is free again
         assert (await asyncio.wait_for(again, 5)).status_code == 200
     assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
     error = refused.json()["error"]
     assert error["type"] == "overloaded" and error["details"]["max_streams"] == 1
     assert answered.text == "done"  # a response that is no stream is never counted
-    assert ended.status_code == 200 and ended.text.count("event: tick") >= 5
+    # it streamed until its lifetime (a count of its 0.05 s ticks would depend on load)
+    assert ended.status_code == 200 and "event: tick" in ended.text and lived >= 0.6
     assert ended.text.endswith(
         ": the stream reached its lifetime of 0.6 s (KNOWLEDGE_STREAM_LIFETIME)\n\n"
     )

@@ -55,6 +55,15 @@ KB = [
         [],
     ),
 ]
+PATIENT_MS = 30000.0
+"""The retrieval budget of the tests about what is found: the 100 ms default is met by
+a quiet machine and missed by a loaded one. The fallback past the budget is the slow
+retrieval's test, on 100 ms."""
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path, support_timeout_ms=PATIENT_MS)
 
 
 def documents() -> list[Any]:
@@ -182,7 +191,7 @@ class SlowEmbedder(FakeEmbedder):
 
 
 async def test_a_slow_retrieval_times_out_into_the_fallback(settings: Settings) -> None:
-    service = build_service(settings)
+    service = build_service(settings.replace(support_timeout_ms=100.0))
     service.embedder = SlowEmbedder()
     await service.start()
     try:
@@ -258,13 +267,10 @@ def test_an_unavailable_store_is_the_fallback_too(tmp_path: Path) -> None:
 
 
 def test_the_in_process_function_for_programs_that_are_not_async(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path)
+    settings = make_settings(tmp_path, support_timeout_ms=PATIENT_MS)
     retriever = sidecar.SupportRetriever(settings)
     try:
-        for _ in range(500):
-            if retriever._started.done():
-                break
-            time.sleep(0.01)
+        retriever._started.result(timeout=60)  # a guard against hanging only
         empty = retriever.retrieve_knowledge("not_hashing", HASHING, {"product": "Apollo II"})
         assert empty["coverage"] == "none" and "No KB articles" in empty["gaps"][0]
         retriever.run(retriever.service.ingest(documents()))
@@ -279,17 +285,15 @@ def test_retrieve_knowledge_starts_in_the_background_and_never_raises(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cli_home(tmp_path, monkeypatch)
+    monkeypatch.setenv("KNOWLEDGE_SUPPORT_TIMEOUT_MS", str(PATIENT_MS))
     monkeypatch.setattr(sidecar, "_default", None)
     first = sidecar.retrieve_knowledge("not_hashing", HASHING, {})
     assert first["coverage"] == "none" and first["retrieval_time_ms"] == 0
     default = sidecar._default
     assert default is not None
     try:
-        for _ in range(500):
-            body = sidecar.retrieve_knowledge("not_hashing", HASHING, {})
-            if "still starting" not in body["gaps"][0]:
-                break
-            time.sleep(0.01)
+        default._started.result(timeout=60)  # a guard against hanging only
+        body = sidecar.retrieve_knowledge("not_hashing", HASHING, {})
         assert body["gaps"] == ["No KB articles are indexed yet (run `knowledge-api sync`)"]
     finally:
         default.close()
@@ -338,8 +342,7 @@ FUTUREBIT = [
 
 @pytest.mark.model
 async def test_the_local_model_finds_the_right_articles(tmp_path: Path) -> None:
-    # quality, not speed: a budget no loaded machine misses
-    settings = make_settings(tmp_path, embedder="local", support_timeout_ms=30000.0)
+    settings = make_settings(tmp_path, embedder="local", support_timeout_ms=PATIENT_MS)
     service = build_service(settings)
     await service.start()
     try:

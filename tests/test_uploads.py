@@ -617,8 +617,8 @@ async def test_an_upload_dripping_a_byte_at_a_time_gets_408(tmp_path: Path) -> N
     liked, as each byte reset the wait: past its first KNOWLEDGE_BODY_TIMEOUT seconds,
     a body must keep KNOWLEDGE_UPLOAD_MIN_RATE on average. (The drip ends after 40
     bytes, so without the rule the upload is taken.)"""
-    settings = make_settings(
-        tmp_path, body_timeout=0.5, upload_min_rate=1, upload_dir=str(tmp_path / "up")
+    settings = make_settings(  # 2 s: no 0.1 s pause stretches to a stall, however loaded
+        tmp_path, body_timeout=2.0, upload_min_rate=1, upload_dir=str(tmp_path / "up")
     )
     app = create_app(settings)
 
