@@ -289,10 +289,10 @@ async def run_job(service: KnowledgeService, job: Job, folder: Path) -> None:
             indexed += documents
         await records.save_job(job)
     finish(job)
-    await records.save_job(job)
-    if indexed:
+    if indexed:  # recorded before the job shows done: a reader who saw it done finds it
         written = changes(indexed, None, job_id=job.id, embedded=job.embedded)
         await service.audit(Actor(f"job:{job.id}"), "upload job", job.collection, written)
+    await records.save_job(job)
 
 
 def finish(job: Job) -> None:
